@@ -1,0 +1,100 @@
+# gtrain - see README.md.  make | make test | make test-asan | make cuda-check | make demo | make bench
+BUILD    ?= build
+CC       ?= gcc
+CUDA     ?= auto
+MPI      ?= 0
+ARCH_FLAGS ?= -march=native
+OPT      ?= -O3
+CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+SAN      ?=
+
+PKGS     := yaml-0.1 libcjson openblas
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
+CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
+
+WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
+CFLAGS   += -std=c11 $(OPT) $(ARCH_FLAGS) -g -fopenmp -D_GNU_SOURCE $(WARN) $(PKG_CFLAGS) -Isrc $(SAN)
+LDLIBS   += $(PKG_LIBS) -fopenmp -lm $(SAN)
+
+# CUDA backend: built when nvcc is found (CUDA=0 leaves it out, CUDA=1 insists).
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifeq ($(CUDA),auto)
+  ifneq ($(NVCC),)
+    CUDA := 1
+  else
+    CUDA := 0
+  endif
+endif
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+# CUDA sources always compile with warnings as errors (CI checks this without a GPU).
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror
+CU_SRCS  := $(wildcard cuda/*.cu)
+ifeq ($(CUDA),1)
+  CFLAGS  += -DGT_HAVE_CUDA
+  NVCCFLAGS += -DGT_HAVE_CUDA
+  CU_OBJS := $(patsubst cuda/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS))
+  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++
+else
+  CU_OBJS :=
+endif
+
+ifeq ($(MPI),1)
+  CFLAGS += -DGT_HAVE_MPI $(shell mpicc --showme:compile)
+  LDLIBS += $(shell mpicc --showme:link)
+endif
+
+SRCS     := $(wildcard src/*.c)
+OBJS     := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
+LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
+TEST_SRCS := $(wildcard tests/*.c)
+TEST_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRCS))
+
+.PHONY: all test test-asan cuda-check demo bench clean help-config-doc
+all: $(BUILD)/gtrain
+
+$(BUILD)/gtrain: $(OBJS) $(CU_OBJS)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD)/obj
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) $(wildcard src/*.h) | $(BUILD)/cuda
+	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) | $(BUILD)/tests
+	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
+
+$(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) $(CU_OBJS)
+	$(CC) -o $@ $^ $(CRIT_LIBS) $(LDLIBS)
+
+$(BUILD)/obj $(BUILD)/cuda $(BUILD)/tests:
+	mkdir -p $@
+
+# The test binary finds gtrain and the repo through these variables.
+test: $(BUILD)/gtrain $(BUILD)/test_gtrain
+	GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) $(BUILD)/test_gtrain $(TEST_ARGS)
+
+# The whole suite under AddressSanitizer + UBSan (CPU backend only: sanitizers and CUDA mix badly).
+test-asan:
+	$(MAKE) BUILD=build-asan CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" test
+
+# Compile the CUDA backend with warnings as errors (needs nvcc, not a GPU).
+cuda-check:
+	@test -n "$(NVCC)" || { echo "cuda-check: nvcc not found"; exit 1; }
+	$(MAKE) CUDA=1 $(patsubst cuda/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS))
+	@echo "cuda-check: $(words $(CU_SRCS)) CUDA source(s) compiled with warnings as errors"
+
+demo: $(BUILD)/gtrain
+	$(BUILD)/gtrain --config configs/shakespeare-char.yaml
+
+$(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) $(CU_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes (not a test).
+bench: $(BUILD)/gtrain $(BUILD)/bench_step
+	scripts/bench.sh $(BUILD)
+
+clean:
+	rm -rf build build-asan build-*

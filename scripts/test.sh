@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The README's test command: install what is missing, build, run the whole suite:
+# the Criterion tests, the same suite under AddressSanitizer + UBSan, and the CUDA backend
+# compiled with warnings as errors (when nvcc is present; CI has it at /usr/local/cuda/bin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+export PATH="$PATH:/usr/local/cuda/bin"
+jobs="$(nproc)"
+echo "== build and test"
+make -j"$jobs"
+make -j"$jobs" test
+echo "== test under AddressSanitizer + UBSan"
+make -j"$jobs" test-asan
+if command -v nvcc >/dev/null 2>&1; then
+  echo "== CUDA backend: compiled with warnings as errors"
+  make -j"$jobs" cuda-check
+else
+  echo "== CUDA backend: nvcc not found, not compiled"
+fi
+echo "== all tests passed"

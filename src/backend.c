@@ -1,0 +1,97 @@
+/* backend.c - backend selection and the tracking allocator shared by every backend. */
+#include "backend.h"
+
+#include <string.h>
+
+static const char *const k_mem_category_names[MEM_COUNT] = {
+    [MEM_PARAMS] = "params",
+    [MEM_GRADS] = "grads",
+    [MEM_OPTIMIZER] = "optimizer",
+    [MEM_ACTIVATIONS] = "activations",
+    [MEM_RECOMPUTE_STASH] = "recompute_stash",
+    [MEM_RECOMPUTE_SCRATCH] = "recompute_scratch",
+    [MEM_WORKSPACE] = "workspace",
+    [MEM_LOGITS] = "logits",
+    [MEM_HOST_OFFLOAD] = "host_offload",
+};
+
+const char *mem_category_name(MemCategory c) {
+    return (c >= 0 && c < MEM_COUNT) ? k_mem_category_names[c] : "?";
+}
+
+bool mem_category_on_device(MemCategory c) { return c != MEM_HOST_OFFLOAD; }
+
+const char *backend_built_list(void) {
+#ifdef GT_HAVE_CUDA
+    return "cpu cuda";
+#else
+    return "cpu";
+#endif
+}
+
+int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err) {
+    *out = NULL;
+    (void)local_rank;
+    switch (kind) {
+    case DEVICE_CPU:
+        return cpu_backend_create(out, num_threads, err);
+    case DEVICE_CUDA:
+#ifdef GT_HAVE_CUDA
+        return cuda_backend_create(out, local_rank, err);
+#else
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "device: cuda asked for, but this gtrain was built without CUDA (built: %s)",
+                        backend_built_list());
+#endif
+    case DEVICE_AUTO:
+    default:
+#ifdef GT_HAVE_CUDA
+        if (cuda_device_count() > 0) return cuda_backend_create(out, local_rank, err);
+#endif
+        return cpu_backend_create(out, num_threads, err);
+    }
+}
+
+void backend_close(Backend *b) {
+    if (b && b->ops && b->ops->close) b->ops->close(b);
+}
+
+void *backend_alloc(Backend *b, MemCategory cat, size_t bytes, GtError *err) {
+    char have[32], want[32];
+    void *p = mem_category_on_device(cat) ? b->ops->dev_alloc(b, bytes) : b->ops->host_alloc(b, bytes);
+    if (!p) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: out of %s memory allocating %s for %s (%s in use)",
+                 b->device_name, mem_category_on_device(cat) ? "device" : "host",
+                 gt_format_bytes(want, sizeof want, bytes), mem_category_name(cat),
+                 gt_format_bytes(have, sizeof have, b->mem.device_current));
+        return NULL;
+    }
+    MemTracker *m = &b->mem;
+    m->current[cat] += bytes;
+    if (m->current[cat] > m->peak[cat]) m->peak[cat] = m->current[cat];
+    if (mem_category_on_device(cat)) {
+        m->device_current += bytes;
+        if (m->device_current > m->device_peak) m->device_peak = m->device_current;
+    }
+    return p;
+}
+
+void backend_free(Backend *b, MemCategory cat, void *p, size_t bytes) {
+    if (!p) return;
+    if (mem_category_on_device(cat)) {
+        b->ops->dev_free(b, p);
+        b->mem.device_current -= bytes;
+    } else {
+        b->ops->host_free(b, p);
+    }
+    b->mem.current[cat] -= bytes;
+}
+
+float *backend_alloc_floats(Backend *b, MemCategory cat, size_t n, GtError *err) {
+    size_t bytes;
+    if (!gt_mul_size(n, sizeof(float), &bytes)) {
+        gt_error(err, GT_EXIT_FAILURE, "allocation of %zu floats overflows", n);
+        return NULL;
+    }
+    return backend_alloc(b, cat, bytes, err);
+}

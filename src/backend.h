@@ -1,0 +1,155 @@
+/* backend.h - the ops table every backend fills (cpu: backend_cpu.c, cuda: cuda/backend_cuda.cu).
+ *
+ * model.c never branches on the device: it calls these ops. Pointers are device pointers
+ * (host pointers for the CPU backend). All float tensors are row-major fp32; token ids int32.
+ * Conventions for backward ops: gradients of PARAMETERS (dw, dbias, dwte, ...) are ACCUMULATED
+ * (+=), so micro-batches add up; gradients of ACTIVATIONS (dinp, dqkv) are OVERWRITTEN unless the
+ * op says otherwise. Every op is deterministic: the same inputs give the same bits (for a given
+ * thread count), which is what makes recompute bit-identical.
+ *
+ * Ops are issued on the backend's compute stream (CUDA) and may return before they finish;
+ * anything that returns a value to the host synchronises. */
+#ifndef GT_BACKEND_H
+#define GT_BACKEND_H
+
+#include "common.h"
+#include "config.h"
+
+typedef enum {
+    MEM_PARAMS = 0,
+    MEM_GRADS,
+    MEM_OPTIMIZER,
+    MEM_ACTIVATIONS,       /* kept for backward (and the step's inputs/targets/losses) */
+    MEM_RECOMPUTE_STASH,   /* inputs of recomputed layers kept on the device (or the 2 prefetch buffers) */
+    MEM_RECOMPUTE_SCRATCH, /* one layer's activations, shared by all recomputed layers */
+    MEM_WORKSPACE,         /* activation gradients, GEMM and attention workspace */
+    MEM_LOGITS,            /* LM head logits / dlogits chunk */
+    MEM_HOST_OFFLOAD,      /* host (pinned on CUDA) copies of offloaded inputs */
+    MEM_COUNT
+} MemCategory;
+
+const char *mem_category_name(MemCategory c);
+/* true for the categories that live on the device (all but MEM_HOST_OFFLOAD) */
+bool mem_category_on_device(MemCategory c);
+
+typedef struct {
+    uint64_t current[MEM_COUNT];
+    uint64_t peak[MEM_COUNT];
+    uint64_t device_current, device_peak; /* sum over device categories */
+} MemTracker;
+
+typedef struct Backend Backend;
+
+typedef struct BackendOps {
+    const char *name; /* "cpu" or "cuda" */
+    void (*close)(Backend *b);
+
+    /* ---- memory (raw; use backend_alloc/backend_free, which track by category) ---- */
+    void *(*dev_alloc)(Backend *b, size_t bytes); /* NULL when it does not fit */
+    void (*dev_free)(Backend *b, void *p);
+    void *(*host_alloc)(Backend *b, size_t bytes); /* pinned on CUDA; NULL on failure */
+    void (*host_free)(Backend *b, void *p);
+    /* synchronous copies; return 0 or -1 with err filled */
+    int (*to_device)(Backend *b, void *dev_dst, const void *host_src, size_t bytes, GtError *err);
+    int (*to_host)(Backend *b, void *host_dst, const void *dev_src, size_t bytes, GtError *err);
+    void (*dev_copy)(Backend *b, void *dev_dst, const void *dev_src, size_t bytes); /* async on compute */
+    void (*zero)(Backend *b, void *dev_dst, size_t bytes);                        /* async on compute */
+    void (*synchronize)(Backend *b);
+
+    /* ---- offload: copies on a copy stream, ordered after the compute issued so far ----
+     * slot in {0, 1}: the double buffer. offload_wait(slot) makes the compute stream wait for the
+     * last copy issued in that slot. On the CPU these are plain copies and the wait is a no-op. */
+    void (*offload_to_host)(Backend *b, void *host_dst, const void *dev_src, size_t bytes, int slot);
+    void (*offload_to_device)(Backend *b, void *dev_dst, const void *host_src, size_t bytes, int slot);
+    void (*offload_wait)(Backend *b, int slot);
+
+    /* ---- ops ---- */
+    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] */
+    void (*encoder_forward)(Backend *b, float *out, const int *tokens, const float *wte,
+                            const float *wpe, int B, int T, int C);
+    /* dwte[tokens] += dout, dwpe[t] += sum_b dout (accumulate) */
+    void (*encoder_backward)(Backend *b, float *dwte, float *dwpe, const float *dout,
+                             const int *tokens, int B, int T, int C);
+
+    /* out = (inp - mean) * rstd * w + bias over rows of C; mean/rstd[N] saved for backward */
+    void (*layernorm_forward)(Backend *b, float *out, float *mean, float *rstd, const float *inp,
+                              const float *w, const float *bias, int N, int C, float eps);
+    /* dinp += ..., dw += ..., dbias += ...  (dinp ACCUMULATES: it is the residual stream) */
+    void (*layernorm_backward)(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
+                               const float *inp, const float *w, const float *mean,
+                               const float *rstd, int N, int C);
+
+    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
+    void (*matmul_forward)(Backend *b, float *out, const float *inp, const float *w,
+                           const float *bias, int N, int C, int OC);
+    /* dinp[N,C] = dout @ w (overwritten; skipped if NULL); dw[OC,C] += dout^T @ inp;
+     * dbias[OC] += colsum(dout) (skipped if NULL) */
+    void (*matmul_backward)(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, int N, int C, int OC);
+
+    /* Causal multi-head self-attention, flash-style: qkv[B,T,3C] (q | k | v, heads of C/NH
+     * inside each), out[B,T,C], lse[B,NH,T] = log-sum-exp of each row's scaled scores.
+     * Never materialises B*NH*T*T. */
+    void (*attention_forward)(Backend *b, float *out, float *lse, const float *qkv, int B, int T,
+                              int C, int NH);
+    /* dqkv[B,T,3C] overwritten. workspace: B*NH*T floats (row sums of dout*out). */
+    void (*attention_backward)(Backend *b, float *dqkv, float *workspace, const float *dout,
+                               const float *qkv, const float *out, const float *lse, int B, int T,
+                               int C, int NH);
+
+    /* GELU, tanh form (HF gelu_new). dinp overwritten; dinp may equal dout. */
+    void (*gelu_forward)(Backend *b, float *out, const float *inp, size_t n);
+    void (*gelu_backward)(Backend *b, float *dinp, const float *inp, const float *dout, size_t n);
+
+    /* out = x + y (out may alias x or y) */
+    void (*add)(Backend *b, float *out, const float *x, const float *y, size_t n);
+
+    /* Per row of logits[N,V]: losses[n] = -log softmax(logits)[targets[n]], 0 where
+     * targets[n] == -100. If compute_grad: logits is overwritten with
+     * dloss_scale * (softmax - onehot(target)) (zero rows for ignored targets). */
+    void (*crossentropy)(Backend *b, float *losses, float *logits, const int *targets, int N,
+                         int V, float dloss_scale, int compute_grad);
+
+    /* AdamW (torch/HF form), one tensor: decoupled weight decay p -= lr*wd*p, then
+     * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1. */
+    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+    /* sum of squares of x[n] in double, returned to the host (synchronises) */
+    double (*sum_squares)(Backend *b, const float *x, size_t n);
+    /* x *= s */
+    void (*scale)(Backend *b, float *x, float s, size_t n);
+} BackendOps;
+
+struct Backend {
+    const BackendOps *ops;
+    MemTracker mem;
+    char device_name[128];
+    uint64_t device_free_bytes;  /* at open (driver's view on CUDA; MemAvailable on CPU) */
+    uint64_t device_total_bytes;
+    int num_threads;             /* CPU threads in use (CPU backend) */
+    void *impl;                  /* backend private state */
+};
+
+/* Open the backend for the config's device (auto: CUDA when built in and a GPU is present, else
+ * CPU). local_rank picks the GPU. */
+int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err);
+void backend_close(Backend *b);
+
+/* The tracking allocator: every buffer of a run goes through these. MEM_HOST_OFFLOAD goes to
+ * host_alloc, the rest to dev_alloc. Returns NULL with err filled (code 1) when out of memory. */
+void *backend_alloc(Backend *b, MemCategory cat, size_t bytes, GtError *err);
+void backend_free(Backend *b, MemCategory cat, void *p, size_t bytes);
+/* convenience: allocate n floats */
+float *backend_alloc_floats(Backend *b, MemCategory cat, size_t n, GtError *err);
+
+/* Backend constructors (backend.c dispatches). cuda_backend_create exists only with GT_HAVE_CUDA. */
+int cpu_backend_create(Backend **out, int num_threads, GtError *err);
+#ifdef GT_HAVE_CUDA
+int cuda_backend_create(Backend **out, int local_rank, GtError *err);
+int cuda_device_count(void);
+#endif
+
+/* Which backends this binary was built with, e.g. "cpu cuda". */
+const char *backend_built_list(void);
+
+#endif

@@ -1,0 +1,632 @@
+/* backend_cpu.c - the CPU backend: GEMM through OpenBLAS (cblas_sgemm), everything else plain C
+ * with OpenMP. This is the reference backend every test runs.
+ *
+ * Determinism: every output element is written by exactly one thread, and every reduction runs
+ * in an order fixed by the code, never by thread timing. Parameter-gradient reductions over rows
+ * (layernorm dw/dbias, bias grads, encoder dwte/dwpe) give each thread a disjoint block of output
+ * channels and sum the rows in order, so they are even independent of the thread count.
+ * sum_squares sums fixed chunks and combines them in order (also thread-count independent).
+ * GEMM results depend on OpenBLAS's partitioning, which is fixed for a given thread count. */
+#include "backend.h"
+
+#include <cblas.h>
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CPU_ALIGN 64
+/* channel block owned by one thread in the parameter-gradient reductions: one cache line */
+#define CH_BLOCK 16
+/* below this many elements an elementwise op runs on one thread (a fork costs more) */
+#define PAR_MIN 16384
+/* attention: keys are processed in tiles of this many (online softmax per tile) */
+#define ATT_TILE 64
+/* sum_squares: number of fixed partial sums (thread-count independent) */
+#define SS_PARTS 256
+
+typedef struct {
+    int num_threads;
+} CpuImpl;
+
+static inline int nthr(const Backend *b) { return b->num_threads > 0 ? b->num_threads : 1; }
+
+/* ------------------------------------------------------------------ memory */
+
+static void *cpu_alloc(Backend *b, size_t bytes) {
+    (void)b;
+    void *p = NULL;
+    size_t n = bytes ? bytes : 1;
+    if (n > SIZE_MAX - (CPU_ALIGN - 1)) return NULL;
+    n = (n + CPU_ALIGN - 1) & ~(size_t)(CPU_ALIGN - 1);
+    if (posix_memalign(&p, CPU_ALIGN, n) != 0) return NULL;
+    return p;
+}
+
+static void cpu_free(Backend *b, void *p) {
+    (void)b;
+    free(p);
+}
+
+static int cpu_to_device(Backend *b, void *dst, const void *src, size_t bytes, GtError *err) {
+    (void)b;
+    (void)err;
+    if (bytes) memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_to_host(Backend *b, void *dst, const void *src, size_t bytes, GtError *err) {
+    (void)b;
+    (void)err;
+    if (bytes) memmove(dst, src, bytes);
+    return 0;
+}
+
+static void cpu_dev_copy(Backend *b, void *dst, const void *src, size_t bytes) {
+    (void)b;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(Backend *b, void *dst, size_t bytes) {
+    (void)b;
+    if (bytes) memset(dst, 0, bytes);
+}
+
+static void cpu_synchronize(Backend *b) { (void)b; }
+
+static void cpu_offload_to_host(Backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    (void)slot;
+    cpu_dev_copy(b, dst, src, bytes);
+}
+
+static void cpu_offload_to_device(Backend *b, void *dst, const void *src, size_t bytes, int slot) {
+    (void)slot;
+    cpu_dev_copy(b, dst, src, bytes);
+}
+
+static void cpu_offload_wait(Backend *b, int slot) {
+    (void)b;
+    (void)slot;
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+/* dot product with 8 explicit lanes: vectorises without reassociation, fixed order. */
+static inline float dot_f(const float *restrict a, const float *restrict x, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * x[i + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * x[i];
+    return s;
+}
+
+static inline float sum_f(const float *restrict a, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[i + j];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i];
+    return s;
+}
+
+/* dst[c] += column sums of src[N, ld] over rows, for c in [0, C); threads own channel blocks,
+ * rows are summed in order in double: deterministic and thread-count independent. */
+static void colsum_accumulate(Backend *b, float *dst, const float *src, int N, int C, size_t ld) {
+    int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)N * C >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * CH_BLOCK;
+        int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+        double acc[CH_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *row = src + (size_t)n * ld + c0;
+            for (int j = 0; j < cn; j++) acc[j] += row[j];
+        }
+        for (int j = 0; j < cn; j++) dst[c0 + j] += (float)acc[j];
+    }
+}
+
+/* ------------------------------------------------------------------ encoder */
+
+static void cpu_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
+                                const float *wpe, int B, int T, int C) {
+    int BT = B * T;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * C >= PAR_MIN)
+    for (int bt = 0; bt < BT; bt++) {
+        int t = bt % T;
+        float *o = out + (size_t)bt * C;
+        const float *we = wte + (size_t)tokens[bt] * C;
+        const float *pe = wpe + (size_t)t * C;
+        for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
+    }
+}
+
+static void cpu_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
+                                 const int *tokens, int B, int T, int C) {
+    int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
+    int BT = B * T;
+    /* dwte: each thread owns a block of channels of every row of dwte and walks the positions in
+     * order, so repeated tokens add up in the same order every time */
+    if (dwte) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)BT * C >= PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * CH_BLOCK;
+            int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+            for (int bt = 0; bt < BT; bt++) {
+                float *dst = dwte + (size_t)tokens[bt] * C + c0;
+                const float *src = dout + (size_t)bt * C + c0;
+                for (int j = 0; j < cn; j++) dst[j] += src[j];
+            }
+        }
+    }
+    /* dwpe[t] += sum_b dout[b, t]: each t owned by one thread, b summed in order */
+    if (dwpe) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * C >= PAR_MIN)
+        for (int t = 0; t < T; t++) {
+            float *dst = dwpe + (size_t)t * C;
+            for (int c = 0; c < C; c++) {
+                float s = 0.0f;
+                for (int bb = 0; bb < B; bb++) s += dout[((size_t)bb * T + t) * C + c];
+                dst[c] += s;
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+static void cpu_layernorm_forward(Backend *b, float *out, float *mean, float *rstd,
+                                  const float *inp, const float *w, const float *bias, int N,
+                                  int C, float eps) {
+    float invC = 1.0f / (float)C;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * C >= PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = sum_f(x, C) * invC;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        int i = 0;
+        for (; i + 8 <= C; i += 8)
+            for (int j = 0; j < 8; j++) {
+                float d = x[i + j] - m;
+                acc[j] += d * d;
+            }
+        float var = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+        for (; i < C; i++) {
+            float d = x[i] - m;
+            var += d * d;
+        }
+        var *= invC;
+        float s = 1.0f / sqrtf(var + eps);
+        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + bias[c];
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+static void cpu_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias,
+                                   const float *dout, const float *inp, const float *w,
+                                   const float *mean, const float *rstd, int N, int C) {
+    float invC = 1.0f / (float)C;
+    /* 1. dinp (row-parallel; each row independent) */
+    if (dinp) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * C >= PAR_MIN)
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C;
+            const float *dy = dout + (size_t)n * C;
+            float *dx = dinp + (size_t)n * C;
+            float m = mean[n], s = rstd[n];
+            float a1[8] = {0}, a2[8] = {0};
+            int i = 0;
+            for (; i + 8 <= C; i += 8)
+                for (int j = 0; j < 8; j++) {
+                    float dn = dy[i + j] * w[i + j];
+                    a1[j] += dn;
+                    a2[j] += dn * ((x[i + j] - m) * s);
+                }
+            float s1 = ((a1[0] + a1[1]) + (a1[2] + a1[3])) + ((a1[4] + a1[5]) + (a1[6] + a1[7]));
+            float s2 = ((a2[0] + a2[1]) + (a2[2] + a2[3])) + ((a2[4] + a2[5]) + (a2[6] + a2[7]));
+            for (; i < C; i++) {
+                float dn = dy[i] * w[i];
+                s1 += dn;
+                s2 += dn * ((x[i] - m) * s);
+            }
+            float mdn = s1 * invC, mdnx = s2 * invC;
+            for (int c = 0; c < C; c++) {
+                float xh = (x[c] - m) * s;
+                dx[c] += (dy[c] * w[c] - mdn - xh * mdnx) * s;
+            }
+        }
+    }
+    /* 2. dw, dbias: threads own channel blocks, rows summed in order (double) */
+    if (dw || dbias) {
+        int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)N * C >= PAR_MIN)
+        for (int blk = 0; blk < nblk; blk++) {
+            int c0 = blk * CH_BLOCK;
+            int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+            double aw[CH_BLOCK] = {0}, ab[CH_BLOCK] = {0};
+            for (int n = 0; n < N; n++) {
+                const float *x = inp + (size_t)n * C + c0;
+                const float *dy = dout + (size_t)n * C + c0;
+                float m = mean[n], s = rstd[n];
+                for (int j = 0; j < cn; j++) {
+                    aw[j] += dy[j] * ((x[j] - m) * s);
+                    ab[j] += dy[j];
+                }
+            }
+            if (dw)
+                for (int j = 0; j < cn; j++) dw[c0 + j] += (float)aw[j];
+            if (dbias)
+                for (int j = 0; j < cn; j++) dbias[c0 + j] += (float)ab[j];
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ matmul */
+
+static void cpu_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
+                               const float *bias, int N, int C, int OC) {
+    float beta = 0.0f;
+    if (bias) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * OC >= PAR_MIN)
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out,
+                OC);
+}
+
+static void cpu_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias,
+                                const float *dout, const float *inp, const float *w, int N, int C,
+                                int OC) {
+    if (dinp)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                    0.0f, dinp, C);
+    if (dw)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
+                    1.0f, dw, C);
+    if (dbias) colsum_accumulate(b, dbias, dout, N, OC, (size_t)OC);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+static void cpu_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B,
+                                  int T, int C, int NH) {
+    int hs = C / NH;
+    size_t C3 = (size_t)3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int rows = B * NH * T;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (rows > 1 && (size_t)rows * T * hs >= PAR_MIN)
+    for (int r = 0; r < rows; r++) {
+        int t = r % T;
+        int h = (r / T) % NH;
+        int bb = r / (T * NH);
+        const float *base = qkv + (size_t)bb * T * C3;
+        const float *q = base + (size_t)t * C3 + (size_t)h * hs;
+        float *o = out + ((size_t)bb * T + t) * C + (size_t)h * hs;
+        for (int i = 0; i < hs; i++) o[i] = 0.0f;
+        float mx = -INFINITY, sum = 0.0f;
+        float sc[ATT_TILE];
+        for (int t0 = 0; t0 <= t; t0 += ATT_TILE) {
+            int tn = t + 1 - t0 < ATT_TILE ? t + 1 - t0 : ATT_TILE;
+            float tmax = -INFINITY;
+            for (int j = 0; j < tn; j++) {
+                const float *k = base + (size_t)(t0 + j) * C3 + C + (size_t)h * hs;
+                float s = dot_f(q, k, hs) * scale;
+                sc[j] = s;
+                if (s > tmax) tmax = s;
+            }
+            if (tmax > mx) {
+                /* rescale what was accumulated under the old max */
+                float f = expf(mx - tmax); /* exp(-inf) = 0 on the first tile */
+                sum *= f;
+                for (int i = 0; i < hs; i++) o[i] *= f;
+                mx = tmax;
+            }
+            for (int j = 0; j < tn; j++) {
+                float p = expf(sc[j] - mx);
+                sum += p;
+                const float *v = base + (size_t)(t0 + j) * C3 + 2 * (size_t)C + (size_t)h * hs;
+                for (int i = 0; i < hs; i++) o[i] += p * v[i];
+            }
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < hs; i++) o[i] *= inv;
+        lse[((size_t)bb * NH + h) * T + t] = mx + logf(sum);
+    }
+}
+
+static void cpu_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
+                                   const float *qkv, const float *out, const float *lse, int B,
+                                   int T, int C, int NH) {
+    int hs = C / NH;
+    size_t C3 = (size_t)3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    int rows = B * NH * T;
+    float *D = workspace;
+    /* D[b,h,t] = sum_i dout * out over the head's channels */
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)rows * hs >= PAR_MIN)
+    for (int r = 0; r < rows; r++) {
+        int t = r % T;
+        int h = (r / T) % NH;
+        int bb = r / (T * NH);
+        size_t off = ((size_t)bb * T + t) * C + (size_t)h * hs;
+        D[r] = dot_f(dout + off, out + off, hs);
+    }
+    int units = B * NH;
+    /* each (b, h) owns its head's columns of dqkv for batch b: deterministic */
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (units > 1 && (size_t)rows * T * hs >= PAR_MIN)
+    for (int u = 0; u < units; u++) {
+        int h = u % NH;
+        int bb = u / NH;
+        const float *base = qkv + (size_t)bb * T * C3;
+        float *dbase = dqkv + (size_t)bb * T * C3;
+        for (int t = 0; t < T; t++) {
+            float *d = dbase + (size_t)t * C3 + (size_t)h * hs;
+            for (int i = 0; i < hs; i++) {
+                d[i] = 0.0f;
+                d[C + i] = 0.0f;
+                d[2 * (size_t)C + i] = 0.0f;
+            }
+        }
+        const float *lrow = lse + (size_t)u * T;
+        const float *Drow = D + (size_t)u * T;
+        for (int t = 0; t < T; t++) {
+            const float *q = base + (size_t)t * C3 + (size_t)h * hs;
+            float *dq = dbase + (size_t)t * C3 + (size_t)h * hs;
+            const float *dy = dout + ((size_t)bb * T + t) * C + (size_t)h * hs;
+            float l = lrow[t], Dt = Drow[t];
+            for (int t2 = 0; t2 <= t; t2++) {
+                const float *k = base + (size_t)t2 * C3 + C + (size_t)h * hs;
+                const float *v = k + C;
+                float *dk = dbase + (size_t)t2 * C3 + C + (size_t)h * hs;
+                float *dv = dk + C;
+                float s = dot_f(q, k, hs) * scale;
+                float p = expf(s - l);
+                float dp = dot_f(dy, v, hs);
+                float ds = p * (dp - Dt) * scale;
+                for (int i = 0; i < hs; i++) {
+                    dv[i] += p * dy[i];
+                    dq[i] += ds * k[i];
+                    dk[i] += ds * q[i];
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ gelu, add, scale */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+static void cpu_gelu_forward(Backend *b, float *out, const float *inp, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_K * (x + GELU_A * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+static void cpu_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout,
+                              size_t n) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float x2 = x * x;
+        float u = GELU_K * (x + GELU_A * x2 * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x2);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void cpu_add(Backend *b, float *out, const float *x, const float *y, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) out[i] = x[i] + y[i];
+}
+
+static void cpu_scale(Backend *b, float *x, float s, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+
+static void cpu_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N,
+                             int V, float dloss_scale, int compute_grad) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (N > 1 && (size_t)N * V >= PAR_MIN / 4)
+    for (int n = 0; n < N; n++) {
+        float *x = logits + (size_t)n * V;
+        int tgt = targets[n];
+        if (tgt == -100) {
+            losses[n] = 0.0f;
+            if (compute_grad) memset(x, 0, (size_t)V * sizeof(float));
+            continue;
+        }
+        if (tgt < 0 || tgt >= V) { /* caller validates; make a bad target loud, never silent */
+            losses[n] = NAN;
+            if (compute_grad)
+                for (int i = 0; i < V; i++) x[i] = NAN;
+            continue;
+        }
+        float mx = -INFINITY;
+        for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        float xt = x[tgt];
+        double sum = 0.0;
+        if (compute_grad) {
+            /* keep exp(x - max) in place: the gradient needs it */
+            for (int i = 0; i < V; i++) {
+                float e = expf(x[i] - mx);
+                x[i] = e;
+                sum += e;
+            }
+        } else {
+            for (int i = 0; i < V; i++) sum += expf(x[i] - mx);
+        }
+        losses[n] = (float)(log(sum) + (double)mx - (double)xt);
+        if (compute_grad) {
+            float f = (float)((double)dloss_scale / sum);
+            for (int i = 0; i < V; i++) x[i] *= f;
+            x[tgt] -= dloss_scale;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ optimizer, norms */
+
+static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float step = (float)((double)lr / bc1);
+    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        float g = grad[i];
+        float mi = beta1 * m[i] + omb1 * g;
+        float vi = beta2 * v[i] + omb2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i] * decay;
+        param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+
+static double cpu_sum_squares(Backend *b, const float *x, size_t n) {
+    double part[SS_PARTS];
+    size_t chunk = (n + SS_PARTS - 1) / SS_PARTS;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (int p = 0; p < SS_PARTS; p++) {
+        size_t i0 = (size_t)p * chunk;
+        size_t i1 = i0 + chunk < n ? i0 + chunk : n;
+        double s = 0.0;
+        if (i0 < i1) {
+            double acc[4] = {0, 0, 0, 0};
+            size_t i = i0;
+            for (; i + 4 <= i1; i += 4)
+                for (int j = 0; j < 4; j++) acc[j] += (double)x[i + j] * (double)x[i + j];
+            s = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+            for (; i < i1; i++) s += (double)x[i] * (double)x[i];
+        }
+        part[p] = s;
+    }
+    double total = 0.0;
+    for (int p = 0; p < SS_PARTS; p++) total += part[p];
+    return total;
+}
+
+/* ------------------------------------------------------------------ open / close */
+
+static void cpu_close(Backend *b) {
+    if (!b) return;
+    free(b->impl);
+    free(b);
+}
+
+static const BackendOps k_cpu_ops = {
+    .name = "cpu",
+    .close = cpu_close,
+    .dev_alloc = cpu_alloc,
+    .dev_free = cpu_free,
+    .host_alloc = cpu_alloc,
+    .host_free = cpu_free,
+    .to_device = cpu_to_device,
+    .to_host = cpu_to_host,
+    .dev_copy = cpu_dev_copy,
+    .zero = cpu_zero,
+    .synchronize = cpu_synchronize,
+    .offload_to_host = cpu_offload_to_host,
+    .offload_to_device = cpu_offload_to_device,
+    .offload_wait = cpu_offload_wait,
+    .encoder_forward = cpu_encoder_forward,
+    .encoder_backward = cpu_encoder_backward,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .matmul_forward = cpu_matmul_forward,
+    .matmul_backward = cpu_matmul_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .add = cpu_add,
+    .crossentropy = cpu_crossentropy,
+    .adamw = cpu_adamw,
+    .sum_squares = cpu_sum_squares,
+    .scale = cpu_scale,
+};
+
+/* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */
+static void cpu_model_name(char *buf, size_t cap) {
+    snprintf(buf, cap, "unknown CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        char *p = strchr(line, ':');
+        if (!p) continue;
+        p++;
+        while (*p == ' ' || *p == '\t') p++;
+        size_t len = strcspn(p, "\r\n");
+        while (len > 0 && (p[len - 1] == ' ' || p[len - 1] == '\t')) len--;
+        if (len > 0) snprintf(buf, cap, "%.*s", (int)len, p);
+        break;
+    }
+    fclose(f);
+}
+
+/* MemAvailable / MemTotal from /proc/meminfo, in bytes (0 when unknown) */
+static void cpu_meminfo(uint64_t *avail, uint64_t *total) {
+    *avail = 0;
+    *total = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) *avail = (uint64_t)kb * 1024u;
+        else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (uint64_t)kb * 1024u;
+    }
+    fclose(f);
+}
+
+int cpu_backend_create(Backend **out, int num_threads, GtError *err) {
+    *out = NULL;
+    if (num_threads < 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "num_threads: expected >= 0, found %d", num_threads);
+    Backend *b = calloc(1, sizeof *b);
+    CpuImpl *impl = calloc(1, sizeof *impl);
+    if (!b || !impl) {
+        free(b);
+        free(impl);
+        return gt_error(err, GT_EXIT_FAILURE, "cpu backend: out of host memory");
+    }
+    if (num_threads == 0) {
+        num_threads = omp_get_max_threads();
+    } else {
+        omp_set_num_threads(num_threads);
+    }
+    if (num_threads < 1) num_threads = 1;
+    openblas_set_num_threads(num_threads);
+    impl->num_threads = num_threads;
+    b->ops = &k_cpu_ops;
+    b->impl = impl;
+    b->num_threads = num_threads;
+    char model[96];
+    cpu_model_name(model, sizeof model);
+    snprintf(b->device_name, sizeof b->device_name, "cpu (%s, %d thread%s)", model, num_threads,
+             num_threads == 1 ? "" : "s");
+    cpu_meminfo(&b->device_free_bytes, &b->device_total_bytes);
+    *out = b;
+    return 0;
+}

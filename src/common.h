@@ -1,0 +1,49 @@
+/* common.h - error reporting, the process-wide logger, checked host allocation. */
+#ifndef GT_COMMON_H
+#define GT_COMMON_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define GT_EXIT_OK 0
+#define GT_EXIT_FAILURE 1   /* something failed while running */
+#define GT_EXIT_BAD_INPUT 2 /* config, model JSON, data file, checkpoint was wrong */
+
+#define GT_PATH_MAX 1024
+#define GT_ERR_MAX 1024
+
+/* An error travels up as a value: a complete one-line message and the exit code it deserves. */
+typedef struct {
+    int code;              /* 0: none; GT_EXIT_BAD_INPUT or GT_EXIT_FAILURE */
+    char msg[GT_ERR_MAX];  /* e.g. "run.yaml:3:5: seq_len: expected an integer in [1, 1048576], found \"abc\"" */
+} GtError;
+
+/* Fill err (if not NULL) and return -1, so callers can `return gt_error(err, ...)`. */
+int gt_error(GtError *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Process-wide logger (the only global mutable state): rank 0 prints, other ranks stay quiet
+ * unless verbose. gt_log goes to stdout, gt_warn to stderr with a "warning: " prefix. */
+void gt_log_set_rank(int rank);
+void gt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+void gt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Host allocation that never returns NULL: on failure prints one line and exits 1.
+ * For small bookkeeping allocations only; big buffers go through the backend's tracker. */
+void *gt_xmalloc(size_t bytes);
+void *gt_xcalloc(size_t n, size_t size);
+void *gt_xrealloc(void *p, size_t bytes);
+char *gt_xstrdup(const char *s);
+
+/* Overflow-checked size arithmetic: returns false on overflow. */
+bool gt_mul_size(size_t a, size_t b, size_t *out);
+bool gt_add_size(size_t a, size_t b, size_t *out);
+
+/* "1.5 GiB", "12.0 MiB", "512 B" into buf. Returns buf. */
+const char *gt_format_bytes(char *buf, size_t cap, uint64_t bytes);
+
+/* Monotonic seconds. */
+double gt_now_seconds(void);
+
+#endif

@@ -1,0 +1,1246 @@
+/* config.c - the run config: YAML (libyaml event API) -> RunConfig, driven by ONE schema table.
+ *
+ * Everything about a key lives in SCHEMA below: its dotted name, type, where it is stored, its
+ * default (as text, parsed by the same code as the file), bounds, enum names and one-line doc.
+ * The same table parses the file, applies --set, validates, prints the resolved config, prints
+ * `gtrain --help-config` and the README's config reference (--markdown). */
+#include "config.h"
+
+#include "model_desc.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml.h>
+
+#define CONFIG_MAX_BYTES (1u << 20) /* a run config is a few hundred bytes; refuse > 1 MiB */
+#define CONFIG_MAX_DEPTH 4          /* sections are one level deep; anything deeper is refused */
+#define KEY_MAX 256
+
+typedef enum { KT_INT, KT_INT_AUTO, KT_FLOAT, KT_BOOL, KT_STRING, KT_PATH, KT_ENUM, KT_BYTES } KeyType;
+
+static const char *const TYPE_NAMES[] = {"int", "int or auto", "float", "bool", "string", "path", "enum", "bytes"};
+
+static const char *const LR_NAMES[] = {"constant", "linear", "cosine", NULL};
+static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
+static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
+static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
+static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
+
+typedef struct {
+    const char *key; /* dotted for nested keys */
+    KeyType type;
+    size_t offset, size; /* where in RunConfig */
+    const char *def;     /* default, as YAML text (plain scalar) */
+    long long imin, imax;                /* KT_INT, KT_INT_AUTO, KT_BYTES */
+    double fmin, fmax;                   /* KT_FLOAT */
+    bool fmin_open, fmax_open;           /* KT_FLOAT: exclusive bounds */
+    const char *const *names;            /* KT_ENUM, NULL-terminated */
+    const char *literal;                 /* KT_PATH: a value kept as written (e.g. "latest") */
+    const char *alias_of;                /* another spelling of this key (same field) */
+    const char *doc;
+} KeySpec;
+
+#define FIELD(m) .offset = offsetof(RunConfig, m), .size = sizeof(((RunConfig *)0)->m)
+#define BIG 1000000000000LL /* 1e12: bound for step counts */
+
+_Static_assert(sizeof(LrSchedule) == sizeof(int32_t), "enums are stored as 32-bit ints");
+_Static_assert(sizeof(long) == sizeof(int64_t), "long fields are stored as 64-bit ints");
+
+static const KeySpec SCHEMA[] = {
+    {.key = "model", .type = KT_PATH, FIELD(model), .def = "",
+     .doc = "Model description (Hugging Face GPT-2 config.json); required."},
+    {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
+     .doc = "Initial weights: a model.safetensors or a run directory; empty = random init."},
+    {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "",
+     .doc = "Training data: a text file, token shard(s) (glob allowed) or jsonl; required."},
+    {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",
+     .doc = "Validation data; empty = for text, the last data.val_fraction of data.train; else none."},
+    {.key = "data.format", .type = KT_ENUM, FIELD(data.format), .def = "text", .names = FORMAT_NAMES,
+     .doc = "How the data files are read: byte-level text, uint16 token shards, or jsonl."},
+    {.key = "data.seq_len", .type = KT_INT, FIELD(data.seq_len), .def = "1024", .imin = 1, .imax = 1 << 20,
+     .doc = "Tokens per training sequence; at most the model's n_positions."},
+    {.key = "data.val_fraction", .type = KT_FLOAT, FIELD(data.val_fraction), .def = "0.1", .fmin = 0,
+     .fmax = 0.9, .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation."},
+    {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
+     .def = "8", .imin = 1, .imax = 65536,
+     .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},
+    {.key = "train_batch_size", .type = KT_INT, FIELD(train_batch_size), .def = "0", .imin = 0,
+     .imax = 1 << 24, .doc = "Effective batch (sequences per optimizer step) to reach with auto micro-batch; 0 = unset."},
+    {.key = "per_device_eval_batch_size", .type = KT_INT, FIELD(per_device_eval_batch_size), .def = "8",
+     .imin = 1, .imax = 65536, .doc = "Sequences per evaluation batch on each device."},
+    {.key = "gradient_accumulation_steps", .type = KT_INT, FIELD(gradient_accumulation_steps), .def = "1",
+     .imin = 1, .imax = 1 << 20, .doc = "Micro-batches accumulated into one optimizer step."},
+    {.key = "gradient_checkpointing", .type = KT_BOOL, FIELD(gradient_checkpointing), .def = "false",
+     .doc = "Recompute checkpointed layers in backward instead of keeping their activations."},
+    {.key = "every_n_layers", .type = KT_INT, FIELD(every_n_layers), .def = "1", .imin = 1, .imax = 1024,
+     .doc = "With gradient_checkpointing: checkpoint layer 0 and every n-th layer after it."},
+    {.key = "offload", .type = KT_BOOL, FIELD(offload), .def = "false",
+     .doc = "Keep the inputs of checkpointed layers in pinned host memory (needs gradient_checkpointing)."},
+    {.key = "gradient_checkpointing_kwargs.every_n_layers", .type = KT_INT, FIELD(every_n_layers), .def = "1",
+     .imin = 1, .imax = 1024, .alias_of = "every_n_layers", .doc = "Hugging Face spelling of every_n_layers."},
+    {.key = "gradient_checkpointing_kwargs.offload", .type = KT_BOOL, FIELD(offload), .def = "false",
+     .alias_of = "offload", .doc = "Hugging Face spelling of offload."},
+    {.key = "max_steps", .type = KT_INT, FIELD(max_steps), .def = "-1", .imin = -1, .imax = BIG,
+     .doc = "Optimizer steps to run; -1 = derived from num_train_epochs."},
+    {.key = "num_train_epochs", .type = KT_FLOAT, FIELD(num_train_epochs), .def = "3", .fmin = 0,
+     .fmax = 1e6, .fmin_open = true, .doc = "Passes over the training data (used when max_steps is -1)."},
+    {.key = "learning_rate", .type = KT_FLOAT, FIELD(learning_rate), .def = "5e-5", .fmin = 0, .fmax = 10,
+     .doc = "Peak learning rate of AdamW."},
+    {.key = "lr_scheduler_type", .type = KT_ENUM, FIELD(lr_scheduler_type), .def = "linear",
+     .names = LR_NAMES, .doc = "Learning-rate decay after warmup: constant, linear to 0, or cosine to 0."},
+    {.key = "warmup_steps", .type = KT_INT, FIELD(warmup_steps), .def = "0", .imin = 0, .imax = BIG,
+     .doc = "Steps of linear warmup from 0 to learning_rate."},
+    {.key = "weight_decay", .type = KT_FLOAT, FIELD(weight_decay), .def = "0", .fmin = 0, .fmax = 10,
+     .doc = "AdamW decoupled weight decay (matrices only; not biases, LayerNorm or embeddings' positions)."},
+    {.key = "adam_beta1", .type = KT_FLOAT, FIELD(adam_beta1), .def = "0.9", .fmin = 0, .fmax = 1,
+     .fmax_open = true, .doc = "AdamW first-moment decay."},
+    {.key = "adam_beta2", .type = KT_FLOAT, FIELD(adam_beta2), .def = "0.999", .fmin = 0, .fmax = 1,
+     .fmax_open = true, .doc = "AdamW second-moment decay."},
+    {.key = "adam_epsilon", .type = KT_FLOAT, FIELD(adam_epsilon), .def = "1e-8", .fmin = 0, .fmax = 1,
+     .fmin_open = true, .doc = "AdamW denominator epsilon."},
+    {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6,
+     .doc = "Clip the global gradient norm to this; 0 disables clipping."},
+    {.key = "precision", .type = KT_ENUM, FIELD(precision), .def = "fp32", .names = PREC_NAMES,
+     .doc = "Compute precision: fp32, or bf16 matmuls with fp32 master weights."},
+    {.key = "seed", .type = KT_INT, FIELD(seed), .def = "42", .imin = 0, .imax = LLONG_MAX,
+     .doc = "Seed for initialization and data sampling."},
+    {.key = "device", .type = KT_ENUM, FIELD(device), .def = "auto", .names = DEVICE_NAMES,
+     .doc = "Where to train: cuda if a GPU is present (auto), or cpu / cuda explicitly."},
+    {.key = "loss_normalization", .type = KT_ENUM, FIELD(loss_normalization), .def = "tokens",
+     .names = LOSS_NAMES,
+     .doc = "Divide the summed loss by the step's predicted tokens (tokens) or by the accumulation count (steps)."},
+    {.key = "logging_steps", .type = KT_INT, FIELD(logging_steps), .def = "10", .imin = 1, .imax = BIG,
+     .doc = "Print a log line and a metrics record every this many optimizer steps."},
+    {.key = "eval_steps", .type = KT_INT, FIELD(eval_steps), .def = "0", .imin = 0, .imax = BIG,
+     .doc = "Evaluate every this many steps; 0 = only at the end (when there is validation data)."},
+    {.key = "eval_max_batches", .type = KT_INT, FIELD(eval_max_batches), .def = "0", .imin = 0, .imax = BIG,
+     .doc = "Evaluation batches per evaluation; 0 = the whole validation set."},
+    {.key = "save_steps", .type = KT_INT, FIELD(save_steps), .def = "500", .imin = 0, .imax = BIG,
+     .doc = "Save a checkpoint every this many steps; 0 = none (the final model is always saved)."},
+    {.key = "save_total_limit", .type = KT_INT, FIELD(save_total_limit), .def = "0", .imin = 0,
+     .imax = 1000000, .doc = "Keep at most this many checkpoints (oldest deleted first); 0 = keep all."},
+    {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain",
+     .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
+    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "",
+     .literal = "latest", .doc = "Resume from this checkpoint directory, or \"latest\" in output_dir; empty = fresh."},
+    {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 0,
+     .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
+    {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
+     .doc = "CPU threads; 0 = all cores."},
+};
+
+#define N_KEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
+_Static_assert(sizeof SCHEMA / sizeof SCHEMA[0] <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
+
+/* ------------------------------------------------------------------------------------------ */
+/* small helpers */
+
+int config_schema_count(void) { return N_KEYS; }
+
+const char *config_schema_key(int i) { return (i >= 0 && i < N_KEYS) ? SCHEMA[i].key : NULL; }
+
+int config_schema_index(const char *key) {
+    for (int i = 0; i < N_KEYS; i++)
+        if (strcmp(SCHEMA[i].key, key) == 0) return i;
+    return -1;
+}
+
+static const char *enum_name(const char *const *names, int v) {
+    for (int i = 0; names[i]; i++)
+        if (i == v) return names[i];
+    return "?";
+}
+
+const char *config_lr_schedule_name(LrSchedule s) { return enum_name(LR_NAMES, (int)s); }
+const char *config_precision_name(Precision p) { return enum_name(PREC_NAMES, (int)p); }
+const char *config_device_name(DeviceKind d) { return enum_name(DEVICE_NAMES, (int)d); }
+const char *config_loss_norm_name(LossNormalization n) { return enum_name(LOSS_NAMES, (int)n); }
+const char *config_data_format_name(DataFormat f) { return enum_name(FORMAT_NAMES, (int)f); }
+
+/* A value as it appears in a message: printable, one line, at most ~60 bytes. */
+static const char *show(const char *s, size_t n, bool quote, char *out, size_t cap) {
+    size_t o = 0;
+    const size_t limit = 60;
+    if (quote && o + 1 < cap) out[o++] = '"';
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        if (i >= limit) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        unsigned char ch = (unsigned char)s[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+        } else if (quote && (ch == '"' || ch == '\\')) {
+            out[o++] = '\\';
+            out[o++] = (char)ch;
+        } else {
+            out[o++] = (char)ch;
+        }
+    }
+    if (quote && o + 1 < cap) out[o++] = '"';
+    out[o < cap ? o : cap - 1] = '\0';
+    return out;
+}
+
+static long long get_int(const void *p, size_t size) {
+    if (size == 4) {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    int64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+
+static void put_int(void *p, size_t size, long long v) {
+    if (size == 4) {
+        int32_t x = (int32_t)v;
+        memcpy(p, &x, 4);
+    } else {
+        int64_t x = (int64_t)v;
+        memcpy(p, &x, 8);
+    }
+}
+
+/* Shortest text that reads back as the same double. */
+static void fmt_double(double v, char *buf, size_t cap) {
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, cap, "%.*g", prec, v);
+        if (strtod(buf, NULL) == v) {
+            /* 10 rather than 1e+01: enough digits for the integer part of moderate numbers */
+            if (isfinite(v) && fabs(v) >= 1 && fabs(v) < 1e15) {
+                int digits = (int)floor(log10(fabs(v))) + 1;
+                if (digits > prec) snprintf(buf, cap, "%.*g", digits, v);
+            }
+            return;
+        }
+    }
+}
+
+/* "[1, 1048576]", "(0, 1]", "one of a, b, c", ... */
+static void bounds_text(const KeySpec *k, char *buf, size_t cap) {
+    buf[0] = '\0';
+    switch (k->type) {
+    case KT_INT:
+    case KT_INT_AUTO:
+    case KT_BYTES:
+        snprintf(buf, cap, "[%lld, %lld]", k->imin, k->imax);
+        break;
+    case KT_FLOAT: {
+        char a[32], b[32];
+        fmt_double(k->fmin, a, sizeof a);
+        fmt_double(k->fmax, b, sizeof b);
+        snprintf(buf, cap, "%c%s, %s%c", k->fmin_open ? '(' : '[', a, b, k->fmax_open ? ')' : ']');
+        break;
+    }
+    case KT_ENUM: {
+        size_t o = 0;
+        for (int i = 0; k->names[i] && o < cap; i++)
+            o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", k->names[i]);
+        break;
+    }
+    case KT_BOOL:
+        snprintf(buf, cap, "true, false");
+        break;
+    default:
+        break;
+    }
+}
+
+/* "an integer in [1, 1048576]" etc. */
+static void expected_text(const KeySpec *k, char *buf, size_t cap) {
+    char b[160];
+    bounds_text(k, b, sizeof b);
+    switch (k->type) {
+    case KT_INT: snprintf(buf, cap, "an integer in %s", b); break;
+    case KT_INT_AUTO: snprintf(buf, cap, "an integer in %s or \"auto\"", b); break;
+    case KT_FLOAT: snprintf(buf, cap, "a finite number in %s", b); break;
+    case KT_BOOL: snprintf(buf, cap, "true or false"); break;
+    case KT_STRING: snprintf(buf, cap, "a string"); break;
+    case KT_PATH: snprintf(buf, cap, "a path"); break;
+    case KT_ENUM: snprintf(buf, cap, "one of %s", b); break;
+    case KT_BYTES:
+        snprintf(buf, cap, "a byte count (an integer, or e.g. \"24GiB\", \"512MiB\", \"1.5GB\") or \"auto\"");
+        break;
+    }
+}
+
+/* The value of key i in cfg as text (strings raw). */
+static void value_text(const RunConfig *cfg, int i, char *buf, size_t cap) {
+    const KeySpec *k = &SCHEMA[i];
+    const char *p = (const char *)cfg + k->offset;
+    switch (k->type) {
+    case KT_INT: snprintf(buf, cap, "%lld", get_int(p, k->size)); break;
+    case KT_INT_AUTO: {
+        long long v = get_int(p, k->size);
+        if (v == 0)
+            snprintf(buf, cap, "auto");
+        else
+            snprintf(buf, cap, "%lld", v);
+        break;
+    }
+    case KT_FLOAT: {
+        double v;
+        memcpy(&v, p, sizeof v);
+        fmt_double(v, buf, cap);
+        break;
+    }
+    case KT_BOOL: {
+        bool v;
+        memcpy(&v, p, sizeof v);
+        snprintf(buf, cap, "%s", v ? "true" : "false");
+        break;
+    }
+    case KT_STRING:
+    case KT_PATH: snprintf(buf, cap, "%s", p); break;
+    case KT_ENUM: snprintf(buf, cap, "%s", enum_name(k->names, (int)get_int(p, k->size))); break;
+    case KT_BYTES: {
+        uint64_t v;
+        memcpy(&v, p, sizeof v);
+        if (v == 0)
+            snprintf(buf, cap, "auto");
+        else
+            snprintf(buf, cap, "%llu", (unsigned long long)v);
+        break;
+    }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* scalars: the YAML core schema, strictly */
+
+typedef struct {
+    const char *s; /* NUL-terminated */
+    size_t n;
+    bool quoted; /* quoted or block scalar: always a string */
+} Scalar;
+
+static bool is_null(const Scalar *v) {
+    return !v->quoted && (v->n == 0 || strcmp(v->s, "~") == 0 || strcmp(v->s, "null") == 0 ||
+                          strcmp(v->s, "Null") == 0 || strcmp(v->s, "NULL") == 0);
+}
+
+static bool match_int(const char *s) {
+    if (*s == '+' || *s == '-') s++;
+    if (!isdigit((unsigned char)*s)) return false;
+    while (isdigit((unsigned char)*s)) s++;
+    return *s == '\0';
+}
+
+/* decimal float: [-+]?( .d+ | d+(.d*)? )([eE][-+]?d+)? */
+static const char *scan_float(const char *s) {
+    if (*s == '+' || *s == '-') s++;
+    bool digits = false;
+    while (isdigit((unsigned char)*s)) s++, digits = true;
+    if (*s == '.') {
+        s++;
+        while (isdigit((unsigned char)*s)) s++, digits = true;
+    }
+    if (!digits) return NULL;
+    if (*s == 'e' || *s == 'E') {
+        const char *e = s + 1;
+        if (*e == '+' || *e == '-') e++;
+        if (!isdigit((unsigned char)*e)) return NULL;
+        while (isdigit((unsigned char)*e)) e++;
+        s = e;
+    }
+    return s;
+}
+
+static bool match_float(const char *s) {
+    const char *e = scan_float(s);
+    return e && *e == '\0';
+}
+
+static bool is_special_float(const char *s) {
+    if (*s == '+' || *s == '-') s++;
+    static const char *const sp[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN", NULL};
+    for (int i = 0; sp[i]; i++)
+        if (strcmp(s, sp[i]) == 0) return true;
+    return false;
+}
+
+/* Parse a byte count with an optional unit; false with a reason on failure. */
+static bool parse_bytes(const char *s, uint64_t *out, const char **why) {
+    const char *e = scan_float(s);
+    if (!e || *s == '-' || *s == '+') {
+        *why = e && *s == '-' ? "negative" : NULL;
+        return false;
+    }
+    char num[64];
+    size_t nl = (size_t)(e - s);
+    if (nl >= sizeof num) {
+        *why = "too large";
+        return false;
+    }
+    memcpy(num, s, nl);
+    num[nl] = '\0';
+    while (*e == ' ') e++;
+    static const struct {
+        const char *unit;
+        double mult;
+    } units[] = {{"", 1},         {"b", 1},          {"kb", 1e3},         {"mb", 1e6},
+                 {"gb", 1e9},     {"tb", 1e12},      {"kib", 1024.0},     {"mib", 1048576.0},
+                 {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {NULL, 0}};
+    double mult = 0;
+    for (int i = 0; units[i].unit; i++)
+        if (strcasecmp(e, units[i].unit) == 0) mult = units[i].mult;
+    if (mult == 0) {
+        *why = NULL;
+        return false;
+    }
+    if (mult == 1 && match_int(num)) {
+        errno = 0;
+        unsigned long long v = strtoull(num, NULL, 10);
+        if (errno == ERANGE) {
+            *why = "too large";
+            return false;
+        }
+        *out = v;
+        return true;
+    }
+    double v = strtod(num, NULL) * mult;
+    if (!isfinite(v) || v >= 18446744073709551616.0) {
+        *why = "too large";
+        return false;
+    }
+    *out = (uint64_t)v;
+    return true;
+}
+
+/* Parse v for key k into dst (k->size bytes; for strings GT_PATH_MAX). Paths are resolved
+ * against base_dir (NULL: kept as written). On failure: "expected ..., found ..." in why. */
+static int parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, void *dst, char *why,
+                       size_t cap) {
+    char exp[256], found[128];
+    expected_text(k, exp, sizeof exp);
+    if (is_null(v))
+        snprintf(found, sizeof found, "nothing (null)");
+    else
+        show(v->s, v->n, v->quoted, found, sizeof found);
+    const char *note = "";
+
+    switch (k->type) {
+    case KT_INT:
+    case KT_INT_AUTO: {
+        if (k->type == KT_INT_AUTO && strcmp(v->s, "auto") == 0) {
+            put_int(dst, k->size, 0);
+            return 0;
+        }
+        if (v->quoted || !match_int(v->s)) {
+            if (v->quoted) note = " (a quoted string)";
+            goto bad;
+        }
+        errno = 0;
+        long long x = strtoll(v->s, NULL, 10);
+        if (errno == ERANGE) {
+            note = " (out of range)";
+            goto bad;
+        }
+        if (x < k->imin || x > k->imax) goto bad;
+        put_int(dst, k->size, x);
+        return 0;
+    }
+    case KT_FLOAT: {
+        if (v->quoted || !(match_float(v->s) || is_special_float(v->s))) {
+            if (v->quoted) note = " (a quoted string)";
+            goto bad;
+        }
+        if (is_special_float(v->s)) goto bad;
+        double x = strtod(v->s, NULL);
+        if (!isfinite(x)) {
+            note = " (too large)";
+            goto bad;
+        }
+        if (x < k->fmin || x > k->fmax || (k->fmin_open && x == k->fmin) || (k->fmax_open && x == k->fmax))
+            goto bad;
+        memcpy(dst, &x, sizeof x);
+        return 0;
+    }
+    case KT_BOOL: {
+        bool x;
+        if (v->quoted) {
+            note = " (a quoted string)";
+            goto bad;
+        }
+        if (!strcmp(v->s, "true") || !strcmp(v->s, "True") || !strcmp(v->s, "TRUE"))
+            x = true;
+        else if (!strcmp(v->s, "false") || !strcmp(v->s, "False") || !strcmp(v->s, "FALSE"))
+            x = false;
+        else
+            goto bad;
+        memcpy(dst, &x, sizeof x);
+        return 0;
+    }
+    case KT_STRING:
+    case KT_PATH: {
+        const char *s = is_null(v) ? "" : v->s;
+        size_t n = is_null(v) ? 0 : v->n;
+        if (memchr(s, '\0', n)) {
+            note = " (contains a NUL byte)";
+            goto bad;
+        }
+        char *out = dst;
+        memset(out, 0, GT_PATH_MAX);
+        bool keep = k->type != KT_PATH || n == 0 || s[0] == '/' || !base_dir || !base_dir[0] ||
+                    strcmp(base_dir, ".") == 0 || (k->literal && strcmp(s, k->literal) == 0);
+        int w = keep ? snprintf(out, GT_PATH_MAX, "%s", s) : snprintf(out, GT_PATH_MAX, "%s/%s", base_dir, s);
+        if (w < 0 || w >= GT_PATH_MAX) {
+            snprintf(exp, sizeof exp, "a path shorter than %d bytes", GT_PATH_MAX);
+            note = " (too long)";
+            memset(out, 0, GT_PATH_MAX);
+            goto bad;
+        }
+        return 0;
+    }
+    case KT_ENUM: {
+        if (!is_null(v))
+            for (int i = 0; k->names[i]; i++)
+                if (strcmp(v->s, k->names[i]) == 0) {
+                    put_int(dst, k->size, i);
+                    return 0;
+                }
+        goto bad;
+    }
+    case KT_BYTES: {
+        uint64_t x = 0;
+        const char *reason = NULL;
+        if (strcmp(v->s, "auto") == 0) {
+            memcpy(dst, &x, sizeof x);
+            return 0;
+        }
+        if (is_null(v) || !parse_bytes(v->s, &x, &reason)) {
+            if (reason) note = strcmp(reason, "negative") == 0 ? " (negative)" : " (too large)";
+            goto bad;
+        }
+        if (x > (uint64_t)k->imax) {
+            note = " (too large)";
+            goto bad;
+        }
+        memcpy(dst, &x, sizeof x);
+        return 0;
+    }
+    }
+bad:
+    snprintf(why, cap, "expected %s, found %s%s", exp, found, note);
+    return -1;
+}
+
+static bool same_value(const KeySpec *k, const void *a, const void *b) {
+    if (k->type == KT_STRING || k->type == KT_PATH) return strcmp(a, b) == 0;
+    return memcmp(a, b, k->size) == 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* defaults */
+
+void config_defaults(RunConfig *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->config_dir, sizeof cfg->config_dir, ".");
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeySpec *k = &SCHEMA[i];
+        if (k->alias_of) continue;
+        Scalar v = {k->def, strlen(k->def), false};
+        char why[GT_ERR_MAX];
+        if (parse_value(k, &v, NULL, (char *)cfg + k->offset, why, sizeof why) != 0) {
+            /* the table is wrong: a bug, caught by the tests */
+            fprintf(stderr, "gtrain: internal error: default of %s: %s\n", k->key, why);
+            abort();
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* unknown keys: nearest known key by edit distance */
+
+static size_t edit_distance(const char *a, const char *b) {
+    size_t na = strlen(a), nb = strlen(b);
+    if (na > KEY_MAX) na = KEY_MAX;
+    if (nb > KEY_MAX) nb = KEY_MAX;
+    size_t row[KEY_MAX + 1];
+    for (size_t j = 0; j <= nb; j++) row[j] = j;
+    for (size_t i = 1; i <= na; i++) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= nb; j++) {
+            size_t up = row[j];
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            size_t best = diag + cost;
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[nb];
+}
+
+static const char *nearest_key(const char *key) {
+    const char *best = SCHEMA[0].key;
+    size_t bd = (size_t)-1;
+    for (int i = 0; i < N_KEYS; i++) {
+        const char *cand = SCHEMA[i].alias_of ? SCHEMA[i].alias_of : SCHEMA[i].key;
+        const char *last = strrchr(SCHEMA[i].key, '.');
+        size_t d = edit_distance(key, SCHEMA[i].key);
+        if (last) {
+            /* "seq_len" at the top level is data.seq_len */
+            size_t d2 = edit_distance(key, last + 1);
+            if (d2 < d) d = d2;
+        }
+        if (d < bd) {
+            bd = d;
+            best = cand;
+        }
+    }
+    return best;
+}
+
+/* Is name a section (a prefix "name." of some key)? */
+static bool is_section(const char *name) {
+    size_t n = strlen(name);
+    for (int i = 0; i < N_KEYS; i++)
+        if (strncmp(SCHEMA[i].key, name, n) == 0 && SCHEMA[i].key[n] == '.') return true;
+    return false;
+}
+
+static void section_keys(const char *name, char *buf, size_t cap) {
+    size_t n = strlen(name), o = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < N_KEYS && o < cap; i++)
+        if (strncmp(SCHEMA[i].key, name, n) == 0 && SCHEMA[i].key[n] == '.')
+            o += (size_t)snprintf(buf + o, cap - o, "%s%s", o ? ", " : "", SCHEMA[i].key + n + 1);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the parse context */
+
+typedef struct {
+    RunConfig *cfg;
+    const char *file; /* the config path as given, for messages */
+    const char *buf;
+    size_t len;
+    yaml_parser_t parser;
+    bool file_seen[N_KEYS];
+    int line[N_KEYS], col[N_KEYS];
+    GtError *err;
+} Ctx;
+
+/* "run.yaml:3:5", "--set" or "run.yaml" for where key i got its value. */
+static const char *where(const Ctx *c, int i, char *buf, size_t cap) {
+    const RunConfig *cfg = c->cfg;
+    if (cfg->source[i] == CFG_SRC_FILE)
+        snprintf(buf, cap, "%s:%d:%d", c->file, c->line[i], c->col[i]);
+    else
+        snprintf(buf, cap, "%s", c->file[0] ? c->file : "config");
+    return buf;
+}
+
+/* "run.yaml:3:5: key: msg" or "--set key: msg" */
+static int key_error(const Ctx *c, int i, const char *msg) {
+    char w[GT_PATH_MAX + 32];
+    if (c->cfg->source[i] == CFG_SRC_SET)
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: %s", SCHEMA[i].key, msg);
+    return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s: %s: %s", where(c, i, w, sizeof w), SCHEMA[i].key, msg);
+}
+
+static void mark_source(Ctx *c, int i, ConfigSource src, int line, int col) {
+    /* every spelling of the same field shares its source */
+    for (int j = 0; j < N_KEYS; j++)
+        if (SCHEMA[j].offset == SCHEMA[i].offset) {
+            c->cfg->source[j] = src;
+            c->cfg->source_line[j] = line;
+            c->line[j] = line;
+            c->col[j] = col;
+        }
+}
+
+/* Set key i from a scalar. line > 0: from the file at line:col; else from --set. */
+static int apply(Ctx *c, int i, const Scalar *v, int line, int col) {
+    const KeySpec *k = &SCHEMA[i];
+    char why[GT_ERR_MAX];
+    char val[GT_PATH_MAX];
+    _Static_assert(sizeof(double) <= GT_PATH_MAX, "value buffer");
+    memset(val, 0, sizeof val);
+    bool from_file = line > 0;
+    char w[GT_PATH_MAX + 32];
+    if (from_file)
+        snprintf(w, sizeof w, "%s:%d:%d:", c->file, line, col);
+    else
+        snprintf(w, sizeof w, "--set");
+    if (parse_value(k, v, from_file ? c->cfg->config_dir : NULL, val, why, sizeof why) != 0)
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s %s: %s", w, k->key, why);
+    void *dst = (char *)c->cfg + k->offset;
+    if (from_file) {
+        /* the other spelling of the same field, also in the file, must agree */
+        for (int j = 0; j < N_KEYS; j++) {
+            if (j == i || SCHEMA[j].offset != k->offset || !c->file_seen[j]) continue;
+            if (!same_value(k, val, dst)) {
+                char old[GT_PATH_MAX], now[GT_PATH_MAX], a[128], b[128];
+                value_text(c->cfg, j, old, sizeof old);
+                memcpy((char *)c->cfg + k->offset, val, k->type == KT_PATH || k->type == KT_STRING ? GT_PATH_MAX : k->size);
+                value_text(c->cfg, i, now, sizeof now);
+                return gt_error(c->err, GT_EXIT_BAD_INPUT,
+                                "%s %s: expected the same value as %s (line %d), found %s against %s", w, k->key,
+                                SCHEMA[j].key, c->line[j], show(now, strlen(now), false, b, sizeof b),
+                                show(old, strlen(old), false, a, sizeof a));
+            }
+        }
+        c->file_seen[i] = true;
+    }
+    memcpy(dst, val, (k->type == KT_PATH || k->type == KT_STRING) ? GT_PATH_MAX : k->size);
+    mark_source(c, i, from_file ? CFG_SRC_FILE : CFG_SRC_SET, from_file ? line : 0, from_file ? col : 0);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* YAML events */
+
+static void offset_to_line_col(const char *buf, size_t len, size_t off, int *line, int *col) {
+    int l = 1, cc = 1;
+    for (size_t i = 0; i < off && i < len; i++) {
+        if (buf[i] == '\n')
+            l++, cc = 1;
+        else
+            cc++;
+    }
+    *line = l;
+    *col = cc;
+}
+
+static int yaml_syntax_error(Ctx *c, const yaml_parser_t *p, const char *file) {
+    int line, col;
+    if (p->error == YAML_READER_ERROR && c->buf) {
+        offset_to_line_col(c->buf, c->len, p->problem_offset, &line, &col);
+    } else {
+        line = (int)p->problem_mark.line + 1;
+        col = (int)p->problem_mark.column + 1;
+    }
+    if (p->error == YAML_MEMORY_ERROR)
+        return gt_error(c->err, GT_EXIT_FAILURE, "%s: out of memory while parsing YAML", file);
+    return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected valid YAML, found a syntax error: %s%s%s", file,
+                    line, col, p->problem ? p->problem : "unknown problem", p->context ? " " : "",
+                    p->context ? p->context : "");
+}
+
+static const char *event_what(const yaml_event_t *e) {
+    switch (e->type) {
+    case YAML_MAPPING_START_EVENT: return "a mapping";
+    case YAML_SEQUENCE_START_EVENT: return "a list";
+    case YAML_ALIAS_EVENT: return "an alias";
+    case YAML_SCALAR_EVENT: return "a scalar";
+    default: return "the end of the document";
+    }
+}
+
+/* Next event; anchors, aliases and tags are refused (alias bombs, surprises). */
+static int next_event(Ctx *c, yaml_event_t *e) {
+    if (!yaml_parser_parse(&c->parser, e)) return yaml_syntax_error(c, &c->parser, c->file);
+    const char *anchor = NULL, *tag = NULL;
+    if (e->type == YAML_SCALAR_EVENT) {
+        anchor = (const char *)e->data.scalar.anchor;
+        tag = (const char *)e->data.scalar.tag;
+    } else if (e->type == YAML_MAPPING_START_EVENT) {
+        anchor = (const char *)e->data.mapping_start.anchor;
+        tag = (const char *)e->data.mapping_start.tag;
+    } else if (e->type == YAML_SEQUENCE_START_EVENT) {
+        anchor = (const char *)e->data.sequence_start.anchor;
+        tag = (const char *)e->data.sequence_start.tag;
+    }
+    const char *bad = NULL;
+    char name[128];
+    if (e->type == YAML_ALIAS_EVENT)
+        bad = "an alias", show((const char *)e->data.alias.anchor, strlen((const char *)e->data.alias.anchor),
+                               false, name, sizeof name);
+    else if (anchor)
+        bad = "an anchor", show(anchor, strlen(anchor), false, name, sizeof name);
+    else if (tag)
+        bad = "a tag", show(tag, strlen(tag), false, name, sizeof name);
+    if (bad) {
+        int line = (int)e->start_mark.line + 1, col = (int)e->start_mark.column + 1;
+        yaml_event_delete(e);
+        return gt_error(c->err, GT_EXIT_BAD_INPUT,
+                        "%s:%d:%d: expected plain values (anchors, aliases and tags are not supported), found %s (%s)",
+                        c->file, line, col, bad, name);
+    }
+    return 0;
+}
+
+static Scalar scalar_of(const yaml_event_t *e) {
+    Scalar v = {(const char *)e->data.scalar.value, e->data.scalar.length,
+                e->data.scalar.style != YAML_PLAIN_SCALAR_STYLE};
+    return v;
+}
+
+/* After MAPPING_START: read key/value pairs into cfg. prefix: "" or the section name. */
+static int parse_mapping(Ctx *c, const char *prefix, int depth) {
+    const char *sections_seen[8];
+    int n_sections = 0;
+    for (;;) {
+        yaml_event_t ke, ve;
+        if (next_event(c, &ke)) return -1;
+        if (ke.type == YAML_MAPPING_END_EVENT) {
+            yaml_event_delete(&ke);
+            return 0;
+        }
+        int kl = (int)ke.start_mark.line + 1, kc = (int)ke.start_mark.column + 1;
+        if (ke.type != YAML_SCALAR_EVENT) {
+            const char *what = event_what(&ke);
+            yaml_event_delete(&ke);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a key name, found %s", c->file, kl,
+                            kc, prefix[0] ? prefix : "(top level)", what);
+        }
+        char full[KEY_MAX + 8], shown[160];
+        const char *kname = (const char *)ke.data.scalar.value;
+        size_t klen = ke.data.scalar.length;
+        int w = prefix[0] ? snprintf(full, sizeof full, "%s.%s", prefix, kname) : snprintf(full, sizeof full, "%s", kname);
+        bool key_ok = w >= 0 && w < KEY_MAX && memchr(kname, '\0', klen) == NULL;
+        if (!key_ok) {
+            show(kname, klen, false, shown, sizeof shown);
+            yaml_event_delete(&ke);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: unknown key (see gtrain --help-config)",
+                            c->file, kl, kc, shown);
+        }
+        yaml_event_delete(&ke);
+        show(full, strlen(full), false, shown, sizeof shown);
+
+        if (next_event(c, &ve)) return -1;
+        int vl = (int)ve.start_mark.line + 1, vc = (int)ve.start_mark.column + 1;
+        int idx = config_schema_index(full);
+        if (idx >= 0) {
+            if (c->file_seen[idx]) {
+                yaml_event_delete(&ve);
+                return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected each key once, found a duplicate (first at line %d)",
+                                c->file, kl, kc, shown, c->line[idx]);
+            }
+            if (ve.type != YAML_SCALAR_EVENT) {
+                char exp[256];
+                expected_text(&SCHEMA[idx], exp, sizeof exp);
+                const char *what = event_what(&ve);
+                yaml_event_delete(&ve);
+                return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected %s, found %s", c->file, vl, vc,
+                                shown, exp, what);
+            }
+            Scalar v = scalar_of(&ve);
+            int rc = apply(c, idx, &v, vl, vc);
+            yaml_event_delete(&ve);
+            if (rc) return -1;
+        } else if (is_section(full)) {
+            const char *sec = NULL;
+            for (int i = 0; i < N_KEYS && !sec; i++) {
+                size_t n = strlen(full);
+                if (strncmp(SCHEMA[i].key, full, n) == 0 && SCHEMA[i].key[n] == '.') sec = SCHEMA[i].key;
+            }
+            for (int s = 0; s < n_sections; s++)
+                if (strncmp(sections_seen[s], full, strlen(full)) == 0 && sections_seen[s][strlen(full)] == '.') {
+                    yaml_event_delete(&ve);
+                    return gt_error(c->err, GT_EXIT_BAD_INPUT,
+                                    "%s:%d:%d: %s: expected each key once, found a duplicate section", c->file, kl,
+                                    kc, shown);
+                }
+            if (n_sections < (int)(sizeof sections_seen / sizeof sections_seen[0])) sections_seen[n_sections++] = sec;
+            if (ve.type == YAML_MAPPING_START_EVENT) {
+                yaml_event_delete(&ve);
+                if (depth + 1 >= CONFIG_MAX_DEPTH)
+                    return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected at most %d levels, found deeper nesting",
+                                    c->file, vl, vc, shown, CONFIG_MAX_DEPTH);
+                if (parse_mapping(c, full, depth + 1)) return -1;
+            } else {
+                Scalar v = ve.type == YAML_SCALAR_EVENT ? scalar_of(&ve) : (Scalar){"", 0, true};
+                bool empty = ve.type == YAML_SCALAR_EVENT && is_null(&v);
+                char keys[256], found[128];
+                if (ve.type == YAML_SCALAR_EVENT)
+                    show(v.s, v.n, v.quoted, found, sizeof found);
+                else
+                    snprintf(found, sizeof found, "%s", event_what(&ve));
+                yaml_event_delete(&ve);
+                if (!empty) {
+                    section_keys(full, keys, sizeof keys);
+                    return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a mapping with keys %s, found %s",
+                                    c->file, vl, vc, shown, keys, found);
+                }
+            }
+        } else {
+            yaml_event_delete(&ve);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: unknown key (did you mean %s?)", c->file, kl,
+                            kc, shown, nearest_key(full));
+        }
+    }
+}
+
+static int parse_document(Ctx *c) {
+    yaml_event_t e;
+    if (next_event(c, &e)) return -1; /* STREAM_START */
+    yaml_event_delete(&e);
+    if (next_event(c, &e)) return -1;
+    if (e.type == YAML_STREAM_END_EVENT) {
+        yaml_event_delete(&e);
+        return gt_error(c->err, GT_EXIT_BAD_INPUT,
+                        "%s: expected a mapping of keys (at least model and data.train), found an empty file", c->file);
+    }
+    yaml_event_delete(&e); /* DOCUMENT_START */
+    if (next_event(c, &e)) return -1;
+    if (e.type != YAML_MAPPING_START_EVENT) {
+        int line = (int)e.start_mark.line + 1, col = (int)e.start_mark.column + 1;
+        bool empty = false;
+        char found[128];
+        if (e.type == YAML_SCALAR_EVENT) {
+            Scalar v = scalar_of(&e);
+            empty = is_null(&v);
+            snprintf(found, sizeof found, "a scalar ");
+            show(v.s, v.n, true, found + strlen(found), sizeof found - strlen(found));
+        } else {
+            snprintf(found, sizeof found, "%s", event_what(&e));
+        }
+        yaml_event_delete(&e);
+        if (empty)
+            return gt_error(c->err, GT_EXIT_BAD_INPUT,
+                            "%s: expected a mapping of keys (at least model and data.train), found an empty document",
+                            c->file);
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected a mapping of keys at the top level, found %s",
+                        c->file, line, col, found);
+    }
+    yaml_event_delete(&e);
+    if (parse_mapping(c, "", 0)) return -1;
+    if (next_event(c, &e)) return -1; /* DOCUMENT_END */
+    yaml_event_delete(&e);
+    if (next_event(c, &e)) return -1;
+    if (e.type != YAML_STREAM_END_EVENT) {
+        int line = (int)e.start_mark.line + 1, col = (int)e.start_mark.column + 1;
+        yaml_event_delete(&e);
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected a single YAML document, found a second one",
+                        c->file, line, col);
+    }
+    yaml_event_delete(&e);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* the file */
+
+static int read_config_file(const char *path, char **out, size_t *out_len, GtError *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open the run config: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot stat the run config: %s", path, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a YAML run config file, found a directory", path);
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a YAML run config file, found a special file", path);
+    }
+    if ((unsigned long long)st.st_size > CONFIG_MAX_BYTES) {
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a run config of at most 1 MiB, found %lld bytes", path,
+                        (long long)st.st_size);
+    }
+    char *buf = gt_xmalloc(CONFIG_MAX_BYTES + 2);
+    size_t n = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf + n, CONFIG_MAX_BYTES + 1 - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            free(buf);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot read the run config: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+        if (n > CONFIG_MAX_BYTES) {
+            close(fd);
+            free(buf);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a run config of at most 1 MiB, found more", path);
+        }
+    }
+    close(fd);
+    buf[n] = '\0';
+    *out = buf;
+    *out_len = n;
+    return 0;
+}
+
+/* NUL bytes (binary files) and tabs (YAML forbids them in indentation; we refuse them anywhere so
+ * that a config never means something other than it looks). */
+static int prescan(const Ctx *c) {
+    for (size_t i = 0; i < c->len; i++) {
+        if (c->buf[i] == '\0' || c->buf[i] == '\t') {
+            int line, col;
+            offset_to_line_col(c->buf, c->len, i, &line, &col);
+            if (c->buf[i] == '\0')
+                return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected a YAML text file, found a NUL byte (binary file?)",
+                                c->file, line, col);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected spaces, found a tab character (use spaces in YAML)",
+                            c->file, line, col);
+        }
+    }
+    return 0;
+}
+
+/* One --set "key=value": the value is read as a YAML scalar, with the file's type rules. */
+static int apply_set(Ctx *c, const char *set) {
+    char shown[160];
+    const char *eq = strchr(set, '=');
+    if (!eq)
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected key=value, found no '='",
+                        show(set, strlen(set), false, shown, sizeof shown));
+    if (eq == set)
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected key=value, found no key",
+                        show(set, strlen(set), false, shown, sizeof shown));
+    size_t klen = (size_t)(eq - set);
+    char key[KEY_MAX + 1];
+    if (klen > KEY_MAX) klen = KEY_MAX;
+    memcpy(key, set, klen);
+    key[klen] = '\0';
+    show(key, strlen(key), false, shown, sizeof shown);
+    int idx = config_schema_index(key);
+    if (idx < 0) {
+        if (is_section(key)) {
+            char keys[256];
+            section_keys(key, keys, sizeof keys);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a key with a value (%s.KEY with KEY one of %s), found a section",
+                            shown, shown, keys);
+        }
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: unknown key (did you mean %s?)", shown, nearest_key(key));
+    }
+    const char *value = eq + 1;
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return gt_error(c->err, GT_EXIT_FAILURE, "--set %s: out of memory", shown);
+    yaml_parser_set_input_string(&p, (const unsigned char *)value, strlen(value));
+    yaml_event_t e;
+    int rc = 0;
+    bool have_scalar = false;
+    /* STREAM_START, then DOCUMENT_START or STREAM_END (empty value), then the node */
+    for (int step = 0; step < 3 && !have_scalar; step++) {
+        if (!yaml_parser_parse(&p, &e)) {
+            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a YAML scalar, found a syntax error: %s", shown,
+                          p.problem ? p.problem : "unknown problem");
+            break;
+        }
+        if (e.type == YAML_STREAM_START_EVENT || e.type == YAML_DOCUMENT_START_EVENT) {
+            yaml_event_delete(&e);
+            continue;
+        }
+        if (e.type == YAML_STREAM_END_EVENT) {
+            Scalar v = {"", 0, false};
+            yaml_event_delete(&e);
+            rc = apply(c, idx, &v, 0, 0);
+            have_scalar = true;
+            break;
+        }
+        if (e.type == YAML_SCALAR_EVENT && !e.data.scalar.anchor && !e.data.scalar.tag) {
+            Scalar v = scalar_of(&e);
+            rc = apply(c, idx, &v, 0, 0);
+            yaml_event_delete(&e);
+            have_scalar = true;
+            break;
+        }
+        char exp[256];
+        expected_text(&SCHEMA[idx], exp, sizeof exp);
+        rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found %s", shown, exp,
+                      e.type == YAML_SCALAR_EVENT ? "an anchor or tag" : event_what(&e));
+        yaml_event_delete(&e);
+        break;
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+/* Rules between keys. */
+static int validate(Ctx *c) {
+    RunConfig *cfg = c->cfg;
+    const int i_model = config_schema_index("model"), i_train = config_schema_index("data.train");
+    if (!cfg->model[0]) return key_error(c, i_model, "expected a path to the model JSON (required), found nothing");
+    if (!cfg->data.train[0])
+        return key_error(c, i_train, "expected a path to the training data (required), found nothing");
+    if (cfg->offload && !cfg->gradient_checkpointing) {
+        int i = config_schema_index("offload");
+        if (c->file_seen[config_schema_index("gradient_checkpointing_kwargs.offload")] &&
+            cfg->source[i] == CFG_SRC_FILE && !c->file_seen[i])
+            i = config_schema_index("gradient_checkpointing_kwargs.offload");
+        return key_error(c, i, "expected gradient_checkpointing: true (offload moves the inputs kept by gradient "
+                               "checkpointing to host memory), found gradient_checkpointing: false");
+    }
+    if (cfg->per_device_train_batch_size == 0 && cfg->train_batch_size == 0)
+        return key_error(c, config_schema_index("per_device_train_batch_size"),
+                         "expected train_batch_size (the effective batch) to be set with \"auto\", found none");
+    if (!cfg->data.val[0] && cfg->data.format != DATA_TEXT) {
+        char msg[256];
+        if (cfg->eval_steps > 0) {
+            snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found eval_steps %ld without data.val",
+                     config_data_format_name(cfg->data.format), cfg->eval_steps);
+            return key_error(c, config_schema_index("eval_steps"), msg);
+        }
+        int ie = config_schema_index("per_device_eval_batch_size");
+        if (cfg->source[ie] != CFG_SRC_DEFAULT) {
+            snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found an eval batch size without data.val",
+                     config_data_format_name(cfg->data.format));
+            return key_error(c, ie, msg);
+        }
+    }
+    return 0;
+}
+
+int config_load(RunConfig *cfg, const char *path, const char *const *sets, int n_sets, GtError *err) {
+    config_defaults(cfg);
+    Ctx *c = gt_xcalloc(1, sizeof *c);
+    c->cfg = cfg;
+    c->err = err;
+    c->file = "";
+    char *buf = NULL;
+    int rc = 0;
+    if (path) {
+        if (strlen(path) >= GT_PATH_MAX) {
+            free(c);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%.64s...: expected a path shorter than %d bytes, found a longer one",
+                            path, GT_PATH_MAX);
+        }
+        snprintf(cfg->config_path, sizeof cfg->config_path, "%s", path);
+        const char *slash = strrchr(path, '/');
+        if (!slash)
+            snprintf(cfg->config_dir, sizeof cfg->config_dir, ".");
+        else if (slash == path)
+            snprintf(cfg->config_dir, sizeof cfg->config_dir, "/");
+        else
+            snprintf(cfg->config_dir, sizeof cfg->config_dir, "%.*s", (int)(slash - path), path);
+        c->file = cfg->config_path;
+        size_t len = 0;
+        if (read_config_file(path, &buf, &len, err)) {
+            free(c);
+            return -1;
+        }
+        c->buf = buf;
+        c->len = len;
+        rc = prescan(c);
+        if (rc == 0) {
+            if (!yaml_parser_initialize(&c->parser)) {
+                rc = gt_error(err, GT_EXIT_FAILURE, "%s: out of memory", path);
+            } else {
+                yaml_parser_set_input_string(&c->parser, (const unsigned char *)buf, len);
+                rc = parse_document(c);
+                yaml_parser_delete(&c->parser);
+            }
+        }
+    }
+    for (int i = 0; rc == 0 && i < n_sets; i++) rc = apply_set(c, sets[i]);
+    if (rc == 0) rc = validate(c);
+    free(buf);
+    free(c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* checks against the model */
+
+static int model_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg) {
+    int i = config_schema_index(key);
+    const char *file = cfg->config_path[0] ? cfg->config_path : "config";
+    if (cfg->source[i] == CFG_SRC_FILE)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d: %s: %s", file, cfg->source_line[i], key, msg);
+    if (cfg->source[i] == CFG_SRC_SET) return gt_error(err, GT_EXIT_BAD_INPUT, "--set %s: %s", key, msg);
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: %s (the default)", file, key, msg);
+}
+
+int config_check_model(const RunConfig *cfg, const struct ModelDesc *desc, GtError *err) {
+    char msg[GT_PATH_MAX + 256];
+    if (cfg->every_n_layers > desc->n_layer) {
+        snprintf(msg, sizeof msg, "expected at most n_layer = %d of %s, found %d", desc->n_layer, desc->path,
+                 cfg->every_n_layers);
+        int i = config_schema_index("every_n_layers");
+        return model_key_error(cfg, SCHEMA[i].key, err, msg);
+    }
+    if (cfg->data.seq_len > desc->n_positions) {
+        snprintf(msg, sizeof msg, "expected at most n_positions = %d of %s, found %d", desc->n_positions, desc->path,
+                 cfg->data.seq_len);
+        return model_key_error(cfg, "data.seq_len", err, msg);
+    }
+    if (cfg->data.format == DATA_TEXT && desc->vocab_size < 256) {
+        snprintf(msg, sizeof msg, "expected a model with vocab_size >= 256 for byte-level text, found vocab_size %d in %s",
+                 desc->vocab_size, desc->path);
+        return model_key_error(cfg, "data.format", err, msg);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* printing */
+
+void config_print_resolved(const RunConfig *cfg, FILE *out) {
+    fprintf(out, "resolved config (%s):\n", cfg->config_path[0] ? cfg->config_path : "no config file");
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeySpec *k = &SCHEMA[i];
+        if (k->alias_of) continue;
+        char val[GT_PATH_MAX + 64], src[32];
+        value_text(cfg, i, val, sizeof val);
+        if ((k->type == KT_PATH || k->type == KT_STRING) && !val[0]) snprintf(val, sizeof val, "\"\"");
+        if (k->type == KT_BYTES) {
+            uint64_t b;
+            memcpy(&b, (const char *)cfg + k->offset, sizeof b);
+            if (b) {
+                char h[32];
+                size_t n = strlen(val);
+                snprintf(val + n, sizeof val - n, " (%s)", gt_format_bytes(h, sizeof h, b));
+            }
+        }
+        if (cfg->source[i] == CFG_SRC_FILE)
+            snprintf(src, sizeof src, "file:%d", cfg->source_line[i]);
+        else
+            snprintf(src, sizeof src, "%s", cfg->source[i] == CFG_SRC_SET ? "--set" : "default");
+        fprintf(out, "  %-30s %-40s %s\n", k->key, val, src);
+    }
+}
+
+static void default_text(const KeySpec *k, char *buf, size_t cap) {
+    if (k->type == KT_PATH || k->type == KT_STRING)
+        snprintf(buf, cap, "%s", k->def[0] ? k->def : "\"\"");
+    else
+        snprintf(buf, cap, "%s", k->def);
+}
+
+void config_print_help(FILE *out, int markdown) {
+    char def[GT_PATH_MAX], b[256];
+    if (markdown) {
+        fprintf(out, "| key | type | default | bounds | description |\n");
+        fprintf(out, "|---|---|---|---|---|\n");
+        for (int i = 0; i < N_KEYS; i++) {
+            const KeySpec *k = &SCHEMA[i];
+            default_text(k, def, sizeof def);
+            bounds_text(k, b, sizeof b);
+            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, TYPE_NAMES[k->type], def, b);
+            if (k->alias_of) fprintf(out, "Same field as `%s`. ", k->alias_of);
+            for (const char *p = k->doc; *p; p++) {
+                if (*p == '|') fputc('\\', out);
+                fputc(*p, out);
+            }
+            fprintf(out, " |\n");
+        }
+        return;
+    }
+    fprintf(out, "Run config keys (YAML). Nested keys are written dotted here (data.seq_len is\n"
+                 "`data: {seq_len: ...}` in the file); override any key with --set key=value.\n"
+                 "Relative paths in the file are resolved against the config file's directory;\n"
+                 "paths given with --set and default paths are relative to the working directory.\n\n");
+    for (int i = 0; i < N_KEYS; i++) {
+        const KeySpec *k = &SCHEMA[i];
+        default_text(k, def, sizeof def);
+        bounds_text(k, b, sizeof b);
+        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, TYPE_NAMES[k->type], def, b[0] ? ", allowed " : "", b);
+        if (k->alias_of) fprintf(out, "Same field as %s. ", k->alias_of);
+        fprintf(out, "%s\n", k->doc);
+    }
+}

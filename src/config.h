@@ -1,0 +1,105 @@
+/* config.h - the run config (YAML) and its one schema table.
+ *
+ * Every key lives in the schema table in config.c: its name (dotted for nested keys), type,
+ * default, bounds and one-line doc. The same table parses the YAML, applies --set overrides,
+ * validates, prints `gtrain --help-config` and generates the README's config reference. */
+#ifndef GT_CONFIG_H
+#define GT_CONFIG_H
+
+#include "common.h"
+
+typedef enum { CFG_SRC_DEFAULT = 0, CFG_SRC_FILE, CFG_SRC_SET } ConfigSource;
+typedef enum { LR_CONSTANT = 0, LR_LINEAR, LR_COSINE } LrSchedule;
+typedef enum { PREC_FP32 = 0, PREC_BF16 } Precision;
+typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
+typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
+typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL } DataFormat;
+
+#define GT_CONFIG_MAX_KEYS 96
+
+typedef struct {
+    /* where the config came from; relative paths below are resolved against config_dir */
+    char config_path[GT_PATH_MAX];
+    char config_dir[GT_PATH_MAX];
+
+    char model[GT_PATH_MAX];     /* model JSON, resolved path */
+    char init_from[GT_PATH_MAX]; /* "" = random init; else a model.safetensors or a run dir */
+
+    struct {
+        char train[GT_PATH_MAX]; /* resolved path (or glob for tokens) */
+        char val[GT_PATH_MAX];   /* "" = split from train (text) / none */
+        DataFormat format;
+        int seq_len;
+        double val_fraction; /* text without val file: last fraction of the bytes */
+    } data;
+
+    int per_device_train_batch_size; /* 0 means "auto" (needs train_batch_size) */
+    int train_batch_size;            /* effective batch asked for with auto; 0 = unset */
+    int per_device_eval_batch_size;
+    int gradient_accumulation_steps;
+    bool gradient_checkpointing;
+    int every_n_layers;
+    bool offload;
+
+    long max_steps;          /* -1: derived from num_train_epochs */
+    double num_train_epochs;
+    double learning_rate;
+    LrSchedule lr_scheduler_type;
+    long warmup_steps;
+    double weight_decay;
+    double adam_beta1, adam_beta2, adam_epsilon;
+    double max_grad_norm; /* 0 disables clipping */
+    Precision precision;
+    uint64_t seed;
+    DeviceKind device;
+    LossNormalization loss_normalization;
+
+    long logging_steps;
+    long eval_steps;       /* 0 = only at the end */
+    long eval_max_batches; /* 0 = whole val set */
+    long save_steps;       /* 0 = no checkpoints */
+    int save_total_limit;  /* 0 = keep all */
+    char output_dir[GT_PATH_MAX];
+    char resume_from_checkpoint[GT_PATH_MAX]; /* "", a directory, or "latest" */
+    uint64_t memory_limit; /* bytes; 0 = auto (device free memory / available RAM) */
+    int num_threads;       /* CPU threads; 0 = all cores */
+
+    /* where each schema key's value came from, indexed like the schema table */
+    ConfigSource source[GT_CONFIG_MAX_KEYS];
+    int source_line[GT_CONFIG_MAX_KEYS]; /* 1-based line in the file (0 if not from the file) */
+} RunConfig;
+
+/* Fill every key with its schema default. */
+void config_defaults(RunConfig *cfg);
+
+/* Read the YAML file at path (NULL: defaults only, config_dir = "."), then apply each
+ * "key=value" of sets in order (dotted keys for nested values), then validate.
+ * On error: one line in err ("file:line:col: key: expected ..., found ..."), code 2. */
+int config_load(RunConfig *cfg, const char *path, const char *const *sets, int n_sets, GtError *err);
+
+/* Checks that need the model too (every_n_layers <= n_layer, seq_len <= n_positions, ...).
+ * ModelDesc is declared in model_desc.h. */
+struct ModelDesc;
+int config_check_model(const RunConfig *cfg, const struct ModelDesc *desc, GtError *err);
+
+/* Print every key with its resolved value and where it came from (default / file:line / --set). */
+void config_print_resolved(const RunConfig *cfg, FILE *out);
+
+/* `gtrain --help-config`: one block per key (type, default, bounds, doc). markdown=1 prints the
+ * README's config reference table instead. */
+void config_print_help(FILE *out, int markdown);
+
+/* The schema table, for callers that read cfg->source[] / source_line[]: number of keys, the
+ * dotted name of key i, and the index of a dotted name (-1 if unknown). */
+int config_schema_count(void);
+const char *config_schema_key(int i);
+int config_schema_index(const char *key);
+
+/* Names for enum values ("cosine", "bf16", ...). */
+const char *config_lr_schedule_name(LrSchedule s);
+const char *config_precision_name(Precision p);
+const char *config_device_name(DeviceKind d);
+const char *config_loss_norm_name(LossNormalization n);
+const char *config_data_format_name(DataFormat f);
+
+#endif

@@ -1,0 +1,821 @@
+/* data.c - token sources (text bytes, llm.c shards, SFT jsonl) and deterministic sampling.
+ * See data.h for the formats, the split and the sampling rules. */
+#define _POSIX_C_SOURCE 200809L
+#include "data.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+struct DataSource {
+    DataFormat format;
+    int seq_len;
+    int vocab_size;
+    uint64_t n; /* tokens (text/tokens) or examples (jsonl) of the split */
+
+    /* text: bytes; tokens: uint16. base_* own the memory, the views start at the split. */
+    uint8_t *base8;
+    const uint8_t *u8;
+    uint16_t *base16;
+    const uint16_t *u16;
+
+    /* jsonl: all examples' (truncated) tokens, flat; per example offset, prompt length, length */
+    int32_t *ex_tok;
+    uint64_t *ex_off;
+    int32_t *ex_plen;
+    int32_t *ex_len;
+    uint64_t ex_first; /* first example of the split */
+};
+
+/* ---------------------------------------------------------------------------------------------
+ * small helpers */
+
+static uint64_t mix64(uint64_t z) { /* splitmix64's finaliser (a bijection) */
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static void put_le32(uint8_t *p, uint32_t v) {
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static bool host_is_little_endian(void) {
+    const uint16_t one = 1;
+    uint8_t b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+static void swap16_if_big_endian(uint16_t *t, uint64_t n) {
+    if (host_is_little_endian()) return;
+    for (uint64_t i = 0; i < n; i++) t[i] = (uint16_t)((t[i] >> 8) | (t[i] << 8));
+}
+
+static void *data_malloc(size_t bytes, const char *name, GtError *err) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        char b[32];
+        gt_error(err, GT_EXIT_FAILURE, "%s: out of host memory allocating %s", name,
+                 gt_format_bytes(b, sizeof b, bytes));
+    }
+    return p;
+}
+
+/* grow *p (elements of elem bytes, capacity *cap) to hold at least need elements */
+static int data_grow(void **p, size_t *cap, size_t need, size_t elem, const char *name, GtError *err) {
+    if (need <= *cap) return 0;
+    size_t ncap = *cap ? *cap : 64;
+    while (ncap < need) {
+        if (ncap > SIZE_MAX / 2) return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", name);
+        ncap *= 2;
+    }
+    size_t bytes;
+    if (!gt_mul_size(ncap, elem, &bytes)) return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", name);
+    void *q = realloc(*p, bytes);
+    if (!q) {
+        char b[32];
+        return gt_error(err, GT_EXIT_FAILURE, "%s: out of host memory allocating %s", name,
+                        gt_format_bytes(b, sizeof b, bytes));
+    }
+    *p = q;
+    *cap = ncap;
+    return 0;
+}
+
+/* Open a regular file for reading; *size = its size. */
+static FILE *open_regular(const char *path, uint64_t *size, GtError *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open data file: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot stat data file: %s", path, strerror(errno));
+        fclose(f);
+        return NULL;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: is a directory, expected a data file", path);
+        fclose(f);
+        return NULL;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: not a regular file, expected a data file", path);
+        fclose(f);
+        return NULL;
+    }
+    *size = (uint64_t)st.st_size;
+    return f;
+}
+
+static int read_exact(FILE *f, void *dst, size_t bytes, const char *path, uint64_t offset, GtError *err) {
+    size_t got = fread(dst, 1, bytes, f);
+    if (got != bytes) {
+        if (ferror(f))
+            return gt_error(err, GT_EXIT_FAILURE, "%s: read error at byte offset %llu: %s", path,
+                            (unsigned long long)(offset + got), strerror(errno));
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: file ended at byte offset %llu, expected %zu more bytes (file changed while reading?)",
+                        path, (unsigned long long)(offset + got), bytes - got);
+    }
+    return 0;
+}
+
+/* Whole file into a fresh buffer (NUL-terminated, not counted in *len). */
+static int read_whole_file(const char *path, uint8_t **buf, size_t *len, GtError *err) {
+    uint64_t size;
+    FILE *f = open_regular(path, &size, err);
+    if (!f) return -1;
+    if (size >= SIZE_MAX) {
+        fclose(f);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", path);
+    }
+    uint8_t *b = data_malloc((size_t)size + 1, path, err);
+    if (!b) {
+        fclose(f);
+        return -1;
+    }
+    if (read_exact(f, b, (size_t)size, path, 0, err) != 0) {
+        free(b);
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    b[size] = 0;
+    *buf = b;
+    *len = (size_t)size;
+    return 0;
+}
+
+static const char *split_name(int split) {
+    return split == DATA_SPLIT_TRAIN ? "train split" : split == DATA_SPLIT_VAL ? "val split" : "data";
+}
+
+/* [first, first+count) of n items for the split */
+static void split_range(uint64_t n, int split, double val_fraction, uint64_t *first, uint64_t *count) {
+    if (split == DATA_SPLIT_ALL) {
+        *first = 0;
+        *count = n;
+        return;
+    }
+    double t = floor((double)n * (1.0 - val_fraction));
+    uint64_t n_train = t <= 0 ? 0 : t >= (double)n ? n : (uint64_t)t;
+    if (split == DATA_SPLIT_TRAIN) {
+        *first = 0;
+        *count = n_train;
+    } else {
+        *first = n_train;
+        *count = n - n_train;
+    }
+}
+
+static int check_window_count(const char *name, uint64_t n, int seq_len, int split, double val_fraction,
+                              GtError *err) {
+    if (n >= (uint64_t)seq_len + 1) return 0;
+    if (split == DATA_SPLIT_ALL)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: holds %llu tokens, expected at least seq_len+1 = %d for one window", name,
+                        (unsigned long long)n, seq_len + 1);
+    return gt_error(err, GT_EXIT_BAD_INPUT,
+                    "%s: the %s (val_fraction %g) holds %llu tokens, expected at least seq_len+1 = %d for one window",
+                    name, split_name(split), val_fraction, (unsigned long long)n, seq_len + 1);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * text */
+
+/* takes ownership of buf */
+static int text_build(DataSource *d, const char *name, uint8_t *buf, size_t len, int split, double val_fraction,
+                      GtError *err) {
+    d->base8 = buf;
+    if (len == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: is empty, expected text", name);
+    if (d->vocab_size < 256) {
+        for (size_t i = 0; i < len; i++)
+            if (buf[i] >= d->vocab_size)
+                return gt_error(err, GT_EXIT_BAD_INPUT,
+                                "%s: byte offset %zu: byte value %u is >= vocab_size %d (format text needs vocab_size >= 256)",
+                                name, i, (unsigned)buf[i], d->vocab_size);
+    }
+    uint64_t first, count;
+    split_range(len, split, val_fraction, &first, &count);
+    if (check_window_count(name, count, d->seq_len, split, val_fraction, err) != 0) return -1;
+    d->u8 = buf + first;
+    d->n = count;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * token shards */
+
+/* Validate a shard header against the real size of its file; *count = its token count. */
+static int shard_check_header(const char *name, const uint8_t *hdr, uint64_t file_size, uint32_t *count,
+                              GtError *err) {
+    if (file_size < DATA_SHARD_HEADER_BYTES)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: truncated shard: %llu bytes, expected at least the %d-byte llm.c header", name,
+                        (unsigned long long)file_size, DATA_SHARD_HEADER_BYTES);
+    int32_t magic = (int32_t)le32(hdr), version = (int32_t)le32(hdr + 4), c = (int32_t)le32(hdr + 8);
+    if (magic != DATA_SHARD_MAGIC)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: wrong magic %d in the shard header, expected %d (an llm.c token shard)", name, magic,
+                        DATA_SHARD_MAGIC);
+    if (version != DATA_SHARD_VERSION)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: shard version %d, expected %d (uint16 tokens)", name, version,
+                        DATA_SHARD_VERSION);
+    if (c < 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: token count %d in the shard header is negative, expected 1..%d", name, c, INT32_MAX);
+    uint64_t expect = DATA_SHARD_HEADER_BYTES + 2 * (uint64_t)c;
+    if (expect > file_size)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: truncated shard: header says %d tokens (%llu bytes), the file has %llu bytes", name, c,
+                        (unsigned long long)expect, (unsigned long long)file_size);
+    if (expect < file_size)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: oversized shard: header says %d tokens (%llu bytes), the file has %llu bytes", name, c,
+                        (unsigned long long)expect, (unsigned long long)file_size);
+    if (c == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: shard holds no tokens (header count 0)", name);
+    *count = (uint32_t)c;
+    return 0;
+}
+
+static int shard_check_vocab(const char *name, const uint16_t *t, uint32_t count, int vocab_size, GtError *err) {
+    if (vocab_size > UINT16_MAX) return 0;
+    for (uint32_t i = 0; i < count; i++)
+        if (t[i] >= vocab_size)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: token %u at position %u (byte offset %llu) is >= vocab_size %d", name, (unsigned)t[i],
+                            i, (unsigned long long)(DATA_SHARD_HEADER_BYTES + 2 * (uint64_t)i), vocab_size);
+    return 0;
+}
+
+static bool has_glob_chars(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+static int tokens_open_files(DataSource *d, const char *path, int split, double val_fraction, GtError *err) {
+    glob_t g;
+    memset(&g, 0, sizeof g);
+    const char *single[1] = {path};
+    const char *const *paths = single;
+    size_t n_paths = 1;
+    bool globbed = false;
+    if (has_glob_chars(path)) {
+        int rc = glob(path, 0, NULL, &g);
+        if (rc == GLOB_NOMATCH) {
+            globfree(&g);
+            /* maybe a literal name with glob characters */
+            struct stat st;
+            if (stat(path, &st) != 0)
+                return gt_error(err, GT_EXIT_BAD_INPUT, "%s: no token shard matches this path or glob", path);
+        } else if (rc != 0) {
+            globfree(&g);
+            return gt_error(err, GT_EXIT_FAILURE, "%s: cannot expand the glob (%s)", path,
+                            rc == GLOB_NOSPACE ? "out of memory" : "read error");
+        } else {
+            globbed = true;
+            paths = (const char *const *)g.gl_pathv;
+            n_paths = g.gl_pathc;
+        }
+    }
+
+    int rc = -1;
+    uint32_t *counts = calloc(n_paths, sizeof *counts);
+    if (!counts) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: out of host memory", path);
+        goto done;
+    }
+    /* pass 1: every header against its file's real size */
+    uint64_t total = 0;
+    for (size_t i = 0; i < n_paths; i++) {
+        uint64_t size;
+        FILE *f = open_regular(paths[i], &size, err);
+        if (!f) goto done;
+        uint8_t hdr[DATA_SHARD_HEADER_BYTES] = {0};
+        int r = 0;
+        if (size >= DATA_SHARD_HEADER_BYTES) r = read_exact(f, hdr, sizeof hdr, paths[i], 0, err);
+        fclose(f);
+        if (r != 0 || shard_check_header(paths[i], hdr, size, &counts[i], err) != 0) goto done;
+        total += counts[i];
+    }
+    size_t bytes;
+    if (total > SIZE_MAX / 2 || !gt_mul_size((size_t)total, sizeof(uint16_t), &bytes)) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: %llu tokens are too many to hold in memory", path,
+                 (unsigned long long)total);
+        goto done;
+    }
+    d->base16 = data_malloc(bytes, path, err);
+    if (!d->base16) goto done;
+    /* pass 2: the tokens */
+    uint64_t at = 0;
+    for (size_t i = 0; i < n_paths; i++) {
+        uint64_t size;
+        FILE *f = open_regular(paths[i], &size, err);
+        if (!f) goto done;
+        if (size != DATA_SHARD_HEADER_BYTES + 2 * (uint64_t)counts[i]) {
+            fclose(f);
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s: shard changed size while being read (%llu bytes now)", paths[i],
+                     (unsigned long long)size);
+            goto done;
+        }
+        int r = fseek(f, DATA_SHARD_HEADER_BYTES, SEEK_SET) != 0
+                    ? gt_error(err, GT_EXIT_FAILURE, "%s: cannot seek: %s", paths[i], strerror(errno))
+                    : read_exact(f, d->base16 + at, (size_t)counts[i] * 2, paths[i], DATA_SHARD_HEADER_BYTES, err);
+        fclose(f);
+        if (r != 0) goto done;
+        swap16_if_big_endian(d->base16 + at, counts[i]);
+        if (shard_check_vocab(paths[i], d->base16 + at, counts[i], d->vocab_size, err) != 0) goto done;
+        at += counts[i];
+    }
+    uint64_t first, count;
+    split_range(total, split, val_fraction, &first, &count);
+    if (check_window_count(path, count, d->seq_len, split, val_fraction, err) != 0) goto done;
+    d->u16 = d->base16 + first;
+    d->n = count;
+    rc = 0;
+done:
+    free(counts);
+    if (globbed) globfree(&g);
+    return rc;
+}
+
+static int tokens_open_memory(DataSource *d, const char *name, const uint8_t *buf, size_t len, int split,
+                              double val_fraction, GtError *err) {
+    uint32_t count = 0;
+    if (shard_check_header(name, buf, len, &count, err) != 0) return -1;
+    d->base16 = data_malloc((size_t)count * 2, name, err);
+    if (!d->base16) return -1;
+    memcpy(d->base16, buf + DATA_SHARD_HEADER_BYTES, (size_t)count * 2);
+    swap16_if_big_endian(d->base16, count);
+    if (shard_check_vocab(name, d->base16, count, d->vocab_size, err) != 0) return -1;
+    uint64_t first, n;
+    split_range(count, split, val_fraction, &first, &n);
+    if (check_window_count(name, n, d->seq_len, split, val_fraction, err) != 0) return -1;
+    d->u16 = d->base16 + first;
+    d->n = n;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * SFT jsonl */
+
+typedef struct {
+    const char *name;
+    int vocab_size;
+    int row_len; /* seq_len + 1 */
+    int32_t *tok;
+    size_t tok_n, tok_cap;
+    uint64_t *off;
+    int32_t *plen, *len;
+    size_t ex_n, ex_cap, plen_cap, len_cap;
+    int32_t cur_len, cur_plen; /* the example being built */
+} JsonlBuild;
+
+static const char *json_type_name(const cJSON *j) {
+    if (!j) return "nothing";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNull(j)) return "null";
+    return "an invalid value";
+}
+
+/* caller checked cur_len < row_len; room for row_len tokens past tok_n was reserved */
+static void jb_push(JsonlBuild *b, int32_t t) { b->tok[b->tok_n + (size_t)b->cur_len++] = t; }
+
+/* Append a string's bytes to the current example (tokens beyond row_len are checked, not kept). */
+static int jb_add_text(JsonlBuild *b, const char *s, size_t line, const char *field, GtError *err) {
+    for (size_t i = 0; s[i]; i++) {
+        unsigned v = (unsigned char)s[i];
+        if ((int)v >= b->vocab_size)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s:%zu: \"%s\" byte %zu has value %u, >= vocab_size %d (byte-level text needs vocab_size >= 256)",
+                            b->name, line, field, i, v, b->vocab_size);
+        if (b->cur_len < b->row_len) jb_push(b, (int32_t)v);
+    }
+    return 0;
+}
+
+/* Append an array's token ids to the current example (the same truncation). */
+static int jb_add_ids(JsonlBuild *b, const cJSON *arr, size_t line, const char *field, GtError *err) {
+    size_t i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!cJSON_IsNumber(e) || !isfinite(v) || v != floor(v) || v < 0 || v >= (double)b->vocab_size) {
+            if (cJSON_IsNumber(e))
+                return gt_error(err, GT_EXIT_BAD_INPUT,
+                                "%s:%zu: \"%s\"[%zu] is %g, expected an integer token id in [0, %d] (vocab_size %d)",
+                                b->name, line, field, i, v, b->vocab_size - 1, b->vocab_size);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\"[%zu] is %s, expected an integer token id",
+                            b->name, line, field, i, json_type_name(e));
+        }
+        if (b->cur_len < b->row_len) jb_push(b, (int32_t)v);
+    }
+    return 0;
+}
+
+static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtError *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(line, n, &end, 0);
+    if (!root) {
+        size_t col = end && end >= line && end <= line + n ? (size_t)(end - line) + 1 : 1;
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: bad JSON, expected one object per line", b->name,
+                        lineno, col);
+    }
+    int rc = -1;
+    for (const char *p = end; p < line + n; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\v' && *p != '\f') {
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: unexpected text after the JSON object, expected one object per line",
+                     b->name, lineno, (size_t)(p - line) + 1);
+            goto out;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: found %s, expected an object {\"prompt\": ..., \"completion\": ...}",
+                 b->name, lineno, json_type_name(root));
+        goto out;
+    }
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "prompt");
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "completion");
+    const cJSON *pi = cJSON_GetObjectItemCaseSensitive(root, "prompt_ids");
+    const cJSON *ci = cJSON_GetObjectItemCaseSensitive(root, "completion_ids");
+    bool text = p || c, ids = pi || ci;
+    if (text && ids) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s:%zu: mixes \"prompt\"/\"completion\" with \"prompt_ids\"/\"completion_ids\", expected one form",
+                 b->name, lineno);
+        goto out;
+    }
+    if (!text && !ids) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s:%zu: expected {\"prompt\": str, \"completion\": str} or {\"prompt_ids\": [int...], \"completion_ids\": [int...]}",
+                 b->name, lineno);
+        goto out;
+    }
+    const char *fp = text ? "prompt" : "prompt_ids", *fc = text ? "completion" : "completion_ids";
+    const cJSON *jp = text ? p : pi, *jc = text ? c : ci;
+    const char *want = text ? "a string" : "an array of token ids";
+    if (!(text ? cJSON_IsString(jp) : cJSON_IsArray(jp))) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\" is %s, expected %s", b->name, lineno, fp,
+                 jp ? json_type_name(jp) : "missing", want);
+        goto out;
+    }
+    if (!(text ? cJSON_IsString(jc) : cJSON_IsArray(jc))) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\" is %s, expected %s", b->name, lineno, fc,
+                 jc ? json_type_name(jc) : "missing", want);
+        goto out;
+    }
+    /* room for one more example and row_len more tokens */
+    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
+        data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
+        data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
+        data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err))
+        goto out;
+    b->cur_len = 0;
+    if (text ? jb_add_text(b, jp->valuestring, lineno, fp, err) : jb_add_ids(b, jp, lineno, fp, err)) goto out;
+    b->cur_plen = b->cur_len;
+    if (text ? jb_add_text(b, jc->valuestring, lineno, fc, err) : jb_add_ids(b, jc, lineno, fc, err)) goto out;
+    b->off[b->ex_n] = b->tok_n;
+    b->plen[b->ex_n] = b->cur_plen;
+    b->len[b->ex_n] = b->cur_len;
+    b->ex_n++;
+    b->tok_n += (size_t)b->cur_len;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* number of positions t in [0, T) whose target row[t+1] is a completion token */
+static int32_t example_targets(int32_t plen, int32_t len) {
+    int32_t lo = plen > 1 ? plen : 1;
+    return len > lo ? len - lo : 0;
+}
+
+static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, int split, double val_fraction,
+                       GtError *err) {
+    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1};
+    int rc = -1;
+    uint64_t first = 0, count = 0;
+    size_t lineno = 0;
+    for (size_t pos = 0; pos < len;) {
+        const char *nl = memchr(buf + pos, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - (buf + pos)) : len - pos;
+        lineno++;
+        bool blank = true;
+        for (size_t i = 0; i < n && blank; i++) {
+            char ch = buf[pos + i];
+            blank = ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
+        }
+        if (!blank && jb_line(&b, buf + pos, n, lineno, err) != 0) goto out;
+        pos += n + 1;
+    }
+    if (b.ex_n == 0) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected one {\"prompt\": ..., \"completion\": ...} object per line",
+                 name, len == 0 ? "is empty" : "holds no examples");
+        goto out;
+    }
+    size_t useless = 0;
+    for (size_t i = 0; i < b.ex_n; i++) useless += example_targets(b.plen[i], b.len[i]) == 0;
+    if (useless == b.ex_n) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s: no example has a completion token within seq_len+1 = %d tokens (prompts too long or completions empty)",
+                 name, b.row_len);
+        goto out;
+    }
+    if (useless && split != DATA_SPLIT_VAL)
+        gt_warn("%s: %zu of %zu examples have no completion token within seq_len+1 = %d tokens; they train nothing\n",
+                name, useless, b.ex_n, b.row_len);
+    split_range(b.ex_n, split, val_fraction, &first, &count);
+    if (count == 0) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: the %s (val_fraction %g) of %zu examples holds none, expected at least 1",
+                 name, split_name(split), val_fraction, b.ex_n);
+        goto out;
+    }
+    rc = 0;
+out:
+    d->ex_tok = b.tok;
+    d->ex_off = b.off;
+    d->ex_plen = b.plen;
+    d->ex_len = b.len;
+    if (rc == 0) {
+        d->ex_first = first;
+        d->n = count;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * open / close */
+
+static int check_args(const char *name, DataFormat format, int seq_len, int vocab_size, int split,
+                      double val_fraction, GtError *err) {
+    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens or jsonl", name,
+                        (int)format);
+    if (seq_len < 1 || seq_len >= INT32_MAX)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: seq_len %d, expected at least 1", name, seq_len);
+    if (vocab_size < 1) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: vocab_size %d, expected at least 1", name, vocab_size);
+    if (split != DATA_SPLIT_ALL && split != DATA_SPLIT_TRAIN && split != DATA_SPLIT_VAL)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown split %d", name, split);
+    if (split != DATA_SPLIT_ALL && !(val_fraction >= 0.0 && val_fraction <= 1.0))
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: val_fraction %g, expected a number in [0, 1]", name, val_fraction);
+    return 0;
+}
+
+static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
+    DataSource *d = gt_xcalloc(1, sizeof *d);
+    d->format = format;
+    d->seq_len = seq_len;
+    d->vocab_size = vocab_size;
+    return d;
+}
+
+int data_open(DataSource **out, const char *path, DataFormat format, int seq_len, int vocab_size, int split,
+              double val_fraction, GtError *err) {
+    *out = NULL;
+    if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "data: no data file given, expected a path");
+    if (check_args(path, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
+    DataSource *d = new_source(format, seq_len, vocab_size);
+    int rc;
+    if (format == DATA_TOKENS) {
+        rc = tokens_open_files(d, path, split, val_fraction, err);
+    } else {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        rc = read_whole_file(path, &buf, &len, err);
+        if (rc == 0) {
+            if (format == DATA_TEXT) {
+                rc = text_build(d, path, buf, len, split, val_fraction, err); /* owns buf */
+            } else {
+                rc = jsonl_build(d, path, (const char *)buf, len, split, val_fraction, err);
+                free(buf);
+            }
+        }
+    }
+    if (rc != 0) {
+        data_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+int data_open_memory(DataSource **out, const char *name, const void *buf, size_t len, DataFormat format,
+                     int seq_len, int vocab_size, int split, double val_fraction, GtError *err) {
+    *out = NULL;
+    if (!name) name = "<memory>";
+    if (!buf && len) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: no buffer", name);
+    if (check_args(name, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
+    DataSource *d = new_source(format, seq_len, vocab_size);
+    int rc;
+    if (format == DATA_TOKENS) {
+        rc = tokens_open_memory(d, name, buf, len, split, val_fraction, err);
+    } else if (format == DATA_TEXT) {
+        uint8_t *copy = data_malloc(len, name, err);
+        rc = -1;
+        if (copy) {
+            if (len) memcpy(copy, buf, len);
+            rc = text_build(d, name, copy, len, split, val_fraction, err);
+        }
+    } else {
+        rc = jsonl_build(d, name, buf ? buf : "", len, split, val_fraction, err);
+    }
+    if (rc != 0) {
+        data_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+void data_close(DataSource *d) {
+    if (!d) return;
+    free(d->base8);
+    free(d->base16);
+    free(d->ex_tok);
+    free(d->ex_off);
+    free(d->ex_plen);
+    free(d->ex_len);
+    free(d);
+}
+
+uint64_t data_num_tokens(const DataSource *d) { return d->n; }
+DataFormat data_format(const DataSource *d) { return d->format; }
+int data_seq_len(const DataSource *d) { return d->seq_len; }
+
+/* ---------------------------------------------------------------------------------------------
+ * rows */
+
+static inline int tok_at(const DataSource *d, uint64_t i) { return d->u8 ? (int)d->u8[i] : (int)d->u16[i]; }
+
+static void fill_window(const DataSource *d, uint64_t start, int *tokens, int *targets) {
+    int T = d->seq_len;
+    for (int t = 0; t < T; t++) {
+        tokens[t] = tok_at(d, start + (uint64_t)t);
+        targets[t] = tok_at(d, start + (uint64_t)t + 1);
+    }
+}
+
+static void fill_example(const DataSource *d, uint64_t e, int *tokens, int *targets) {
+    int T = d->seq_len;
+    uint64_t k = d->ex_first + e;
+    const int32_t *row = d->ex_tok + d->ex_off[k];
+    int32_t plen = d->ex_plen[k], len = d->ex_len[k];
+    for (int t = 0; t < T; t++) {
+        tokens[t] = t < len ? row[t] : DATA_PAD_TOKEN;
+        targets[t] = (t + 1 >= plen && t + 1 < len) ? row[t + 1] : DATA_IGNORE_INDEX;
+    }
+}
+
+static void fill_empty(int T, int *tokens, int *targets) {
+    for (int t = 0; t < T; t++) {
+        tokens[t] = DATA_PAD_TOKEN;
+        targets[t] = DATA_IGNORE_INDEX;
+    }
+}
+
+/* uniform in [0, range), range >= 1, from a hash (rejection: exactly uniform) */
+static uint64_t uniform_below(uint64_t h, uint64_t range) {
+    uint64_t thresh = (0 - range) % range; /* 2^64 mod range */
+    while (h < thresh) h = mix64(h);
+    return h % range;
+}
+
+/* A seeded bijection of [0, n): 4-round Feistel network on the smallest even bit width that
+ * covers n, with cycle walking back into [0, n). */
+static uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
+    if (n <= 1) return 0;
+    int bits = 64 - __builtin_clzll(n - 1);
+    if (bits & 1) bits++;
+    int half = bits / 2;
+    uint64_t mask = half >= 64 ? ~0ull : (1ull << half) - 1;
+    uint64_t x = i;
+    do {
+        uint64_t L = x >> half, R = x & mask;
+        for (uint64_t r = 0; r < 4; r++) {
+            uint64_t F = mix64(key ^ mix64(R ^ (r * 0xD6E8FEB86659FD93ull))) & mask;
+            uint64_t nl = R;
+            R = L ^ F;
+            L = nl;
+        }
+        x = (L << half) | R;
+    } while (x >= n);
+    return x;
+}
+
+#define DOMAIN_WINDOWS 0x77696E646F777331ull /* "windows1" */
+#define DOMAIN_EPOCHS 0x65706F6368733031ull  /* "epochs01" */
+
+void data_fill_train(const DataSource *d, uint64_t seed, long step, long effective_batch, long first_row,
+                     int n_rows, int *tokens, int *targets) {
+    int T = d->seq_len;
+    uint64_t ks = mix64(seed ^ DOMAIN_WINDOWS);
+    uint64_t ke = mix64(seed ^ DOMAIN_EPOCHS);
+    for (int r = 0; r < n_rows; r++) {
+        uint64_t g = (uint64_t)first_row + (uint64_t)r;
+        int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
+        if (d->format == DATA_JSONL) {
+            uint64_t i = (uint64_t)step * (uint64_t)(effective_batch > 0 ? effective_batch : 1) + g;
+            uint64_t epoch = i / d->n;
+            uint64_t key = mix64(ke ^ mix64(epoch));
+            fill_example(d, permute_index(i % d->n, d->n, key), tk, tg);
+        } else {
+            uint64_t h = mix64(mix64(ks ^ (uint64_t)step) ^ g);
+            fill_window(d, uniform_below(h, d->n - (uint64_t)T), tk, tg);
+        }
+    }
+}
+
+long data_num_eval_windows(const DataSource *d) {
+    if (d->format == DATA_JSONL) return (long)d->n;
+    return (long)((d->n - 1) / (uint64_t)d->seq_len);
+}
+
+void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets) {
+    int T = d->seq_len;
+    long nw = data_num_eval_windows(d);
+    for (int r = 0; r < n_rows; r++) {
+        long w = first_window + r;
+        int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
+        if (w < 0 || w >= nw)
+            fill_empty(T, tk, tg);
+        else if (d->format == DATA_JSONL)
+            fill_example(d, (uint64_t)w, tk, tg);
+        else
+            fill_window(d, (uint64_t)w * (uint64_t)T, tk, tg);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * shard writer */
+
+static int write_all(int fd, const void *p, size_t n) {
+    const uint8_t *b = p;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int data_write_token_shard(const char *path, const uint16_t *tokens, uint32_t n, GtError *err) {
+    if (n > INT32_MAX)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: %u tokens do not fit an llm.c shard (at most %d)", path, n, INT32_MAX);
+    char tmp[GT_PATH_MAX + 16];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create a temporary file: %s", path, strerror(errno));
+    uint8_t hdr[DATA_SHARD_HEADER_BYTES];
+    memset(hdr, 0, sizeof hdr);
+    put_le32(hdr, DATA_SHARD_MAGIC);
+    put_le32(hdr + 4, DATA_SHARD_VERSION);
+    put_le32(hdr + 8, n);
+    int bad = write_all(fd, hdr, sizeof hdr);
+    uint8_t chunk[8192];
+    for (uint32_t i = 0; i < n && !bad;) {
+        uint32_t m = 0;
+        for (; m < sizeof chunk / 2 && i < n; m++, i++) {
+            chunk[2 * m] = (uint8_t)tokens[i];
+            chunk[2 * m + 1] = (uint8_t)(tokens[i] >> 8);
+        }
+        bad = write_all(fd, chunk, (size_t)m * 2);
+    }
+    if (!bad) bad = fsync(fd);
+    int saved = errno;
+    if (close(fd) != 0 && !bad) {
+        bad = -1;
+        saved = errno;
+    }
+    if (!bad && rename(tmp, path) != 0) {
+        bad = -1;
+        saved = errno;
+    }
+    if (bad) {
+        unlink(tmp);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot write the shard: %s", path, strerror(saved));
+    }
+    return 0;
+}

@@ -1,0 +1,80 @@
+/* data.h - token sources: byte-level text, llm.c token shards, SFT jsonl; deterministic sampling.
+ *
+ * A DataSource is read fully into memory at open time and is immutable afterwards: the fill
+ * functions keep no state, so they are thread-safe and a run's rows depend only on their
+ * arguments (which is what makes accumulation splits, several ranks and resume exact).
+ *
+ * Formats
+ *   text    the file's bytes are the tokens (vocab 256).
+ *   tokens  llm.c shards: int32 header[256] (little-endian) with header[0] = 20240520 (magic),
+ *           header[1] = 1 (version), header[2] = token count, then count uint16 tokens; the file
+ *           size must be exactly 1024 + 2*count. The path may be a glob(3) pattern: the matching
+ *           shards, in sorted order, are concatenated.
+ *   jsonl   SFT: one JSON object per line, {"prompt": str, "completion": str} (byte-level tokens)
+ *           or {"prompt_ids": [int...], "completion_ids": [int...]}. Blank lines are skipped.
+ *           Each example becomes one row of seq_len+1 tokens: prompt then completion, truncated to
+ *           seq_len+1 and padded with token 0; labels are -100 on the prompt and on the padding.
+ *
+ * Split (no separate val file): DATA_SPLIT_TRAIN keeps the first floor(n * (1 - val_fraction))
+ * tokens (text/tokens) or examples (jsonl), DATA_SPLIT_VAL the rest, DATA_SPLIT_ALL everything.
+ *
+ * Errors are one line naming the file (and the line, byte offset or shard) and what was expected;
+ * code GT_EXIT_BAD_INPUT for bad input, GT_EXIT_FAILURE for I/O or out-of-memory failures.
+ * Header fields are checked against the real file size before anything is sized by them. */
+#ifndef GT_DATA_H
+#define GT_DATA_H
+
+#include "common.h"
+#include "config.h"
+
+enum { DATA_SPLIT_ALL = 0, DATA_SPLIT_TRAIN = 1, DATA_SPLIT_VAL = 2 };
+
+#define DATA_SHARD_MAGIC 20240520
+#define DATA_SHARD_VERSION 1
+#define DATA_SHARD_HEADER_BYTES 1024
+#define DATA_IGNORE_INDEX (-100)
+#define DATA_PAD_TOKEN 0
+
+typedef struct DataSource DataSource;
+
+int data_open(DataSource **out, const char *path, DataFormat format, int seq_len, int vocab_size,
+              int split, double val_fraction, GtError *err);
+
+/* The same as data_open, on a file's contents already in memory (one file: tokens format takes
+ * a single shard). name is used in messages only. For fuzzing and tests. */
+int data_open_memory(DataSource **out, const char *name, const void *buf, size_t len,
+                     DataFormat format, int seq_len, int vocab_size, int split, double val_fraction,
+                     GtError *err);
+
+void data_close(DataSource *d); /* NULL is fine */
+
+/* tokens (text/tokens) or examples (jsonl) of the chosen split */
+uint64_t data_num_tokens(const DataSource *d);
+DataFormat data_format(const DataSource *d);
+int data_seq_len(const DataSource *d);
+
+/* Training rows. Row g (0 <= g < effective_batch) of optimizer step `step` depends only on
+ * (seed, step, g) for text/tokens, and on (seed, step * effective_batch + g) for jsonl; never on
+ * how the step is cut into micro-batches or ranks.
+ *   text/tokens: window start s uniform in [0, n - seq_len - 1] from a counter-based RNG
+ *                (splitmix64 of seed, step, g); inputs = x[s .. s+T-1], targets = x[s+1 .. s+T].
+ *   jsonl:       i = step * effective_batch + g; epoch = i / n_examples; the example is
+ *                perm_epoch(i % n_examples), perm_epoch a seeded bijection of [0, n_examples)
+ *                (a keyed Feistel network with cycle walking, seeded by (seed, epoch));
+ *                inputs = row[0 .. T-1], targets = labels[1 .. T].
+ * Writes rows first_row .. first_row + n_rows - 1 into tokens[n_rows * T], targets[n_rows * T]. */
+void data_fill_train(const DataSource *d, uint64_t seed, long step, long effective_batch, long first_row,
+                     int n_rows, int *tokens, int *targets);
+
+/* Eval windows, a fixed documented set: text/tokens: window w starts at w * seq_len and holds
+ * seq_len + 1 tokens (consecutive, non-overlapping targets), count = floor((n - 1) / seq_len);
+ * jsonl: example w, count = n_examples. Windows at or beyond the count are filled with token 0
+ * and target -100 (they count for nothing), so a last partial batch can be padded. */
+long data_num_eval_windows(const DataSource *d);
+void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets);
+
+/* Write an llm.c shard: header + uint16 tokens (little-endian), via a temp file + rename.
+ * n must be <= INT32_MAX. */
+int data_write_token_shard(const char *path, const uint16_t *tokens, uint32_t n, GtError *err);
+
+#endif

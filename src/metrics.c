@@ -1,0 +1,302 @@
+/* metrics.c - see metrics.h. */
+#include "metrics.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct MetricsWriter {
+    FILE *f;
+    char path[GT_PATH_MAX];
+};
+
+/* ------------------------------------------------------------------ line building */
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    bool overflow;
+} Line;
+
+static void lputf(Line *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void lputf(Line *l, const char *fmt, ...) {
+    if (l->overflow) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(l->p + l->len, l->cap - l->len, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= l->cap - l->len) {
+        l->overflow = true;
+        return;
+    }
+    l->len += (size_t)n;
+}
+
+/* a JSON number, or null when not finite */
+static void lnum(Line *l, const char *key, double v) {
+    if (isfinite(v)) lputf(l, ",\"%s\":%.9g", key, v);
+    else lputf(l, ",\"%s\":null", key);
+}
+
+static double wall_time(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void lmem(Line *l, const char *key, const uint64_t *v) {
+    lputf(l, ",\"%s\":{", key);
+    for (int c = 0; c < MEM_COUNT; c++)
+        lputf(l, "%s\"%s\":%llu", c ? "," : "", mem_category_name((MemCategory)c),
+              (unsigned long long)v[c]);
+    lputf(l, "}");
+}
+
+static int write_line(MetricsWriter *m, Line *l, GtError *err) {
+    if (l->overflow) return gt_error(err, GT_EXIT_FAILURE, "%s: metrics record too long", m->path);
+    lputf(l, "}\n");
+    if (fwrite(l->p, 1, l->len, m->f) != l->len || fflush(m->f) != 0)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", m->path, strerror(errno));
+    return 0;
+}
+
+/* ------------------------------------------------------------------ open / close */
+
+/* cut a torn last line (no final '\n') left by a killed writer */
+static int cut_torn_tail(const char *path, GtError *err) {
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 0;
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot open: %s", path, strerror(errno));
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    off_t end = sb.st_size, keep = 0;
+    char buf[4096];
+    while (end > 0) {
+        off_t start = end > (off_t)sizeof buf ? end - (off_t)sizeof buf : 0;
+        ssize_t r = pread(fd, buf, (size_t)(end - start), start);
+        if (r != end - start) {
+            close(fd);
+            return gt_error(err, GT_EXIT_FAILURE, "%s: cannot read: %s", path, strerror(errno));
+        }
+        ssize_t i = r - 1;
+        while (i >= 0 && buf[i] != '\n') i--;
+        if (i >= 0) {
+            keep = start + i + 1;
+            break;
+        }
+        end = start;
+    }
+    int rc = 0;
+    if (keep != sb.st_size && ftruncate(fd, keep) != 0)
+        rc = gt_error(err, GT_EXIT_FAILURE, "%s: cannot truncate: %s", path, strerror(errno));
+    close(fd);
+    return rc;
+}
+
+MetricsWriter *metrics_open(const char *dir, int append, GtError *err) {
+    MetricsWriter *m = gt_xcalloc(1, sizeof *m);
+    int n = snprintf(m->path, sizeof m->path, "%s/metrics.jsonl", dir);
+    if (n < 0 || (size_t)n >= sizeof m->path) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: path too long", dir);
+        free(m);
+        return NULL;
+    }
+    if (append && cut_torn_tail(m->path, err) != 0) {
+        free(m);
+        return NULL;
+    }
+    m->f = fopen(m->path, append ? "a" : "w");
+    if (!m->f) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot open for writing: %s", m->path, strerror(errno));
+        free(m);
+        return NULL;
+    }
+    return m;
+}
+
+int metrics_close(MetricsWriter *m, GtError *err) {
+    if (!m) return 0;
+    int rc = 0;
+    if (fclose(m->f) != 0)
+        rc = gt_error(err, GT_EXIT_FAILURE, "%s: close failed: %s", m->path, strerror(errno));
+    free(m);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ records */
+
+int metrics_write_train(MetricsWriter *m, const TrainRecord *r, GtError *err) {
+    char buf[4096];
+    Line l = {buf, 0, sizeof buf, false};
+    lputf(&l, "{\"type\":\"train\",\"step\":%ld", r->step);
+    lnum(&l, "epoch", r->epoch);
+    lnum(&l, "loss", r->loss);
+    lnum(&l, "lr", r->lr);
+    lnum(&l, "grad_norm", r->grad_norm);
+    lnum(&l, "tokens_per_sec", r->tokens_per_sec);
+    lnum(&l, "step_time_ms", r->step_time_ms);
+    lputf(&l, ",\"effective_batch\":%ld,\"num_items\":%ld,\"skipped\":%s", r->effective_batch,
+          r->num_items, r->skipped ? "true" : "false");
+    lputf(&l, ",\"time\":%.3f", wall_time());
+    lmem(&l, "mem_current", r->mem_current);
+    lmem(&l, "mem_peak", r->mem_peak);
+    return write_line(m, &l, err);
+}
+
+int metrics_write_eval(MetricsWriter *m, const EvalRecord *r, GtError *err) {
+    char buf[1024];
+    Line l = {buf, 0, sizeof buf, false};
+    lputf(&l, "{\"type\":\"eval\",\"step\":%ld", r->step);
+    lnum(&l, "epoch", r->epoch);
+    lnum(&l, "eval_loss", r->eval_loss);
+    lnum(&l, "eval_perplexity", r->eval_perplexity);
+    lputf(&l, ",\"eval_tokens\":%ld", r->eval_tokens);
+    lputf(&l, ",\"time\":%.3f", wall_time());
+    return write_line(m, &l, err);
+}
+
+/* ------------------------------------------------------------------ prune (resume) */
+
+int metrics_prune(const char *dir, long last_step, GtError *err) {
+    char path[GT_PATH_MAX], tmp[GT_PATH_MAX + 8];
+    int n = snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    if (n < 0 || (size_t)n >= sizeof path) return gt_error(err, GT_EXIT_FAILURE, "%s: path too long", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *in = fopen(path, "r");
+    if (!in) {
+        if (errno == ENOENT) return 0;
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot open: %s", path, strerror(errno));
+    }
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        fclose(in);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    bool ok = true;
+    while ((len = getline(&line, &cap, in)) > 0) {
+        if (line[len - 1] != '\n') break; /* torn last line */
+        cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
+        const cJSON *step = j ? cJSON_GetObjectItemCaseSensitive(j, "step") : NULL;
+        bool keep = cJSON_IsObject(j) && cJSON_IsNumber(step) && step->valuedouble <= (double)last_step;
+        cJSON_Delete(j);
+        if (keep && fwrite(line, 1, (size_t)len, out) != (size_t)len) {
+            ok = false;
+            break;
+        }
+    }
+    int saved = errno;
+    free(line);
+    fclose(in);
+    if (ok) ok = fflush(out) == 0 && fsync(fileno(out)) == 0;
+    if (!ok) saved = errno;
+    if (fclose(out) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", tmp, strerror(saved));
+    }
+    if (rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename to %s: %s", tmp, path,
+                        strerror(saved));
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ console */
+
+static const char *fmt_rate(char *buf, size_t cap, double v) {
+    if (!isfinite(v)) snprintf(buf, cap, "-");
+    else if (v >= 1e9) snprintf(buf, cap, "%.2fG", v / 1e9);
+    else if (v >= 1e6) snprintf(buf, cap, "%.2fM", v / 1e6);
+    else if (v >= 1e4) snprintf(buf, cap, "%.1fk", v / 1e3);
+    else snprintf(buf, cap, "%.0f", v);
+    return buf;
+}
+
+const char *metrics_format_console(char *buf, size_t cap, const TrainRecord *r, long max_steps) {
+    char steps[64], rate[32], mem[32];
+    if (max_steps > 0) {
+        int w = snprintf(NULL, 0, "%ld", max_steps);
+        snprintf(steps, sizeof steps, "%*ld/%ld", w, r->step, max_steps);
+    } else {
+        snprintf(steps, sizeof steps, "%ld", r->step);
+    }
+    uint64_t dev = 0;
+    for (int c = 0; c < MEM_COUNT; c++)
+        if (mem_category_on_device((MemCategory)c)) dev += r->mem_peak[c];
+    snprintf(buf, cap,
+             "step %s | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %.0f ms | mem %s%s",
+             steps, r->epoch, r->loss, r->lr, r->grad_norm, fmt_rate(rate, sizeof rate, r->tokens_per_sec),
+             r->step_time_ms, gt_format_bytes(mem, sizeof mem, dev),
+             r->skipped ? " | SKIPPED (non-finite loss or gradient)" : "");
+    return buf;
+}
+
+const char *metrics_format_eval(char *buf, size_t cap, const EvalRecord *r) {
+    snprintf(buf, cap, "eval step %ld | eval_loss %.4f | ppl %.2f | %ld tokens", r->step,
+             r->eval_loss, r->eval_perplexity, r->eval_tokens);
+    return buf;
+}
+
+static const char *fmt_hms(char *buf, size_t cap, double s) {
+    if (!isfinite(s) || s < 0) {
+        snprintf(buf, cap, "--:--");
+        return buf;
+    }
+    if (s > 359999.0) s = 359999.0; /* 99:59:59 */
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else snprintf(buf, cap, "%02ld:%02ld", t / 60, t % 60);
+    return buf;
+}
+
+void metrics_progress_from(FILE *f, long step, long start_step, long max_steps, double elapsed_s) {
+    enum { WIDTH = 30 };
+    char bar[WIDTH + 1], el[32], eta[32];
+    double frac = max_steps > 0 ? (double)step / (double)max_steps : 0.0;
+    if (frac < 0) frac = 0;
+    if (frac > 1) frac = 1;
+    int filled = (int)(frac * WIDTH);
+    for (int i = 0; i < WIDTH; i++) bar[i] = i < filled ? '#' : '.';
+    bar[WIDTH] = '\0';
+    long done = step - start_step;
+    double rate = (done > 0 && elapsed_s > 0) ? (double)done / elapsed_s : NAN;
+    double left = isfinite(rate) ? (double)(max_steps - step) / rate : NAN;
+    char rs[32];
+    if (!isfinite(rate)) snprintf(rs, sizeof rs, "- it/s");
+    else if (rate >= 1.0) snprintf(rs, sizeof rs, "%.2f it/s", rate);
+    else snprintf(rs, sizeof rs, "%.2f s/it", 1.0 / rate);
+    int w = snprintf(NULL, 0, "%ld", max_steps);
+    fprintf(f, "\r[%s] %*ld/%ld %3.0f%% %s<%s %s\033[K", bar, w, step, max_steps, frac * 100.0,
+            fmt_hms(el, sizeof el, elapsed_s), fmt_hms(eta, sizeof eta, left), rs);
+    if (max_steps > 0 && step >= max_steps) fputc('\n', f);
+    fflush(f);
+}
+
+void metrics_progress(FILE *f, long step, long max_steps, double elapsed_s) {
+    metrics_progress_from(f, step, 0, max_steps, elapsed_s);
+}
+
+void metrics_progress_clear(FILE *f) {
+    fputs("\r\033[K", f);
+    fflush(f);
+}

@@ -1,0 +1,399 @@
+/* model.c - GPT-2 forward and backward, device-blind: every computation goes through Backend ops.
+ *
+ * Data flow of one micro-batch (B rows of T tokens, C = n_embd, I = n_inner):
+ *   input[0] = wte[tokens] + wpe
+ *   layer l: ln1 = LN(input[l]); qkv = ln1 Wqkv; atty = attn(qkv); res2 = input[l] + atty Wproj
+ *            ln2 = LN(res2); fch = ln2 Wfc; fch_gelu = gelu(fch); out = res2 + fch_gelu Wfcproj
+ *            out -> input[l+1] (or final_res after the last layer)
+ *   lnf = LN(final_res); logits = lnf wte^T (in chunks of logits_rows rows, the loss and dlogits
+ *   computed at once, so the full B*T*V logits never exist)
+ * Backward runs the same graph in reverse with one activation-gradient workspace shared by all
+ * layers. A recomputed layer re-runs its forward (without the output) into the scratch first. */
+#include "model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan.h"
+
+/* ---------------------------------------------------------------- parameter layout */
+
+static void layout_add(ParamLayout *pl, int *cap, const char *name, int ndim, int64_t d0, int64_t d1,
+                       bool decay, bool conv1d, int layer) {
+    if (pl->n_tensors == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        pl->tensors = gt_xrealloc(pl->tensors, (size_t)*cap * sizeof *pl->tensors);
+    }
+    ParamTensor *t = &pl->tensors[pl->n_tensors++];
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = ndim > 1 ? d1 : 1;
+    t->numel = (size_t)d0 * (size_t)(ndim > 1 ? d1 : 1);
+    t->offset = pl->total;
+    t->decay = decay;
+    t->conv1d = conv1d;
+    t->layer = layer;
+    pl->total += t->numel;
+}
+
+void param_layout_init(ParamLayout *pl, const ModelDesc *d) {
+    memset(pl, 0, sizeof *pl);
+    int cap = 0;
+    const int64_t C = d->n_embd, I = d->n_inner, V = d->vocab_size, P = d->n_positions;
+    char name[64];
+    layout_add(pl, &cap, "wte.weight", 2, V, C, true, false, -1);
+    layout_add(pl, &cap, "wpe.weight", 2, P, C, true, false, -1);
+    /* one layer's tensors are contiguous, in this order (LayerParams follows it) */
+    for (int l = 0; l < d->n_layer; l++) {
+#define ADD(suffix, nd, a, b, decay, conv) \
+    snprintf(name, sizeof name, "h.%d.%s", l, suffix), layout_add(pl, &cap, name, nd, a, b, decay, conv, l)
+        ADD("ln_1.weight", 1, C, 1, false, false);
+        ADD("ln_1.bias", 1, C, 1, false, false);
+        ADD("attn.c_attn.weight", 2, 3 * C, C, true, true);
+        ADD("attn.c_attn.bias", 1, 3 * C, 1, false, false);
+        ADD("attn.c_proj.weight", 2, C, C, true, true);
+        ADD("attn.c_proj.bias", 1, C, 1, false, false);
+        ADD("ln_2.weight", 1, C, 1, false, false);
+        ADD("ln_2.bias", 1, C, 1, false, false);
+        ADD("mlp.c_fc.weight", 2, I, C, true, true);
+        ADD("mlp.c_fc.bias", 1, I, 1, false, false);
+        ADD("mlp.c_proj.weight", 2, C, I, true, true);
+        ADD("mlp.c_proj.bias", 1, C, 1, false, false);
+#undef ADD
+    }
+    layout_add(pl, &cap, "ln_f.weight", 1, C, 1, false, false, -1);
+    layout_add(pl, &cap, "ln_f.bias", 1, C, 1, false, false, -1);
+    if (!d->tie_word_embeddings) layout_add(pl, &cap, "lm_head.weight", 2, V, C, true, false, -1);
+}
+
+void param_layout_free(ParamLayout *pl) {
+    free(pl->tensors);
+    memset(pl, 0, sizeof *pl);
+}
+
+int param_layout_find(const ParamLayout *pl, const char *name) {
+    for (int i = 0; i < pl->n_tensors; i++)
+        if (strcmp(pl->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* index of layer l's first tensor (ln_1.weight) */
+static int layer_first_tensor(int l) { return 2 + 12 * l; }
+
+static LayerParams layer_params(const Model *m, float *base, int l) {
+    const ParamTensor *t = &m->layout.tensors[layer_first_tensor(l)];
+    LayerParams p;
+    float **f[12] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
+                     &p.ln2w, &p.ln2b, &p.fcw, &p.fcb, &p.fcprojw, &p.fcprojb};
+    for (int i = 0; i < 12; i++) *f[i] = base + t[i].offset;
+    return p;
+}
+
+/* ---------------------------------------------------------------- initialisation */
+
+/* splitmix64: a counter-based generator, so each tensor's values depend only on (seed, index) */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host) {
+    const double std_base = 0.02, std_resid = 0.02 / sqrt(2.0 * d->n_layer);
+    for (int i = 0; i < pl->n_tensors; i++) {
+        const ParamTensor *t = &pl->tensors[i];
+        float *x = host + t->offset;
+        const char *n = t->name;
+        size_t len = strlen(n);
+        bool is_ln_weight = strstr(n, "ln_") && len > 7 && strcmp(n + len - 7, ".weight") == 0;
+        if (t->ndim == 1) {
+            float v = is_ln_weight ? 1.0f : 0.0f;
+            for (size_t k = 0; k < t->numel; k++) x[k] = v;
+            continue;
+        }
+        double std = strstr(n, "c_proj.weight") ? std_resid : std_base;
+        uint64_t state = seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull + 1;
+        for (size_t k = 0; k < t->numel; k += 2) { /* Box-Muller, two values per draw */
+            double u1 = uniform01(&state), u2 = uniform01(&state);
+            double r = sqrt(-2.0 * log(u1));
+            x[k] = (float)(std * r * cos(2.0 * M_PI * u2));
+            if (k + 1 < t->numel) x[k + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- allocation */
+
+static void *model_alloc(Model *m, MemCategory cat, size_t bytes, GtError *err) {
+    void *p = backend_alloc(m->be, cat, bytes, err);
+    if (!p) return NULL;
+    if (m->n_allocs == m->cap_allocs) {
+        m->cap_allocs = m->cap_allocs ? 2 * m->cap_allocs : 64;
+        m->allocs = gt_xrealloc(m->allocs, (size_t)m->cap_allocs * sizeof *m->allocs);
+    }
+    m->allocs[m->n_allocs++] = (struct ModelAlloc){p, bytes, cat};
+    return p;
+}
+
+#define ALLOC_F(dst, cat, n)                                                    \
+    do {                                                                        \
+        if (!((dst) = model_alloc(m, (cat), (size_t)(n) * sizeof(float), err))) \
+            goto fail;                                                          \
+    } while (0)
+
+/* the activations one layer keeps for backward (its input excluded) */
+static int alloc_layer_acts(Model *m, LayerActs *a, MemCategory cat, GtError *err) {
+    const size_t BT = (size_t)m->B * m->T, C = (size_t)m->desc.n_embd, I = (size_t)m->desc.n_inner;
+    const size_t NH = (size_t)m->desc.n_head;
+    ALLOC_F(a->ln1, cat, BT * C);
+    ALLOC_F(a->ln1_mean, cat, BT);
+    ALLOC_F(a->ln1_rstd, cat, BT);
+    ALLOC_F(a->qkv, cat, BT * 3 * C);
+    ALLOC_F(a->atty, cat, BT * C);
+    ALLOC_F(a->lse, cat, (size_t)m->B * NH * m->T);
+    ALLOC_F(a->res2, cat, BT * C);
+    ALLOC_F(a->ln2, cat, BT * C);
+    ALLOC_F(a->ln2_mean, cat, BT);
+    ALLOC_F(a->ln2_rstd, cat, BT);
+    ALLOC_F(a->fch, cat, BT * I);
+    ALLOC_F(a->fch_gelu, cat, BT * I);
+    return 0;
+fail:
+    return -1;
+}
+
+int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
+                 uint64_t seed, GtError *err) {
+    Model *m = gt_xcalloc(1, sizeof *m);
+    m->desc = *desc;
+    m->be = be;
+    m->B = B;
+    m->T = T;
+    m->policy = policy;
+    m->logits_rows = plan_logits_rows(desc, B, T);
+    param_layout_init(&m->layout, desc);
+    const int L = desc->n_layer;
+    const size_t BT = (size_t)B * T, C = (size_t)desc->n_embd, I = (size_t)desc->n_inner;
+    const size_t NP = m->layout.total;
+    float *host = NULL;
+
+    ALLOC_F(m->params, MEM_PARAMS, NP);
+    ALLOC_F(m->grads, MEM_GRADS, NP);
+    ALLOC_F(m->adam_m, MEM_OPTIMIZER, NP);
+    ALLOC_F(m->adam_v, MEM_OPTIMIZER, NP);
+
+    m->acts = gt_xcalloc((size_t)L, sizeof *m->acts);
+    m->input = gt_xcalloc((size_t)L, sizeof *m->input);
+    m->host_stash = gt_xcalloc((size_t)L, sizeof *m->host_stash);
+    LayerActs scratch = {0};
+    if (recompute_count(&policy) > 0 && alloc_layer_acts(m, &scratch, MEM_RECOMPUTE_SCRATCH, err)) goto fail;
+    int n_stage = policy.offload ? recompute_device_stash_buffers(&policy) : 0;
+    for (int s = 0; s < n_stage; s++) ALLOC_F(m->stage[s], MEM_RECOMPUTE_STASH, BT * C);
+    for (int l = 0; l < L; l++) {
+        if (!recompute_layer(&policy, l)) {
+            ALLOC_F(m->input[l], MEM_ACTIVATIONS, BT * C);
+            if (alloc_layer_acts(m, &m->acts[l], MEM_ACTIVATIONS, err)) goto fail;
+        } else {
+            m->acts[l] = scratch;
+            if (policy.offload) {
+                m->input[l] = m->stage[recompute_slot(&policy, l) % (n_stage ? n_stage : 1)];
+                ALLOC_F(m->host_stash[l], MEM_HOST_OFFLOAD, BT * C);
+            } else {
+                ALLOC_F(m->input[l], MEM_RECOMPUTE_STASH, BT * C);
+            }
+        }
+    }
+    ALLOC_F(m->final_res, MEM_ACTIVATIONS, BT * C);
+    ALLOC_F(m->lnf, MEM_ACTIVATIONS, BT * C);
+    ALLOC_F(m->lnf_mean, MEM_ACTIVATIONS, BT);
+    ALLOC_F(m->lnf_rstd, MEM_ACTIVATIONS, BT);
+    if (!(m->tokens = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
+    if (!(m->targets = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
+    ALLOC_F(m->losses, MEM_ACTIVATIONS, BT);
+    ALLOC_F(m->logits, MEM_LOGITS, (size_t)m->logits_rows * desc->vocab_size);
+    ALLOC_F(m->dres, MEM_WORKSPACE, BT * C);
+    ALLOC_F(m->dbtc, MEM_WORKSPACE, BT * C);
+    ALLOC_F(m->dqkv, MEM_WORKSPACE, BT * 3 * C);
+    ALLOC_F(m->dfch, MEM_WORKSPACE, BT * I);
+    ALLOC_F(m->att_ws, MEM_WORKSPACE, (size_t)B * desc->n_head * T);
+    m->losses_host = gt_xmalloc(BT * sizeof(float));
+
+    /* named parameter pointers */
+    const ParamTensor *tt = m->layout.tensors;
+    const int nt = m->layout.n_tensors;
+    int lnf_i = layer_first_tensor(L);
+    m->wte = m->params + tt[0].offset;
+    m->wpe = m->params + tt[1].offset;
+    m->lnfw = m->params + tt[lnf_i].offset;
+    m->lnfb = m->params + tt[lnf_i + 1].offset;
+    m->lm_head = desc->tie_word_embeddings ? m->wte : m->params + tt[nt - 1].offset;
+    m->dwte = m->grads + tt[0].offset;
+    m->dwpe = m->grads + tt[1].offset;
+    m->dlnfw = m->grads + tt[lnf_i].offset;
+    m->dlnfb = m->grads + tt[lnf_i + 1].offset;
+    m->dlm_head = desc->tie_word_embeddings ? m->dwte : m->grads + tt[nt - 1].offset;
+
+    /* GPT-2 init on the host, then one copy; grads and AdamW state start at zero */
+    host = malloc(NP * sizeof(float));
+    if (!host) {
+        gt_error(err, GT_EXIT_FAILURE, "out of host memory for the initial parameters (%zu floats)", NP);
+        goto fail;
+    }
+    model_init_params_host(&m->layout, desc, seed, host);
+    if (be->ops->to_device(be, m->params, host, NP * sizeof(float), err)) goto fail;
+    free(host);
+    host = NULL;
+    be->ops->zero(be, m->grads, NP * sizeof(float));
+    be->ops->zero(be, m->adam_m, NP * sizeof(float));
+    be->ops->zero(be, m->adam_v, NP * sizeof(float));
+    be->ops->synchronize(be);
+    *out = m;
+    return 0;
+fail:
+    free(host);
+    model_free(m);
+    *out = NULL;
+    return -1;
+}
+
+void model_free(Model *m) {
+    if (!m) return;
+    if (m->be) m->be->ops->synchronize(m->be);
+    for (int i = m->n_allocs - 1; i >= 0; i--) backend_free(m->be, m->allocs[i].cat, m->allocs[i].p, m->allocs[i].bytes);
+    free(m->allocs);
+    free(m->acts);
+    free(m->input);
+    free(m->host_stash);
+    free(m->losses_host);
+    param_layout_free(&m->layout);
+    free(m);
+}
+
+void model_zero_grads(Model *m) { m->be->ops->zero(m->be, m->grads, m->layout.total * sizeof(float)); }
+
+/* ---------------------------------------------------------------- forward / backward */
+
+/* One transformer block. out == NULL skips the last projection (recompute needs only the
+ * activations backward reads, not the block's output). */
+static void layer_forward(Model *m, int l, int B, const float *in, const LayerActs *a, float *out) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int T = m->T, C = m->desc.n_embd, I = m->desc.n_inner, NH = m->desc.n_head, BT = B * T;
+    const float eps = (float)m->desc.layer_norm_epsilon;
+    LayerParams p = layer_params(m, m->params, l);
+    op->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, BT, C, eps);
+    op->matmul_forward(be, a->qkv, a->ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
+    op->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
+    op->matmul_forward(be, a->res2, a->atty, p.attprojw, p.attprojb, BT, C, C);
+    op->add(be, a->res2, a->res2, in, (size_t)BT * C);
+    op->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, BT, C, eps);
+    op->matmul_forward(be, a->fch, a->ln2, p.fcw, p.fcb, BT, C, I);
+    op->gelu_forward(be, a->fch_gelu, a->fch, (size_t)BT * I);
+    if (out) {
+        op->matmul_forward(be, out, a->fch_gelu, p.fcprojw, p.fcprojb, BT, I, C);
+        op->add(be, out, out, a->res2, (size_t)BT * C);
+    }
+}
+
+/* dres holds dL/d(block output) on entry and dL/d(block input) on return. */
+static void layer_backward(Model *m, int l, int B, const float *in, const LayerActs *a) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int T = m->T, C = m->desc.n_embd, I = m->desc.n_inner, NH = m->desc.n_head, BT = B * T;
+    LayerParams p = layer_params(m, m->params, l);
+    LayerParams g = layer_params(m, m->grads, l);
+    /* out = res2 + gelu(LN2(res2) Wfc) Wfcproj */
+    op->matmul_backward(be, m->dfch, g.fcprojw, g.fcprojb, m->dres, a->fch_gelu, p.fcprojw, BT, I, C);
+    op->gelu_backward(be, m->dfch, a->fch, m->dfch, (size_t)BT * I);
+    op->matmul_backward(be, m->dbtc, g.fcw, g.fcb, m->dfch, a->ln2, p.fcw, BT, C, I);
+    op->layernorm_backward(be, m->dres, g.ln2w, g.ln2b, m->dbtc, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
+    /* res2 = in + attn(LN1(in) Wqkv) Wproj */
+    op->matmul_backward(be, m->dbtc, g.attprojw, g.attprojb, m->dres, a->atty, p.attprojw, BT, C, C);
+    op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, C, NH);
+    op->matmul_backward(be, m->dbtc, g.qkvw, g.qkvb, m->dqkv, a->ln1, p.qkvw, BT, C, 3 * C);
+    op->layernorm_backward(be, m->dres, g.ln1w, g.ln1b, m->dbtc, in, p.ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
+}
+
+int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale, bool compute_grad,
+               double *loss_sum, GtError *err) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int B = rows, T = m->T, C = m->desc.n_embd, V = m->desc.vocab_size, L = m->desc.n_layer;
+    const int BT = B * T;
+    const float eps = (float)m->desc.layer_norm_epsilon;
+    const RecomputePolicy *pol = &m->policy;
+    /* offload only matters when a backward will read the stash */
+    const bool offload = compute_grad && pol->offload;
+    if (rows < 1 || rows > m->B) return gt_error(err, GT_EXIT_FAILURE, "model_step: %d rows, model sized for %d", rows, m->B);
+
+    if (op->to_device(be, m->tokens, tokens, (size_t)BT * sizeof(int), err)) return -1;
+    if (op->to_device(be, m->targets, targets, (size_t)BT * sizeof(int), err)) return -1;
+
+    /* ---- forward ---- */
+    if (recompute_offloaded(pol, 0) && offload) op->offload_wait(be, recompute_slot(pol, 0));
+    op->encoder_forward(be, m->input[0], m->tokens, m->wte, m->wpe, B, T, C);
+    for (int l = 0; l < L; l++) {
+        /* the kept input of an offloaded layer leaves for the host as soon as it exists; the
+         * copy runs on the copy stream while this layer computes (it only reads the input) */
+        if (offload && recompute_offloaded(pol, l))
+            op->offload_to_host(be, m->host_stash[l], m->input[l], (size_t)BT * C * sizeof(float), recompute_slot(pol, l));
+        float *out = l + 1 < L ? m->input[l + 1] : m->final_res;
+        /* before overwriting a prefetch buffer, the copy out of its previous tenant must be done */
+        if (offload && l + 1 < L && recompute_offloaded(pol, l + 1)) op->offload_wait(be, recompute_slot(pol, l + 1));
+        layer_forward(m, l, B, m->input[l], &m->acts[l], out);
+    }
+    op->layernorm_forward(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->final_res, m->lnfw, m->lnfb, BT, C, eps);
+
+    /* ---- LM head + loss, chunked over rows; dlogits formed in place and consumed at once ---- */
+    for (int r0 = 0; r0 < BT; r0 += m->logits_rows) {
+        int n = BT - r0 < m->logits_rows ? BT - r0 : m->logits_rows;
+        op->matmul_forward(be, m->logits, m->lnf + (size_t)r0 * C, m->lm_head, NULL, n, C, V);
+        op->crossentropy(be, m->losses + r0, m->logits, m->targets + r0, n, V, dloss_scale, compute_grad);
+        if (compute_grad)
+            op->matmul_backward(be, m->dbtc + (size_t)r0 * C, m->dlm_head, NULL, m->logits, m->lnf + (size_t)r0 * C,
+                                m->lm_head, n, C, V);
+    }
+
+    if (compute_grad) {
+        /* ---- backward ---- */
+        op->zero(be, m->dres, (size_t)BT * C * sizeof(float));
+        op->layernorm_backward(be, m->dres, m->dlnfw, m->dlnfb, m->dbtc, m->final_res, m->lnfw, m->lnf_mean,
+                               m->lnf_rstd, BT, C);
+        int last_rc = -1; /* prefetch the last recomputed layer's input */
+        for (int l = L - 1; l >= 0; l--)
+            if (recompute_layer(pol, l)) {
+                last_rc = l;
+                break;
+            }
+        if (offload && last_rc >= 0)
+            op->offload_to_device(be, m->input[last_rc], m->host_stash[last_rc], (size_t)BT * C * sizeof(float),
+                                  recompute_slot(pol, last_rc));
+        for (int l = L - 1; l >= 0; l--) {
+            if (recompute_layer(pol, l)) {
+                if (offload) {
+                    op->offload_wait(be, recompute_slot(pol, l));
+                    /* prefetch the next one needed into the other buffer while this one computes */
+                    int prev = recompute_prev(pol, l);
+                    if (prev >= 0)
+                        op->offload_to_device(be, m->input[prev], m->host_stash[prev], (size_t)BT * C * sizeof(float),
+                                              recompute_slot(pol, prev));
+                }
+                layer_forward(m, l, B, m->input[l], &m->acts[l], NULL);
+            }
+            layer_backward(m, l, B, m->input[l], &m->acts[l]);
+        }
+        op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C);
+    }
+
+    if (op->to_host(be, m->losses_host, m->losses, (size_t)BT * sizeof(float), err)) return -1;
+    double s = 0.0;
+    for (int i = 0; i < BT; i++) s += m->losses_host[i];
+    *loss_sum = s;
+    return 0;
+}

@@ -1,0 +1,95 @@
+/* model.h - the GPT-2 transformer (pre-LN, as HF's GPT2LMHeadModel), written once against the
+ * Backend ops. Owns params, grads, AdamW state and activations, all allocated at creation through
+ * the tracking allocator (no allocation inside a step). */
+#ifndef GT_MODEL_H
+#define GT_MODEL_H
+
+#include "backend.h"
+#include "model_desc.h"
+#include "recompute.h"
+
+/* One parameter tensor inside the flat params buffer. Names are Hugging Face GPT-2 names without
+ * the "transformer." prefix ("wte.weight", "h.3.attn.c_attn.weight", "ln_f.bias", "lm_head.weight").
+ * Shapes are gtrain's layout: linear weights are [out, in] (HF's Conv1D stores [in, out]). */
+typedef struct {
+    char name[64];
+    size_t offset; /* in floats */
+    size_t numel;
+    int ndim;
+    int64_t shape[2];
+    bool decay;     /* AdamW weight decay applies (not to biases and layernorm weights) */
+    bool conv1d;    /* HF stores it transposed ([in, out]) */
+    int layer;      /* -1 for non-layer tensors */
+} ParamTensor;
+
+typedef struct {
+    int n_tensors;
+    ParamTensor *tensors;
+    size_t total; /* floats */
+} ParamLayout;
+
+void param_layout_init(ParamLayout *pl, const ModelDesc *d);
+void param_layout_free(ParamLayout *pl);
+int param_layout_find(const ParamLayout *pl, const char *name);
+
+/* Pointers into the flat params (or grads) buffer for one layer. */
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerParams;
+
+/* The activations of one layer that backward needs (its input is kept separately). */
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse;
+    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+} LayerActs;
+
+typedef struct Model {
+    ModelDesc desc;
+    Backend *be;
+    int B, T;          /* micro-batch rows and sequence length the activations are sized for */
+    int logits_rows;   /* rows of the LM head processed at a time */
+    RecomputePolicy policy;
+    ParamLayout layout;
+
+    float *params, *grads, *adam_m, *adam_v;
+    float *wte, *wpe, *lnfw, *lnfb, *lm_head; /* lm_head == wte when tied */
+    float *dwte, *dwpe, *dlnfw, *dlnfb, *dlm_head;
+
+    LayerActs *acts;      /* per layer; recomputed layers point into the scratch */
+    float **input;        /* per layer: device buffer holding the layer's input */
+    float **host_stash;   /* per layer: host copy (offloaded layers), else NULL */
+    float *stage[2];      /* offload prefetch buffers */
+    float *final_res, *lnf, *lnf_mean, *lnf_rstd;
+    float *logits;
+    int *tokens, *targets;
+    float *losses;
+    float *losses_host;
+    int *targets_host_scratch;
+    /* activation-gradient workspace */
+    float *dres, *dbtc, *dqkv, *dfch, *att_ws;
+
+    /* every allocation, to free it: pointer, bytes, category */
+    struct ModelAlloc { void *p; size_t bytes; MemCategory cat; } *allocs;
+    int n_allocs, cap_allocs;
+} Model;
+
+/* Allocate everything for micro-batch B x T under the recompute policy; initialise parameters
+ * as GPT-2 does, from seed. */
+int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
+                 uint64_t seed, GtError *err);
+void model_free(Model *m);
+
+/* GPT-2 initialisation into a host buffer of layout.total floats (normal 0.02, residual
+ * projections 0.02/sqrt(2 n_layer), layernorm 1/0, biases 0), deterministic in seed. */
+void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host);
+
+/* One micro-batch: forward, and if compute_grad, backward with the loss gradient scaled by
+ * dloss_scale, ADDING into the grads. tokens/targets are host arrays of B*T (targets -100 =
+ * ignore); rows <= B. Returns the sum of the per-token losses (over valid targets). */
+int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale,
+               bool compute_grad, double *loss_sum, GtError *err);
+
+void model_zero_grads(Model *m);
+
+#endif

@@ -1,0 +1,39 @@
+/* plan.h - the memory plan: every byte a run will allocate, by category, from the model
+ * description and the run config alone (no device is touched). The model allocates exactly this;
+ * tests check planned == measured on the CPU. */
+#ifndef GT_PLAN_H
+#define GT_PLAN_H
+
+#include "backend.h"
+#include "config.h"
+#include "model_desc.h"
+#include "recompute.h"
+
+typedef struct {
+    int B, T, A, world;
+    long effective_batch; /* B * world * A */
+    long tokens_per_step; /* effective_batch * T */
+    RecomputePolicy policy;
+    uint64_t n_params;
+    int logits_rows;
+    uint64_t bytes[MEM_COUNT];
+    uint64_t device_total; /* all categories but host_offload */
+    uint64_t host_total;   /* host_offload */
+} MemPlan;
+
+/* rows of the LM head computed at once: the logits chunk is kept near 64 MiB */
+int plan_logits_rows(const ModelDesc *d, int B, int T);
+
+/* Plan for micro-batch B, accumulation A, world ranks, sequence T, recompute policy. */
+void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol);
+
+/* Print the plan as a table; with measured != NULL, plan and measured (high-water) side by side. */
+void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out);
+
+/* Resolve the micro-batch layout for the config: fixed B, or auto-fit (per_device_train_batch_size
+ * auto + train_batch_size) within memory_limit bytes. Fills *p. Errors (code 2) when the plan does
+ * not fit memory_limit, with what would fit. memory_limit 0 = no limit. */
+int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
+                 GtError *err);
+
+#endif

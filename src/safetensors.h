@@ -1,0 +1,72 @@
+/* safetensors.h - reading and writing the safetensors format (Hugging Face).
+ *
+ * Layout: 8-byte little-endian u64 header length N, then N bytes of JSON header
+ *   {"__metadata__": {str: str}, "name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, ...}
+ * then the data buffer; offsets are relative to the start of the data buffer.
+ *
+ * The reader treats the file as untrusted (downloaded from anywhere): everything in the header is
+ * validated on open, every error is one line "FILE: tensor NAME: expected ..., found ...", data is
+ * read with pread at validated offsets (never out of bounds), and no allocation is sized by an
+ * unchecked field. NaN/Inf values are not an open error: the caller checks and warns.
+ * The host is assumed little-endian (as the format is). */
+#ifndef GT_SAFETENSORS_H
+#define GT_SAFETENSORS_H
+
+#include "common.h"
+
+typedef enum { ST_F32 = 0, ST_BF16, ST_F16 } StDtype;
+
+#define ST_MAX_DIMS 4
+#define ST_MAX_HEADER_BYTES (100u * 1000u * 1000u) /* 100 MB, as in the HF reference reader */
+
+/* One tensor to write; data holds numel elements in dtype (little-endian). */
+typedef struct {
+    const char *name;
+    StDtype dtype;
+    int ndim;                   /* 0..4 (0: a scalar, one element) */
+    int64_t shape[ST_MAX_DIMS];
+    const void *data;           /* may be NULL only when numel == 0 */
+} StTensorOut;
+
+/* Write atomically (path.tmp, fsync, rename, fsync of the directory). Tensors are laid out in
+ * the given order, contiguously; the header is padded with spaces to a multiple of 8 bytes.
+ * meta_kv: 2*n_meta strings k0, v0, k1, v1, ... (may be NULL when n_meta == 0).
+ * Returns 0, or -1 with err filled (bad argument: code 1; I/O failure, e.g. disk full: code 1);
+ * on failure no file is left at path's temporary name and an existing path is untouched. */
+int safetensors_write(const char *path, const StTensorOut *tensors, int n,
+                      const char *const *meta_kv, int n_meta, GtError *err);
+
+typedef struct SafeTensors SafeTensors; /* an opened, fully validated file */
+
+/* Open and validate. Returns 0, or -1 with err filled (code GT_EXIT_BAD_INPUT for a bad file,
+ * GT_EXIT_FAILURE when it cannot be read); *out is NULL on failure. */
+int safetensors_open(SafeTensors **out, const char *path, GtError *err);
+void safetensors_close(SafeTensors *st); /* NULL is fine */
+
+const char *safetensors_path(const SafeTensors *st);
+int safetensors_count(const SafeTensors *st);
+/* name of tensor i (file order), NULL if i is out of range */
+const char *safetensors_name(const SafeTensors *st, int i);
+/* find by name; returns index or -1 */
+int safetensors_find(const SafeTensors *st, const char *name);
+/* shape[4] and ndim of tensor i; returns 0, or -1 if i is out of range */
+int safetensors_shape(const SafeTensors *st, int i, int64_t *shape, int *ndim);
+/* number of elements of tensor i (0 if out of range) */
+int64_t safetensors_numel(const SafeTensors *st, int i);
+StDtype safetensors_dtype(const SafeTensors *st, int i);
+const char *st_dtype_name(StDtype d); /* "F32", "BF16", "F16" */
+size_t st_dtype_size(StDtype d);      /* 4, 2, 2 */
+
+/* Copy tensor i converted to fp32 into dst[n]; error if its element count != n, or if the file
+ * changed under us (short read). Returns 0 or -1 with err filled. */
+int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtError *err);
+
+/* value of a "__metadata__" key, NULL if absent */
+const char *safetensors_metadata(const SafeTensors *st, const char *key);
+
+/* fp32 <-> bf16 (round to nearest even; NaN stays NaN) and f16 -> fp32 (exact) */
+uint16_t st_f32_to_bf16(float f);
+float st_bf16_to_f32(uint16_t h);
+float st_f16_to_f32(uint16_t h);
+
+#endif

@@ -1,0 +1,33 @@
+/* trainer.h - the training loop: exact gradient accumulation, clipping, AdamW, schedule, eval, logs. */
+#ifndef GT_TRAINER_H
+#define GT_TRAINER_H
+
+#include "config.h"
+#include "model.h"
+#include "model_desc.h"
+
+/* Targets that count: labels != -100. */
+long count_items(const int *targets, size_t n);
+
+/* The forward/backward half of one optimizer step: A micro-batches of B rows x m->T tokens,
+ * laid out one after the other in tokens/targets (host). Under LOSS_NORM_TOKENS each micro-batch's
+ * loss gradient is scaled by 1/num_items (num_items = valid targets over ALL micro-batches, and
+ * over all ranks), so the accumulated gradient is the big batch's; under LOSS_NORM_STEPS each
+ * micro-batch's mean loss is divided by A (HF's fallback). Grads are ADDED to. *loss_sum gets the
+ * sum of per-token losses (divide by num_items for the token-weighted mean). */
+int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, LossNormalization norm,
+                       long num_items, double *loss_sum, GtError *err);
+
+typedef struct {
+    long steps;
+    double last_loss;     /* token-weighted mean train loss of the last step */
+    double first_loss;
+    double last_val_loss; /* NaN when there was no eval */
+    double first_val_loss;
+    double tokens_per_sec;
+} TrainSummary;
+
+/* Run the whole job described by cfg. */
+int trainer_run(const RunConfig *cfg, const ModelDesc *desc, TrainSummary *summary, GtError *err);
+
+#endif

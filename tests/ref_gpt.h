@@ -1,0 +1,13 @@
+/* ref_gpt.h - an independent, naive double-precision GPT-2 forward for tests. */
+#ifndef GT_REF_GPT_H
+#define GT_REF_GPT_H
+
+#include "model.h"
+
+/* Mean cross-entropy over targets != -100 of a GPT-2 (pre-LN, tanh GELU, tied or untied head)
+ * whose parameters are found by Hugging Face name in pl (gtrain layout: linear weights [out, in]).
+ * Returns the SUM of losses; *count gets the number of valid targets. */
+double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double *params, const int *tokens,
+                        const int *targets, int B, int T, long *count);
+
+#endif
