@@ -6,7 +6,11 @@
  * (layernorm dw/dbias, bias grads, encoder dwte/dwpe) give each thread a disjoint block of output
  * channels and sum the rows in order, so they are even independent of the thread count.
  * sum_squares sums fixed chunks and combines them in order (also thread-count independent).
- * GEMM results depend on OpenBLAS's partitioning, which is fixed for a given thread count. */
+ * GEMM results depend on the split of C across threads, which is fixed for a given thread count.
+ *
+ * Threads: one OpenMP pool does everything. OpenBLAS is set to 1 thread and each GEMM is split
+ * across the OpenMP threads (sgemm_par); two pools (OpenBLAS pthreads + OpenMP) busy-waiting on
+ * the same cores slowed every op down several times on a 2-core machine. */
 #include "backend.h"
 
 #include <cblas.h>
@@ -269,6 +273,43 @@ static void cpu_layernorm_backward(Backend *b, float *dinp, float *dw, float *db
 
 /* ------------------------------------------------------------------ matmul */
 
+/* Row-major C[M,N] = op(A)[M,K] @ op(B)[K,N] + beta*C, parallelised by OpenMP: each thread calls
+ * a single-threaded cblas_sgemm on its own block of C's rows or columns (OpenBLAS itself is set
+ * to one thread). One thread pool instead of two: OpenBLAS's pthreads and OpenMP's threads
+ * busy-waiting against each other made every op several times slower on a 2-core machine.
+ * Every element of C is computed by one sgemm call; the split is fixed by (M, N, thread count),
+ * so results are deterministic for a given thread count. (Not across thread counts: OpenBLAS's
+ * edge/small-matrix kernels round differently depending on the block shape.) */
+#define GEMM_ALIGN 16
+static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
+                      const float *A, int lda, const float *Bm, int ldb, float beta, float *C,
+                      int ldc) {
+    int nt = nthr(b);
+    double work = (double)M * N * K;
+    bool split_m = M >= N;
+    int dim = split_m ? M : N;
+    int chunk = (dim + nt - 1) / nt;
+    chunk = (chunk + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+    int parts = chunk > 0 ? (dim + chunk - 1) / chunk : 1;
+    if (nt == 1 || parts <= 1 || work < 262144.0) {
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel for schedule(static) num_threads(nt)
+    for (int p = 0; p < parts; p++) {
+        int i0 = p * chunk;
+        int n = dim - i0 < chunk ? dim - i0 : chunk;
+        if (split_m) {
+            const float *Ap = ta == CblasNoTrans ? A + (size_t)i0 * lda : A + i0;
+            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, 1.0f, Ap, lda, Bm, ldb, beta,
+                        C + (size_t)i0 * ldc, ldc);
+        } else {
+            const float *Bp = tb == CblasNoTrans ? Bm + i0 : Bm + (size_t)i0 * ldb;
+            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, 1.0f, A, lda, Bp, ldb, beta, C + i0, ldc);
+        }
+    }
+}
+
 static void cpu_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
                                const float *bias, int N, int C, int OC) {
     float beta = 0.0f;
@@ -277,19 +318,14 @@ static void cpu_matmul_forward(Backend *b, float *out, const float *inp, const f
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out,
-                OC);
+    sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, OC);
 }
 
 static void cpu_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias,
                                 const float *dout, const float *inp, const float *w, int N, int C,
                                 int OC) {
-    if (dinp)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
-                    0.0f, dinp, C);
-    if (dw)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C,
-                    1.0f, dw, C);
+    if (dinp) sgemm_par(b, CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
+    if (dw) sgemm_par(b, CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
     if (dbias) colsum_accumulate(b, dbias, dout, N, OC, (size_t)OC);
 }
 
@@ -617,7 +653,8 @@ int cpu_backend_create(Backend **out, int num_threads, GtError *err) {
         omp_set_num_threads(num_threads);
     }
     if (num_threads < 1) num_threads = 1;
-    openblas_set_num_threads(num_threads);
+    /* GEMMs are split across OpenMP threads (sgemm_par), each calling OpenBLAS single-threaded */
+    openblas_set_num_threads(1);
     impl->num_threads = num_threads;
     b->ops = &k_cpu_ops;
     b->impl = impl;

@@ -99,7 +99,7 @@ static const KeySpec SCHEMA[] = {
     {.key = "warmup_steps", .type = KT_INT, FIELD(warmup_steps), .def = "0", .imin = 0, .imax = BIG,
      .doc = "Steps of linear warmup from 0 to learning_rate."},
     {.key = "weight_decay", .type = KT_FLOAT, FIELD(weight_decay), .def = "0", .fmin = 0, .fmax = 10,
-     .doc = "AdamW decoupled weight decay (matrices only; not biases, LayerNorm or embeddings' positions)."},
+     .doc = "AdamW decoupled weight decay."},
     {.key = "adam_beta1", .type = KT_FLOAT, FIELD(adam_beta1), .def = "0.9", .fmin = 0, .fmax = 1,
      .fmax_open = true, .doc = "AdamW first-moment decay."},
     {.key = "adam_beta2", .type = KT_FLOAT, FIELD(adam_beta2), .def = "0.999", .fmin = 0, .fmax = 1,
@@ -1239,7 +1239,7 @@ void config_print_help(FILE *out, int markdown) {
         const KeySpec *k = &SCHEMA[i];
         default_text(k, def, sizeof def);
         bounds_text(k, b, sizeof b);
-        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, TYPE_NAMES[k->type], def, b[0] ? ", allowed " : "", b);
+        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, TYPE_NAMES[k->type], def, b[0] ? "; allowed: " : "", b);
         if (k->alias_of) fprintf(out, "Same field as %s. ", k->alias_of);
         fprintf(out, "%s\n", k->doc);
     }

@@ -14,6 +14,7 @@ typedef enum { PREC_FP32 = 0, PREC_BF16 } Precision;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
 typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL } DataFormat;
+typedef enum { NAN_SKIP = 0, NAN_STOP } NanPolicy;
 
 #define GT_CONFIG_MAX_KEYS 96
 
@@ -63,6 +64,13 @@ typedef struct {
     char resume_from_checkpoint[GT_PATH_MAX]; /* "", a directory, or "latest" */
     uint64_t memory_limit; /* bytes; 0 = auto (device free memory / available RAM) */
     int num_threads;       /* CPU threads; 0 = all cores */
+    bool overwrite_output_dir;   /* allow output_dir to hold a different run */
+    NanPolicy nan_policy;        /* what a non-finite loss or grad norm does */
+    long max_skipped_steps;      /* stop after this many skipped steps in a row */
+    int sample_max_new_tokens;   /* print a sample of this many tokens at the end (0: none) */
+    int zero_stage;              /* 0: plain data parallel; 1: optimizer state sharded */
+    char dist_init_file[GT_PATH_MAX]; /* NCCL id exchange file for srun-only launches */
+    double dist_timeout;         /* seconds a collective may wait for the other ranks */
 
     /* where each schema key's value came from, indexed like the schema table */
     ConfigSource source[GT_CONFIG_MAX_KEYS];

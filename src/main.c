@@ -1,5 +1,7 @@
 /* main.c - the gtrain command line. */
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +10,8 @@
 #include "config.h"
 #include "model_desc.h"
 #include "plan.h"
+#include "report.h"
+#include "sample.h"
 #include "trainer.h"
 
 #define GTRAIN_VERSION "0.1.0"
@@ -21,6 +25,9 @@ static void print_usage(FILE *out) {
             "commands:\n"
             "  train (default)   run the training job of the config\n"
             "  plan              print the resolved config, effective batch and memory plan; allocate nothing\n"
+            "  sample            generate text: --checkpoint DIR [--prompt TEXT | --prompt-ids 1,2,3]\n"
+            "                    [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+            "  report DIR        write DIR/report.svg from DIR/metrics.jsonl\n"
             "\n"
             "options:\n"
             "  -c, --config FILE     run config (YAML); see --help-config for every key\n"
@@ -43,12 +50,16 @@ int main(int argc, char **argv) {
     const char *config_path = NULL;
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;
-    enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN };
+    SampleOptions so = {.max_new_tokens = 200, .temperature = 0.8, .top_k = 40, .seed = 1};
+    enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_SEED };
     static const struct option long_opts[] = {
         {"config", required_argument, NULL, 'c'},       {"set", required_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},               {"version", no_argument, NULL, 'V'},
         {"help-config", no_argument, NULL, OPT_HELP_CONFIG}, {"markdown", no_argument, NULL, OPT_MARKDOWN},
-        {NULL, 0, NULL, 0}};
+        {"checkpoint", required_argument, NULL, OPT_CHECKPOINT}, {"prompt", required_argument, NULL, OPT_PROMPT},
+        {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS}, {"max-new-tokens", required_argument, NULL, OPT_NEW},
+        {"temperature", required_argument, NULL, OPT_TEMP},   {"top-k", required_argument, NULL, OPT_TOPK},
+        {"seed", required_argument, NULL, OPT_SEED},         {NULL, 0, NULL, 0}};
     int c, rc = GT_EXIT_OK;
     while ((c = getopt_long(argc, argv, "c:s:hV", long_opts, NULL)) != -1) {
         switch (c) {
@@ -58,6 +69,29 @@ int main(int argc, char **argv) {
         case 'V': printf("gtrain %s (backends: %s)\n", GTRAIN_VERSION, backend_built_list()); goto out;
         case OPT_HELP_CONFIG: help_config = 1; break;
         case OPT_MARKDOWN: markdown = 1; break;
+        case OPT_CHECKPOINT: so.checkpoint = optarg; break;
+        case OPT_PROMPT: so.prompt = optarg; break;
+        case OPT_PROMPT_IDS: so.prompt_ids = optarg; break;
+        case OPT_NEW:
+        case OPT_TEMP:
+        case OPT_TOPK:
+        case OPT_SEED: {
+            char *end;
+            errno = 0;
+            double v = strtod(optarg, &end);
+            bool integral = c != OPT_TEMP;
+            if (errno || *end || !*optarg || !isfinite(v) || v < 0 || (integral && (v != floor(v) || v > 1e9))) {
+                fprintf(stderr, "gtrain: --%s: expected a non-negative %s, found \"%s\"\n", long_opts[c - OPT_HELP_CONFIG + 4].name,
+                        integral ? "integer" : "number", optarg);
+                rc = GT_EXIT_BAD_INPUT;
+                goto out;
+            }
+            if (c == OPT_NEW) so.max_new_tokens = (int)v;
+            if (c == OPT_TEMP) so.temperature = v;
+            if (c == OPT_TOPK) so.top_k = (int)v;
+            if (c == OPT_SEED) so.seed = (uint64_t)v;
+            break;
+        }
         default:
             fprintf(stderr, "gtrain: unknown option (see gtrain --help)\n");
             rc = GT_EXIT_BAD_INPUT;
@@ -70,13 +104,34 @@ int main(int argc, char **argv) {
     }
     const char *command = "train";
     if (optind < argc) command = argv[optind++];
+    GtError err = {0};
+    if (strcmp(command, "report") == 0) {
+        if (optind != argc - 1) {
+            fprintf(stderr, "gtrain: report: expected one run directory (gtrain report DIR)\n");
+            rc = GT_EXIT_BAD_INPUT;
+        } else if (report_write(argv[optind], &err)) {
+            rc = fail(&err);
+        } else {
+            printf("%s/report.svg\n", argv[optind]);
+        }
+        goto out;
+    }
+    if (strcmp(command, "sample") == 0) {
+        if (!so.checkpoint) {
+            fprintf(stderr, "gtrain: sample: --checkpoint DIR is required\n");
+            rc = GT_EXIT_BAD_INPUT;
+        } else if (sample_run(&so, stdout, &err)) {
+            rc = fail(&err);
+        }
+        goto out;
+    }
     if (optind < argc) {
         fprintf(stderr, "gtrain: unexpected argument '%s' (see gtrain --help)\n", argv[optind]);
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
     if (strcmp(command, "train") != 0 && strcmp(command, "plan") != 0) {
-        fprintf(stderr, "gtrain: unknown command '%s' (expected train or plan; see gtrain --help)\n", command);
+        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample or report; see gtrain --help)\n", command);
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
@@ -86,7 +141,6 @@ int main(int argc, char **argv) {
         goto out;
     }
 
-    GtError err = {0};
     RunConfig *cfg = gt_xcalloc(1, sizeof *cfg);
     ModelDesc desc;
     if (config_load(cfg, config_path, sets, n_sets, &err) || model_desc_load(&desc, cfg->model, &err) ||

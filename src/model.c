@@ -320,37 +320,76 @@ static void layer_backward(Model *m, int l, int B, const float *in, const LayerA
     op->layernorm_backward(be, m->dres, g.ln1w, g.ln1b, m->dbtc, in, p.ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
-int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale, bool compute_grad,
-               double *loss_sum, GtError *err) {
+/* Embedding and every block; leaves lnf filled. offload: copy out the kept inputs of offloaded
+ * layers (only when a backward will read them). */
+static void forward_blocks(Model *m, int B, bool offload) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
-    const int B = rows, T = m->T, C = m->desc.n_embd, V = m->desc.vocab_size, L = m->desc.n_layer;
-    const int BT = B * T;
-    const float eps = (float)m->desc.layer_norm_epsilon;
+    const int T = m->T, C = m->desc.n_embd, L = m->desc.n_layer, BT = B * T;
     const RecomputePolicy *pol = &m->policy;
-    /* offload only matters when a backward will read the stash */
-    const bool offload = compute_grad && pol->offload;
-    if (rows < 1 || rows > m->B) return gt_error(err, GT_EXIT_FAILURE, "model_step: %d rows, model sized for %d", rows, m->B);
-
-    if (op->to_device(be, m->tokens, tokens, (size_t)BT * sizeof(int), err)) return -1;
-    if (op->to_device(be, m->targets, targets, (size_t)BT * sizeof(int), err)) return -1;
-
-    /* ---- forward ---- */
-    if (recompute_offloaded(pol, 0) && offload) op->offload_wait(be, recompute_slot(pol, 0));
+    const size_t input_bytes = (size_t)BT * C * sizeof(float);
+    if (offload && recompute_offloaded(pol, 0)) op->offload_wait(be, recompute_slot(pol, 0));
     op->encoder_forward(be, m->input[0], m->tokens, m->wte, m->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
         /* the kept input of an offloaded layer leaves for the host as soon as it exists; the
          * copy runs on the copy stream while this layer computes (it only reads the input) */
         if (offload && recompute_offloaded(pol, l))
-            op->offload_to_host(be, m->host_stash[l], m->input[l], (size_t)BT * C * sizeof(float), recompute_slot(pol, l));
+            op->offload_to_host(be, m->host_stash[l], m->input[l], input_bytes, recompute_slot(pol, l));
         float *out = l + 1 < L ? m->input[l + 1] : m->final_res;
         /* before overwriting a prefetch buffer, the copy out of its previous tenant must be done */
         if (offload && l + 1 < L && recompute_offloaded(pol, l + 1)) op->offload_wait(be, recompute_slot(pol, l + 1));
         layer_forward(m, l, B, m->input[l], &m->acts[l], out);
     }
-    op->layernorm_forward(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->final_res, m->lnfw, m->lnfb, BT, C, eps);
+    op->layernorm_forward(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->final_res, m->lnfw, m->lnfb, BT, C,
+                          (float)m->desc.layer_norm_epsilon);
+}
 
-    /* ---- LM head + loss, chunked over rows; dlogits formed in place and consumed at once ---- */
+static void backward_blocks(Model *m, int B) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int T = m->T, C = m->desc.n_embd, L = m->desc.n_layer, BT = B * T;
+    const RecomputePolicy *pol = &m->policy;
+    const size_t input_bytes = (size_t)BT * C * sizeof(float);
+    /* dbtc holds dL/d(lnf) from the LM head */
+    op->zero(be, m->dres, input_bytes);
+    op->layernorm_backward(be, m->dres, m->dlnfw, m->dlnfb, m->dbtc, m->final_res, m->lnfw, m->lnf_mean, m->lnf_rstd,
+                           BT, C);
+    int last_rc = -1; /* the last recomputed layer: its input is fetched first */
+    for (int l = L - 1; l >= 0 && last_rc < 0; l--)
+        if (recompute_layer(pol, l)) last_rc = l;
+    if (pol->offload && last_rc >= 0)
+        op->offload_to_device(be, m->input[last_rc], m->host_stash[last_rc], input_bytes, recompute_slot(pol, last_rc));
+    for (int l = L - 1; l >= 0; l--) {
+        if (recompute_layer(pol, l)) {
+            if (pol->offload) {
+                op->offload_wait(be, recompute_slot(pol, l));
+                /* prefetch the next one needed into the other buffer while this one computes */
+                int prev = recompute_prev(pol, l);
+                if (prev >= 0)
+                    op->offload_to_device(be, m->input[prev], m->host_stash[prev], input_bytes, recompute_slot(pol, prev));
+            }
+            layer_forward(m, l, B, m->input[l], &m->acts[l], NULL);
+        }
+        layer_backward(m, l, B, m->input[l], &m->acts[l]);
+    }
+    op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C);
+}
+
+static int upload_batch(Model *m, const int *tokens, const int *targets, int rows, GtError *err) {
+    const size_t n = (size_t)rows * m->T * sizeof(int);
+    if (rows < 1 || rows > m->B) return gt_error(err, GT_EXIT_FAILURE, "model: %d rows, model sized for %d", rows, m->B);
+    if (m->be->ops->to_device(m->be, m->tokens, tokens, n, err)) return -1;
+    return targets ? m->be->ops->to_device(m->be, m->targets, targets, n, err) : 0;
+}
+
+int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale, bool compute_grad,
+               double *loss_sum, GtError *err) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int C = m->desc.n_embd, V = m->desc.vocab_size, BT = rows * m->T;
+    if (upload_batch(m, tokens, targets, rows, err)) return -1;
+    forward_blocks(m, rows, compute_grad && m->policy.offload);
+    /* LM head + loss, chunked over rows; dlogits formed in place and consumed at once */
     for (int r0 = 0; r0 < BT; r0 += m->logits_rows) {
         int n = BT - r0 < m->logits_rows ? BT - r0 : m->logits_rows;
         op->matmul_forward(be, m->logits, m->lnf + (size_t)r0 * C, m->lm_head, NULL, n, C, V);
@@ -359,41 +398,19 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
             op->matmul_backward(be, m->dbtc + (size_t)r0 * C, m->dlm_head, NULL, m->logits, m->lnf + (size_t)r0 * C,
                                 m->lm_head, n, C, V);
     }
-
-    if (compute_grad) {
-        /* ---- backward ---- */
-        op->zero(be, m->dres, (size_t)BT * C * sizeof(float));
-        op->layernorm_backward(be, m->dres, m->dlnfw, m->dlnfb, m->dbtc, m->final_res, m->lnfw, m->lnf_mean,
-                               m->lnf_rstd, BT, C);
-        int last_rc = -1; /* prefetch the last recomputed layer's input */
-        for (int l = L - 1; l >= 0; l--)
-            if (recompute_layer(pol, l)) {
-                last_rc = l;
-                break;
-            }
-        if (offload && last_rc >= 0)
-            op->offload_to_device(be, m->input[last_rc], m->host_stash[last_rc], (size_t)BT * C * sizeof(float),
-                                  recompute_slot(pol, last_rc));
-        for (int l = L - 1; l >= 0; l--) {
-            if (recompute_layer(pol, l)) {
-                if (offload) {
-                    op->offload_wait(be, recompute_slot(pol, l));
-                    /* prefetch the next one needed into the other buffer while this one computes */
-                    int prev = recompute_prev(pol, l);
-                    if (prev >= 0)
-                        op->offload_to_device(be, m->input[prev], m->host_stash[prev], (size_t)BT * C * sizeof(float),
-                                              recompute_slot(pol, prev));
-                }
-                layer_forward(m, l, B, m->input[l], &m->acts[l], NULL);
-            }
-            layer_backward(m, l, B, m->input[l], &m->acts[l]);
-        }
-        op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C);
-    }
-
+    if (compute_grad) backward_blocks(m, rows);
     if (op->to_host(be, m->losses_host, m->losses, (size_t)BT * sizeof(float), err)) return -1;
     double s = 0.0;
     for (int i = 0; i < BT; i++) s += m->losses_host[i];
     *loss_sum = s;
     return 0;
+}
+
+int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, GtError *err) {
+    const int C = m->desc.n_embd, V = m->desc.vocab_size;
+    if (pos < 0 || pos >= m->T) return gt_error(err, GT_EXIT_FAILURE, "model: position %d outside [0, %d)", pos, m->T);
+    if (upload_batch(m, tokens, NULL, 1, err)) return -1;
+    forward_blocks(m, 1, false);
+    m->be->ops->matmul_forward(m->be, m->logits, m->lnf + (size_t)pos * C, m->lm_head, NULL, 1, C, V);
+    return m->be->ops->to_host(m->be, logits_host, m->logits, (size_t)V * sizeof(float), err);
 }

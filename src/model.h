@@ -90,6 +90,10 @@ void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t 
 int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale,
                bool compute_grad, double *loss_sum, GtError *err);
 
+/* Forward one row of m->T tokens (positions after pos do not matter: attention is causal) and
+ * copy the logits at position pos to logits_host[vocab_size]. For sampling. */
+int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, GtError *err);
+
 void model_zero_grads(Model *m);
 
 #endif

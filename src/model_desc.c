@@ -79,6 +79,7 @@ static const char *found_text(const cJSON *j, char *buf, size_t cap) {
 /* The one member called name; a second one is an error (cJSON would silently take the first). */
 static int get_field(const cJSON *root, const char *name, const cJSON **out, const char *path, GtError *err) {
     const cJSON *found = NULL;
+    *out = NULL;
     for (const cJSON *it = root->child; it; it = it->next) {
         if (it->string && strcmp(it->string, name) == 0) {
             if (found)
@@ -93,7 +94,7 @@ static int get_field(const cJSON *root, const char *name, const cJSON **out, con
 /* An integer field in [lo, hi]. required=false and absent/null: *out untouched, *present=false. */
 static int get_int_field(const cJSON *root, const char *name, bool required, int lo, int hi, int *out,
                          bool *present, const char *path, GtError *err) {
-    const cJSON *j;
+    const cJSON *j = NULL;
     char f[96];
     if (get_field(root, name, &j, path, err)) return -1;
     if (present) *present = false;
@@ -163,6 +164,7 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
     if (!root) {
         size_t off = end ? (size_t)(end - json) : 0;
         if (off > len) off = len;
+        while (off < len && (json[off] == ' ' || json[off] == '\t' || json[off] == '\n' || json[off] == '\r')) off++;
         int line, col;
         offset_to_line_col(json, len, off, &line, &col);
         if (off >= len)
@@ -189,7 +191,7 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
     }
     int rc = -1;
     char f[96];
-    const cJSON *j;
+    const cJSON *j = NULL;
     if (!cJSON_IsObject(root)) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a JSON object (a Hugging Face config.json), found %s", path,
                  json_type_name(root));

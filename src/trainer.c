@@ -1,14 +1,26 @@
-/* trainer.c - see trainer.h. */
+/* trainer.c - see trainer.h. One optimizer step:
+ *   rows of all micro-batches drawn first -> num_items (valid targets, all micro-batches, all ranks)
+ *   for each micro-batch: forward + backward with the loss gradient scaled by 1/num_items
+ *   grad norm -> skip on NaN/Inf -> clip -> AdamW -> zero grads -> log, eval, checkpoint */
 #include "trainer.h"
 
+#include <cJSON.h>
+#include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "data.h"
+#include "metrics.h"
 #include "optim.h"
 #include "plan.h"
+#include "report.h"
+#include "sample.h"
+#include "tboard.h"
 
 long count_items(const int *targets, size_t n) {
     long c = 0;
@@ -37,136 +49,399 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
     return 0;
 }
 
-/* Mean loss over the fixed eval windows: the first eval_max_batches * eval batch windows (all if
- * eval_max_batches is 0), in order, in chunks of at most the model's micro-batch. */
-static int evaluate(Model *m, const DataSource *val, const RunConfig *cfg, int *tok, int *tgt, double *mean_loss,
-                    long *n_tokens, GtError *err) {
-    long n_windows = data_num_eval_windows(val);
-    if (cfg->eval_max_batches > 0 && cfg->eval_max_batches * (long)cfg->per_device_eval_batch_size < n_windows)
-        n_windows = cfg->eval_max_batches * (long)cfg->per_device_eval_batch_size;
+typedef struct {
+    const RunConfig *cfg;
+    const ModelDesc *desc;
+    Backend *be;
+    Model *model;
+    DataSource *train, *val;
+    MemPlan plan;
+    MetricsWriter *metrics;
+    TBoard *tb;
+    TrainerState state;
+    int world, rank;
+    int *tok, *tgt;
+    bool tty;
+    double t_start;
+    long start_step;
+} Trainer;
+
+/* ---------------------------------------------------------------- output_dir ownership */
+
+#define RUN_FILE "gtrain_run.json"
+
+/* What makes two runs the same run: the model, the data and the seed. */
+static char *run_identity(const Trainer *t) {
+    cJSON *j = cJSON_CreateObject();
+    const ModelDesc *d = t->desc;
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->seed);
+    cJSON_AddStringToObject(j, "seed", seed);
+    cJSON_AddStringToObject(j, "train", t->cfg->data.train);
+    cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
+    cJSON_AddNumberToObject(j, "n_head", d->n_head);
+    cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
+    cJSON_AddNumberToObject(j, "vocab_size", d->vocab_size);
+    cJSON_AddNumberToObject(j, "effective_batch", (double)t->plan.effective_batch);
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+static int mkdir_p(const char *path, GtError *err) {
+    char buf[GT_PATH_MAX];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return gt_error(err, GT_EXIT_FAILURE, "output_dir: cannot create %s: %s", buf, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+        return gt_error(err, GT_EXIT_FAILURE, "output_dir: cannot create %s: %s", buf, strerror(errno));
+    struct stat sb;
+    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: output_dir: expected a directory, found a file: %s",
+                        "config", buf);
+    return 0;
+}
+
+/* Refuse an output_dir that holds a different run (or, without resume, any earlier run) unless
+ * overwrite_output_dir; then record this run's identity. */
+static int claim_output_dir(Trainer *t, bool resuming, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    if (mkdir_p(cfg->output_dir, err)) return -1;
+    checkpoint_clean_partial(cfg->output_dir);
+    char path[GT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", cfg->output_dir, RUN_FILE);
+    char *mine = run_identity(t);
+    FILE *f = fopen(path, "rb");
+    if (f) {
+        char theirs[4096] = {0};
+        size_t n = fread(theirs, 1, sizeof theirs - 1, f);
+        fclose(f);
+        theirs[n] = 0;
+        bool same = strcmp(theirs, mine) == 0;
+        if (!cfg->overwrite_output_dir && (!same || !resuming)) {
+            free(mine);
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: output_dir: %s already holds %s run; expected an empty directory (set "
+                            "overwrite_output_dir: true to replace it%s)",
+                            cfg->config_path, cfg->output_dir, same ? "an earlier" : "a different",
+                            same ? ", or resume_from_checkpoint: latest to continue it" : "");
+        }
+    }
+    GtError werr = {0};
+    FILE *w = fopen(path, "wb");
+    bool ok = w && fputs(mine, w) >= 0;
+    if (w && fclose(w) != 0) ok = false;
+    free(mine);
+    if (!ok) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot write: %s", path, strerror(errno));
+    (void)werr;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- eval */
+
+/* Mean loss over the fixed eval windows: the first eval_max_batches * per_device_eval_batch_size
+ * windows (all when eval_max_batches is 0), in order, in chunks of at most the model's micro-batch. */
+static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err) {
+    Model *m = t->model;
+    long n_windows = data_num_eval_windows(t->val);
+    long cap = t->cfg->eval_max_batches * (long)t->cfg->per_device_eval_batch_size;
+    if (t->cfg->eval_max_batches > 0 && cap < n_windows) n_windows = cap;
     double sum = 0.0;
     long items = 0;
     for (long w = 0; w < n_windows; w += m->B) {
         int rows = (int)(n_windows - w < m->B ? n_windows - w : m->B);
-        data_fill_eval(val, w, rows, tok, tgt);
+        data_fill_eval(t->val, w, rows, t->tok, t->tgt);
         double s = 0.0;
-        if (model_step(m, tok, tgt, rows, 0.0f, false, &s, err)) return -1;
+        if (model_step(m, t->tok, t->tgt, rows, 0.0f, false, &s, err)) return -1;
         sum += s;
-        items += count_items(tgt, (size_t)rows * m->T);
+        items += count_items(t->tgt, (size_t)rows * m->T);
     }
     *mean_loss = items > 0 ? sum / (double)items : NAN;
     *n_tokens = items;
     return 0;
 }
 
-static void format_mem(char *buf, size_t cap, const MemTracker *mt) {
-    char cur[32], peak[32];
-    snprintf(buf, cap, "mem %s (peak %s)", gt_format_bytes(cur, sizeof cur, mt->device_current),
-             gt_format_bytes(peak, sizeof peak, mt->device_peak));
+static int run_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) {
+    double vl;
+    long vt;
+    if (evaluate(t, &vl, &vt, err)) return -1;
+    EvalRecord r = {.step = step, .epoch = t->state.epoch, .eval_loss = vl, .eval_perplexity = exp(vl), .eval_tokens = vt};
+    char line[256];
+    if (t->tty) metrics_progress_clear(stdout);
+    gt_log("%s\n", metrics_format_eval(line, sizeof line, &r));
+    if (isnan(summary->first_val_loss)) summary->first_val_loss = vl;
+    summary->last_val_loss = vl;
+    if (t->metrics && metrics_write_eval(t->metrics, &r, err)) return -1;
+    if (t->tb) tboard_scalar(t->tb, "eval/loss", step, tboard_wall_time(), (float)vl);
+    return 0;
 }
 
-int trainer_run(const RunConfig *cfg, const ModelDesc *desc, TrainSummary *summary, GtError *err) {
-    int rc = -1;
-    const int world = 1, rank = 0;
-    Backend *be = NULL;
-    Model *model = NULL;
-    DataSource *train = NULL, *val = NULL;
-    int *tok = NULL, *tgt = NULL;
-    memset(summary, 0, sizeof *summary);
-    summary->last_val_loss = summary->first_val_loss = NAN;
+/* ---------------------------------------------------------------- signals */
 
-    if (backend_open(&be, cfg->device, 0, cfg->num_threads, err)) goto done;
-    uint64_t limit = cfg->memory_limit ? cfg->memory_limit : be->device_free_bytes;
-    MemPlan plan;
-    if (plan_resolve(&plan, desc, cfg, world, limit, err)) goto done;
-    const int B = plan.B, A = plan.A, T = cfg->data.seq_len;
+/* SIGTERM/SIGINT (Slurm preemption, Ctrl-C) are blocked during training and polled between steps:
+ * the step in flight finishes, a checkpoint is written, and the run exits 0. Once one has been
+ * seen the default action is restored, so a second signal ends the process at once. */
+static void block_stop_signals(sigset_t *set) {
+    sigemptyset(set);
+    sigaddset(set, SIGTERM);
+    sigaddset(set, SIGINT);
+    sigprocmask(SIG_BLOCK, set, NULL);
+}
 
-    gt_log("gtrain: device %s\n", be->device_name);
+static int poll_stop_signal(const sigset_t *set) {
+    struct timespec zero = {0, 0};
+    int sig = sigtimedwait(set, NULL, &zero);
+    if (sig > 0) {
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        sigprocmask(SIG_UNBLOCK, set, NULL);
+    }
+    return sig > 0 ? sig : 0;
+}
+
+/* ---------------------------------------------------------------- the run */
+
+static void sample_at_end(Trainer *t) {
+    const int n = t->cfg->sample_max_new_tokens;
+    if (n <= 0 || t->rank != 0 || t->desc->vocab_size > 256) return; /* byte-level models: no tokenizer here */
+    const int newline = '\n';
+    uint64_t rng = t->cfg->seed;
+    GtError err = {0};
+    gt_log("sample (%d tokens, temperature 0.8, top-k 40):\n", n);
+    if (sample_continue(t->model, &newline, 1, n, 0.8, 40, &rng, true, stdout, &err)) gt_warn("sample: %s\n", err.msg);
+}
+
+static void fill_step(Trainer *t, long step) {
+    const int B = t->plan.B, A = t->plan.A, T = t->cfg->data.seq_len;
+    /* rows g = (a * world + rank) * B + b of the step's global batch */
+    for (int a = 0; a < A; a++)
+        data_fill_train(t->train, t->cfg->seed, step, t->plan.effective_batch, ((long)a * t->world + t->rank) * B, B,
+                        t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
+}
+
+static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    const ModelDesc *desc = t->desc;
+    if (backend_open(&t->be, cfg->device, 0, cfg->num_threads, err)) return -1;
+    uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
+    if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
+        plan_print(&t->plan, NULL, stdout);
+        return -1;
+    }
+    const int T = cfg->data.seq_len;
+    gt_log("gtrain: device %s\n", t->be->device_name);
     gt_log("model: %d layers, %d heads, %d wide, vocab %d, %llu parameters\n", desc->n_layer, desc->n_head,
-           desc->n_embd, desc->vocab_size, (unsigned long long)plan.n_params);
+           desc->n_embd, desc->vocab_size, (unsigned long long)t->plan.n_params);
     gt_log("effective batch size = %d x %d x %d = %ld (per_device_train_batch_size x world x "
-           "gradient_accumulation_steps), %ld tokens per step\n",
-           B, world, A, plan.effective_batch, plan.tokens_per_step);
+           "gradient_accumulation_steps), %ld tokens per step, loss normalised by %s\n",
+           t->plan.B, t->world, t->plan.A, t->plan.effective_batch, t->plan.tokens_per_step,
+           cfg->loss_normalization == LOSS_NORM_TOKENS ? "the step's token count (num_items_in_batch)"
+                                                       : "micro-batch mean / accumulation steps");
 
     int split_train = DATA_SPLIT_ALL, split_val = DATA_SPLIT_ALL;
     const char *val_path = cfg->data.val;
     if (!val_path[0] && cfg->data.format == DATA_TEXT) {
-        split_train = DATA_SPLIT_TRAIN;
-        split_val = DATA_SPLIT_VAL;
+        split_train = DATA_SPLIT_TRAIN, split_val = DATA_SPLIT_VAL;
         val_path = cfg->data.train;
     }
-    if (data_open(&train, cfg->data.train, cfg->data.format, T, desc->vocab_size, split_train, cfg->data.val_fraction, err))
-        goto done;
+    if (data_open(&t->train, cfg->data.train, cfg->data.format, T, desc->vocab_size, split_train,
+                  cfg->data.val_fraction, err))
+        return -1;
     if (val_path[0] &&
-        data_open(&val, val_path, cfg->data.format, T, desc->vocab_size, split_val, cfg->data.val_fraction, err))
-        goto done;
+        data_open(&t->val, val_path, cfg->data.format, T, desc->vocab_size, split_val, cfg->data.val_fraction, err))
+        return -1;
 
-    RecomputePolicy pol = plan.policy;
-    if (model_create(&model, desc, be, B, T, pol, cfg->seed, err)) goto done;
-    plan_print(&plan, &be->mem, stdout);
+    if (model_create(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, err)) return -1;
+    plan_print(&t->plan, &t->be->mem, stdout);
+    if (cfg->init_from[0]) {
+        if (checkpoint_load_weights(t->model, cfg->init_from, err)) return -1;
+        gt_log("initialised from %s\n", cfg->init_from);
+    }
 
     long max_steps = cfg->max_steps;
     if (max_steps <= 0) {
-        double steps = ceil(cfg->num_train_epochs * (double)data_num_tokens(train) / (double)plan.tokens_per_step);
+        double steps = ceil(cfg->num_train_epochs * (double)data_num_tokens(t->train) / (double)t->plan.tokens_per_step);
         max_steps = steps < 1 ? 1 : (long)steps;
     }
-    const size_t step_rows = (size_t)B * A;
-    tok = gt_xmalloc(step_rows * T * sizeof(int));
-    tgt = gt_xmalloc(step_rows * T * sizeof(int));
+    t->state = (TrainerState){.max_steps = max_steps, .seed = cfg->seed, .effective_batch = t->plan.effective_batch,
+                              .world_size = t->world, .per_device_train_batch_size = t->plan.B,
+                              .gradient_accumulation_steps = t->plan.A};
 
-    double t_start = gt_now_seconds(), tokens_done = 0;
-    for (long step = 0; step < max_steps; step++) {
+    /* resume */
+    bool resuming = cfg->resume_from_checkpoint[0] != 0;
+    if (t->rank == 0 && claim_output_dir(t, resuming, err)) return -1;
+    if (resuming) {
+        char dir[GT_PATH_MAX];
+        if (strcmp(cfg->resume_from_checkpoint, "latest") == 0) {
+            if (checkpoint_find_latest(cfg->output_dir, dir, sizeof dir, err)) return -1;
+        } else {
+            snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
+        }
+        TrainerState st;
+        if (checkpoint_load(dir, t->model, &st, err)) return -1;
+        if (st.effective_batch != t->state.effective_batch || st.world_size != t->world || st.seed != cfg->seed)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s/trainer_state.json: expected effective batch %ld, world size %d, seed %llu as this run; "
+                            "found %ld, %d, %llu (exact resume needs the same)",
+                            dir, t->state.effective_batch, t->world, (unsigned long long)cfg->seed, st.effective_batch,
+                            st.world_size, (unsigned long long)st.seed);
+        t->state.global_step = st.global_step;
+        t->state.epoch = st.epoch;
+        t->state.skipped_steps = st.skipped_steps;
+        t->state.adam_t = st.adam_t;
+        gt_log("resumed from %s at step %ld\n", dir, st.global_step);
+    }
+    t->start_step = t->state.global_step;
+    if (t->rank == 0) {
+        if (resuming && metrics_prune(cfg->output_dir, t->state.global_step, err)) return -1;
+        if (!(t->metrics = metrics_open(cfg->output_dir, resuming, err))) return -1;
+        GtError tberr = {0};
+        if (tboard_open(&t->tb, cfg->output_dir, &tberr)) gt_warn("%s (no TensorBoard events)\n", tberr.msg);
+    }
+    const size_t step_rows = (size_t)t->plan.B * t->plan.A;
+    t->tok = gt_xmalloc(step_rows * T * sizeof(int));
+    t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
+    summary->steps = t->state.global_step;
+    return 0;
+}
+
+static int save_checkpoint(Trainer *t, GtError *err) {
+    if (t->rank != 0) return 0;
+    if (checkpoint_save(t->cfg->output_dir, t->model, &t->state, t->cfg->save_total_limit, err)) return -1;
+    if (t->tty) metrics_progress_clear(stdout);
+    gt_log("saved %s/checkpoint-%ld\n", t->cfg->output_dir, t->state.global_step);
+    return 0;
+}
+
+static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    Model *m = t->model;
+    const long max_steps = t->state.max_steps;
+    const uint64_t train_tokens = data_num_tokens(t->train);
+    sigset_t stop;
+    block_stop_signals(&stop);
+    long skipped_in_a_row = 0;
+    t->t_start = gt_now_seconds();
+    double tokens_done = 0;
+    for (long step = t->state.global_step; step < max_steps; step++) {
         double t0 = gt_now_seconds();
-        /* all micro-batches of the step first: rows g = (a * world + rank) * B + b of the global batch */
-        for (int a = 0; a < A; a++)
-            data_fill_train(train, cfg->seed, step, plan.effective_batch, ((long)a * world + rank) * B, B,
-                            tok + (size_t)a * B * T, tgt + (size_t)a * B * T);
-        long num_items = count_items(tgt, step_rows * T);
+        fill_step(t, step);
+        const size_t n_tok = (size_t)t->plan.B * t->plan.A * cfg->data.seq_len;
+        long num_items = count_items(t->tgt, n_tok);
         double loss_sum = 0.0;
-        if (trainer_accumulate(model, tok, tgt, B, A, cfg->loss_normalization, num_items, &loss_sum, err)) goto done;
+        if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, cfg->loss_normalization, num_items, &loss_sum,
+                               err))
+            return -1;
         double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;
-        double norm = grad_global_norm(model);
-        clip_grads(model, norm, cfg->max_grad_norm);
+        double norm = grad_global_norm(m);
         double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, cfg->warmup_steps, max_steps);
-        adamw_step(model, lr, cfg, (int)(step + 1));
-        model_zero_grads(model);
-        be->ops->synchronize(be);
+        bool skip = !isfinite(loss) || !isfinite(norm);
+        if (skip) {
+            t->state.skipped_steps++;
+            skipped_in_a_row++;
+        } else {
+            skipped_in_a_row = 0;
+            clip_grads(m, norm, cfg->max_grad_norm);
+            adamw_step(m, lr, cfg, (int)++t->state.adam_t);
+        }
+        model_zero_grads(m);
+        t->be->ops->synchronize(t->be);
         double dt = gt_now_seconds() - t0;
-        tokens_done += (double)plan.tokens_per_step;
-        if (step == 0) summary->first_loss = loss;
+        tokens_done += (double)t->plan.tokens_per_step;
+        t->state.global_step = step + 1;
+        t->state.epoch = (double)t->state.global_step * (double)t->plan.tokens_per_step / (double)train_tokens;
+        if (step == t->start_step) summary->first_loss = loss;
         summary->last_loss = loss;
         summary->steps = step + 1;
 
+        TrainRecord r = {.step = step + 1, .epoch = t->state.epoch, .loss = loss, .lr = lr, .grad_norm = norm,
+                         .tokens_per_sec = (double)t->plan.tokens_per_step / dt, .step_time_ms = dt * 1e3,
+                         .effective_batch = t->plan.effective_batch, .num_items = num_items, .skipped = skip};
+        memcpy(r.mem_current, t->be->mem.current, sizeof r.mem_current);
+        memcpy(r.mem_peak, t->be->mem.peak, sizeof r.mem_peak);
         bool last = step + 1 == max_steps;
-        if ((cfg->logging_steps > 0 && (step + 1) % cfg->logging_steps == 0) || step == 0 || last) {
-            char mem[96];
-            format_mem(mem, sizeof mem, &be->mem);
-            gt_log("step %ld/%ld | loss %.4f | lr %.3e | grad norm %.4f | %.0f tok/s | %.1f ms | eff batch %ld | "
-                   "items %ld | %s\n",
-                   step + 1, max_steps, loss, lr, norm, (double)plan.tokens_per_step / dt, dt * 1e3,
-                   plan.effective_batch, num_items, mem);
+        bool log_now = (cfg->logging_steps > 0 && (step + 1) % cfg->logging_steps == 0) || step == t->start_step ||
+                       last || skip;
+        if (log_now) {
+            char line[512];
+            if (t->tty) metrics_progress_clear(stdout);
+            gt_log("%s\n", metrics_format_console(line, sizeof line, &r, max_steps));
+            if (t->metrics && metrics_write_train(t->metrics, &r, err)) return -1;
+            if (t->tb) {
+                double wt = tboard_wall_time();
+                tboard_scalar(t->tb, "train/loss", step + 1, wt, (float)loss);
+                tboard_scalar(t->tb, "train/lr", step + 1, wt, (float)lr);
+                tboard_scalar(t->tb, "train/grad_norm", step + 1, wt, (float)norm);
+                tboard_scalar(t->tb, "train/tokens_per_sec", step + 1, wt, (float)r.tokens_per_sec);
+            }
         }
-        if (val && ((cfg->eval_steps > 0 && (step + 1) % cfg->eval_steps == 0) || last)) {
-            double vl;
-            long vt;
-            int *etok = gt_xmalloc((size_t)B * T * sizeof(int)), *etgt = gt_xmalloc((size_t)B * T * sizeof(int));
-            int erc = evaluate(model, val, cfg, etok, etgt, &vl, &vt, err);
-            free(etok);
-            free(etgt);
-            if (erc) goto done;
-            if (isnan(summary->first_val_loss)) summary->first_val_loss = vl;
-            summary->last_val_loss = vl;
-            gt_log("eval step %ld | val loss %.4f | perplexity %.3f | %ld tokens\n", step + 1, vl, exp(vl), vt);
+        if (t->tty && t->rank == 0) metrics_progress_from(stdout, step + 1, t->start_step, max_steps, gt_now_seconds() - t->t_start);
+        if (skip) {
+            gt_warn("step %ld: %s is not finite: step skipped, weights unchanged (%ld in a row)\n", step + 1,
+                    isfinite(loss) ? "the gradient norm" : "the loss", skipped_in_a_row);
+            if (cfg->nan_policy == NAN_STOP)
+                return gt_error(err, GT_EXIT_FAILURE,
+                                "step %ld: non-finite loss or gradient norm and nan_policy is stop; the last good "
+                                "checkpoint is kept in %s",
+                                step + 1, cfg->output_dir);
+            if (cfg->max_skipped_steps > 0 && skipped_in_a_row >= cfg->max_skipped_steps)
+                return gt_error(err, GT_EXIT_FAILURE,
+                                "step %ld: %ld steps in a row skipped for non-finite loss or gradient norm "
+                                "(max_skipped_steps %ld); the last good checkpoint is kept in %s",
+                                step + 1, skipped_in_a_row, cfg->max_skipped_steps, cfg->output_dir);
         }
+        if (t->val && ((cfg->eval_steps > 0 && (step + 1) % cfg->eval_steps == 0) || last) && run_eval(t, step + 1, summary, err))
+            return -1;
+        bool save = cfg->save_steps > 0 && ((step + 1) % cfg->save_steps == 0 || last);
+        int sig = poll_stop_signal(&stop);
+        if (sig) {
+            if (t->tty) metrics_progress_clear(stdout);
+            gt_log("received %s: finishing at step %ld\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", step + 1);
+            if (save_checkpoint(t, err)) return -1;
+            summary->stopped_by_signal = 1;
+            break;
+        }
+        if (save && save_checkpoint(t, err)) return -1;
     }
-    summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t_start);
-    rc = 0;
-done:
-    free(tok);
-    free(tgt);
-    model_free(model);
-    data_close(train);
-    data_close(val);
-    backend_close(be);
+    summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t->t_start);
+    sigprocmask(SIG_UNBLOCK, &stop, NULL);
+    return 0;
+}
+
+int trainer_run(const RunConfig *cfg, const ModelDesc *desc, TrainSummary *summary, GtError *err) {
+    Trainer t = {.cfg = cfg, .desc = desc, .world = 1, .rank = 0, .tty = isatty(STDOUT_FILENO)};
+    memset(summary, 0, sizeof *summary);
+    summary->last_val_loss = summary->first_val_loss = NAN;
+    int rc = open_run(&t, summary, err);
+    if (rc == 0) rc = train_loop(&t, summary, err);
+    if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
+        rc = checkpoint_save_weights(cfg->output_dir, t.model, false, err);
+        if (rc == 0) gt_log("weights: %s/model.safetensors (Hugging Face GPT-2 layout)\n", cfg->output_dir);
+        sample_at_end(&t);
+    }
+    GtError cerr = {0};
+    if (metrics_close(t.metrics, &cerr) && rc == 0) {
+        *err = cerr;
+        rc = -1;
+    }
+    tboard_close(t.tb);
+    if (t.rank == 0 && t.metrics) {
+        GtError rerr = {0};
+        if (report_write(cfg->output_dir, &rerr) == 0)
+            gt_log("report: %s/report.svg\n", cfg->output_dir);
+        else
+            gt_warn("%s\n", rerr.msg);
+    }
+    free(t.tok);
+    free(t.tgt);
+    model_free(t.model);
+    data_close(t.train);
+    data_close(t.val);
+    backend_close(t.be);
     return rc;
 }

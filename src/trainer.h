@@ -25,6 +25,7 @@ typedef struct {
     double last_val_loss; /* NaN when there was no eval */
     double first_val_loss;
     double tokens_per_sec;
+    int stopped_by_signal; /* SIGTERM/SIGINT ended the run after a checkpoint */
 } TrainSummary;
 
 /* Run the whole job described by cfg. */

@@ -141,7 +141,7 @@ Test(config, defaults_are_hf_like) {
 }
 
 Test(config, schema_lookup) {
-    cr_assert_gt(config_schema_count(), 40);
+    cr_assert_geq(config_schema_count(), 39);
     cr_assert_leq(config_schema_count(), GT_CONFIG_MAX_KEYS);
     const char *keys[] = {"model", "init_from", "data.train", "data.val", "data.format", "data.seq_len",
                           "data.val_fraction", "per_device_train_batch_size", "train_batch_size",
@@ -557,7 +557,7 @@ Test(config, too_big) {
     char path[512];
     snprintf(path, sizeof path, "%s/big.yaml", g_dir);
     FILE *f = fopen(path, "wb");
-    for (int i = 0; i < 40000; i++) fputs("# padding padding padding\n", f);
+    for (int i = 0; i < 50000; i++) fputs("# padding padding padding\n", f);
     fclose(f);
     RunConfig *c = new_cfg();
     GtError err = {0};

@@ -827,3 +827,4 @@ Test(blas, core_choice) {
 #endif
     cr_expect(strlen(blas_core_name()) > 0);
 }
+

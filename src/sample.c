@@ -1,0 +1,134 @@
+/* sample.c - see sample.h. Each new token re-runs the forward over the window (no KV cache):
+ * simple, and fast enough for the short samples it is for. */
+#include "sample.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checkpoint.h"
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int sample_token(const float *logits, int V, double temperature, int top_k, uint64_t *rng) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (logits[v] > logits[best]) best = v;
+    if (temperature <= 0.0) return best;
+    /* top-k threshold: the k-th largest logit (k small: partial selection by repeated scans) */
+    double threshold = -INFINITY;
+    if (top_k > 0 && top_k < V) {
+        float *copy = gt_xmalloc((size_t)V * sizeof *copy);
+        memcpy(copy, logits, (size_t)V * sizeof *copy);
+        for (int k = 0; k < top_k; k++) {
+            int arg = 0;
+            for (int v = 1; v < V; v++)
+                if (copy[v] > copy[arg]) arg = v;
+            threshold = copy[arg];
+            copy[arg] = -INFINITY;
+        }
+        free(copy);
+    }
+    double sum = 0.0;
+    for (int v = 0; v < V; v++)
+        if (logits[v] >= threshold) sum += exp((logits[v] - logits[best]) / temperature);
+    double u = (double)(next_u64(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
+    for (int v = 0; v < V; v++) {
+        if (logits[v] < threshold) continue;
+        acc += exp((logits[v] - logits[best]) / temperature);
+        if (acc >= u) return v;
+    }
+    return best;
+}
+
+static int parse_ids(const char *s, int V, int **out, int *n, GtError *err) {
+    int cap = 16;
+    *out = gt_xmalloc((size_t)cap * sizeof **out);
+    *n = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v >= V) {
+            free(*out);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected comma-separated token ids in [0, %d), found \"%.20s\"", V, s);
+        }
+        if (*n == cap) *out = gt_xrealloc(*out, (size_t)(cap *= 2) * sizeof **out);
+        (*out)[(*n)++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') {
+            free(*out);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected a comma, found \"%.20s\"", end);
+        }
+    }
+    return 0;
+}
+
+int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double temperature, int top_k,
+                    uint64_t *rng, bool text, FILE *out, GtError *err) {
+    const int T = m->T, V = m->desc.vocab_size;
+    int *row = gt_xcalloc((size_t)T, sizeof *row);
+    float *logits = gt_xmalloc((size_t)V * sizeof *logits);
+    int rc = 0;
+    /* the last T prompt tokens form the window */
+    int len = n_prompt < T ? n_prompt : T;
+    memcpy(row, prompt + (n_prompt - len), (size_t)len * sizeof *row);
+    for (int i = 0; i < n_new; i++) {
+        if ((rc = model_logits_at(m, row, len - 1, logits, err))) break;
+        int next = sample_token(logits, V, temperature, top_k, rng);
+        if (len < T)
+            row[len++] = next;
+        else { /* slide the window */
+            memmove(row, row + 1, (size_t)(T - 1) * sizeof *row);
+            row[T - 1] = next;
+        }
+        if (text)
+            fputc((next >= 32 && next < 127) || next == '\n' || next == '\t' ? next : '?', out);
+        else
+            fprintf(out, "%s%d", i ? "," : "", next);
+    }
+    fputc('\n', out);
+    fflush(out);
+    free(row), free(logits);
+    return rc;
+}
+
+int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
+    char cfg_path[GT_PATH_MAX + 32];
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->checkpoint);
+    ModelDesc d;
+    if (model_desc_load(&d, cfg_path, err)) return -1;
+    int *prompt = NULL, n_prompt = 0;
+    bool text = o->prompt_ids == NULL;
+    if (!text) {
+        if (parse_ids(o->prompt_ids, d.vocab_size, &prompt, &n_prompt, err)) return -1;
+        if (n_prompt == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected at least one token id");
+    } else {
+        if (d.vocab_size < 256)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: vocab_size %d: --prompt text needs a byte-level model (vocab >= 256); use --prompt-ids",
+                            cfg_path, d.vocab_size);
+        const char *p = o->prompt && o->prompt[0] ? o->prompt : "\n";
+        n_prompt = (int)strlen(p);
+        prompt = gt_xmalloc((size_t)n_prompt * sizeof *prompt);
+        for (int i = 0; i < n_prompt; i++) prompt[i] = (unsigned char)p[i];
+    }
+    Backend *be = NULL;
+    Model *m = NULL;
+    int rc = -1;
+    if (backend_open(&be, DEVICE_AUTO, 0, 0, err)) goto done;
+    if (model_create(&m, &d, be, 1, d.n_positions, recompute_policy(false, 1, false, d.n_layer), 0, err)) goto done;
+    if (checkpoint_load_weights(m, o->checkpoint, err)) goto done;
+    uint64_t rng = o->seed;
+    if (text && o->prompt) fputs(o->prompt, out);
+    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, o->top_k, &rng, text, out, err);
+done:
+    free(prompt);
+    model_free(m);
+    backend_close(be);
+    return rc;
+}

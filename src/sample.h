@@ -1,0 +1,27 @@
+/* sample.h - text generation from a trained model: `gtrain sample`, and the demo's closing sample. */
+#ifndef GT_SAMPLE_H
+#define GT_SAMPLE_H
+
+#include "model.h"
+
+/* Draw a token from logits[V] with temperature (<= 0: greedy) and top-k (0: all); rng advanced. */
+int sample_token(const float *logits, int V, double temperature, int top_k, uint64_t *rng);
+
+typedef struct {
+    const char *checkpoint;  /* a run dir or checkpoint-N dir: config.json + model.safetensors */
+    const char *prompt;      /* byte-level text (vocab 256 models) */
+    const char *prompt_ids;  /* "1,2,3": token ids, for models with a vocabulary of their own */
+    int max_new_tokens;
+    double temperature;
+    int top_k;
+    uint64_t seed;
+} SampleOptions;
+
+/* Continue prompt[n_prompt] by n_new tokens, printing them to out (bytes when text, else ids). */
+int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double temperature, int top_k,
+                    uint64_t *rng, bool text, FILE *out, GtError *err);
+
+/* Load the checkpoint on the CPU/GPU (device auto) and print the continuation to out. */
+int sample_run(const SampleOptions *o, FILE *out, GtError *err);
+
+#endif
