@@ -98,3 +98,6 @@ bench: $(BUILD)/gtrain $(BUILD)/bench_step
 
 clean:
 	rm -rf build build-asan build-*
+
+# Optional pieces (fuzzing, MPI tools) keep their rules in mk/*.mk.
+-include $(wildcard mk/*.mk)

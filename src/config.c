@@ -33,6 +33,7 @@ static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
+static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 
 typedef struct {
     const char *key; /* dotted for nested keys */
@@ -135,6 +136,20 @@ static const KeySpec SCHEMA[] = {
      .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
     {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
      .doc = "CPU threads; 0 = all cores."},
+    {.key = "overwrite_output_dir", .type = KT_BOOL, FIELD(overwrite_output_dir), .def = "false",
+     .doc = "Allow output_dir to hold an earlier or different run (its checkpoints are then replaced)."},
+    {.key = "nan_policy", .type = KT_ENUM, FIELD(nan_policy), .def = "skip", .names = NAN_NAMES,
+     .doc = "A non-finite loss or gradient norm: skip the step (no update) or stop the run."},
+    {.key = "max_skipped_steps", .type = KT_INT, FIELD(max_skipped_steps), .def = "10", .imin = 0, .imax = BIG,
+     .doc = "Stop after this many skipped (non-finite) steps in a row; 0 = never."},
+    {.key = "sample_max_new_tokens", .type = KT_INT, FIELD(sample_max_new_tokens), .def = "0", .imin = 0,
+     .imax = 1 << 20, .doc = "At the end, print a sample of this many tokens (byte-level models); 0 = none."},
+    {.key = "zero_stage", .type = KT_INT, FIELD(zero_stage), .def = "0", .imin = 0, .imax = 1,
+     .doc = "0: plain data parallel; 1: AdamW state sharded across ranks (ZeRO-1)."},
+    {.key = "dist_init_file", .type = KT_PATH, FIELD(dist_init_file), .def = "",
+     .doc = "File on a shared filesystem for the NCCL id exchange when launched by srun without MPI."},
+    {.key = "dist_timeout", .type = KT_FLOAT, FIELD(dist_timeout), .def = "300", .fmin = 0, .fmax = 1e6,
+     .fmin_open = true, .doc = "Seconds a collective waits for the other ranks before the job is aborted."},
 };
 
 #define N_KEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))

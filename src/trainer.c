@@ -228,6 +228,9 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
     if (backend_open(&t->be, cfg->device, 0, cfg->num_threads, err)) return -1;
+    if (cfg->precision != PREC_FP32)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: precision: expected fp32 on the %s backend (bf16 is not built yet), found %s",
+                        cfg->config_path, t->be->ops->name, config_precision_name(cfg->precision));
     uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
     if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
         plan_print(&t->plan, NULL, stdout);

@@ -1,0 +1,49 @@
+/* dist.h - data parallel across processes: world size, rank, local rank, and the collectives the
+ * trainer needs. CPU backend: MPI (Open MPI). CUDA backend: NCCL, its unique id broadcast over MPI,
+ * or exchanged through dist_init_file on a shared filesystem for srun-only launches.
+ * One process with no launcher is world size 1 and needs neither (every call is then a no-op).
+ *
+ * Rank discovery, in order: Open MPI (OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK), PMI/PMIx
+ * (PMI_RANK/PMI_SIZE), Slurm (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID), torchrun-style
+ * (RANK, WORLD_SIZE, LOCAL_RANK).
+ *
+ * Failure: every collective waits at most `timeout_s`; on a timeout or an error this rank prints
+ * one line naming itself and what it waited for, and the whole job is aborted (MPI_Abort), so no
+ * rank hangs. */
+#ifndef GT_DIST_H
+#define GT_DIST_H
+
+#include "backend.h"
+#include "common.h"
+
+typedef struct Dist Dist;
+
+/* argc/argv for MPI_Init. timeout_s: collective timeout in seconds. */
+int dist_init(Dist **out, int *argc, char ***argv, double timeout_s, GtError *err);
+void dist_finalize(Dist *d); /* NULL is fine */
+int dist_rank(const Dist *d);
+int dist_world(const Dist *d);
+int dist_local_rank(const Dist *d);
+/* "mpi", "none" (world 1), ... for logs */
+const char *dist_transport(const Dist *d);
+
+/* In-place sum over ranks of n floats at buf (host memory for the CPU backend). */
+int dist_allreduce_f32(Dist *d, float *buf, size_t n, GtError *err);
+/* Start an in-place sum without waiting (for overlapping with backward); dist_wait_all waits for
+ * every started one. */
+int dist_allreduce_f32_start(Dist *d, float *buf, size_t n, GtError *err);
+int dist_wait_all(Dist *d, GtError *err);
+/* Sums of host scalars. */
+int dist_allreduce_i64(Dist *d, int64_t *v, int n, GtError *err);
+int dist_allreduce_f64(Dist *d, double *v, int n, GtError *err);
+/* ZeRO-1: buf holds world * shard floats; after the call this rank's shard
+ * buf[rank*shard .. (rank+1)*shard) holds the sum over ranks (the rest is undefined). */
+int dist_reduce_scatter_f32(Dist *d, float *buf, size_t shard, GtError *err);
+/* every rank's shard gathered into buf (world * shard floats), in place */
+int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err);
+/* all ranks agree a value (e.g. 1 = "I failed"): max over ranks */
+int dist_allreduce_max_i32(Dist *d, int *v, GtError *err);
+/* End the whole job now: this rank's message is printed by the caller first. */
+void dist_abort(Dist *d, int exit_code);
+
+#endif
