@@ -15,8 +15,8 @@ CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
 CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
-CFLAGS   += -std=c11 $(OPT) $(ARCH_FLAGS) -g -fopenmp -D_GNU_SOURCE $(WARN) $(PKG_CFLAGS) -Isrc $(SAN)
-LDLIBS   += $(PKG_LIBS) -fopenmp -lm $(SAN)
+CFLAGS   += -std=c11 $(OPT) $(ARCH_FLAGS) -g -fopenmp -fno-math-errno -D_GNU_SOURCE $(WARN) $(PKG_CFLAGS) -Isrc $(SAN)
+LDLIBS   += $(PKG_LIBS) -fopenmp -lmvec -lm $(SAN)
 
 # CUDA backend: built when nvcc is found (CUDA=0 leaves it out, CUDA=1 insists).
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))

@@ -1,0 +1,142 @@
+/* cuda_common.cuh - shared by the CUDA backend's translation units (the .cu files in cuda/).
+ *
+ * Error policy:
+ *   - calls on paths that can report an error (backend creation, to_device/to_host) turn a CUDA
+ *     failure into a GtError with "file:line: call: error string";
+ *   - ops return void (backend.h), so a CUDA/cuBLAS failure inside an op prints
+ *     "file:line: call: error string" on stderr and exits with status 1 (GT_EXIT_FAILURE). Such a
+ *     failure means a bug or a dead device; there is nothing a caller could do with it.
+ *   - kernel launches are checked with CUDA_CHECK_LAUNCH() (cudaGetLastError) right after.
+ *
+ * Determinism: no kernel that feeds a gradient uses atomics; every reduction has an order fixed by
+ * the code and the shapes (grid sizes depend on shapes only, never on the device's SM count). */
+#ifndef GT_CUDA_COMMON_CUH
+#define GT_CUDA_COMMON_CUH
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+/* ---- error checks ---- */
+
+static inline void gtc_cuda_check(cudaError_t e, const char *call, const char *file, int line) {
+    if (e != cudaSuccess) {
+        fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cudaGetErrorString(e));
+        exit(GT_EXIT_FAILURE);
+    }
+}
+
+static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const char *file, int line) {
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "%s:%d: %s: %s\n", file, line, call, cublasGetStatusString(s));
+        exit(GT_EXIT_FAILURE);
+    }
+}
+
+/* inside ops: print file:line and exit(1) on failure */
+#define CUDA_CHECK(call) gtc_cuda_check((call), #call, __FILE__, __LINE__)
+#define CUBLAS_CHECK(call) gtc_cublas_check((call), #call, __FILE__, __LINE__)
+#define CUDA_CHECK_LAUNCH() gtc_cuda_check(cudaGetLastError(), "kernel launch", __FILE__, __LINE__)
+
+/* ---- backend-private state ---- */
+
+/* Internal scratch: not tracked by the MemTracker (it is the backend's, not the run's); its size
+ * is printed once when the backend opens. */
+#define GTC_LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
+#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums (grows on demand) */
+#define GTC_SS_PARTS 256                          /* sum_squares: fixed number of partial sums */
+
+typedef struct {
+    int device;
+    cudaStream_t compute;
+    cudaStream_t copy;
+    /* per offload slot: ready = "compute issued so far" (recorded on compute, waited on by copy),
+     * done = "the slot's last copy finished" (recorded on copy, waited on by compute) */
+    cudaEvent_t ready[2];
+    cudaEvent_t done[2];
+    cublasHandle_t cublas;
+    cublasLtHandle_t lt;
+    void *lt_workspace;
+    void *scratch; /* column-reduction partials */
+    size_t scratch_bytes;
+    double *ss_partials; /* GTC_SS_PARTS + 1 doubles on the device */
+    double *ss_host;     /* 1 pinned double */
+} CudaImpl;
+
+static inline CudaImpl *gtc_impl(Backend *b) { return (CudaImpl *)b->impl; }
+static inline cudaStream_t gtc_stream(Backend *b) { return gtc_impl(b)->compute; }
+
+/* Scratch of at least `bytes` on the device (backend_cuda.cu). Growing it synchronises the
+ * compute stream once (the old buffer may still be in use); it happens only when a larger
+ * reduction than any before is asked for. */
+void *gtc_scratch(Backend *b, size_t bytes);
+
+/* ---- launch helpers ---- */
+
+#define GTC_THREADS 256
+
+/* blocks for a grid-stride elementwise kernel over n items (result never depends on the grid) */
+static inline unsigned gtc_blocks(size_t n, int threads) {
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    if (blocks < 1) blocks = 1;
+    if (blocks > 65536) blocks = 65536;
+    return (unsigned)blocks;
+}
+
+/* Deterministic warp reductions: xor butterflies. Every lane ends with the same bits, since at
+ * each level lane a computes x_a + x_b and lane b computes x_b + x_a (addition commutes). */
+__device__ __forceinline__ float gtc_warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ double gtc_warp_sum_d(double v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float gtc_warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ---- */
+
+/* kernels_misc.cu */
+void gtc_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
+                         const float *wpe, int B, int T, int C);
+void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
+                          const int *tokens, int B, int T, int C);
+void gtc_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *bias, int N, int C, float eps);
+void gtc_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, const float *mean, const float *rstd,
+                            int N, int C);
+void gtc_gelu_forward(Backend *b, float *out, const float *inp, size_t n);
+void gtc_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout, size_t n);
+void gtc_add(Backend *b, float *out, const float *x, const float *y, size_t n);
+void gtc_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N, int V,
+                      float dloss_scale, int compute_grad);
+void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
+               float beta1, float beta2, float eps, float weight_decay, int t);
+double gtc_sum_squares(Backend *b, const float *x, size_t n);
+void gtc_scale(Backend *b, float *x, float s, size_t n);
+/* dst[c] += sum_n src[n * C + c], rows summed in a fixed order (bias gradients) */
+void gtc_colsum_accumulate(Backend *b, float *dst, const float *src, int N, int C);
+/* out[n, c] += bias[c] (fallback when the GEMM has no bias epilogue) */
+void gtc_add_bias(Backend *b, float *out, const float *bias, int N, int C);
+
+/* kernels_attention.cu */
+int gtc_attention_init(GtError *err); /* sets the kernels' shared-memory limits; 0 or -1 */
+void gtc_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B, int T,
+                           int C, int NH);
+void gtc_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
+                            const float *qkv, const float *out, const float *lse, int B, int T,
+                            int C, int NH);
+
+#endif

@@ -1,0 +1,407 @@
+/* kernels_attention.cu - causal multi-head self-attention, flash-style, fp32.
+ *
+ * Layouts (backend.h): qkv[B, T, 3C] with q | k | v, each C = NH heads of hs = C/NH channels;
+ * out[B, T, C]; lse[B, NH, T] = log sum_j exp(scale * q_t . k_j) over j <= t, scale = 1/sqrt(hs).
+ * Nothing of size B*NH*T*T is ever stored: scores live in registers, one key tile at a time.
+ *
+ * Forward: one block per (query tile of ATT_BR rows, head, batch); 4 warps, each owning ATT_BR/4
+ * query rows. Key/value tiles of 32 rows go through shared memory; lane j scores key j of the
+ * tile, the warp keeps the online-softmax state (max, sum) and each lane owns channels
+ * d = lane + 32 r (r < 4, so hs <= 128) of the output accumulator.
+ *
+ * Backward (no atomics):
+ *   D[b,h,t] = sum_d dout * out            (into the caller's workspace)
+ *   P_tj = exp(scale * q_t . k_j - lse_t), dP_tj = dout_t . v_j, dS_tj = P_tj (dP_tj - D_t)
+ *   dv_j = sum_t P_tj dout_t,  dk_j = scale sum_t dS_tj q_t   (kernel 1: one block per key tile,
+ *                                                               looping over query tiles)
+ *   dq_t = scale sum_j dS_tj k_j                              (kernel 2: one block per query
+ *                                                               tile, looping over key tiles)
+ * Every dq/dk/dv element is written once by one thread, sums run in a fixed order, so the result
+ * is deterministic and dqkv is fully overwritten.
+ *
+ * TODO(perf/bf16): tensor-core (mma) tiles with bf16 inputs; this fp32 version runs on CUDA cores
+ * and is meant for exact comparison with the CPU. */
+#include "cuda_common.cuh"
+
+#include <math.h>
+
+#define ATT_WARPS 4
+#define ATT_THREADS (ATT_WARPS * 32)
+#define ATT_BR 16 /* query rows per block (forward, dq) */
+#define ATT_BC 32 /* keys per tile = warp size (forward, dq) */
+#define ATT_BK 16 /* key rows per block (dk/dv) */
+#define ATT_BQ 32 /* queries per tile = warp size (dk/dv) */
+#define ATT_RPW (ATT_BR / ATT_WARPS) /* rows per warp */
+#define ATT_KPW (ATT_BK / ATT_WARPS) /* keys per warp */
+#define ATT_MAX_HS 128
+#define ATT_DPL (ATT_MAX_HS / 32) /* channels per lane */
+
+/* padded row stride of shared tiles: odd, so lanes reading rows (stride ld) hit distinct banks */
+static __host__ __device__ inline int att_ld(int hs) { return (hs & 1) ? hs : hs + 1; }
+
+static size_t att_fwd_smem(int hs) {
+    return (size_t)((ATT_BR + ATT_BC) * att_ld(hs) + ATT_BC * hs) * sizeof(float);
+}
+static size_t att_dq_smem(int hs) {
+    return (size_t)((2 * ATT_BR + 2 * ATT_BC) * att_ld(hs)) * sizeof(float);
+}
+static size_t att_dkdv_smem(int hs) {
+    return (size_t)((2 * ATT_BK + 2 * ATT_BQ) * att_ld(hs) + 2 * ATT_BQ) * sizeof(float);
+}
+
+/* load rows [r0, r0 + rows) of one head's slice (row stride C3 in global) into a shared tile with
+ * row stride ld; rows at or past T are zero */
+__device__ __forceinline__ void att_load_tile(float *dst, int ld, const float *src, size_t stride,
+                                              int r0, int rows, int T, int hs) {
+    for (int idx = threadIdx.x; idx < rows * hs; idx += blockDim.x) {
+        int r = idx / hs, d = idx - r * hs;
+        int t = r0 + r;
+        dst[r * ld + d] = t < T ? src[(size_t)t * stride + d] : 0.0f;
+    }
+}
+
+/* ------------------------------------------------------------------ forward */
+
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH,
+                             float scale) {
+    extern __shared__ float sm[];
+    int hs = C / NH, ld = att_ld(hs);
+    float *Qs = sm;                 /* [ATT_BR][ld] */
+    float *Ks = Qs + ATT_BR * ld;   /* [ATT_BC][ld] */
+    float *Vs = Ks + ATT_BC * ld;   /* [ATT_BC][hs] */
+    int q0 = blockIdx.x * ATT_BR, h = blockIdx.y, bb = blockIdx.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    size_t C3 = (size_t)3 * C;
+    const float *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+    const float *kbase = qbase + C;
+    const float *vbase = qbase + 2 * C;
+
+    att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
+
+    float m[ATT_RPW], l[ATT_RPW], o[ATT_RPW][ATT_DPL];
+    #pragma unroll
+    for (int i = 0; i < ATT_RPW; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+        #pragma unroll
+        for (int r = 0; r < ATT_DPL; r++) o[i][r] = 0.0f;
+    }
+    int q_last = min(q0 + ATT_BR, T) - 1;
+    for (int k0 = 0; k0 <= q_last; k0 += ATT_BC) {
+        __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */
+        att_load_tile(Ks, ld, kbase, C3, k0, ATT_BC, T, hs);
+        att_load_tile(Vs, hs, vbase, C3, k0, ATT_BC, T, hs);
+        __syncthreads();
+        #pragma unroll
+        for (int i = 0; i < ATT_RPW; i++) {
+            int r = warp + ATT_WARPS * i;
+            int t = q0 + r;
+            if (t >= T || k0 > t) continue; /* warp-uniform */
+            int j = k0 + lane;
+            float s = -INFINITY;
+            if (j <= t) {
+                const float *q = Qs + r * ld, *k = Ks + lane * ld;
+                float dot = 0.0f;
+                for (int d = 0; d < hs; d++) dot += q[d] * k[d];
+                s = dot * scale;
+            }
+            float mt = gtc_warp_max(s); /* finite: key k0 <= t is in the tile */
+            float mnew = fmaxf(m[i], mt);
+            float p = (j <= t) ? expf(s - mnew) : 0.0f;
+            float alpha = expf(m[i] - mnew); /* exp(-inf) = 0 on the first tile */
+            l[i] = l[i] * alpha + gtc_warp_sum(p);
+            m[i] = mnew;
+            #pragma unroll
+            for (int r2 = 0; r2 < ATT_DPL; r2++) o[i][r2] *= alpha;
+            int jn = min(ATT_BC, t - k0 + 1);
+            for (int jj = 0; jj < jn; jj++) {
+                float pj = __shfl_sync(0xffffffffu, p, jj);
+                const float *v = Vs + jj * hs;
+                #pragma unroll
+                for (int r2 = 0; r2 < ATT_DPL; r2++) {
+                    int d = lane + 32 * r2;
+                    if (d < hs) o[i][r2] += pj * v[d];
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < ATT_RPW; i++) {
+        int r = warp + ATT_WARPS * i;
+        int t = q0 + r;
+        if (t >= T) continue;
+        float inv = 1.0f / l[i];
+        float *orow = out + ((size_t)bb * T + t) * C + (size_t)h * hs;
+        #pragma unroll
+        for (int r2 = 0; r2 < ATT_DPL; r2++) {
+            int d = lane + 32 * r2;
+            if (d < hs) orow[d] = o[i][r2] * inv;
+        }
+        if (lane == 0) lse[((size_t)bb * NH + h) * T + t] = m[i] + logf(l[i]);
+    }
+}
+
+/* ------------------------------------------------------------------ backward */
+
+/* D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]; one warp per (b, h, t) */
+__global__ void attention_backward_d_kernel(float *D, const float *dout, const float *out, int B,
+                                            int T, int C, int NH) {
+    size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= (size_t)B * NH * T) return;
+    int hs = C / NH;
+    int t = (int)(row % T);
+    int h = (int)((row / T) % NH);
+    size_t bb = row / ((size_t)T * NH);
+    size_t off = (bb * T + t) * C + (size_t)h * hs;
+    float s = 0.0f;
+    for (int d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+    s = gtc_warp_sum(s);
+    if (lane == 0) D[row] = s;
+}
+
+/* dk, dv for one tile of ATT_BK keys; loops over the query tiles that can see them */
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dkdv_kernel(float *dqkv, const float *dout, const float *qkv,
+                                   const float *lse, const float *D, int T, int C, int NH,
+                                   float scale) {
+    extern __shared__ float sm[];
+    int hs = C / NH, ld = att_ld(hs);
+    float *Ks = sm;                  /* [ATT_BK][ld] */
+    float *Vs = Ks + ATT_BK * ld;    /* [ATT_BK][ld] */
+    float *Qs = Vs + ATT_BK * ld;    /* [ATT_BQ][ld] */
+    float *dOs = Qs + ATT_BQ * ld;   /* [ATT_BQ][ld] */
+    float *Ls = dOs + ATT_BQ * ld;   /* [ATT_BQ] lse */
+    float *Ds = Ls + ATT_BQ;         /* [ATT_BQ] D */
+    int k0 = blockIdx.x * ATT_BK, h = blockIdx.y, bb = blockIdx.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    size_t C3 = (size_t)3 * C;
+    const float *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+    const float *kbase = qbase + C;
+    const float *vbase = qbase + 2 * C;
+    const float *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
+    const float *lrow = lse + ((size_t)bb * NH + h) * T;
+    const float *drow = D + ((size_t)bb * NH + h) * T;
+
+    att_load_tile(Ks, ld, kbase, C3, k0, ATT_BK, T, hs);
+    att_load_tile(Vs, ld, vbase, C3, k0, ATT_BK, T, hs);
+
+    float dk[ATT_KPW][ATT_DPL], dv[ATT_KPW][ATT_DPL];
+    #pragma unroll
+    for (int i = 0; i < ATT_KPW; i++)
+        #pragma unroll
+        for (int r = 0; r < ATT_DPL; r++) dk[i][r] = dv[i][r] = 0.0f;
+
+    /* queries t >= k0 see this tile; start at the query tile holding k0 */
+    for (int q0 = (k0 / ATT_BQ) * ATT_BQ; q0 < T; q0 += ATT_BQ) {
+        __syncthreads();
+        att_load_tile(Qs, ld, qbase, C3, q0, ATT_BQ, T, hs);
+        att_load_tile(dOs, ld, dobase, (size_t)C, q0, ATT_BQ, T, hs);
+        for (int r = threadIdx.x; r < ATT_BQ; r += blockDim.x) {
+            int t = q0 + r;
+            Ls[r] = t < T ? lrow[t] : 0.0f;
+            Ds[r] = t < T ? drow[t] : 0.0f;
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int i = 0; i < ATT_KPW; i++) {
+            int kr = warp + ATT_WARPS * i;
+            int j = k0 + kr;
+            if (j >= T || q0 + ATT_BQ - 1 < j) continue; /* warp-uniform: no query sees key j */
+            int t = q0 + lane;
+            float p = 0.0f, ds = 0.0f;
+            if (t < T && t >= j) {
+                const float *q = Qs + lane * ld, *k = Ks + kr * ld;
+                const float *dy = dOs + lane * ld, *v = Vs + kr * ld;
+                float s = 0.0f, dp = 0.0f;
+                for (int d = 0; d < hs; d++) {
+                    s += q[d] * k[d];
+                    dp += dy[d] * v[d];
+                }
+                p = expf(s * scale - Ls[lane]);
+                ds = p * (dp - Ds[lane]);
+            }
+            int ii0 = max(0, j - q0), ii1 = min(ATT_BQ, T - q0);
+            for (int ii = ii0; ii < ii1; ii++) {
+                float pi = __shfl_sync(0xffffffffu, p, ii);
+                float dsi = __shfl_sync(0xffffffffu, ds, ii);
+                const float *dy = dOs + ii * ld, *q = Qs + ii * ld;
+                #pragma unroll
+                for (int r = 0; r < ATT_DPL; r++) {
+                    int d = lane + 32 * r;
+                    if (d < hs) {
+                        dv[i][r] += pi * dy[d];
+                        dk[i][r] += dsi * q[d];
+                    }
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < ATT_KPW; i++) {
+        int j = k0 + warp + ATT_WARPS * i;
+        if (j >= T) continue;
+        float *dkrow = dqkv + ((size_t)bb * T + j) * C3 + C + (size_t)h * hs;
+        float *dvrow = dkrow + C;
+        #pragma unroll
+        for (int r = 0; r < ATT_DPL; r++) {
+            int d = lane + 32 * r;
+            if (d < hs) {
+                dkrow[d] = dk[i][r] * scale;
+                dvrow[d] = dv[i][r];
+            }
+        }
+    }
+}
+
+/* dq for one tile of ATT_BR queries; loops over the key tiles they see */
+__global__ void __launch_bounds__(ATT_THREADS)
+    attention_backward_dq_kernel(float *dqkv, const float *dout, const float *qkv,
+                                 const float *lse, const float *D, int T, int C, int NH,
+                                 float scale) {
+    extern __shared__ float sm[];
+    int hs = C / NH, ld = att_ld(hs);
+    float *Qs = sm;                 /* [ATT_BR][ld] */
+    float *dOs = Qs + ATT_BR * ld;  /* [ATT_BR][ld] */
+    float *Ks = dOs + ATT_BR * ld;  /* [ATT_BC][ld] */
+    float *Vs = Ks + ATT_BC * ld;   /* [ATT_BC][ld] */
+    int q0 = blockIdx.x * ATT_BR, h = blockIdx.y, bb = blockIdx.z;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    size_t C3 = (size_t)3 * C;
+    const float *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+    const float *kbase = qbase + C;
+    const float *vbase = qbase + 2 * C;
+    const float *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
+    const float *lrow = lse + ((size_t)bb * NH + h) * T;
+    const float *drow = D + ((size_t)bb * NH + h) * T;
+
+    att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
+    att_load_tile(dOs, ld, dobase, (size_t)C, q0, ATT_BR, T, hs);
+
+    float dq[ATT_RPW][ATT_DPL], Lr[ATT_RPW], Dr[ATT_RPW];
+    #pragma unroll
+    for (int i = 0; i < ATT_RPW; i++) {
+        int t = q0 + warp + ATT_WARPS * i;
+        Lr[i] = t < T ? lrow[t] : 0.0f;
+        Dr[i] = t < T ? drow[t] : 0.0f;
+        #pragma unroll
+        for (int r = 0; r < ATT_DPL; r++) dq[i][r] = 0.0f;
+    }
+    int q_last = min(q0 + ATT_BR, T) - 1;
+    for (int k0 = 0; k0 <= q_last; k0 += ATT_BC) {
+        __syncthreads();
+        att_load_tile(Ks, ld, kbase, C3, k0, ATT_BC, T, hs);
+        att_load_tile(Vs, ld, vbase, C3, k0, ATT_BC, T, hs);
+        __syncthreads();
+        #pragma unroll
+        for (int i = 0; i < ATT_RPW; i++) {
+            int r = warp + ATT_WARPS * i;
+            int t = q0 + r;
+            if (t >= T || k0 > t) continue; /* warp-uniform */
+            int j = k0 + lane;
+            float ds = 0.0f;
+            if (j <= t) {
+                const float *q = Qs + r * ld, *k = Ks + lane * ld;
+                const float *dy = dOs + r * ld, *v = Vs + lane * ld;
+                float s = 0.0f, dp = 0.0f;
+                for (int d = 0; d < hs; d++) {
+                    s += q[d] * k[d];
+                    dp += dy[d] * v[d];
+                }
+                float p = expf(s * scale - Lr[i]);
+                ds = p * (dp - Dr[i]);
+            }
+            int jn = min(ATT_BC, t - k0 + 1);
+            for (int jj = 0; jj < jn; jj++) {
+                float dsj = __shfl_sync(0xffffffffu, ds, jj);
+                const float *k = Ks + jj * ld;
+                #pragma unroll
+                for (int r2 = 0; r2 < ATT_DPL; r2++) {
+                    int d = lane + 32 * r2;
+                    if (d < hs) dq[i][r2] += dsj * k[d];
+                }
+            }
+        }
+    }
+    #pragma unroll
+    for (int i = 0; i < ATT_RPW; i++) {
+        int t = q0 + warp + ATT_WARPS * i;
+        if (t >= T) continue;
+        float *dqrow = dqkv + ((size_t)bb * T + t) * C3 + (size_t)h * hs;
+        #pragma unroll
+        for (int r = 0; r < ATT_DPL; r++) {
+            int d = lane + 32 * r;
+            if (d < hs) dqrow[d] = dq[i][r] * scale;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ host side */
+
+int gtc_attention_init(GtError *err) {
+    /* the largest tiles (hs = 128) need more than the default 48 KiB of dynamic shared memory */
+    struct {
+        const void *fn;
+        size_t bytes;
+        const char *name;
+    } k[] = {
+        {(const void *)attention_forward_kernel, att_fwd_smem(ATT_MAX_HS), "attention_forward"},
+        {(const void *)attention_backward_dkdv_kernel, att_dkdv_smem(ATT_MAX_HS), "attention_dkdv"},
+        {(const void *)attention_backward_dq_kernel, att_dq_smem(ATT_MAX_HS), "attention_dq"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        cudaError_t e = cudaFuncSetAttribute(k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)k[i].bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return gt_error(err, GT_EXIT_FAILURE,
+                            "%s:%d: cudaFuncSetAttribute(%s, %zu bytes shared memory): %s",
+                            __FILE__, __LINE__, k[i].name, k[i].bytes, cudaGetErrorString(e));
+        }
+    }
+    return 0;
+}
+
+static void att_check_shape(int C, int NH) {
+    if (NH <= 0 || C % NH != 0 || C / NH > ATT_MAX_HS || C / NH < 1) {
+        fprintf(stderr, "%s:%d: attention: head size C/NH = %d/%d unsupported (need 1..%d)\n",
+                __FILE__, __LINE__, C, NH, ATT_MAX_HS);
+        exit(GT_EXIT_FAILURE);
+    }
+}
+
+void gtc_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B, int T,
+                           int C, int NH) {
+    if (B <= 0 || T <= 0) return;
+    att_check_shape(C, NH);
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    dim3 grid((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
+    attention_forward_kernel<<<grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b)>>>(
+        out, lse, qkv, T, C, NH, scale);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
+                            const float *qkv, const float *out, const float *lse, int B, int T,
+                            int C, int NH) {
+    if (B <= 0 || T <= 0) return;
+    att_check_shape(C, NH);
+    int hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    cudaStream_t st = gtc_stream(b);
+    size_t rows = (size_t)B * NH * T;
+    int rows_per_block = GTC_THREADS / 32;
+    attention_backward_d_kernel<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
+                                  GTC_THREADS, 0, st>>>(workspace, dout, out, B, T, C, NH);
+    CUDA_CHECK_LAUNCH();
+    dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NH, (unsigned)B);
+    attention_backward_dkdv_kernel<<<gk, ATT_THREADS, att_dkdv_smem(hs), st>>>(
+        dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
+    CUDA_CHECK_LAUNCH();
+    dim3 gq((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
+    attention_backward_dq_kernel<<<gq, ATT_THREADS, att_dq_smem(hs), st>>>(
+        dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
+    CUDA_CHECK_LAUNCH();
+}

@@ -1,0 +1,509 @@
+/* kernels_misc.cu - the CUDA backend's kernels except attention (fp32).
+ *
+ * Every op follows backend.h exactly and mirrors the formulas of backend_cpu.c, so the two agree
+ * to rounding. Determinism: no atomics anywhere; every reduction has a fixed order.
+ *
+ * TODO(bf16): bf16 variants (bf16 activations, fp32 accumulation) and fused kernels
+ * (residual + layernorm, bias + GELU) come with precision: bf16. */
+#include "cuda_common.cuh"
+
+#include <math.h>
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GELU_A 0.044715f
+
+/* ------------------------------------------------------------------ block reductions */
+
+/* Sum over the block in a fixed order: butterflies within warps, then warp results in warp order.
+ * Every thread gets the result. blockDim.x must be a multiple of 32 (<= 1024). */
+__device__ double block_sum_d(double v, double *shared /* >= 33 */) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = gtc_warp_sum_d(v);
+    __syncthreads(); /* shared may still be read from a previous call */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double s = 0.0;
+        for (int w = 0; w < nwarps; w++) s += shared[w];
+        shared[32] = s;
+    }
+    __syncthreads();
+    return shared[32];
+}
+
+__device__ float block_max(float v, float *shared /* >= 33 */) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    v = gtc_warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float m = -INFINITY;
+        for (int w = 0; w < nwarps; w++) m = fmaxf(m, shared[w]);
+        shared[32] = m;
+    }
+    __syncthreads();
+    return shared[32];
+}
+
+/* ------------------------------------------------------------------ encoder */
+
+__global__ void encoder_forward_kernel(float *out, const int *tokens, const float *wte,
+                                       const float *wpe, int BT, int T, int C) {
+    size_t n = (size_t)BT * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t bt = i / C;
+        int c = (int)(i % C);
+        int t = (int)(bt % T);
+        out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)t * C + c];
+    }
+}
+
+void gtc_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
+                         const float *wpe, int B, int T, int C) {
+    size_t n = (size_t)B * T * C;
+    encoder_forward_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
+        out, tokens, wte, wpe, B * T, T, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* dwpe[t, c] += sum_b dout[b, t, c]: one thread per (t, c), b summed in order (as the CPU). */
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int bb = 0; bb < B; bb++) s += dout[(size_t)bb * n + i];
+        dwpe[i] += s;
+    }
+}
+
+/* dwte[tokens[i]] += dout[i] for every position i, deterministically and without atomics.
+ *
+ * One block per position i. The block first looks for an earlier position with the same token;
+ * if there is one, another block owns this token and this block exits. Otherwise (i is the
+ * token's first occurrence) the block walks the positions j >= i in chunks of blockDim.x, finds
+ * the ones holding the same token (ballot + a fixed prefix over warps keeps them in position
+ * order), and adds their dout rows into dwte[token] in that order, each thread owning channels
+ * c = threadIdx.x + k * blockDim.x. The additions happen in the same order as the CPU's
+ * sequential loop, so the result is the same bits whatever the grid.
+ *
+ * Cost: O(BT) token reads per first occurrence (tokens are 4 bytes and stay in L2), plus the
+ * dout rows once. TODO(perf): a stable device sort of (token, position) would make it O(BT log BT)
+ * for huge B*T. */
+#define ENC_THREADS 256
+__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *tokens,
+                                            int BT, int C) {
+    __shared__ int s_pos[ENC_THREADS];
+    __shared__ int s_warp_count[ENC_THREADS / 32];
+    int i = blockIdx.x;
+    int tok = tokens[i];
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+
+    /* 1. an earlier occurrence? then someone else owns this token */
+    for (int base = 0; base < i; base += ENC_THREADS) {
+        int j = base + tid;
+        int hit = (j < i) && tokens[j] == tok;
+        if (__syncthreads_or(hit)) return; /* block-uniform */
+    }
+
+    /* 2. first occurrence: accumulate every j >= i with this token, in order */
+    float *dst = dwte + (size_t)tok * C;
+    for (int base = i; base < BT; base += ENC_THREADS) {
+        int j = base + tid;
+        int hit = (j < BT) && tokens[j] == tok;
+        unsigned mask = __ballot_sync(0xffffffffu, hit);
+        if (lane == 0) s_warp_count[warp] = __popc(mask);
+        __syncthreads();
+        int offset = 0, total = 0;
+        for (int w = 0; w < ENC_THREADS / 32; w++) {
+            if (w < warp) offset += s_warp_count[w];
+            total += s_warp_count[w];
+        }
+        if (hit) s_pos[offset + __popc(mask & ((1u << lane) - 1u))] = j;
+        __syncthreads();
+        for (int c = tid; c < C; c += ENC_THREADS) {
+            float acc = dst[c];
+            for (int k = 0; k < total; k++) acc += dout[(size_t)s_pos[k] * C + c];
+            dst[c] = acc;
+        }
+        __syncthreads(); /* s_pos and s_warp_count are reused */
+    }
+}
+
+void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
+                          const int *tokens, int B, int T, int C) {
+    cudaStream_t st = gtc_stream(b);
+    if (dwte) {
+        encoder_backward_wte_kernel<<<B * T, ENC_THREADS, 0, st>>>(dwte, dout, tokens, B * T, C);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dwpe) {
+        size_t n = (size_t)T * C;
+        encoder_backward_wpe_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st>>>(dwpe, dout,
+                                                                                       B, T, C);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+/* ------------------------------------------------------------------ column reductions */
+
+/* Parameter gradients that sum over rows (layernorm dw/dbias, matmul dbias) go in two fixed-order
+ * passes: partial sums in double over RS contiguous row chunks (grid: column tiles x RS), then
+ * one thread per column adds the RS partials in order. RS depends only on N. */
+#define COL_TX 32
+#define COL_TY 8
+#define COL_RS_MAX 32
+
+static int col_row_splits(int N) {
+    int rs = (N + 255) / 256;
+    if (rs < 1) rs = 1;
+    if (rs > COL_RS_MAX) rs = COL_RS_MAX;
+    return rs;
+}
+
+/* pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c] */
+__global__ void colsum_partial_kernel(double *pw, double *pb, const float *dout, const float *inp,
+                                      const float *mean, const float *rstd, int N, int C, int RS) {
+    __shared__ double s_w[COL_TY][COL_TX];
+    __shared__ double s_b[COL_TY][COL_TX];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * COL_TX + tx;
+    int y = blockIdx.y;
+    int chunk = (N + RS - 1) / RS;
+    int r0 = y * chunk;
+    int r1 = min(N, r0 + chunk);
+    double aw = 0.0, ab = 0.0;
+    if (c < C) {
+        for (int n = r0 + ty; n < r1; n += COL_TY) {
+            float dy = dout[(size_t)n * C + c];
+            ab += dy;
+            if (inp) aw += dy * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
+        }
+    }
+    s_w[ty][tx] = aw;
+    s_b[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        double sw = 0.0, sb = 0.0;
+        for (int k = 0; k < COL_TY; k++) {
+            sw += s_w[k][tx];
+            sb += s_b[k][tx];
+        }
+        pb[(size_t)y * C + c] = sb;
+        if (inp) pw[(size_t)y * C + c] = sw;
+    }
+}
+
+__global__ void colsum_final_kernel(float *dw, float *db, const double *pw, const double *pb,
+                                    int C, int RS) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    if (dw) {
+        double s = 0.0;
+        for (int y = 0; y < RS; y++) s += pw[(size_t)y * C + c];
+        dw[c] += (float)s;
+    }
+    if (db) {
+        double s = 0.0;
+        for (int y = 0; y < RS; y++) s += pb[(size_t)y * C + c];
+        db[c] += (float)s;
+    }
+}
+
+/* dw (if inp) and db: column reductions of dout (and dout * xhat) accumulated into dw/db */
+static void colreduce(Backend *b, float *dw, float *db, const float *dout, const float *inp,
+                      const float *mean, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    int RS = col_row_splits(N);
+    double *pw = (double *)gtc_scratch(b, (size_t)2 * RS * C * sizeof(double));
+    double *pb = pw + (size_t)RS * C;
+    cudaStream_t st = gtc_stream(b);
+    dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
+    dim3 block(COL_TX, COL_TY);
+    colsum_partial_kernel<<<grid, block, 0, st>>>(pw, pb, dout, inp, mean, rstd, N, C, RS);
+    CUDA_CHECK_LAUNCH();
+    colsum_final_kernel<<<(C + 255) / 256, 256, 0, st>>>(inp ? dw : NULL, db, pw, pb, C, RS);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_colsum_accumulate(Backend *b, float *dst, const float *src, int N, int C) {
+    colreduce(b, NULL, dst, src, NULL, NULL, NULL, N, C);
+}
+
+__global__ void add_bias_kernel(float *out, const float *bias, int N, int C) {
+    size_t n = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] += bias[i % C];
+}
+
+void gtc_add_bias(Backend *b, float *out, const float *bias, int N, int C) {
+    size_t n = (size_t)N * C;
+    add_bias_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(out, bias, N, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ------------------------------------------------------------------ layernorm */
+
+/* one warp per row; two passes (mean, then variance of x - mean) as the CPU */
+__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
+                                         const float *w, const float *bias, int N, int C,
+                                         float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* warp-uniform */
+    const float *x = inp + (size_t)row * C;
+    float *o = out + (size_t)row * C;
+    float invC = 1.0f / (float)C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += x[c];
+    float m = gtc_warp_sum(s) * invC;
+    float v = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float d = x[c] - m;
+        v += d * d;
+    }
+    float var = gtc_warp_sum(v) * invC;
+    float r = 1.0f / sqrtf(var + eps);
+    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + bias[c];
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+void gtc_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *inp,
+                           const float *w, const float *bias, int N, int C, float eps) {
+    if (N <= 0) return;
+    int rows_per_block = GTC_THREADS / 32;
+    layernorm_forward_kernel<<<(N + rows_per_block - 1) / rows_per_block, GTC_THREADS, 0,
+                               gtc_stream(b)>>>(out, mean, rstd, inp, w, bias, N, C, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* dinp += (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)) * rstd; one warp per row */
+__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
+                                               const float *w, const float *mean,
+                                               const float *rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    const float *dy = dout + (size_t)row * C;
+    float *dx = dinp + (size_t)row * C;
+    float m = mean[row], r = rstd[row];
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float dn = dy[c] * w[c];
+        s1 += dn;
+        s2 += dn * ((x[c] - m) * r);
+    }
+    float invC = 1.0f / (float)C;
+    float mdn = gtc_warp_sum(s1) * invC;
+    float mdnx = gtc_warp_sum(s2) * invC;
+    for (int c = lane; c < C; c += 32) {
+        float xh = (x[c] - m) * r;
+        dx[c] += (dy[c] * w[c] - mdn - xh * mdnx) * r;
+    }
+}
+
+void gtc_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
+                            const float *inp, const float *w, const float *mean, const float *rstd,
+                            int N, int C) {
+    if (N <= 0) return;
+    if (dinp) {
+        int rows_per_block = GTC_THREADS / 32;
+        layernorm_backward_dinp_kernel<<<(N + rows_per_block - 1) / rows_per_block, GTC_THREADS, 0,
+                                         gtc_stream(b)>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dw || dbias) {
+        if (dw)
+            colreduce(b, dw, dbias, dout, inp, mean, rstd, N, C);
+        else
+            colreduce(b, NULL, dbias, dout, NULL, NULL, NULL, N, C);
+    }
+}
+
+/* ------------------------------------------------------------------ gelu, add, scale */
+
+__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float u = GELU_K * (x + GELU_A * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = inp[i];
+        float x2 = x * x;
+        float u = GELU_K * (x + GELU_A * x2 * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x2);
+        dinp[i] = g * dout[i]; /* dinp may alias dout: read before write, same element */
+    }
+}
+
+__global__ void add_kernel(float *out, const float *x, const float *y, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = x[i] + y[i];
+}
+
+__global__ void scale_kernel(float *x, float s, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        x[i] *= s;
+}
+
+void gtc_gelu_forward(Backend *b, float *out, const float *inp, size_t n) {
+    if (!n) return;
+    gelu_forward_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(out, inp, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout, size_t n) {
+    if (!n) return;
+    gelu_backward_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(dinp, inp,
+                                                                                       dout, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_add(Backend *b, float *out, const float *x, const float *y, size_t n) {
+    if (!n) return;
+    add_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(out, x, y, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_scale(Backend *b, float *x, float s, size_t n) {
+    if (!n) return;
+    scale_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(x, s, n);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+
+/* One block per row: max, then sum of exp(x - max) in double, loss = log(sum) + max - x[target];
+ * with compute_grad the row becomes dloss_scale * (softmax - onehot). Same formulas as the CPU. */
+#define CE_THREADS 512
+__global__ void crossentropy_kernel(float *losses, float *logits, const int *targets, int V,
+                                    float dloss_scale, int compute_grad) {
+    __shared__ float s_max[33];
+    __shared__ double s_sum[33];
+    int n = blockIdx.x;
+    float *x = logits + (size_t)n * V;
+    int tgt = targets[n];
+    if (tgt == -100) {
+        if (threadIdx.x == 0) losses[n] = 0.0f;
+        if (compute_grad)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = 0.0f;
+        return;
+    }
+    if (tgt < 0 || tgt >= V) { /* the caller validates; a bad target is loud, never silent */
+        if (threadIdx.x == 0) losses[n] = NAN;
+        if (compute_grad)
+            for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = NAN;
+        return;
+    }
+    float xt = x[tgt]; /* read by every thread before any write below (reductions sync) */
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+    mx = block_max(mx, s_max);
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += (double)expf(x[i] - mx);
+    sum = block_sum_d(sum, s_sum);
+    if (threadIdx.x == 0) losses[n] = (float)(log(sum) + (double)mx - (double)xt);
+    if (compute_grad) {
+        float f = (float)((double)dloss_scale / sum);
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            float g = expf(x[i] - mx) * f;
+            if (i == tgt) g -= dloss_scale;
+            x[i] = g;
+        }
+    }
+}
+
+void gtc_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N, int V,
+                      float dloss_scale, int compute_grad) {
+    if (N <= 0) return;
+    crossentropy_kernel<<<N, CE_THREADS, 0, gtc_stream(b)>>>(losses, logits, targets, V,
+                                                             dloss_scale, compute_grad);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ------------------------------------------------------------------ AdamW */
+
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
+                             float beta1, float beta2, float omb1, float omb2, float step,
+                             float inv_sqrt_bc2, float decay, float eps) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float g = grad[i];
+        float mi = beta1 * m[i] + omb1 * g;
+        float vi = beta2 * v[i] + omb2 * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        float p = param[i] * decay;
+        param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+
+void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
+               float beta1, float beta2, float eps, float weight_decay, int t) {
+    if (!n) return;
+    /* scalars computed on the host exactly as backend_cpu.c does */
+    double bc1 = 1.0 - pow((double)beta1, (double)t);
+    double bc2 = 1.0 - pow((double)beta2, (double)t);
+    float step = (float)((double)lr / bc1);
+    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
+    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    adamw_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
+        param, grad, m, v, n, beta1, beta2, 1.0f - beta1, 1.0f - beta2, step, inv_sqrt_bc2, decay,
+        eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+/* ------------------------------------------------------------------ sum of squares */
+
+/* Pass 1: GTC_SS_PARTS fixed contiguous chunks (independent of the device), each summed in double
+ * by one block in a fixed order. Pass 2: one block adds the partials in order. */
+__global__ void sum_squares_partial_kernel(double *partials, const float *x, size_t n,
+                                           size_t chunk) {
+    __shared__ double s[33];
+    size_t i0 = (size_t)blockIdx.x * chunk;
+    size_t i1 = i0 + chunk < n ? i0 + chunk : n;
+    double acc = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    acc = block_sum_d(acc, s);
+    if (threadIdx.x == 0) partials[blockIdx.x] = acc;
+}
+
+__global__ void sum_squares_final_kernel(double *partials, int parts) {
+    __shared__ double s[33];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < parts; i += blockDim.x) acc += partials[i];
+    acc = block_sum_d(acc, s);
+    if (threadIdx.x == 0) partials[parts] = acc;
+}
+
+double gtc_sum_squares(Backend *b, const float *x, size_t n) {
+    if (!n) return 0.0;
+    CudaImpl *im = gtc_impl(b);
+    size_t chunk = (n + GTC_SS_PARTS - 1) / GTC_SS_PARTS;
+    sum_squares_partial_kernel<<<GTC_SS_PARTS, GTC_THREADS, 0, im->compute>>>(im->ss_partials, x,
+                                                                              n, chunk);
+    CUDA_CHECK_LAUNCH();
+    sum_squares_final_kernel<<<1, GTC_THREADS, 0, im->compute>>>(im->ss_partials, GTC_SS_PARTS);
+    CUDA_CHECK_LAUNCH();
+    CUDA_CHECK(cudaMemcpyAsync(im->ss_host, im->ss_partials + GTC_SS_PARTS, sizeof(double),
+                               cudaMemcpyDeviceToHost, im->compute));
+    CUDA_CHECK(cudaStreamSynchronize(im->compute));
+    return *im->ss_host;
+}

@@ -1,0 +1,368 @@
+#!/usr/bin/env bash
+# scripts/device-check.sh - prove the CUDA backend on a machine with an NVIDIA GPU, in one command,
+# unattended, in under 5 minutes. Writes the full log to device-check.log and prints a short table
+# last. Exit status: 0 when no check FAILed (SKIPs allowed), 1 otherwise.
+#
+#   scripts/device-check.sh              # from anywhere; works in the repository root
+#   DEVICE_CHECK_BUDGET=280 scripts/device-check.sh   # seconds for everything after the build
+#
+# Steps
+#   build  make CUDA=1 BUILD=build-device (gtrain + test_gtrain), for this GPU's architecture only
+#          (CUDA_ARCH from nvidia-smi's compute capability; override with CUDA_ARCH=...).
+#   (a) ops      each op vs the double-precision reference on fresh random inputs, outputs poisoned
+#                with NaN: GTRAIN_TEST_DEVICE=cuda test_gtrain --filter 'ops/*'
+#   (b) step     a full training step on the GPU vs the CPU: the model tests against the double
+#                reference (model/*, accumulation/*), and gtrain runs on device=cpu and device=cuda
+#                whose per-step loss and grad norm (metrics.jsonl, 9 digits) must agree.
+#   (c) recomp   recompute and offload bit-identity on the GPU: recompute/* tests, and gtrain runs
+#                with gradient_checkpointing off / every_n_layers 1 / 2 / offload whose
+#                metrics.jsonl losses and grad norms must be identical, digit for digit.
+#   (d) memory   planned vs measured memory: plan/* tests on the GPU, and the "device total" line
+#                of gtrain's plan-vs-measured table must show the same two numbers.
+#   (e) bench    GPT-2 124M, T = 1024: tokens/s and MFU (median of the steps after warm-up), and
+#                step time with every_n_layers 1 and with offload.
+#
+# Steps that depend on features that may not exist yet (bf16, the plan-vs-measured table's exact
+# wording, metrics.jsonl fields) report SKIP with the reason instead of failing or crashing.
+#
+# Machines without Debian's -dev packages: the build needs libyaml, cJSON, OpenBLAS (and Criterion
+# for the tests). If pkg-config cannot find them, this script looks for .deb files in .debs/ at
+# the repository root and unpacks them (dpkg -x, no root needed) into .debs/root, then builds
+# against that prefix. Prepare .debs/ on any Debian 12 (bookworm) x86_64 machine with network:
+#
+#   mkdir -p .debs && cd .debs && apt-get download \
+#     libyaml-0-2 libyaml-dev libcjson1 libcjson-dev \
+#     libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 \
+#     libcriterion3 libcriterion-dev libnanomsg5 libgit2-1.5 libhttp-parser2.9 \
+#     libmbedtls14 libmbedx509-1 libmbedcrypto7 libssh2-1 libffi8 libprotobuf-c1 libboxfort-dev
+#
+# (apt-get download needs no root; missing names on other releases: `apt-cache depends PKG`.)
+# Never put libc6/libgcc/libstdc++ there: the prefix goes on LD_LIBRARY_PATH.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd)"
+LOG="$ROOT/device-check.log"
+BUILD="build-device"
+BUDGET="${DEVICE_CHECK_BUDGET:-280}"
+# DEVICE_CHECK_DEVICE=cpu: a dry run of this script's own logic on a machine without a GPU
+# (every comparison is then CPU vs CPU); the real check is the default, cuda.
+DEV="${DEVICE_CHECK_DEVICE:-cuda}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/device-check.XXXXXX")"
+trap 'rm -rf "$WORK"' EXIT
+export PATH="$PATH:/usr/local/cuda/bin"
+: >"$LOG"
+
+T0=$(date +%s)
+RESULTS=()
+
+log() { printf '%s\n' "$*" >>"$LOG"; }
+say() { printf '%s\n' "$*" | tee -a "$LOG"; }
+elapsed() { echo $(($(date +%s) - T0)); }
+left() { echo $((BUDGET - $(elapsed))); }
+# record NAME STATUS DETAIL
+record() {
+  RESULTS+=("$1|$2|$3")
+  say "== $1: $2${3:+ - $3}"
+}
+# run_to OUTFILE SECONDS CMD...: run with a timeout, output to OUTFILE and the log; returns rc
+run_to() {
+  local out="$1" secs="$2"
+  shift 2
+  log "\$ $* (timeout ${secs}s)"
+  local rc=0
+  timeout --kill-after=5 "$secs" "$@" >"$out" 2>&1 || rc=$?
+  cat "$out" >>"$LOG"
+  log "(exit $rc)"
+  return $rc
+}
+# a step needs at least N seconds of the budget
+have_time() { [ "$(left)" -ge "$1" ]; }
+
+say "device-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $ROOT"
+{
+  echo "--- environment"
+  uname -a
+  command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not found"
+  command -v nvcc >/dev/null && nvcc --version | tail -2 || echo "nvcc: not found"
+  git -C "$ROOT" log -1 --oneline 2>/dev/null || true
+} >>"$LOG" 2>&1
+
+# ------------------------------------------------------------------ dependencies
+PKGS="yaml-0.1 libcjson openblas"
+if ! pkg-config --exists $PKGS 2>/dev/null || ! pkg-config --exists criterion 2>/dev/null; then
+  if ls "$ROOT"/.debs/*.deb >/dev/null 2>&1; then
+    PREFIX="$ROOT/.debs/root"
+    mkdir -p "$PREFIX"
+    for d in "$ROOT"/.debs/*.deb; do dpkg -x "$d" "$PREFIX"; done
+    # .pc files say prefix=/usr; point them at the unpacked tree
+    mkdir -p "$PREFIX/pc"
+    while IFS= read -r pc; do
+      sed -e "s|=/usr|=$PREFIX/usr|g" "$pc" >"$PREFIX/pc/$(basename "$pc")"
+    done < <(find "$PREFIX" -name '*.pc' -not -path "$PREFIX/pc/*")
+    export PKG_CONFIG_PATH="$PREFIX/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+    LIBDIRS="$(find "$PREFIX" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')"
+    export LIBRARY_PATH="${LIBDIRS}${LIBRARY_PATH:-}"
+    export LD_LIBRARY_PATH="${LIBDIRS}${LD_LIBRARY_PATH:-}"
+    export CPATH="$PREFIX/usr/include:$PREFIX/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+    # unversioned .so links for libraries whose -dev package was not downloaded
+    while IFS= read -r so; do
+      base="${so%%.so.*}.so"
+      [ -e "$base" ] || ln -sf "$(basename "$so")" "$base"
+    done < <(find "$PREFIX" -name 'lib*.so.[0-9]*' \( -type f -o -type l \))
+    say "dependencies: unpacked $(ls "$ROOT"/.debs/*.deb | wc -l) .deb files into $PREFIX"
+  else
+    say "dependencies: pkg-config misses some of: $PKGS criterion; no .debs/ to unpack (see the header of this script)"
+  fi
+fi
+
+# ------------------------------------------------------------------ build
+if [ -z "${CUDA_ARCH:-}" ] && command -v nvidia-smi >/dev/null; then
+  cc="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1 | tr -d ' .')"
+  [ -n "$cc" ] && CUDA_ARCH="-gencode arch=compute_$cc,code=sm_$cc"
+fi
+MAKE_ARGS=(CUDA=1 BUILD="$BUILD")
+[ -n "${CUDA_ARCH:-}" ] && MAKE_ARGS+=(CUDA_ARCH="$CUDA_ARCH")
+JOBS="$(nproc 2>/dev/null || echo 4)"
+HAVE_GTRAIN=0
+HAVE_TESTS=0
+if run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain"; then
+  HAVE_GTRAIN=1
+  if run_to "$WORK/build-tests.out" 180 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/test_gtrain"; then
+    HAVE_TESTS=1
+    record build PASS "gtrain + test_gtrain (${CUDA_ARCH:-default arch}), $(elapsed)s"
+  else
+    record build PASS "gtrain only: test_gtrain did not build (Criterion missing?) - see log"
+  fi
+else
+  record build FAIL "make failed - see $LOG"
+fi
+# the budget counts from here: the build time depends on the machine's cores
+T0=$(date +%s)
+
+GT="$ROOT/$BUILD/gtrain"
+TG="$ROOT/$BUILD/test_gtrain"
+export GTRAIN_BIN="$GT" GTRAIN_ROOT="$ROOT"
+
+GPU_OK=0
+if [ "$HAVE_GTRAIN" = 1 ]; then
+  if run_to "$WORK/gpu.out" 60 "$GT" --config configs/shakespeare-char.yaml --set device="$DEV" \
+      --set max_steps=1 --set eval_steps=0 --set eval_max_batches=1 --set save_steps=0 \
+      --set output_dir="$WORK/probe"; then
+    GPU_OK=1
+  else
+    record gpu FAIL "gtrain --set device=$DEV did not run: $(tail -1 "$WORK/gpu.out")"
+  fi
+fi
+
+# criterion test group on the GPU: NAME FILTER SECONDS
+crit() {
+  local name="$1" filter="$2" secs="$3" out="$WORK/crit-$1.out"
+  if [ "$HAVE_TESTS" != 1 ]; then record "$name" SKIP "test_gtrain not built"; return 1; fi
+  if ! have_time "$secs"; then record "$name" SKIP "out of time budget"; return 1; fi
+  local rc=0
+  GTRAIN_TEST_DEVICE="$DEV" run_to "$out" "$secs" "$TG" --filter "$filter" || rc=$?
+  local syn
+  syn="$(grep -a 'Synthesis' "$out" | tail -1 | sed 's/.*Synthesis: //')"
+  if [ "$rc" = 0 ] && echo "$syn" | grep -q 'Tested: [1-9]'; then
+    record "$name" PASS "$syn"
+  elif [ "$rc" = 0 ]; then
+    record "$name" FAIL "nothing ran (GPU not visible to the tests?): $syn"; return 1
+  else
+    record "$name" FAIL "${syn:-exit $rc}"; return 1
+  fi
+}
+
+# gtrain run on the small config: NAME DEVICE SECONDS EXTRA-SETS...; metrics in $WORK/run-NAME
+small_run() {
+  local name="$1" dev="$2" secs="$3"
+  shift 3
+  local sets=(--set device="$dev" --set max_steps="${SMALL_STEPS:-4}" --set logging_steps=1
+              --set eval_steps=0 --set eval_max_batches=1 --set save_steps=0
+              --set output_dir="$WORK/run-$name")
+  for s in "$@"; do sets+=(--set "$s"); done
+  run_to "$WORK/run-$name.out" "$secs" "$GT" --config configs/shakespeare-char.yaml "${sets[@]}"
+}
+# "step loss grad_norm" per train record of a run (exact digits as written)
+metrics_of() {
+  local f="$WORK/run-$1/metrics.jsonl"
+  [ -f "$f" ] || return 1
+  grep '"type":"train"' "$f" | sed -E 's/.*"step":([0-9]+).*"loss":([^,]+).*"grad_norm":([^,]+).*/\1 \2 \3/'
+}
+
+# ------------------------------------------------------------------ (a) ops
+if [ "$GPU_OK" = 1 ]; then crit "a-ops" 'ops/*' 90 || true; else record a-ops SKIP "no working GPU backend"; fi
+
+# ------------------------------------------------------------------ (b) training step vs CPU
+if [ "$GPU_OK" = 1 ]; then
+  crit "b-model" 'model/*' 90 || true
+  crit "b-accum" 'accumulation/*' 90 || true
+  if have_time 60 && small_run cpu cpu 60 && small_run gpu "$DEV" 60; then
+    if metrics_of cpu >"$WORK/m-cpu" && metrics_of gpu >"$WORK/m-gpu" && [ -s "$WORK/m-cpu" ]; then
+      # step 1 must agree to 1e-5 (loss) / 1e-4 (grad norm); later steps drift with Adam, 1e-3
+      verdict="$(paste "$WORK/m-cpu" "$WORK/m-gpu" | awk '
+        function rel(a, b) { d = a - b; if (d < 0) d = -d; m = (b < 0 ? -b : b); if (m < 1e-6) m = 1e-6; return d / m }
+        { rl = rel($5, $2); rg = rel($6, $3); tl = ($1 == 1 ? 1e-5 : 1e-3); tg = ($1 == 1 ? 1e-4 : 1e-3);
+          if (rl > ml) ml = rl; if (rg > mg) mg = rg; if (rl > tl || rg > tg || $2 == "null" || $5 == "null") bad = 1; n++ }
+        END { printf "%s %d steps, max rel diff loss %.2e grad norm %.2e", (bad || n == 0) ? "FAIL" : "PASS", n, ml, mg }')"
+      record b-step-cli "${verdict%% *}" "${verdict#* }"
+    else
+      record b-step-cli SKIP "no metrics.jsonl train records to compare"
+    fi
+  else
+    record b-step-cli FAIL "a gtrain run failed - see log"
+  fi
+else
+  record b-step SKIP "no working GPU backend"
+fi
+
+# ------------------------------------------------------------------ (c) recompute / offload bit identity
+if [ "$GPU_OK" = 1 ]; then
+  crit "c-recompute" 'recompute/*' 120 || true
+  if have_time 60; then
+    ok=1
+    small_run r-none "$DEV" 40 gradient_checkpointing=false || ok=0
+    small_run r-every1 "$DEV" 40 gradient_checkpointing=true every_n_layers=1 || ok=0
+    small_run r-every2 "$DEV" 40 gradient_checkpointing=true every_n_layers=2 || ok=0
+    if small_run r-offload "$DEV" 40 gradient_checkpointing=true every_n_layers=1 offload=true; then
+      offl=1
+    else
+      offl=0 # offload may not exist yet on this path
+    fi
+    if [ "$ok" = 1 ] && metrics_of r-none >"$WORK/c0" && [ -s "$WORK/c0" ]; then
+      diffs=""
+      for v in r-every1 r-every2 $([ "$offl" = 1 ] && echo r-offload); do
+        metrics_of "$v" >"$WORK/c-$v" || true
+        cmp -s "$WORK/c0" "$WORK/c-$v" || diffs="$diffs $v"
+      done
+      if [ -z "$diffs" ]; then
+        record c-bitident-cli PASS "losses and grad norms identical: none = every 1 = every 2$([ "$offl" = 1 ] && echo ' = offload' || echo '; offload run failed (SKIP)')"
+      else
+        record c-bitident-cli FAIL "differs from no-recompute:$diffs"
+      fi
+    else
+      record c-bitident-cli FAIL "a recompute run failed or wrote no metrics - see log"
+    fi
+  else
+    record c-bitident-cli SKIP "out of time budget"
+  fi
+else
+  record c-recompute SKIP "no working GPU backend"
+fi
+
+# ------------------------------------------------------------------ (d) planned vs measured memory
+if [ "$GPU_OK" = 1 ]; then
+  crit "d-plan" 'plan/*' 60 || true
+  # gtrain prints its plan beside what was measured; the "device total" row has both numbers
+  for v in r-none r-every1 r-offload; do
+    f="$WORK/run-$v.out"
+    [ -f "$f" ] || continue
+    row="$(grep -a -E '^ *device total' "$f" | head -1 || true)"
+    if [ -z "$row" ]; then
+      record "d-mem-$v" SKIP "no 'device total' row in gtrain's output (format changed?)"
+      continue
+    fi
+    read -r planned measured <<<"$(echo "$row" | sed -E 's/^ *device total +//' |
+      awk '{ if (NF >= 4) print $1 $2, $3 $4; else print $1, $2 }')"
+    if [ -n "$measured" ] && [ "$planned" = "$measured" ]; then
+      record "d-mem-$v" PASS "planned $planned = measured $measured"
+    elif [ -z "$measured" ]; then
+      record "d-mem-$v" SKIP "only one number in: $row"
+    else
+      record "d-mem-$v" FAIL "planned $planned, measured $measured"
+    fi
+  done
+else
+  record d-memory SKIP "no working GPU backend"
+fi
+
+# ------------------------------------------------------------------ (e) benchmark
+# GPT-2 124M, T = 1024, on the byte-level Shakespeare text (token ids < 256 are valid GPT-2 ids;
+# the speed does not depend on the data). bf16 first; fp32 (no TF32) when bf16 is not there yet.
+BENCH_STEPS="${BENCH_STEPS:-8}"
+BENCH_WARMUP=3
+bench_run() { # NAME SECONDS SETS...
+  local name="$1" secs="$2"
+  shift 2
+  local sets=(--set device="$DEV" --set data.train="$ROOT/data/tinyshakespeare.txt" --set data.format=text
+              --set data.val= --set gradient_accumulation_steps=1 --set max_steps="$BENCH_STEPS"
+              --set logging_steps=1 --set eval_steps=0 --set eval_max_batches=1 --set save_steps=0
+              --set warmup_steps=0 --set output_dir="$WORK/run-$name")
+  for s in "$@"; do sets+=(--set "$s"); done
+  run_to "$WORK/run-$name.out" "$secs" "$GT" --config configs/gpt2-124m.yaml "${sets[@]}"
+}
+# median of a metrics.jsonl field over the steps after warm-up
+median_of() { # NAME FIELD
+  local f="$WORK/run-$1/metrics.jsonl"
+  [ -f "$f" ] || return 1
+  grep '"type":"train"' "$f" | sed -E "s/.*\"step\":([0-9]+).*\"$2\":([^,]+).*/\1 \2/" |
+    awk -v w="$BENCH_WARMUP" '$1 > w && $2 != "null" && $2 > 0 { print $2 }' | sort -g |
+    awk '{ a[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+# dense peak FLOP/s by device name and precision; "unknown" rather than a wrong number
+peak_flops() { # PRECISION
+  local name
+  name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
+  case "$1:$name" in
+    bf16:*H100*|bf16:*H200*) echo 989e12 ;;
+    bf16:*A100*) echo 312e12 ;;
+    fp32:*H100*SXM*|fp32:*H200*) echo 67e12 ;;
+    fp32:*H100*) echo 51e12 ;;
+    fp32:*A100*) echo 19.5e12 ;;
+    *) echo unknown ;;
+  esac
+}
+if [ "$GPU_OK" = 1 ] && have_time 60; then
+  prec=bf16
+  B="${BENCH_BATCH:-8}"
+  if ! bench_run bench 120 precision=bf16 per_device_train_batch_size="$B" gradient_checkpointing=false; then
+    prec=fp32
+    log "bench: bf16 run failed; falling back to fp32 (bf16 is not in this build yet?)"
+    have_time 60 && bench_run bench 120 precision=fp32 per_device_train_batch_size="$B" gradient_checkpointing=false || true
+  fi
+  tps="$(median_of bench tokens_per_sec || true)"
+  if [ -n "$tps" ]; then
+    peak="$(peak_flops "$prec")"
+    # FLOPs per token as llm.c counts them (so the MFU figures compare): 6 N for the matmuls
+    # forward + backward, N = all 124,439,808 parameters, + 12 L T C for attention (the PaLM
+    # formula, not halved for the causal mask)
+    fpt="$(awk 'BEGIN { N = 124439808; L = 12; T = 1024; C = 768; printf "%.0f", 6 * N + 12 * L * T * C }')"
+    if [ "$peak" = unknown ]; then mfu=unknown; else mfu="$(awk -v t="$tps" -v f="$fpt" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * t * f / p }')"; fi
+    record e-bench PASS "GPT-2 124M $prec B=$B T=1024: $(printf '%.0f' "$tps") tok/s, MFU $mfu (llm.c: ~218k tok/s/A100 bf16)"
+  else
+    record e-bench FAIL "no tokens_per_sec in the benchmark's metrics - see log"
+  fi
+  for v in "every1 gradient_checkpointing=true every_n_layers=1" \
+           "offload gradient_checkpointing=true every_n_layers=1 offload=true"; do
+    set -- $v
+    name="$1"
+    shift
+    if have_time 45 && bench_run "bench-$name" 90 precision="$prec" per_device_train_batch_size="$B" "$@"; then
+      ms="$(median_of "bench-$name" step_time_ms || true)"
+      base="$(median_of bench step_time_ms || true)"
+      record "e-$name" PASS "step ${ms:-?} ms (no recompute: ${base:-?} ms)"
+    else
+      record "e-$name" SKIP "run failed or out of time - see log"
+    fi
+  done
+else
+  record e-bench SKIP "no working GPU backend or out of time budget"
+fi
+
+# ------------------------------------------------------------------ table
+fails=0
+for r in "${RESULTS[@]}"; do
+  IFS='|' read -r _ s _ <<<"$r"
+  [ "$s" = FAIL ] && fails=$((fails + 1))
+done
+{
+  echo
+  echo "device-check summary ($(elapsed)s after the build; full log: $LOG)"
+  printf '%-16s %-5s %s\n' CHECK STATUS DETAIL
+  for r in "${RESULTS[@]}"; do
+    IFS='|' read -r n s d <<<"$r"
+    printf '%-16s %-5s %s\n' "$n" "$s" "$d"
+  done
+  echo "$fails check(s) failed"
+} | tee -a "$LOG"
+[ "$fails" = 0 ]
