@@ -2,7 +2,7 @@
 BUILD    ?= build
 CC       ?= gcc
 CUDA     ?= auto
-MPI      ?= 0
+MPI      ?= auto
 ARCH_FLAGS ?= -march=native
 OPT      ?= -O3
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
@@ -40,9 +40,18 @@ else
   CU_OBJS :=
 endif
 
+# MPI (data parallel on the CPU backend): built when Open MPI's mpicc is found (MPI=0 leaves it out).
+# A run without a launcher never starts MPI, so linking it costs a plain run nothing.
+MPICC ?= $(shell command -v mpicc 2>/dev/null)
+ifeq ($(MPI),auto)
+  MPI := $(if $(MPICC),1,0)
+endif
 ifeq ($(MPI),1)
-  CFLAGS += -DGT_HAVE_MPI $(shell mpicc --showme:compile)
-  LDLIBS += $(shell mpicc --showme:link)
+  ifeq ($(MPICC),)
+    $(error MPI=1 but mpicc was not found (apt-get install libopenmpi-dev openmpi-bin))
+  endif
+  CFLAGS += -DGT_HAVE_MPI $(shell $(MPICC) --showme:compile)
+  LDLIBS += $(shell $(MPICC) --showme:link)
 endif
 
 SRCS     := $(wildcard src/*.c)
@@ -57,13 +66,17 @@ all: $(BUILD)/gtrain
 $(BUILD)/gtrain: $(OBJS) $(CU_OBJS)
 	$(CC) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD)/obj
+# Objects depend on the flags they were built with (CUDA=0/1, sanitizers, MPI): a change rebuilds.
+FLAGS_STAMP := $(BUILD)/flags.stamp
+$(shell mkdir -p $(BUILD) && echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' | cmp -s - $(FLAGS_STAMP) || echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' > $(FLAGS_STAMP))
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) $(FLAGS_STAMP) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) $(wildcard src/*.h) | $(BUILD)/cuda
+$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) $(wildcard src/*.h) $(FLAGS_STAMP) | $(BUILD)/cuda
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) | $(BUILD)/tests
+$(BUILD)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) $(FLAGS_STAMP) | $(BUILD)/tests
 	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
 
 $(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) $(CU_OBJS)
@@ -72,8 +85,12 @@ $(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) $(CU_OBJS)
 $(BUILD)/obj $(BUILD)/cuda $(BUILD)/tests:
 	mkdir -p $@
 
+# A small MPI program that exercises every collective of dist.c (tests/test_dist.c runs it).
+$(BUILD)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard src/*.h) $(FLAGS_STAMP) | $(BUILD)/obj
+	$(CC) $(CFLAGS) -o $@ tests/mpi/dist_probe.c src/dist.c src/common.c $(LDLIBS)
+
 # The test binary finds gtrain and the repo through these variables.
-test: $(BUILD)/gtrain $(BUILD)/test_gtrain
+test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe
 	GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) $(BUILD)/test_gtrain $(TEST_ARGS)
 
 # The whole suite under AddressSanitizer + UBSan (CPU backend only: sanitizers and CUDA mix badly).

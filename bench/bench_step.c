@@ -8,6 +8,7 @@
 
 #include "blas_setup.h"
 #include "optim.h"
+#include "plan.h"
 #include "trainer.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -84,6 +85,23 @@ int main(int argc, char **argv) {
     }
     qsort(t, (size_t)steps, sizeof *t, cmp_double);
     double med = t[steps / 2];
+    /* activation memory: planned (plan.c) and measured (the tracker's high-water marks) */
+    MemPlan plan;
+    plan_memory(&plan, &d, B, 1, 1, T, m->policy, false);
+    const MemCategory act_cats[] = {MEM_ACTIVATIONS, MEM_RECOMPUTE_STASH, MEM_RECOMPUTE_SCRATCH};
+    uint64_t act_plan = 0, act_meas = 0;
+    for (int c = 0; c < 3; c++) act_plan += plan.bytes[act_cats[c]], act_meas += be->mem.peak[act_cats[c]];
+    if (getenv("BENCH_MEMORY")) {
+        printf("memory  recompute=%d offload=%d  activations planned %.2f MiB measured %.2f MiB  host_offload planned %.2f "
+               "MiB measured %.2f MiB  device total planned %.2f MiB measured %.2f MiB  %.1f ms/step\n",
+               every, off, act_plan / 1048576.0, act_meas / 1048576.0, plan.bytes[MEM_HOST_OFFLOAD] / 1048576.0,
+               be->mem.peak[MEM_HOST_OFFLOAD] / 1048576.0, plan.device_total / 1048576.0, be->mem.device_peak / 1048576.0,
+               med * 1e3);
+        free(t), free(tok), free(tgt);
+        model_free(m);
+        backend_close(be);
+        return 0;
+    }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     printf("gtrain  %-28s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "

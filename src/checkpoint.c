@@ -261,14 +261,19 @@ done:
 
 /* ---------------------------------------------------------------- optimizer state */
 
-static int save_optimizer(const char *dir, Model *m, long adam_t, GtError *err) {
+/* m_full/v_full: the whole AdamW state on the host (gathered from the ranks under ZeRO-1), or
+ * NULL to read it from an unsharded model */
+static int save_optimizer(const char *dir, Model *m, long adam_t, const float *m_full, const float *v_full,
+                          GtError *err) {
     const ParamLayout *pl = &m->layout;
-    float *mh = device_to_host(m, m->adam_m, err);
-    if (!mh) return -1;
-    float *vh = device_to_host(m, m->adam_v, err);
-    if (!vh) {
-        free(mh);
-        return -1;
+    float *mh = NULL, *vh = NULL;
+    if (!m_full) {
+        if (!(mh = device_to_host(m, m->adam_m, err))) return -1;
+        if (!(vh = device_to_host(m, m->adam_v, err))) {
+            free(mh);
+            return -1;
+        }
+        m_full = mh, v_full = vh;
     }
     int n = 2 * pl->n_tensors, rc;
     StTensorOut *ts = gt_xcalloc((size_t)n, sizeof *ts);
@@ -282,7 +287,7 @@ static int save_optimizer(const char *dir, Model *m, long adam_t, GtError *err) 
             o->dtype = ST_F32;
             o->ndim = 1;
             o->shape[0] = (int64_t)t->numel;
-            o->data = (w ? vh : mh) + t->offset;
+            o->data = (w ? v_full : m_full) + t->offset;
         }
     }
     char path[GT_PATH_MAX * 2 + 32], tbuf[32];
@@ -324,8 +329,13 @@ static int load_optimizer(const char *dir, Model *m, GtError *err) {
             if (safetensors_read_f32(st, k, (w ? vh : mh) + t->offset, t->numel, err)) goto done;
         }
     }
-    if (m->be->ops->to_device(m->be, m->adam_m, mh, pl->total * sizeof(float), err) ||
-        m->be->ops->to_device(m->be, m->adam_v, vh, pl->total * sizeof(float), err))
+    /* this rank's shard (all of it without ZeRO); the padding past the parameters stays zero */
+    size_t lo = (size_t)m->shard_rank * m->shard, n = lo < pl->total ? pl->total - lo : 0;
+    if (n > m->shard) n = m->shard;
+    m->be->ops->zero(m->be, m->adam_m, m->shard * sizeof(float));
+    m->be->ops->zero(m->be, m->adam_v, m->shard * sizeof(float));
+    if (n && (m->be->ops->to_device(m->be, m->adam_m, mh + lo, n * sizeof(float), err) ||
+              m->be->ops->to_device(m->be, m->adam_v, vh + lo, n * sizeof(float), err)))
         goto done;
     rc = 0;
 done:
@@ -489,13 +499,14 @@ void checkpoint_clean_partial(const char *output_dir) {
     closedir(d);
 }
 
-int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, int save_total_limit, GtError *err) {
+int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, int save_total_limit, const float *adam_m_full,
+                    const float *adam_v_full, GtError *err) {
     char tmp[GT_PATH_MAX + 64], final[GT_PATH_MAX + 64], old[GT_PATH_MAX + 80];
     snprintf(tmp, sizeof tmp, "%s/.checkpoint-%ld.tmp", output_dir, st->global_step);
     snprintf(final, sizeof final, "%s/checkpoint-%ld", output_dir, st->global_step);
     remove_tree(tmp);
     if (mkdir(tmp, 0755) != 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
-    if (checkpoint_save_weights(tmp, m, false, err) || save_optimizer(tmp, m, st->adam_t, err) ||
+    if (checkpoint_save_weights(tmp, m, false, err) || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
         write_state(tmp, st, &m->desc, err) || fsync_dir(tmp) != 0) {
         remove_tree(tmp);
         if (!err || !err->msg[0]) gt_error(err, GT_EXIT_FAILURE, "%s: sync failed", tmp);

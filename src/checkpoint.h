@@ -37,10 +37,12 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err);
 int checkpoint_load_weights(Model *m, const char *path, GtError *err);
 
 /* Write output_dir/checkpoint-<step>/ atomically, then delete the oldest checkpoints beyond
- * save_total_limit (0 = keep all). */
-int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, int save_total_limit, GtError *err);
+ * save_total_limit (0 = keep all). adam_m_full/adam_v_full: the whole AdamW state on the host when
+ * it is sharded (ZeRO-1; the file format does not depend on sharding), else NULL. */
+int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, int save_total_limit, const float *adam_m_full,
+                    const float *adam_v_full, GtError *err);
 
-/* Read checkpoint dir into the model (weights + optimizer) and st. */
+/* Read checkpoint dir into the model (weights + this rank's shard of the optimizer) and st. */
 int checkpoint_load(const char *dir, Model *m, TrainerState *st, GtError *err);
 
 /* The complete checkpoint with the highest step in output_dir into out; -1 (code 2) when none. */

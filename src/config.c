@@ -28,7 +28,7 @@ typedef enum { KT_INT, KT_INT_AUTO, KT_FLOAT, KT_BOOL, KT_STRING, KT_PATH, KT_EN
 
 static const char *const TYPE_NAMES[] = {"int", "int or auto", "float", "bool", "string", "path", "enum", "bytes"};
 
-static const char *const LR_NAMES[] = {"constant", "linear", "cosine", NULL};
+static const char *const LR_NAMES[] = {"constant", "linear", "cosine", "cosine_with_min_lr", NULL};
 static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
@@ -96,7 +96,10 @@ static const KeySpec SCHEMA[] = {
     {.key = "learning_rate", .type = KT_FLOAT, FIELD(learning_rate), .def = "5e-5", .fmin = 0, .fmax = 10,
      .doc = "Peak learning rate of AdamW."},
     {.key = "lr_scheduler_type", .type = KT_ENUM, FIELD(lr_scheduler_type), .def = "linear",
-     .names = LR_NAMES, .doc = "Learning-rate decay after warmup: constant, linear to 0, or cosine to 0."},
+     .names = LR_NAMES,
+     .doc = "Learning-rate decay after warmup: constant, linear to 0, cosine to 0, or cosine to min_lr_rate."},
+    {.key = "lr_scheduler_kwargs.min_lr_rate", .type = KT_FLOAT, FIELD(min_lr_rate), .def = "0", .fmin = 0, .fmax = 1,
+     .doc = "cosine_with_min_lr: the final learning rate as a fraction of learning_rate (HF's min_lr_rate)."},
     {.key = "warmup_steps", .type = KT_INT, FIELD(warmup_steps), .def = "0", .imin = 0, .imax = BIG,
      .doc = "Steps of linear warmup from 0 to learning_rate."},
     {.key = "weight_decay", .type = KT_FLOAT, FIELD(weight_decay), .def = "0", .fmin = 0, .fmax = 10,

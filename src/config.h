@@ -9,7 +9,7 @@
 #include "common.h"
 
 typedef enum { CFG_SRC_DEFAULT = 0, CFG_SRC_FILE, CFG_SRC_SET } ConfigSource;
-typedef enum { LR_CONSTANT = 0, LR_LINEAR, LR_COSINE } LrSchedule;
+typedef enum { LR_CONSTANT = 0, LR_LINEAR, LR_COSINE, LR_COSINE_MIN_LR } LrSchedule;
 typedef enum { PREC_FP32 = 0, PREC_BF16 } Precision;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
@@ -46,6 +46,7 @@ typedef struct {
     double num_train_epochs;
     double learning_rate;
     LrSchedule lr_scheduler_type;
+    double min_lr_rate; /* cosine_with_min_lr: the floor, as a fraction of learning_rate */
     long warmup_steps;
     double weight_decay;
     double adam_beta1, adam_beta2, adam_epsilon;

@@ -44,6 +44,22 @@ int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err);
 /* all ranks agree a value (e.g. 1 = "I failed"): max over ranks */
 int dist_allreduce_max_i32(Dist *d, int *v, GtError *err);
 /* End the whole job now: this rank's message is printed by the caller first. */
-void dist_abort(Dist *d, int exit_code);
+void dist_abort(Dist *d, int exit_code) __attribute__((noreturn));
+
+/* --- additions (dist.c) --- */
+/* "mpi" when built with MPI=1, else "none" (for --version). */
+const char *dist_built(void);
+/* Change the collective timeout (e.g. once the config's dist_timeout is known). <= 0: no timeout. */
+void dist_set_timeout(Dist *d, double timeout_s);
+/* Drive the started all-reduces forward without waiting (MPI's non-blocking collectives progress
+ * only inside MPI calls): call it between layers of backward for real overlap. */
+int dist_poll(Dist *d, GtError *err);
+/* bytes from rank root to every rank (e.g. the NCCL unique id, or a config hash to compare). */
+int dist_broadcast(Dist *d, void *buf, size_t bytes, int root, GtError *err);
+/* Every rank waits for every other; what names the wait in a timeout message. */
+int dist_barrier(Dist *d, const char *what, GtError *err);
+/* Print "gtrain: rank R: <err->msg>" (just "gtrain: <msg>" at world size 1) and end the whole job
+ * with err->code. For a failure on one rank: the others are stopped instead of waiting. */
+void dist_fail(Dist *d, const GtError *err) __attribute__((noreturn));
 
 #endif

@@ -8,6 +8,7 @@
 #include "backend.h"
 #include "blas_setup.h"
 #include "config.h"
+#include "dist.h"
 #include "model_desc.h"
 #include "plan.h"
 #include "report.h"
@@ -66,7 +67,7 @@ int main(int argc, char **argv) {
         case 'c': config_path = optarg; break;
         case 's': sets[n_sets++] = optarg; break;
         case 'h': print_usage(stdout); goto out;
-        case 'V': printf("gtrain %s (backends: %s)\n", GTRAIN_VERSION, backend_built_list()); goto out;
+        case 'V': printf("gtrain %s (backends: %s; dist: %s)\n", GTRAIN_VERSION, backend_built_list(), dist_built()); goto out;
         case OPT_HELP_CONFIG: help_config = 1; break;
         case OPT_MARKDOWN: markdown = 1; break;
         case OPT_CHECKPOINT: so.checkpoint = optarg; break;
@@ -163,8 +164,16 @@ int main(int argc, char **argv) {
             plan_print(&plan, NULL, stdout);
         }
     } else {
+        /* several ranks: a failure on one ends every rank with a line naming it (dist_fail) */
+        Dist *dist = NULL;
         TrainSummary summary;
-        if (trainer_run(cfg, &desc, &summary, &err)) rc = fail(&err);
+        if (dist_init(&dist, &argc, &argv, cfg->dist_timeout, &err)) {
+            rc = fail(&err);
+        } else if (trainer_run(cfg, &desc, dist, &summary, &err)) {
+            if (dist_world(dist) > 1) dist_fail(dist, &err);
+            rc = fail(&err);
+        }
+        dist_finalize(dist);
     }
     free(cfg);
 out:

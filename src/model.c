@@ -168,8 +168,17 @@ fail:
     return -1;
 }
 
+size_t model_shard_size(size_t n_params, int shard_world) {
+    return (n_params + (size_t)shard_world - 1) / (size_t)shard_world;
+}
+
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err) {
+    return model_create_sharded(out, desc, be, B, T, policy, seed, 1, 0, err);
+}
+
+int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
+                         uint64_t seed, int shard_world, int shard_rank, GtError *err) {
     Model *m = gt_xcalloc(1, sizeof *m);
     m->desc = *desc;
     m->be = be;
@@ -183,10 +192,14 @@ int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, 
     const size_t NP = m->layout.total;
     float *host = NULL;
 
-    ALLOC_F(m->params, MEM_PARAMS, NP);
-    ALLOC_F(m->grads, MEM_GRADS, NP);
-    ALLOC_F(m->adam_m, MEM_OPTIMIZER, NP);
-    ALLOC_F(m->adam_v, MEM_OPTIMIZER, NP);
+    m->shard_world = shard_world;
+    m->shard_rank = shard_rank;
+    m->shard = model_shard_size(NP, shard_world);
+    m->padded_total = m->shard * (size_t)shard_world;
+    ALLOC_F(m->params, MEM_PARAMS, m->padded_total);
+    ALLOC_F(m->grads, MEM_GRADS, m->padded_total);
+    ALLOC_F(m->adam_m, MEM_OPTIMIZER, m->shard);
+    ALLOC_F(m->adam_v, MEM_OPTIMIZER, m->shard);
 
     m->acts = gt_xcalloc((size_t)L, sizeof *m->acts);
     m->input = gt_xcalloc((size_t)L, sizeof *m->input);
@@ -246,12 +259,13 @@ int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, 
         goto fail;
     }
     model_init_params_host(&m->layout, desc, seed, host);
+    be->ops->zero(be, m->params, m->padded_total * sizeof(float)); /* the padding stays zero */
     if (be->ops->to_device(be, m->params, host, NP * sizeof(float), err)) goto fail;
     free(host);
     host = NULL;
-    be->ops->zero(be, m->grads, NP * sizeof(float));
-    be->ops->zero(be, m->adam_m, NP * sizeof(float));
-    be->ops->zero(be, m->adam_v, NP * sizeof(float));
+    be->ops->zero(be, m->grads, m->padded_total * sizeof(float));
+    be->ops->zero(be, m->adam_m, m->shard * sizeof(float));
+    be->ops->zero(be, m->adam_v, m->shard * sizeof(float));
     be->ops->synchronize(be);
     *out = m;
     return 0;
@@ -275,7 +289,7 @@ void model_free(Model *m) {
     free(m);
 }
 
-void model_zero_grads(Model *m) { m->be->ops->zero(m->be, m->grads, m->layout.total * sizeof(float)); }
+void model_zero_grads(Model *m) { m->be->ops->zero(m->be, m->grads, m->padded_total * sizeof(float)); }
 
 /* ---------------------------------------------------------------- forward / backward */
 
@@ -371,8 +385,19 @@ static void backward_blocks(Model *m, int B) {
             layer_forward(m, l, B, m->input[l], &m->acts[l], NULL);
         }
         layer_backward(m, l, B, m->input[l], &m->acts[l]);
+        if (m->grad_ready) { /* layer l's tensors are contiguous: ln_1.weight .. mlp.c_proj.bias */
+            const ParamTensor *first = &m->layout.tensors[layer_first_tensor(l)];
+            const ParamTensor *next = &m->layout.tensors[layer_first_tensor(l + 1)];
+            m->grad_ready(m->grad_ready_ctx, m->grads + first->offset, next->offset - first->offset);
+        }
     }
     op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C);
+    if (m->grad_ready) { /* wte (also the tied head), wpe; then ln_f (and an untied lm_head) */
+        const size_t layer0 = m->layout.tensors[layer_first_tensor(0)].offset;
+        const size_t lnf = m->layout.tensors[layer_first_tensor(L)].offset;
+        m->grad_ready(m->grad_ready_ctx, m->grads, layer0);
+        m->grad_ready(m->grad_ready_ctx, m->grads + lnf, m->padded_total - lnf);
+    }
 }
 
 static int upload_batch(Model *m, const int *tokens, const int *targets, int rows, GtError *err) {

@@ -44,6 +44,11 @@ typedef struct {
     float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
 } LayerActs;
 
+/* Called in backward when a range of the grads buffer is final for this micro-batch (a layer's
+ * tensors right after its backward; the embeddings and ln_f at the end), so a data-parallel
+ * all-reduce can start while the rest of backward runs. */
+typedef void (*GradReadyFn)(void *ctx, float *grads, size_t n);
+
 typedef struct Model {
     ModelDesc desc;
     Backend *be;
@@ -53,6 +58,12 @@ typedef struct Model {
     ParamLayout layout;
 
     float *params, *grads, *adam_m, *adam_v;
+    /* ZeRO-1: params/grads are padded to shard_world * shard floats; adam_m/adam_v hold only this
+     * rank's shard [shard_rank * shard, (shard_rank + 1) * shard). shard_world 1: no sharding. */
+    int shard_world, shard_rank;
+    size_t shard, padded_total;
+    GradReadyFn grad_ready; /* NULL: none */
+    void *grad_ready_ctx;
     float *wte, *wpe, *lnfw, *lnfb, *lm_head; /* lm_head == wte when tied */
     float *dwte, *dwpe, *dlnfw, *dlnfb, *dlm_head;
 
@@ -78,6 +89,11 @@ typedef struct Model {
  * as GPT-2 does, from seed. */
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err);
+/* The same with the AdamW state sharded over shard_world ranks (ZeRO-1); this is shard_rank. */
+int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
+                         uint64_t seed, int shard_world, int shard_rank, GtError *err);
+/* floats per rank of the sharded AdamW state, and the padded params/grads length */
+size_t model_shard_size(size_t n_params, int shard_world);
 void model_free(Model *m);
 
 /* GPT-2 initialisation into a host buffer of layout.total floats (normal 0.02, residual

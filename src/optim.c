@@ -3,7 +3,7 @@
 
 #include <math.h>
 
-double lr_multiplier(LrSchedule s, long step, long warmup_steps, long total_steps) {
+double lr_multiplier(LrSchedule s, long step, long warmup_steps, long total_steps, double min_lr_rate) {
     if (step < warmup_steps) return (double)step / (double)(warmup_steps > 1 ? warmup_steps : 1);
     switch (s) {
     case LR_LINEAR: {
@@ -11,11 +11,14 @@ double lr_multiplier(LrSchedule s, long step, long warmup_steps, long total_step
         double v = (double)(total_steps - step) / denom;
         return v > 0.0 ? v : 0.0;
     }
-    case LR_COSINE: {
+    case LR_COSINE:
+    case LR_COSINE_MIN_LR: {
         double denom = (double)(total_steps - warmup_steps > 1 ? total_steps - warmup_steps : 1);
         double progress = (double)(step - warmup_steps) / denom;
         double v = 0.5 * (1.0 + cos(M_PI * 2.0 * 0.5 * progress));
-        return v > 0.0 ? v : 0.0;
+        if (v < 0.0) v = 0.0;
+        /* HF's get_cosine_with_min_lr_schedule_with_warmup */
+        return s == LR_COSINE_MIN_LR ? v * (1.0 - min_lr_rate) + min_lr_rate : v;
     }
     case LR_CONSTANT:
     default:
@@ -35,19 +38,25 @@ double clip_grads(Model *m, double norm, double max_norm) {
     return coef;
 }
 
-void adamw_step(Model *m, double lr, const RunConfig *cfg, int t) {
+void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t lo, size_t hi) {
     Backend *be = m->be;
-    /* contiguous runs of tensors in the same group are stepped together */
     const ParamLayout *pl = &m->layout;
+    if (hi > pl->total) hi = pl->total;
+    /* contiguous runs of tensors in the same group (decay or not) are stepped together */
     int i = 0;
     while (i < pl->n_tensors) {
+        const bool decay = pl->tensors[i].decay;
         int j = i;
-        size_t n = 0;
-        while (j < pl->n_tensors && pl->tensors[j].decay == pl->tensors[i].decay) n += pl->tensors[j++].numel;
-        size_t off = pl->tensors[i].offset;
-        float wd = pl->tensors[i].decay ? (float)cfg->weight_decay : 0.0f;
-        be->ops->adamw(be, m->params + off, m->grads + off, m->adam_m + off, m->adam_v + off, n, (float)lr,
-                       (float)cfg->adam_beta1, (float)cfg->adam_beta2, (float)cfg->adam_epsilon, wd, t);
+        while (j < pl->n_tensors && pl->tensors[j].decay == decay) j++;
+        size_t a = pl->tensors[i].offset, b = pl->tensors[j - 1].offset + pl->tensors[j - 1].numel;
+        if (a < lo) a = lo;
+        if (b > hi) b = hi;
+        if (a < b)
+            be->ops->adamw(be, m->params + a, m->grads + a, m->adam_m + (a - lo), m->adam_v + (a - lo), b - a,
+                           (float)lr, (float)cfg->adam_beta1, (float)cfg->adam_beta2, (float)cfg->adam_epsilon,
+                           decay ? (float)cfg->weight_decay : 0.0f, t);
         i = j;
     }
 }
+
+void adamw_step(Model *m, double lr, const RunConfig *cfg, int t) { adamw_step_range(m, lr, cfg, t, 0, m->layout.total); }

@@ -12,7 +12,7 @@ int plan_logits_rows(const ModelDesc *d, int B, int T) {
     return (int)(rows < bt ? rows : bt);
 }
 
-void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol) {
+void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1) {
     memset(p, 0, sizeof *p);
     p->B = B;
     p->A = A;
@@ -32,9 +32,12 @@ void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T,
      * res2, ln2, ln2 mean/rstd, fch, fch_gelu */
     const uint64_t layer_acts = BT * (7 * C + 4 + 2 * I) + (uint64_t)B * NH * T;
 
-    p->bytes[MEM_PARAMS] = p->n_params * f;
-    p->bytes[MEM_GRADS] = p->n_params * f;
-    p->bytes[MEM_OPTIMIZER] = 2 * p->n_params * f;
+    /* ZeRO-1: AdamW state sharded over the ranks; params and grads padded to a whole number of shards */
+    const uint64_t shards = zero1 ? (uint64_t)world : 1, shard = (p->n_params + shards - 1) / shards;
+    p->zero1 = zero1;
+    p->bytes[MEM_PARAMS] = shard * shards * f;
+    p->bytes[MEM_GRADS] = shard * shards * f;
+    p->bytes[MEM_OPTIMIZER] = 2 * shard * f;
     p->bytes[MEM_ACTIVATIONS] = ((L - K) * (BTC + layer_acts) /* kept layers: input + internals */
                                  + 2 * BTC + 2 * BT               /* final residual, ln_f and its stats */
                                  + 3 * BT) * f;                   /* tokens, targets, losses */
@@ -54,8 +57,11 @@ void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T,
 
 void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     char a[32], b[32], desc[96];
-    fprintf(out, "memory plan: micro-batch %d x seq_len %d, recompute %s\n", p->B, p->T,
-            recompute_describe(&p->policy, desc, sizeof desc));
+    fprintf(out, "memory plan (per rank): micro-batch %d x seq_len %d, recompute %s%s\n", p->B, p->T,
+            recompute_describe(&p->policy, desc, sizeof desc), p->zero1 ? ", ZeRO-1 optimizer shards" : "");
+    if (p->zero1)
+        fprintf(out, "  ZeRO-1 saves %s of optimizer state per rank (%d shards)\n",
+                gt_format_bytes(a, sizeof a, 2 * p->n_params * sizeof(float) - p->bytes[MEM_OPTIMIZER]), p->world);
     if (measured)
         fprintf(out, "  %-18s %14s %14s\n", "category", "planned", "measured");
     else
@@ -98,7 +104,7 @@ static int candidate_better(const FitCandidate *a, const FitCandidate *b) {
 /* Best layout of per_rank rows (B * A) that fits limit; min_B: smallest micro-batch considered.
  * Returns 0 and fills best, or -1 when nothing fits. */
 static int best_fit(const ModelDesc *d, long per_rank, int world, int T, uint64_t limit, int min_B,
-                    bool allow_recompute, FitCandidate *best) {
+                    bool allow_recompute, bool zero1, FitCandidate *best) {
     bool found = false;
     for (long B = per_rank; B >= 1; B--) {
         if (per_rank % B || B < min_B || B > (1 << 20)) continue;
@@ -107,7 +113,7 @@ static int best_fit(const ModelDesc *d, long per_rank, int world, int T, uint64_
             for (int off = 0; off <= (every > 0); off++) {
                 RecomputePolicy pol = recompute_policy(every > 0, every ? every : 1, off, d->n_layer);
                 MemPlan p;
-                plan_memory(&p, d, (int)B, (int)(per_rank / B), world, T, pol);
+                plan_memory(&p, d, (int)B, (int)(per_rank / B), world, T, pol, zero1);
                 if (limit && p.device_total > limit) continue;
                 FitCandidate c = {(int)B, (int)(per_rank / B), every, off, recompute_count(&pol), p.device_total};
                 if (!found || candidate_better(&c, best)) *best = c, found = true;
@@ -129,6 +135,7 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
                  GtError *err) {
     char a[32], b[32], why[256];
     const int T = cfg->data.seq_len;
+    const bool zero1 = cfg->zero_stage == 1 && world > 1;
     if (cfg->per_device_train_batch_size == 0) { /* auto-fit */
         long E = cfg->train_batch_size;
         if (E <= 0 || E % world)
@@ -139,9 +146,9 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         FitCandidate c;
         long per_rank = E / world;
         int min_B = per_rank >= 4 ? 4 : 1; /* 4 x 16 beats 1 x 64: keep micro-batches of 4+ when possible */
-        if (best_fit(d, per_rank, world, T, memory_limit, min_B, true, &c) &&
-            best_fit(d, per_rank, world, T, memory_limit, 1, true, &c)) {
-            plan_memory(p, d, 1, (int)per_rank, world, T, recompute_policy(true, 1, true, d->n_layer));
+        if (best_fit(d, per_rank, world, T, memory_limit, min_B, true, zero1, &c) &&
+            best_fit(d, per_rank, world, T, memory_limit, 1, true, zero1, &c)) {
+            plan_memory(p, d, 1, (int)per_rank, world, T, recompute_policy(true, 1, true, d->n_layer), zero1);
             return gt_error(err, GT_EXIT_BAD_INPUT,
                             "%s: train_batch_size %ld cannot fit memory_limit %s: even micro-batch 1 with every layer "
                             "recomputed and offloaded needs %s",
@@ -149,20 +156,20 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
                             gt_format_bytes(b, sizeof b, p->device_total));
         }
         RecomputePolicy pol = recompute_policy(c.every_n > 0, c.every_n ? c.every_n : 1, c.offload, d->n_layer);
-        plan_memory(p, d, c.B, c.A, world, T, pol);
+        plan_memory(p, d, c.B, c.A, world, T, pol, zero1);
         describe_candidate(why, sizeof why, &c);
         gt_log("auto-fit: %s -> %s of %s (fewest recomputed layers, then the largest micro-batch)\n", why,
                gt_format_bytes(a, sizeof a, c.bytes), memory_limit ? gt_format_bytes(b, sizeof b, memory_limit) : "no limit");
         return 0;
     }
     RecomputePolicy pol = recompute_policy(cfg->gradient_checkpointing, cfg->every_n_layers, cfg->offload, d->n_layer);
-    plan_memory(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol);
+    plan_memory(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1);
     if (memory_limit && p->device_total > memory_limit) {
         /* what would fit, for the same effective batch */
         FitCandidate c;
         long per_rank = (long)p->B * p->A;
         char fix[300] = "nothing fits: even micro-batch 1 with every layer recomputed and offloaded is too big";
-        if (best_fit(d, per_rank, world, T, memory_limit, 1, true, &c) == 0) {
+        if (best_fit(d, per_rank, world, T, memory_limit, 1, true, zero1, &c) == 0) {
             describe_candidate(why, sizeof why, &c);
             snprintf(fix, sizeof fix, "for the same effective batch %ld, %s fits (%s)", p->effective_batch, why,
                      gt_format_bytes(b, sizeof b, c.bytes));

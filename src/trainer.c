@@ -15,6 +15,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "dist.h"
 #include "metrics.h"
 #include "optim.h"
 #include "plan.h"
@@ -32,7 +33,12 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
                        long num_items, double *loss_sum, GtError *err) {
     const size_t rows = (size_t)B * m->T;
     double total = 0.0;
+    /* a grad-ready hook (data-parallel all-reduce) fires on the last micro-batch only: no
+     * communication while gradients are still accumulating (DDP's no_sync) */
+    GradReadyFn hook = m->grad_ready;
+    m->grad_ready = NULL;
     for (int a = 0; a < A; a++) {
+        if (a == A - 1) m->grad_ready = hook;
         const int *tk = tokens + (size_t)a * rows, *tg = targets + (size_t)a * rows;
         float scale;
         if (norm == LOSS_NORM_TOKENS) {
@@ -42,9 +48,13 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
             scale = n > 0 ? (float)(1.0 / ((double)n * A)) : 0.0f;
         }
         double s = 0.0;
-        if (model_step(m, tk, tg, B, scale, true, &s, err)) return -1;
+        if (model_step(m, tk, tg, B, scale, true, &s, err)) {
+            m->grad_ready = hook;
+            return -1;
+        }
         total += s;
     }
+    m->grad_ready = hook;
     *loss_sum = total;
     return 0;
 }
@@ -60,6 +70,9 @@ typedef struct {
     TBoard *tb;
     TrainerState state;
     int world, rank;
+    Dist *dist;
+    GtError sync_err; /* an all-reduce started from backward that failed */
+    int sync_failed;
     int *tok, *tgt;
     bool tty;
     double t_start;
@@ -227,13 +240,17 @@ static void fill_step(Trainer *t, long step) {
 static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
-    if (backend_open(&t->be, cfg->device, 0, cfg->num_threads, err)) return -1;
+    if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
+    if (t->world > 1 && strcmp(t->be->ops->name, "cpu") != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: device: several ranks on the %s backend need NCCL, not built yet; use device: cpu",
+                        cfg->config_path, t->be->ops->name);
     if (cfg->precision != PREC_FP32)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: precision: expected fp32 on the %s backend (bf16 is not built yet), found %s",
                         cfg->config_path, t->be->ops->name, config_precision_name(cfg->precision));
     uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
     if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
-        plan_print(&t->plan, NULL, stdout);
+        if (t->rank == 0) plan_print(&t->plan, NULL, stdout);
         return -1;
     }
     const int T = cfg->data.seq_len;
@@ -259,8 +276,11 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         data_open(&t->val, val_path, cfg->data.format, T, desc->vocab_size, split_val, cfg->data.val_fraction, err))
         return -1;
 
-    if (model_create(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, err)) return -1;
-    plan_print(&t->plan, &t->be->mem, stdout);
+    int shards = t->plan.zero1 ? t->world : 1;
+    if (model_create_sharded(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, shards,
+                             shards > 1 ? t->rank : 0, err))
+        return -1;
+    if (t->rank == 0) plan_print(&t->plan, &t->be->mem, stdout);
     if (cfg->init_from[0]) {
         if (checkpoint_load_weights(t->model, cfg->init_from, err)) return -1;
         gt_log("initialised from %s\n", cfg->init_from);
@@ -313,11 +333,72 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     return 0;
 }
 
+/* Every rank calls this: under ZeRO-1 the AdamW shards are gathered first (the checkpoint format
+ * does not depend on sharding); rank 0 writes. */
 static int save_checkpoint(Trainer *t, GtError *err) {
-    if (t->rank != 0) return 0;
-    if (checkpoint_save(t->cfg->output_dir, t->model, &t->state, t->cfg->save_total_limit, err)) return -1;
+    Model *m = t->model;
+    float *full[2] = {NULL, NULL};
+    if (m->shard_world > 1) {
+        float *shard[2] = {m->adam_m, m->adam_v};
+        for (int w = 0; w < 2; w++) {
+            full[w] = gt_xcalloc(m->padded_total, sizeof(float));
+            if (m->be->ops->to_host(m->be, full[w] + (size_t)m->shard_rank * m->shard, shard[w], m->shard * sizeof(float), err) ||
+                dist_allgather_f32(t->dist, full[w], m->shard, err)) {
+                free(full[0]), free(full[1]);
+                return -1;
+            }
+        }
+    }
+    int rc = t->rank == 0 ? checkpoint_save(t->cfg->output_dir, m, &t->state, t->cfg->save_total_limit, full[0], full[1], err) : 0;
+    free(full[0]), free(full[1]);
+    if (rc || t->rank != 0) return rc;
     if (t->tty) metrics_progress_clear(stdout);
     gt_log("saved %s/checkpoint-%ld\n", t->cfg->output_dir, t->state.global_step);
+    return 0;
+}
+
+/* data parallel: a layer's gradients start their all-reduce as soon as its backward is done */
+static void allreduce_when_ready(void *ctx, float *grads, size_t n) {
+    Trainer *t = ctx;
+    if (!t->sync_failed && (dist_allreduce_f32_start(t->dist, grads, n, &t->sync_err) || dist_poll(t->dist, &t->sync_err)))
+        t->sync_failed = 1;
+}
+
+/* After accumulation: sum the gradients over the ranks, take the global norm, skip on NaN/Inf,
+ * clip and step AdamW (on this rank's shard under ZeRO-1, then gather the weights). */
+static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped, double loss, GtError *err) {
+    Model *m = t->model;
+    Backend *be = t->be;
+    const RunConfig *cfg = t->cfg;
+    double norm;
+    size_t lo = 0, hi = m->layout.total;
+    if (m->shard_world > 1) {
+        if (dist_reduce_scatter_f32(t->dist, m->grads, m->shard, err)) return -1;
+        lo = (size_t)m->shard_rank * m->shard;
+        hi = lo + m->shard;
+        double sq = be->ops->sum_squares(be, m->grads + lo, m->shard);
+        if (dist_allreduce_f64(t->dist, &sq, 1, err)) return -1;
+        norm = sqrt(sq);
+    } else {
+        if (t->world > 1) {
+            if (t->sync_failed) {
+                *err = t->sync_err;
+                return -1;
+            }
+            if (dist_wait_all(t->dist, err)) return -1;
+        }
+        norm = grad_global_norm(m);
+    }
+    *norm_out = norm;
+    *skipped = !isfinite(loss) || !isfinite(norm);
+    if (!*skipped) {
+        if (cfg->max_grad_norm > 0 && isfinite(norm)) {
+            double coef = cfg->max_grad_norm / (norm + 1e-6);
+            if (coef < 1.0) be->ops->scale(be, m->grads + lo, (float)coef, hi - lo);
+        }
+        adamw_step_range(m, lr, cfg, (int)++t->state.adam_t, lo, hi);
+    }
+    if (m->shard_world > 1 && dist_allgather_f32(t->dist, m->params, m->shard, err)) return -1;
     return 0;
 }
 
@@ -335,22 +416,25 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         double t0 = gt_now_seconds();
         fill_step(t, step);
         const size_t n_tok = (size_t)t->plan.B * t->plan.A * cfg->data.seq_len;
-        long num_items = count_items(t->tgt, n_tok);
+        /* num_items_in_batch: valid targets of every micro-batch on every rank */
+        int64_t items = count_items(t->tgt, n_tok);
+        if (dist_allreduce_i64(t->dist, &items, 1, err)) return -1;
+        const long num_items = (long)items;
         double loss_sum = 0.0;
         if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, cfg->loss_normalization, num_items, &loss_sum,
                                err))
             return -1;
+        if (dist_allreduce_f64(t->dist, &loss_sum, 1, err)) return -1;
         double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;
-        double norm = grad_global_norm(m);
-        double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, cfg->warmup_steps, max_steps);
-        bool skip = !isfinite(loss) || !isfinite(norm);
+        double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, cfg->warmup_steps, max_steps, cfg->min_lr_rate);
+        double norm;
+        bool skip;
+        if (optimizer_step(t, lr, &norm, &skip, loss, err)) return -1;
         if (skip) {
             t->state.skipped_steps++;
             skipped_in_a_row++;
         } else {
             skipped_in_a_row = 0;
-            clip_grads(m, norm, cfg->max_grad_norm);
-            adamw_step(m, lr, cfg, (int)++t->state.adam_t);
         }
         model_zero_grads(m);
         t->be->ops->synchronize(t->be);
@@ -398,10 +482,12 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
                                 "(max_skipped_steps %ld); the last good checkpoint is kept in %s",
                                 step + 1, skipped_in_a_row, cfg->max_skipped_steps, cfg->output_dir);
         }
-        if (t->val && ((cfg->eval_steps > 0 && (step + 1) % cfg->eval_steps == 0) || last) && run_eval(t, step + 1, summary, err))
+        if (t->rank == 0 && t->val && ((cfg->eval_steps > 0 && (step + 1) % cfg->eval_steps == 0) || last) &&
+            run_eval(t, step + 1, summary, err))
             return -1;
         bool save = cfg->save_steps > 0 && ((step + 1) % cfg->save_steps == 0 || last);
         int sig = poll_stop_signal(&stop);
+        if (t->world > 1 && dist_allreduce_max_i32(t->dist, &sig, err)) return -1; /* every rank stops at the same step */
         if (sig) {
             if (t->tty) metrics_progress_clear(stdout);
             gt_log("received %s: finishing at step %ld\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", step + 1);
@@ -416,12 +502,20 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     return 0;
 }
 
-int trainer_run(const RunConfig *cfg, const ModelDesc *desc, TrainSummary *summary, GtError *err) {
-    Trainer t = {.cfg = cfg, .desc = desc, .world = 1, .rank = 0, .tty = isatty(STDOUT_FILENO)};
+int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSummary *summary, GtError *err) {
+    Trainer t = {.cfg = cfg, .desc = desc, .dist = dist, .world = dist_world(dist), .rank = dist_rank(dist)};
+    /* a progress bar only for one process on a terminal (mpirun gives every rank a tty) */
+    t.tty = t.world == 1 && isatty(STDOUT_FILENO);
     memset(summary, 0, sizeof *summary);
     summary->last_val_loss = summary->first_val_loss = NAN;
     int rc = open_run(&t, summary, err);
-    if (rc == 0) rc = train_loop(&t, summary, err);
+    if (rc == 0) {
+        if (t.world > 1 && t.model->shard_world == 1) { /* plain data parallel: overlap with backward */
+            t.model->grad_ready = allreduce_when_ready;
+            t.model->grad_ready_ctx = &t;
+        }
+        rc = train_loop(&t, summary, err);
+    }
     if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
         rc = checkpoint_save_weights(cfg->output_dir, t.model, false, err);
         if (rc == 0) gt_log("weights: %s/model.safetensors (Hugging Face GPT-2 layout)\n", cfg->output_dir);

@@ -14,7 +14,8 @@ long count_items(const int *targets, size_t n);
  * loss gradient is scaled by 1/num_items (num_items = valid targets over ALL micro-batches, and
  * over all ranks), so the accumulated gradient is the big batch's; under LOSS_NORM_STEPS each
  * micro-batch's mean loss is divided by A (HF's fallback). Grads are ADDED to. *loss_sum gets the
- * sum of per-token losses (divide by num_items for the token-weighted mean). */
+ * sum of per-token losses (divide by num_items for the token-weighted mean). m->grad_ready, when
+ * set, fires during the last micro-batch only. */
 int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, LossNormalization norm,
                        long num_items, double *loss_sum, GtError *err);
 
@@ -28,7 +29,8 @@ typedef struct {
     int stopped_by_signal; /* SIGTERM/SIGINT ended the run after a checkpoint */
 } TrainSummary;
 
-/* Run the whole job described by cfg. */
-int trainer_run(const RunConfig *cfg, const ModelDesc *desc, TrainSummary *summary, GtError *err);
+/* Run the whole job described by cfg, on this rank of dist (world 1 without a launcher). */
+struct Dist;
+int trainer_run(const RunConfig *cfg, const ModelDesc *desc, struct Dist *dist, TrainSummary *summary, GtError *err);
 
 #endif

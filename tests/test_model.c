@@ -290,7 +290,7 @@ Test(plan, planned_equals_measured_for_a_grid_of_configs, .timeout = 60) {
                         ModelDesc d = tiny_desc(L, 2, 16, 40, 32);
                         RecomputePolicy pol = recompute_policy(every > 0, every ? every : 1, off, L);
                         MemPlan p;
-                        plan_memory(&p, &d, Bs[bi], 1, 1, Ts[ti], pol);
+                        plan_memory(&p, &d, Bs[bi], 1, 1, Ts[ti], pol, false);
                         Backend *be = test_backend_open();
                         Model *m = NULL;
                         GtError err = {0};
@@ -313,11 +313,11 @@ static uint64_t act_bytes(const MemPlan *p) {
 Test(plan, activation_memory_shrinks_with_each_recompute_setting) {
     ModelDesc d = tiny_desc(8, 4, 64, 128, 64);
     MemPlan none, n4, n2, n1, n1o;
-    plan_memory(&none, &d, 4, 1, 1, 64, recompute_policy(false, 1, false, 8));
-    plan_memory(&n4, &d, 4, 1, 1, 64, recompute_policy(true, 4, false, 8));
-    plan_memory(&n2, &d, 4, 1, 1, 64, recompute_policy(true, 2, false, 8));
-    plan_memory(&n1, &d, 4, 1, 1, 64, recompute_policy(true, 1, false, 8));
-    plan_memory(&n1o, &d, 4, 1, 1, 64, recompute_policy(true, 1, true, 8));
+    plan_memory(&none, &d, 4, 1, 1, 64, recompute_policy(false, 1, false, 8), false);
+    plan_memory(&n4, &d, 4, 1, 1, 64, recompute_policy(true, 4, false, 8), false);
+    plan_memory(&n2, &d, 4, 1, 1, 64, recompute_policy(true, 2, false, 8), false);
+    plan_memory(&n1, &d, 4, 1, 1, 64, recompute_policy(true, 1, false, 8), false);
+    plan_memory(&n1o, &d, 4, 1, 1, 64, recompute_policy(true, 1, true, 8), false);
     cr_assert(act_bytes(&none) > act_bytes(&n4));
     cr_assert(act_bytes(&n4) > act_bytes(&n2));
     cr_assert(act_bytes(&n2) > act_bytes(&n1));
