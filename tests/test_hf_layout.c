@@ -1,0 +1,53 @@
+/* test_hf_layout.c - a gtrain run's output directory, read the way Hugging Face reads it (names,
+ * Conv1D [in, out] layout, config.json) by an independent PyTorch GPT-2 (tests/tools/hf_gpt2_loss.py),
+ * gives the same eval loss as gtrain on the same tokens. Skips where Debian's python3-torch is absent. */
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double read_first_eval_loss(const char *dir) {
+    char path[1200], line[8192];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s missing", path);
+    double loss = NAN;
+    while (fgets(line, sizeof line, f) && isnan(loss)) {
+        cJSON *j = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(type) && !strcmp(type->valuestring, "eval"))
+            loss = cJSON_GetObjectItemCaseSensitive(j, "eval_loss")->valuedouble;
+        cJSON_Delete(j);
+    }
+    fclose(f);
+    return loss;
+}
+
+Test(hf_layout, saved_weights_give_the_same_loss_in_an_independent_pytorch_gpt2, .timeout = 120) {
+    const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
+    if (!bin || !root) cr_skip_test("GTRAIN_BIN/GTRAIN_ROOT not set (run through make test)");
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
+        cr_skip_test("/usr/bin/python3 has no torch (Debian python3-torch): independent check skipped");
+    char dir[] = "/tmp/gt_hf_XXXXXX", cmd[4096];
+    cr_assert_not_null(mkdtemp(dir));
+    /* 20 steps of the demo model, eval on 2 batches of 12 windows of the validation split */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && '%s' --config configs/shakespeare-char.yaml --set max_steps=20 --set output_dir=%s/run "
+             "--set eval_max_batches=2 --set save_steps=0 --set sample_max_new_tokens=0 >/dev/null 2>&1",
+             root, bin, dir);
+    cr_assert_eq(system(cmd), 0, "gtrain run failed: %s", cmd);
+    double ours = read_first_eval_loss(strcat(strcpy(cmd, dir), "/run"));
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/tools/hf_gpt2_loss.py' %s/run '%s/data/tinyshakespeare.txt' 64 24 0.1",
+             root, dir, root);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    double theirs = NAN;
+    cr_assert_eq(fscanf(p, "%lf", &theirs), 1, "no loss from %s", cmd);
+    cr_assert_eq(pclose(p), 0);
+    /* both float32 forwards of the same weights: agree to float32 rounding of a sum of 1536 terms */
+    cr_assert(fabs(ours - theirs) <= 1e-5 * fabs(theirs), "gtrain eval_loss %.9f vs HF-layout PyTorch %.9f", ours, theirs);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_assert_eq(system(cmd), 0);
+}
