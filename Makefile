@@ -90,8 +90,10 @@ $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard s
 	$(CC) $(CFLAGS) -o $@ tests/mpi/dist_probe.c src/dist.c src/common.c $(LDLIBS)
 
 # The test binary finds gtrain and the repo through these variables.
+# GOMP_SPINCOUNT: Criterion runs tests in parallel, so OpenMP threads share the cores (see
+# cpu_runtime_setup in src/blas_setup.c).
 test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe
-	GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) $(BUILD)/test_gtrain $(TEST_ARGS)
+	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) $(BUILD)/test_gtrain $(TEST_ARGS)
 
 # The whole suite under AddressSanitizer + UBSan (CPU backend only: sanitizers and CUDA mix badly).
 test-asan:

@@ -33,7 +33,7 @@ static double sgemm_gflops(int n) {
 }
 
 int main(int argc, char **argv) {
-    blas_select_fast_kernel(argc, argv);
+    cpu_runtime_setup(argc, argv);
     if (argc == 2 && strcmp(argv[1], "--blas-core") == 0) { /* for scripts/bench.sh: give torch the same kernel */
         const char *ct = getenv("OPENBLAS_CORETYPE");
         printf("%s\n", ct ? ct : blas_core_name());

@@ -38,22 +38,26 @@ const char *blas_better_coretype(const char *core) {
 #endif
 }
 
-void blas_select_fast_kernel(int argc, char **argv) {
+void cpu_runtime_setup(int argc, char **argv) {
     (void)argc;
-    const char *user = getenv("OPENBLAS_CORETYPE");
-    if (user && *user) return; /* the user (or our own re-exec) chose */
     const char *marker = getenv("GTRAIN_BLAS_REEXEC");
-    if (marker && *marker) return; /* re-executed once already: never loop */
-    const char *want = blas_better_coretype(blas_core_name());
-    if (!want || !argv || !argv[0]) return;
-    if (setenv("OPENBLAS_CORETYPE", want, 1) != 0) return;
-    if (setenv("GTRAIN_BLAS_REEXEC", "1", 1) != 0) {
-        unsetenv("OPENBLAS_CORETYPE");
-        return;
-    }
+    if ((marker && *marker) || !argv || !argv[0]) return; /* re-executed once already: never loop */
+    bool reexec = false;
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    const char *want = (user && *user) ? NULL : blas_better_coretype(blas_core_name());
+    if (want && setenv("OPENBLAS_CORETYPE", want, 1) == 0) reexec = true;
+    /* libgomp spins about 300k iterations at every barrier before sleeping. When other processes
+     * share the cores (another job, CI running tests in parallel), a descheduled thread makes its
+     * partners spin through whole time slices: one step of the demo model took 2600 ms instead of
+     * 273 ms with three processes on two cores. A short spin keeps barriers quick when the cores
+     * are ours and sane when they are shared. The user's own setting wins. */
+    if (!getenv("GOMP_SPINCOUNT") && !getenv("OMP_WAIT_POLICY") && setenv("GOMP_SPINCOUNT", "1000", 1) == 0)
+        reexec = true;
+    if (!reexec || setenv("GTRAIN_BLAS_REEXEC", "1", 1) != 0) return;
     fflush(NULL);
     execv("/proc/self/exe", argv);
-    /* exec failed: carry on with the slow kernel; leave the environment as it was */
-    unsetenv("OPENBLAS_CORETYPE");
+    /* exec failed: carry on as we are (the settings only take effect at load time) */
+    if (want) unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("GOMP_SPINCOUNT");
     unsetenv("GTRAIN_BLAS_REEXEC");
 }

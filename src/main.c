@@ -47,7 +47,7 @@ static int fail(const GtError *err) {
 }
 
 int main(int argc, char **argv) {
-    blas_select_fast_kernel(argc, argv);
+    cpu_runtime_setup(argc, argv);
     const char *config_path = NULL;
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;
