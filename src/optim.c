@@ -30,13 +30,15 @@ double grad_global_norm(Model *m) {
     return sqrt(m->be->ops->sum_squares(m->be, m->grads, m->layout.total));
 }
 
-double clip_grads(Model *m, double norm, double max_norm) {
+double clip_grads_range(Model *m, double norm, double max_norm, size_t lo, size_t hi) {
     if (max_norm <= 0.0 || !isfinite(norm)) return 1.0;
     double coef = max_norm / (norm + 1e-6);
     if (coef >= 1.0) return 1.0;
-    m->be->ops->scale(m->be, m->grads, (float)coef, m->layout.total);
+    m->be->ops->scale(m->be, m->grads + lo, (float)coef, hi - lo);
     return coef;
 }
+
+double clip_grads(Model *m, double norm, double max_norm) { return clip_grads_range(m, norm, max_norm, 0, m->layout.total); }
 
 void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t lo, size_t hi) {
     Backend *be = m->be;

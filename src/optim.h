@@ -17,6 +17,8 @@ double grad_global_norm(Model *m);
 /* torch.nn.utils.clip_grad_norm_: scale grads by max_norm / (norm + 1e-6) when that is < 1.
  * Returns the factor applied (1 when not clipped). max_norm <= 0 disables. */
 double clip_grads(Model *m, double norm, double max_norm);
+/* The same on grads[lo, hi) only (ZeRO-1: this rank's shard; norm is still the global one). */
+double clip_grads_range(Model *m, double norm, double max_norm, size_t lo, size_t hi);
 
 /* One AdamW step (t is 1-based) with decoupled weight decay on the decay group only
  * (HF's default grouping: no decay for biases and layernorm weights). */

@@ -101,7 +101,7 @@ static char *run_identity(const Trainer *t) {
     return s;
 }
 
-static int mkdir_p(const char *path, GtError *err) {
+static int mkdir_p(const char *config_path, const char *path, GtError *err) {
     char buf[GT_PATH_MAX];
     snprintf(buf, sizeof buf, "%s", path);
     for (char *p = buf + 1; *p; p++) {
@@ -116,7 +116,7 @@ static int mkdir_p(const char *path, GtError *err) {
     struct stat sb;
     if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: output_dir: expected a directory, found a file: %s",
-                        "config", buf);
+                        config_path, buf);
     return 0;
 }
 
@@ -124,7 +124,7 @@ static int mkdir_p(const char *path, GtError *err) {
  * overwrite_output_dir; then record this run's identity. */
 static int claim_output_dir(Trainer *t, bool resuming, GtError *err) {
     const RunConfig *cfg = t->cfg;
-    if (mkdir_p(cfg->output_dir, err)) return -1;
+    if (mkdir_p(cfg->config_path, cfg->output_dir, err)) return -1;
     checkpoint_clean_partial(cfg->output_dir);
     char path[GT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", cfg->output_dir, RUN_FILE);
@@ -145,13 +145,11 @@ static int claim_output_dir(Trainer *t, bool resuming, GtError *err) {
                             same ? ", or resume_from_checkpoint: latest to continue it" : "");
         }
     }
-    GtError werr = {0};
     FILE *w = fopen(path, "wb");
     bool ok = w && fputs(mine, w) >= 0;
     if (w && fclose(w) != 0) ok = false;
     free(mine);
     if (!ok) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot write: %s", path, strerror(errno));
-    (void)werr;
     return 0;
 }
 
@@ -392,10 +390,7 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
     *norm_out = norm;
     *skipped = !isfinite(loss) || !isfinite(norm);
     if (!*skipped) {
-        if (cfg->max_grad_norm > 0 && isfinite(norm)) {
-            double coef = cfg->max_grad_norm / (norm + 1e-6);
-            if (coef < 1.0) be->ops->scale(be, m->grads + lo, (float)coef, hi - lo);
-        }
+        clip_grads_range(m, norm, cfg->max_grad_norm, lo, hi);
         adamw_step_range(m, lr, cfg, (int)++t->state.adam_t, lo, hi);
     }
     if (m->shard_world > 1 && dist_allgather_f32(t->dist, m->params, m->shard, err)) return -1;

@@ -13,6 +13,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <cJSON.h>
 #include <criterion/criterion.h>
+
+#include "test_util.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -320,42 +322,6 @@ static void need_e2e(E2E *x) {
 
 static void e2e_cleanup(E2E *x) { nftw(x->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
-#define MAX_STEPS 16
-typedef struct {
-    int n;
-    double loss[MAX_STEPS];
-    long num_items[MAX_STEPS], effective_batch[MAX_STEPS];
-} Losses;
-
-/* The "train" records of output_dir/metrics.jsonl. */
-static void read_losses(const char *dir, Losses *l) {
-    char path[GT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    memset(l, 0, sizeof *l);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
-    char line[8192];
-    while (fgets(line, sizeof line, f)) {
-        cJSON *j = cJSON_Parse(line);
-        cr_assert_not_null(j, "%s: not JSON: %s", path, line);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-        if (cJSON_IsString(type) && strcmp(type->valuestring, "train") == 0) {
-            const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step"), *loss = cJSON_GetObjectItemCaseSensitive(j, "loss"),
-                        *ni = cJSON_GetObjectItemCaseSensitive(j, "num_items"),
-                        *eb = cJSON_GetObjectItemCaseSensitive(j, "effective_batch");
-            cr_assert(cJSON_IsNumber(step) && cJSON_IsNumber(loss), "%s: bad train record: %s", path, line);
-            int s = (int)step->valuedouble;
-            cr_assert(s >= 1 && s <= MAX_STEPS, "%s: step %d", path, s);
-            l->loss[s - 1] = loss->valuedouble;
-            l->num_items[s - 1] = cJSON_IsNumber(ni) ? (long)ni->valuedouble : -1;
-            l->effective_batch[s - 1] = cJSON_IsNumber(eb) ? (long)eb->valuedouble : -1;
-            if (s > l->n) l->n = s;
-        }
-        cJSON_Delete(j);
-    }
-    fclose(f);
-}
-
 /* One training run: ranks 1 (plain process) or 2 (mpirun); extra --set pairs. */
 static void train(E2E *x, const char *name, int ranks, int B, int A, const char *extra, Losses *l) {
     char out_dir[GT_PATH_MAX], s_out[GT_PATH_MAX + 16], s_b[64], s_a[64], s_x[128];
@@ -377,7 +343,7 @@ static void train(E2E *x, const char *name, int ranks, int B, int A, const char 
     }
     cr_assert_not(r.hung, "[%s] hung; stderr: %s", name, r.err);
     cr_assert_eq(exit_code(&r), 0, "[%s] exit %d\nstdout: %s\nstderr: %s", name, exit_code(&r), r.out, r.err);
-    read_losses(out_dir, l);
+    read_train_metrics(out_dir, l);
     cr_assert_eq(l->n, 5, "[%s] %d train records, expected 5", name, l->n);
 }
 

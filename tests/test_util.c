@@ -1,0 +1,40 @@
+/* test_util.c - see test_util.h. */
+#include "test_util.h"
+
+#include <cJSON.h>
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+void read_train_metrics(const char *dir, Losses *l) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    memset(l, 0, sizeof *l);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    char line[8192];
+    while (fgets(line, sizeof line, f)) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert_not_null(j, "%s: not JSON: %s", path, line);
+        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "train") == 0) {
+            const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step"), *loss = cJSON_GetObjectItemCaseSensitive(j, "loss"),
+                        *ni = cJSON_GetObjectItemCaseSensitive(j, "num_items"),
+                        *eb = cJSON_GetObjectItemCaseSensitive(j, "effective_batch");
+            cr_assert(cJSON_IsNumber(step) && cJSON_IsNumber(loss), "%s: bad train record: %s", path, line);
+            int s = (int)step->valuedouble;
+            cr_assert(s >= 1 && s <= MAX_STEPS, "%s: step %d", path, s);
+            l->loss[s - 1] = loss->valuedouble;
+            l->num_items[s - 1] = cJSON_IsNumber(ni) ? (long)ni->valuedouble : -1;
+            l->effective_batch[s - 1] = cJSON_IsNumber(eb) ? (long)eb->valuedouble : -1;
+            if (s > l->n) l->n = s;
+        } else if (cJSON_IsString(type) && strcmp(type->valuestring, "eval") == 0 && l->n_eval < MAX_STEPS) {
+            const cJSON *el = cJSON_GetObjectItemCaseSensitive(j, "eval_loss");
+            cr_assert(cJSON_IsNumber(el), "%s: bad eval record: %s", path, line);
+            l->eval_loss[l->n_eval++] = el->valuedouble;
+        }
+        cJSON_Delete(j);
+    }
+    fclose(f);
+}

@@ -1,0 +1,18 @@
+/* test_util.h - reading a run's output back in end-to-end tests. */
+#ifndef GT_TEST_UTIL_H
+#define GT_TEST_UTIL_H
+
+#define MAX_STEPS 64
+
+typedef struct {
+    int n;                 /* highest step with a train record */
+    double loss[MAX_STEPS];
+    long num_items[MAX_STEPS], effective_batch[MAX_STEPS];
+    int n_eval;
+    double eval_loss[MAX_STEPS]; /* in file order */
+} Losses;
+
+/* The "train" and "eval" records of dir/metrics.jsonl (asserts it parses). */
+void read_train_metrics(const char *dir, Losses *l);
+
+#endif
