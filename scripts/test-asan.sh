@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# test-asan.sh BUILD_DIR [criterion args...] - run BUILD_DIR/test_gtrain (built with ASan + UBSan)
+# so that a leak or any sanitizer report fails the run, wherever it happens: in a Criterion
+# worker (whose exit status Criterion ignores after the test reported) or in a gtrain process
+# a test spawned. Reports go to files (log_path) in a scratch dir; the run fails when there are
+# any, printing them and the tests whose stacks name them. LSAN_JOBS=N runs N workers (default
+# 1, so reports are easy to attribute).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build="${1:-build-asan}"
+shift || true
+[ -x "$build/test_gtrain" ] && [ -x "$build/gtrain" ] || { echo "test-asan: $build/test_gtrain or $build/gtrain not built"; exit 1; }
+logs="$(mktemp -d /tmp/gtrain-san.XXXXXX)"
+export ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan:log_exe_name=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan:log_exe_name=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export LSAN_OPTIONS="${LSAN_OPTIONS:-}"
+GTRAIN_BIN="$(pwd)/$build/gtrain" GTRAIN_ROOT="$(pwd)" "$build/test_gtrain" --jobs "${LSAN_JOBS:-1}" "$@"
+rc=$?
+shopt -s nullglob
+reports=("$logs"/asan.* "$logs"/ubsan.*)
+if [ ${#reports[@]} -gt 0 ]; then
+  echo
+  echo "test-asan: ${#reports[@]} sanitizer report(s):"
+  for r in "${reports[@]}"; do
+    echo "---- $(basename "$r")"
+    cat "$r"
+  done
+  tests="$(grep -ho 'in [A-Za-z0-9_]*_impl ' "${reports[@]}" | sed 's/^in //; s/_impl $//' | sort -u | tr '\n' ' ')"
+  echo "test-asan: FAILED: sanitizer reports (leaks or errors)${tests:+ from tests: $tests}; reports kept in $logs"
+  exit 1
+fi
+rm -rf "$logs"
+[ $rc -eq 0 ] && echo "test-asan: no sanitizer report, no leak"
+exit $rc
