@@ -10,12 +10,14 @@ jobs="$(nproc)"
 echo "== build and test"
 make -j"$jobs"
 make -j"$jobs" test
-echo "== test under AddressSanitizer + UBSan"
-make -j"$jobs" test-asan
+echo "== test under AddressSanitizer + UBSan, leaks fatal"
+LSAN_JOBS="$jobs" make -j"$jobs" test-asan
 if command -v nvcc >/dev/null 2>&1; then
   echo "== CUDA backend: compiled with warnings as errors"
   make -j"$jobs" cuda-check
 else
   echo "== CUDA backend: nvcc not found, not compiled"
 fi
+echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-60} s each"
+make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}" FUZZ_JOBS="$jobs"
 echo "== all tests passed"

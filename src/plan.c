@@ -168,7 +168,8 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         /* what would fit, for the same effective batch */
         FitCandidate c;
         long per_rank = (long)p->B * p->A;
-        char fix[300] = "nothing fits: even micro-batch 1 with every layer recomputed and offloaded is too big";
+        char fix[300] = "nothing fits, even micro-batch 1 with every layer recomputed and offloaded: raise memory_limit "
+                        "or use a smaller model";
         if (best_fit(d, per_rank, world, T, memory_limit, 1, true, zero1, &c) == 0) {
             describe_candidate(why, sizeof why, &c);
             snprintf(fix, sizeof fix, "for the same effective batch %ld, %s fits (%s)", p->effective_batch, why,

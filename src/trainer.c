@@ -278,8 +278,16 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
 
     int shards = t->plan.zero1 ? t->world : 1;
     if (model_create_sharded(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, shards,
-                             shards > 1 ? t->rank : 0, err))
-        return -1;
+                             shards > 1 ? t->rank : 0, err)) {
+        /* the plan fitted, so something else took the memory: show the plan and what would help */
+        if (t->rank == 0) plan_print(&t->plan, NULL, stdout);
+        char need[32], msg[GT_ERR_MAX + 400];
+        snprintf(msg, sizeof msg, "%.600s; the plan needs %s in all: free memory held by other processes, or lower "
+                 "per_device_train_batch_size (raising gradient_accumulation_steps), or set gradient_checkpointing "
+                 "(and offload), or set memory_limit to what is really free",
+                 err->msg, gt_format_bytes(need, sizeof need, t->plan.device_total));
+        return gt_error(err, GT_EXIT_FAILURE, "%s", msg);
+    }
     if (t->rank == 0) plan_print(&t->plan, &t->be->mem, stdout);
     if (cfg->init_from[0]) {
         if (checkpoint_load_weights(t->model, cfg->init_from, err)) return -1;
