@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
     }
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     double *t = calloc((size_t)steps, sizeof *t);
-    for (int i = -2; i < steps; i++) { /* two warm-up steps */
+    const int warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : 2;
+    for (int i = -warmup; i < steps; i++) { /* warm-up steps first (BENCH_WARMUP, default 2) */
         double t0 = gt_now_seconds(), loss;
         if (trainer_accumulate(m, tok, tgt, B, 1, LOSS_NORM_TOKENS, B * T, &loss, &err)) {
             fprintf(stderr, "bench_step: %s\n", err.msg);
@@ -78,7 +79,7 @@ int main(int argc, char **argv) {
         }
         double norm = grad_global_norm(m);
         clip_grads(m, norm, 1.0);
-        adamw_step(m, 1e-4, &cfg, i + 3);
+        adamw_step(m, 1e-4, &cfg, i + warmup + 1);
         model_zero_grads(m);
         be->ops->synchronize(be);
         if (i >= 0) t[i] = gt_now_seconds() - t0;

@@ -26,38 +26,13 @@ static int fsync_dir(const char *dir) {
     return rc;
 }
 
-/* write text to path atomically (tmp + fsync + rename); disk full is reported */
 static int write_text_atomic(const char *path, const char *text, GtError *err) {
-    char tmp[GT_PATH_MAX * 2 + 16];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot write: %s", tmp, strerror(errno));
-    size_t n = strlen(text);
-    bool ok = fwrite(text, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (fclose(f) != 0) ok = false;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", path, strerror(saved ? saved : errno));
-    }
-    return 0;
+    return gt_write_file_atomic(path, text, strlen(text), err);
 }
 
 static int read_small_file(const char *path, char **out, GtError *err) {
-    struct stat sb;
-    if (stat(path, &sb) != 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(sb.st_mode)) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a regular file", path);
-    if (sb.st_size > (off_t)STATE_MAX_BYTES)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected at most %u bytes, found %lld", path, STATE_MAX_BYTES,
-                        (long long)sb.st_size);
-    FILE *f = fopen(path, "rb");
-    if (!f) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = gt_xmalloc((size_t)sb.st_size + 1);
-    size_t n = fread(buf, 1, (size_t)sb.st_size, f);
-    fclose(f);
-    buf[n] = 0;
-    *out = buf;
-    return 0;
+    size_t n;
+    return gt_read_small_file(path, "trainer state", STATE_MAX_BYTES, out, &n, err);
 }
 
 static void remove_tree(const char *path) {

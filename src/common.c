@@ -4,7 +4,11 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* The process-wide logger's state: which rank this process is. */
 static int g_log_rank = 0;
@@ -104,4 +108,84 @@ double gt_now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int gt_read_small_file(const char *path, const char *what, size_t max_bytes, char **out, size_t *len, GtError *err) {
+    char limit[32];
+    if (max_bytes % (1u << 20) == 0)
+        snprintf(limit, sizeof limit, "%zu MiB", max_bytes >> 20);
+    else
+        gt_format_bytes(limit, sizeof limit, max_bytes);
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open the %s: %s", path, what, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot stat the %s: %s", path, what, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s file, found a %s", path, what,
+                        S_ISDIR(st.st_mode) ? "directory" : "special file");
+    }
+    if ((unsigned long long)st.st_size > max_bytes) {
+        close(fd);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found %lld bytes", path, what, limit,
+                        (long long)st.st_size);
+    }
+    char *buf = gt_xmalloc(max_bytes + 2);
+    size_t n = 0;
+    for (;;) { /* the size may change under us: never read past max_bytes + 1 */
+        ssize_t r = read(fd, buf + n, max_bytes + 1 - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            close(fd);
+            free(buf);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot read the %s: %s", path, what, strerror(e));
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+        if (n > max_bytes) {
+            close(fd);
+            free(buf);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found more", path, what, limit);
+        }
+    }
+    close(fd);
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError *err) {
+    size_t plen = strlen(path);
+    char *tmp = gt_xmalloc(plen + 5);
+    memcpy(tmp, path, plen);
+    memcpy(tmp + plen, ".tmp", 5);
+    int rc = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) {
+        rc = gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
+        goto done;
+    }
+    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    int saved = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        unlink(tmp);
+        rc = gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", tmp, strerror(saved));
+    } else if (rename(tmp, path) != 0) {
+        saved = errno;
+        unlink(tmp);
+        rc = gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename to %s: %s", tmp, path, strerror(saved));
+    }
+done:
+    free(tmp);
+    return rc;
 }

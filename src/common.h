@@ -43,6 +43,15 @@ bool gt_add_size(size_t a, size_t b, size_t *out);
 /* "1.5 GiB", "12.0 MiB", "512 B" into buf. Returns buf. */
 const char *gt_format_bytes(char *buf, size_t cap, uint64_t bytes);
 
+/* Read a whole regular file of at most max_bytes into a NUL-terminated buffer (*out, freed by the
+ * caller; *len bytes). `what` names the file in messages ("run config", "model JSON"): a missing
+ * file, a directory, a special file, a file too big -> one line, code 2. */
+int gt_read_small_file(const char *path, const char *what, size_t max_bytes, char **out, size_t *len, GtError *err);
+
+/* Write len bytes to path atomically: path.tmp, fsync, rename. A full disk or any write error is
+ * reported (code 1) and path keeps its old content. */
+int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError *err);
+
 /* Monotonic seconds. */
 double gt_now_seconds(void);
 

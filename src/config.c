@@ -946,51 +946,7 @@ static int parse_document(Ctx *c) {
 /* the file */
 
 static int read_config_file(const char *path, char **out, size_t *out_len, GtError *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open the run config: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot stat the run config: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a YAML run config file, found a directory", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a YAML run config file, found a special file", path);
-    }
-    if ((unsigned long long)st.st_size > CONFIG_MAX_BYTES) {
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a run config of at most 1 MiB, found %lld bytes", path,
-                        (long long)st.st_size);
-    }
-    char *buf = gt_xmalloc(CONFIG_MAX_BYTES + 2);
-    size_t n = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf + n, CONFIG_MAX_BYTES + 1 - n);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            free(buf);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot read the run config: %s", path, strerror(e));
-        }
-        if (r == 0) break;
-        n += (size_t)r;
-        if (n > CONFIG_MAX_BYTES) {
-            close(fd);
-            free(buf);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a run config of at most 1 MiB, found more", path);
-        }
-    }
-    close(fd);
-    buf[n] = '\0';
-    *out = buf;
-    *out_len = n;
-    return 0;
+    return gt_read_small_file(path, "run config", CONFIG_MAX_BYTES, out, out_len, err);
 }
 
 /* NUL bytes (binary files) and tabs (YAML forbids them in indentation; we refuse them anywhere so

@@ -259,44 +259,9 @@ out:
 
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
     memset(desc, 0, sizeof *desc);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open the model JSON: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot stat the model JSON: %s", path, strerror(e));
-    }
-    if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a model JSON file, found a directory", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a model JSON file, found a special file", path);
-    }
-    if ((unsigned long long)st.st_size > MODEL_JSON_MAX_BYTES) {
-        close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a model JSON of at most 1 MiB, found %lld bytes", path,
-                        (long long)st.st_size);
-    }
-    char *buf = gt_xmalloc(MODEL_JSON_MAX_BYTES + 2);
-    size_t n = 0;
-    for (;;) {
-        ssize_t r = read(fd, buf + n, MODEL_JSON_MAX_BYTES + 1 - n);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            close(fd);
-            free(buf);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot read the model JSON: %s", path, strerror(e));
-        }
-        if (r == 0) break;
-        n += (size_t)r;
-        if (n > MODEL_JSON_MAX_BYTES) break;
-    }
-    close(fd);
-    buf[n] = '\0';
+    char *buf;
+    size_t n;
+    if (gt_read_small_file(path, "model JSON", MODEL_JSON_MAX_BYTES, &buf, &n, err)) return -1;
     int rc = model_desc_parse(desc, buf, n, path, err);
     free(buf);
     return rc;

@@ -414,29 +414,6 @@ static void mem_panel(Out *o, const Series *s, double top) {
 
 /* ------------------------------------------------------------------ write */
 
-static int write_atomic(const char *path, const char *data, size_t len, GtError *err) {
-    char tmp[GT_PATH_MAX + 8];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
-    bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok) {
-        unlink(tmp);
-        return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", tmp, strerror(saved));
-    }
-    if (rename(tmp, path) != 0) {
-        saved = errno;
-        unlink(tmp);
-        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename to %s: %s", tmp, path, strerror(saved));
-    }
-    return 0;
-}
-
 int report_write(const char *run_dir, GtError *err) {
     char in[GT_PATH_MAX], outp[GT_PATH_MAX];
     int n1 = snprintf(in, sizeof in, "%s/metrics.jsonl", run_dir);
@@ -481,7 +458,7 @@ int report_write(const char *run_dir, GtError *err) {
     mem_panel(&o, &s, 90 + 2 * PANEL_H + 10);
     out_printf(&o, "</svg>\n");
     series_free(&s);
-    int rc = write_atomic(outp, o.p, o.len, err);
+    int rc = gt_write_file_atomic(outp, o.p, o.len, err);
     free(o.p);
     return rc;
 }
