@@ -3,11 +3,13 @@ BUILD    ?= build
 CC       ?= gcc
 CUDA     ?= auto
 MPI      ?= auto
+NCCL     ?= auto
 ARCH_FLAGS ?= -march=native
 OPT      ?= -O3
 CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 SAN      ?=
 
+comma    := ,
 PKGS     := yaml-0.1 libcjson openblas
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
@@ -38,6 +40,29 @@ ifeq ($(CUDA),1)
   LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++
 else
   CU_OBJS :=
+endif
+
+# NCCL (data parallel on the CUDA backend, cuda/dist_nccl.cu): built when CUDA is and nccl.h is
+# found in NCCL_HOME (default: the CUDA toolkit), /usr/include or /usr/local/include. NCCL=0 leaves
+# it out (dist_nccl.cu then compiles to nothing); NCCL=1 insists.
+ifneq ($(CUDA),1)
+  ifeq ($(NCCL),1)
+    $(error NCCL=1 needs the CUDA backend (CUDA=1))
+  endif
+  NCCL := 0
+endif
+NCCL_HOME ?= $(firstword $(patsubst %/include/nccl.h,%,$(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h /usr/local/include/nccl.h)))
+ifeq ($(NCCL),auto)
+  NCCL := $(if $(NCCL_HOME),1,0)
+endif
+ifeq ($(NCCL),1)
+  ifeq ($(wildcard $(NCCL_HOME)/include/nccl.h),)
+    $(error NCCL=1 but nccl.h was not found (set NCCL_HOME, or apt-get install libnccl-dev))
+  endif
+  CFLAGS    += -DGT_HAVE_NCCL
+  NVCCFLAGS += -DGT_HAVE_NCCL -I$(NCCL_HOME)/include
+  NCCL_LIBDIR := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib/x86_64-linux-gnu/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so))
+  LDLIBS    += $(if $(NCCL_LIBDIR),-L$(dir $(NCCL_LIBDIR)) -Wl$(comma)-rpath$(comma)$(dir $(NCCL_LIBDIR))) -lnccl
 endif
 
 # MPI (data parallel on the CPU backend): built when Open MPI's mpicc is found (MPI=0 leaves it out).

@@ -21,6 +21,10 @@
 #                of gtrain's plan-vs-measured table must show the same two numbers.
 #   (e) bench    GPT-2 124M, T = 1024: tokens/s and MFU (median of the steps after warm-up), and
 #                step time with every_n_layers 1 and with offload.
+#   (f) nccl     with 2+ GPUs (nvidia-smi -L): the (e) benchmark on N = min(GPUs, 8) ranks over NCCL
+#                (mpirun -np N; without mpirun, N processes with RANK/WORLD_SIZE/LOCAL_RANK and the id
+#                through dist_init_file, as srun alone would), and the scaling efficiency
+#                tokens/s on N GPUs / (N x tokens/s on one GPU). SKIP on a 1-GPU machine.
 #
 # Steps that depend on features that may not exist yet (bf16, the plan-vs-measured table's exact
 # wording, metrics.jsonl fields) report SKIP with the reason instead of failing or crashing.
@@ -347,6 +351,61 @@ if [ "$GPU_OK" = 1 ] && have_time 60; then
   done
 else
   record e-bench SKIP "no working GPU backend or out of time budget"
+fi
+
+# ------------------------------------------------------------------ (f) data parallel over NCCL
+# Same model, precision and per-device batch as (e); tokens_per_sec in rank 0's metrics.jsonl counts
+# the global batch (per-device batch x world x T), so efficiency = tps(N) / (N x tps(1)).
+NGPU="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+NGPU="${NGPU:-0}"
+dp_run() { # NAME N SECONDS SETS...
+  local name="$1" n="$2" secs="$3"
+  shift 3
+  local sets=(--set device="$DEV" --set data.train="$ROOT/data/tinyshakespeare.txt" --set data.format=text
+              --set data.val= --set gradient_accumulation_steps=1 --set max_steps="$BENCH_STEPS"
+              --set logging_steps=1 --set eval_steps=0 --set eval_max_batches=1 --set save_steps=0
+              --set warmup_steps=0 --set output_dir="$WORK/run-$name" --set dist_timeout=120)
+  for s in "$@"; do sets+=(--set "$s"); done
+  if command -v mpirun >/dev/null && "$GT" --version | grep -q mpi; then
+    run_to "$WORK/run-$name.out" "$secs" mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$n" \
+      -x NCCL_DEBUG=WARN -x LD_LIBRARY_PATH "$GT" --config configs/gpt2-124m.yaml "${sets[@]}"
+  else # srun-style: ranks from the environment, the NCCL id through a file
+    log "\$ $n x RANK=r WORLD_SIZE=$n LOCAL_RANK=r $GT ... dist_init_file=$WORK/nccl.id (timeout ${secs}s)"
+    local pids=() r rc=0
+    for ((r = 0; r < n; r++)); do
+      RANK=$r WORLD_SIZE=$n LOCAL_RANK=$r NCCL_DEBUG=WARN timeout --kill-after=5 "$secs" "$GT" \
+        --config configs/gpt2-124m.yaml "${sets[@]}" --set dist_init_file="$WORK/nccl.id" \
+        >"$WORK/run-$name.$r.out" 2>&1 &
+      pids+=($!)
+    done
+    for ((r = 0; r < n; r++)); do wait "${pids[$r]}" || rc=$?; cat "$WORK/run-$name.$r.out" >>"$LOG"; done
+    log "(exit $rc)"
+    return $rc
+  fi
+}
+if [ "$GPU_OK" != 1 ]; then
+  record f-nccl SKIP "no working GPU backend"
+elif [ "$NGPU" -lt 2 ]; then
+  record f-nccl SKIP "$NGPU GPU on this machine: data parallel over NCCL needs 2 or more"
+elif ! "$GT" --version | grep -q nccl; then
+  record f-nccl FAIL "$NGPU GPUs but gtrain was built without NCCL ($("$GT" --version)); is nccl.h installed?"
+elif [ -z "${tps:-}" ]; then
+  record f-nccl SKIP "no one-GPU tokens/s from (e) to compare with"
+elif ! have_time 90; then
+  record f-nccl SKIP "out of time budget"
+else
+  N=$((NGPU > 8 ? 8 : NGPU))
+  if dp_run dp "$N" 150 precision="$prec" per_device_train_batch_size="$B" gradient_checkpointing=false; then
+    tpsn="$(median_of dp tokens_per_sec || true)"
+    if [ -n "$tpsn" ]; then
+      eff="$(awk -v a="$tpsn" -v b="$tps" -v n="$N" 'BEGIN { printf "%.1f%%", 100 * a / (n * b) }')"
+      record f-nccl PASS "$N GPUs: $(printf '%.0f' "$tpsn") tok/s vs 1 GPU $(printf '%.0f' "$tps"): scaling efficiency $eff"
+    else
+      record f-nccl FAIL "$N ranks ran but rank 0 wrote no tokens_per_sec - see log"
+    fi
+  else
+    record f-nccl FAIL "$N ranks over NCCL failed or timed out - see log"
+  fi
 fi
 
 # ------------------------------------------------------------------ table

@@ -42,7 +42,7 @@ struct Dist {
     int rank, world, local_rank;
     double timeout_s;      /* <= 0: wait forever */
     bool mpi_initialized;  /* this Dist called MPI_Init (and so calls MPI_Finalize) */
-    const char *transport; /* "mpi" | "none" */
+    const char *transport; /* "mpi" | "none" | "env" (world > 1 without MPI: NCCL only) */
     char source[64];       /* where rank/size came from, for messages */
 #ifdef GT_HAVE_MPI
     MPI_Comm comm; /* a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
@@ -215,6 +215,26 @@ int dist_init(Dist **out, int *argc, char ***argv, double timeout_s, GtError *er
         *out = d;
         return 0;
     }
+#ifdef GT_HAVE_NCCL
+    if (!launcher) {
+        /* srun alone (or torchrun-style variables): no MPI to wire up. The CUDA backend's NCCL needs
+         * none (its id goes through dist_init_file); the trainer refuses this on the CPU backend.
+         * The collectives below refuse to run ("env" has no transport of its own). */
+        if (d->local_rank < 0) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "rank %d: %s says world size %d but gives no local rank (SLURM_LOCALID or LOCAL_RANK, which "
+                     "picks the GPU), and no MPI launcher started this process: set it, or launch with mpirun -np %d "
+                     "or srun --mpi=pmix",
+                     d->rank, d->source, d->world, d->world);
+            free(d);
+            return -1;
+        }
+        d->transport = "env";
+        gt_log_set_rank(d->rank);
+        *out = d;
+        return 0;
+    }
+#endif
 #ifndef GT_HAVE_MPI
     (void)argc;
     (void)argv;
@@ -301,8 +321,12 @@ int dist_local_rank(const Dist *d) { return d ? d->local_rank : 0; }
 const char *dist_transport(const Dist *d) { return d ? d->transport : "none"; }
 
 const char *dist_built(void) {
-#ifdef GT_HAVE_MPI
+#if defined(GT_HAVE_MPI) && defined(GT_HAVE_NCCL)
+    return "mpi nccl";
+#elif defined(GT_HAVE_MPI)
     return "mpi";
+#elif defined(GT_HAVE_NCCL)
+    return "nccl";
 #else
     return "none";
 #endif
@@ -310,6 +334,16 @@ const char *dist_built(void) {
 
 void dist_set_timeout(Dist *d, double timeout_s) {
     if (d) d->timeout_s = timeout_s;
+}
+
+/* world > 1 with no MPI ("env": the CUDA backend's NCCL carries everything): a host collective
+ * here would silently do nothing, so it is refused. */
+static int no_transport(const Dist *d, const char *what, GtError *err) {
+    if (!d || d->world <= 1 || strcmp(d->transport, "env") != 0) return 0;
+    return gt_error(err, GT_EXIT_FAILURE,
+                    "%s across %d ranks needs MPI, and this launch has none (%s): launch with mpirun or srun "
+                    "--mpi=pmix",
+                    what, d->world, d->source);
 }
 
 /* true when there is nothing to communicate */
@@ -325,6 +359,7 @@ static bool solo(const Dist *d) {
 /* ------------------------------------------------------------------------------ collectives */
 
 int dist_allreduce_f32(Dist *d, float *buf, size_t n, GtError *err) {
+    if (no_transport(d, "dist_allreduce_f32", err)) return -1;
     (void)err;
     if (solo(d) || n == 0) return 0;
 #ifdef GT_HAVE_MPI
@@ -341,6 +376,7 @@ int dist_allreduce_f32(Dist *d, float *buf, size_t n, GtError *err) {
 }
 
 int dist_allreduce_f32_start(Dist *d, float *buf, size_t n, GtError *err) {
+    if (no_transport(d, "dist_allreduce_f32_start", err)) return -1;
     if (solo(d) || n == 0) return 0;
 #ifdef GT_HAVE_MPI
     for (size_t off = 0; off < n; off += DIST_CHUNK) {
@@ -385,6 +421,7 @@ int dist_wait_all(Dist *d, GtError *err) {
 }
 
 int dist_allreduce_i64(Dist *d, int64_t *v, int n, GtError *err) {
+    if (no_transport(d, "dist_allreduce_i64", err)) return -1;
     if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "dist_allreduce_i64: negative count %d", n);
     if (solo(d) || n == 0) return 0;
 #ifdef GT_HAVE_MPI
@@ -397,6 +434,7 @@ int dist_allreduce_i64(Dist *d, int64_t *v, int n, GtError *err) {
 }
 
 int dist_allreduce_f64(Dist *d, double *v, int n, GtError *err) {
+    if (no_transport(d, "dist_allreduce_f64", err)) return -1;
     if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "dist_allreduce_f64: negative count %d", n);
     if (solo(d) || n == 0) return 0;
 #ifdef GT_HAVE_MPI
@@ -409,6 +447,7 @@ int dist_allreduce_f64(Dist *d, double *v, int n, GtError *err) {
 }
 
 int dist_reduce_scatter_f32(Dist *d, float *buf, size_t shard, GtError *err) {
+    if (no_transport(d, "dist_reduce_scatter_f32", err)) return -1;
     if (solo(d) || shard == 0) return 0;
 #ifdef GT_HAVE_MPI
     if (shard > (size_t)INT_MAX)
@@ -425,6 +464,7 @@ int dist_reduce_scatter_f32(Dist *d, float *buf, size_t shard, GtError *err) {
 }
 
 int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err) {
+    if (no_transport(d, "dist_allgather_f32", err)) return -1;
     if (solo(d) || shard == 0) return 0;
 #ifdef GT_HAVE_MPI
     if (shard > (size_t)INT_MAX)
@@ -439,6 +479,7 @@ int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err) {
 }
 
 int dist_allreduce_max_i32(Dist *d, int *v, GtError *err) {
+    if (no_transport(d, "dist_allreduce_max_i32", err)) return -1;
     (void)err;
     if (solo(d)) return 0;
 #ifdef GT_HAVE_MPI
@@ -451,6 +492,7 @@ int dist_allreduce_max_i32(Dist *d, int *v, GtError *err) {
 }
 
 int dist_broadcast(Dist *d, void *buf, size_t bytes, int root, GtError *err) {
+    if (no_transport(d, "dist_broadcast", err)) return -1;
     if (solo(d) || bytes == 0) return 0;
     if (root < 0 || root >= d->world)
         return gt_error(err, GT_EXIT_FAILURE, "dist_broadcast: root %d is not a rank of %d", root, d->world);
@@ -468,6 +510,7 @@ int dist_broadcast(Dist *d, void *buf, size_t bytes, int root, GtError *err) {
 }
 
 int dist_barrier(Dist *d, const char *what, GtError *err) {
+    if (no_transport(d, "dist_barrier", err)) return -1;
     (void)err;
     if (solo(d)) return 0;
 #ifdef GT_HAVE_MPI

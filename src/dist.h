@@ -24,7 +24,8 @@ void dist_finalize(Dist *d); /* NULL is fine */
 int dist_rank(const Dist *d);
 int dist_world(const Dist *d);
 int dist_local_rank(const Dist *d);
-/* "mpi", "none" (world 1), ... for logs */
+/* "mpi", "none" (world 1), "env" (world > 1 without MPI: srun alone, only NCCL communicates; built
+ * with NCCL only), for logs */
 const char *dist_transport(const Dist *d);
 
 /* In-place sum over ranks of n floats at buf (host memory for the CPU backend). */

@@ -16,6 +16,9 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "dist.h"
+#ifdef GT_HAVE_NCCL
+#include "dist_nccl.h"
+#endif
 #include "metrics.h"
 #include "optim.h"
 #include "plan.h"
@@ -71,6 +74,7 @@ typedef struct {
     TrainerState state;
     int world, rank;
     Dist *dist;
+    struct NcclComm *nccl; /* CUDA backend, world > 1: gradients (and host scalars without MPI) */
     GtError sync_err; /* an all-reduce started from backward that failed */
     int sync_failed;
     int *tok, *tgt;
@@ -237,14 +241,90 @@ static void fill_step(Trainer *t, long step) {
                         t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
 }
 
+/* ---------------------------------------------------------------- collectives: MPI or NCCL
+ * Device buffers (gradients, ZeRO-1 shards) go over NCCL on the CUDA backend, over MPI on the CPU.
+ * Host values go over MPI when it is up (no queueing behind the gradients on NCCL's stream), else
+ * over NCCL (srun alone: no MPI, the NCCL id came through dist_init_file). */
+#ifdef GT_HAVE_NCCL
+static bool host_over_nccl(const Trainer *t) {
+    return t->nccl && strcmp(dist_transport(t->dist), "mpi") != 0;
+}
+#endif
+static int sum_i64(Trainer *t, int64_t *v, int n, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (host_over_nccl(t)) return nccl_allreduce_i64_host(t->nccl, v, n, err);
+#endif
+    return dist_allreduce_i64(t->dist, v, n, err);
+}
+static int sum_f64(Trainer *t, double *v, int n, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (host_over_nccl(t)) return nccl_allreduce_f64_host(t->nccl, v, n, err);
+#endif
+    return dist_allreduce_f64(t->dist, v, n, err);
+}
+static int max_i32(Trainer *t, int *v, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (host_over_nccl(t)) return nccl_allreduce_max_i32_host(t->nccl, v, err);
+#endif
+    return dist_allreduce_max_i32(t->dist, v, err);
+}
+static int allgather_host(Trainer *t, float *buf, size_t shard, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (host_over_nccl(t)) return nccl_allgather_host(t->nccl, buf, shard, err);
+#endif
+    return dist_allgather_f32(t->dist, buf, shard, err);
+}
+/* model buffers (device memory on CUDA) */
+static int grads_reduce_scatter(Trainer *t, float *buf, size_t shard, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (t->nccl) return nccl_reduce_scatter(t->nccl, buf, shard, err);
+#endif
+    return dist_reduce_scatter_f32(t->dist, buf, shard, err);
+}
+static int params_allgather(Trainer *t, float *buf, size_t shard, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (t->nccl) return nccl_allgather(t->nccl, buf, shard, err);
+#endif
+    return dist_allgather_f32(t->dist, buf, shard, err);
+}
+/* the started gradient all-reduces: done before the optimizer reads the gradients. NCCL: the
+ * compute stream waits on the device, and the host waits (bounded) before the grad norm's sync. */
+static int grads_wait(Trainer *t, GtError *err) {
+#ifdef GT_HAVE_NCCL
+    if (t->nccl) return nccl_wait_all(t->nccl, err) || nccl_sync(t->nccl, NULL, err) ? -1 : 0;
+#endif
+    return dist_wait_all(t->dist, err);
+}
+
+/* world > 1: NCCL on the CUDA backend; MPI is then only the launcher (or absent: srun alone) */
+static int open_comm(Trainer *t, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    if (t->world > 1 && strcmp(t->be->ops->name, "cpu") != 0) {
+#ifdef GT_HAVE_NCCL
+        if (nccl_open(&t->nccl, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout, err)) return -1;
+        char v[64];
+        gt_log("data parallel: %d ranks, gradients over %s (id %s)\n", t->world, nccl_version_string(v, sizeof v),
+               strcmp(dist_transport(t->dist), "mpi") == 0 ? "over MPI" : "through dist_init_file");
+#else
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: device: several ranks on the %s backend need NCCL, and this gtrain was built without it "
+                        "(make CUDA=1 NCCL=1, needs nccl.h); or use device: cpu",
+                        cfg->config_path, t->be->ops->name);
+#endif
+    }
+    if (t->world > 1 && !t->nccl && strcmp(dist_transport(t->dist), "mpi") != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: %d ranks without MPI run only on GPUs (device: cuda, with dist_init_file); on the %s "
+                        "backend launch with mpirun or srun --mpi=pmix",
+                        cfg->config_path, t->world, t->be->ops->name);
+    return 0;
+}
+
 static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
     if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
-    if (t->world > 1 && strcmp(t->be->ops->name, "cpu") != 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: device: several ranks on the %s backend need NCCL, not built yet; use device: cpu",
-                        cfg->config_path, t->be->ops->name);
+    if (open_comm(t, err)) return -1;
     if (cfg->precision != PREC_FP32)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: precision: expected fp32 on the %s backend (bf16 is not built yet), found %s",
                         cfg->config_path, t->be->ops->name, config_precision_name(cfg->precision));
@@ -351,7 +431,7 @@ static int save_checkpoint(Trainer *t, GtError *err) {
         for (int w = 0; w < 2; w++) {
             full[w] = gt_xcalloc(m->padded_total, sizeof(float));
             if (m->be->ops->to_host(m->be, full[w] + (size_t)m->shard_rank * m->shard, shard[w], m->shard * sizeof(float), err) ||
-                dist_allgather_f32(t->dist, full[w], m->shard, err)) {
+                allgather_host(t, full[w], m->shard, err)) {
                 free(full[0]), free(full[1]);
                 return -1;
             }
@@ -368,7 +448,14 @@ static int save_checkpoint(Trainer *t, GtError *err) {
 /* data parallel: a layer's gradients start their all-reduce as soon as its backward is done */
 static void allreduce_when_ready(void *ctx, float *grads, size_t n) {
     Trainer *t = ctx;
-    if (!t->sync_failed && (dist_allreduce_f32_start(t->dist, grads, n, &t->sync_err) || dist_poll(t->dist, &t->sync_err)))
+    if (t->sync_failed) return;
+#ifdef GT_HAVE_NCCL
+    if (t->nccl) { /* on NCCL's stream, after this layer's backward on the compute stream */
+        if (nccl_allreduce_start(t->nccl, grads, n, &t->sync_err)) t->sync_failed = 1;
+        return;
+    }
+#endif
+    if (dist_allreduce_f32_start(t->dist, grads, n, &t->sync_err) || dist_poll(t->dist, &t->sync_err))
         t->sync_failed = 1;
 }
 
@@ -381,11 +468,11 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
     double norm;
     size_t lo = 0, hi = m->layout.total;
     if (m->shard_world > 1) {
-        if (dist_reduce_scatter_f32(t->dist, m->grads, m->shard, err)) return -1;
+        if (grads_reduce_scatter(t, m->grads, m->shard, err)) return -1;
         lo = (size_t)m->shard_rank * m->shard;
         hi = lo + m->shard;
         double sq = be->ops->sum_squares(be, m->grads + lo, m->shard);
-        if (dist_allreduce_f64(t->dist, &sq, 1, err)) return -1;
+        if (sum_f64(t, &sq, 1, err)) return -1;
         norm = sqrt(sq);
     } else {
         if (t->world > 1) {
@@ -393,7 +480,7 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
                 *err = t->sync_err;
                 return -1;
             }
-            if (dist_wait_all(t->dist, err)) return -1;
+            if (grads_wait(t, err)) return -1;
         }
         norm = grad_global_norm(m);
     }
@@ -403,7 +490,7 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
         clip_grads_range(m, norm, cfg->max_grad_norm, lo, hi);
         adamw_step_range(m, lr, cfg, (int)++t->state.adam_t, lo, hi);
     }
-    if (m->shard_world > 1 && dist_allgather_f32(t->dist, m->params, m->shard, err)) return -1;
+    if (m->shard_world > 1 && params_allgather(t, m->params, m->shard, err)) return -1;
     return 0;
 }
 
@@ -422,13 +509,13 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         const size_t n_tok = (size_t)t->plan.B * t->plan.A * cfg->data.seq_len;
         /* num_items_in_batch: valid targets of every micro-batch on every rank */
         int64_t items = count_items(t->tgt, n_tok);
-        if (dist_allreduce_i64(t->dist, &items, 1, err)) return -1;
+        if (sum_i64(t, &items, 1, err)) return -1;
         const long num_items = (long)items;
         double loss_sum = 0.0;
         if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, cfg->loss_normalization, num_items, &loss_sum,
                                err))
             return -1;
-        if (dist_allreduce_f64(t->dist, &loss_sum, 1, err)) return -1;
+        if (sum_f64(t, &loss_sum, 1, err)) return -1;
         double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;
         double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, cfg->warmup_steps, max_steps, cfg->min_lr_rate);
         double norm;
@@ -491,7 +578,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             return -1;
         bool save = cfg->save_steps > 0 && ((step + 1) % cfg->save_steps == 0 || last);
         int sig = g_stop_signal;
-        if (t->world > 1 && dist_allreduce_max_i32(t->dist, &sig, err)) return -1; /* every rank stops at the same step */
+        if (t->world > 1 && max_i32(t, &sig, err)) return -1; /* every rank stops at the same step */
         if (sig) {
             if (t->tty) metrics_progress_clear(stdout);
             gt_log("received %s: finishing at step %ld\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", step + 1);
@@ -540,6 +627,13 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSu
     }
     free(t.tok);
     free(t.tgt);
+#ifdef GT_HAVE_NCCL
+    /* before the buffers it may still read go; on a failure abort, so no finalize waits for peers */
+    if (rc == 0)
+        nccl_close(t.nccl);
+    else
+        nccl_abort(t.nccl);
+#endif
     model_free(t.model);
     data_close(t.train);
     data_close(t.val);

@@ -184,12 +184,33 @@ Test(dist, world2_without_mpi_launcher_is_refused) {
     cr_expect_null(strchr(e.msg, '\n'));
     cr_expect(strstr(e.msg, "rank 1") != NULL, "message does not name the rank: %s", e.msg);
     cr_expect(strstr(e.msg, "world size 2") != NULL, "%s", e.msg);
-#ifdef GT_HAVE_MPI
+#if defined(GT_HAVE_MPI) || defined(GT_HAVE_NCCL)
     cr_expect(strstr(e.msg, "mpirun") != NULL, "message does not say how to launch: %s", e.msg);
 #else
     cr_expect(strstr(e.msg, "built without MPI (make MPI=1)") != NULL, "%s", e.msg);
 #endif
 }
+
+#ifdef GT_HAVE_NCCL
+/* srun alone: world 2 from the environment with a local rank is accepted for NCCL ("env"), and
+ * every host collective of dist.c refuses (it would otherwise silently do nothing) */
+Test(dist, world2_without_mpi_is_env_for_nccl) {
+    clear_launcher_env();
+    setenv("SLURM_PROCID", "1", 1);
+    setenv("SLURM_NTASKS", "2", 1);
+    setenv("SLURM_LOCALID", "1", 1);
+    Dist *d = NULL;
+    GtError e = {0};
+    cr_assert_eq(dist_init(&d, NULL, NULL, 5, &e), 0, "%s", e.msg);
+    cr_expect_str_eq(dist_transport(d), "env");
+    cr_expect_eq(dist_world(d), 2);
+    cr_expect_eq(dist_local_rank(d), 1);
+    double v = 1.0;
+    cr_expect_eq(dist_allreduce_f64(d, &v, 1, &e), -1);
+    cr_expect(strstr(e.msg, "needs MPI") != NULL, "%s", e.msg);
+    dist_finalize(d);
+}
+#endif
 
 Test(dist, bad_environment_values) {
     static const struct {
@@ -216,8 +237,12 @@ Test(dist, bad_environment_values) {
 }
 
 Test(dist, built_list) {
-#ifdef GT_HAVE_MPI
+#if defined(GT_HAVE_MPI) && defined(GT_HAVE_NCCL)
+    cr_expect_str_eq(dist_built(), "mpi nccl");
+#elif defined(GT_HAVE_MPI)
     cr_expect_str_eq(dist_built(), "mpi");
+#elif defined(GT_HAVE_NCCL)
+    cr_expect_str_eq(dist_built(), "nccl");
 #else
     cr_expect_str_eq(dist_built(), "none");
 #endif
