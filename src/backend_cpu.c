@@ -501,22 +501,27 @@ static void cpu_crossentropy(Backend *b, float *losses, float *logits, const int
             continue;
         }
         float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
         for (int i = 0; i < V; i++) mx = x[i] > mx ? x[i] : mx;
         float xt = x[tgt];
+        /* the loops below vectorise (expf through libmvec); sums in double, in a fixed order */
         double sum = 0.0;
         if (compute_grad) {
             /* keep exp(x - max) in place: the gradient needs it */
+#pragma omp simd reduction(+ : sum)
             for (int i = 0; i < V; i++) {
                 float e = expf(x[i] - mx);
                 x[i] = e;
                 sum += e;
             }
         } else {
+#pragma omp simd reduction(+ : sum)
             for (int i = 0; i < V; i++) sum += expf(x[i] - mx);
         }
         losses[n] = (float)(log(sum) + (double)mx - (double)xt);
         if (compute_grad) {
             float f = (float)((double)dloss_scale / sum);
+#pragma omp simd
             for (int i = 0; i < V; i++) x[i] *= f;
             x[tgt] -= dloss_scale;
         }
