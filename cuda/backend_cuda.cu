@@ -293,6 +293,17 @@ static void cu_close(Backend *b) {
     free(b);
 }
 
+static void cu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_bytes) {
+    (void)b;
+    size_t f = 0, t = 0;
+    if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+        (void)cudaGetLastError();
+        f = t = 0;
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+}
+
 static const BackendOps k_cuda_ops = {
     /* .name = */ "cuda",
     /* .close = */ cu_close,
@@ -323,6 +334,7 @@ static const BackendOps k_cuda_ops = {
     /* .adamw = */ gtc_adamw,
     /* .sum_squares = */ gtc_sum_squares,
     /* .scale = */ gtc_scale,
+    /* .memory_info = */ cu_memory_info,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

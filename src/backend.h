@@ -118,6 +118,10 @@ typedef struct BackendOps {
     double (*sum_squares)(Backend *b, const float *x, size_t n);
     /* x *= s */
     void (*scale)(Backend *b, float *x, float s, size_t n);
+
+    /* the driver's (CUDA: cudaMemGetInfo) or the system's (CPU: /proc/meminfo) view of memory
+     * now, beside the tracking allocator's: free and total bytes (0 when unknown) */
+    void (*memory_info)(Backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
 } BackendOps;
 
 struct Backend {

@@ -581,6 +581,8 @@ static void cpu_close(Backend *b) {
     free(b);
 }
 
+static void cpu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
+
 static const BackendOps k_cpu_ops = {
     .name = "cpu",
     .close = cpu_close,
@@ -611,6 +613,7 @@ static const BackendOps k_cpu_ops = {
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
+    .memory_info = cpu_memory_info,
 };
 
 /* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */
@@ -646,6 +649,11 @@ static void cpu_meminfo(uint64_t *avail, uint64_t *total) {
         else if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) *total = (uint64_t)kb * 1024u;
     }
     fclose(f);
+}
+
+static void cpu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_bytes) {
+    (void)b;
+    cpu_meminfo(free_bytes, total_bytes);
 }
 
 int cpu_backend_create(Backend **out, int num_threads, GtError *err) {

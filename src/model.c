@@ -133,6 +133,12 @@ void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t 
 static void *model_alloc(Model *m, MemCategory cat, size_t bytes, GtError *err) {
     void *p = backend_alloc(m->be, cat, bytes, err);
     if (!p) return NULL;
+    /* touch it now: memory the system overcommitted fails here, at start, not in the middle of a
+     * step, and step 1 does not pay the page faults */
+    if (mem_category_on_device(cat))
+        m->be->ops->zero(m->be, p, bytes);
+    else
+        memset(p, 0, bytes); /* host memory on every backend */
     if (m->n_allocs == m->cap_allocs) {
         m->cap_allocs = m->cap_allocs ? 2 * m->cap_allocs : 64;
         m->allocs = gt_xrealloc(m->allocs, (size_t)m->cap_allocs * sizeof *m->allocs);

@@ -368,7 +368,16 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                  err->msg, gt_format_bytes(need, sizeof need, t->plan.device_total));
         return gt_error(err, GT_EXIT_FAILURE, "%s", msg);
     }
-    if (t->rank == 0) plan_print(&t->plan, &t->be->mem, stdout);
+    if (t->rank == 0) {
+        plan_print(&t->plan, &t->be->mem, stdout);
+        uint64_t free_b = 0, total_b = 0;
+        t->be->ops->memory_info(t->be, &free_b, &total_b);
+        char a[32], b[32];
+        if (total_b)
+            gt_log("  %s's view: %s in use of %s (the process's own buffers, the runtime's and other processes')\n",
+                   strcmp(t->be->ops->name, "cuda") == 0 ? "driver" : "system", gt_format_bytes(a, sizeof a, total_b - free_b),
+                   gt_format_bytes(b, sizeof b, total_b));
+    }
     if (cfg->init_from[0]) {
         if (checkpoint_load_weights(t->model, cfg->init_from, err)) return -1;
         gt_log("initialised from %s\n", cfg->init_from);
