@@ -13,11 +13,15 @@ shift || true
 logs="$(mktemp -d /tmp/gtrain-san.XXXXXX)"
 export ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan:log_exe_name=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan:log_exe_name=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-}"
+export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 GTRAIN_BIN="$(pwd)/$build/gtrain" GTRAIN_ROOT="$(pwd)" "$build/test_gtrain" --jobs "${LSAN_JOBS:-1}" "$@"
 rc=$?
 shopt -s nullglob
-reports=("$logs"/asan.* "$logs"/ubsan.*)
+# a file that only lists the suppressions used (tests/lsan.supp) is not a report
+reports=()
+for r in "$logs"/asan.* "$logs"/ubsan.*; do
+  grep -qE 'ERROR: |runtime error:' "$r" && reports+=("$r")
+done
 if [ ${#reports[@]} -gt 0 ]; then
   echo
   echo "test-asan: ${#reports[@]} sanitizer report(s):"
