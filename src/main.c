@@ -153,7 +153,29 @@ int main(int argc, char **argv) {
     if (strcmp(command, "plan") == 0) {
         MemPlan plan;
         config_print_resolved(cfg, stdout);
-        if (plan_resolve(&plan, &desc, cfg, 1, cfg->memory_limit, &err)) {
+        /* memory_limit auto: on the CPU, the RAM available now (what a run would check); a GPU's free
+         * memory is read only by a run (asking the driver costs a context), so no limit here */
+        uint64_t limit = cfg->memory_limit;
+        bool on_cpu = cfg->device == DEVICE_CPU;
+#ifdef GT_HAVE_CUDA
+        on_cpu = on_cpu || (cfg->device == DEVICE_AUTO && cuda_device_count() == 0);
+#else
+        on_cpu = on_cpu || cfg->device == DEVICE_AUTO;
+#endif
+        char lim[32];
+        if (!limit && on_cpu) {
+            Backend *cpu = NULL;
+            if (cpu_backend_create(&cpu, 1, &err) == 0) {
+                limit = cpu->device_free_bytes;
+                backend_close(cpu);
+            }
+        }
+        if (limit)
+            printf("memory limit: %s (%s)\n", gt_format_bytes(lim, sizeof lim, limit),
+                   cfg->memory_limit ? "memory_limit" : "available RAM");
+        else
+            printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start)\n");
+        if (plan_resolve(&plan, &desc, cfg, 1, limit, &err)) {
             rc = fail(&err);
         } else {
             printf("parameters: %llu\n", (unsigned long long)plan.n_params);
