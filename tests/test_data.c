@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 
+#include "test_util.h"
+
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,24 +16,8 @@
 /* Each Criterion test runs in its own process: one scratch directory per test. */
 static char g_dir[256];
 
-static void scratch_init(void) {
-    strcpy(g_dir, "/tmp/gt_test_data_XXXXXX");
-    cr_assert_not_null(mkdtemp(g_dir));
-}
-
-static void scratch_fini(void) {
-    DIR *dir = opendir(g_dir);
-    if (!dir) return;
-    struct dirent *e;
-    char p[512];
-    while ((e = readdir(dir))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(p, sizeof p, "%s/%s", g_dir, e->d_name);
-        if (rmdir(p) != 0) unlink(p);
-    }
-    closedir(dir);
-    rmdir(g_dir);
-}
+static void scratch_init(void) { test_scratch_make(g_dir, sizeof g_dir, "gt_test_data"); }
+static void scratch_fini(void) { test_scratch_remove(g_dir); }
 
 TestSuite(data, .init = scratch_init, .fini = scratch_fini);
 

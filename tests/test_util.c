@@ -2,6 +2,10 @@
 #include "test_util.h"
 
 #include <cJSON.h>
+#include <ftw.h>
+#include <sys/stat.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <stdio.h>
@@ -38,3 +42,16 @@ void read_train_metrics(const char *dir, Losses *l) {
     }
     fclose(f);
 }
+
+void test_scratch_make(char *dir, size_t cap, const char *prefix) {
+    snprintf(dir, cap, "/tmp/%s_XXXXXX", prefix);
+    cr_assert_not_null(mkdtemp(dir), "mkdtemp %s: %s", dir, strerror(errno));
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    remove(path); /* best effort: keep walking */
+    return 0;
+}
+
+void test_scratch_remove(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }

@@ -2,6 +2,8 @@
 #ifndef GT_TEST_UTIL_H
 #define GT_TEST_UTIL_H
 
+#include <stddef.h>
+
 #define MAX_STEPS 64
 
 typedef struct {
@@ -11,6 +13,10 @@ typedef struct {
     int n_eval;
     double eval_loss[MAX_STEPS]; /* in file order */
 } Losses;
+
+/* A scratch directory /tmp/<prefix>_XXXXXX into dir (asserts), and its removal with everything in it. */
+void test_scratch_make(char *dir, size_t cap, const char *prefix);
+void test_scratch_remove(const char *dir);
 
 /* The "train" and "eval" records of dir/metrics.jsonl (asserts it parses). */
 void read_train_metrics(const char *dir, Losses *l);
