@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
     const int warmup = getenv("BENCH_WARMUP") ? atoi(getenv("BENCH_WARMUP")) : 2;
     for (int i = -warmup; i < steps; i++) { /* warm-up steps first (BENCH_WARMUP, default 2) */
         double t0 = gt_now_seconds(), loss;
-        if (trainer_accumulate(m, tok, tgt, B, 1, LOSS_NORM_TOKENS, B * T, &loss, &err)) {
+        if (trainer_accumulate(m, tok, tgt, B, 1, 1, LOSS_NORM_TOKENS, B * T, &loss, &err)) {
             fprintf(stderr, "bench_step: %s\n", err.msg);
             return 1;
         }

@@ -32,8 +32,8 @@ long count_items(const int *targets, size_t n) {
     return c;
 }
 
-int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, LossNormalization norm,
-                       long num_items, double *loss_sum, GtError *err) {
+int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
+                       LossNormalization norm, long num_items, double *loss_sum, GtError *err) {
     const size_t rows = (size_t)B * m->T;
     double total = 0.0;
     /* a grad-ready hook (data-parallel all-reduce) fires on the last micro-batch only: no
@@ -47,8 +47,10 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
         if (norm == LOSS_NORM_TOKENS) {
             scale = num_items > 0 ? (float)(1.0 / (double)num_items) : 0.0f;
         } else {
+            /* HF: each micro-batch's mean loss / accumulation steps, averaged over the ranks (our
+             * all-reduce sums, so the ranks' average is a division by world here) */
             long n = count_items(tg, rows);
-            scale = n > 0 ? (float)(1.0 / ((double)n * A)) : 0.0f;
+            scale = n > 0 ? (float)(1.0 / ((double)n * A * world)) : 0.0f;
         }
         double s = 0.0;
         if (model_step(m, tk, tg, B, scale, true, &s, err)) {
@@ -521,8 +523,8 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         if (sum_i64(t, &items, 1, err)) return -1;
         const long num_items = (long)items;
         double loss_sum = 0.0;
-        if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, cfg->loss_normalization, num_items, &loss_sum,
-                               err))
+        if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
+                               &loss_sum, err))
             return -1;
         if (sum_f64(t, &loss_sum, 1, err)) return -1;
         double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;

@@ -13,11 +13,12 @@ long count_items(const int *targets, size_t n);
  * laid out one after the other in tokens/targets (host). Under LOSS_NORM_TOKENS each micro-batch's
  * loss gradient is scaled by 1/num_items (num_items = valid targets over ALL micro-batches, and
  * over all ranks), so the accumulated gradient is the big batch's; under LOSS_NORM_STEPS each
- * micro-batch's mean loss is divided by A (HF's fallback). Grads are ADDED to. *loss_sum gets the
+ * micro-batch's mean loss is divided by A and by world, the ranks the gradients are summed over
+ * (HF's fallback; DDP averages over ranks). Grads are ADDED to. *loss_sum gets the
  * sum of per-token losses (divide by num_items for the token-weighted mean). m->grad_ready, when
  * set, fires during the last micro-batch only. */
-int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, LossNormalization norm,
-                       long num_items, double *loss_sum, GtError *err);
+int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
+                       LossNormalization norm, long num_items, double *loss_sum, GtError *err);
 
 typedef struct {
     long steps;

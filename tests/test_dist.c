@@ -383,6 +383,9 @@ static void expect_same_losses(const char *what, const Losses *a, const Losses *
         cr_expect_eq(a->num_items[s], b->num_items[s], "%s: step %d: num_items %ld vs %ld", what, s + 1, a->num_items[s],
                      b->num_items[s]);
         cr_expect_eq(a->effective_batch[s], b->effective_batch[s], "%s: step %d: effective_batch", what, s + 1);
+        /* AdamW and clipping hide a gradient off by a constant factor: its norm (before clipping) does not */
+        cr_expect_leq(fabs(a->grad_norm[s] - b->grad_norm[s]), LOSS_RTOL * a->grad_norm[s],
+                      "%s: step %d: grad norm %.9g vs %.9g", what, s + 1, a->grad_norm[s], b->grad_norm[s]);
     }
 }
 
@@ -396,6 +399,17 @@ Test(dist_e2e, splits_of_the_global_batch_agree, .timeout = 900) {
     expect_same_losses("1 rank x (B, 2A) vs 2 ranks x (B, A)", &acc, &dp);
     expect_same_losses("1 rank x (2B, A) vs 2 ranks x (B, A)", &big, &dp);
     cr_expect_eq(dp.effective_batch[0], 4, "effective batch = 2 x 2 x 1");
+    e2e_cleanup(&x);
+}
+
+/* HF's "steps" normalisation averages over ranks as DDP does: 2 ranks x (B, A) is 1 rank x (B, 2A) */
+Test(dist_e2e, steps_normalisation_averages_over_ranks, .timeout = 900) {
+    E2E x;
+    need_e2e(&x);
+    Losses one, two;
+    train(&x, "1rank-steps", 1, 2, 2, "loss_normalization=steps", &one);
+    train(&x, "2rank-steps", 2, 2, 1, "loss_normalization=steps", &two);
+    expect_same_losses("steps: 1 rank x (B, 2A) vs 2 ranks x (B, A)", &one, &two);
     e2e_cleanup(&x);
 }
 

@@ -49,6 +49,8 @@ Test(e2e, micro_batch_8x1_and_2x4_log_the_same_losses, .timeout = 120) {
         cr_assert(fabs(a.loss[s] - b.loss[s]) <= 1e-5 * fabs(a.loss[s]), "step %d: %.9g vs %.9g", s + 1, a.loss[s],
                   b.loss[s]);
         cr_assert_eq(a.num_items[s], b.num_items[s]);
+        cr_assert(fabs(a.grad_norm[s] - b.grad_norm[s]) <= 1e-5 * a.grad_norm[s], "step %d: grad norm %.9g vs %.9g",
+                  s + 1, a.grad_norm[s], b.grad_norm[s]);
         cr_assert_eq(a.effective_batch[s], 8);
         cr_assert_eq(b.effective_batch[s], 8);
     }

@@ -128,7 +128,7 @@ static StepResult run_split(const ModelDesc *d, int B, int A, LossNormalization 
     randomise_params(m, 3, 0.2);
     double loss_sum = 0;
     long items = count_items(tgt, (size_t)8 * T);
-    cr_assert_eq(trainer_accumulate(m, tok, tgt, B, A, norm, items, &loss_sum, &err), 0, "%s", err.msg);
+    cr_assert_eq(trainer_accumulate(m, tok, tgt, B, A, 1, norm, items, &loss_sum, &err), 0, "%s", err.msg);
     StepResult r = {.loss = loss_sum / (double)items};
     r.grads = read_floats(be, m->grads, m->layout.total);
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
@@ -239,7 +239,7 @@ static RecomputeRun run_recompute(const ModelDesc *d, RecomputePolicy pol, int B
         tgt[step] = -100;
         long items = count_items(tgt, (size_t)B * T * 2);
         double s = 0;
-        cr_assert_eq(trainer_accumulate(m, tok, tgt, B, 2, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
+        cr_assert_eq(trainer_accumulate(m, tok, tgt, B, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
         r.losses[step] = s / items;
         if (step == 0) r.grads1 = read_floats(be, m->grads, m->layout.total);
         double norm = grad_global_norm(m);

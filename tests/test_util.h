@@ -10,6 +10,7 @@ typedef struct {
     int n;                 /* highest step with a train record */
     double loss[MAX_STEPS];
     long num_items[MAX_STEPS], effective_batch[MAX_STEPS];
+    double grad_norm[MAX_STEPS]; /* before clipping */
     int n_eval;
     double eval_loss[MAX_STEPS]; /* in file order */
 } Losses;
