@@ -70,6 +70,8 @@ static const KeySpec SCHEMA[] = {
      .doc = "Tokens per training sequence; at most the model's n_positions."},
     {.key = "data.val_fraction", .type = KT_FLOAT, FIELD(data.val_fraction), .def = "0.1", .fmin = 0,
      .fmax = 0.9, .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation."},
+    {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
+     .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
     {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
      .def = "8", .imin = 1, .imax = 65536,
      .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},

@@ -32,6 +32,7 @@ typedef struct {
         DataFormat format;
         int seq_len;
         double val_fraction; /* text without val file: last fraction of the bytes */
+        bool packing;        /* jsonl: examples end to end in full rows instead of one padded row each */
     } data;
 
     int per_device_train_batch_size; /* 0 means "auto" (needs train_batch_size) */

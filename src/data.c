@@ -17,7 +17,7 @@ struct DataSource {
     DataFormat format;
     int seq_len;
     int vocab_size;
-    uint64_t n; /* tokens (text/tokens) or examples (jsonl) of the split */
+    uint64_t n; /* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the split */
 
     /* text: bytes; tokens: uint16. base_* own the memory, the views start at the split. */
     uint8_t *base8;
@@ -25,12 +25,18 @@ struct DataSource {
     uint16_t *base16;
     const uint16_t *u16;
 
-    /* jsonl: all examples' (truncated) tokens, flat; per example offset, prompt length, length */
+    /* jsonl: all examples' tokens (truncated unless packed), flat; per example offset, prompt length, length */
     int32_t *ex_tok;
     uint64_t *ex_off;
     int32_t *ex_plen;
     int32_t *ex_len;
     uint64_t ex_first; /* first example of the split */
+
+    /* packed jsonl: the split's examples end to end (a view into ex_tok) and their labels
+     * (the token on completion tokens, DATA_IGNORE_INDEX on prompt tokens); n = stream length.
+     * pk_lab is non-NULL exactly when the source is packed. */
+    const int32_t *pk_tok;
+    int32_t *pk_lab;
 };
 
 /* ---------------------------------------------------------------------------------------------
@@ -376,7 +382,8 @@ static int tokens_open_memory(DataSource *d, const char *name, const uint8_t *bu
 typedef struct {
     const char *name;
     int vocab_size;
-    int row_len; /* seq_len + 1 */
+    int row_len;  /* seq_len + 1 */
+    bool packing; /* keep every token (no truncation to row_len) */
     int32_t *tok;
     size_t tok_n, tok_cap;
     uint64_t *off;
@@ -396,10 +403,23 @@ static const char *json_type_name(const cJSON *j) {
     return "an invalid value";
 }
 
-/* caller checked cur_len < row_len; room for row_len tokens past tok_n was reserved */
-static void jb_push(JsonlBuild *b, int32_t t) { b->tok[b->tok_n + (size_t)b->cur_len++] = t; }
+/* Append a token to the current example. Unpacked: tokens beyond row_len are dropped (room for
+ * row_len tokens past tok_n was reserved); packed: every token is kept, growing the buffer. */
+static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
+    if (!b->packing) {
+        if (b->cur_len < b->row_len) b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+        return 0;
+    }
+    if (b->cur_len == INT32_MAX)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: example has more than %d tokens, expected fewer", b->name,
+                        line, INT32_MAX);
+    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err))
+        return -1;
+    b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+    return 0;
+}
 
-/* Append a string's bytes to the current example (tokens beyond row_len are checked, not kept). */
+/* Append a string's bytes to the current example (unpacked: tokens beyond row_len are checked, not kept). */
 static int jb_add_text(JsonlBuild *b, const char *s, size_t line, const char *field, GtError *err) {
     for (size_t i = 0; s[i]; i++) {
         unsigned v = (unsigned char)s[i];
@@ -407,7 +427,7 @@ static int jb_add_text(JsonlBuild *b, const char *s, size_t line, const char *fi
             return gt_error(err, GT_EXIT_BAD_INPUT,
                             "%s:%zu: \"%s\" byte %zu has value %u, >= vocab_size %d (byte-level text needs vocab_size >= 256)",
                             b->name, line, field, i, v, b->vocab_size);
-        if (b->cur_len < b->row_len) jb_push(b, (int32_t)v);
+        if (jb_push(b, (int32_t)v, line, err)) return -1;
     }
     return 0;
 }
@@ -425,7 +445,7 @@ static int jb_add_ids(JsonlBuild *b, const cJSON *arr, size_t line, const char *
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\"[%zu] is %s, expected an integer token id",
                             b->name, line, field, i, json_type_name(e));
         }
-        if (b->cur_len < b->row_len) jb_push(b, (int32_t)v);
+        if (jb_push(b, (int32_t)v, line, err)) return -1;
     }
     return 0;
 }
@@ -508,9 +528,41 @@ static int32_t example_targets(int32_t plen, int32_t len) {
     return len > lo ? len - lo : 0;
 }
 
-static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, int split, double val_fraction,
-                       GtError *err) {
-    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1};
+/* Packed: the split's examples [first, first+count) end to end (contiguous in b->tok, file order)
+ * as d->pk_tok, with labels d->pk_lab; d->n = the stream length. */
+static int jsonl_pack(DataSource *d, const JsonlBuild *b, const char *name, uint64_t first, uint64_t count,
+                      int split, double val_fraction, GtError *err) {
+    const uint64_t last = first + count - 1;
+    const uint64_t s0 = b->off[first], n = b->off[last] + (uint64_t)b->len[last] - s0;
+    if (n < (uint64_t)d->seq_len + 1) {
+        if (split == DATA_SPLIT_ALL)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: the packed examples hold %llu tokens, expected at least seq_len+1 = %d for one window",
+                            name, (unsigned long long)n, d->seq_len + 1);
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: the packed %s (val_fraction %g, %llu examples) holds %llu tokens, expected at least "
+                        "seq_len+1 = %d for one window",
+                        name, split_name(split), val_fraction, (unsigned long long)count, (unsigned long long)n,
+                        d->seq_len + 1);
+    }
+    size_t bytes;
+    if (!gt_mul_size((size_t)n, sizeof *d->pk_lab, &bytes))
+        return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", name);
+    d->pk_lab = data_malloc(bytes, name, err);
+    if (!d->pk_lab) return -1;
+    for (uint64_t k = first; k <= last; k++) {
+        const int32_t *tok = b->tok + b->off[k];
+        int32_t *lab = d->pk_lab + (b->off[k] - s0);
+        for (int32_t j = 0; j < b->len[k]; j++) lab[j] = j < b->plen[k] ? DATA_IGNORE_INDEX : tok[j];
+    }
+    d->pk_tok = b->tok + s0;
+    d->n = n;
+    return 0;
+}
+
+static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+                       double val_fraction, GtError *err) {
+    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing};
     int rc = -1;
     uint64_t first = 0, count = 0;
     size_t lineno = 0;
@@ -532,14 +584,25 @@ static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t 
         goto out;
     }
     size_t useless = 0;
-    for (size_t i = 0; i < b.ex_n; i++) useless += example_targets(b.plen[i], b.len[i]) == 0;
-    if (useless == b.ex_n) {
+    if (packing) {
+        for (size_t i = 0; i < b.ex_n; i++) useless += b.len[i] == b.plen[i];
+        if (useless == b.ex_n) {
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s: no example has a completion token (every completion is empty)", name);
+            goto out;
+        }
+        if (useless && split != DATA_SPLIT_VAL)
+            gt_warn("%s: %zu of %zu examples have an empty completion; packed, they are context only\n", name,
+                    useless, b.ex_n);
+    } else {
+        for (size_t i = 0; i < b.ex_n; i++) useless += example_targets(b.plen[i], b.len[i]) == 0;
+    }
+    if (!packing && useless == b.ex_n) {
         gt_error(err, GT_EXIT_BAD_INPUT,
                  "%s: no example has a completion token within seq_len+1 = %d tokens (prompts too long or completions empty)",
                  name, b.row_len);
         goto out;
     }
-    if (useless && split != DATA_SPLIT_VAL)
+    if (!packing && useless && split != DATA_SPLIT_VAL)
         gt_warn("%s: %zu of %zu examples have no completion token within seq_len+1 = %d tokens; they train nothing\n",
                 name, useless, b.ex_n, b.row_len);
     split_range(b.ex_n, split, val_fraction, &first, &count);
@@ -548,6 +611,7 @@ static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t 
                  name, split_name(split), val_fraction, b.ex_n);
         goto out;
     }
+    if (packing && jsonl_pack(d, &b, name, first, count, split, val_fraction, err) != 0) goto out;
     rc = 0;
 out:
     d->ex_tok = b.tok;
@@ -556,7 +620,7 @@ out:
     d->ex_len = b.len;
     if (rc == 0) {
         d->ex_first = first;
-        d->n = count;
+        if (!packing) d->n = count;
     }
     return rc;
 }
@@ -587,8 +651,8 @@ static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
     return d;
 }
 
-int data_open(DataSource **out, const char *path, DataFormat format, int seq_len, int vocab_size, int split,
-              double val_fraction, GtError *err) {
+int data_open(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
+              int split, double val_fraction, GtError *err) {
     *out = NULL;
     if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "data: no data file given, expected a path");
     if (check_args(path, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
@@ -604,7 +668,7 @@ int data_open(DataSource **out, const char *path, DataFormat format, int seq_len
             if (format == DATA_TEXT) {
                 rc = text_build(d, path, buf, len, split, val_fraction, err); /* owns buf */
             } else {
-                rc = jsonl_build(d, path, (const char *)buf, len, split, val_fraction, err);
+                rc = jsonl_build(d, path, (const char *)buf, len, packing, split, val_fraction, err);
                 free(buf);
             }
         }
@@ -618,7 +682,7 @@ int data_open(DataSource **out, const char *path, DataFormat format, int seq_len
 }
 
 int data_open_memory(DataSource **out, const char *name, const void *buf, size_t len, DataFormat format,
-                     int seq_len, int vocab_size, int split, double val_fraction, GtError *err) {
+                     bool packing, int seq_len, int vocab_size, int split, double val_fraction, GtError *err) {
     *out = NULL;
     if (!name) name = "<memory>";
     if (!buf && len) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: no buffer", name);
@@ -635,7 +699,7 @@ int data_open_memory(DataSource **out, const char *name, const void *buf, size_t
             rc = text_build(d, name, copy, len, split, val_fraction, err);
         }
     } else {
-        rc = jsonl_build(d, name, buf ? buf : "", len, split, val_fraction, err);
+        rc = jsonl_build(d, name, buf ? buf : "", len, packing, split, val_fraction, err);
     }
     if (rc != 0) {
         data_close(d);
@@ -653,10 +717,16 @@ void data_close(DataSource *d) {
     free(d->ex_off);
     free(d->ex_plen);
     free(d->ex_len);
+    free(d->pk_lab);
     free(d);
 }
 
 uint64_t data_num_tokens(const DataSource *d) { return d->n; }
+
+double data_rows_per_epoch(const DataSource *d) {
+    if (d->format == DATA_JSONL && !d->pk_lab) return (double)d->n; /* one example a row */
+    return (double)d->n / (double)d->seq_len;                       /* a stream cut into windows */
+}
 DataFormat data_format(const DataSource *d) { return d->format; }
 int data_seq_len(const DataSource *d) { return d->seq_len; }
 
@@ -667,6 +737,13 @@ static inline int tok_at(const DataSource *d, uint64_t i) { return d->u8 ? (int)
 
 static void fill_window(const DataSource *d, uint64_t start, int *tokens, int *targets) {
     int T = d->seq_len;
+    if (d->pk_lab) { /* packed jsonl: the targets are the labels, -100 on prompt tokens */
+        for (int t = 0; t < T; t++) {
+            tokens[t] = d->pk_tok[start + (uint64_t)t];
+            targets[t] = d->pk_lab[start + (uint64_t)t + 1];
+        }
+        return;
+    }
     for (int t = 0; t < T; t++) {
         tokens[t] = tok_at(d, start + (uint64_t)t);
         targets[t] = tok_at(d, start + (uint64_t)t + 1);
@@ -731,7 +808,7 @@ void data_fill_train(const DataSource *d, uint64_t seed, long step, long effecti
     for (int r = 0; r < n_rows; r++) {
         uint64_t g = (uint64_t)first_row + (uint64_t)r;
         int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
-        if (d->format == DATA_JSONL) {
+        if (d->format == DATA_JSONL && !d->pk_lab) {
             uint64_t i = (uint64_t)step * (uint64_t)(effective_batch > 0 ? effective_batch : 1) + g;
             uint64_t epoch = i / d->n;
             uint64_t key = mix64(ke ^ mix64(epoch));
@@ -744,7 +821,7 @@ void data_fill_train(const DataSource *d, uint64_t seed, long step, long effecti
 }
 
 long data_num_eval_windows(const DataSource *d) {
-    if (d->format == DATA_JSONL) return (long)d->n;
+    if (d->format == DATA_JSONL && !d->pk_lab) return (long)d->n;
     return (long)((d->n - 1) / (uint64_t)d->seq_len);
 }
 
@@ -756,7 +833,7 @@ void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tok
         int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
         if (w < 0 || w >= nw)
             fill_empty(T, tk, tg);
-        else if (d->format == DATA_JSONL)
+        else if (d->format == DATA_JSONL && !d->pk_lab)
             fill_example(d, (uint64_t)w, tk, tg);
         else
             fill_window(d, (uint64_t)w * (uint64_t)T, tk, tg);

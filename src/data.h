@@ -14,9 +14,17 @@
  *           or {"prompt_ids": [int...], "completion_ids": [int...]}. Blank lines are skipped.
  *           Each example becomes one row of seq_len+1 tokens: prompt then completion, truncated to
  *           seq_len+1 and padded with token 0; labels are -100 on the prompt and on the padding.
+ *           Packed (packing = true; ignored by text/tokens): the split's examples, prompt then
+ *           completion, untruncated and unpadded, are laid end to end in file order as one token
+ *           stream with a parallel label stream (a completion token's label is the token, a prompt
+ *           token's label -100), which is then windowed like text/tokens (see data_fill_train and
+ *           data_fill_eval): a target is -100 exactly where its token is a prompt token, so no loss
+ *           crosses an example boundary into the next prompt. The stream must hold at least seq_len+1
+ *           tokens.
  *
  * Split (no separate val file): DATA_SPLIT_TRAIN keeps the first floor(n * (1 - val_fraction))
- * tokens (text/tokens) or examples (jsonl), DATA_SPLIT_VAL the rest, DATA_SPLIT_ALL everything.
+ * tokens (text/tokens) or examples (jsonl, packed or not), DATA_SPLIT_VAL the rest, DATA_SPLIT_ALL
+ * everything.
  *
  * Errors are one line naming the file (and the line, byte offset or shard) and what was expected;
  * code GT_EXIT_BAD_INPUT for bad input, GT_EXIT_FAILURE for I/O or out-of-memory failures.
@@ -37,27 +45,31 @@ enum { DATA_SPLIT_ALL = 0, DATA_SPLIT_TRAIN = 1, DATA_SPLIT_VAL = 2 };
 
 typedef struct DataSource DataSource;
 
-int data_open(DataSource **out, const char *path, DataFormat format, int seq_len, int vocab_size,
+int data_open(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
               int split, double val_fraction, GtError *err);
 
 /* The same as data_open, on a file's contents already in memory (one file: tokens format takes
  * a single shard). name is used in messages only. For fuzzing and tests. */
 int data_open_memory(DataSource **out, const char *name, const void *buf, size_t len,
-                     DataFormat format, int seq_len, int vocab_size, int split, double val_fraction,
-                     GtError *err);
+                     DataFormat format, bool packing, int seq_len, int vocab_size, int split,
+                     double val_fraction, GtError *err);
 
 void data_close(DataSource *d); /* NULL is fine */
 
-/* tokens (text/tokens) or examples (jsonl) of the chosen split */
+/* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the chosen split */
 uint64_t data_num_tokens(const DataSource *d);
 DataFormat data_format(const DataSource *d);
+/* training rows that make one epoch: examples (unpacked jsonl), or stream tokens / seq_len */
+double data_rows_per_epoch(const DataSource *d);
 int data_seq_len(const DataSource *d);
 
 /* Training rows. Row g (0 <= g < effective_batch) of optimizer step `step` depends only on
- * (seed, step, g) for text/tokens, and on (seed, step * effective_batch + g) for jsonl; never on
- * how the step is cut into micro-batches or ranks.
- *   text/tokens: window start s uniform in [0, n - seq_len - 1] from a counter-based RNG
- *                (splitmix64 of seed, step, g); inputs = x[s .. s+T-1], targets = x[s+1 .. s+T].
+ * (seed, step, g) for text/tokens and packed jsonl, and on (seed, step * effective_batch + g) for
+ * jsonl; never on how the step is cut into micro-batches or ranks.
+ *   text/tokens, packed jsonl (x = the token stream, targets from its label stream y):
+ *                window start s uniform in [0, n - seq_len - 1] from a counter-based RNG
+ *                (splitmix64 of seed, step, g); inputs = x[s .. s+T-1], targets = x[s+1 .. s+T]
+ *                (packed jsonl: y[s+1 .. s+T]).
  *   jsonl:       i = step * effective_batch + g; epoch = i / n_examples; the example is
  *                perm_epoch(i % n_examples), perm_epoch a seeded bijection of [0, n_examples)
  *                (a keyed Feistel network with cycle walking, seeded by (seed, epoch));
@@ -66,7 +78,7 @@ int data_seq_len(const DataSource *d);
 void data_fill_train(const DataSource *d, uint64_t seed, long step, long effective_batch, long first_row,
                      int n_rows, int *tokens, int *targets);
 
-/* Eval windows, a fixed documented set: text/tokens: window w starts at w * seq_len and holds
+/* Eval windows, a fixed documented set: text/tokens and packed jsonl: window w starts at w * seq_len and holds
  * seq_len + 1 tokens (consecutive, non-overlapping targets), count = floor((n - 1) / seq_len);
  * jsonl: example w, count = n_examples. Windows at or beyond the count are filled with token 0
  * and target -100 (they count for nothing), so a last partial batch can be padded. */

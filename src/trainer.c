@@ -351,11 +351,12 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         split_train = DATA_SPLIT_TRAIN, split_val = DATA_SPLIT_VAL;
         val_path = cfg->data.train;
     }
-    if (data_open(&t->train, cfg->data.train, cfg->data.format, T, desc->vocab_size, split_train,
+    if (data_open(&t->train, cfg->data.train, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_train,
                   cfg->data.val_fraction, err))
         return -1;
     if (val_path[0] &&
-        data_open(&t->val, val_path, cfg->data.format, T, desc->vocab_size, split_val, cfg->data.val_fraction, err))
+        data_open(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
+                  cfg->data.val_fraction, err))
         return -1;
 
     int shards = t->plan.zero1 ? t->world : 1;
@@ -387,7 +388,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
 
     long max_steps = cfg->max_steps;
     if (max_steps <= 0) {
-        double steps = ceil(cfg->num_train_epochs * (double)data_num_tokens(t->train) / (double)t->plan.tokens_per_step);
+        double steps = ceil(cfg->num_train_epochs * data_rows_per_epoch(t->train) / (double)t->plan.effective_batch);
         max_steps = steps < 1 ? 1 : (long)steps;
     }
     t->state = (TrainerState){.max_steps = max_steps, .seed = cfg->seed, .effective_batch = t->plan.effective_batch,
@@ -509,7 +510,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     Model *m = t->model;
     const long max_steps = t->state.max_steps;
-    const uint64_t train_tokens = data_num_tokens(t->train);
+    const double rows_per_epoch = data_rows_per_epoch(t->train);
     catch_stop_signals(true);
     long skipped_in_a_row = 0;
     t->t_start = gt_now_seconds();
@@ -543,7 +544,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         double dt = gt_now_seconds() - t0;
         tokens_done += (double)t->plan.tokens_per_step;
         t->state.global_step = step + 1;
-        t->state.epoch = (double)t->state.global_step * (double)t->plan.tokens_per_step / (double)train_tokens;
+        t->state.epoch = (double)t->state.global_step * (double)t->plan.effective_batch / rows_per_epoch;
         if (step == t->start_step) summary->first_loss = loss;
         summary->last_loss = loss;
         summary->steps = step + 1;

@@ -98,3 +98,22 @@ Test(e2e, sft_splits_agree_under_tokens_and_differ_under_steps, .timeout = 120) 
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     cr_assert_eq(system(cmd), 0);
 }
+
+/* num_train_epochs counts examples for (unpacked) SFT data: 24 examples, 4 a step -> 6 steps an epoch */
+Test(e2e, sft_epochs_count_examples, .timeout = 120) {
+    const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
+    if (!bin || !root) cr_skip_test("GTRAIN_BIN/GTRAIN_ROOT not set (run through make test)");
+    char dir[] = "/tmp/gt_e2e_XXXXXX", cmd[8192];
+    cr_assert_not_null(mkdtemp(dir));
+    snprintf(cmd, sizeof cmd,
+             "'%s' --config '%s/tests/fixtures/sft/run.yaml' --set output_dir=%s/run --set max_steps=-1 "
+             "--set num_train_epochs=1 >/dev/null 2>&1",
+             bin, root, dir);
+    cr_assert_eq(system(cmd), 0, "gtrain failed: %s", cmd);
+    snprintf(cmd, sizeof cmd, "%s/run", dir);
+    Losses l;
+    read_train_metrics(cmd, &l);
+    cr_assert_eq(l.n, 6, "24 examples / effective batch 4 = 6 steps, found %d", l.n);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}

@@ -1,6 +1,6 @@
 /* fuzz_jsonl.c - libFuzzer target: the SFT jsonl reader (data_open_memory, jsonl), then training
- * and eval rows drawn from whatever it accepted. The first input byte picks seq_len, vocab and
- * split; the rest is the file. */
+ * and eval rows drawn from whatever it accepted. The first input byte picks seq_len, vocab, split
+ * and packing; the rest is the file. */
 #include <stdlib.h>
 
 #include "data.h"
@@ -10,9 +10,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int seq_len = 1 + (data[0] & 15);
     const int vocab = (data[0] & 16) ? 50304 : 256;
     const int split = (data[0] >> 5) % 3;
+    const bool packing = (data[0] >> 5) / 3 == 1; /* top bits 0..7: every (split, packing) pair */
     DataSource *d = NULL;
     GtError err = {0};
-    if (data_open_memory(&d, "fuzz.jsonl", data + 1, size - 1, DATA_JSONL, seq_len, vocab, split, 0.5, &err) == 0) {
+    if (data_open_memory(&d, "fuzz.jsonl", data + 1, size - 1, DATA_JSONL, packing, seq_len, vocab, split, 0.5, &err) == 0) {
         int rows = 3;
         int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
         if (tok && tgt) {

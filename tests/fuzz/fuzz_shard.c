@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const int split = (data[0] >> 5) % 3;
     DataSource *d = NULL;
     GtError err = {0};
-    if (data_open_memory(&d, "fuzz.bin", data + 1, size - 1, DATA_TOKENS, seq_len, vocab, split, 0.25, &err) == 0) {
+    if (data_open_memory(&d, "fuzz.bin", data + 1, size - 1, DATA_TOKENS, false, seq_len, vocab, split, 0.25, &err) == 0) {
         int rows = 3;
         int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
         if (tok && tgt) {
