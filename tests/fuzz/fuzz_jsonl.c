@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "data.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -14,17 +15,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     DataSource *d = NULL;
     GtError err = {0};
     if (data_open_memory(&d, "fuzz.jsonl", data + 1, size - 1, DATA_JSONL, packing, seq_len, vocab, split, 0.5, &err) == 0) {
-        int rows = 3;
-        int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
-        if (tok && tgt) {
-            data_fill_train(d, 99, 7, 6, 2, rows, tok, tgt);
-            data_fill_eval(d, 0, rows, tok, tgt);
-            for (int i = 0; i < rows * seq_len; i++)
-                if (tok[i] < 0 || tok[i] >= vocab || (tgt[i] != -100 && (tgt[i] < 0 || tgt[i] >= vocab))) abort();
-        }
-        free(tok);
-        free(tgt);
-        data_close(d);
+        fuzz_check_rows(d, seq_len, vocab, 0);
     } else if (d != NULL || err.code == 0 || !err.msg[0]) {
         abort();
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "data.h"
+#include "fuzz_util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -13,18 +14,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     DataSource *d = NULL;
     GtError err = {0};
     if (data_open_memory(&d, "fuzz.bin", data + 1, size - 1, DATA_TOKENS, false, seq_len, vocab, split, 0.25, &err) == 0) {
-        int rows = 3;
-        int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
-        if (tok && tgt) {
-            data_fill_train(d, 1234, 5, 4, 1, rows, tok, tgt);
-            long nw = data_num_eval_windows(d);
-            data_fill_eval(d, nw > 1 ? nw - 2 : 0, rows, tok, tgt);
-            for (int i = 0; i < rows * seq_len; i++)
-                if (tok[i] < 0 || tok[i] >= vocab || (tgt[i] != -100 && (tgt[i] < 0 || tgt[i] >= vocab))) abort();
-        }
-        free(tok);
-        free(tgt);
-        data_close(d);
+        long nw = data_num_eval_windows(d);
+        fuzz_check_rows(d, seq_len, vocab, nw > 1 ? nw - 2 : 0);
     } else if (d != NULL || err.code == 0 || !err.msg[0]) {
         abort();
     }

@@ -6,8 +6,11 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include "data.h"
 
 /* Write data into a fresh memfd; path[cap] gets "/proc/self/fd/N". Returns the fd or -1. */
 static inline int fuzz_memfd(const uint8_t *data, size_t size, char *path, size_t cap) {
@@ -24,6 +27,22 @@ static inline int fuzz_memfd(const uint8_t *data, size_t size, char *path, size_
     }
     snprintf(path, cap, "/proc/self/fd/%d", fd);
     return fd;
+}
+
+/* Draw 3 training rows (first_row 2 of step 7, or as given) and 3 eval windows from an accepted
+ * source; abort if any token or target is out of range. Closes d. */
+static inline void fuzz_check_rows(DataSource *d, int seq_len, int vocab, long eval_from) {
+    const int rows = 3;
+    int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
+    if (tok && tgt) {
+        data_fill_train(d, 99, 7, 6, 2, rows, tok, tgt);
+        data_fill_eval(d, eval_from, rows, tok, tgt);
+        for (int i = 0; i < rows * seq_len; i++)
+            if (tok[i] < 0 || tok[i] >= vocab || (tgt[i] != -100 && (tgt[i] < 0 || tgt[i] >= vocab))) abort();
+    }
+    free(tok);
+    free(tgt);
+    data_close(d);
 }
 
 #endif
