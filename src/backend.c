@@ -66,6 +66,12 @@ void *backend_alloc(Backend *b, MemCategory cat, size_t bytes, GtError *err) {
                  gt_format_bytes(have, sizeof have, b->mem.device_current));
         return NULL;
     }
+    /* zeroed, and so touched now: memory the system overcommitted fails here, at start, not in the
+     * middle of a step, and step 1 does not pay the page faults */
+    if (mem_category_on_device(cat))
+        b->ops->zero(b, p, bytes);
+    else
+        memset(p, 0, bytes); /* host memory on every backend */
     MemTracker *m = &b->mem;
     m->current[cat] += bytes;
     if (m->current[cat] > m->peak[cat]) m->peak[cat] = m->current[cat];

@@ -140,7 +140,8 @@ int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads
 void backend_close(Backend *b);
 
 /* The tracking allocator: every buffer of a run goes through these. MEM_HOST_OFFLOAD goes to
- * host_alloc, the rest to dev_alloc. Returns NULL with err filled (code 1) when out of memory. */
+ * host_alloc, the rest to dev_alloc. The memory comes back zeroed (touched at once). Returns NULL
+ * with err filled (code 1) when out of memory. */
 void *backend_alloc(Backend *b, MemCategory cat, size_t bytes, GtError *err);
 void backend_free(Backend *b, MemCategory cat, void *p, size_t bytes);
 /* convenience: allocate n floats */

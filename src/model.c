@@ -133,12 +133,6 @@ void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t 
 static void *model_alloc(Model *m, MemCategory cat, size_t bytes, GtError *err) {
     void *p = backend_alloc(m->be, cat, bytes, err);
     if (!p) return NULL;
-    /* touch it now: memory the system overcommitted fails here, at start, not in the middle of a
-     * step, and step 1 does not pay the page faults */
-    if (mem_category_on_device(cat))
-        m->be->ops->zero(m->be, p, bytes);
-    else
-        memset(p, 0, bytes); /* host memory on every backend */
     if (m->n_allocs == m->cap_allocs) {
         m->cap_allocs = m->cap_allocs ? 2 * m->cap_allocs : 64;
         m->allocs = gt_xrealloc(m->allocs, (size_t)m->cap_allocs * sizeof *m->allocs);
@@ -258,20 +252,16 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     m->dlnfb = m->grads + tt[lnf_i + 1].offset;
     m->dlm_head = desc->tie_word_embeddings ? m->dwte : m->grads + tt[nt - 1].offset;
 
-    /* GPT-2 init on the host, then one copy; grads and AdamW state start at zero */
+    /* GPT-2 init on the host, then one copy; the padding, grads and AdamW state stay as allocated: zero */
     host = malloc(NP * sizeof(float));
     if (!host) {
         gt_error(err, GT_EXIT_FAILURE, "out of host memory for the initial parameters (%zu floats)", NP);
         goto fail;
     }
     model_init_params_host(&m->layout, desc, seed, host);
-    be->ops->zero(be, m->params, m->padded_total * sizeof(float)); /* the padding stays zero */
     if (be->ops->to_device(be, m->params, host, NP * sizeof(float), err)) goto fail;
     free(host);
     host = NULL;
-    be->ops->zero(be, m->grads, m->padded_total * sizeof(float));
-    be->ops->zero(be, m->adam_m, m->shard * sizeof(float));
-    be->ops->zero(be, m->adam_v, m->shard * sizeof(float));
     be->ops->synchronize(be);
     *out = m;
     return 0;
