@@ -134,14 +134,12 @@ static int claim_output_dir(Trainer *t, bool resuming, GtError *err) {
     checkpoint_clean_partial(cfg->output_dir);
     char path[GT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", cfg->output_dir, RUN_FILE);
-    char *mine = run_identity(t);
-    FILE *f = fopen(path, "rb");
-    if (f) {
-        char theirs[4096] = {0};
-        size_t n = fread(theirs, 1, sizeof theirs - 1, f);
-        fclose(f);
-        theirs[n] = 0;
-        bool same = strcmp(theirs, mine) == 0;
+    char *mine = run_identity(t), *theirs = NULL;
+    size_t n;
+    if (access(path, F_OK) == 0) {
+        /* an identity file that cannot be read is some other run's */
+        bool same = gt_read_small_file(path, "run identity", 1u << 16, &theirs, &n, NULL) == 0 && strcmp(theirs, mine) == 0;
+        free(theirs);
         if (!cfg->overwrite_output_dir && (!same || !resuming)) {
             free(mine);
             return gt_error(err, GT_EXIT_BAD_INPUT,
@@ -151,12 +149,9 @@ static int claim_output_dir(Trainer *t, bool resuming, GtError *err) {
                             same ? ", or resume_from_checkpoint: latest to continue it" : "");
         }
     }
-    FILE *w = fopen(path, "wb");
-    bool ok = w && fputs(mine, w) >= 0;
-    if (w && fclose(w) != 0) ok = false;
+    int rc = gt_write_file_atomic(path, mine, strlen(mine), err);
     free(mine);
-    if (!ok) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot write: %s", path, strerror(errno));
-    return 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- eval */
