@@ -1,29 +1,13 @@
 /* test_hf_layout.c - a gtrain run's output directory, read the way Hugging Face reads it (names,
  * Conv1D [in, out] layout, config.json) by an independent PyTorch GPT-2 (tests/tools/hf_gpt2_loss.py),
  * gives the same eval loss as gtrain on the same tokens. Skips where Debian's python3-torch is absent. */
-#include <cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static double read_first_eval_loss(const char *dir) {
-    char path[1200], line[8192];
-    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
-    FILE *f = fopen(path, "r");
-    cr_assert_not_null(f, "%s missing", path);
-    double loss = NAN;
-    while (fgets(line, sizeof line, f) && isnan(loss)) {
-        cJSON *j = cJSON_Parse(line);
-        const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
-        if (cJSON_IsString(type) && !strcmp(type->valuestring, "eval"))
-            loss = cJSON_GetObjectItemCaseSensitive(j, "eval_loss")->valuedouble;
-        cJSON_Delete(j);
-    }
-    fclose(f);
-    return loss;
-}
+#include "test_util.h"
 
 Test(hf_layout, saved_weights_give_the_same_loss_in_an_independent_pytorch_gpt2, .timeout = 120) {
     const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
@@ -38,7 +22,10 @@ Test(hf_layout, saved_weights_give_the_same_loss_in_an_independent_pytorch_gpt2,
              "--set eval_max_batches=2 --set save_steps=0 --set sample_max_new_tokens=0 >/dev/null 2>&1",
              root, bin, dir);
     cr_assert_eq(system(cmd), 0, "gtrain run failed: %s", cmd);
-    double ours = read_first_eval_loss(strcat(strcpy(cmd, dir), "/run"));
+    Losses l;
+    read_train_metrics(strcat(strcpy(cmd, dir), "/run"), &l);
+    cr_assert_eq(l.n_eval, 1, "expected one eval record");
+    double ours = l.eval_loss[0];
     snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/tools/hf_gpt2_loss.py' %s/run '%s/data/tinyshakespeare.txt' 64 24 0.1",
              root, dir, root);
     FILE *p = popen(cmd, "r");

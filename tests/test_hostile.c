@@ -7,6 +7,8 @@
  * One case is a real Hugging Face config.json with all its extra fields: it must succeed. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
+
+#include "test_util.h"
 #include <criterion/parameterized.h>
 
 #include <dirent.h>
@@ -28,15 +30,6 @@
     " \"n_positions\": 32}\n"
 #define GOOD_CFG "model: m.json\ndata:\n  train: t.txt\n  seq_len: 16\noutput_dir: out\n"
 
-static const char HF_GPT2[] =
-    "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n"
-    "  \"attn_pdrop\": 0.1,\n  \"bos_token_id\": 50256,\n  \"embd_pdrop\": 0.1,\n  \"eos_token_id\": 50256,\n"
-    "  \"initializer_range\": 0.02,\n  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
-    "  \"n_ctx\": 1024,\n  \"n_embd\": 768,\n  \"n_head\": 12,\n  \"n_layer\": 12,\n  \"n_positions\": 1024,\n"
-    "  \"resid_pdrop\": 0.1,\n  \"summary_activation\": null,\n  \"summary_first_dropout\": 0.1,\n"
-    "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n  \"summary_use_proj\": true,\n"
-    "  \"task_specific_params\": {\n    \"text-generation\": {\n      \"do_sample\": true,\n"
-    "      \"max_length\": 50\n    }\n  },\n  \"vocab_size\": 50257\n}\n";
 
 typedef void (*GenFn)(const char *dir);
 
@@ -172,7 +165,7 @@ static void gen_dir_model(const char *dir) {
     cr_assert_eq(mkdir(p, 0700), 0);
 }
 
-static void gen_hf_model(const char *dir) { put(dir, "hf.json", HF_GPT2, strlen(HF_GPT2)); }
+static void gen_hf_model(const char *dir) { put(dir, "hf.json", TEST_HF_GPT2_CONFIG, strlen(TEST_HF_GPT2_CONFIG)); }
 
 /* ---------------------------------------------------------------- the table */
 

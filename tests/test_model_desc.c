@@ -3,6 +3,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 
+#include "test_util.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,16 +12,6 @@
 
 #include "model_desc.h"
 
-/* GPT-2 small's config.json as Hugging Face publishes it (openai-community/gpt2). */
-static const char HF_GPT2[] =
-    "{\n  \"activation_function\": \"gelu_new\",\n  \"architectures\": [\n    \"GPT2LMHeadModel\"\n  ],\n"
-    "  \"attn_pdrop\": 0.1,\n  \"bos_token_id\": 50256,\n  \"embd_pdrop\": 0.1,\n  \"eos_token_id\": 50256,\n"
-    "  \"initializer_range\": 0.02,\n  \"layer_norm_epsilon\": 1e-05,\n  \"model_type\": \"gpt2\",\n"
-    "  \"n_ctx\": 1024,\n  \"n_embd\": 768,\n  \"n_head\": 12,\n  \"n_layer\": 12,\n  \"n_positions\": 1024,\n"
-    "  \"resid_pdrop\": 0.1,\n  \"summary_activation\": null,\n  \"summary_first_dropout\": 0.1,\n"
-    "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n  \"summary_use_proj\": true,\n"
-    "  \"task_specific_params\": {\n    \"text-generation\": {\n      \"do_sample\": true,\n"
-    "      \"max_length\": 50\n    }\n  },\n  \"vocab_size\": 50257\n}\n";
 
 static int parse(ModelDesc *d, const char *json, GtError *err) {
     memset(err, 0, sizeof *err);
@@ -43,7 +35,7 @@ static void expect_bad(const char *json, const char *n1, const char *n2) {
 Test(model_desc, hf_gpt2_small) {
     ModelDesc d;
     GtError err;
-    cr_assert_eq(parse(&d, HF_GPT2, &err), 0, "%s", err.msg);
+    cr_assert_eq(parse(&d, TEST_HF_GPT2_CONFIG, &err), 0, "%s", err.msg);
     cr_expect_eq(d.n_layer, 12);
     cr_expect_eq(d.n_head, 12);
     cr_expect_eq(d.n_embd, 768);
@@ -219,7 +211,7 @@ Test(model_desc, load_files) {
     GtError err = {0};
     snprintf(p, sizeof p, "%s/config.json", dir);
     FILE *f = fopen(p, "w");
-    fputs(HF_GPT2, f);
+    fputs(TEST_HF_GPT2_CONFIG, f);
     fclose(f);
     cr_expect_eq(model_desc_load(&d, p, &err), 0, "%s", err.msg);
     cr_expect_str_eq(d.path, p);

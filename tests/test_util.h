@@ -15,6 +15,10 @@ typedef struct {
     double eval_loss[MAX_STEPS]; /* in file order */
 } Losses;
 
+/* GPT-2 small's config.json as Hugging Face publishes it (openai-community/gpt2), extra fields
+ * and all: a fixture written here, not read from configs/. */
+extern const char TEST_HF_GPT2_CONFIG[];
+
 /* A scratch directory /tmp/<prefix>_XXXXXX into dir (asserts), and its removal with everything in it. */
 void test_scratch_make(char *dir, size_t cap, const char *prefix);
 void test_scratch_remove(const char *dir);
