@@ -8,9 +8,11 @@
  * only the calls that hand a value to the host (to_device/to_host, sum_squares, synchronize) wait
  * for a stream.
  *
- * Precision: fp32 with TF32 OFF (cuBLAS pedantic math, cuBLASLt CUBLAS_COMPUTE_32F), so results
- * compare with the CPU backend at 1e-5. TODO(bf16): bf16 GEMMs (CUBLAS_COMPUTE_32F with bf16
- * A/B, fp32 accumulation) and the GELU epilogue come with precision: bf16. */
+ * Precision (b->act_dtype, backend.h): with fp32 activations the GEMMs are fp32 with TF32 OFF
+ * (cuBLAS pedantic math, cuBLASLt CUBLAS_COMPUTE_32F), so results compare with the CPU backend at
+ * 1e-5. With bf16 activations A/B are bf16 and the GEMMs compute and accumulate in fp32
+ * (CUBLAS_COMPUTE_32F, fp32 scale type): forward and dinp write bf16 (rounded once, bias included),
+ * dw accumulates into the fp32 gradient (C/D fp32). TODO(perf): a GELU epilogue. */
 #include "cuda_common.cuh"
 
 #include <stdint.h>
@@ -168,37 +170,69 @@ static void cu_offload_wait(Backend *b, int slot) {
  *           inp in memory is col-major [C,N] (ld C) -> op N; dout is col-major [OC,N] (ld OC)
  *           -> op T gives [N,OC];  m = C, n = OC, k = N, lda = C, ldb = OC, ldc = C, beta = 1
  *
+ * Element types: A and B are the act dtype; C/D is the act dtype for forward and dinp and fp32
+ * for dw (fp32 accumulation into the fp32 gradient). The bias (forward only) has D's type.
+ *
  * Algorithm choice (and so the bits) must not depend on which buffer a tensor happens to live in,
  * or recompute would not be bit-identical: the alignment we promise cuBLASLt is 16 bytes when all
- * pointers have it and 4 otherwise, never the pointers' exact alignment. */
+ * pointers have it and every leading dimension is a multiple of 16 bytes (4 fp32 or 8 bf16
+ * elements), and otherwise each matrix's element size (4 for fp32, 2 for bf16), never the
+ * pointers' exact alignment. */
 
 static int ptr_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+static int ld_aligned16(int ld, size_t esize) { return ((size_t)ld * esize) % 16u == 0; }
+static cudaDataType_t cuda_type(GtDtype t) { return t == GT_BF16 ? CUDA_R_16BF : CUDA_R_32F; }
 
-static void sgemm_fallback(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                           int k, const float *A, int lda, const float *B, int ldb, float *Cm,
-                           int ldc, const float *bias, float beta) {
+/* plain cuBLAS when cuBLASLt has no algorithm (or the bias is not 16-byte aligned).
+ * fp32: cublasSgemm (pedantic fp32) and the bias added after.
+ * bf16 A/B: cublasGemmEx with CUBLAS_COMPUTE_32F; a bias (only with beta = 0) is first copied
+ * into every column of C, which the GEMM then adds with beta = 1, so a bf16 D is rounded once
+ * (as the cuBLASLt epilogue and the CPU do). */
+static void gemm_fallback(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                          int k, GtDtype abt, const void *A, int lda, const void *B, int ldb,
+                          GtDtype cdt, void *Cm, int ldc, const void *bias, float beta) {
     CudaImpl *im = gtc_impl(b);
     float alpha = 1.0f;
-    CUBLAS_CHECK(cublasSgemm(im->cublas, ta, tb, m, n, k, &alpha, A, lda, B, ldb, &beta, Cm, ldc));
-    if (bias) gtc_add_bias(b, Cm, bias, n, m); /* col-major [m, n] = row-major [n, m] */
+    if (abt == GT_F32 && cdt == GT_F32) {
+        CUBLAS_CHECK(cublasSgemm(im->cublas, ta, tb, m, n, k, &alpha, (const float *)A, lda,
+                                 (const float *)B, ldb, &beta, (float *)Cm, ldc));
+        if (bias) gtc_add_bias(b, GT_F32, Cm, bias, n, m); /* col-major [m, n] = row-major [n, m] */
+        return;
+    }
+    if (bias) {
+        gtc_fill_bias(b, cdt, Cm, bias, n, m); /* col-major [m, n] = row-major [n, m] */
+        beta = 1.0f;
+    }
+    CUBLAS_CHECK(cublasGemmEx(im->cublas, ta, tb, m, n, k, &alpha, A, cuda_type(abt), lda, B,
+                              cuda_type(abt), ldb, &beta, Cm, cuda_type(cdt), ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/* C[m,n] (col-major) = op(A) op(B) + beta C (+ bias[m] per row); fp32, no TF32 */
+/* C[m,n] (col-major) = op(A) op(B) + beta C (+ bias[m] per row); A, B of type abt, C (and bias)
+ * of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0. */
 static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                 const float *A, int lda, const float *B, int ldb, float *Cm, int ldc,
-                 const float *bias, float beta) {
+                 GtDtype abt, const void *A, int lda, const void *B, int ldb, GtDtype cdt,
+                 void *Cm, int ldc, const void *bias, float beta) {
     CudaImpl *im = gtc_impl(b);
     if (m <= 0 || n <= 0) return;
+    if ((beta != 0.0f && beta != 1.0f) || (bias && beta != 0.0f)) {
+        fprintf(stderr, "%s:%d: gemm: beta %g with%s bias is not supported\n", __FILE__, __LINE__,
+                (double)beta, bias ? "" : "out");
+        exit(GT_EXIT_FAILURE);
+    }
+    size_t ab_size = gt_dtype_size(abt), cd_size = gt_dtype_size(cdt);
     if (k <= 0) { /* empty sum: C = beta C (+ bias) */
-        if (beta == 0.0f) CUDA_CHECK(cudaMemsetAsync(Cm, 0, (size_t)m * n * sizeof(float), im->compute));
-        if (bias) gtc_add_bias(b, Cm, bias, n, m);
+        if (beta == 0.0f) CUDA_CHECK(cudaMemsetAsync(Cm, 0, (size_t)m * n * cd_size, im->compute));
+        if (bias) gtc_add_bias(b, cdt, Cm, bias, n, m);
         return;
     }
     int al16 = ptr_aligned16(A) && ptr_aligned16(B) && ptr_aligned16(Cm) &&
-               (!bias || ptr_aligned16(bias)) && lda % 4 == 0 && ldb % 4 == 0 && ldc % 4 == 0;
-    uint32_t align = al16 ? 16u : 4u;
+               (!bias || ptr_aligned16(bias)) && ld_aligned16(lda, ab_size) &&
+               ld_aligned16(ldb, ab_size) && ld_aligned16(ldc, cd_size);
+    uint32_t align_ab = al16 ? 16u : (uint32_t)ab_size;
+    uint32_t align_cd = al16 ? 16u : (uint32_t)cd_size;
     if (bias && !al16) { /* keep the epilogue on the well-trodden path only */
-        sgemm_fallback(b, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, bias, beta);
+        gemm_fallback(b, ta, tb, m, n, k, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
         return;
     }
 
@@ -213,25 +247,37 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                     sizeof bias));
+        if (cdt != GT_F32) { /* the default (D's type) made explicit; fp32 keeps the default */
+            int32_t bias_type = (int32_t)cuda_type(cdt);
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                        &bias_type, sizeof bias_type));
+        }
     }
-    /* layouts describe the matrices as stored (before op) */
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_32F, ta == CUBLAS_OP_N ? m : k,
+    /* layouts describe the matrices as stored (before op); C and D share one */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, cuda_type(abt), ta == CUBLAS_OP_N ? m : k,
                                             ta == CUBLAS_OP_N ? k : m, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_32F, tb == CUBLAS_OP_N ? k : n,
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, cuda_type(abt), tb == CUBLAS_OP_N ? k : n,
                                             tb == CUBLAS_OP_N ? n : k, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, ldc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, cuda_type(cdt), m, n, ldc));
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     size_t ws = GTC_LT_WORKSPACE_BYTES;
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                       &ws, sizeof ws));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                      &align, sizeof align));
+                                                      &align_ab, sizeof align_ab));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                      &align, sizeof align));
+                                                      &align_ab, sizeof align_ab));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                      &align, sizeof align));
+                                                      &align_cd, sizeof align_cd));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                      &align, sizeof align));
+                                                      &align_cd, sizeof align_cd));
+    if (cdt != GT_F32) {
+        /* a split-K's partial sums stay fp32 (no in-place or output-type reduction, which would
+         * add the partials in bf16): D is rounded once. fp32 keeps cuBLASLt's default. */
+        uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                          &red, sizeof red));
+    }
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &heur,
@@ -242,8 +288,8 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
                                     &heur.algo, im->lt_workspace, GTC_LT_WORKSPACE_BYTES,
                                     im->compute));
     } else {
-        /* no cuBLASLt algorithm for this shape/alignment: plain cuBLAS (pedantic fp32) */
-        sgemm_fallback(b, ta, tb, m, n, k, A, lda, B, ldb, Cm, ldc, bias, beta);
+        /* no cuBLASLt algorithm for this shape/alignment/types: plain cuBLAS */
+        gemm_fallback(b, ta, tb, m, n, k, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
     }
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
@@ -252,15 +298,19 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
     CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
 }
 
-static void cu_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
-                              const float *bias, int N, int C, int OC) {
-    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, w, C, inp, C, out, OC, bias, 0.0f);
+static GtDtype act_dtype(Backend *b) { return gtc_act_bf16(b) ? GT_BF16 : GT_F32; }
+
+static void cu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w,
+                              const act_t *bias, int N, int C, int OC) {
+    GtDtype at = act_dtype(b);
+    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, OC, bias, 0.0f);
 }
 
-static void cu_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
-                               const float *inp, const float *w, int N, int C, int OC) {
-    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, w, C, dout, OC, dinp, C, NULL, 0.0f);
-    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, inp, C, dout, OC, dw, C, NULL, 1.0f);
+static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                               const act_t *inp, const act_t *w, int N, int C, int OC) {
+    GtDtype at = act_dtype(b);
+    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, at, w, C, dout, OC, at, dinp, C, NULL, 0.0f);
+    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, at, inp, C, dout, OC, GT_F32, dw, C, NULL, 1.0f);
     if (dbias) gtc_colsum_accumulate(b, dbias, dout, N, OC); /* fixed order, no atomics */
 }
 
@@ -334,6 +384,7 @@ static const BackendOps k_cuda_ops = {
     /* .adamw = */ gtc_adamw,
     /* .sum_squares = */ gtc_sum_squares,
     /* .scale = */ gtc_scale,
+    /* .to_act = */ gtc_to_act,
     /* .memory_info = */ cu_memory_info,
 };
 

@@ -9,12 +9,20 @@
  *   - kernel launches are checked with CUDA_CHECK_LAUNCH() (cudaGetLastError) right after.
  *
  * Determinism: no kernel that feeds a gradient uses atomics; every reduction has an order fixed by
- * the code and the shapes (grid sizes depend on shapes only, never on the device's SM count). */
+ * the code and the shapes (grid sizes depend on shapes only, never on the device's SM count).
+ *
+ * Precision (backend.h): act_t tensors hold b->act_dtype elements, fp32 or bf16. Each op
+ * dispatches on it (gtc_act_bf16) to a kernel templated on the storage type, float or
+ * __nv_bfloat16; kernels read through load_f32, compute in fp32 (double where the fp32 path
+ * already does) and write act_t outputs through store_from_f32, which rounds once to nearest
+ * even. With T = float the helpers are plain loads and stores, so the fp32 path computes exactly
+ * what it did before the templates. */
 #ifndef GT_CUDA_COMMON_CUH
 #define GT_CUDA_COMMON_CUH
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <stdio.h>
@@ -78,6 +86,32 @@ static inline cudaStream_t gtc_stream(Backend *b) { return gtc_impl(b)->compute;
  * reduction than any before is asked for. */
 void *gtc_scratch(Backend *b, size_t bytes);
 
+/* ---- activation dtype ---- */
+
+typedef __nv_bfloat16 gtc_bf16; /* the bf16 storage type of act_t tensors */
+
+/* true when act_t tensors are bf16, false for fp32; any other value is a bug (exit 1) */
+static inline bool gtc_act_bf16(const Backend *b) {
+    if (b->act_dtype == GT_BF16) return true;
+    if (b->act_dtype != GT_F32) {
+        fprintf(stderr, "%s:%d: cuda: unknown activation dtype %d\n", __FILE__, __LINE__,
+                (int)b->act_dtype);
+        exit(GT_EXIT_FAILURE);
+    }
+    return false;
+}
+
+/* element i of an act_t tensor as fp32 (bf16 widening is exact) */
+__device__ __forceinline__ float load_f32(const float *p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load_f32(const __nv_bfloat16 *p, size_t i) {
+    return __bfloat162float(p[i]);
+}
+/* element i of an act_t tensor = v, rounded to nearest even for bf16 */
+__device__ __forceinline__ void store_from_f32(float *p, size_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_from_f32(__nv_bfloat16 *p, size_t i, float v) {
+    p[i] = __float2bfloat16_rn(v);
+}
+
 /* ---- launch helpers ---- */
 
 #define GTC_THREADS 256
@@ -105,38 +139,45 @@ __device__ __forceinline__ float gtc_warp_max(float v) {
     return v;
 }
 
-/* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ---- */
+/* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ----
+ * act_t arguments hold b->act_dtype elements (backend.h); float arguments are always fp32. */
 
 /* kernels_misc.cu */
-void gtc_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
-                         const float *wpe, int B, int T, int C);
-void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
+void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
+                         const act_t *wpe, int B, int T, int C);
+void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
                           const int *tokens, int B, int T, int C);
-void gtc_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *bias, int N, int C, float eps);
-void gtc_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, const float *mean, const float *rstd,
+void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
+                           const act_t *w, const act_t *bias, int N, int C, float eps);
+void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                            const act_t *inp, const act_t *w, const float *mean, const float *rstd,
                             int N, int C);
-void gtc_gelu_forward(Backend *b, float *out, const float *inp, size_t n);
-void gtc_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout, size_t n);
-void gtc_add(Backend *b, float *out, const float *x, const float *y, size_t n);
-void gtc_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N, int V,
+void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n);
+void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n);
+void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
+void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
                       float dloss_scale, int compute_grad);
 void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
                float beta1, float beta2, float eps, float weight_decay, int t);
 double gtc_sum_squares(Backend *b, const float *x, size_t n);
 void gtc_scale(Backend *b, float *x, float s, size_t n);
-/* dst[c] += sum_n src[n * C + c], rows summed in a fixed order (bias gradients) */
-void gtc_colsum_accumulate(Backend *b, float *dst, const float *src, int N, int C);
-/* out[n, c] += bias[c] (fallback when the GEMM has no bias epilogue) */
-void gtc_add_bias(Backend *b, float *out, const float *bias, int N, int C);
+void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);
+/* dst[c] += sum_n src[n * C + c] (src act dtype, dst fp32), rows summed in a fixed order (bias
+ * gradients) */
+void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C);
+/* GEMM helpers with the element type given (out and bias both of type t):
+ * out[n, c] += bias[c] (the fp32 fallback when the GEMM has no bias epilogue), and
+ * out[n, c] = bias[c] (the bf16 fallback's prefill: the GEMM then adds with beta = 1, so the
+ * bf16 result is rounded once, as the epilogue does) */
+void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C);
+void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C);
 
 /* kernels_attention.cu */
 int gtc_attention_init(GtError *err); /* sets the kernels' shared-memory limits; 0 or -1 */
-void gtc_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B, int T,
+void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
                            int C, int NH);
-void gtc_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
-                            const float *qkv, const float *out, const float *lse, int B, int T,
+void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
+                            const act_t *qkv, const act_t *out, const float *lse, int B, int T,
                             int C, int NH);
 
 #endif

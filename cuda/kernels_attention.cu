@@ -1,4 +1,4 @@
-/* kernels_attention.cu - causal multi-head self-attention, flash-style, fp32.
+/* kernels_attention.cu - causal multi-head self-attention, flash-style.
  *
  * Layouts (backend.h): qkv[B, T, 3C] with q | k | v, each C = NH heads of hs = C/NH channels;
  * out[B, T, C]; lse[B, NH, T] = log sum_j exp(scale * q_t . k_j) over j <= t, scale = 1/sqrt(hs).
@@ -19,8 +19,13 @@
  * Every dq/dk/dv element is written once by one thread, sums run in a fixed order, so the result
  * is deterministic and dqkv is fully overwritten.
  *
- * TODO(perf/bf16): tensor-core (mma) tiles with bf16 inputs; this fp32 version runs on CUDA cores
- * and is meant for exact comparison with the CPU. */
+ * Precision: qkv, out, dout and dqkv are act_t (fp32 or bf16, b->act_dtype); lse and the
+ * workspace D are fp32. The kernels are templated on the act storage type and widen to fp32 as
+ * they load tiles into shared memory, so shared memory (layout and size) and all the math are
+ * fp32 whatever the act dtype; out and dqkv are rounded once as they are stored.
+ *
+ * TODO(perf): tensor-core (mma) tiles with bf16 inputs; this version runs on CUDA cores and is
+ * meant for exact comparison with the CPU. */
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -49,21 +54,23 @@ static size_t att_dkdv_smem(int hs) {
     return (size_t)((2 * ATT_BK + 2 * ATT_BQ) * att_ld(hs) + 2 * ATT_BQ) * sizeof(float);
 }
 
-/* load rows [r0, r0 + rows) of one head's slice (row stride C3 in global) into a shared tile with
- * row stride ld; rows at or past T are zero */
-__device__ __forceinline__ void att_load_tile(float *dst, int ld, const float *src, size_t stride,
+/* load rows [r0, r0 + rows) of one head's slice (row stride `stride` elements in global, act
+ * dtype) into an fp32 shared tile with row stride ld; rows at or past T are zero */
+template <typename Act>
+__device__ __forceinline__ void att_load_tile(float *dst, int ld, const Act *src, size_t stride,
                                               int r0, int rows, int T, int hs) {
     for (int idx = threadIdx.x; idx < rows * hs; idx += blockDim.x) {
         int r = idx / hs, d = idx - r * hs;
         int t = r0 + r;
-        dst[r * ld + d] = t < T ? src[(size_t)t * stride + d] : 0.0f;
+        dst[r * ld + d] = t < T ? load_f32(src, (size_t)t * stride + d) : 0.0f;
     }
 }
 
 /* ------------------------------------------------------------------ forward */
 
+template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_kernel(float *out, float *lse, const float *qkv, int T, int C, int NH,
+    attention_forward_kernel(Act *out, float *lse, const Act *qkv, int T, int C, int NH,
                              float scale) {
     extern __shared__ float sm[];
     int hs = C / NH, ld = att_ld(hs);
@@ -73,9 +80,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int q0 = blockIdx.x * ATT_BR, h = blockIdx.y, bb = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     size_t C3 = (size_t)3 * C;
-    const float *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
-    const float *kbase = qbase + C;
-    const float *vbase = qbase + 2 * C;
+    const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+    const Act *kbase = qbase + C;
+    const Act *vbase = qbase + 2 * C;
 
     att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
 
@@ -132,11 +139,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
         int t = q0 + r;
         if (t >= T) continue;
         float inv = 1.0f / l[i];
-        float *orow = out + ((size_t)bb * T + t) * C + (size_t)h * hs;
+        Act *orow = out + ((size_t)bb * T + t) * C + (size_t)h * hs;
         #pragma unroll
         for (int r2 = 0; r2 < ATT_DPL; r2++) {
             int d = lane + 32 * r2;
-            if (d < hs) orow[d] = o[i][r2] * inv;
+            if (d < hs) store_from_f32(orow, d, o[i][r2] * inv);
         }
         if (lane == 0) lse[((size_t)bb * NH + h) * T + t] = m[i] + logf(l[i]);
     }
@@ -145,7 +152,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* ------------------------------------------------------------------ backward */
 
 /* D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]; one warp per (b, h, t) */
-__global__ void attention_backward_d_kernel(float *D, const float *dout, const float *out, int B,
+template <typename Act>
+__global__ void attention_backward_d_kernel(float *D, const Act *dout, const Act *out, int B,
                                             int T, int C, int NH) {
     size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
@@ -156,16 +164,16 @@ __global__ void attention_backward_d_kernel(float *D, const float *dout, const f
     size_t bb = row / ((size_t)T * NH);
     size_t off = (bb * T + t) * C + (size_t)h * hs;
     float s = 0.0f;
-    for (int d = lane; d < hs; d += 32) s += dout[off + d] * out[off + d];
+    for (int d = lane; d < hs; d += 32) s += load_f32(dout, off + d) * load_f32(out, off + d);
     s = gtc_warp_sum(s);
     if (lane == 0) D[row] = s;
 }
 
 /* dk, dv for one tile of ATT_BK keys; loops over the query tiles that can see them */
+template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dkdv_kernel(float *dqkv, const float *dout, const float *qkv,
-                                   const float *lse, const float *D, int T, int C, int NH,
-                                   float scale) {
+    attention_backward_dkdv_kernel(Act *dqkv, const Act *dout, const Act *qkv, const float *lse,
+                                   const float *D, int T, int C, int NH, float scale) {
     extern __shared__ float sm[];
     int hs = C / NH, ld = att_ld(hs);
     float *Ks = sm;                  /* [ATT_BK][ld] */
@@ -177,10 +185,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int k0 = blockIdx.x * ATT_BK, h = blockIdx.y, bb = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     size_t C3 = (size_t)3 * C;
-    const float *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
-    const float *kbase = qbase + C;
-    const float *vbase = qbase + 2 * C;
-    const float *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
+    const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+    const Act *kbase = qbase + C;
+    const Act *vbase = qbase + 2 * C;
+    const Act *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
     const float *lrow = lse + ((size_t)bb * NH + h) * T;
     const float *drow = D + ((size_t)bb * NH + h) * T;
 
@@ -242,24 +250,24 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int i = 0; i < ATT_KPW; i++) {
         int j = k0 + warp + ATT_WARPS * i;
         if (j >= T) continue;
-        float *dkrow = dqkv + ((size_t)bb * T + j) * C3 + C + (size_t)h * hs;
-        float *dvrow = dkrow + C;
+        Act *dkrow = dqkv + ((size_t)bb * T + j) * C3 + C + (size_t)h * hs;
+        Act *dvrow = dkrow + C;
         #pragma unroll
         for (int r = 0; r < ATT_DPL; r++) {
             int d = lane + 32 * r;
             if (d < hs) {
-                dkrow[d] = dk[i][r] * scale;
-                dvrow[d] = dv[i][r];
+                store_from_f32(dkrow, d, dk[i][r] * scale);
+                store_from_f32(dvrow, d, dv[i][r]);
             }
         }
     }
 }
 
 /* dq for one tile of ATT_BR queries; loops over the key tiles they see */
+template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_backward_dq_kernel(float *dqkv, const float *dout, const float *qkv,
-                                 const float *lse, const float *D, int T, int C, int NH,
-                                 float scale) {
+    attention_backward_dq_kernel(Act *dqkv, const Act *dout, const Act *qkv, const float *lse,
+                                 const float *D, int T, int C, int NH, float scale) {
     extern __shared__ float sm[];
     int hs = C / NH, ld = att_ld(hs);
     float *Qs = sm;                 /* [ATT_BR][ld] */
@@ -269,10 +277,10 @@ __global__ void __launch_bounds__(ATT_THREADS)
     int q0 = blockIdx.x * ATT_BR, h = blockIdx.y, bb = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     size_t C3 = (size_t)3 * C;
-    const float *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
-    const float *kbase = qbase + C;
-    const float *vbase = qbase + 2 * C;
-    const float *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
+    const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+    const Act *kbase = qbase + C;
+    const Act *vbase = qbase + 2 * C;
+    const Act *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
     const float *lrow = lse + ((size_t)bb * NH + h) * T;
     const float *drow = D + ((size_t)bb * NH + h) * T;
 
@@ -328,11 +336,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
     for (int i = 0; i < ATT_RPW; i++) {
         int t = q0 + warp + ATT_WARPS * i;
         if (t >= T) continue;
-        float *dqrow = dqkv + ((size_t)bb * T + t) * C3 + (size_t)h * hs;
+        Act *dqrow = dqkv + ((size_t)bb * T + t) * C3 + (size_t)h * hs;
         #pragma unroll
         for (int r = 0; r < ATT_DPL; r++) {
             int d = lane + 32 * r;
-            if (d < hs) dqrow[d] = dq[i][r] * scale;
+            if (d < hs) store_from_f32(dqrow, d, dq[i][r] * scale);
         }
     }
 }
@@ -340,15 +348,25 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* ------------------------------------------------------------------ host side */
 
 int gtc_attention_init(GtError *err) {
-    /* the largest tiles (hs = 128) need more than the default 48 KiB of dynamic shared memory */
+    /* the largest tiles (hs = 128) need more than the default 48 KiB of dynamic shared memory;
+     * one setting per instantiation (fp32 and bf16 act dtype: same tiles, same sizes) */
     struct {
         const void *fn;
         size_t bytes;
         const char *name;
     } k[] = {
-        {(const void *)attention_forward_kernel, att_fwd_smem(ATT_MAX_HS), "attention_forward"},
-        {(const void *)attention_backward_dkdv_kernel, att_dkdv_smem(ATT_MAX_HS), "attention_dkdv"},
-        {(const void *)attention_backward_dq_kernel, att_dq_smem(ATT_MAX_HS), "attention_dq"},
+        {(const void *)attention_forward_kernel<float>, att_fwd_smem(ATT_MAX_HS),
+         "attention_forward<fp32>"},
+        {(const void *)attention_backward_dkdv_kernel<float>, att_dkdv_smem(ATT_MAX_HS),
+         "attention_dkdv<fp32>"},
+        {(const void *)attention_backward_dq_kernel<float>, att_dq_smem(ATT_MAX_HS),
+         "attention_dq<fp32>"},
+        {(const void *)attention_forward_kernel<gtc_bf16>, att_fwd_smem(ATT_MAX_HS),
+         "attention_forward<bf16>"},
+        {(const void *)attention_backward_dkdv_kernel<gtc_bf16>, att_dkdv_smem(ATT_MAX_HS),
+         "attention_dkdv<bf16>"},
+        {(const void *)attention_backward_dq_kernel<gtc_bf16>, att_dq_smem(ATT_MAX_HS),
+         "attention_dq<bf16>"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
         cudaError_t e = cudaFuncSetAttribute(k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -371,37 +389,58 @@ static void att_check_shape(int C, int NH) {
     }
 }
 
-void gtc_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B, int T,
-                           int C, int NH) {
-    if (B <= 0 || T <= 0) return;
-    att_check_shape(C, NH);
+template <typename Act>
+static void attention_forward_t(Backend *b, Act *out, float *lse, const Act *qkv, int B, int T,
+                                int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     dim3 grid((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
-    attention_forward_kernel<<<grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b)>>>(
+    attention_forward_kernel<Act><<<grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b)>>>(
         out, lse, qkv, T, C, NH, scale);
     CUDA_CHECK_LAUNCH();
 }
 
-void gtc_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
-                            const float *qkv, const float *out, const float *lse, int B, int T,
-                            int C, int NH) {
+void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
+                           int C, int NH) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(C, NH);
+    if (gtc_act_bf16(b))
+        attention_forward_t(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
+    else
+        attention_forward_t(b, (float *)out, lse, (const float *)qkv, B, T, C, NH);
+}
+
+template <typename Act>
+static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const Act *dout,
+                                 const Act *qkv, const Act *out, const float *lse, int B, int T,
+                                 int C, int NH) {
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     cudaStream_t st = gtc_stream(b);
     size_t rows = (size_t)B * NH * T;
     int rows_per_block = GTC_THREADS / 32;
-    attention_backward_d_kernel<<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
-                                  GTC_THREADS, 0, st>>>(workspace, dout, out, B, T, C, NH);
+    attention_backward_d_kernel<Act><<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
+                                       GTC_THREADS, 0, st>>>(workspace, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
     dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NH, (unsigned)B);
-    attention_backward_dkdv_kernel<<<gk, ATT_THREADS, att_dkdv_smem(hs), st>>>(
+    attention_backward_dkdv_kernel<Act><<<gk, ATT_THREADS, att_dkdv_smem(hs), st>>>(
         dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
     CUDA_CHECK_LAUNCH();
     dim3 gq((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
-    attention_backward_dq_kernel<<<gq, ATT_THREADS, att_dq_smem(hs), st>>>(
+    attention_backward_dq_kernel<Act><<<gq, ATT_THREADS, att_dq_smem(hs), st>>>(
         dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
     CUDA_CHECK_LAUNCH();
+}
+
+void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
+                            const act_t *qkv, const act_t *out, const float *lse, int B, int T,
+                            int C, int NH) {
+    if (B <= 0 || T <= 0) return;
+    att_check_shape(C, NH);
+    if (gtc_act_bf16(b))
+        attention_backward_t(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
+                             (const gtc_bf16 *)qkv, (const gtc_bf16 *)out, lse, B, T, C, NH);
+    else
+        attention_backward_t(b, (float *)dqkv, workspace, (const float *)dout, (const float *)qkv,
+                             (const float *)out, lse, B, T, C, NH);
 }

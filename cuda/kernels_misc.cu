@@ -1,10 +1,14 @@
-/* kernels_misc.cu - the CUDA backend's kernels except attention (fp32).
+/* kernels_misc.cu - the CUDA backend's kernels except attention.
  *
  * Every op follows backend.h exactly and mirrors the formulas of backend_cpu.c, so the two agree
  * to rounding. Determinism: no atomics anywhere; every reduction has a fixed order.
  *
- * TODO(bf16): bf16 variants (bf16 activations, fp32 accumulation) and fused kernels
- * (residual + layernorm, bias + GELU) come with precision: bf16. */
+ * act_t tensors are fp32 or bf16 (b->act_dtype): each op dispatches to a kernel templated on the
+ * storage type (Act = float or __nv_bfloat16), reads through load_f32, computes in fp32 (double
+ * where noted) and rounds each act_t output once through store_from_f32 (cuda_common.cuh).
+ * Parameter gradients, mean/rstd, losses and the optimizer's tensors are always fp32.
+ *
+ * TODO(perf): fused kernels (residual + layernorm, bias + GELU) and vectorised bf16 loads. */
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -48,33 +52,46 @@ __device__ float block_max(float v, float *shared /* >= 33 */) {
 
 /* ------------------------------------------------------------------ encoder */
 
-__global__ void encoder_forward_kernel(float *out, const int *tokens, const float *wte,
-                                       const float *wpe, int BT, int T, int C) {
+template <typename Act>
+__global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *wte,
+                                       const Act *wpe, int BT, int T, int C) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
         int c = (int)(i % C);
         int t = (int)(bt % T);
-        out[i] = wte[(size_t)tokens[bt] * C + c] + wpe[(size_t)t * C + c];
+        store_from_f32(out, i,
+                       load_f32(wte, (size_t)tokens[bt] * C + c) + load_f32(wpe, (size_t)t * C + c));
     }
 }
 
-void gtc_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
-                         const float *wpe, int B, int T, int C) {
+template <typename Act>
+static void encoder_forward_t(Backend *b, Act *out, const int *tokens, const Act *wte,
+                              const Act *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
+    encoder_forward_kernel<Act><<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
         out, tokens, wte, wpe, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
+void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
+                         const act_t *wpe, int B, int T, int C) {
+    if (gtc_act_bf16(b))
+        encoder_forward_t(b, (gtc_bf16 *)out, tokens, (const gtc_bf16 *)wte, (const gtc_bf16 *)wpe,
+                          B, T, C);
+    else
+        encoder_forward_t(b, (float *)out, tokens, (const float *)wte, (const float *)wpe, B, T, C);
+}
+
 /* dwpe[t, c] += sum_b dout[b, t, c]: one thread per (t, c), b summed in order (as the CPU). */
-__global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int B, int T, int C) {
+template <typename Act>
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const Act *dout, int B, int T, int C) {
     size_t n = (size_t)T * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
-        for (int bb = 0; bb < B; bb++) s += dout[(size_t)bb * n + i];
+        for (int bb = 0; bb < B; bb++) s += load_f32(dout, (size_t)bb * n + i);
         dwpe[i] += s;
     }
 }
@@ -93,7 +110,8 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const float *dout, int 
  * dout rows once. TODO(perf): a stable device sort of (token, position) would make it O(BT log BT)
  * for huge B*T. */
 #define ENC_THREADS 256
-__global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, const int *tokens,
+template <typename Act>
+__global__ void encoder_backward_wte_kernel(float *dwte, const Act *dout, const int *tokens,
                                             int BT, int C) {
     __shared__ int s_pos[ENC_THREADS];
     __shared__ int s_warp_count[ENC_THREADS / 32];
@@ -125,26 +143,36 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const float *dout, cons
         __syncthreads();
         for (int c = tid; c < C; c += ENC_THREADS) {
             float acc = dst[c];
-            for (int k = 0; k < total; k++) acc += dout[(size_t)s_pos[k] * C + c];
+            for (int k = 0; k < total; k++) acc += load_f32(dout, (size_t)s_pos[k] * C + c);
             dst[c] = acc;
         }
         __syncthreads(); /* s_pos and s_warp_count are reused */
     }
 }
 
-void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
-                          const int *tokens, int B, int T, int C) {
+template <typename Act>
+static void encoder_backward_t(Backend *b, float *dwte, float *dwpe, const Act *dout,
+                               const int *tokens, int B, int T, int C) {
     cudaStream_t st = gtc_stream(b);
-    if (dwte) {
-        encoder_backward_wte_kernel<<<B * T, ENC_THREADS, 0, st>>>(dwte, dout, tokens, B * T, C);
+    if (dwte && B * T > 0) {
+        encoder_backward_wte_kernel<Act><<<B * T, ENC_THREADS, 0, st>>>(dwte, dout, tokens, B * T,
+                                                                        C);
         CUDA_CHECK_LAUNCH();
     }
     if (dwpe) {
         size_t n = (size_t)T * C;
-        encoder_backward_wpe_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st>>>(dwpe, dout,
-                                                                                       B, T, C);
+        encoder_backward_wpe_kernel<Act><<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st>>>(
+            dwpe, dout, B, T, C);
         CUDA_CHECK_LAUNCH();
     }
+}
+
+void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
+                          const int *tokens, int B, int T, int C) {
+    if (gtc_act_bf16(b))
+        encoder_backward_t(b, dwte, dwpe, (const gtc_bf16 *)dout, tokens, B, T, C);
+    else
+        encoder_backward_t(b, dwte, dwpe, (const float *)dout, tokens, B, T, C);
 }
 
 /* ------------------------------------------------------------------ column reductions */
@@ -163,8 +191,10 @@ static int col_row_splits(int N) {
     return rs;
 }
 
-/* pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c] */
-__global__ void colsum_partial_kernel(double *pw, double *pb, const float *dout, const float *inp,
+/* pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c]
+ * (dout, inp: act dtype; mean, rstd: fp32) */
+template <typename Act>
+__global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, const Act *inp,
                                       const float *mean, const float *rstd, int N, int C, int RS) {
     __shared__ double s_w[COL_TY][COL_TX];
     __shared__ double s_b[COL_TY][COL_TX];
@@ -177,9 +207,9 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const float *dout,
     double aw = 0.0, ab = 0.0;
     if (c < C) {
         for (int n = r0 + ty; n < r1; n += COL_TY) {
-            float dy = dout[(size_t)n * C + c];
+            float dy = load_f32(dout, (size_t)n * C + c);
             ab += dy;
-            if (inp) aw += dy * ((inp[(size_t)n * C + c] - mean[n]) * rstd[n]);
+            if (inp) aw += dy * ((load_f32(inp, (size_t)n * C + c) - mean[n]) * rstd[n]);
         }
     }
     s_w[ty][tx] = aw;
@@ -213,7 +243,8 @@ __global__ void colsum_final_kernel(float *dw, float *db, const double *pw, cons
 }
 
 /* dw (if inp) and db: column reductions of dout (and dout * xhat) accumulated into dw/db */
-static void colreduce(Backend *b, float *dw, float *db, const float *dout, const float *inp,
+template <typename Act>
+static void colreduce(Backend *b, float *dw, float *db, const Act *dout, const Act *inp,
                       const float *mean, const float *rstd, int N, int C) {
     if (N <= 0 || C <= 0) return;
     int RS = col_row_splits(N);
@@ -222,139 +253,214 @@ static void colreduce(Backend *b, float *dw, float *db, const float *dout, const
     cudaStream_t st = gtc_stream(b);
     dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
     dim3 block(COL_TX, COL_TY);
-    colsum_partial_kernel<<<grid, block, 0, st>>>(pw, pb, dout, inp, mean, rstd, N, C, RS);
+    colsum_partial_kernel<Act><<<grid, block, 0, st>>>(pw, pb, dout, inp, mean, rstd, N, C, RS);
     CUDA_CHECK_LAUNCH();
     colsum_final_kernel<<<(C + 255) / 256, 256, 0, st>>>(inp ? dw : NULL, db, pw, pb, C, RS);
     CUDA_CHECK_LAUNCH();
 }
 
-void gtc_colsum_accumulate(Backend *b, float *dst, const float *src, int N, int C) {
-    colreduce(b, NULL, dst, src, NULL, NULL, NULL, N, C);
+void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C) {
+    if (gtc_act_bf16(b))
+        colreduce<gtc_bf16>(b, NULL, dst, (const gtc_bf16 *)src, NULL, NULL, NULL, N, C);
+    else
+        colreduce<float>(b, NULL, dst, (const float *)src, NULL, NULL, NULL, N, C);
 }
 
-__global__ void add_bias_kernel(float *out, const float *bias, int N, int C) {
+template <typename Act>
+__global__ void add_bias_kernel(Act *out, const Act *bias, int N, int C) {
     size_t n = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] += bias[i % C];
+        store_from_f32(out, i, load_f32(out, i) + load_f32(bias, i % C));
 }
 
-void gtc_add_bias(Backend *b, float *out, const float *bias, int N, int C) {
+/* a plain copy of the bias elements (no rounding) */
+template <typename Act>
+__global__ void fill_bias_kernel(Act *out, const Act *bias, int N, int C) {
     size_t n = (size_t)N * C;
-    add_bias_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(out, bias, N, C);
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = bias[i % C];
+}
+
+void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (!n) return;
+    unsigned blocks = gtc_blocks(n, GTC_THREADS);
+    if (t == GT_BF16)
+        add_bias_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C);
+    else
+        add_bias_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (float *)out, (const float *)bias, N, C);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C) {
+    size_t n = (size_t)N * C;
+    if (!n) return;
+    unsigned blocks = gtc_blocks(n, GTC_THREADS);
+    if (t == GT_BF16)
+        fill_bias_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C);
+    else
+        fill_bias_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (float *)out, (const float *)bias, N, C);
     CUDA_CHECK_LAUNCH();
 }
 
 /* ------------------------------------------------------------------ layernorm */
 
 /* one warp per row; two passes (mean, then variance of x - mean) as the CPU */
-__global__ void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                         const float *w, const float *bias, int N, int C,
-                                         float eps) {
+template <typename Act>
+__global__ void layernorm_forward_kernel(Act *out, float *mean, float *rstd, const Act *inp,
+                                         const Act *w, const Act *bias, int N, int C, float eps) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return; /* warp-uniform */
-    const float *x = inp + (size_t)row * C;
-    float *o = out + (size_t)row * C;
+    const Act *x = inp + (size_t)row * C;
+    Act *o = out + (size_t)row * C;
     float invC = 1.0f / (float)C;
     float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += x[c];
+    for (int c = lane; c < C; c += 32) s += load_f32(x, c);
     float m = gtc_warp_sum(s) * invC;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float d = x[c] - m;
+        float d = load_f32(x, c) - m;
         v += d * d;
     }
     float var = gtc_warp_sum(v) * invC;
     float r = 1.0f / sqrtf(var + eps);
-    for (int c = lane; c < C; c += 32) o[c] = (x[c] - m) * r * w[c] + bias[c];
+    for (int c = lane; c < C; c += 32)
+        store_from_f32(o, c, (load_f32(x, c) - m) * r * load_f32(w, c) + load_f32(bias, c));
     if (lane == 0) {
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = r;
     }
 }
 
-void gtc_layernorm_forward(Backend *b, float *out, float *mean, float *rstd, const float *inp,
-                           const float *w, const float *bias, int N, int C, float eps) {
-    if (N <= 0) return;
+template <typename Act>
+static void layernorm_forward_t(Backend *b, Act *out, float *mean, float *rstd, const Act *inp,
+                                const Act *w, const Act *bias, int N, int C, float eps) {
     int rows_per_block = GTC_THREADS / 32;
-    layernorm_forward_kernel<<<(N + rows_per_block - 1) / rows_per_block, GTC_THREADS, 0,
-                               gtc_stream(b)>>>(out, mean, rstd, inp, w, bias, N, C, eps);
+    layernorm_forward_kernel<Act><<<(N + rows_per_block - 1) / rows_per_block, GTC_THREADS, 0,
+                                    gtc_stream(b)>>>(out, mean, rstd, inp, w, bias, N, C, eps);
     CUDA_CHECK_LAUNCH();
 }
 
-/* dinp += (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)) * rstd; one warp per row */
-__global__ void layernorm_backward_dinp_kernel(float *dinp, const float *dout, const float *inp,
-                                               const float *w, const float *mean,
-                                               const float *rstd, int N, int C) {
+void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
+                           const act_t *w, const act_t *bias, int N, int C, float eps) {
+    if (N <= 0) return;
+    if (gtc_act_bf16(b))
+        layernorm_forward_t(b, (gtc_bf16 *)out, mean, rstd, (const gtc_bf16 *)inp,
+                            (const gtc_bf16 *)w, (const gtc_bf16 *)bias, N, C, eps);
+    else
+        layernorm_forward_t(b, (float *)out, mean, rstd, (const float *)inp, (const float *)w,
+                            (const float *)bias, N, C, eps);
+}
+
+/* dinp += (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)) * rstd; one warp per row. The += is a
+ * read-modify-write in fp32, rounded once per element. */
+template <typename Act>
+__global__ void layernorm_backward_dinp_kernel(Act *dinp, const Act *dout, const Act *inp,
+                                               const Act *w, const float *mean, const float *rstd,
+                                               int N, int C) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    const float *dy = dout + (size_t)row * C;
-    float *dx = dinp + (size_t)row * C;
+    const Act *x = inp + (size_t)row * C;
+    const Act *dy = dout + (size_t)row * C;
+    Act *dx = dinp + (size_t)row * C;
     float m = mean[row], r = rstd[row];
     float s1 = 0.0f, s2 = 0.0f;
     for (int c = lane; c < C; c += 32) {
-        float dn = dy[c] * w[c];
+        float dn = load_f32(dy, c) * load_f32(w, c);
         s1 += dn;
-        s2 += dn * ((x[c] - m) * r);
+        s2 += dn * ((load_f32(x, c) - m) * r);
     }
     float invC = 1.0f / (float)C;
     float mdn = gtc_warp_sum(s1) * invC;
     float mdnx = gtc_warp_sum(s2) * invC;
     for (int c = lane; c < C; c += 32) {
-        float xh = (x[c] - m) * r;
-        dx[c] += (dy[c] * w[c] - mdn - xh * mdnx) * r;
+        float xh = (load_f32(x, c) - m) * r;
+        store_from_f32(dx, c,
+                       load_f32(dx, c) + (load_f32(dy, c) * load_f32(w, c) - mdn - xh * mdnx) * r);
     }
 }
 
-void gtc_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, const float *mean, const float *rstd,
-                            int N, int C) {
-    if (N <= 0) return;
+template <typename Act>
+static void layernorm_backward_t(Backend *b, Act *dinp, float *dw, float *dbias, const Act *dout,
+                                 const Act *inp, const Act *w, const float *mean,
+                                 const float *rstd, int N, int C) {
     if (dinp) {
         int rows_per_block = GTC_THREADS / 32;
-        layernorm_backward_dinp_kernel<<<(N + rows_per_block - 1) / rows_per_block, GTC_THREADS, 0,
-                                         gtc_stream(b)>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_dinp_kernel<Act><<<(N + rows_per_block - 1) / rows_per_block,
+                                              GTC_THREADS, 0, gtc_stream(b)>>>(dinp, dout, inp, w,
+                                                                               mean, rstd, N, C);
         CUDA_CHECK_LAUNCH();
     }
     if (dw || dbias) {
         if (dw)
-            colreduce(b, dw, dbias, dout, inp, mean, rstd, N, C);
+            colreduce<Act>(b, dw, dbias, dout, inp, mean, rstd, N, C);
         else
-            colreduce(b, NULL, dbias, dout, NULL, NULL, NULL, N, C);
+            colreduce<Act>(b, NULL, dbias, dout, NULL, NULL, NULL, N, C);
     }
 }
 
-/* ------------------------------------------------------------------ gelu, add, scale */
+void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                            const act_t *inp, const act_t *w, const float *mean, const float *rstd,
+                            int N, int C) {
+    if (N <= 0) return;
+    if (gtc_act_bf16(b))
+        layernorm_backward_t(b, (gtc_bf16 *)dinp, dw, dbias, (const gtc_bf16 *)dout,
+                             (const gtc_bf16 *)inp, (const gtc_bf16 *)w, mean, rstd, N, C);
+    else
+        layernorm_backward_t(b, (float *)dinp, dw, dbias, (const float *)dout, (const float *)inp,
+                             (const float *)w, mean, rstd, N, C);
+}
 
-__global__ void gelu_forward_kernel(float *out, const float *inp, size_t n) {
+/* ------------------------------------------------------------------ gelu, add, scale, to_act
+ *
+ * Elementwise: each thread reads element i of every input before writing element i of the output,
+ * so out may alias an input (gelu_backward's dinp = dout, add's out = x or y). */
+
+template <typename Act>
+__global__ void gelu_forward_kernel(Act *out, const Act *inp, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = load_f32(inp, i);
         float u = GELU_K * (x + GELU_A * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        store_from_f32(out, i, 0.5f * x * (1.0f + tanhf(u)));
     }
 }
 
-__global__ void gelu_backward_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+template <typename Act>
+__global__ void gelu_backward_kernel(Act *dinp, const Act *inp, const Act *dout, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float x = inp[i];
+        float x = load_f32(inp, i);
         float x2 = x * x;
         float u = GELU_K * (x + GELU_A * x2 * x);
         float th = tanhf(u);
         float sech2 = 1.0f - th * th;
         float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x2);
-        dinp[i] = g * dout[i]; /* dinp may alias dout: read before write, same element */
+        /* dinp may alias dout: read before write, same element */
+        store_from_f32(dinp, i, g * load_f32(dout, i));
     }
 }
 
-__global__ void add_kernel(float *out, const float *x, const float *y, size_t n) {
+template <typename Act>
+__global__ void add_kernel(Act *out, const Act *x, const Act *y, size_t n) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        out[i] = x[i] + y[i];
+        store_from_f32(out, i, load_f32(x, i) + load_f32(y, i));
+}
+
+template <typename Act>
+__global__ void to_act_kernel(Act *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        store_from_f32(dst, i, src[i]);
 }
 
 __global__ void scale_kernel(float *x, float s, size_t n) {
@@ -363,23 +469,53 @@ __global__ void scale_kernel(float *x, float s, size_t n) {
         x[i] *= s;
 }
 
-void gtc_gelu_forward(Backend *b, float *out, const float *inp, size_t n) {
+void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n) {
     if (!n) return;
-    gelu_forward_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(out, inp, n);
+    unsigned blocks = gtc_blocks(n, GTC_THREADS);
+    if (gtc_act_bf16(b))
+        gelu_forward_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (gtc_bf16 *)out, (const gtc_bf16 *)inp, n);
+    else
+        gelu_forward_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (float *)out, (const float *)inp, n);
     CUDA_CHECK_LAUNCH();
 }
 
-void gtc_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout, size_t n) {
+void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n) {
     if (!n) return;
-    gelu_backward_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(dinp, inp,
-                                                                                       dout, n);
+    unsigned blocks = gtc_blocks(n, GTC_THREADS);
+    if (gtc_act_bf16(b))
+        gelu_backward_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, n);
+    else
+        gelu_backward_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (float *)dinp, (const float *)inp, (const float *)dout, n);
     CUDA_CHECK_LAUNCH();
 }
 
-void gtc_add(Backend *b, float *out, const float *x, const float *y, size_t n) {
+void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
     if (!n) return;
-    add_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(out, x, y, n);
+    unsigned blocks = gtc_blocks(n, GTC_THREADS);
+    if (gtc_act_bf16(b))
+        add_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (gtc_bf16 *)out, (const gtc_bf16 *)x, (const gtc_bf16 *)y, n);
+    else
+        add_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
+            (float *)out, (const float *)x, (const float *)y, n);
     CUDA_CHECK_LAUNCH();
+}
+
+/* fp32 -> act dtype: a device copy on the compute stream for fp32, a rounding kernel for bf16 */
+void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
+    if (!n) return;
+    if (gtc_act_bf16(b)) {
+        to_act_kernel<gtc_bf16><<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
+            (gtc_bf16 *)dst, src, n);
+        CUDA_CHECK_LAUNCH();
+    } else if ((const void *)dst != (const void *)src) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                                   gtc_stream(b)));
+    }
 }
 
 void gtc_scale(Backend *b, float *x, float s, size_t n) {
@@ -391,50 +527,57 @@ void gtc_scale(Backend *b, float *x, float s, size_t n) {
 /* ------------------------------------------------------------------ cross-entropy */
 
 /* One block per row: max, then sum of exp(x - max) in double, loss = log(sum) + max - x[target];
- * with compute_grad the row becomes dloss_scale * (softmax - onehot). Same formulas as the CPU. */
+ * with compute_grad the row becomes dloss_scale * (softmax - onehot), computed in fp32 from the
+ * act_t logits and rounded once. Same formulas as the CPU. Without compute_grad the logits are
+ * not written. */
 #define CE_THREADS 512
-__global__ void crossentropy_kernel(float *losses, float *logits, const int *targets, int V,
+template <typename Act>
+__global__ void crossentropy_kernel(float *losses, Act *logits, const int *targets, int V,
                                     float dloss_scale, int compute_grad) {
     __shared__ float s_max[33];
     __shared__ double s_sum[33];
     int n = blockIdx.x;
-    float *x = logits + (size_t)n * V;
+    Act *x = logits + (size_t)n * V;
     int tgt = targets[n];
     if (tgt == -100) {
         if (threadIdx.x == 0) losses[n] = 0.0f;
         if (compute_grad)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = 0.0f;
+            for (int i = threadIdx.x; i < V; i += blockDim.x) store_from_f32(x, i, 0.0f);
         return;
     }
     if (tgt < 0 || tgt >= V) { /* the caller validates; a bad target is loud, never silent */
         if (threadIdx.x == 0) losses[n] = NAN;
         if (compute_grad)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) x[i] = NAN;
+            for (int i = threadIdx.x; i < V; i += blockDim.x) store_from_f32(x, i, NAN);
         return;
     }
-    float xt = x[tgt]; /* read by every thread before any write below (reductions sync) */
+    float xt = load_f32(x, tgt); /* read by every thread before any write below (reductions sync) */
     float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, load_f32(x, i));
     mx = block_max(mx, s_max);
     double sum = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += (double)expf(x[i] - mx);
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += (double)expf(load_f32(x, i) - mx);
     sum = block_sum_d(sum, s_sum);
     if (threadIdx.x == 0) losses[n] = (float)(log(sum) + (double)mx - (double)xt);
     if (compute_grad) {
         float f = (float)((double)dloss_scale / sum);
         for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float g = expf(x[i] - mx) * f;
+            float g = expf(load_f32(x, i) - mx) * f;
             if (i == tgt) g -= dloss_scale;
-            x[i] = g;
+            store_from_f32(x, i, g);
         }
     }
 }
 
-void gtc_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N, int V,
+void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
                       float dloss_scale, int compute_grad) {
     if (N <= 0) return;
-    crossentropy_kernel<<<N, CE_THREADS, 0, gtc_stream(b)>>>(losses, logits, targets, V,
-                                                             dloss_scale, compute_grad);
+    if (gtc_act_bf16(b))
+        crossentropy_kernel<gtc_bf16><<<N, CE_THREADS, 0, gtc_stream(b)>>>(
+            losses, (gtc_bf16 *)logits, targets, V, dloss_scale, compute_grad);
+    else
+        crossentropy_kernel<float><<<N, CE_THREADS, 0, gtc_stream(b)>>>(
+            losses, (float *)logits, targets, V, dloss_scale, compute_grad);
     CUDA_CHECK_LAUNCH();
 }
 

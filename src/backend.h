@@ -1,7 +1,16 @@
 /* backend.h - the ops table every backend fills (cpu: backend_cpu.c, cuda: cuda/backend_cuda.cu).
  *
  * model.c never branches on the device: it calls these ops. Pointers are device pointers
- * (host pointers for the CPU backend). All float tensors are row-major fp32; token ids int32.
+ * (host pointers for the CPU backend). Tensors are row-major; token ids int32.
+ *
+ * Two element types (precision):
+ *   - `float *`: always fp32. Parameters' master copy, their gradients, AdamW state, layernorm
+ *     mean/rstd, attention log-sum-exps and row sums, per-token losses.
+ *   - `act_t *`: the backend's activation dtype, b->act_dtype: fp32 (precision: fp32) or bf16
+ *     (precision: bf16). Activations, activation gradients, logits, and the compute copy of the
+ *     weights that the forward and backward read. Every op computes in fp32 from these and rounds
+ *     its act_t outputs once (round to nearest even); parameter gradients always accumulate in
+ *     fp32. So the CPU backend's bf16 is the reference for the GPU's.
  * Conventions for backward ops: gradients of PARAMETERS (dw, dbias, dwte, ...) are ACCUMULATED
  * (+=), so micro-batches add up; gradients of ACTIVATIONS (dinp, dqkv) are OVERWRITTEN unless the
  * op says otherwise. Every op is deterministic: the same inputs give the same bits (for a given
@@ -40,6 +49,12 @@ typedef struct {
 
 typedef struct Backend Backend;
 
+typedef enum { GT_F32 = 0, GT_BF16 } GtDtype;
+size_t gt_dtype_size(GtDtype t); /* 4 or 2 */
+const char *gt_dtype_name(GtDtype t); /* "fp32" or "bf16" */
+/* An activation-type tensor (see the top of this file); act_t * is a void pointer. */
+typedef void act_t;
+
 typedef struct BackendOps {
     const char *name; /* "cpu" or "cuda" */
     void (*close)(Backend *b);
@@ -65,49 +80,49 @@ typedef struct BackendOps {
 
     /* ---- ops ---- */
     /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] */
-    void (*encoder_forward)(Backend *b, float *out, const int *tokens, const float *wte,
-                            const float *wpe, int B, int T, int C);
+    void (*encoder_forward)(Backend *b, act_t *out, const int *tokens, const act_t *wte,
+                            const act_t *wpe, int B, int T, int C);
     /* dwte[tokens] += dout, dwpe[t] += sum_b dout (accumulate) */
-    void (*encoder_backward)(Backend *b, float *dwte, float *dwpe, const float *dout,
+    void (*encoder_backward)(Backend *b, float *dwte, float *dwpe, const act_t *dout,
                              const int *tokens, int B, int T, int C);
 
     /* out = (inp - mean) * rstd * w + bias over rows of C; mean/rstd[N] saved for backward */
-    void (*layernorm_forward)(Backend *b, float *out, float *mean, float *rstd, const float *inp,
-                              const float *w, const float *bias, int N, int C, float eps);
+    void (*layernorm_forward)(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
+                              const act_t *w, const act_t *bias, int N, int C, float eps);
     /* dinp += ..., dw += ..., dbias += ...  (dinp ACCUMULATES: it is the residual stream) */
-    void (*layernorm_backward)(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
-                               const float *inp, const float *w, const float *mean,
+    void (*layernorm_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                               const act_t *inp, const act_t *w, const float *mean,
                                const float *rstd, int N, int C);
 
     /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
-    void (*matmul_forward)(Backend *b, float *out, const float *inp, const float *w,
-                           const float *bias, int N, int C, int OC);
+    void (*matmul_forward)(Backend *b, act_t *out, const act_t *inp, const act_t *w,
+                           const act_t *bias, int N, int C, int OC);
     /* dinp[N,C] = dout @ w (overwritten; skipped if NULL); dw[OC,C] += dout^T @ inp;
      * dbias[OC] += colsum(dout) (skipped if NULL) */
-    void (*matmul_backward)(Backend *b, float *dinp, float *dw, float *dbias, const float *dout,
-                            const float *inp, const float *w, int N, int C, int OC);
+    void (*matmul_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                            const act_t *inp, const act_t *w, int N, int C, int OC);
 
     /* Causal multi-head self-attention, flash-style: qkv[B,T,3C] (q | k | v, heads of C/NH
      * inside each), out[B,T,C], lse[B,NH,T] = log-sum-exp of each row's scaled scores.
      * Never materialises B*NH*T*T. */
-    void (*attention_forward)(Backend *b, float *out, float *lse, const float *qkv, int B, int T,
+    void (*attention_forward)(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
                               int C, int NH);
     /* dqkv[B,T,3C] overwritten. workspace: B*NH*T floats (row sums of dout*out). */
-    void (*attention_backward)(Backend *b, float *dqkv, float *workspace, const float *dout,
-                               const float *qkv, const float *out, const float *lse, int B, int T,
+    void (*attention_backward)(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
+                               const act_t *qkv, const act_t *out, const float *lse, int B, int T,
                                int C, int NH);
 
     /* GELU, tanh form (HF gelu_new). dinp overwritten; dinp may equal dout. */
-    void (*gelu_forward)(Backend *b, float *out, const float *inp, size_t n);
-    void (*gelu_backward)(Backend *b, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*gelu_forward)(Backend *b, act_t *out, const act_t *inp, size_t n);
+    void (*gelu_backward)(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n);
 
     /* out = x + y (out may alias x or y) */
-    void (*add)(Backend *b, float *out, const float *x, const float *y, size_t n);
+    void (*add)(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
 
     /* Per row of logits[N,V]: losses[n] = -log softmax(logits)[targets[n]], 0 where
      * targets[n] == -100. If compute_grad: logits is overwritten with
      * dloss_scale * (softmax - onehot(target)) (zero rows for ignored targets). */
-    void (*crossentropy)(Backend *b, float *losses, float *logits, const int *targets, int N,
+    void (*crossentropy)(Backend *b, float *losses, act_t *logits, const int *targets, int N,
                          int V, float dloss_scale, int compute_grad);
 
     /* AdamW (torch/HF form), one tensor: decoupled weight decay p -= lr*wd*p, then
@@ -118,6 +133,8 @@ typedef struct BackendOps {
     double (*sum_squares)(Backend *b, const float *x, size_t n);
     /* x *= s */
     void (*scale)(Backend *b, float *x, float s, size_t n);
+    /* dst[n] (act dtype) = src[n] (fp32), rounded to nearest even; a copy when act is fp32 */
+    void (*to_act)(Backend *b, act_t *dst, const float *src, size_t n);
 
     /* the driver's (CUDA: cudaMemGetInfo) or the system's (CPU: /proc/meminfo) view of memory
      * now, beside the tracking allocator's: free and total bytes (0 when unknown) */
@@ -131,6 +148,7 @@ struct Backend {
     uint64_t device_free_bytes;  /* at open (driver's view on CUDA; MemAvailable on CPU) */
     uint64_t device_total_bytes;
     int num_threads;             /* CPU threads in use (CPU backend) */
+    GtDtype act_dtype;           /* element type of act_t tensors; fp32 at open (backend_set_precision) */
     void *impl;                  /* backend private state */
 };
 
@@ -153,6 +171,16 @@ int cpu_backend_create(Backend **out, int num_threads, GtError *err);
 int cuda_backend_create(Backend **out, int local_rank, GtError *err);
 int cuda_device_count(void);
 #endif
+
+/* The activation dtype of the ops from now on: set before the model is created. */
+void backend_set_act_dtype(Backend *b, GtDtype t);
+/* bytes of n act_t elements, and the pointer n elements past p */
+static inline size_t backend_act_bytes(const Backend *b, size_t n) { return n * gt_dtype_size(b->act_dtype); }
+static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) {
+    return (act_t *)((char *)p + backend_act_bytes(b, n));
+}
+/* Copy n act_t elements to the host as fp32 (synchronous). */
+int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, size_t n, GtError *err);
 
 /* Which backends this binary was built with, e.g. "cpu cuda". */
 const char *backend_built_list(void);

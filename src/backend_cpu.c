@@ -35,8 +35,13 @@ extern float expf(float) __attribute__((simd("notinbranch")));
 /* sum_squares: number of fixed partial sums (thread-count independent) */
 #define SS_PARTS 256
 
+/* fp32 buffers the bf16 emulation widens act_t tensors into (see "precision" below) */
+enum { WIDE_SLOTS = 5 };
+
 typedef struct {
     int num_threads;
+    float *wide[WIDE_SLOTS];
+    size_t wide_cap[WIDE_SLOTS]; /* floats */
 } CpuImpl;
 
 static inline int nthr(const Backend *b) { return b->num_threads > 0 ? b->num_threads : 1; }
@@ -141,7 +146,7 @@ static void colsum_accumulate(Backend *b, float *dst, const float *src, int N, i
 
 /* ------------------------------------------------------------------ encoder */
 
-static void cpu_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
+static void f32_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
                                 const float *wpe, int B, int T, int C) {
     int BT = B * T;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * C >= PAR_MIN)
@@ -154,7 +159,7 @@ static void cpu_encoder_forward(Backend *b, float *out, const int *tokens, const
     }
 }
 
-static void cpu_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
+static void f32_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
                                  const int *tokens, int B, int T, int C) {
     int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
     int BT = B * T;
@@ -188,7 +193,7 @@ static void cpu_encoder_backward(Backend *b, float *dwte, float *dwpe, const flo
 
 /* ------------------------------------------------------------------ layernorm */
 
-static void cpu_layernorm_forward(Backend *b, float *out, float *mean, float *rstd,
+static void f32_layernorm_forward(Backend *b, float *out, float *mean, float *rstd,
                                   const float *inp, const float *w, const float *bias, int N,
                                   int C, float eps) {
     float invC = 1.0f / (float)C;
@@ -217,7 +222,7 @@ static void cpu_layernorm_forward(Backend *b, float *out, float *mean, float *rs
     }
 }
 
-static void cpu_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias,
+static void f32_layernorm_backward(Backend *b, float *dinp, float *dw, float *dbias,
                                    const float *dout, const float *inp, const float *w,
                                    const float *mean, const float *rstd, int N, int C) {
     float invC = 1.0f / (float)C;
@@ -315,7 +320,7 @@ static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
     }
 }
 
-static void cpu_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
+static void f32_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
                                const float *bias, int N, int C, int OC) {
     float beta = 0.0f;
     if (bias) {
@@ -326,7 +331,7 @@ static void cpu_matmul_forward(Backend *b, float *out, const float *inp, const f
     sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, OC);
 }
 
-static void cpu_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias,
+static void f32_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias,
                                 const float *dout, const float *inp, const float *w, int N, int C,
                                 int OC) {
     if (dinp) sgemm_par(b, CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
@@ -408,7 +413,7 @@ static void att_fwd_block(float *restrict o, float *restrict lse_row, const floa
     }
 }
 
-static void cpu_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B,
+static void f32_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B,
                                   int T, int C, int NH) {
     int hs = C / NH;
     size_t C3 = (size_t)3 * C;
@@ -482,7 +487,7 @@ static void att_bwd_head(float *dbase, const float *base, const float *dout, con
     }
 }
 
-static void cpu_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
+static void f32_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
                                    const float *qkv, const float *out, const float *lse, int B,
                                    int T, int C, int NH) {
     int hs = C / NH;
@@ -516,7 +521,7 @@ static void cpu_attention_backward(Backend *b, float *dqkv, float *workspace, co
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GELU_A 0.044715f
 
-static void cpu_gelu_forward(Backend *b, float *out, const float *inp, size_t n) {
+static void f32_gelu_forward(Backend *b, float *out, const float *inp, size_t n) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
@@ -525,7 +530,7 @@ static void cpu_gelu_forward(Backend *b, float *out, const float *inp, size_t n)
     }
 }
 
-static void cpu_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout,
+static void f32_gelu_backward(Backend *b, float *dinp, const float *inp, const float *dout,
                               size_t n) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -539,7 +544,7 @@ static void cpu_gelu_backward(Backend *b, float *dinp, const float *inp, const f
     }
 }
 
-static void cpu_add(Backend *b, float *out, const float *x, const float *y, size_t n) {
+static void f32_add(Backend *b, float *out, const float *x, const float *y, size_t n) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) out[i] = x[i] + y[i];
 }
@@ -551,7 +556,7 @@ static void cpu_scale(Backend *b, float *x, float s, size_t n) {
 
 /* ------------------------------------------------------------------ cross-entropy */
 
-static void cpu_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N,
+static void f32_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N,
                              int V, float dloss_scale, int compute_grad) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (N > 1 && (size_t)N * V >= PAR_MIN / 4)
     for (int n = 0; n < N; n++) {
@@ -641,10 +646,167 @@ static double cpu_sum_squares(Backend *b, const float *x, size_t n) {
     return total;
 }
 
+/* ------------------------------------------------------------------ precision
+ *
+ * The ops above compute on fp32 buffers. With act_dtype fp32 the table's ops call them directly.
+ * With bf16 they widen each act_t input into an fp32 buffer, run the same fp32 op, and round
+ * each act_t output once to bf16 (nearest even): exactly the contract of backend.h, so this is
+ * the reference the CUDA backend's bf16 kernels are checked against. It is an emulation, slower
+ * than fp32 on a CPU; the widening buffers are the backend's own (not in the plan's categories),
+ * grown on first use to the largest tensor seen. */
+
+static float *wide_buf(Backend *b, int slot, size_t n) {
+    CpuImpl *im = b->impl;
+    if (n > im->wide_cap[slot]) {
+        im->wide[slot] = gt_xrealloc(im->wide[slot], (n ? n : 1) * sizeof(float));
+        im->wide_cap[slot] = n;
+    }
+    return im->wide[slot];
+}
+
+static void widen(Backend *b, float *dst, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] = gt_bf16_to_f32(src[i]);
+}
+
+static void narrow(Backend *b, uint16_t *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) dst[i] = gt_f32_to_bf16(src[i]);
+}
+
+/* an act_t input as fp32 (NULL stays NULL) */
+static const float *act_in(Backend *b, int slot, const act_t *x, size_t n) {
+    if (b->act_dtype == GT_F32 || !x) return x;
+    float *w = wide_buf(b, slot, n);
+    widen(b, w, x, n);
+    return w;
+}
+
+/* an act_t output as fp32; read: the op reads it too (accumulates, or works in place) */
+static float *act_out(Backend *b, int slot, act_t *x, size_t n, bool read) {
+    if (b->act_dtype == GT_F32 || !x) return x;
+    float *w = wide_buf(b, slot, n);
+    if (read) widen(b, w, x, n);
+    return w;
+}
+
+/* the fp32 result w of act_out back into x */
+static void act_done(Backend *b, act_t *x, const float *w, size_t n) {
+    if (b->act_dtype == GT_F32 || !x) return;
+    narrow(b, x, w, n);
+}
+
+static void cpu_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte, const act_t *wpe,
+                                int B, int T, int C) {
+    /* only the rows the tokens use are needed, but widening the tables keeps this simple: the
+     * emulation is for checking, not for speed */
+    const size_t BTC = (size_t)B * T * C;
+    int V = 0;
+    for (int i = 0; i < B * T; i++)
+        if (tokens[i] + 1 > V) V = tokens[i] + 1;
+    float *o = act_out(b, 0, out, BTC, false);
+    f32_encoder_forward(b, o, tokens, act_in(b, 1, wte, (size_t)V * C), act_in(b, 2, wpe, (size_t)T * C), B, T, C);
+    act_done(b, out, o, BTC);
+}
+
+static void cpu_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout, const int *tokens, int B,
+                                 int T, int C) {
+    f32_encoder_backward(b, dwte, dwpe, act_in(b, 0, dout, (size_t)B * T * C), tokens, B, T, C);
+}
+
+static void cpu_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp, const act_t *w,
+                                  const act_t *bias, int N, int C, float eps) {
+    const size_t NC = (size_t)N * C;
+    float *o = act_out(b, 0, out, NC, false);
+    f32_layernorm_forward(b, o, mean, rstd, act_in(b, 1, inp, NC), act_in(b, 2, w, (size_t)C),
+                          act_in(b, 3, bias, (size_t)C), N, C, eps);
+    act_done(b, out, o, NC);
+}
+
+static void cpu_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                                   const act_t *inp, const act_t *w, const float *mean, const float *rstd, int N,
+                                   int C) {
+    const size_t NC = (size_t)N * C;
+    float *di = act_out(b, 0, dinp, NC, true);
+    f32_layernorm_backward(b, di, dw, dbias, act_in(b, 1, dout, NC), act_in(b, 2, inp, NC),
+                           act_in(b, 3, w, (size_t)C), mean, rstd, N, C);
+    act_done(b, dinp, di, NC);
+}
+
+static void cpu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w, const act_t *bias, int N,
+                               int C, int OC) {
+    float *o = act_out(b, 0, out, (size_t)N * OC, false);
+    f32_matmul_forward(b, o, act_in(b, 1, inp, (size_t)N * C), act_in(b, 2, w, (size_t)OC * C),
+                       act_in(b, 3, bias, (size_t)OC), N, C, OC);
+    act_done(b, out, o, (size_t)N * OC);
+}
+
+static void cpu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
+                                const act_t *inp, const act_t *w, int N, int C, int OC) {
+    float *di = act_out(b, 0, dinp, (size_t)N * C, false);
+    f32_matmul_backward(b, di, dw, dbias, act_in(b, 1, dout, (size_t)N * OC), act_in(b, 2, inp, (size_t)N * C),
+                        act_in(b, 3, w, (size_t)OC * C), N, C, OC);
+    act_done(b, dinp, di, (size_t)N * C);
+}
+
+static void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T, int C,
+                                  int NH) {
+    const size_t BTC = (size_t)B * T * C;
+    float *o = act_out(b, 0, out, BTC, false);
+    f32_attention_forward(b, o, lse, act_in(b, 1, qkv, 3 * BTC), B, T, C, NH);
+    act_done(b, out, o, BTC);
+}
+
+static void cpu_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout, const act_t *qkv,
+                                   const act_t *out, const float *lse, int B, int T, int C, int NH) {
+    const size_t BTC = (size_t)B * T * C;
+    float *dq = act_out(b, 0, dqkv, 3 * BTC, false);
+    f32_attention_backward(b, dq, workspace, act_in(b, 1, dout, BTC), act_in(b, 2, qkv, 3 * BTC),
+                           act_in(b, 3, out, BTC), lse, B, T, C, NH);
+    act_done(b, dqkv, dq, 3 * BTC);
+}
+
+static void cpu_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n) {
+    float *o = act_out(b, 0, out, n, false);
+    f32_gelu_forward(b, o, act_in(b, 1, inp, n), n);
+    act_done(b, out, o, n);
+}
+
+static void cpu_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n) {
+    float *di = act_out(b, 0, dinp, n, false);
+    f32_gelu_backward(b, di, act_in(b, 1, inp, n), act_in(b, 2, dout, n), n);
+    act_done(b, dinp, di, n);
+}
+
+static void cpu_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
+    float *o = act_out(b, 0, out, n, false);
+    f32_add(b, o, act_in(b, 1, x, n), act_in(b, 2, y, n), n);
+    act_done(b, out, o, n);
+}
+
+static void cpu_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
+                             float dloss_scale, int compute_grad) {
+    const size_t NV = (size_t)N * V;
+    float *x = act_out(b, 0, logits, NV, true);
+    f32_crossentropy(b, losses, x, targets, N, V, dloss_scale, compute_grad);
+    if (compute_grad) act_done(b, logits, x, NV);
+}
+
+static void cpu_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
+    if (b->act_dtype == GT_F32) {
+        if (dst != src) memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    narrow(b, dst, src, n);
+}
+
 /* ------------------------------------------------------------------ open / close */
 
 static void cpu_close(Backend *b) {
     if (!b) return;
+    CpuImpl *im = b->impl;
+    if (im)
+        for (int i = 0; i < WIDE_SLOTS; i++) free(im->wide[i]);
     free(b->impl);
     free(b);
 }
@@ -681,6 +843,7 @@ static const BackendOps k_cpu_ops = {
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
+    .to_act = cpu_to_act,
     .memory_info = cpu_memory_info,
 };
 

@@ -147,7 +147,7 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err) 
         ts[i].shape[0] = shape[0];
         ts[i].shape[1] = shape[1];
         if (bf16) {
-            for (size_t k = 0; k < t->numel; k++) half[t->offset + k] = st_f32_to_bf16(hf[t->offset + k]);
+            for (size_t k = 0; k < t->numel; k++) half[t->offset + k] = gt_f32_to_bf16(hf[t->offset + k]);
             ts[i].dtype = ST_BF16;
             ts[i].data = half + t->offset;
         } else {
@@ -228,6 +228,7 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
     }
     if (nonfinite) gt_warn("%s: %ld weights are NaN or infinite\n", file, nonfinite);
     rc = m->be->ops->to_device(m->be, m->params, host, pl->total * sizeof(float), err);
+    model_params_changed(m);
 done:
     free(host), free(tmp);
     safetensors_close(st);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 #define GT_EXIT_OK 0
 #define GT_EXIT_FAILURE 1   /* something failed while running */
@@ -51,6 +52,21 @@ int gt_read_small_file(const char *path, const char *what, size_t max_bytes, cha
 /* Write len bytes to path atomically: path.tmp, fsync, rename. A full disk or any write error is
  * reported (code 1) and path keeps its old content. */
 int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError *err);
+
+/* fp32 <-> bf16 bit patterns: round to nearest even (as CUDA's __float2bfloat16), NaN stays a
+ * (quiet) NaN; widening is exact. Inline: the CPU backend's bf16 path converts every activation. */
+static inline uint16_t gt_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static inline float gt_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 
 /* Monotonic seconds. */
 double gt_now_seconds(void);

@@ -83,12 +83,26 @@ int param_layout_find(const ParamLayout *pl, const char *name) {
 /* index of layer l's first tensor (ln_1.weight) */
 static int layer_first_tensor(int l) { return 2 + 12 * l; }
 
-static LayerParams layer_params(const Model *m, float *base, int l) {
+/* n act-dtype elements past p */
+static act_t *at(const Model *m, const act_t *p, size_t n) { return (char *)p + n * gt_dtype_size(m->act); }
+
+/* layer l's gradients (fp32) */
+static LayerParams layer_grads(const Model *m, int l) {
     const ParamTensor *t = &m->layout.tensors[layer_first_tensor(l)];
     LayerParams p;
     float **f[12] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
                      &p.ln2w, &p.ln2b, &p.fcw, &p.fcb, &p.fcprojw, &p.fcprojb};
-    for (int i = 0; i < 12; i++) *f[i] = base + t[i].offset;
+    for (int i = 0; i < 12; i++) *f[i] = m->grads + t[i].offset;
+    return p;
+}
+
+/* layer l's weights as forward and backward read them (act dtype) */
+static LayerWeights layer_weights(const Model *m, int l) {
+    const ParamTensor *t = &m->layout.tensors[layer_first_tensor(l)];
+    LayerWeights p;
+    const act_t **f[12] = {&p.ln1w, &p.ln1b, &p.qkvw, &p.qkvb, &p.attprojw, &p.attprojb,
+                           &p.ln2w, &p.ln2b, &p.fcw, &p.fcb, &p.fcprojw, &p.fcprojb};
+    for (int i = 0; i < 12; i++) *f[i] = at(m, m->weights, t[i].offset);
     return p;
 }
 
@@ -141,28 +155,31 @@ static void *model_alloc(Model *m, MemCategory cat, size_t bytes, GtError *err) 
     return p;
 }
 
-#define ALLOC_F(dst, cat, n)                                                    \
-    do {                                                                        \
-        if (!((dst) = model_alloc(m, (cat), (size_t)(n) * sizeof(float), err))) \
-            goto fail;                                                          \
+/* n floats (ALLOC_F) or n elements of the act dtype (ALLOC_A) */
+#define ALLOC_N(dst, cat, n, size)                                           \
+    do {                                                                     \
+        if (!((dst) = model_alloc(m, (cat), (size_t)(n) * (size), err))) \
+            goto fail;                                                       \
     } while (0)
+#define ALLOC_F(dst, cat, n) ALLOC_N(dst, cat, n, sizeof(float))
+#define ALLOC_A(dst, cat, n) ALLOC_N(dst, cat, n, gt_dtype_size(m->act))
 
 /* the activations one layer keeps for backward (its input excluded) */
 static int alloc_layer_acts(Model *m, LayerActs *a, MemCategory cat, GtError *err) {
     const size_t BT = (size_t)m->B * m->T, C = (size_t)m->desc.n_embd, I = (size_t)m->desc.n_inner;
     const size_t NH = (size_t)m->desc.n_head;
-    ALLOC_F(a->ln1, cat, BT * C);
+    ALLOC_A(a->ln1, cat, BT * C);
     ALLOC_F(a->ln1_mean, cat, BT);
     ALLOC_F(a->ln1_rstd, cat, BT);
-    ALLOC_F(a->qkv, cat, BT * 3 * C);
-    ALLOC_F(a->atty, cat, BT * C);
+    ALLOC_A(a->qkv, cat, BT * 3 * C);
+    ALLOC_A(a->atty, cat, BT * C);
     ALLOC_F(a->lse, cat, (size_t)m->B * NH * m->T);
-    ALLOC_F(a->res2, cat, BT * C);
-    ALLOC_F(a->ln2, cat, BT * C);
+    ALLOC_A(a->res2, cat, BT * C);
+    ALLOC_A(a->ln2, cat, BT * C);
     ALLOC_F(a->ln2_mean, cat, BT);
     ALLOC_F(a->ln2_rstd, cat, BT);
-    ALLOC_F(a->fch, cat, BT * I);
-    ALLOC_F(a->fch_gelu, cat, BT * I);
+    ALLOC_A(a->fch, cat, BT * I);
+    ALLOC_A(a->fch_gelu, cat, BT * I);
     return 0;
 fail:
     return -1;
@@ -185,6 +202,7 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     m->B = B;
     m->T = T;
     m->policy = policy;
+    m->act = be->act_dtype;
     m->logits_rows = plan_logits_rows(desc, B, T);
     param_layout_init(&m->layout, desc);
     const int L = desc->n_layer;
@@ -200,6 +218,10 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     ALLOC_F(m->grads, MEM_GRADS, m->padded_total);
     ALLOC_F(m->adam_m, MEM_OPTIMIZER, m->shard);
     ALLOC_F(m->adam_v, MEM_OPTIMIZER, m->shard);
+    if (m->act == GT_F32)
+        m->weights = m->params;
+    else
+        ALLOC_A(m->weights, MEM_PARAMS, NP);
 
     m->acts = gt_xcalloc((size_t)L, sizeof *m->acts);
     m->input = gt_xcalloc((size_t)L, sizeof *m->input);
@@ -207,33 +229,33 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     LayerActs scratch = {0};
     if (recompute_count(&policy) > 0 && alloc_layer_acts(m, &scratch, MEM_RECOMPUTE_SCRATCH, err)) goto fail;
     int n_stage = policy.offload ? recompute_device_stash_buffers(&policy) : 0;
-    for (int s = 0; s < n_stage; s++) ALLOC_F(m->stage[s], MEM_RECOMPUTE_STASH, BT * C);
+    for (int s = 0; s < n_stage; s++) ALLOC_A(m->stage[s], MEM_RECOMPUTE_STASH, BT * C);
     for (int l = 0; l < L; l++) {
         if (!recompute_layer(&policy, l)) {
-            ALLOC_F(m->input[l], MEM_ACTIVATIONS, BT * C);
+            ALLOC_A(m->input[l], MEM_ACTIVATIONS, BT * C);
             if (alloc_layer_acts(m, &m->acts[l], MEM_ACTIVATIONS, err)) goto fail;
         } else {
             m->acts[l] = scratch;
             if (policy.offload) {
                 m->input[l] = m->stage[recompute_slot(&policy, l) % (n_stage ? n_stage : 1)];
-                ALLOC_F(m->host_stash[l], MEM_HOST_OFFLOAD, BT * C);
+                ALLOC_A(m->host_stash[l], MEM_HOST_OFFLOAD, BT * C);
             } else {
-                ALLOC_F(m->input[l], MEM_RECOMPUTE_STASH, BT * C);
+                ALLOC_A(m->input[l], MEM_RECOMPUTE_STASH, BT * C);
             }
         }
     }
-    ALLOC_F(m->final_res, MEM_ACTIVATIONS, BT * C);
-    ALLOC_F(m->lnf, MEM_ACTIVATIONS, BT * C);
+    ALLOC_A(m->final_res, MEM_ACTIVATIONS, BT * C);
+    ALLOC_A(m->lnf, MEM_ACTIVATIONS, BT * C);
     ALLOC_F(m->lnf_mean, MEM_ACTIVATIONS, BT);
     ALLOC_F(m->lnf_rstd, MEM_ACTIVATIONS, BT);
     if (!(m->tokens = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
     if (!(m->targets = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
     ALLOC_F(m->losses, MEM_ACTIVATIONS, BT);
-    ALLOC_F(m->logits, MEM_LOGITS, (size_t)m->logits_rows * desc->vocab_size);
-    ALLOC_F(m->dres, MEM_WORKSPACE, BT * C);
-    ALLOC_F(m->dbtc, MEM_WORKSPACE, BT * C);
-    ALLOC_F(m->dqkv, MEM_WORKSPACE, BT * 3 * C);
-    ALLOC_F(m->dfch, MEM_WORKSPACE, BT * I);
+    ALLOC_A(m->logits, MEM_LOGITS, (size_t)m->logits_rows * desc->vocab_size);
+    ALLOC_A(m->dres, MEM_WORKSPACE, BT * C);
+    ALLOC_A(m->dbtc, MEM_WORKSPACE, BT * C);
+    ALLOC_A(m->dqkv, MEM_WORKSPACE, BT * 3 * C);
+    ALLOC_A(m->dfch, MEM_WORKSPACE, BT * I);
     ALLOC_F(m->att_ws, MEM_WORKSPACE, (size_t)B * desc->n_head * T);
     m->losses_host = gt_xmalloc(BT * sizeof(float));
 
@@ -241,11 +263,11 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     const ParamTensor *tt = m->layout.tensors;
     const int nt = m->layout.n_tensors;
     int lnf_i = layer_first_tensor(L);
-    m->wte = m->params + tt[0].offset;
-    m->wpe = m->params + tt[1].offset;
-    m->lnfw = m->params + tt[lnf_i].offset;
-    m->lnfb = m->params + tt[lnf_i + 1].offset;
-    m->lm_head = desc->tie_word_embeddings ? m->wte : m->params + tt[nt - 1].offset;
+    m->wte = at(m, m->weights, tt[0].offset);
+    m->wpe = at(m, m->weights, tt[1].offset);
+    m->lnfw = at(m, m->weights, tt[lnf_i].offset);
+    m->lnfb = at(m, m->weights, tt[lnf_i + 1].offset);
+    m->lm_head = desc->tie_word_embeddings ? m->wte : at(m, m->weights, tt[nt - 1].offset);
     m->dwte = m->grads + tt[0].offset;
     m->dwpe = m->grads + tt[1].offset;
     m->dlnfw = m->grads + tt[lnf_i].offset;
@@ -262,6 +284,7 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     if (be->ops->to_device(be, m->params, host, NP * sizeof(float), err)) goto fail;
     free(host);
     host = NULL;
+    model_params_changed(m);
     be->ops->synchronize(be);
     *out = m;
     return 0;
@@ -287,16 +310,25 @@ void model_free(Model *m) {
 
 void model_zero_grads(Model *m) { m->be->ops->zero(m->be, m->grads, m->padded_total * sizeof(float)); }
 
+void model_params_changed(Model *m) { m->weights_stale = m->weights != (act_t *)m->params; }
+
+/* the bf16 compute copy of the weights, from the fp32 master, if they changed since the last one */
+static void refresh_weights(Model *m) {
+    if (!m->weights_stale) return;
+    m->be->ops->to_act(m->be, m->weights, m->params, m->layout.total);
+    m->weights_stale = false;
+}
+
 /* ---------------------------------------------------------------- forward / backward */
 
 /* One transformer block. out == NULL skips the last projection (recompute needs only the
  * activations backward reads, not the block's output). */
-static void layer_forward(Model *m, int l, int B, const float *in, const LayerActs *a, float *out) {
+static void layer_forward(Model *m, int l, int B, const act_t *in, const LayerActs *a, act_t *out) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
     const int T = m->T, C = m->desc.n_embd, I = m->desc.n_inner, NH = m->desc.n_head, BT = B * T;
     const float eps = (float)m->desc.layer_norm_epsilon;
-    LayerParams p = layer_params(m, m->params, l);
+    LayerWeights p = layer_weights(m, l);
     op->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, BT, C, eps);
     op->matmul_forward(be, a->qkv, a->ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
     op->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
@@ -312,12 +344,12 @@ static void layer_forward(Model *m, int l, int B, const float *in, const LayerAc
 }
 
 /* dres holds dL/d(block output) on entry and dL/d(block input) on return. */
-static void layer_backward(Model *m, int l, int B, const float *in, const LayerActs *a) {
+static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerActs *a) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
     const int T = m->T, C = m->desc.n_embd, I = m->desc.n_inner, NH = m->desc.n_head, BT = B * T;
-    LayerParams p = layer_params(m, m->params, l);
-    LayerParams g = layer_params(m, m->grads, l);
+    LayerWeights p = layer_weights(m, l);
+    LayerParams g = layer_grads(m, l);
     /* out = res2 + gelu(LN2(res2) Wfc) Wfcproj */
     op->matmul_backward(be, m->dfch, g.fcprojw, g.fcprojb, m->dres, a->fch_gelu, p.fcprojw, BT, I, C);
     op->gelu_backward(be, m->dfch, a->fch, m->dfch, (size_t)BT * I);
@@ -337,7 +369,7 @@ static void forward_blocks(Model *m, int B, bool offload) {
     const BackendOps *op = be->ops;
     const int T = m->T, C = m->desc.n_embd, L = m->desc.n_layer, BT = B * T;
     const RecomputePolicy *pol = &m->policy;
-    const size_t input_bytes = (size_t)BT * C * sizeof(float);
+    const size_t input_bytes = (size_t)BT * C * gt_dtype_size(m->act);
     if (offload && recompute_offloaded(pol, 0)) op->offload_wait(be, recompute_slot(pol, 0));
     op->encoder_forward(be, m->input[0], m->tokens, m->wte, m->wpe, B, T, C);
     for (int l = 0; l < L; l++) {
@@ -345,7 +377,7 @@ static void forward_blocks(Model *m, int B, bool offload) {
          * copy runs on the copy stream while this layer computes (it only reads the input) */
         if (offload && recompute_offloaded(pol, l))
             op->offload_to_host(be, m->host_stash[l], m->input[l], input_bytes, recompute_slot(pol, l));
-        float *out = l + 1 < L ? m->input[l + 1] : m->final_res;
+        act_t *out = l + 1 < L ? m->input[l + 1] : m->final_res;
         /* before overwriting a prefetch buffer, the copy out of its previous tenant must be done */
         if (offload && l + 1 < L && recompute_offloaded(pol, l + 1)) op->offload_wait(be, recompute_slot(pol, l + 1));
         layer_forward(m, l, B, m->input[l], &m->acts[l], out);
@@ -359,7 +391,7 @@ static void backward_blocks(Model *m, int B) {
     const BackendOps *op = be->ops;
     const int T = m->T, C = m->desc.n_embd, L = m->desc.n_layer, BT = B * T;
     const RecomputePolicy *pol = &m->policy;
-    const size_t input_bytes = (size_t)BT * C * sizeof(float);
+    const size_t input_bytes = (size_t)BT * C * gt_dtype_size(m->act);
     /* dbtc holds dL/d(lnf) from the LM head */
     op->zero(be, m->dres, input_bytes);
     op->layernorm_backward(be, m->dres, m->dlnfw, m->dlnfb, m->dbtc, m->final_res, m->lnfw, m->lnf_mean, m->lnf_rstd,
@@ -409,14 +441,16 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     const BackendOps *op = be->ops;
     const int C = m->desc.n_embd, V = m->desc.vocab_size, BT = rows * m->T;
     if (upload_batch(m, tokens, targets, rows, err)) return -1;
+    refresh_weights(m);
     forward_blocks(m, rows, compute_grad && m->policy.offload);
     /* LM head + loss, chunked over rows; dlogits formed in place and consumed at once */
     for (int r0 = 0; r0 < BT; r0 += m->logits_rows) {
         int n = BT - r0 < m->logits_rows ? BT - r0 : m->logits_rows;
-        op->matmul_forward(be, m->logits, m->lnf + (size_t)r0 * C, m->lm_head, NULL, n, C, V);
+        const act_t *lnf_rows = at(m, m->lnf, (size_t)r0 * C);
+        op->matmul_forward(be, m->logits, lnf_rows, m->lm_head, NULL, n, C, V);
         op->crossentropy(be, m->losses + r0, m->logits, m->targets + r0, n, V, dloss_scale, compute_grad);
         if (compute_grad)
-            op->matmul_backward(be, m->dbtc + (size_t)r0 * C, m->dlm_head, NULL, m->logits, m->lnf + (size_t)r0 * C,
+            op->matmul_backward(be, at(m, m->dbtc, (size_t)r0 * C), m->dlm_head, NULL, m->logits, lnf_rows,
                                 m->lm_head, n, C, V);
     }
     if (compute_grad) backward_blocks(m, rows);
@@ -431,7 +465,8 @@ int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, Gt
     const int C = m->desc.n_embd, V = m->desc.vocab_size;
     if (pos < 0 || pos >= m->T) return gt_error(err, GT_EXIT_FAILURE, "model: position %d outside [0, %d)", pos, m->T);
     if (upload_batch(m, tokens, NULL, 1, err)) return -1;
+    refresh_weights(m);
     forward_blocks(m, 1, false);
-    m->be->ops->matmul_forward(m->be, m->logits, m->lnf + (size_t)pos * C, m->lm_head, NULL, 1, C, V);
-    return m->be->ops->to_host(m->be, logits_host, m->logits, (size_t)V * sizeof(float), err);
+    m->be->ops->matmul_forward(m->be, m->logits, at(m, m->lnf, (size_t)pos * C), m->lm_head, NULL, 1, C, V);
+    return backend_act_to_host_f32(m->be, logits_host, m->logits, (size_t)V, err);
 }

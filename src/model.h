@@ -32,16 +32,23 @@ void param_layout_init(ParamLayout *pl, const ModelDesc *d);
 void param_layout_free(ParamLayout *pl);
 int param_layout_find(const ParamLayout *pl, const char *name);
 
-/* Pointers into the flat params (or grads) buffer for one layer. */
+/* Pointers into the grads buffer (fp32) for one layer. */
 typedef struct {
     float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
     float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
 } LayerParams;
 
-/* The activations of one layer that backward needs (its input is kept separately). */
+/* The same tensors in the compute copy of the weights (act dtype). */
 typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *atty, *lse;
-    float *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu;
+    const act_t *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
+    const act_t *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} LayerWeights;
+
+/* The activations of one layer that backward needs (its input is kept separately): act dtype,
+ * but the layernorm statistics and the attention log-sum-exps, which stay fp32. */
+typedef struct {
+    act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
+    float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 } LayerActs;
 
 /* Called in backward when a range of the grads buffer is final for this micro-batch (a layer's
@@ -54,31 +61,37 @@ typedef struct Model {
     Backend *be;
     int B, T;          /* micro-batch rows and sequence length the activations are sized for */
     int logits_rows;   /* rows of the LM head processed at a time */
+    GtDtype act;       /* the backend's act dtype when the model was created (precision) */
     RecomputePolicy policy;
     ParamLayout layout;
 
-    float *params, *grads, *adam_m, *adam_v;
+    float *params, *grads, *adam_m, *adam_v; /* fp32: master weights, their gradients, AdamW */
+    /* The weights forward and backward read, in the act dtype: params itself under fp32, a bf16
+     * copy (MEM_PARAMS) under bf16, refreshed from params before a step when they changed. */
+    act_t *weights;
+    bool weights_stale;
     /* ZeRO-1: params/grads are padded to shard_world * shard floats; adam_m/adam_v hold only this
      * rank's shard [shard_rank * shard, (shard_rank + 1) * shard). shard_world 1: no sharding. */
     int shard_world, shard_rank;
     size_t shard, padded_total;
     GradReadyFn grad_ready; /* NULL: none */
     void *grad_ready_ctx;
-    float *wte, *wpe, *lnfw, *lnfb, *lm_head; /* lm_head == wte when tied */
+    const act_t *wte, *wpe, *lnfw, *lnfb, *lm_head; /* in weights; lm_head == wte when tied */
     float *dwte, *dwpe, *dlnfw, *dlnfb, *dlm_head;
 
     LayerActs *acts;      /* per layer; recomputed layers point into the scratch */
-    float **input;        /* per layer: device buffer holding the layer's input */
-    float **host_stash;   /* per layer: host copy (offloaded layers), else NULL */
-    float *stage[2];      /* offload prefetch buffers */
-    float *final_res, *lnf, *lnf_mean, *lnf_rstd;
-    float *logits;
+    act_t **input;        /* per layer: device buffer holding the layer's input */
+    act_t **host_stash;   /* per layer: host copy (offloaded layers), else NULL */
+    act_t *stage[2];      /* offload prefetch buffers */
+    act_t *final_res, *lnf;
+    float *lnf_mean, *lnf_rstd;
+    act_t *logits;
     int *tokens, *targets;
     float *losses;
     float *losses_host;
-    int *targets_host_scratch;
-    /* activation-gradient workspace */
-    float *dres, *dbtc, *dqkv, *dfch, *att_ws;
+    /* activation-gradient workspace (act dtype) and attention row sums (fp32) */
+    act_t *dres, *dbtc, *dqkv, *dfch;
+    float *att_ws;
 
     /* every allocation, to free it: pointer, bytes, category */
     struct ModelAlloc { void *p; size_t bytes; MemCategory cat; } *allocs;
@@ -111,5 +124,9 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
 int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, GtError *err);
 
 void model_zero_grads(Model *m);
+
+/* Say that m->params were written (optimizer step, checkpoint load, gather): the bf16 compute
+ * copy is refreshed before the next forward. A no-op under fp32. */
+void model_params_changed(Model *m);
 
 #endif

@@ -59,6 +59,7 @@ void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t l
                            decay ? (float)cfg->weight_decay : 0.0f, t);
         i = j;
     }
+    model_params_changed(m);
 }
 
 void adamw_step(Model *m, double lr, const RunConfig *cfg, int t) { adamw_step_range(m, lr, cfg, t, 0, m->layout.total); }

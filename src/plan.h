@@ -17,6 +17,7 @@ typedef struct {
     uint64_t n_params;
     int logits_rows;
     bool zero1; /* AdamW state sharded over the world (ZeRO-1) */
+    GtDtype act; /* activation dtype (precision) */
     uint64_t bytes[MEM_COUNT];
     uint64_t device_total; /* all categories but host_offload */
     uint64_t host_total;   /* host_offload */
@@ -25,9 +26,14 @@ typedef struct {
 /* rows of the LM head computed at once: the logits chunk is kept near 64 MiB */
 int plan_logits_rows(const ModelDesc *d, int B, int T);
 
+/* the activation dtype of a precision: fp32 -> fp32, bf16 -> bf16 */
+GtDtype plan_act_dtype(Precision prec);
+
 /* Plan for micro-batch B, accumulation A, world ranks, sequence T, recompute policy; zero1 shards
- * the AdamW state over the world. */
-void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1);
+ * the AdamW state over the world; act: the activation dtype (bf16 halves the activations and adds
+ * a bf16 copy of the weights). */
+void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+                 GtDtype act);
 
 /* Print the plan as a table; with measured != NULL, plan and measured (high-water) side by side. */
 void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out);

@@ -57,26 +57,11 @@ static int dtype_from_name(const char *s, StDtype *out) {
     return 0;
 }
 
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static float bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
-
-uint16_t st_f32_to_bf16(float f) {
-    uint32_t u = f32_bits(f);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    uint32_t rounding = 0x7FFFu + ((u >> 16) & 1u);                                /* nearest even */
-    return (uint16_t)((u + rounding) >> 16);
-}
-
-float st_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 float st_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
@@ -463,7 +448,7 @@ int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtE
                             st->path, e->name, m * 2, (unsigned long long)(off + done * 2),
                             r < 0 ? strerror(errno) : "the file ended early (it changed?)");
         if (e->dtype == ST_BF16)
-            for (size_t j = 0; j < m; j++) dst[done + j] = st_bf16_to_f32(tmp[j]);
+            for (size_t j = 0; j < m; j++) dst[done + j] = gt_bf16_to_f32(tmp[j]);
         else
             for (size_t j = 0; j < m; j++) dst[done + j] = st_f16_to_f32(tmp[j]);
         done += m;

@@ -64,9 +64,7 @@ int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtE
 /* value of a "__metadata__" key, NULL if absent */
 const char *safetensors_metadata(const SafeTensors *st, const char *key);
 
-/* fp32 <-> bf16 (round to nearest even; NaN stays NaN) and f16 -> fp32 (exact) */
-uint16_t st_f32_to_bf16(float f);
-float st_bf16_to_f32(uint16_t h);
+/* f16 -> fp32 (exact); bf16 is gt_f32_to_bf16 / gt_bf16_to_f32 in common.h */
 float st_f16_to_f32(uint16_t h);
 
 #endif

@@ -322,9 +322,10 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const ModelDesc *desc = t->desc;
     if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
     if (open_comm(t, err)) return -1;
-    if (cfg->precision != PREC_FP32)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: precision: expected fp32 on the %s backend (bf16 is not built yet), found %s",
-                        cfg->config_path, t->be->ops->name, config_precision_name(cfg->precision));
+    backend_set_act_dtype(t->be, plan_act_dtype(cfg->precision));
+    if (cfg->precision == PREC_BF16 && strcmp(t->be->ops->name, "cpu") == 0 && t->rank == 0)
+        gt_warn("precision: bf16 on the cpu backend rounds activations as the GPU does, for checking: it is slower "
+                "than fp32 there\n");
     uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
     if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
         if (t->rank == 0) plan_print(&t->plan, NULL, stdout);
@@ -498,6 +499,7 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
         adamw_step_range(m, lr, cfg, (int)++t->state.adam_t, lo, hi);
     }
     if (m->shard_world > 1 && params_allgather(t, m->params, m->shard, err)) return -1;
+    model_params_changed(m);
     return 0;
 }
 

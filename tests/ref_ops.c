@@ -153,8 +153,8 @@ void ref_attention_forward(double *out, double *lse, const double *qkv, int B, i
     free(att);
 }
 
-void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, int B, int T,
-                            int C, int NH) {
+void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
+                            int B, int T, int C, int NH) {
     int hs = C / NH;
     double scale = 1.0 / sqrt((double)hs);
     double *att = malloc(sizeof(double) * (size_t)T * T);
@@ -180,14 +180,17 @@ void ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
                     for (int t = 0; t < T; t++) s += att[t * T + t2] * dout[(b * T + t) * C + h * hs + i];
                     dqkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i] = s;
                 }
-            /* softmax Jacobian: dpre[t][j] = sum_k datt[t][k] * att[t][k] * (delta_jk - att[t][j]) */
-            for (int t = 0; t < T; t++)
-                for (int j = 0; j < T; j++) {
-                    double s = 0.0;
-                    for (int k = 0; k < T; k++)
-                        s += datt[t * T + k] * att[t * T + k] * ((j == k ? 1.0 : 0.0) - att[t * T + j]);
-                    dpre[t * T + j] = j <= t ? s : 0.0;
-                }
+            /* softmax Jacobian: dpre[t][j] = sum_k datt[t][k] * att[t][k] * (delta_jk - att[t][j])
+             *                             = att[t][j] * (datt[t][j] - D[t]),
+             * D[t] = sum_k datt[t][k] * att[t][k] (= dout[t] . out[t]) */
+            for (int t = 0; t < T; t++) {
+                double D = 0.0;
+                if (out)
+                    for (int i = 0; i < hs; i++) D += dout[(b * T + t) * C + h * hs + i] * out[(b * T + t) * C + h * hs + i];
+                else
+                    for (int k = 0; k < T; k++) D += datt[t * T + k] * att[t * T + k];
+                for (int j = 0; j < T; j++) dpre[t * T + j] = j <= t ? att[t * T + j] * (datt[t * T + j] - D) : 0.0;
+            }
             /* pre = scale * q @ k^T */
             for (int t = 0; t < T; t++)
                 for (int t2 = 0; t2 <= t; t2++) {

@@ -30,9 +30,11 @@ void ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *
 /* lse may be NULL */
 void ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C,
                            int NH);
-/* dqkv overwritten */
-void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, int B, int T,
-                            int C, int NH);
+/* dqkv overwritten. out: the forward output as the op under test holds it (bf16-rounded under
+ * bf16), whose row dot with dout enters the softmax backward as sum_k datt*att = dout . out;
+ * NULL: the exact value, from the attention matrix. */
+void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
+                            int B, int T, int C, int NH);
 
 void ref_gelu_forward(double *out, const double *inp, size_t n);
 void ref_gelu_backward(double *dinp, const double *inp, const double *dout, size_t n);

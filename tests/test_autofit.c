@@ -22,7 +22,7 @@ static RunConfig auto_config(int effective) {
 
 static uint64_t need(const ModelDesc *d, int B, int A, int every, bool off) {
     MemPlan p;
-    plan_memory(&p, d, B, A, 1, 128, recompute_policy(every > 0, every ? every : 1, off, d->n_layer), false);
+    plan_memory(&p, d, B, A, 1, 128, recompute_policy(every > 0, every ? every : 1, off, d->n_layer), false, GT_F32);
     return p.device_total;
 }
 

@@ -8,7 +8,8 @@
  *   - shapes the op tests do not reach: head size 128 (attention's large shared-memory path),
  *     T not a multiple of the tiles, B*T spanning several chunks of the encoder's dwte kernel;
  *   - encoder backward adds in the CPU's order, so it must match the CPU bit for bit;
- *   - a GEMM on pointers that are not 16-byte aligned (the cuBLASLt 4-byte-alignment path). */
+ *   - a GEMM on pointers that are not 16-byte aligned (the cuBLASLt 4-byte-alignment path);
+ *   - bf16 activations: every act_t op against the CPU backend's bf16 emulation (the reference). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -250,6 +251,312 @@ Test(cuda, matmul_unaligned_pointers) {
     free(dout);
     free(dw0);
     free(db0);
+    pair_close(&p);
+}
+
+/* ------------------------------------------------------------------ bf16 activations
+ *
+ * Both backends with act dtype bf16, fed the same bf16 bytes. Every act_t op is run on both;
+ * outputs are poisoned with NaN first (accumulated ones start from the same random values), then
+ * fetched, widened to fp32 on the host and compared with the CPU's (max error relative to the
+ * CPU's largest magnitude, NaN never passes). Both compute in fp32 and round each bf16 output
+ * once, so they differ only where fp32 summation order (or tanhf/expf) moves a value across a
+ * bf16 rounding boundary: one bf16 ulp (2^-8 relative) here and there. */
+
+#define BF16_TOL 1e-2
+
+/* fp32 -> bf16 bits, round to nearest even (as __float2bfloat16_rn); NaN stays a quiet NaN */
+static uint16_t f32_to_bf16_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float bf16_bits_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+/* n random floats in [lo, hi) rounded to bf16 bit patterns */
+static uint16_t *rand_bf16(size_t n, float lo, float hi) {
+    uint16_t *h = malloc(n * sizeof(uint16_t) + 4);
+    cr_assert_not_null(h);
+    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16_bits(frand(lo, hi));
+    return h;
+}
+/* a device bf16 buffer of n NaNs */
+static void *dnan_bf16_on(Backend *b, size_t n) {
+    uint16_t *h = malloc(n * sizeof(uint16_t) + 4);
+    cr_assert_not_null(h);
+    for (size_t i = 0; i < n; i++) h[i] = 0x7FC0u;
+    void *d = dup_to(b, h, n * sizeof(uint16_t));
+    free(h);
+    return d;
+}
+/* a device bf16 buffer of n elements, widened to fp32 on the host */
+static float *fetch_bf16(Backend *b, const void *d, size_t n) {
+    GtError err = {0};
+    uint16_t *h = malloc(n * sizeof(uint16_t) + 4);
+    float *f = malloc(n * sizeof(float) + 4);
+    cr_assert(h && f);
+    cr_assert_eq(b->ops->to_host(b, h, d, n * sizeof(uint16_t), &err), 0, "%s", err.msg);
+    for (size_t i = 0; i < n; i++) f[i] = bf16_bits_to_f32(h[i]);
+    free(h);
+    return f;
+}
+
+#define BF_MAX_OUT 48
+typedef struct {
+    int count[2];                /* per backend (0 cpu, 1 gpu): outputs kept so far */
+    const char *name[BF_MAX_OUT];
+    size_t len[BF_MAX_OUT];
+    float *v[2][BF_MAX_OUT];     /* fp32 (widened when bf16) host copies */
+} BfRes;
+
+static void bf_keep(BfRes *r, int k, const char *name, float *host, size_t n) {
+    int i = r->count[k]++;
+    cr_assert_lt(i, BF_MAX_OUT);
+    if (k == 0) {
+        r->name[i] = name;
+        r->len[i] = n;
+    } else {
+        cr_assert_str_eq(r->name[i], name); /* both backends keep the same outputs in order */
+    }
+    r->v[k][i] = host;
+}
+static void bf_keep_bf16(BfRes *r, int k, Backend *b, const char *name, const void *d, size_t n) {
+    bf_keep(r, k, name, fetch_bf16(b, d, n), n);
+}
+static void bf_keep_f32(BfRes *r, int k, Backend *b, const char *name, const float *d, size_t n) {
+    bf_keep(r, k, name, fetch(b, d, n), n);
+}
+static void bf_free_all(Backend *b, void **bufs, int n) {
+    for (int i = 0; i < n; i++) b->ops->dev_free(b, bufs[i]);
+}
+
+/* one matmul shape and its inputs */
+typedef struct {
+    int N, C, OC;
+    char name[4][48]; /* out, dinp, dw, dbias */
+    uint16_t *inp, *w, *bias, *dout;
+    float *dw0, *db0;
+} BfMatmul;
+
+/* host inputs shared by both backends */
+typedef struct {
+    int B, T, C, NH, V, N;
+    uint16_t *ln_inp, *ln_w, *ln_b, *ln_dout, *ln_dinp0;
+    float *ln_dw0, *ln_db0;
+    BfMatmul mm[2];
+    uint16_t *qkv, *att_dout;
+    uint16_t *g_in, *g_dout, *add_y;
+    uint16_t *logits;
+    int *targets;
+    int *tokens;
+    uint16_t *wte, *wpe, *enc_dout;
+    float *dwte0, *dwpe0;
+    float *f32_src;
+} BfIn;
+
+static void bf_matmul_inputs(BfMatmul *m, int N, int C, int OC, const char *tag) {
+    const char *what[4] = {"out", "dinp", "dw (accumulated)", "dbias (accumulated)"};
+    m->N = N;
+    m->C = C;
+    m->OC = OC;
+    for (int i = 0; i < 4; i++) snprintf(m->name[i], sizeof m->name[i], "matmul %s %s", tag, what[i]);
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    m->inp = rand_bf16(ni, -1, 1);
+    m->w = rand_bf16(nw, -1, 1);
+    m->bias = rand_bf16(OC, -1, 1);
+    m->dout = rand_bf16(no, -1, 1);
+    m->dw0 = rand_host(nw, -1, 1);
+    m->db0 = rand_host(OC, -1, 1);
+}
+
+static void bf_matmul_free(BfMatmul *m) {
+    free(m->inp);
+    free(m->w);
+    free(m->bias);
+    free(m->dout);
+    free(m->dw0);
+    free(m->db0);
+}
+
+/* matmul forward (with bias) + backward (dinp, dw, dbias) on one shape */
+static void bf16_matmul(Backend *b, int k, BfRes *r, const BfMatmul *m) {
+    int N = m->N, C = m->C, OC = m->OC;
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    void *d_inp = dup_to(b, m->inp, ni * 2), *d_w = dup_to(b, m->w, nw * 2);
+    void *d_b = dup_to(b, m->bias, (size_t)OC * 2), *d_out = dnan_bf16_on(b, no);
+    void *d_dout = dup_to(b, m->dout, no * 2), *d_dinp = dnan_bf16_on(b, ni);
+    float *d_dw = dup_to(b, m->dw0, nw * sizeof(float));
+    float *d_db = dup_to(b, m->db0, (size_t)OC * sizeof(float));
+    b->ops->matmul_forward(b, d_out, d_inp, d_w, d_b, N, C, OC);
+    b->ops->matmul_backward(b, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    bf_keep_bf16(r, k, b, m->name[0], d_out, no);
+    bf_keep_bf16(r, k, b, m->name[1], d_dinp, ni);
+    bf_keep_f32(r, k, b, m->name[2], d_dw, nw);
+    bf_keep_f32(r, k, b, m->name[3], d_db, (size_t)OC);
+    void *bufs[] = {d_inp, d_w, d_b, d_out, d_dout, d_dinp, d_dw, d_db};
+    bf_free_all(b, bufs, 8);
+}
+
+/* every act_t op on backend b (k: 0 cpu, 1 gpu), outputs kept in r */
+static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
+    backend_set_act_dtype(b, GT_BF16);
+    int B = in->B, T = in->T, C = in->C, NH = in->NH, V = in->V, N = in->N;
+    size_t NC = (size_t)N * C, NL = (size_t)B * NH * T, NV = (size_t)N * V;
+
+    /* layernorm forward + backward (dinp, dw, dbias accumulate) */
+    {
+        void *inp = dup_to(b, in->ln_inp, NC * 2), *w = dup_to(b, in->ln_w, (size_t)C * 2);
+        void *bias = dup_to(b, in->ln_b, (size_t)C * 2), *out = dnan_bf16_on(b, NC);
+        float *mean = dnan_on(b, N), *rstd = dnan_on(b, N);
+        b->ops->layernorm_forward(b, out, mean, rstd, inp, w, bias, N, C, 1e-5f);
+        void *dout = dup_to(b, in->ln_dout, NC * 2), *dinp = dup_to(b, in->ln_dinp0, NC * 2);
+        float *dw = dup_to(b, in->ln_dw0, (size_t)C * sizeof(float));
+        float *db = dup_to(b, in->ln_db0, (size_t)C * sizeof(float));
+        b->ops->layernorm_backward(b, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+        bf_keep_bf16(r, k, b, "layernorm out", out, NC);
+        bf_keep_f32(r, k, b, "layernorm mean", mean, N);
+        bf_keep_f32(r, k, b, "layernorm rstd", rstd, N);
+        bf_keep_bf16(r, k, b, "layernorm dinp (accumulated)", dinp, NC);
+        bf_keep_f32(r, k, b, "layernorm dw (accumulated)", dw, C);
+        bf_keep_f32(r, k, b, "layernorm dbias (accumulated)", db, C);
+        void *bufs[] = {inp, w, bias, out, mean, rstd, dout, dinp, dw, db};
+        bf_free_all(b, bufs, 10);
+    }
+
+    /* matmul: 16-byte-aligned leading dims (cuBLASLt, bias epilogue), then odd ones (2-byte
+     * alignment promise, bias through the fallback) */
+    for (int i = 0; i < 2; i++) bf16_matmul(b, k, r, &in->mm[i]);
+
+    /* attention forward + backward */
+    {
+        void *qkv = dup_to(b, in->qkv, 3 * NC * 2), *dout = dup_to(b, in->att_dout, NC * 2);
+        void *out = dnan_bf16_on(b, NC), *dqkv = dnan_bf16_on(b, 3 * NC);
+        float *lse = dnan_on(b, NL), *ws = dnan_on(b, NL);
+        b->ops->attention_forward(b, out, lse, qkv, B, T, C, NH);
+        b->ops->attention_backward(b, dqkv, ws, dout, qkv, out, lse, B, T, C, NH);
+        bf_keep_bf16(r, k, b, "attention out", out, NC);
+        bf_keep_f32(r, k, b, "attention lse", lse, NL);
+        bf_keep_bf16(r, k, b, "attention dqkv", dqkv, 3 * NC);
+        bf_keep_f32(r, k, b, "attention D (workspace)", ws, NL);
+        void *bufs[] = {qkv, dout, out, dqkv, lse, ws};
+        bf_free_all(b, bufs, 6);
+    }
+
+    /* gelu forward + backward, add */
+    {
+        void *x = dup_to(b, in->g_in, NC * 2), *gout = dnan_bf16_on(b, NC);
+        void *gdout = dup_to(b, in->g_dout, NC * 2), *gdinp = dnan_bf16_on(b, NC);
+        void *y = dup_to(b, in->add_y, NC * 2), *sum = dnan_bf16_on(b, NC);
+        b->ops->gelu_forward(b, gout, x, NC);
+        b->ops->gelu_backward(b, gdinp, x, gdout, NC);
+        b->ops->add(b, sum, x, y, NC);
+        bf_keep_bf16(r, k, b, "gelu out", gout, NC);
+        bf_keep_bf16(r, k, b, "gelu dinp", gdinp, NC);
+        bf_keep_bf16(r, k, b, "add out", sum, NC);
+        void *bufs[] = {x, gout, gdout, gdinp, y, sum};
+        bf_free_all(b, bufs, 6);
+    }
+
+    /* crossentropy with the gradient written over the logits */
+    {
+        void *logits = dup_to(b, in->logits, NV * 2);
+        int *tg = dup_to(b, in->targets, (size_t)N * sizeof(int));
+        float *losses = dnan_on(b, N);
+        b->ops->crossentropy(b, losses, logits, tg, N, V, 1.0f / (float)N, 1);
+        bf_keep_f32(r, k, b, "crossentropy losses", losses, N);
+        bf_keep_bf16(r, k, b, "crossentropy dlogits", logits, NV);
+        void *bufs[] = {logits, tg, losses};
+        bf_free_all(b, bufs, 3);
+    }
+
+    /* encoder forward + backward (dwte, dwpe fp32, accumulated) */
+    {
+        int *tok = dup_to(b, in->tokens, (size_t)N * sizeof(int));
+        void *wte = dup_to(b, in->wte, (size_t)V * C * 2), *wpe = dup_to(b, in->wpe, (size_t)T * C * 2);
+        void *out = dnan_bf16_on(b, NC), *dout = dup_to(b, in->enc_dout, NC * 2);
+        float *dwte = dup_to(b, in->dwte0, (size_t)V * C * sizeof(float));
+        float *dwpe = dup_to(b, in->dwpe0, (size_t)T * C * sizeof(float));
+        b->ops->encoder_forward(b, out, tok, wte, wpe, B, T, C);
+        b->ops->encoder_backward(b, dwte, dwpe, dout, tok, B, T, C);
+        bf_keep_bf16(r, k, b, "encoder out", out, NC);
+        bf_keep_f32(r, k, b, "encoder dwte (accumulated)", dwte, (size_t)V * C);
+        bf_keep_f32(r, k, b, "encoder dwpe (accumulated)", dwpe, (size_t)T * C);
+        void *bufs[] = {tok, wte, wpe, out, dout, dwte, dwpe};
+        bf_free_all(b, bufs, 7);
+    }
+
+    /* to_act: fp32 -> bf16 */
+    {
+        float *src = dup_to(b, in->f32_src, NC * sizeof(float));
+        void *dst = dnan_bf16_on(b, NC);
+        b->ops->to_act(b, dst, src, NC);
+        bf_keep_bf16(r, k, b, "to_act", dst, NC);
+        void *bufs[] = {src, dst};
+        bf_free_all(b, bufs, 2);
+    }
+}
+
+Test(cuda, bf16_ops_match_cpu_bf16, .timeout = 120) {
+    Pair p;
+    pair_open(&p);
+    BfIn in = {.B = 2, .T = 37, .C = 64, .NH = 2, .V = 50};
+    in.N = in.B * in.T;
+    size_t N = (size_t)in.N, C = (size_t)in.C, NC = N * C, V = (size_t)in.V, T = (size_t)in.T;
+    in.ln_inp = rand_bf16(NC, -2, 2);
+    in.ln_w = rand_bf16(C, 0.5f, 1.5f);
+    in.ln_b = rand_bf16(C, -0.5f, 0.5f);
+    in.ln_dout = rand_bf16(NC, -1, 1);
+    in.ln_dinp0 = rand_bf16(NC, -1, 1);
+    in.ln_dw0 = rand_host(C, -1, 1);
+    in.ln_db0 = rand_host(C, -1, 1);
+    bf_matmul_inputs(&in.mm[0], in.N, in.C, 3 * in.C, "(aligned)");
+    bf_matmul_inputs(&in.mm[1], 37, 45, 29, "(odd sizes)");
+    in.qkv = rand_bf16(3 * NC, -2, 2);
+    in.att_dout = rand_bf16(NC, -1, 1);
+    in.g_in = rand_bf16(NC, -3, 3);
+    in.g_dout = rand_bf16(NC, -1, 1);
+    in.add_y = rand_bf16(NC, -3, 3);
+    in.logits = rand_bf16(N * V, -4, 4);
+    in.targets = malloc(N * sizeof(int));
+    in.tokens = malloc(N * sizeof(int));
+    cr_assert(in.targets && in.tokens);
+    for (size_t i = 0; i < N; i++) {
+        in.targets[i] = i % 7 == 3 ? -100 : (int)(frand(0, 1) * in.V) % in.V;
+        in.tokens[i] = (int)(frand(0, 1) * in.V) % in.V;
+    }
+    in.wte = rand_bf16(V * C, -1, 1);
+    in.wpe = rand_bf16(T * C, -1, 1);
+    in.enc_dout = rand_bf16(NC, -1, 1);
+    in.dwte0 = rand_host(V * C, -1, 1);
+    in.dwpe0 = rand_host(T * C, -1, 1);
+    in.f32_src = rand_host(NC, -3, 3);
+
+    BfRes r;
+    memset(&r, 0, sizeof r);
+    bf16_run(p.cpu, 0, &in, &r);
+    bf16_run(p.gpu, 1, &in, &r);
+    cr_assert_eq(r.count[0], r.count[1]);
+    for (int i = 0; i < r.count[0]; i++) {
+        double e = rel(r.v[1][i], r.v[0][i], r.len[i]);
+        cr_expect_leq(e, BF16_TOL, "bf16 %s: gpu vs cpu rel %.3g", r.name[i], e);
+        if (strcmp(r.name[i], "to_act") == 0) /* one rounding of the same floats: same bits */
+            cr_expect(memcmp(r.v[0][i], r.v[1][i], r.len[i] * sizeof(float)) == 0,
+                      "bf16 to_act: gpu != cpu bits");
+        free(r.v[0][i]);
+        free(r.v[1][i]);
+    }
+
+    void *host[] = {in.ln_inp, in.ln_w, in.ln_b, in.ln_dout, in.ln_dinp0, in.ln_dw0, in.ln_db0,
+                    in.qkv, in.att_dout, in.g_in, in.g_dout, in.add_y, in.logits, in.targets,
+                    in.tokens, in.wte, in.wpe, in.enc_dout, in.dwte0, in.dwpe0, in.f32_src};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
+    bf_matmul_free(&in.mm[0]);
+    bf_matmul_free(&in.mm[1]);
     pair_close(&p);
 }
 

@@ -12,7 +12,13 @@
  * K = 256) relative to the output scale, with transcendental functions (expf, tanhf, logf) adding
  * a few ulp. So correct code lands around 1e-7..1e-6, while a real bug (a dropped term, a wrong
  * index, a missing scale) shows up at 1e-3 or more. Outputs are poisoned with NaN before each call
- * and the metric is infinite on any NaN, so an element the op forgot to write fails the test. */
+ * and the metric is infinite on any NaN, so an element the op forgot to write fails the test.
+ *
+ * bf16 (the ops_bf16 suite): the same checks with the backend's act dtype bf16. The act-typed
+ * inputs are drawn as bf16 values, so the reference sees exactly what the op sees; an act output
+ * is rounded once to bf16 (2^-9 relative), so act outputs must be within TOL_BF16 = 1e-2, while
+ * fp32 outputs (parameter gradients, layernorm statistics, lse, losses), computed in fp32 from
+ * exact inputs, keep the fp32 bound. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +31,7 @@
 #include "test_backend_select.h"
 
 #define TOL 1e-5     /* backend fp32 vs double reference, see above */
+#define TOL_BF16 1e-2 /* a bf16 (act dtype) output vs double reference */
 #define FD_TOL 1e-6  /* double reference backward vs central differences (h = 1e-5) */
 #define FD_H 1e-5
 
@@ -33,16 +40,22 @@
 #define FX_MAX 64
 typedef struct {
     Backend *be;
+    GtDtype act;   /* the backend's act dtype for this test */
+    double act_tol; /* bound for act-typed outputs */
     void *dev[FX_MAX];
     int ndev;
     void *host[FX_MAX];
     int nhost;
 } Fx;
 
-static void fx_open(Fx *fx) {
+static void fx_open_as(Fx *fx, GtDtype act) {
     memset(fx, 0, sizeof *fx);
     fx->be = test_backend_open();
+    fx->act = act;
+    fx->act_tol = act == GT_BF16 ? TOL_BF16 : TOL;
+    backend_set_act_dtype(fx->be, act);
 }
+static void fx_open(Fx *fx) { fx_open_as(fx, GT_F32); }
 
 static void fx_close(Fx *fx) {
     for (int i = 0; i < fx->ndev; i++) fx->be->ops->dev_free(fx->be, fx->dev[i]);
@@ -105,6 +118,33 @@ static float *get_f(Fx *fx, const float *d, size_t n) {
     return h;
 }
 
+/* act-typed tensors: host values are floats (already representable in the act dtype, see
+ * rand_a); on the device they are stored in fx->act */
+static void *dup_a(Fx *fx, const float *h, size_t n) {
+    if (fx->act == GT_F32) return dup_f(fx, h, n);
+    uint16_t *b = malloc(n * sizeof(uint16_t) + 2);
+    cr_assert_not_null(b);
+    for (size_t i = 0; i < n; i++) b[i] = gt_f32_to_bf16(h[i]);
+    void *d = dmem(fx, n * sizeof(uint16_t));
+    up(fx, d, b, n * sizeof(uint16_t));
+    free(b);
+    return d;
+}
+static void *dnan_a(Fx *fx, size_t n) {
+    float *h = malloc(n * sizeof(float) + 1);
+    cr_assert_not_null(h);
+    for (size_t i = 0; i < n; i++) h[i] = NAN;
+    void *d = dup_a(fx, h, n);
+    free(h);
+    return d;
+}
+static float *get_a(Fx *fx, const void *d, size_t n) {
+    float *h = hf(fx, n);
+    GtError err = {0};
+    cr_assert_eq(backend_act_to_host_f32(fx->be, h, d, n, &err), 0, "%s", err.msg);
+    return h;
+}
+
 /* ------------------------------------------------------------------ data */
 
 typedef struct {
@@ -123,6 +163,13 @@ static float rng_f(Rng *r, float lo, float hi) { return lo + (hi - lo) * (float)
 static float *rand_f(Fx *fx, Rng *r, size_t n, float lo, float hi) {
     float *h = hf(fx, n);
     for (size_t i = 0; i < n; i++) h[i] = rng_f(r, lo, hi);
+    return h;
+}
+/* random values representable in the act dtype (rounded to bf16 under bf16) */
+static float *rand_a(Fx *fx, Rng *r, size_t n, float lo, float hi) {
+    float *h = rand_f(fx, r, n, lo, hi);
+    if (fx->act == GT_BF16)
+        for (size_t i = 0; i < n; i++) h[i] = gt_bf16_to_f32(gt_f32_to_bf16(h[i]));
     return h;
 }
 static int *rand_i(Fx *fx, Rng *r, size_t n, int hi) {
@@ -147,66 +194,73 @@ static double rel_err(const float *a, const double *b, size_t n) {
     }
     return num / den;
 }
-#define CHECK(what, a, b, n, fmt, ...)                                                          \
-    do {                                                                                        \
-        double e_ = rel_err((a), (b), (n));                                                     \
-        cr_expect_leq(e_, TOL, "%s: rel err %.3g > %.1g (" fmt ")", what, e_, TOL, __VA_ARGS__); \
+#define CHECK_TOL(tol, what, a, b, n, fmt, ...)                                                           \
+    do {                                                                                                  \
+        double e_ = rel_err((a), (b), (n)), t_ = (tol);                                                   \
+        cr_expect_leq(e_, t_, "%s: rel err %.3g > %.1g (" fmt ")", what, e_, t_, __VA_ARGS__);            \
     } while (0)
+/* an fp32 output; an act-typed output (fx in scope) */
+#define CHECK(what, a, b, n, fmt, ...) CHECK_TOL(TOL, what, a, b, n, fmt, __VA_ARGS__)
+#define CHECK_A(what, a, b, n, fmt, ...) CHECK_TOL(fx.act_tol, what, a, b, n, fmt, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ encoder */
 
-static void check_encoder(int B, int T, int C, int V, uint64_t seed) {
+static void check_encoder(GtDtype act, int B, int T, int C, int V, uint64_t seed) {
     Fx fx;
-    fx_open(&fx);
+    fx_open_as(&fx, act);
     Rng r = {seed};
     size_t BT = (size_t)B * T;
     int *tok = rand_i(&fx, &r, BT, V);
     tok[0] = tok[BT - 1] = V - 1; /* at least one repeated token */
-    float *wte = rand_f(&fx, &r, (size_t)V * C, -1, 1), *wpe = rand_f(&fx, &r, (size_t)T * C, -1, 1);
-    float *dout = rand_f(&fx, &r, BT * C, -1, 1);
+    float *wte = rand_a(&fx, &r, (size_t)V * C, -1, 1), *wpe = rand_a(&fx, &r, (size_t)T * C, -1, 1);
+    float *dout = rand_a(&fx, &r, BT * C, -1, 1);
     float *dwte0 = rand_f(&fx, &r, (size_t)V * C, -1, 1), *dwpe0 = rand_f(&fx, &r, (size_t)T * C, -1, 1);
 
     int *d_tok = dup_i(&fx, tok, BT);
-    float *d_out = dnan(&fx, BT * C);
-    fx.be->ops->encoder_forward(fx.be, d_out, d_tok, dup_f(&fx, wte, (size_t)V * C),
-                                dup_f(&fx, wpe, (size_t)T * C), B, T, C);
+    void *d_out = dnan_a(&fx, BT * C);
+    fx.be->ops->encoder_forward(fx.be, d_out, d_tok, dup_a(&fx, wte, (size_t)V * C),
+                                dup_a(&fx, wpe, (size_t)T * C), B, T, C);
     float *d_dwte = dup_f(&fx, dwte0, (size_t)V * C), *d_dwpe = dup_f(&fx, dwpe0, (size_t)T * C);
-    fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, dup_f(&fx, dout, BT * C), d_tok, B, T, C);
+    fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, dup_a(&fx, dout, BT * C), d_tok, B, T, C);
 
     double *ro = hd(&fx, BT * C);
     double *rdwte = to_d(&fx, dwte0, (size_t)V * C), *rdwpe = to_d(&fx, dwpe0, (size_t)T * C);
     ref_encoder_forward(ro, tok, to_d(&fx, wte, (size_t)V * C), to_d(&fx, wpe, (size_t)T * C), B, T, C);
     ref_encoder_backward(rdwte, rdwpe, to_d(&fx, dout, BT * C), tok, B, T, C);
 
-    CHECK("encoder out", get_f(&fx, d_out, BT * C), ro, BT * C, "B=%d T=%d C=%d", B, T, C);
+    CHECK_A("encoder out", get_a(&fx, d_out, BT * C), ro, BT * C, "B=%d T=%d C=%d", B, T, C);
     CHECK("encoder dwte (accumulated)", get_f(&fx, d_dwte, (size_t)V * C), rdwte, (size_t)V * C, "C=%d", C);
     CHECK("encoder dwpe (accumulated)", get_f(&fx, d_dwpe, (size_t)T * C), rdwpe, (size_t)T * C, "C=%d", C);
     fx_close(&fx);
 }
 
-Test(ops, encoder) {
-    check_encoder(2, 7, 20, 11, 1);
-    check_encoder(4, 64, 128, 50, 2); /* big enough for the threaded paths */
+static void encoder_cases(GtDtype act) {
+    check_encoder(act, 2, 7, 20, 11, 1);
+    check_encoder(act, 4, 64, 128, 50, 2); /* big enough for the threaded paths */
 }
+Test(ops, encoder) { encoder_cases(GT_F32); }
+Test(ops_bf16, encoder) { encoder_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ layernorm */
 
-static void check_layernorm(int N, int C, uint64_t seed) {
+static void check_layernorm(GtDtype act, int N, int C, uint64_t seed) {
     Fx fx;
-    fx_open(&fx);
+    fx_open_as(&fx, act);
     Rng r = {seed};
     size_t NC = (size_t)N * C;
     float eps = 1e-5f;
-    float *inp = rand_f(&fx, &r, NC, -2, 3), *w = rand_f(&fx, &r, C, 0.5f, 1.5f);
-    float *bias = rand_f(&fx, &r, C, -0.5f, 0.5f), *dout = rand_f(&fx, &r, NC, -1, 1);
-    float *dinp0 = rand_f(&fx, &r, NC, -1, 1), *dw0 = rand_f(&fx, &r, C, -1, 1);
+    float *inp = rand_a(&fx, &r, NC, -2, 3), *w = rand_a(&fx, &r, C, 0.5f, 1.5f);
+    float *bias = rand_a(&fx, &r, C, -0.5f, 0.5f), *dout = rand_a(&fx, &r, NC, -1, 1);
+    float *dinp0 = rand_a(&fx, &r, NC, -1, 1), *dw0 = rand_f(&fx, &r, C, -1, 1);
     float *db0 = rand_f(&fx, &r, C, -1, 1);
 
-    float *d_inp = dup_f(&fx, inp, NC), *d_w = dup_f(&fx, w, C);
-    float *d_out = dnan(&fx, NC), *d_mean = dnan(&fx, N), *d_rstd = dnan(&fx, N);
-    fx.be->ops->layernorm_forward(fx.be, d_out, d_mean, d_rstd, d_inp, d_w, dup_f(&fx, bias, C), N, C, eps);
-    float *d_dinp = dup_f(&fx, dinp0, NC), *d_dw = dup_f(&fx, dw0, C), *d_db = dup_f(&fx, db0, C);
-    fx.be->ops->layernorm_backward(fx.be, d_dinp, d_dw, d_db, dup_f(&fx, dout, NC), d_inp, d_w,
+    void *d_inp = dup_a(&fx, inp, NC), *d_w = dup_a(&fx, w, C);
+    void *d_out = dnan_a(&fx, NC);
+    float *d_mean = dnan(&fx, N), *d_rstd = dnan(&fx, N);
+    fx.be->ops->layernorm_forward(fx.be, d_out, d_mean, d_rstd, d_inp, d_w, dup_a(&fx, bias, C), N, C, eps);
+    void *d_dinp = dup_a(&fx, dinp0, NC);
+    float *d_dw = dup_f(&fx, dw0, C), *d_db = dup_f(&fx, db0, C);
+    fx.be->ops->layernorm_backward(fx.be, d_dinp, d_dw, d_db, dup_a(&fx, dout, NC), d_inp, d_w,
                                    d_mean, d_rstd, N, C);
 
     double *ro = hd(&fx, NC), *rm = hd(&fx, N), *rs = hd(&fx, N);
@@ -215,54 +269,56 @@ static void check_layernorm(int N, int C, uint64_t seed) {
     double *rdinp = to_d(&fx, dinp0, NC), *rdw = to_d(&fx, dw0, C), *rdb = to_d(&fx, db0, C);
     ref_layernorm_backward(rdinp, rdw, rdb, to_d(&fx, dout, NC), rinp, rw, N, C, eps);
 
-    CHECK("layernorm out", get_f(&fx, d_out, NC), ro, NC, "N=%d C=%d", N, C);
+    CHECK_A("layernorm out", get_a(&fx, d_out, NC), ro, NC, "N=%d C=%d", N, C);
     CHECK("layernorm mean", get_f(&fx, d_mean, N), rm, N, "N=%d C=%d", N, C);
     CHECK("layernorm rstd", get_f(&fx, d_rstd, N), rs, N, "N=%d C=%d", N, C);
-    CHECK("layernorm dinp (accumulated)", get_f(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d", N, C);
+    CHECK_A("layernorm dinp (accumulated)", get_a(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d", N, C);
     CHECK("layernorm dw (accumulated)", get_f(&fx, d_dw, C), rdw, C, "N=%d C=%d", N, C);
     CHECK("layernorm dbias (accumulated)", get_f(&fx, d_db, C), rdb, C, "N=%d C=%d", N, C);
 
     /* the same backward with zero-filled grads checks the gradient alone, not diluted by the
      * pre-filled values */
     float *z = hf(&fx, NC);
-    up(&fx, d_dinp, z, NC * sizeof(float));
+    up(&fx, d_dinp, z, backend_act_bytes(fx.be, NC)); /* zero bits are 0 in both dtypes */
     up(&fx, d_dw, z, C * sizeof(float));
     up(&fx, d_db, z, C * sizeof(float));
-    fx.be->ops->layernorm_backward(fx.be, d_dinp, d_dw, d_db, dup_f(&fx, dout, NC), d_inp, d_w,
+    fx.be->ops->layernorm_backward(fx.be, d_dinp, d_dw, d_db, dup_a(&fx, dout, NC), d_inp, d_w,
                                    d_mean, d_rstd, N, C);
     memset(rdinp, 0, NC * sizeof(double));
     memset(rdw, 0, C * sizeof(double));
     memset(rdb, 0, C * sizeof(double));
     ref_layernorm_backward(rdinp, rdw, rdb, to_d(&fx, dout, NC), rinp, rw, N, C, eps);
-    CHECK("layernorm dinp (from zero)", get_f(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d", N, C);
+    CHECK_A("layernorm dinp (from zero)", get_a(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d", N, C);
     CHECK("layernorm dw (from zero)", get_f(&fx, d_dw, C), rdw, C, "N=%d C=%d", N, C);
     CHECK("layernorm dbias (from zero)", get_f(&fx, d_db, C), rdb, C, "N=%d C=%d", N, C);
     fx_close(&fx);
 }
 
-Test(ops, layernorm) {
-    check_layernorm(14, 20, 3);
-    check_layernorm(5, 37, 4);
-    check_layernorm(256, 128, 5);
+static void layernorm_cases(GtDtype act) {
+    check_layernorm(act, 14, 20, 3);
+    check_layernorm(act, 5, 37, 4);
+    check_layernorm(act, 256, 128, 5);
 }
+Test(ops, layernorm) { layernorm_cases(GT_F32); }
+Test(ops_bf16, layernorm) { layernorm_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ matmul */
 
-static void check_matmul(int N, int C, int OC, bool with_bias, bool all_grads, uint64_t seed) {
+static void check_matmul(GtDtype act, int N, int C, int OC, bool with_bias, bool all_grads, uint64_t seed) {
     Fx fx;
-    fx_open(&fx);
+    fx_open_as(&fx, act);
     Rng r = {seed};
     size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
-    float *inp = rand_f(&fx, &r, NC, -1, 1), *w = rand_f(&fx, &r, OCC, -1, 1);
-    float *bias = rand_f(&fx, &r, OC, -1, 1), *dout = rand_f(&fx, &r, NO, -1, 1);
+    float *inp = rand_a(&fx, &r, NC, -1, 1), *w = rand_a(&fx, &r, OCC, -1, 1);
+    float *bias = rand_a(&fx, &r, OC, -1, 1), *dout = rand_a(&fx, &r, NO, -1, 1);
     float *dw0 = rand_f(&fx, &r, OCC, -1, 1), *db0 = rand_f(&fx, &r, OC, -1, 1);
 
-    float *d_inp = dup_f(&fx, inp, NC), *d_w = dup_f(&fx, w, OCC), *d_out = dnan(&fx, NO);
-    fx.be->ops->matmul_forward(fx.be, d_out, d_inp, d_w, with_bias ? dup_f(&fx, bias, OC) : NULL, N, C, OC);
-    float *d_dinp = all_grads ? dnan(&fx, NC) : NULL;
+    void *d_inp = dup_a(&fx, inp, NC), *d_w = dup_a(&fx, w, OCC), *d_out = dnan_a(&fx, NO);
+    fx.be->ops->matmul_forward(fx.be, d_out, d_inp, d_w, with_bias ? dup_a(&fx, bias, OC) : NULL, N, C, OC);
+    void *d_dinp = all_grads ? dnan_a(&fx, NC) : NULL;
     float *d_dw = dup_f(&fx, dw0, OCC);
     float *d_db = all_grads ? dup_f(&fx, db0, OC) : NULL;
-    fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, dup_f(&fx, dout, NO), d_inp, d_w, N, C, OC);
+    fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, dup_a(&fx, dout, NO), d_inp, d_w, N, C, OC);
 
     double *rinp = to_d(&fx, inp, NC), *rw = to_d(&fx, w, OCC), *rdout = to_d(&fx, dout, NO);
     double *ro = hd(&fx, NO), *rdinp = hd(&fx, NC);
@@ -270,33 +326,35 @@ static void check_matmul(int N, int C, int OC, bool with_bias, bool all_grads, u
     ref_matmul_forward(ro, rinp, rw, with_bias ? to_d(&fx, bias, OC) : NULL, N, C, OC);
     ref_matmul_backward(rdinp, rdw, rdb, rdout, rinp, rw, N, C, OC);
 
-    CHECK("matmul out", get_f(&fx, d_out, NO), ro, NO, "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    CHECK_A("matmul out", get_a(&fx, d_out, NO), ro, NO, "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
     if (all_grads) {
-        CHECK("matmul dinp", get_f(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d OC=%d", N, C, OC);
+        CHECK_A("matmul dinp", get_a(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d OC=%d", N, C, OC);
         CHECK("matmul dbias (accumulated)", get_f(&fx, d_db, OC), rdb, OC, "N=%d C=%d OC=%d", N, C, OC);
     }
     CHECK("matmul dw (accumulated)", get_f(&fx, d_dw, OCC), rdw, OCC, "N=%d C=%d OC=%d", N, C, OC);
     fx_close(&fx);
 }
 
-Test(ops, matmul) {
-    check_matmul(14, 20, 60, true, true, 6);
-    check_matmul(33, 64, 17, false, true, 7);
-    check_matmul(7, 5, 3, true, false, 8); /* dinp and dbias NULL: skipped */
-    check_matmul(256, 128, 384, true, true, 9);
+static void matmul_cases(GtDtype act) {
+    check_matmul(act, 14, 20, 60, true, true, 6);
+    check_matmul(act, 33, 64, 17, false, true, 7);
+    check_matmul(act, 7, 5, 3, true, false, 8); /* dinp and dbias NULL: skipped */
+    check_matmul(act, 256, 128, 384, true, true, 9);
 }
+Test(ops, matmul) { matmul_cases(GT_F32); }
+Test(ops_bf16, matmul) { matmul_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ attention */
 
 /* ramp: keys grow along the sequence, so later key tiles hold the row's max and the online
  * softmax must rescale what it accumulated */
-static void check_attention(int B, int T, int C, int NH, bool ramp, uint64_t seed) {
+static void check_attention(GtDtype act, int B, int T, int C, int NH, bool ramp, uint64_t seed) {
     Fx fx;
-    fx_open(&fx);
+    fx_open_as(&fx, act);
     Rng r = {seed};
     size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     /* spread of +-2 gives peaked and flat softmax rows alike */
-    float *qkv = rand_f(&fx, &r, n3, -2, 2), *dout = rand_f(&fx, &r, nout, -1, 1);
+    float *qkv = rand_a(&fx, &r, n3, -2, 2), *dout = rand_a(&fx, &r, nout, -1, 1);
     if (ramp)
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
@@ -305,58 +363,70 @@ static void check_attention(int B, int T, int C, int NH, bool ramp, uint64_t see
                     qkv[((size_t)b * T + t) * 3 * C + c] = rng_f(&r, 0.5f, 1.5f);
                     qkv[((size_t)b * T + t) * 3 * C + C + c] = 40.0f * f * f * f * rng_f(&r, 0.5f, 1.5f);
                 }
+    if (act == GT_BF16) /* the ramp's values too must be bf16 values */
+        for (size_t i = 0; i < n3; i++) qkv[i] = gt_bf16_to_f32(gt_f32_to_bf16(qkv[i]));
 
-    float *d_qkv = dup_f(&fx, qkv, n3), *d_out = dnan(&fx, nout), *d_lse = dnan(&fx, nl);
+    void *d_qkv = dup_a(&fx, qkv, n3), *d_out = dnan_a(&fx, nout);
+    float *d_lse = dnan(&fx, nl);
     fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, C, NH);
-    float *d_dqkv = dnan(&fx, n3), *d_ws = dnan(&fx, nl);
-    fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_f(&fx, dout, nout), d_qkv, d_out, d_lse,
+    void *d_dqkv = dnan_a(&fx, n3);
+    float *d_ws = dnan(&fx, nl);
+    fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse,
                                    B, T, C, NH);
 
     double *rqkv = to_d(&fx, qkv, n3), *ro = hd(&fx, nout), *rl = hd(&fx, nl), *rd = hd(&fx, n3);
     ref_attention_forward(ro, rl, rqkv, B, T, C, NH);
-    ref_attention_backward(rd, to_d(&fx, dout, nout), rqkv, B, T, C, NH);
+    /* The backward's D = dout . out enters as datt - D, which nearly cancels on peaked rows (the
+     * ramp), amplifying any error in out. bf16: the reference takes D from the rounded out the op
+     * was given (the op cannot know better); fp32: the exact D, as the fp32 out is within 2^-24. */
+    const double *out_given = act == GT_BF16 ? to_d(&fx, get_a(&fx, d_out, nout), nout) : NULL;
+    ref_attention_backward(rd, to_d(&fx, dout, nout), rqkv, out_given, B, T, C, NH);
 
-    CHECK("attention out", get_f(&fx, d_out, nout), ro, nout, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    CHECK_A("attention out", get_a(&fx, d_out, nout), ro, nout, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
     CHECK("attention lse", get_f(&fx, d_lse, nl), rl, nl, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK("attention dqkv", get_f(&fx, d_dqkv, n3), rd, n3, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
+    CHECK_A("attention dqkv", get_a(&fx, d_dqkv, n3), rd, n3, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
     fx_close(&fx);
 }
 
-Test(ops, attention) {
-    check_attention(2, 7, 20, 2, false, 10);
-    check_attention(1, 5, 12, 4, false, 11);
-    check_attention(2, 70, 32, 4, false, 12); /* T crosses a 64-key tile */
-    check_attention(1, 150, 16, 2, true, 15); /* three tiles, max moving to later ones */
-    check_attention(3, 16, 64, 4, false, 13);
-    check_attention(1, 1, 8, 2, false, 14);   /* a single position */
+static void attention_cases(GtDtype act) {
+    check_attention(act, 2, 7, 20, 2, false, 10);
+    check_attention(act, 1, 5, 12, 4, false, 11);
+    check_attention(act, 2, 70, 32, 4, false, 12); /* T crosses a 64-key tile */
+    check_attention(act, 1, 150, 16, 2, true, 15); /* three tiles, max moving to later ones */
+    check_attention(act, 3, 16, 64, 4, false, 13);
+    check_attention(act, 1, 1, 8, 2, false, 14);   /* a single position */
 }
+Test(ops, attention) { attention_cases(GT_F32); }
+Test(ops_bf16, attention) { attention_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ gelu, add, scale */
 
-static void check_gelu(size_t n, uint64_t seed) {
+static void check_gelu(GtDtype act, size_t n, uint64_t seed) {
     Fx fx;
-    fx_open(&fx);
+    fx_open_as(&fx, act);
     Rng r = {seed};
-    float *x = rand_f(&fx, &r, n, -5, 5), *dout = rand_f(&fx, &r, n, -1, 1);
-    float *d_x = dup_f(&fx, x, n), *d_out = dnan(&fx, n), *d_dinp = dnan(&fx, n);
+    float *x = rand_a(&fx, &r, n, -5, 5), *dout = rand_a(&fx, &r, n, -1, 1);
+    void *d_x = dup_a(&fx, x, n), *d_out = dnan_a(&fx, n), *d_dinp = dnan_a(&fx, n);
     fx.be->ops->gelu_forward(fx.be, d_out, d_x, n);
-    fx.be->ops->gelu_backward(fx.be, d_dinp, d_x, dup_f(&fx, dout, n), n);
-    float *d_inplace = dup_f(&fx, dout, n); /* dinp == dout */
+    fx.be->ops->gelu_backward(fx.be, d_dinp, d_x, dup_a(&fx, dout, n), n);
+    void *d_inplace = dup_a(&fx, dout, n); /* dinp == dout */
     fx.be->ops->gelu_backward(fx.be, d_inplace, d_x, d_inplace, n);
 
     double *rx = to_d(&fx, x, n), *ro = hd(&fx, n), *rd = hd(&fx, n);
     ref_gelu_forward(ro, rx, n);
     ref_gelu_backward(rd, rx, to_d(&fx, dout, n), n);
-    CHECK("gelu out", get_f(&fx, d_out, n), ro, n, "n=%zu", n);
-    CHECK("gelu dinp", get_f(&fx, d_dinp, n), rd, n, "n=%zu", n);
-    CHECK("gelu dinp in place", get_f(&fx, d_inplace, n), rd, n, "n=%zu", n);
+    CHECK_A("gelu out", get_a(&fx, d_out, n), ro, n, "n=%zu", n);
+    CHECK_A("gelu dinp", get_a(&fx, d_dinp, n), rd, n, "n=%zu", n);
+    CHECK_A("gelu dinp in place", get_a(&fx, d_inplace, n), rd, n, "n=%zu", n);
     fx_close(&fx);
 }
 
-Test(ops, gelu) {
-    check_gelu(13, 20);
-    check_gelu(100003, 21);
+static void gelu_cases(GtDtype act) {
+    check_gelu(act, 13, 20);
+    check_gelu(act, 100003, 21);
 }
+Test(ops, gelu) { gelu_cases(GT_F32); }
+Test(ops_bf16, gelu) { gelu_cases(GT_BF16); }
 
 Test(ops, add_and_scale) {
     size_t sizes[] = {7, 70001};
@@ -380,14 +450,44 @@ Test(ops, add_and_scale) {
     }
 }
 
+/* add (out aliasing x too) and to_act, in the act dtype */
+static void check_add_to_act(GtDtype act, size_t n, uint64_t seed) {
+    Fx fx;
+    fx_open_as(&fx, act);
+    Rng r = {seed};
+    float *x = rand_a(&fx, &r, n, -1, 1), *y = rand_a(&fx, &r, n, -1, 1);
+    double *ro = hd(&fx, n);
+    ref_add(ro, to_d(&fx, x, n), to_d(&fx, y, n), n);
+    void *d_x = dup_a(&fx, x, n), *d_y = dup_a(&fx, y, n), *d_o = dnan_a(&fx, n);
+    fx.be->ops->add(fx.be, d_o, d_x, d_y, n);
+    CHECK_A("add", get_a(&fx, d_o, n), ro, n, "n=%zu", n);
+    fx.be->ops->add(fx.be, d_x, d_x, d_y, n);
+    CHECK_A("add in place", get_a(&fx, d_x, n), ro, n, "n=%zu", n);
+    /* to_act: any fp32 values, rounded once */
+    float *f = rand_f(&fx, &r, n, -3, 3);
+    void *d_a = dnan_a(&fx, n);
+    fx.be->ops->to_act(fx.be, d_a, dup_f(&fx, f, n), n);
+    CHECK_A("to_act", get_a(&fx, d_a, n), to_d(&fx, f, n), n, "n=%zu", n);
+    fx_close(&fx);
+}
+
+Test(ops, add_to_act) {
+    check_add_to_act(GT_F32, 7, 32);
+    check_add_to_act(GT_F32, 70001, 33);
+}
+Test(ops_bf16, add_to_act) {
+    check_add_to_act(GT_BF16, 7, 32);
+    check_add_to_act(GT_BF16, 70001, 33);
+}
+
 /* ------------------------------------------------------------------ cross-entropy */
 
-static void check_crossentropy(int N, int V, float offset, uint64_t seed) {
+static void check_crossentropy(GtDtype act, int N, int V, float offset, uint64_t seed) {
     Fx fx;
-    fx_open(&fx);
+    fx_open_as(&fx, act);
     Rng r = {seed};
     size_t NV = (size_t)N * V;
-    float *logits = rand_f(&fx, &r, NV, offset - 4, offset + 4);
+    float *logits = rand_a(&fx, &r, NV, offset - 4, offset + 4);
     int *tgt = rand_i(&fx, &r, N, V);
     for (int n = 0; n < N; n += 3) tgt[n] = -100; /* ignored rows */
     float scale = 1.0f / 37.0f;
@@ -397,28 +497,32 @@ static void check_crossentropy(int N, int V, float offset, uint64_t seed) {
 
     int *d_tgt = dup_i(&fx, tgt, N);
     /* without the gradient: losses only, logits left as they were */
-    float *d_logits = dup_f(&fx, logits, NV), *d_loss = dnan(&fx, N);
+    void *d_logits = dup_a(&fx, logits, NV);
+    float *d_loss = dnan(&fx, N);
     fx.be->ops->crossentropy(fx.be, d_loss, d_logits, d_tgt, N, V, scale, 0);
     CHECK("crossentropy losses (no grad)", get_f(&fx, d_loss, N), rloss, N, "N=%d V=%d", N, V);
-    cr_expect(memcmp(get_f(&fx, d_logits, NV), logits, NV * sizeof(float)) == 0,
+    cr_expect(memcmp(get_a(&fx, d_logits, NV), logits, NV * sizeof(float)) == 0,
               "crossentropy without compute_grad changed the logits");
     /* with the gradient, in place */
     up(&fx, d_loss, get_f(&fx, dnan(&fx, N), N), N * sizeof(float));
     fx.be->ops->crossentropy(fx.be, d_loss, d_logits, d_tgt, N, V, scale, 1);
     CHECK("crossentropy losses", get_f(&fx, d_loss, N), rloss, N, "N=%d V=%d", N, V);
-    float *dl = get_f(&fx, d_logits, NV);
-    CHECK("crossentropy dlogits", dl, rdl, NV, "N=%d V=%d", N, V);
+    float *dl = get_a(&fx, d_logits, NV);
+    CHECK_A("crossentropy dlogits", dl, rdl, NV, "N=%d V=%d", N, V);
     for (int n = 0; n < N; n += 3)
         for (int i = 0; i < V; i++)
             cr_expect(dl[(size_t)n * V + i] == 0.0f, "crossentropy: ignored row %d not zero", n);
     fx_close(&fx);
 }
 
-Test(ops, crossentropy) {
-    check_crossentropy(10, 11, 0.0f, 40);
-    check_crossentropy(9, 257, 500.0f, 41); /* large logits: must be max-subtracted */
-    check_crossentropy(64, 1000, 0.0f, 42);
+static void crossentropy_cases(GtDtype act) {
+    check_crossentropy(act, 10, 11, 0.0f, 40);
+    /* large logits: must be max-subtracted (bf16 spaces values near 500 by 2, still a spread) */
+    check_crossentropy(act, 9, 257, 500.0f, 41);
+    check_crossentropy(act, 64, 1000, 0.0f, 42);
 }
+Test(ops, crossentropy) { crossentropy_cases(GT_F32); }
+Test(ops_bf16, crossentropy) { crossentropy_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ adamw, sum_squares */
 
@@ -700,7 +804,7 @@ Test(reference, attention_fd) {
         size_t n3 = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
         AttCtx c = {rand_d(&fx, &r, n3, -2, 2), rand_d(&fx, &r, no, -1, 1), hd(&fx, no), B, T, C, NH};
         double *dqkv = hd(&fx, n3);
-        ref_attention_backward(dqkv, c.dout, c.qkv, B, T, C, NH);
+        ref_attention_backward(dqkv, c.dout, c.qkv, NULL, B, T, C, NH);
         FD_EXPECT("attention dqkv", fd_check(c.qkv, n3, dqkv, att_loss, &c));
         /* lse really is the log-sum-exp of the scaled scores of row 0: only t2 = 0, so lse = s00 */
         double *lse = hd(&fx, (size_t)B * NH * T);

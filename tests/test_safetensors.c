@@ -41,22 +41,22 @@ static void write_raw(const char *path, const char *header, long long declared_l
 TestSuite(safetensors, .init = st_setup, .fini = st_teardown);
 
 Test(safetensors, bf16_f16_conversions) {
-    cr_assert_eq(st_f32_to_bf16(1.0f), 0x3F80);
-    cr_assert_eq(st_f32_to_bf16(-2.0f), 0xC000);
+    cr_assert_eq(gt_f32_to_bf16(1.0f), 0x3F80);
+    cr_assert_eq(gt_f32_to_bf16(-2.0f), 0xC000);
     /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (down) */
-    cr_assert_eq(st_f32_to_bf16(1.0f + 0.00390625f), 0x3F80);
+    cr_assert_eq(gt_f32_to_bf16(1.0f + 0.00390625f), 0x3F80);
     /* 1 + 3*2^-8 is halfway between 1+2^-7 and 1+2^-6: ties to even (up) */
-    cr_assert_eq(st_f32_to_bf16(1.0f + 3 * 0.00390625f), 0x3F82);
+    cr_assert_eq(gt_f32_to_bf16(1.0f + 3 * 0.00390625f), 0x3F82);
     /* just above half rounds up */
-    cr_assert_eq(st_f32_to_bf16(1.0f + 0.00390625f + 1e-6f), 0x3F81);
-    cr_assert_eq(st_f32_to_bf16(INFINITY), 0x7F80);
-    cr_assert(isnan(st_bf16_to_f32(st_f32_to_bf16(NAN))));
+    cr_assert_eq(gt_f32_to_bf16(1.0f + 0.00390625f + 1e-6f), 0x3F81);
+    cr_assert_eq(gt_f32_to_bf16(INFINITY), 0x7F80);
+    cr_assert(isnan(gt_bf16_to_f32(gt_f32_to_bf16(NAN))));
     /* a NaN whose payload is only in the low bits must not become inf */
     uint32_t nanbits = 0x7F800001u;
     float lownan;
     memcpy(&lownan, &nanbits, 4);
-    cr_assert(isnan(st_bf16_to_f32(st_f32_to_bf16(lownan))));
-    cr_assert_eq(st_bf16_to_f32(0x3F80), 1.0f);
+    cr_assert(isnan(gt_bf16_to_f32(gt_f32_to_bf16(lownan))));
+    cr_assert_eq(gt_bf16_to_f32(0x3F80), 1.0f);
     cr_assert_eq(st_f16_to_f32(0x3C00), 1.0f);
     cr_assert_eq(st_f16_to_f32(0xC000), -2.0f);
     cr_assert_eq(st_f16_to_f32(0x3800), 0.5f);
@@ -76,7 +76,7 @@ Test(safetensors, roundtrip_f32_bf16) {
     float s = 42.0f;
     float bsrc[5] = {0.1f, -0.2f, 3.14159f, 1e10f, -7.0f};
     uint16_t b[5];
-    for (int i = 0; i < 5; i++) b[i] = st_f32_to_bf16(bsrc[i]);
+    for (int i = 0; i < 5; i++) b[i] = gt_f32_to_bf16(bsrc[i]);
     StTensorOut ts[4] = {
         {.name = "h.0.attn.c_attn.weight", .dtype = ST_F32, .ndim = 2, .shape = {2, 3}, .data = a},
         {.name = "scalar", .dtype = ST_F32, .ndim = 0, .data = &s},
@@ -142,7 +142,7 @@ Test(safetensors, roundtrip_f32_bf16) {
     float gb[5];
     cr_assert_eq(safetensors_read_f32(st, i, gb, 5, &err), 0);
     for (int k = 0; k < 5; k++) {
-        cr_assert_eq(gb[k], st_bf16_to_f32(b[k]));
+        cr_assert_eq(gb[k], gt_bf16_to_f32(b[k]));
         cr_assert(fabsf(gb[k] - bsrc[k]) <= fabsf(bsrc[k]) * (1.0f / 256));
     }
     safetensors_close(st);
@@ -161,7 +161,7 @@ Test(safetensors, big_tensor_chunked_bf16) {
     size_t n = 100003; /* more than one conversion chunk */
     uint16_t *b = malloc(n * 2);
     cr_assert_not_null(b);
-    for (size_t k = 0; k < n; k++) b[k] = st_f32_to_bf16((float)k);
+    for (size_t k = 0; k < n; k++) b[k] = gt_f32_to_bf16((float)k);
     StTensorOut t = {.name = "w", .dtype = ST_BF16, .ndim = 1, .shape = {(int64_t)n}, .data = b};
     GtError err = {0};
     cr_assert_eq(safetensors_write(path, &t, 1, NULL, 0, &err), 0, "%s", err.msg);
@@ -170,7 +170,7 @@ Test(safetensors, big_tensor_chunked_bf16) {
     float *d = malloc(n * 4);
     cr_assert_not_null(d);
     cr_assert_eq(safetensors_read_f32(st, 0, d, n, &err), 0, "%s", err.msg);
-    for (size_t k = 0; k < n; k++) cr_assert_eq(d[k], st_bf16_to_f32(b[k]));
+    for (size_t k = 0; k < n; k++) cr_assert_eq(d[k], gt_bf16_to_f32(b[k]));
     safetensors_close(st);
     free(d);
     free(b);
