@@ -115,7 +115,7 @@ static const KeySpec SCHEMA[] = {
     {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6,
      .doc = "Clip the global gradient norm to this; 0 disables clipping."},
     {.key = "precision", .type = KT_ENUM, FIELD(precision), .def = "fp32", .names = PREC_NAMES,
-     .doc = "Compute precision: fp32, or bf16 matmuls with fp32 master weights."},
+     .doc = "fp32 (TF32 off), or bf16 activations and weight copy with fp32 master weights, gradients and AdamW state."},
     {.key = "seed", .type = KT_INT, FIELD(seed), .def = "42", .imin = 0, .imax = LLONG_MAX,
      .doc = "Seed for initialization and data sampling."},
     {.key = "device", .type = KT_ENUM, FIELD(device), .def = "auto", .names = DEVICE_NAMES,

@@ -495,6 +495,30 @@ Test(reliability, sigterm_checkpoints_exits_0_and_resume_is_bit_exact, .timeout 
     ws_fini(&w);
 }
 
+/* bf16: a run resumed from a mid-run checkpoint ends with the unbroken run's weights, bit for bit
+ * (the checkpoint holds the fp32 master weights; the bf16 compute copy is rebuilt from them). */
+Test(reliability, bf16_resume_is_bit_exact, .timeout = 180) {
+    Ws w;
+    ws_init(&w);
+    char ref[300];
+    reference_run(&w, ref, sizeof ref, "precision=bf16", "max_steps=40", "save_steps=0", NULL);
+    int st = run(&w, NULL, "full", "precision=bf16", "max_steps=40", "save_steps=20", "save_total_limit=0",
+                 "overwrite_output_dir=true", NULL);
+    expect_exit(&w, "full", st, 0);
+    char c40[400], mf[400];
+    snprintf(c40, sizeof c40, "%s/checkpoint-40", w.out);
+    snprintf(mf, sizeof mf, "%s/model.safetensors", w.out);
+    rm_tree(c40);
+    cr_assert_eq(unlink(mf), 0, "%s: %s", mf, strerror(errno));
+    st = run(&w, NULL, "resume", "precision=bf16", "max_steps=40", "save_steps=20", "save_total_limit=0",
+             "resume_from_checkpoint=latest", NULL);
+    expect_exit(&w, "resume", st, 0);
+    char a[400];
+    snprintf(a, sizeof a, "%s/model.safetensors", ref);
+    cr_assert(files_equal(a, mf), "bf16: resumed from checkpoint-20, the weights differ from the unbroken run");
+    ws_fini(&w);
+}
+
 /* A second signal once the first has been taken (the run printed "received ...") ends the
  * process at once, i.e. during the final checkpoint write. When the write finished before the
  * second signal arrived the attempt proves nothing and is repeated. Whatever is named
