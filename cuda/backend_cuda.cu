@@ -12,7 +12,8 @@
  * (cuBLAS pedantic math, cuBLASLt CUBLAS_COMPUTE_32F), so results compare with the CPU backend at
  * 1e-5. With bf16 activations A/B are bf16 and the GEMMs compute and accumulate in fp32
  * (CUBLAS_COMPUTE_32F, fp32 scale type): forward and dinp write bf16 (rounded once, bias included),
- * dw accumulates into the fp32 gradient (C/D fp32). TODO(perf): a GELU epilogue. */
+ * dw accumulates into the fp32 gradient (C/D fp32). matmul_gelu_forward fuses the fc GEMM with its
+ * GELU through cuBLASLt's GELU_AUX_BIAS epilogue under bf16 (see there). */
 #include "cuda_common.cuh"
 
 #include <stdint.h>
@@ -208,6 +209,30 @@ static void gemm_fallback(Backend *b, cublasOperation_t ta, cublasOperation_t tb
                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+/* A cuBLASLt preference: our workspace, the alignment promised for A/B and for C/D, and for a
+ * bf16 output a split-K whose partial sums stay fp32 (no in-place or output-type reduction, which
+ * would add the partials in bf16): D is rounded once. fp32 keeps cuBLASLt's default. */
+static cublasLtMatmulPreference_t lt_preference(uint32_t align_ab, uint32_t align_cd, bool bf16_out) {
+    cublasLtMatmulPreference_t pref = NULL;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    size_t ws = GTC_LT_WORKSPACE_BYTES;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &ws, sizeof ws));
+    const cublasLtMatmulPreferenceAttributes_t attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++) {
+        uint32_t align = i < 2 ? align_ab : align_cd;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr[i], &align, sizeof align));
+    }
+    if (bf16_out) {
+        uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                                          &red, sizeof red));
+    }
+    return pref;
+}
+
 /* C[m,n] (col-major) = op(A) op(B) + beta C (+ bias[m] per row); A, B of type abt, C (and bias)
  * of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0. */
 static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -259,25 +284,7 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, cuda_type(abt), tb == CUBLAS_OP_N ? k : n,
                                             tb == CUBLAS_OP_N ? n : k, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, cuda_type(cdt), m, n, ldc));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = GTC_LT_WORKSPACE_BYTES;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &ws, sizeof ws));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                      &align_ab, sizeof align_ab));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                      &align_ab, sizeof align_ab));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                      &align_cd, sizeof align_cd));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                      &align_cd, sizeof align_cd));
-    if (cdt != GT_F32) {
-        /* a split-K's partial sums stay fp32 (no in-place or output-type reduction, which would
-         * add the partials in bf16): D is rounded once. fp32 keeps cuBLASLt's default. */
-        uint32_t red = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                                                          &red, sizeof red));
-    }
+    pref = lt_preference(align_ab, align_cd, cdt != GT_F32);
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &heur,
@@ -304,6 +311,116 @@ static void cu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const ac
                               const act_t *bias, int N, int C, int OC) {
     GtDtype at = act_dtype(b);
     gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, OC, bias, 0.0f);
+}
+
+/* ---- matmul + GELU ----
+ *
+ * pre[N,OC] = inp @ w^T + bias and out_gelu = gelu(pre), the GEMM mapped as matmul_forward's
+ * (m = OC, n = N, k = C; both outputs col-major [OC, N] with ld OC = row-major [N, OC]).
+ *
+ * bf16 activations: one cuBLASLt call with CUBLASLT_EPILOGUE_GELU_AUX_BIAS (GELU_AUX without a
+ * bias): D = gelu(A B + bias) goes to out_gelu, and the GELU input A B + bias to the aux buffer
+ * pre (col-major [OC, N], AUX_LD = OC, which cuBLASLt wants a multiple of 8; its element type
+ * defaults to D's, bf16). cuBLASLt's GELU is the tanh form (gelu_new), the one gelu_forward
+ * computes. NOTE: the epilogue computes the gelu inside cuBLASLt from the UNROUNDED fp32
+ * pre-activation, while the pair matmul_forward + gelu_forward computes it from pre rounded to
+ * bf16; so out_gelu may differ from the pair's by a bf16 ulp (the op tests use the 1e-2 bf16
+ * bound there, not bit identity), and pre may differ too where cuBLASLt picks another algorithm
+ * than matmul_forward's GEMM. Backward reads pre (gelu_backward), as stored.
+ *
+ * Taken only when every pointer (inp, w, bias, pre, out_gelu) is 16-byte aligned, C and OC are
+ * multiples of 8 elements and the heuristic finds an algorithm; otherwise, and ALWAYS for fp32
+ * activations (which must stay within 1e-5 of the CPU, and bit-identical to the pair), the pair
+ * itself: the GEMM of matmul_forward, then the gelu kernel.
+ *
+ * Bits must not depend on where the buffers live (recompute): cuBLASLt's heuristic looks at the
+ * bias and aux pointer values to infer their alignment, so the heuristic is asked with stand-in
+ * pointers aligned to exactly 16 bytes, and the real pointers are set only for the matmul. The
+ * algorithm then depends on the shapes and the 16-byte rule only, never on a pointer's exact
+ * alignment. */
+static bool gemm_gelu_epilogue(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp,
+                               const act_t *w, const act_t *bias, int N, int C, int OC) {
+    CudaImpl *im = gtc_impl(b);
+    const size_t es = gt_dtype_size(GT_BF16);
+    if (N <= 0 || C <= 0 || OC <= 0) return false;
+    if (!(ptr_aligned16(inp) && ptr_aligned16(w) && (!bias || ptr_aligned16(bias)) &&
+          ptr_aligned16(pre) && ptr_aligned16(out_gelu) && ld_aligned16(C, es) &&
+          ld_aligned16(OC, es) && OC % 8 == 0))
+        return false;
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    const int m = OC, n = N, k = C;
+    const cudaDataType_t bf = CUDA_R_16BF;
+    /* stand-ins for the heuristic: real device memory, aligned to 16 bytes and no more */
+    const void *probe = (const char *)im->lt_workspace + 16;
+
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias) {
+        int32_t bias_type = (int32_t)bf;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                    &bias_type, sizeof bias_type));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
+                                                    sizeof probe));
+    }
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &probe,
+                                                sizeof probe));
+    int64_t aux_ld = OC;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                sizeof aux_ld));
+    /* layouts as stored (before op): w is col-major [C, OC] (ld C), inp col-major [C, N] (ld C),
+     * D col-major [OC, N] (ld OC) */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, bf, k, m, C));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, bf, k, n, C));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, bf, m, n, OC));
+    pref = lt_preference(16u, 16u, true); /* as gemm(): D (and the aux) rounded once */
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &heur,
+                                                       &found);
+    bool done = false;
+    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                                    &pre, sizeof pre));
+        if (bias)
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                        &bias, sizeof bias));
+        float alpha = 1.0f, beta = 0.0f;
+        cublasStatus_t ms = cublasLtMatmul(im->lt, op, &alpha, w, la, inp, lb, &beta, out_gelu, lc,
+                                           out_gelu, lc, &heur.algo, im->lt_workspace,
+                                           GTC_LT_WORKSPACE_BYTES, im->compute);
+        if (ms == CUBLAS_STATUS_SUCCESS) {
+            done = true;
+        } else if (ms == CUBLAS_STATUS_NOT_SUPPORTED || ms == CUBLAS_STATUS_INVALID_VALUE) {
+            /* refused before launching anything, and the same for every call of this shape
+             * (so recompute keeps its bits): the pair below; said once per backend */
+            if (!im->gelu_epilogue_refused)
+                gt_log("cuda: cuBLASLt GELU epilogue refused (%s) for %d x %d x %d: using the GEMM + "
+                       "gelu kernel for that shape\n", cublasGetStatusString(ms), N, C, OC);
+            im->gelu_epilogue_refused = true;
+        } else {
+            CUBLAS_CHECK(ms);
+        }
+    }
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
+    return done;
+}
+
+static void cu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp,
+                                   const act_t *w, const act_t *bias, int N, int C, int OC) {
+    if (act_dtype(b) == GT_BF16 && gemm_gelu_epilogue(b, out_gelu, pre, inp, w, bias, N, C, OC))
+        return;
+    cu_matmul_forward(b, pre, inp, w, bias, N, C, OC);
+    if (N > 0 && OC > 0) gtc_gelu_forward(b, out_gelu, pre, (size_t)N * OC);
 }
 
 static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
@@ -380,6 +497,8 @@ static const BackendOps k_cuda_ops = {
     /* .gelu_forward = */ gtc_gelu_forward,
     /* .gelu_backward = */ gtc_gelu_backward,
     /* .add = */ gtc_add,
+    /* .residual_layernorm_forward = */ gtc_residual_layernorm_forward,
+    /* .matmul_gelu_forward = */ cu_matmul_gelu_forward,
     /* .crossentropy = */ gtc_crossentropy,
     /* .adamw = */ gtc_adamw,
     /* .sum_squares = */ gtc_sum_squares,

@@ -76,6 +76,7 @@ typedef struct {
     size_t scratch_bytes;
     double *ss_partials; /* GTC_SS_PARTS + 1 doubles on the device */
     double *ss_host;     /* 1 pinned double */
+    bool gelu_epilogue_refused; /* cuBLASLt refused the bf16 GELU epilogue (logged once) */
 } CudaImpl;
 
 static inline CudaImpl *gtc_impl(Backend *b) { return (CudaImpl *)b->impl; }
@@ -152,6 +153,10 @@ void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, con
 void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                             const act_t *inp, const act_t *w, const float *mean, const float *rstd,
                             int N, int C);
+/* res = x + y (rounded once), out = layernorm(res): bit for bit gtc_add + gtc_layernorm_forward */
+void gtc_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *mean, float *rstd,
+                                    const act_t *x, const act_t *y, const act_t *w,
+                                    const act_t *bias, int N, int C, float eps);
 void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n);
 void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n);
 void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);

@@ -8,7 +8,8 @@
  * where noted) and rounds each act_t output once through store_from_f32 (cuda_common.cuh).
  * Parameter gradients, mean/rstd, losses and the optimizer's tensors are always fp32.
  *
- * TODO(perf): fused kernels (residual + layernorm, bias + GELU) and vectorised bf16 loads. */
+ * Fused: residual add + layernorm (residual_layernorm_forward); bias + GELU is a cuBLASLt epilogue
+ * (backend_cuda.cu, matmul_gelu_forward). TODO(perf): vectorised bf16 loads. */
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -311,18 +312,15 @@ void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, in
 
 /* ------------------------------------------------------------------ layernorm */
 
-/* one warp per row; two passes (mean, then variance of x - mean) as the CPU */
+/* The rest of one row's layernorm forward, for the calling warp, once each lane has summed its
+ * elements x[lane], x[lane + 32], ... in that order into s: the mean (butterfly over the lanes),
+ * the variance of x - mean (second pass), then the output (third pass), as the CPU. Shared by
+ * layernorm_forward and residual_layernorm_forward, so the two compute the same bits. */
 template <typename Act>
-__global__ void layernorm_forward_kernel(Act *out, float *mean, float *rstd, const Act *inp,
-                                         const Act *w, const Act *bias, int N, int C, float eps) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return; /* warp-uniform */
-    const Act *x = inp + (size_t)row * C;
-    Act *o = out + (size_t)row * C;
+__device__ __forceinline__ void layernorm_row_finish(Act *o, float *mean, float *rstd, int row,
+                                                     const Act *x, const Act *w, const Act *bias,
+                                                     int C, float eps, int lane, float s) {
     float invC = 1.0f / (float)C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += load_f32(x, c);
     float m = gtc_warp_sum(s) * invC;
     float v = 0.0f;
     for (int c = lane; c < C; c += 32) {
@@ -337,6 +335,19 @@ __global__ void layernorm_forward_kernel(Act *out, float *mean, float *rstd, con
         if (mean) mean[row] = m;
         if (rstd) rstd[row] = r;
     }
+}
+
+/* one warp per row; two passes (mean, then variance of x - mean) as the CPU */
+template <typename Act>
+__global__ void layernorm_forward_kernel(Act *out, float *mean, float *rstd, const Act *inp,
+                                         const Act *w, const Act *bias, int N, int C, float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* warp-uniform */
+    const Act *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += load_f32(x, c);
+    layernorm_row_finish(out + (size_t)row * C, mean, rstd, row, x, w, bias, C, eps, lane, s);
 }
 
 template <typename Act>
@@ -357,6 +368,55 @@ void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, con
     else
         layernorm_forward_t(b, (float *)out, mean, rstd, (const float *)inp, (const float *)w,
                             (const float *)bias, N, C, eps);
+}
+
+/* res = x + y and out = layernorm(res), one warp per row (the layout of layernorm_forward).
+ * The first pass reads x and y once, writes res rounded once (add_kernel's arithmetic) and sums
+ * the value res now holds (load_f32 of what was stored: the rounded one), in layernorm_forward's
+ * lane order; the rest is layernorm_row_finish on res. So every output is bit for bit
+ * add + layernorm_forward. res may alias x or y: each element is read, then written, by the
+ * same thread, and later passes read only res. */
+template <typename Act>
+__global__ void residual_layernorm_forward_kernel(Act *res, Act *out, float *mean, float *rstd,
+                                                  const Act *x, const Act *y, const Act *w,
+                                                  const Act *bias, int N, int C, float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* warp-uniform */
+    const size_t off = (size_t)row * C;
+    const Act *xr = x + off, *yr = y + off;
+    Act *rr = res + off;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));
+        s += load_f32(rr, c);
+    }
+    layernorm_row_finish(out + off, mean, rstd, row, (const Act *)rr, w, bias, C, eps, lane, s);
+}
+
+template <typename Act>
+static void residual_layernorm_forward_t(Backend *b, Act *res, Act *out, float *mean, float *rstd,
+                                         const Act *x, const Act *y, const Act *w, const Act *bias,
+                                         int N, int C, float eps) {
+    int rows_per_block = GTC_THREADS / 32;
+    residual_layernorm_forward_kernel<Act><<<(N + rows_per_block - 1) / rows_per_block,
+                                             GTC_THREADS, 0, gtc_stream(b)>>>(
+        res, out, mean, rstd, x, y, w, bias, N, C, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *mean, float *rstd,
+                                    const act_t *x, const act_t *y, const act_t *w,
+                                    const act_t *bias, int N, int C, float eps) {
+    if (N <= 0) return;
+    if (gtc_act_bf16(b))
+        residual_layernorm_forward_t(b, (gtc_bf16 *)res, (gtc_bf16 *)out, mean, rstd,
+                                     (const gtc_bf16 *)x, (const gtc_bf16 *)y, (const gtc_bf16 *)w,
+                                     (const gtc_bf16 *)bias, N, C, eps);
+    else
+        residual_layernorm_forward_t(b, (float *)res, (float *)out, mean, rstd, (const float *)x,
+                                     (const float *)y, (const float *)w, (const float *)bias, N, C,
+                                     eps);
 }
 
 /* dinp += (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)) * rstd; one warp per row. The += is a

@@ -457,10 +457,10 @@ done
 {
   echo
   echo "device-check summary ($(elapsed)s after the build; full log: $LOG)"
-  printf '%-16s %-5s %s\n' CHECK STATUS DETAIL
+  printf '%-22s %-5s %s\n' CHECK STATUS DETAIL
   for r in "${RESULTS[@]}"; do
     IFS='|' read -r n s d <<<"$r"
-    printf '%-16s %-5s %s\n' "$n" "$s" "$d"
+    printf '%-22s %-5s %s\n' "$n" "$s" "$d"
   done
   echo "$fails check(s) failed"
 } | tee -a "$LOG"

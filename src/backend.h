@@ -119,6 +119,21 @@ typedef struct BackendOps {
     /* out = x + y (out may alias x or y) */
     void (*add)(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
 
+    /* ---- fused forward ops (each equals the pair it replaces, see the notes) ---- */
+    /* res[N,C] = x + y (rounded to the act dtype once), then out = layernorm(res) with mean/rstd
+     * saved, computed from the ROUNDED res: bit for bit add(res, x, y) followed by
+     * layernorm_forward(out, mean, rstd, res, ...) on the same backend. res may alias x or y. */
+    void (*residual_layernorm_forward)(Backend *b, act_t *res, act_t *out, float *mean, float *rstd,
+                                       const act_t *x, const act_t *y, const act_t *w,
+                                       const act_t *bias, int N, int C, float eps);
+    /* pre[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (as matmul_forward; bias may be NULL) and
+     * out_gelu = gelu(pre) (tanh form, as gelu_forward, from the ROUNDED pre). Bit for bit the
+     * pair matmul_forward + gelu_forward on the same backend, except CUDA with bf16 activations,
+     * where a cuBLASLt GELU epilogue may compute gelu from the fp32 pre-activation before it is
+     * rounded (out_gelu then within a bf16 ulp of the pair's). */
+    void (*matmul_gelu_forward)(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp,
+                                const act_t *w, const act_t *bias, int N, int C, int OC);
+
     /* Per row of logits[N,V]: losses[n] = -log softmax(logits)[targets[n]], 0 where
      * targets[n] == -100. If compute_grad: logits is overwritten with
      * dloss_scale * (softmax - onehot(target)) (zero rows for ignored targets). */

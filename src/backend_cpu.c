@@ -36,7 +36,7 @@ extern float expf(float) __attribute__((simd("notinbranch")));
 #define SS_PARTS 256
 
 /* fp32 buffers the bf16 emulation widens act_t tensors into (see "precision" below) */
-enum { WIDE_SLOTS = 5 };
+enum { WIDE_SLOTS = 6 };
 
 typedef struct {
     int num_threads;
@@ -193,30 +193,62 @@ static void f32_encoder_backward(Backend *b, float *dwte, float *dwpe, const flo
 
 /* ------------------------------------------------------------------ layernorm */
 
+/* one row of layernorm forward: o = (x - m) * s * w + bias; the row's mean and rstd returned.
+ * Shared by layernorm_forward and residual_layernorm_forward, which must agree bit for bit. */
+static inline void ln_row(float *o, float *m_out, float *s_out, const float *x, const float *w,
+                          const float *bias, int C, float invC, float eps) {
+    float m = sum_f(x, C) * invC;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= C; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float d = x[i + j] - m;
+            acc[j] += d * d;
+        }
+    float var = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < C; i++) {
+        float d = x[i] - m;
+        var += d * d;
+    }
+    var *= invC;
+    float s = 1.0f / sqrtf(var + eps);
+    for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + bias[c];
+    *m_out = m;
+    *s_out = s;
+}
+
 static void f32_layernorm_forward(Backend *b, float *out, float *mean, float *rstd,
                                   const float *inp, const float *w, const float *bias, int N,
                                   int C, float eps) {
     float invC = 1.0f / (float)C;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * C >= PAR_MIN)
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float m = sum_f(x, C) * invC;
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        int i = 0;
-        for (; i + 8 <= C; i += 8)
-            for (int j = 0; j < 8; j++) {
-                float d = x[i + j] - m;
-                acc[j] += d * d;
-            }
-        float var = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-        for (; i < C; i++) {
-            float d = x[i] - m;
-            var += d * d;
-        }
-        var *= invC;
-        float s = 1.0f / sqrtf(var + eps);
-        for (int c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + bias[c];
+        float m, s;
+        ln_row(out + (size_t)n * C, &m, &s, inp + (size_t)n * C, w, bias, C, invC, eps);
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+/* res = x + y, then out = layernorm(res), one row at a time (the row is still in cache when the
+ * layernorm reads it). round_bf16: res is rounded to bf16 (nearest even) before the layernorm
+ * reads it, as the bf16 emulation's add would store it. res may alias x or y: each element of x
+ * and y is read before res overwrites it. */
+static void f32_residual_layernorm_forward(Backend *b, float *res, float *out, float *mean,
+                                           float *rstd, const float *x, const float *y,
+                                           const float *w, const float *bias, int N, int C,
+                                           float eps, bool round_bf16) {
+    float invC = 1.0f / (float)C;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * C >= PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        float *r = res + (size_t)n * C;
+        const float *xr = x + (size_t)n * C, *yr = y + (size_t)n * C;
+        if (round_bf16)
+            for (int c = 0; c < C; c++) r[c] = gt_bf16_to_f32(gt_f32_to_bf16(xr[c] + yr[c]));
+        else
+            for (int c = 0; c < C; c++) r[c] = xr[c] + yr[c];
+        float m, s;
+        ln_row(out + (size_t)n * C, &m, &s, r, w, bias, C, invC, eps);
         if (mean) mean[n] = m;
         if (rstd) rstd[n] = s;
     }
@@ -784,6 +816,28 @@ static void cpu_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size
     act_done(b, out, o, n);
 }
 
+/* fused: widen x and y once, add and layernorm per row (res rounded to bf16 first under bf16),
+ * round both outputs once. Equal to cpu_add + cpu_layernorm_forward bit for bit. */
+static void cpu_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *mean, float *rstd,
+                                           const act_t *x, const act_t *y, const act_t *w, const act_t *bias,
+                                           int N, int C, float eps) {
+    const size_t NC = (size_t)N * C;
+    const float *xw = act_in(b, 1, x, NC), *yw = act_in(b, 2, y, NC);
+    const float *ww = act_in(b, 3, w, (size_t)C), *bw = act_in(b, 4, bias, (size_t)C);
+    float *r = act_out(b, 0, res, NC, false);
+    float *o = act_out(b, 5, out, NC, false);
+    f32_residual_layernorm_forward(b, r, o, mean, rstd, xw, yw, ww, bw, N, C, eps, b->act_dtype == GT_BF16);
+    act_done(b, res, r, NC);
+    act_done(b, out, o, NC);
+}
+
+/* the composition of the two ops: pre (rounded once under bf16) is what the gelu reads */
+static void cpu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp, const act_t *w,
+                                    const act_t *bias, int N, int C, int OC) {
+    cpu_matmul_forward(b, pre, inp, w, bias, N, C, OC);
+    cpu_gelu_forward(b, out_gelu, pre, (size_t)N * OC);
+}
+
 static void cpu_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
                              float dloss_scale, int compute_grad) {
     const size_t NV = (size_t)N * V;
@@ -839,6 +893,8 @@ static const BackendOps k_cpu_ops = {
     .gelu_forward = cpu_gelu_forward,
     .gelu_backward = cpu_gelu_backward,
     .add = cpu_add,
+    .residual_layernorm_forward = cpu_residual_layernorm_forward,
+    .matmul_gelu_forward = cpu_matmul_gelu_forward,
     .crossentropy = cpu_crossentropy,
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,

@@ -5,6 +5,7 @@
  *   layer l: ln1 = LN(input[l]); qkv = ln1 Wqkv; atty = attn(qkv); res2 = input[l] + atty Wproj
  *            ln2 = LN(res2); fch = ln2 Wfc; fch_gelu = gelu(fch); out = res2 + fch_gelu Wfcproj
  *            out -> input[l+1] (or final_res after the last layer)
+ *            (the residual add and LN2 run as one fused op, and so do Wfc and its gelu)
  *   lnf = LN(final_res); logits = lnf wte^T (in chunks of logits_rows rows, the loss and dlogits
  *   computed at once, so the full B*T*V logits never exist)
  * Backward runs the same graph in reverse with one activation-gradient workspace shared by all
@@ -333,10 +334,11 @@ static void layer_forward(Model *m, int l, int B, const act_t *in, const LayerAc
     op->matmul_forward(be, a->qkv, a->ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
     op->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
     op->matmul_forward(be, a->res2, a->atty, p.attprojw, p.attprojb, BT, C, C);
-    op->add(be, a->res2, a->res2, in, (size_t)BT * C);
-    op->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p.ln2w, p.ln2b, BT, C, eps);
-    op->matmul_forward(be, a->fch, a->ln2, p.fcw, p.fcb, BT, C, I);
-    op->gelu_forward(be, a->fch_gelu, a->fch, (size_t)BT * I);
+    /* res2 += in, ln2 = LN(res2): one fused op (bit for bit add + layernorm_forward) */
+    op->residual_layernorm_forward(be, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, in, p.ln2w, p.ln2b,
+                                   BT, C, eps);
+    /* fch = ln2 Wfc + b, fch_gelu = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU epilogue) */
+    op->matmul_gelu_forward(be, a->fch_gelu, a->fch, a->ln2, p.fcw, p.fcb, BT, C, I);
     if (out) {
         op->matmul_forward(be, out, a->fch_gelu, p.fcprojw, p.fcprojb, BT, I, C);
         op->add(be, out, out, a->res2, (size_t)BT * C);

@@ -9,7 +9,9 @@
  *     T not a multiple of the tiles, B*T spanning several chunks of the encoder's dwte kernel;
  *   - encoder backward adds in the CPU's order, so it must match the CPU bit for bit;
  *   - a GEMM on pointers that are not 16-byte aligned (the cuBLASLt 4-byte-alignment path);
- *   - bf16 activations: every act_t op against the CPU backend's bf16 emulation (the reference). */
+ *   - bf16 activations: every act_t op against the CPU backend's bf16 emulation (the reference);
+ *   - bf16 matmul_gelu (the cuBLASLt GELU epilogue) gives the same bits whatever 16-byte-aligned
+ *     buffers it is given. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -432,6 +434,36 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
      * alignment promise, bias through the fallback) */
     for (int i = 0; i < 2; i++) bf16_matmul(b, k, r, &in->mm[i]);
 
+    /* the fused forward ops: residual + layernorm (res aliasing x), then matmul + gelu on both
+     * matmul shapes (aligned: the GPU's GELU epilogue; odd sizes: its GEMM + gelu kernel) */
+    {
+        void *x = dup_to(b, in->ln_inp, NC * 2), *y = dup_to(b, in->add_y, NC * 2);
+        void *w = dup_to(b, in->ln_w, (size_t)C * 2), *bias = dup_to(b, in->ln_b, (size_t)C * 2);
+        void *out = dnan_bf16_on(b, NC);
+        float *mean = dnan_on(b, N), *rstd = dnan_on(b, N);
+        b->ops->residual_layernorm_forward(b, x, out, mean, rstd, x, y, w, bias, N, C, 1e-5f);
+        bf_keep_bf16(r, k, b, "residual_layernorm res", x, NC);
+        bf_keep_bf16(r, k, b, "residual_layernorm out", out, NC);
+        bf_keep_f32(r, k, b, "residual_layernorm mean", mean, N);
+        bf_keep_f32(r, k, b, "residual_layernorm rstd", rstd, N);
+        void *bufs[] = {x, y, w, bias, out, mean, rstd};
+        bf_free_all(b, bufs, 7);
+    }
+    for (int i = 0; i < 2; i++) {
+        static const char *names[2][2] = {{"matmul_gelu (aligned) pre", "matmul_gelu (aligned) out"},
+                                          {"matmul_gelu (odd sizes) pre", "matmul_gelu (odd sizes) out"}};
+        const BfMatmul *m = &in->mm[i];
+        size_t ni = (size_t)m->N * m->C, nw = (size_t)m->OC * m->C, no = (size_t)m->N * m->OC;
+        void *d_inp = dup_to(b, m->inp, ni * 2), *d_w = dup_to(b, m->w, nw * 2);
+        void *d_b = dup_to(b, m->bias, (size_t)m->OC * 2);
+        void *d_pre = dnan_bf16_on(b, no), *d_out = dnan_bf16_on(b, no);
+        b->ops->matmul_gelu_forward(b, d_out, d_pre, d_inp, d_w, d_b, m->N, m->C, m->OC);
+        bf_keep_bf16(r, k, b, names[i][0], d_pre, no);
+        bf_keep_bf16(r, k, b, names[i][1], d_out, no);
+        void *bufs[] = {d_inp, d_w, d_b, d_pre, d_out};
+        bf_free_all(b, bufs, 5);
+    }
+
     /* attention forward + backward */
     {
         void *qkv = dup_to(b, in->qkv, 3 * NC * 2), *dout = dup_to(b, in->att_dout, NC * 2);
@@ -557,6 +589,47 @@ Test(cuda, bf16_ops_match_cpu_bf16, .timeout = 120) {
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     bf_matmul_free(&in.mm[0]);
     bf_matmul_free(&in.mm[1]);
+    pair_close(&p);
+}
+
+/* bf16 matmul_gelu (the GELU epilogue) on the same inputs in buffers at different addresses,
+ * 16-byte aligned but offset differently from the allocations' larger alignment: the same bits
+ * (the algorithm may depend on the 16-byte rule only, or recompute would not be bit-identical) */
+Test(cuda, matmul_gelu_bits_independent_of_buffers) {
+    Pair p;
+    pair_open(&p);
+    Backend *b = p.gpu;
+    backend_set_act_dtype(b, GT_BF16);
+    int N = 96, C = 64, OC = 256;
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    uint16_t *inp = rand_bf16(ni, -1, 1), *w = rand_bf16(nw, -1, 1), *bias = rand_bf16(OC, -1, 1);
+    uint16_t *got[2][2];
+    const size_t offs[2] = {0, 16}; /* bytes past a cudaMalloc (256-byte aligned) address */
+    for (int rep = 0; rep < 2; rep++) {
+        size_t o = offs[rep];
+        char *bi = dup_to(b, NULL, ni * 2 + o), *bw = dup_to(b, NULL, nw * 2 + o);
+        char *bb = dup_to(b, NULL, (size_t)OC * 2 + o), *bp = dup_to(b, NULL, no * 2 + o);
+        char *bo = dup_to(b, NULL, no * 2 + o);
+        GtError err = {0};
+        cr_assert_eq(b->ops->to_device(b, bi + o, inp, ni * 2, &err), 0, "%s", err.msg);
+        cr_assert_eq(b->ops->to_device(b, bw + o, w, nw * 2, &err), 0, "%s", err.msg);
+        cr_assert_eq(b->ops->to_device(b, bb + o, bias, (size_t)OC * 2, &err), 0, "%s", err.msg);
+        b->ops->matmul_gelu_forward(b, bo + o, bp + o, bi + o, bw + o, bb + o, N, C, OC);
+        for (int i = 0; i < 2; i++) {
+            got[rep][i] = malloc(no * 2);
+            cr_assert_not_null(got[rep][i]);
+            cr_assert_eq(b->ops->to_host(b, got[rep][i], (i ? bo : bp) + o, no * 2, &err), 0, "%s", err.msg);
+        }
+        void *bufs[] = {bi, bw, bb, bp, bo};
+        bf_free_all(b, bufs, 5);
+    }
+    cr_expect(memcmp(got[0][0], got[1][0], no * 2) == 0, "matmul_gelu pre: bits depend on the buffers");
+    cr_expect(memcmp(got[0][1], got[1][1], no * 2) == 0, "matmul_gelu out: bits depend on the buffers");
+    for (int rep = 0; rep < 2; rep++)
+        for (int i = 0; i < 2; i++) free(got[rep][i]);
+    free(inp);
+    free(w);
+    free(bias);
     pair_close(&p);
 }
 

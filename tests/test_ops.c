@@ -18,7 +18,12 @@
  * inputs are drawn as bf16 values, so the reference sees exactly what the op sees; an act output
  * is rounded once to bf16 (2^-9 relative), so act outputs must be within TOL_BF16 = 1e-2, while
  * fp32 outputs (parameter gradients, layernorm statistics, lse, losses), computed in fp32 from
- * exact inputs, keep the fp32 bound. */
+ * exact inputs, keep the fp32 bound.
+ *
+ * The fused forward ops (residual_layernorm_forward, matmul_gelu_forward) are checked against the
+ * reference and, bit for bit, against the pair of ops each replaces on the same backend; the one
+ * exception is bf16 matmul_gelu on CUDA, whose GELU epilogue computes gelu from the unrounded
+ * pre-activation (backend.h), checked against the pair with the bf16 bound instead. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -479,6 +484,124 @@ Test(ops_bf16, add_to_act) {
     check_add_to_act(GT_BF16, 7, 32);
     check_add_to_act(GT_BF16, 70001, 33);
 }
+
+/* ------------------------------------------------------------------ fused forward ops */
+
+/* raw bytes of a device buffer (for bit-identity checks) */
+static void *get_raw(Fx *fx, const void *d, size_t bytes) {
+    void *h = hmem(fx, bytes);
+    down(fx, h, d, bytes);
+    return h;
+}
+
+/* alias: 0 res is its own buffer, 1 res aliases x, 2 res aliases y */
+static void check_residual_layernorm(GtDtype act, int N, int C, int alias, uint64_t seed) {
+    static const char *alias_name[3] = {"none", "res = x", "res = y"};
+    Fx fx;
+    fx_open_as(&fx, act);
+    Rng r = {seed};
+    size_t NC = (size_t)N * C, ab = backend_act_bytes(fx.be, NC);
+    float eps = 1e-5f;
+    float *x = rand_a(&fx, &r, NC, -2, 2), *y = rand_a(&fx, &r, NC, -1, 3);
+    float *w = rand_a(&fx, &r, C, 0.5f, 1.5f), *bias = rand_a(&fx, &r, C, -0.5f, 0.5f);
+    void *d_w = dup_a(&fx, w, C), *d_b = dup_a(&fx, bias, C);
+
+    void *d_x = dup_a(&fx, x, NC), *d_y = dup_a(&fx, y, NC);
+    void *d_res = alias == 1 ? d_x : alias == 2 ? d_y : dnan_a(&fx, NC);
+    void *d_out = dnan_a(&fx, NC);
+    float *d_mean = dnan(&fx, N), *d_rstd = dnan(&fx, N);
+    fx.be->ops->residual_layernorm_forward(fx.be, d_res, d_out, d_mean, d_rstd, d_x, d_y, d_w, d_b, N, C, eps);
+    float *res = get_a(&fx, d_res, NC);
+
+    /* res against the exact sum; out/mean/rstd against the layernorm of the res the op rounded
+     * (bf16: as specified, the layernorm reads the rounded res) or of the exact sum (fp32) */
+    double *rres = hd(&fx, NC), *ro = hd(&fx, NC), *rm = hd(&fx, N), *rs = hd(&fx, N);
+    ref_add(rres, to_d(&fx, x, NC), to_d(&fx, y, NC), NC);
+    const double *ln_in = act == GT_BF16 ? to_d(&fx, res, NC) : rres;
+    ref_layernorm_forward(ro, rm, rs, ln_in, to_d(&fx, w, C), to_d(&fx, bias, C), N, C, eps);
+    CHECK_A("residual_layernorm res", res, rres, NC, "N=%d C=%d alias=%s", N, C, alias_name[alias]);
+    CHECK_A("residual_layernorm out", get_a(&fx, d_out, NC), ro, NC, "N=%d C=%d alias=%s", N, C, alias_name[alias]);
+    CHECK("residual_layernorm mean", get_f(&fx, d_mean, N), rm, N, "N=%d C=%d alias=%s", N, C, alias_name[alias]);
+    CHECK("residual_layernorm rstd", get_f(&fx, d_rstd, N), rs, N, "N=%d C=%d alias=%s", N, C, alias_name[alias]);
+
+    /* the unfused pair on the same backend, aliased the same way: the same bits */
+    void *u_x = dup_a(&fx, x, NC), *u_y = dup_a(&fx, y, NC);
+    void *u_res = alias == 1 ? u_x : alias == 2 ? u_y : dnan_a(&fx, NC);
+    void *u_out = dnan_a(&fx, NC);
+    float *u_mean = dnan(&fx, N), *u_rstd = dnan(&fx, N);
+    fx.be->ops->add(fx.be, u_res, u_x, u_y, NC);
+    fx.be->ops->layernorm_forward(fx.be, u_out, u_mean, u_rstd, u_res, d_w, d_b, N, C, eps);
+    const void *fused[4] = {d_res, d_out, d_mean, d_rstd}, *pair[4] = {u_res, u_out, u_mean, u_rstd};
+    const size_t bytes[4] = {ab, ab, N * sizeof(float), N * sizeof(float)};
+    const char *what[4] = {"res", "out", "mean", "rstd"};
+    for (int i = 0; i < 4; i++)
+        cr_expect(memcmp(get_raw(&fx, fused[i], bytes[i]), get_raw(&fx, pair[i], bytes[i]), bytes[i]) == 0,
+                  "residual_layernorm %s differs from add + layernorm_forward (%s, N=%d C=%d alias=%s)", what[i],
+                  gt_dtype_name(act), N, C, alias_name[alias]);
+    fx_close(&fx);
+}
+
+static void residual_layernorm_cases(GtDtype act) {
+    check_residual_layernorm(act, 14, 20, 0, 40);
+    check_residual_layernorm(act, 14, 20, 1, 41);
+    check_residual_layernorm(act, 5, 37, 2, 42);
+    check_residual_layernorm(act, 256, 128, 0, 43); /* threaded */
+    check_residual_layernorm(act, 256, 128, 1, 44);
+}
+Test(ops, residual_layernorm) { residual_layernorm_cases(GT_F32); }
+Test(ops_bf16, residual_layernorm) { residual_layernorm_cases(GT_BF16); }
+
+static void check_matmul_gelu(GtDtype act, int N, int C, int OC, bool with_bias, uint64_t seed) {
+    Fx fx;
+    fx_open_as(&fx, act);
+    Rng r = {seed};
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C, ab = backend_act_bytes(fx.be, NO);
+    /* weights scaled so the pre-activations spread over GELU's curved region (|pre| up to ~4) */
+    float *inp = rand_a(&fx, &r, NC, -1, 1), *w = rand_a(&fx, &r, OCC, -0.6f, 0.6f);
+    float *bias = rand_a(&fx, &r, OC, -1, 1);
+    void *d_inp = dup_a(&fx, inp, NC), *d_w = dup_a(&fx, w, OCC);
+    void *d_b = with_bias ? dup_a(&fx, bias, OC) : NULL;
+    void *d_out = dnan_a(&fx, NO), *d_pre = dnan_a(&fx, NO);
+    fx.be->ops->matmul_gelu_forward(fx.be, d_out, d_pre, d_inp, d_w, d_b, N, C, OC);
+    float *pre = get_a(&fx, d_pre, NO), *out = get_a(&fx, d_out, NO);
+
+    double *rpre = hd(&fx, NO), *rout = hd(&fx, NO);
+    ref_matmul_forward(rpre, to_d(&fx, inp, NC), to_d(&fx, w, OCC), with_bias ? to_d(&fx, bias, OC) : NULL, N, C, OC);
+    /* bf16: gelu of the rounded pre the op stored, as specified; fp32: of the exact product */
+    ref_gelu_forward(rout, act == GT_BF16 ? to_d(&fx, pre, NO) : rpre, NO);
+    CHECK_A("matmul_gelu pre", pre, rpre, NO, "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    CHECK_A("matmul_gelu out", out, rout, NO, "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+
+    /* the unfused pair on the same backend: the same bits, except bf16 on CUDA, whose GELU
+     * epilogue computes gelu from the unrounded fp32 pre-activation (backend.h): there the bound */
+    void *u_pre = dnan_a(&fx, NO), *u_out = dnan_a(&fx, NO);
+    fx.be->ops->matmul_forward(fx.be, u_pre, d_inp, d_w, d_b, N, C, OC);
+    fx.be->ops->gelu_forward(fx.be, u_out, u_pre, NO);
+    if (act == GT_BF16 && strcmp(fx.be->ops->name, "cuda") == 0) {
+        CHECK_A("matmul_gelu pre vs matmul_forward", pre, to_d(&fx, get_a(&fx, u_pre, NO), NO), NO,
+                "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+        CHECK_A("matmul_gelu out vs gelu_forward", out, to_d(&fx, get_a(&fx, u_out, NO), NO), NO,
+                "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
+    } else {
+        cr_expect(memcmp(get_raw(&fx, d_pre, ab), get_raw(&fx, u_pre, ab), ab) == 0,
+                  "matmul_gelu pre differs from matmul_forward (%s, N=%d C=%d OC=%d bias=%d)", gt_dtype_name(act),
+                  N, C, OC, with_bias);
+        cr_expect(memcmp(get_raw(&fx, d_out, ab), get_raw(&fx, u_out, ab), ab) == 0,
+                  "matmul_gelu out differs from matmul_forward + gelu_forward (%s, N=%d C=%d OC=%d bias=%d)",
+                  gt_dtype_name(act), N, C, OC, with_bias);
+    }
+    fx_close(&fx);
+}
+
+static void matmul_gelu_cases(GtDtype act) {
+    check_matmul_gelu(act, 14, 20, 60, true, 50);
+    check_matmul_gelu(act, 33, 64, 17, false, 51);
+    check_matmul_gelu(act, 7, 5, 3, true, 52);
+    check_matmul_gelu(act, 33, 64, 24, false, 53);  /* 16-byte leading dims, no bias (CUDA: GELU_AUX) */
+    check_matmul_gelu(act, 256, 128, 384, true, 54); /* threaded; CUDA bf16: the GELU_AUX_BIAS epilogue */
+}
+Test(ops, matmul_gelu) { matmul_gelu_cases(GT_F32); }
+Test(ops_bf16, matmul_gelu) { matmul_gelu_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ cross-entropy */
 
