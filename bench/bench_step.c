@@ -1,5 +1,6 @@
 /* bench_step.c - time a gtrain training step (make bench; not a test).
  * usage: bench_step MODEL.json B T [steps] [every_n_layers|0] [offload 0|1]
+ * BENCH_PRECISION=bf16: bf16 activations (on the CPU an emulation, see backend_cpu.c).
  * Prints one line: model, shapes, median ms/step, tokens/s, sgemm GFLOP/s, peak RSS. */
 #include <cblas.h>
 #include <stdlib.h>
@@ -56,6 +57,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_step: %s\n", err.msg);
         return 1;
     }
+    const char *prec = getenv("BENCH_PRECISION");
+    backend_set_act_dtype(be, prec && strcmp(prec, "bf16") == 0 ? GT_BF16 : GT_F32);
     Model *m = NULL;
     if (model_create(&m, &d, be, B, T, recompute_policy(every > 0, every ? every : 1, off, d.n_layer), 1, &err)) {
         fprintf(stderr, "bench_step: %s\n", err.msg);
@@ -88,7 +91,7 @@ int main(int argc, char **argv) {
     double med = t[steps / 2];
     /* activation memory: planned (plan.c) and measured (the tracker's high-water marks) */
     MemPlan plan;
-    plan_memory(&plan, &d, B, 1, 1, T, m->policy, false);
+    plan_memory(&plan, &d, B, 1, 1, T, m->policy, false, m->act);
     const MemCategory act_cats[] = {MEM_ACTIVATIONS, MEM_RECOMPUTE_STASH, MEM_RECOMPUTE_SCRATCH};
     uint64_t act_plan = 0, act_meas = 0;
     for (int c = 0; c < 3; c++) act_plan += plan.bytes[act_cats[c]], act_meas += be->mem.peak[act_cats[c]];
@@ -105,9 +108,9 @@ int main(int argc, char **argv) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("gtrain  %-28s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "
+    printf("gtrain  %-28s %s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "
            "peak RSS %.0f MiB  (%s, blas core %s)\n",
-           argv[1], B, T, every, off, med * 1e3, B * T / med, sgemm_gflops(1024), ru.ru_maxrss / 1024.0,
+           argv[1], gt_dtype_name(m->act), B, T, every, off, med * 1e3, B * T / med, sgemm_gflops(1024), ru.ru_maxrss / 1024.0,
            be->device_name, blas_core_name());
     free(t), free(tok), free(tgt);
     model_free(m);
