@@ -530,10 +530,19 @@ static const BackendOps k_cuda_ops = {
 
 extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) {
     *out = NULL;
-    int count = cuda_device_count();
-    if (count <= 0)
+    /* cudaGetDeviceCount directly (not cuda_device_count, which hides the reason): a driver older
+     * than the CUDA runtime this was built with (cudaErrorInsufficientDriver) must say so, not
+     * read as "no GPU" */
+    int count = 0;
+    cudaError_t ce = cudaGetDeviceCount(&count);
+    if (ce != cudaSuccess || count <= 0) {
+        (void)cudaGetLastError();
         return gt_error(err, GT_EXIT_FAILURE,
-                        "device: cuda asked for, but no CUDA device is usable (no GPU or no driver)");
+                        "device: cuda asked for, but no CUDA device is usable: %s (no GPU, no driver, "
+                        "or a driver older than CUDA %d.%d, which this build needs)",
+                        ce != cudaSuccess ? cudaGetErrorString(ce) : "no GPU visible",
+                        CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
+    }
     if (local_rank < 0 || local_rank >= count)
         return gt_error(err, GT_EXIT_FAILURE, "device: local rank %d has no GPU (%d visible)",
                         local_rank, count);

@@ -185,4 +185,17 @@ void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
                             int C, int NH);
 
+/* kernels_attention_tc.cu: the bf16 tensor-core attention that gtc_attention_forward/backward
+ * dispatch to when the act dtype is bf16 and gtc_attention_tc_supported(hs): hs 64 or 128 on an
+ * sm_80+ device with the shared memory the head size needs (fixed when the backend opens) */
+bool gtc_attention_tc_supported(int hs);
+/* called by gtc_attention_init: picks the supported head sizes for the current device and sets
+ * their kernels' shared-memory limits; 0 or -1 */
+int gtc_attention_tc_init(GtError *err);
+void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
+                              int T, int C, int NH);
+/* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */
+void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
+                               const gtc_bf16 *qkv, const float *lse, int B, int T, int C, int NH);
+
 #endif

@@ -24,8 +24,16 @@
  * they load tiles into shared memory, so shared memory (layout and size) and all the math are
  * fp32 whatever the act dtype; out and dqkv are rounded once as they are stored.
  *
- * TODO(perf): tensor-core (mma) tiles with bf16 inputs; this version runs on CUDA cores and is
- * meant for exact comparison with the CPU. */
+ * Dispatch: with bf16 activations and head size 64 or 128, forward and backward run on tensor
+ * cores (kernels_attention_tc.cu; the backward's D kernel below is shared); every other case (fp32
+ * always, bf16 with other head sizes) runs the CUDA-core kernels in this file, which fp32 keeps
+ * exactly. The choice depends on the dtype and the shapes only (and, fixed once when the backend
+ * opens, on the device: hs 128 needs ~121 KiB of shared memory per block, which sm_80 and sm_90
+ * have and sm_86/89 do not), so a recompute takes the same path and gets the same bits. The
+ * tensor-core results differ from the CUDA-core path's by the bf16 rounding of P (and of dS in
+ * dK) before they enter a product, and by the products' accumulation order: within the
+ * bf16 bound (1e-2 relative) of the CPU reference; lse keeps fp32 accuracy (computed from fp32
+ * scores and unrounded P). */
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -378,7 +386,7 @@ int gtc_attention_init(GtError *err) {
                             __FILE__, __LINE__, k[i].name, k[i].bytes, cudaGetErrorString(e));
         }
     }
-    return 0;
+    return gtc_attention_tc_init(err); /* the tensor-core kernels' limits */
 }
 
 static void att_check_shape(int C, int NH) {
@@ -404,10 +412,24 @@ void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv,
                            int C, int NH) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(C, NH);
-    if (gtc_act_bf16(b))
+    if (gtc_act_bf16(b) && gtc_attention_tc_supported(C / NH))
+        gtc_attention_tc_forward(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
+    else if (gtc_act_bf16(b))
         attention_forward_t(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
     else
         attention_forward_t(b, (float *)out, lse, (const float *)qkv, B, T, C, NH);
+}
+
+/* D = rowsum(dout * out) into the workspace (both paths) */
+template <typename Act>
+static void attention_backward_d(Backend *b, float *workspace, const Act *dout, const Act *out,
+                                 int B, int T, int C, int NH) {
+    size_t rows = (size_t)B * NH * T;
+    int rows_per_block = GTC_THREADS / 32;
+    attention_backward_d_kernel<Act><<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
+                                       GTC_THREADS, 0, gtc_stream(b)>>>(workspace, dout, out, B, T,
+                                                                        C, NH);
+    CUDA_CHECK_LAUNCH();
 }
 
 template <typename Act>
@@ -417,11 +439,7 @@ static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const 
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     cudaStream_t st = gtc_stream(b);
-    size_t rows = (size_t)B * NH * T;
-    int rows_per_block = GTC_THREADS / 32;
-    attention_backward_d_kernel<Act><<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
-                                       GTC_THREADS, 0, st>>>(workspace, dout, out, B, T, C, NH);
-    CUDA_CHECK_LAUNCH();
+    attention_backward_d(b, workspace, dout, out, B, T, C, NH);
     dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NH, (unsigned)B);
     attention_backward_dkdv_kernel<Act><<<gk, ATT_THREADS, att_dkdv_smem(hs), st>>>(
         dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
@@ -437,7 +455,12 @@ void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act
                             int C, int NH) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(C, NH);
-    if (gtc_act_bf16(b))
+    if (gtc_act_bf16(b) && gtc_attention_tc_supported(C / NH)) {
+        attention_backward_d(b, workspace, (const gtc_bf16 *)dout, (const gtc_bf16 *)out, B, T, C,
+                             NH);
+        gtc_attention_tc_backward(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
+                                  (const gtc_bf16 *)qkv, lse, B, T, C, NH);
+    } else if (gtc_act_bf16(b))
         attention_backward_t(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
                              (const gtc_bf16 *)qkv, (const gtc_bf16 *)out, lse, B, T, C, NH);
     else

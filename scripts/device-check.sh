@@ -38,17 +38,11 @@
 # fields) report SKIP with the reason instead of failing or crashing.
 #
 # Machines without Debian's -dev packages: the build needs libyaml, cJSON, OpenBLAS (and Criterion
-# for the tests). If pkg-config cannot find them, this script looks for .deb files in .debs/ at
-# the repository root and unpacks them (dpkg -x, no root needed) into .debs/root, then builds
-# against that prefix. Prepare .debs/ on any Debian 12 (bookworm) x86_64 machine with network:
-#
-#   mkdir -p .debs && cd .debs && apt-get download \
-#     libyaml-0-2 libyaml-dev libcjson1 libcjson-dev \
-#     libopenblas0-pthread libopenblas-pthread-dev libopenblas-dev libgfortran5 \
-#     libcriterion3 libcriterion-dev libnanomsg5 libgit2-1.5 libhttp-parser2.9 \
-#     libmbedtls14 libmbedx509-1 libmbedcrypto7 libssh2-1 libffi8 libprotobuf-c1 libboxfort-dev
-#
-# (apt-get download needs no root; missing names on other releases: `apt-cache depends PKG`.)
+# for the tests). If pkg-config cannot find them (or DEVICE_CHECK_FORCE_DEBS=1), this script looks
+# for .deb files in .debs/ at the repository root and unpacks them (dpkg -x, no root needed) into
+# .debs/root, then builds against that prefix. Prepare .debs/ on any Debian 12 (bookworm) x86_64
+# machine with its mirror: scripts/device-debs.sh (apt-get download, no root; about 14 MB).
+# (Missing names on other releases: `apt-cache depends PKG`.)
 # Never put libc6/libgcc/libstdc++ there: the prefix goes on LD_LIBRARY_PATH.
 set -euo pipefail
 
@@ -102,7 +96,8 @@ say "device-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $ROOT"
 
 # ------------------------------------------------------------------ dependencies
 PKGS="yaml-0.1 libcjson openblas"
-if ! pkg-config --exists $PKGS 2>/dev/null || ! pkg-config --exists criterion 2>/dev/null; then
+if [ "${DEVICE_CHECK_FORCE_DEBS:-0}" = 1 ] || ! pkg-config --exists $PKGS 2>/dev/null ||
+   ! pkg-config --exists criterion 2>/dev/null; then
   if ls "$ROOT"/.debs/*.deb >/dev/null 2>&1; then
     PREFIX="$ROOT/.debs/root"
     mkdir -p "$PREFIX"

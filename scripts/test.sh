@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: install what is missing, build, run the whole suite:
-# the Criterion tests, the same suite under AddressSanitizer + UBSan, and the CUDA backend
-# compiled with warnings as errors (when nvcc is present; CI has it at /usr/local/cuda/bin).
+# the Criterion tests, the same suite under AddressSanitizer + UBSan, the CUDA backend
+# compiled with warnings as errors (when nvcc is present; CI has it at /usr/local/cuda/bin), the
+# tensor-core attention kernels simulated on the CPU, and libFuzzer on every reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -18,6 +19,8 @@ if command -v nvcc >/dev/null 2>&1; then
 else
   echo "== CUDA backend: nvcc not found, not compiled"
 fi
+echo "== tensor-core attention kernels simulated on the CPU (no GPU needed)"
+make tcsim
 echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-60} s each"
 make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}" FUZZ_JOBS="$jobs"
 echo "== all tests passed"

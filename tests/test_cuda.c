@@ -10,6 +10,8 @@
  *   - encoder backward adds in the CPU's order, so it must match the CPU bit for bit;
  *   - a GEMM on pointers that are not 16-byte aligned (the cuBLASLt 4-byte-alignment path);
  *   - bf16 activations: every act_t op against the CPU backend's bf16 emulation (the reference);
+ *   - bf16 attention with head size 64 and 128 (the tensor-core path) against the CPU's bf16, on
+ *     ragged T, with the same bits from a second run on buffers that are not 16-byte aligned;
  *   - bf16 matmul_gelu (the cuBLASLt GELU epilogue) gives the same bits whatever 16-byte-aligned
  *     buffers it is given. */
 #include <criterion/criterion.h>
@@ -589,6 +591,64 @@ Test(cuda, bf16_ops_match_cpu_bf16, .timeout = 120) {
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     bf_matmul_free(&in.mm[0]);
     bf_matmul_free(&in.mm[1]);
+    pair_close(&p);
+}
+
+/* bf16 attention, head size 64 or 128 (the GPU's tensor-core path): GPU vs the CPU's bf16 within
+ * BF16_TOL (the GPU rounds P and dS to bf16 inside its products, the CPU does not), and a second
+ * GPU run on buffers offset by one element (2 bytes: no 16-byte vector loads) must give the same
+ * bits (determinism, and no dependence on the buffers' addresses, which recompute relies on) */
+static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
+    size_t n3 = (size_t)B * T * 3 * C, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    uint16_t *qkv = rand_bf16(n3, -2, 2), *dout = rand_bf16(nc, -1, 1);
+    uint16_t *nan16 = malloc(n3 * sizeof(uint16_t) + 4);
+    cr_assert_not_null(nan16);
+    for (size_t i = 0; i < n3; i++) nan16[i] = 0x7FC0u;
+    float *res[3][4]; /* run 0: cpu; 1: gpu; 2: gpu, buffers offset by 2 bytes */
+    for (int k = 0; k < 3; k++) {
+        Backend *b = k == 0 ? p->cpu : p->gpu;
+        backend_set_act_dtype(b, GT_BF16);
+        size_t o = k == 2 ? 2 : 0;
+        GtError err = {0};
+        char *bq = dup_to(b, NULL, n3 * 2 + 16), *bd = dup_to(b, NULL, nc * 2 + 16);
+        char *bo = dup_to(b, NULL, nc * 2 + 16), *bdq = dup_to(b, NULL, n3 * 2 + 16);
+        cr_assert_eq(b->ops->to_device(b, bq + o, qkv, n3 * 2, &err), 0, "%s", err.msg);
+        cr_assert_eq(b->ops->to_device(b, bd + o, dout, nc * 2, &err), 0, "%s", err.msg);
+        cr_assert_eq(b->ops->to_device(b, bo + o, nan16, nc * 2, &err), 0, "%s", err.msg);
+        cr_assert_eq(b->ops->to_device(b, bdq + o, nan16, n3 * 2, &err), 0, "%s", err.msg);
+        float *lse = dnan_on(b, nl), *ws = dnan_on(b, nl);
+        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, C, NH);
+        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, C, NH);
+        res[k][0] = fetch_bf16(b, bo + o, nc);
+        res[k][1] = fetch(b, lse, nl);
+        res[k][2] = fetch_bf16(b, bdq + o, n3);
+        res[k][3] = fetch(b, ws, nl);
+        void *bufs[] = {bq, bd, bo, bdq, lse, ws};
+        bf_free_all(b, bufs, 6);
+    }
+    const char *names[] = {"out", "lse", "dqkv", "D (workspace)"};
+    size_t ns[] = {nc, nl, n3, nl};
+    for (int i = 0; i < 4; i++) {
+        double e = rel(res[1][i], res[0][i], ns[i]);
+        cr_expect_leq(e, BF16_TOL, "bf16 attention %s B=%d T=%d C=%d NH=%d: gpu vs cpu rel %.3g",
+                      names[i], B, T, C, NH, e);
+        cr_expect(memcmp(res[1][i], res[2][i], ns[i] * sizeof(float)) == 0,
+                  "bf16 attention %s B=%d T=%d C=%d NH=%d: other bits from a second run (unaligned)",
+                  names[i], B, T, C, NH);
+        for (int k = 0; k < 3; k++) free(res[k][i]);
+    }
+    free(qkv);
+    free(dout);
+    free(nan16);
+}
+
+Test(cuda, bf16_attention_tensor_cores_match_cpu_bf16, .timeout = 120) {
+    Pair p;
+    pair_open(&p);
+    bf16_attention_case(&p, 2, 77, 256, 2);  /* hs 128, two 64-row tiles, the last ragged */
+    bf16_attention_case(&p, 1, 130, 192, 3); /* hs 64, three tiles, 2 rows in the last */
+    bf16_attention_case(&p, 2, 200, 128, 2); /* hs 64, four tiles */
+    bf16_attention_case(&p, 1, 1, 64, 1);    /* hs 64, a single position */
     pair_close(&p);
 }
 

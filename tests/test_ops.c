@@ -352,7 +352,10 @@ Test(ops_bf16, matmul) { matmul_cases(GT_BF16); }
 /* ------------------------------------------------------------------ attention */
 
 /* ramp: keys grow along the sequence, so later key tiles hold the row's max and the online
- * softmax must rescale what it accumulated */
+ * softmax must rescale what it accumulated. The keys' scale goes as 8 / hs (exactly 1 at
+ * hs = 8): the largest scores, about 110 at hs = 8 and 40 at hs = 64, keep rows peaked, while
+ * their fp32 rounding error (which exp turns into a relative error of P, and which grows with
+ * the score and with hs) stays within the fp32 bound. */
 static void check_attention(GtDtype act, int B, int T, int C, int NH, bool ramp, uint64_t seed) {
     Fx fx;
     fx_open_as(&fx, act);
@@ -360,13 +363,14 @@ static void check_attention(GtDtype act, int B, int T, int C, int NH, bool ramp,
     size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
     /* spread of +-2 gives peaked and flat softmax rows alike */
     float *qkv = rand_a(&fx, &r, n3, -2, 2), *dout = rand_a(&fx, &r, nout, -1, 1);
+    float ramp_amp = 40.0f * 8.0f / (float)(C / NH);
     if (ramp)
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
                 for (int c = 0; c < C; c++) {
                     float f = (float)t / (float)T;
                     qkv[((size_t)b * T + t) * 3 * C + c] = rng_f(&r, 0.5f, 1.5f);
-                    qkv[((size_t)b * T + t) * 3 * C + C + c] = 40.0f * f * f * f * rng_f(&r, 0.5f, 1.5f);
+                    qkv[((size_t)b * T + t) * 3 * C + C + c] = ramp_amp * f * f * f * rng_f(&r, 0.5f, 1.5f);
                 }
     if (act == GT_BF16) /* the ramp's values too must be bf16 values */
         for (size_t i = 0; i < n3; i++) qkv[i] = gt_bf16_to_f32(gt_f32_to_bf16(qkv[i]));
@@ -400,6 +404,12 @@ static void attention_cases(GtDtype act) {
     check_attention(act, 1, 150, 16, 2, true, 15); /* three tiles, max moving to later ones */
     check_attention(act, 3, 16, 64, 4, false, 13);
     check_attention(act, 1, 1, 8, 2, false, 14);   /* a single position */
+    /* head sizes 64 and 128: the CUDA backend's tensor-core path under bf16 (64-row tiles) */
+    check_attention(act, 2, 150, 128, 2, false, 16); /* hs 64, three tiles, the last ragged */
+    check_attention(act, 1, 64, 256, 2, false, 17);  /* hs 128, exactly one tile */
+    check_attention(act, 1, 100, 256, 2, false, 20); /* hs 128, two tiles, the last ragged */
+    check_attention(act, 1, 1, 64, 1, false, 18);    /* hs 64, a single position */
+    check_attention(act, 1, 200, 128, 2, true, 19);  /* hs 64, ramp: peaked rows, moving max */
 }
 Test(ops, attention) { attention_cases(GT_F32); }
 Test(ops_bf16, attention) { attention_cases(GT_BF16); }
