@@ -447,6 +447,7 @@ static void cu_destroy_impl(CudaImpl *im) {
     for (int s = 0; s < 2; s++) {
         if (im->ready[s]) (void)cudaEventDestroy(im->ready[s]);
         if (im->done[s]) (void)cudaEventDestroy(im->done[s]);
+        if (im->timer[s]) (void)cudaEventDestroy(im->timer[s]);
     }
     if (im->copy) (void)cudaStreamDestroy(im->copy);
     if (im->compute) (void)cudaStreamDestroy(im->compute);
@@ -469,6 +470,20 @@ static void cu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_byt
     }
     *free_bytes = f;
     *total_bytes = t;
+}
+
+static void cu_timer_start(Backend *b) {
+    CudaImpl *im = gtc_impl(b);
+    CUDA_CHECK(cudaEventRecord(im->timer[0], im->compute));
+}
+
+static double cu_timer_elapsed_ms(Backend *b) {
+    CudaImpl *im = gtc_impl(b);
+    float ms = 0.0f;
+    CUDA_CHECK(cudaEventRecord(im->timer[1], im->compute));
+    CUDA_CHECK(cudaEventSynchronize(im->timer[1]));
+    CUDA_CHECK(cudaEventElapsedTime(&ms, im->timer[0], im->timer[1]));
+    return ms;
 }
 
 static const BackendOps k_cuda_ops = {
@@ -504,6 +519,8 @@ static const BackendOps k_cuda_ops = {
     /* .sum_squares = */ gtc_sum_squares,
     /* .scale = */ gtc_scale,
     /* .to_act = */ gtc_to_act,
+    /* .timer_start = */ cu_timer_start,
+    /* .timer_elapsed_ms = */ cu_timer_elapsed_ms,
     /* .memory_info = */ cu_memory_info,
 };
 
@@ -565,6 +582,7 @@ extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) 
     for (int s = 0; s < 2; s++) {
         TRY_CUDA(cudaEventCreateWithFlags(&im->ready[s], cudaEventDisableTiming));
         TRY_CUDA(cudaEventCreateWithFlags(&im->done[s], cudaEventDisableTiming));
+        TRY_CUDA(cudaEventCreate(&im->timer[s])); /* timing enabled */
     }
     TRY_CUBLAS(cublasCreate(&im->cublas));
     TRY_CUBLAS(cublasSetStream(im->cublas, im->compute));

@@ -69,6 +69,7 @@ typedef struct {
      * done = "the slot's last copy finished" (recorded on copy, waited on by compute) */
     cudaEvent_t ready[2];
     cudaEvent_t done[2];
+    cudaEvent_t timer[2]; /* timer_start / timer_elapsed_ms: recorded on the compute stream */
     cublasHandle_t cublas;
     cublasLtHandle_t lt;
     void *lt_workspace;

@@ -151,6 +151,12 @@ typedef struct BackendOps {
     /* dst[n] (act dtype) = src[n] (fp32), rounded to nearest even; a copy when act is fp32 */
     void (*to_act)(Backend *b, act_t *dst, const float *src, size_t n);
 
+    /* Step timing: the time from timer_start to timer_elapsed_ms on the device's timeline, in ms.
+     * CUDA: events recorded on the compute stream (timer_elapsed_ms waits for its event); CPU: the
+     * wall clock. */
+    void (*timer_start)(Backend *b);
+    double (*timer_elapsed_ms)(Backend *b);
+
     /* the driver's (CUDA: cudaMemGetInfo) or the system's (CPU: /proc/meminfo) view of memory
      * now, beside the tracking allocator's: free and total bytes (0 when unknown) */
     void (*memory_info)(Backend *b, uint64_t *free_bytes, uint64_t *total_bytes);

@@ -40,6 +40,7 @@ enum { WIDE_SLOTS = 6 };
 
 typedef struct {
     int num_threads;
+    double timer_start; /* seconds, for timer_elapsed_ms */
     float *wide[WIDE_SLOTS];
     size_t wide_cap[WIDE_SLOTS]; /* floats */
 } CpuImpl;
@@ -856,6 +857,9 @@ static void cpu_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
 
 /* ------------------------------------------------------------------ open / close */
 
+static void cpu_timer_start(Backend *b) { ((CpuImpl *)b->impl)->timer_start = gt_now_seconds(); }
+static double cpu_timer_elapsed_ms(Backend *b) { return (gt_now_seconds() - ((CpuImpl *)b->impl)->timer_start) * 1e3; }
+
 static void cpu_close(Backend *b) {
     if (!b) return;
     CpuImpl *im = b->impl;
@@ -900,6 +904,8 @@ static const BackendOps k_cpu_ops = {
     .sum_squares = cpu_sum_squares,
     .scale = cpu_scale,
     .to_act = cpu_to_act,
+    .timer_start = cpu_timer_start,
+    .timer_elapsed_ms = cpu_timer_elapsed_ms,
     .memory_info = cpu_memory_info,
 };
 

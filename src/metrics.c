@@ -147,6 +147,7 @@ int metrics_write_train(MetricsWriter *m, const TrainRecord *r, GtError *err) {
     lnum(&l, "grad_norm", r->grad_norm);
     lnum(&l, "tokens_per_sec", r->tokens_per_sec);
     lnum(&l, "step_time_ms", r->step_time_ms);
+    lnum(&l, "device_time_ms", r->device_time_ms);
     lputf(&l, ",\"effective_batch\":%ld,\"num_items\":%ld,\"skipped\":%s", r->effective_batch,
           r->num_items, r->skipped ? "true" : "false");
     lputf(&l, ",\"time\":%.3f", wall_time());

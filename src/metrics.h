@@ -2,7 +2,8 @@
  *
  * metrics.jsonl holds one JSON object per line, flushed after each record:
  *   {"type":"train","step":10,"epoch":0.25,"loss":2.5,"lr":0.0003,"grad_norm":1.2,
- *    "tokens_per_sec":12345.6,"step_time_ms":81.2,"effective_batch":32,"num_items":8128,
+ *    "tokens_per_sec":12345.6,"step_time_ms":81.2,"device_time_ms":80.9,"effective_batch":32,
+ *    "num_items":8128,
  *    "skipped":false,"time":1712345678.123,
  *    "mem_current":{"params":..,"grads":..,...},"mem_peak":{"params":..,...}}   (bytes)
  *   {"type":"eval","step":10,"epoch":0.25,"eval_loss":2.6,"eval_perplexity":13.5,
@@ -22,7 +23,8 @@ typedef struct {
     double lr;
     double grad_norm;       /* before clipping */
     double tokens_per_sec;
-    double step_time_ms;
+    double step_time_ms;    /* wall clock, the whole step (data, sync, logging excluded) */
+    double device_time_ms;  /* the step's compute on the device timeline (CUDA events; CPU: wall) */
     long effective_batch;   /* sequences per optimizer step, all ranks */
     long num_items;         /* predicted (non -100) tokens in the step, all ranks */
     bool skipped;           /* step skipped (NaN/Inf loss or grad norm) */

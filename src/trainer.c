@@ -521,6 +521,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         if (sum_i64(t, &items, 1, err)) return -1;
         const long num_items = (long)items;
         double loss_sum = 0.0;
+        t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
         if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
                                &loss_sum, err))
             return -1;
@@ -537,6 +538,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             skipped_in_a_row = 0;
         }
         model_zero_grads(m);
+        const double device_ms = t->be->ops->timer_elapsed_ms(t->be);
         t->be->ops->synchronize(t->be);
         double dt = gt_now_seconds() - t0;
         tokens_done += (double)t->plan.tokens_per_step;
@@ -547,7 +549,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         summary->steps = step + 1;
 
         TrainRecord r = {.step = step + 1, .epoch = t->state.epoch, .loss = loss, .lr = lr, .grad_norm = norm,
-                         .tokens_per_sec = (double)t->plan.tokens_per_step / dt, .step_time_ms = dt * 1e3,
+                         .tokens_per_sec = (double)t->plan.tokens_per_step / dt, .step_time_ms = dt * 1e3, .device_time_ms = device_ms,
                          .effective_batch = t->plan.effective_batch, .num_items = num_items, .skipped = skip};
         memcpy(r.mem_current, t->be->mem.current, sizeof r.mem_current);
         memcpy(r.mem_peak, t->be->mem.peak, sizeof r.mem_peak);

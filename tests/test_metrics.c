@@ -32,6 +32,7 @@ static TrainRecord make_train(long step, double loss) {
     r.grad_norm = 1.25;
     r.tokens_per_sec = 12345.5;
     r.step_time_ms = 81.5;
+    r.device_time_ms = 80.25;
     r.effective_batch = 32;
     r.num_items = 8128;
     for (int c = 0; c < MEM_COUNT; c++) {
@@ -96,6 +97,7 @@ Test(metrics, records_parse_back) {
     cr_assert_eq(num(r[0], "grad_norm"), 1.25);
     cr_assert_eq(num(r[0], "tokens_per_sec"), 12345.5);
     cr_assert_eq(num(r[0], "step_time_ms"), 81.5);
+    cr_assert_eq(num(r[0], "device_time_ms"), 80.25);
     cr_assert_eq(num(r[0], "effective_batch"), 32);
     cr_assert_eq(num(r[0], "num_items"), 8128);
     cr_assert(num(r[0], "time") > 1.6e9);
