@@ -233,6 +233,79 @@ static cublasLtMatmulPreference_t lt_preference(uint32_t align_ab, uint32_t alig
     return pref;
 }
 
+/* The cuBLASLt plan of one GEMM shape (gemm's arguments but the pointers): its descriptors and the
+ * heuristic's algorithm, made on first use and kept, so a step does not rebuild descriptors and
+ * re-run the heuristic for every call. The heuristic sees a stand-in bias pointer aligned to
+ * exactly 16 bytes (the bias path is taken only with 16-byte-aligned biases), so the algorithm
+ * depends on the shape alone. found == 0: cuBLASLt has none; gemm takes the cuBLAS fallback. */
+static void gemm_plan_build(Backend *b, GtcGemmPlan *p) {
+    CudaImpl *im = gtc_impl(b);
+    const GtcGemmKey *key = &p->key;
+    const cublasOperation_t ta = (cublasOperation_t)key->ta, tb = (cublasOperation_t)key->tb;
+    const int m = key->m, n = key->n, k = key->k;
+    const GtDtype abt = (GtDtype)key->abt, cdt = (GtDtype)key->cdt;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (key->bias) {
+        const void *probe = (const char *)im->lt_workspace + 16;
+        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
+                                                    sizeof probe));
+        if (cdt != GT_F32) { /* the default (D's type) made explicit; fp32 keeps the default */
+            int32_t bias_type = (int32_t)cuda_type(cdt);
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                        &bias_type, sizeof bias_type));
+        }
+    }
+    /* layouts describe the matrices as stored (before op); C and D share one */
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, cuda_type(abt), ta == CUBLAS_OP_N ? m : k,
+                                            ta == CUBLAS_OP_N ? k : m, key->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, cuda_type(abt), tb == CUBLAS_OP_N ? k : n,
+                                            tb == CUBLAS_OP_N ? n : k, key->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, cuda_type(cdt), m, n, key->ldc));
+    cublasLtMatmulPreference_t pref = lt_preference(key->align_ab, key->align_cd, cdt != GT_F32);
+    cublasLtMatmulHeuristicResult_t heur;
+    int found = 0;
+    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
+                                                       &heur, &found);
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    p->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->found) p->algo = heur.algo;
+}
+
+static void gemm_plan_destroy(GtcGemmPlan *p) {
+    /* best effort (also on the way out) */
+    if (p->lc) (void)cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->lb) (void)cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) (void)cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) (void)cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+/* the plan for key: found, or built in a free slot (when all GTC_GEMM_PLANS are taken, the slots
+ * are reused in turn; a plan rebuilt for the same key gets the same algorithm) */
+static GtcGemmPlan *gemm_plan(Backend *b, const GtcGemmKey *key) {
+    CudaImpl *im = gtc_impl(b);
+    for (int i = 0; i < im->n_gemm_plans; i++)
+        if (memcmp(&im->gemm_plans[i].key, key, sizeof *key) == 0) return &im->gemm_plans[i];
+    int slot;
+    if (im->n_gemm_plans < GTC_GEMM_PLANS) {
+        slot = im->n_gemm_plans++;
+    } else {
+        slot = im->next_gemm_plan;
+        im->next_gemm_plan = (im->next_gemm_plan + 1) % GTC_GEMM_PLANS;
+        /* the descriptors may still be read by queued work only through cuBLASLt's own copies:
+         * cublasLtMatmul takes what it needs at launch, so they can go now */
+        gemm_plan_destroy(&im->gemm_plans[slot]);
+    }
+    GtcGemmPlan *p = &im->gemm_plans[slot];
+    p->key = *key;
+    gemm_plan_build(b, p);
+    return p;
+}
+
 /* C[m,n] (col-major) = op(A) op(B) + beta C (+ bias[m] per row); A, B of type abt, C (and bias)
  * of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0. */
 static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
@@ -261,48 +334,24 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
         return;
     }
 
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
-    cublasLtMatmulPreference_t pref = NULL;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
-    if (bias) {
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                    sizeof bias));
-        if (cdt != GT_F32) { /* the default (D's type) made explicit; fp32 keeps the default */
-            int32_t bias_type = (int32_t)cuda_type(cdt);
-            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
-                                                        &bias_type, sizeof bias_type));
-        }
-    }
-    /* layouts describe the matrices as stored (before op); C and D share one */
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, cuda_type(abt), ta == CUBLAS_OP_N ? m : k,
-                                            ta == CUBLAS_OP_N ? k : m, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, cuda_type(abt), tb == CUBLAS_OP_N ? k : n,
-                                            tb == CUBLAS_OP_N ? n : k, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, cuda_type(cdt), m, n, ldc));
-    pref = lt_preference(align_ab, align_cd, cdt != GT_F32);
-    cublasLtMatmulHeuristicResult_t heur;
-    int found = 0;
-    cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &heur,
-                                                       &found);
-    if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
+    GtcGemmKey key;
+    memset(&key, 0, sizeof key); /* the padding too: keys are compared with memcmp */
+    key.ta = (int)ta, key.tb = (int)tb, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb;
+    key.ldc = ldc, key.abt = (int)abt, key.cdt = (int)cdt, key.bias = bias != NULL;
+    key.align_ab = align_ab, key.align_cd = align_cd;
+    GtcGemmPlan *plan = gemm_plan(b, &key);
+    if (plan->found) {
         float alpha = 1.0f;
-        CUBLAS_CHECK(cublasLtMatmul(im->lt, op, &alpha, A, la, B, lb, &beta, Cm, lc, Cm, lc,
-                                    &heur.algo, im->lt_workspace, GTC_LT_WORKSPACE_BYTES,
+        if (bias)
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                                        sizeof bias));
+        CUBLAS_CHECK(cublasLtMatmul(im->lt, plan->op, &alpha, A, plan->la, B, plan->lb, &beta, Cm, plan->lc, Cm,
+                                    plan->lc, &plan->algo, im->lt_workspace, GTC_LT_WORKSPACE_BYTES,
                                     im->compute));
     } else {
         /* no cuBLASLt algorithm for this shape/alignment/types: plain cuBLAS */
         gemm_fallback(b, ta, tb, m, n, k, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
     }
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lc));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(op));
 }
 
 static GtDtype act_dtype(Backend *b) { return gtc_act_bf16(b) ? GT_BF16 : GT_F32; }
@@ -438,6 +487,7 @@ static void cu_destroy_impl(CudaImpl *im) {
     /* best effort: errors on the way out are ignored (the device may be gone) */
     if (im->compute) (void)cudaStreamSynchronize(im->compute);
     if (im->copy) (void)cudaStreamSynchronize(im->copy);
+    for (int i = 0; i < im->n_gemm_plans; i++) gemm_plan_destroy(&im->gemm_plans[i]);
     if (im->lt) (void)cublasLtDestroy(im->lt);
     if (im->cublas) (void)cublasDestroy(im->cublas);
     if (im->lt_workspace) (void)cudaFree(im->lt_workspace);

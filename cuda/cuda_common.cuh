@@ -61,6 +61,20 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 #define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums (grows on demand) */
 #define GTC_SS_PARTS 256                          /* sum_squares: fixed number of partial sums */
 
+/* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan */
+typedef struct {
+    int ta, tb, m, n, k, lda, ldb, ldc, abt, cdt, bias;
+    uint32_t align_ab, align_cd;
+} GtcGemmKey;
+typedef struct {
+    GtcGemmKey key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc;
+    cublasLtMatmulAlgo_t algo;
+    int found; /* 0: no cuBLASLt algorithm, the cuBLAS fallback runs */
+} GtcGemmPlan;
+#define GTC_GEMM_PLANS 64 /* distinct GEMM shapes kept (a GPT-2 step uses about 20) */
+
 typedef struct {
     int device;
     cudaStream_t compute;
@@ -77,6 +91,8 @@ typedef struct {
     size_t scratch_bytes;
     double *ss_partials; /* GTC_SS_PARTS + 1 doubles on the device */
     double *ss_host;     /* 1 pinned double */
+    GtcGemmPlan gemm_plans[GTC_GEMM_PLANS];
+    int n_gemm_plans, next_gemm_plan;
     bool gelu_epilogue_refused; /* cuBLASLt refused the bf16 GELU epilogue (logged once) */
 } CudaImpl;
 
