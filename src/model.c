@@ -204,7 +204,7 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     m->T = T;
     m->policy = policy;
     m->act = be->act_dtype;
-    m->logits_rows = plan_logits_rows(desc, B, T);
+    m->logits_rows = plan_logits_rows(desc, B, T, m->act);
     param_layout_init(&m->layout, desc);
     const int L = desc->n_layer;
     const size_t BT = (size_t)B * T, C = (size_t)desc->n_embd, I = (size_t)desc->n_inner;

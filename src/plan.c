@@ -5,8 +5,8 @@
 
 #define LOGITS_CHUNK_BYTES (64ull << 20)
 
-int plan_logits_rows(const ModelDesc *d, int B, int T) {
-    uint64_t rows = LOGITS_CHUNK_BYTES / ((uint64_t)d->vocab_size * sizeof(float));
+int plan_logits_rows(const ModelDesc *d, int B, int T, GtDtype act) {
+    uint64_t rows = LOGITS_CHUNK_BYTES / ((uint64_t)d->vocab_size * gt_dtype_size(act));
     if (rows < 1) rows = 1;
     uint64_t bt = (uint64_t)B * (uint64_t)T;
     return (int)(rows < bt ? rows : bt);
@@ -26,7 +26,7 @@ void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T,
     p->policy = pol;
     p->act = act;
     p->n_params = model_desc_num_params(d);
-    p->logits_rows = plan_logits_rows(d, B, T);
+    p->logits_rows = plan_logits_rows(d, B, T, act);
 
     /* f: bytes of an fp32 element; a: of an activation (act dtype) */
     const uint64_t f = sizeof(float), a = gt_dtype_size(act), L = (uint64_t)d->n_layer, C = (uint64_t)d->n_embd;

@@ -23,8 +23,8 @@ typedef struct {
     uint64_t host_total;   /* host_offload */
 } MemPlan;
 
-/* rows of the LM head computed at once: the logits chunk is kept near 64 MiB */
-int plan_logits_rows(const ModelDesc *d, int B, int T);
+/* rows of the LM head computed at once: the logits chunk (act dtype) is kept near 64 MiB */
+int plan_logits_rows(const ModelDesc *d, int B, int T, GtDtype act);
 
 /* the activation dtype of a precision: fp32 -> fp32, bf16 -> bf16 */
 GtDtype plan_act_dtype(Precision prec);
