@@ -644,7 +644,7 @@ extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) 
     im->scratch_bytes = GTC_SCRATCH_BYTES;
     TRY_CUDA(cudaMalloc(&im->ss_partials, (GTC_SS_PARTS + 1) * sizeof(double)));
     TRY_CUDA(cudaHostAlloc(&im->ss_host, sizeof(double), cudaHostAllocDefault));
-    if (gtc_attention_init(err) != 0) goto fail;
+    if (gtc_attention_init(im, err) != 0) goto fail;
     TRY_CUDA(cudaMemGetInfo(&free_b, &total_b));
 
     b->ops = &k_cuda_ops;

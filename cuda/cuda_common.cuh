@@ -93,6 +93,7 @@ typedef struct {
     double *ss_host;     /* 1 pinned double */
     GtcGemmPlan gemm_plans[GTC_GEMM_PLANS];
     int n_gemm_plans, next_gemm_plan;
+    bool tc_attention[2]; /* tensor-core attention for head size 64 / 128 on this device */
     bool gelu_epilogue_refused; /* cuBLASLt refused the bf16 GELU epilogue (logged once) */
 } CudaImpl;
 
@@ -195,7 +196,8 @@ void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C);
 
 /* kernels_attention.cu */
-int gtc_attention_init(GtError *err); /* sets the kernels' shared-memory limits; 0 or -1 */
+/* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */
+int gtc_attention_init(CudaImpl *im, GtError *err);
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
                            int C, int NH);
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
@@ -205,10 +207,10 @@ void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act
 /* kernels_attention_tc.cu: the bf16 tensor-core attention that gtc_attention_forward/backward
  * dispatch to when the act dtype is bf16 and gtc_attention_tc_supported(hs): hs 64 or 128 on an
  * sm_80+ device with the shared memory the head size needs (fixed when the backend opens) */
-bool gtc_attention_tc_supported(int hs);
+bool gtc_attention_tc_supported(Backend *b, int hs);
 /* called by gtc_attention_init: picks the supported head sizes for the current device and sets
  * their kernels' shared-memory limits; 0 or -1 */
-int gtc_attention_tc_init(GtError *err);
+int gtc_attention_tc_init(CudaImpl *im, GtError *err);
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
                               int T, int C, int NH);
 /* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */

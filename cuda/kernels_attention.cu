@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
 
 /* ------------------------------------------------------------------ host side */
 
-int gtc_attention_init(GtError *err) {
+int gtc_attention_init(CudaImpl *im, GtError *err) {
     /* the largest tiles (hs = 128) need more than the default 48 KiB of dynamic shared memory;
      * one setting per instantiation (fp32 and bf16 act dtype: same tiles, same sizes) */
     struct {
@@ -386,7 +386,7 @@ int gtc_attention_init(GtError *err) {
                             __FILE__, __LINE__, k[i].name, k[i].bytes, cudaGetErrorString(e));
         }
     }
-    return gtc_attention_tc_init(err); /* the tensor-core kernels' limits */
+    return gtc_attention_tc_init(im, err); /* the tensor-core kernels' limits */
 }
 
 static void att_check_shape(int C, int NH) {
@@ -412,7 +412,7 @@ void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv,
                            int C, int NH) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(C, NH);
-    if (gtc_act_bf16(b) && gtc_attention_tc_supported(C / NH))
+    if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, C / NH))
         gtc_attention_tc_forward(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
     else if (gtc_act_bf16(b))
         attention_forward_t(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
@@ -455,7 +455,7 @@ void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act
                             int C, int NH) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(C, NH);
-    if (gtc_act_bf16(b) && gtc_attention_tc_supported(C / NH)) {
+    if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, C / NH)) {
         attention_backward_d(b, workspace, (const gtc_bf16 *)dout, (const gtc_bf16 *)out, B, T, C,
                              NH);
         gtc_attention_tc_backward(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,

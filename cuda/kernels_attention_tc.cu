@@ -183,6 +183,36 @@ __device__ __forceinline__ void tc_store_frags(bf16 *base, size_t stride, int ro
     }
 }
 
+/* The two score-shaped products of a backward warp, for its 16 rows against the 16-row blocks
+ * nb in [nb_lo, nb_hi) of the other side: S = X_w Y^T and DP = Z_w W^T (X_w, Z_w: the warp's 16 x HS
+ * slices; Y, W: 64 x HS tiles; all bf16 row-major with stride LD), stored fp32 row-major with
+ * stride TC_LDS. dK/dV takes (K_w, Q, V_w, dO), dQ takes (Q_w, K, dO_w, V). */
+template <int HS, int LD>
+__device__ __forceinline__ void tc_score_products(float *S, float *DP, const bf16 *Xw, const bf16 *Y,
+                                                  const bf16 *Zw, const bf16 *W, int nb_lo, int nb_hi) {
+    #pragma unroll
+    for (int nb = 0; nb < 4; nb++) {
+        if (nb >= nb_lo && nb < nb_hi) {
+            FragC s, dp;
+            wmma::fill_fragment(s, 0.0f);
+            wmma::fill_fragment(dp, 0.0f);
+            #pragma unroll
+            for (int kk = 0; kk < HS / 16; kk++) {
+                FragA a;
+                FragBt bt;
+                wmma::load_matrix_sync(a, Xw + kk * 16, LD);
+                wmma::load_matrix_sync(bt, Y + nb * 16 * LD + kk * 16, LD);
+                wmma::mma_sync(s, a, bt, s);
+                wmma::load_matrix_sync(a, Zw + kk * 16, LD);
+                wmma::load_matrix_sync(bt, W + nb * 16 * LD + kk * 16, LD);
+                wmma::mma_sync(dp, a, bt, dp);
+            }
+            wmma::store_matrix_sync(S + nb * 16, s, TC_LDS, wmma::mem_row_major);
+            wmma::store_matrix_sync(DP + nb * 16, dp, TC_LDS, wmma::mem_row_major);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ forward */
 
 template <int HS>
@@ -399,27 +429,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         const int nbe = min(4, (T - 1 - q0) / 16 + 1);
 
         /* S^T = K_w Q^T, dP^T = V_w dO^T */
-        #pragma unroll
-        for (int nb = 0; nb < 4; nb++) {
-            if (nb >= fb && nb < nbe) {
-                FragC s, dp;
-                wmma::fill_fragment(s, 0.0f);
-                wmma::fill_fragment(dp, 0.0f);
-                #pragma unroll
-                for (int kk = 0; kk < NF; kk++) {
-                    FragA a;
-                    FragBt bt;
-                    wmma::load_matrix_sync(a, Ks + warp * TC_WM * LD + kk * 16, LD);
-                    wmma::load_matrix_sync(bt, Qs + nb * 16 * LD + kk * 16, LD);
-                    wmma::mma_sync(s, a, bt, s);
-                    wmma::load_matrix_sync(a, Vs + warp * TC_WM * LD + kk * 16, LD);
-                    wmma::load_matrix_sync(bt, dOs + nb * 16 * LD + kk * 16, LD);
-                    wmma::mma_sync(dp, a, bt, dp);
-                }
-                wmma::store_matrix_sync(STw + nb * 16, s, TC_LDS, wmma::mem_row_major);
-                wmma::store_matrix_sync(DPw + nb * 16, dp, TC_LDS, wmma::mem_row_major);
-            }
-        }
+        tc_score_products<HS, LD>(STw, DPw, Ks + warp * TC_WM * LD, Qs, Vs + warp * TC_WM * LD, dOs, fb, nbe);
         __syncwarp();
 
         /* P^T, dS^T of key j (row r) against queries t = q0 + c, c = 2 i + half. Valid (t < T,
@@ -529,27 +539,7 @@ __global__ void __launch_bounds__(TC_THREADS)
         const int nkb = min(4, (tlim - k0) / 16 + 1);
 
         /* S = Q_w K^T, dP = dO_w V^T, key blocks nb < nkb */
-        #pragma unroll
-        for (int nb = 0; nb < 4; nb++) {
-            if (nb < nkb) {
-                FragC s, dp;
-                wmma::fill_fragment(s, 0.0f);
-                wmma::fill_fragment(dp, 0.0f);
-                #pragma unroll
-                for (int kk = 0; kk < NF; kk++) {
-                    FragA a;
-                    FragBt bt;
-                    wmma::load_matrix_sync(a, Qs + warp * TC_WM * LD + kk * 16, LD);
-                    wmma::load_matrix_sync(bt, Ks + nb * 16 * LD + kk * 16, LD);
-                    wmma::mma_sync(s, a, bt, s);
-                    wmma::load_matrix_sync(a, dOs + warp * TC_WM * LD + kk * 16, LD);
-                    wmma::load_matrix_sync(bt, Vs + nb * 16 * LD + kk * 16, LD);
-                    wmma::mma_sync(dp, a, bt, dp);
-                }
-                wmma::store_matrix_sync(Sw + nb * 16, s, TC_LDS, wmma::mem_row_major);
-                wmma::store_matrix_sync(DPw + nb * 16, dp, TC_LDS, wmma::mem_row_major);
-            }
-        }
+        tc_score_products<HS, LD>(Sw, DPw, Qs + warp * TC_WM * LD, Ks, dOs + warp * TC_WM * LD, Vs, 0, nkb);
         __syncwarp();
 
         /* dS of row r (query t) against keys k0 + c, c = 2 i + half; valid: t < T, k0 + c <= t,
@@ -601,15 +591,14 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 /* ------------------------------------------------------------------ host side */
 
-/* per head size (0: 64, 1: 128): whether the device runs the tensor-core kernels, set once by
- * gtc_attention_tc_init when the backend opens (one device per process) */
-static bool g_tc_enabled[2];
-
-bool gtc_attention_tc_supported(int hs) {
-    return (hs == 64 && g_tc_enabled[0]) || (hs == 128 && g_tc_enabled[1]);
+/* im->tc_attention[0 / 1]: whether the device runs the tensor-core kernels for head size 64 / 128,
+ * set once by gtc_attention_tc_init when the backend opens */
+bool gtc_attention_tc_supported(Backend *b, int hs) {
+    const CudaImpl *im = gtc_impl(b);
+    return (hs == 64 && im->tc_attention[0]) || (hs == 128 && im->tc_attention[1]);
 }
 
-int gtc_attention_tc_init(GtError *err) {
+int gtc_attention_tc_init(CudaImpl *im, GtError *err) {
     struct {
         const void *fn;
         size_t bytes;
@@ -651,8 +640,8 @@ int gtc_attention_tc_init(GtError *err) {
                             __FILE__, __LINE__, k[i].name, k[i].bytes, cudaGetErrorString(e));
         }
     }
-    g_tc_enabled[0] = ok[0];
-    g_tc_enabled[1] = ok[1];
+    im->tc_attention[0] = ok[0];
+    im->tc_attention[1] = ok[1];
     return 0;
 }
 
