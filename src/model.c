@@ -311,8 +311,6 @@ void model_free(Model *m) {
 
 void model_zero_grads(Model *m) { m->be->ops->zero(m->be, m->grads, m->padded_total * sizeof(float)); }
 
-void model_params_changed(Model *m) { m->weights_stale = m->weights != (act_t *)m->params; }
-
 /* the bf16 compute copy of the weights, from the fp32 master, if they changed since the last one */
 static void refresh_weights(Model *m) {
     if (!m->weights_stale) return;

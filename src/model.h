@@ -126,7 +126,8 @@ int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, Gt
 void model_zero_grads(Model *m);
 
 /* Say that m->params were written (optimizer step, checkpoint load, gather): the bf16 compute
- * copy is refreshed before the next forward. A no-op under fp32. */
-void model_params_changed(Model *m);
+ * copy is refreshed before the next forward. A no-op under fp32. (Inline: the checkpoint readers
+ * call it and link without the model.) */
+static inline void model_params_changed(Model *m) { m->weights_stale = m->weights != (act_t *)m->params; }
 
 #endif
