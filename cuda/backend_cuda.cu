@@ -197,11 +197,11 @@ static void gemm_fallback(Backend *b, cublasOperation_t ta, cublasOperation_t tb
     if (abt == GT_F32 && cdt == GT_F32) {
         CUBLAS_CHECK(cublasSgemm(im->cublas, ta, tb, m, n, k, &alpha, (const float *)A, lda,
                                  (const float *)B, ldb, &beta, (float *)Cm, ldc));
-        if (bias) gtc_add_bias(b, GT_F32, Cm, bias, n, m); /* col-major [m, n] = row-major [n, m] */
+        if (bias) gtc_add_bias(b, GT_F32, Cm, bias, n, m, ldc); /* col-major [m, n] = row-major [n, m] */
         return;
     }
     if (bias) {
-        gtc_fill_bias(b, cdt, Cm, bias, n, m); /* col-major [m, n] = row-major [n, m] */
+        gtc_fill_bias(b, cdt, Cm, bias, n, m, ldc); /* col-major [m, n] = row-major [n, m] */
         beta = 1.0f;
     }
     CUBLAS_CHECK(cublasGemmEx(im->cublas, ta, tb, m, n, k, &alpha, A, cuda_type(abt), lda, B,
@@ -320,8 +320,9 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
     }
     size_t ab_size = gt_dtype_size(abt), cd_size = gt_dtype_size(cdt);
     if (k <= 0) { /* empty sum: C = beta C (+ bias) */
-        if (beta == 0.0f) CUDA_CHECK(cudaMemsetAsync(Cm, 0, (size_t)m * n * cd_size, im->compute));
-        if (bias) gtc_add_bias(b, cdt, Cm, bias, n, m);
+        if (beta == 0.0f)
+            CUDA_CHECK(cudaMemset2DAsync(Cm, (size_t)ldc * cd_size, 0, (size_t)m * cd_size, (size_t)n, im->compute));
+        if (bias) gtc_add_bias(b, cdt, Cm, bias, n, m, ldc);
         return;
     }
     int al16 = ptr_aligned16(A) && ptr_aligned16(B) && ptr_aligned16(Cm) &&
@@ -357,9 +358,9 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
 static GtDtype act_dtype(Backend *b) { return gtc_act_bf16(b) ? GT_BF16 : GT_F32; }
 
 static void cu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w,
-                              const act_t *bias, int N, int C, int OC) {
+                              const act_t *bias, int N, int C, int OC, int ldo) {
     GtDtype at = act_dtype(b);
-    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, OC, bias, 0.0f);
+    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);
 }
 
 /* ---- matmul + GELU ----
@@ -468,15 +469,20 @@ static void cu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, cons
                                    const act_t *w, const act_t *bias, int N, int C, int OC) {
     if (act_dtype(b) == GT_BF16 && gemm_gelu_epilogue(b, out_gelu, pre, inp, w, bias, N, C, OC))
         return;
-    cu_matmul_forward(b, pre, inp, w, bias, N, C, OC);
+    cu_matmul_forward(b, pre, inp, w, bias, N, C, OC, OC);
     if (N > 0 && OC > 0) gtc_gelu_forward(b, out_gelu, pre, (size_t)N * OC);
 }
 
 static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
-                               const act_t *inp, const act_t *w, int N, int C, int OC) {
+                               const act_t *inp, const act_t *w, int N, int C, int OC, int ldo) {
     GtDtype at = act_dtype(b);
-    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, at, w, C, dout, OC, at, dinp, C, NULL, 0.0f);
-    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, at, inp, C, dout, OC, GT_F32, dw, C, NULL, 1.0f);
+    if (dbias && ldo != OC) { /* backend.h: a bias gradient needs contiguous dout rows */
+        fprintf(stderr, "%s:%d: matmul_backward: dbias with dout row stride %d != %d\n", __FILE__, __LINE__,
+                ldo, OC);
+        exit(GT_EXIT_FAILURE);
+    }
+    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, at, w, C, dout, ldo, at, dinp, C, NULL, 0.0f);
+    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, at, inp, C, dout, ldo, GT_F32, dw, C, NULL, 1.0f);
     if (dbias) gtc_colsum_accumulate(b, dbias, dout, N, OC); /* fixed order, no atomics */
 }
 

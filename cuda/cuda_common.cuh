@@ -178,7 +178,7 @@ void gtc_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *m
 void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n);
 void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n);
 void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
-void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
+void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                       float dloss_scale, int compute_grad);
 void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
                float beta1, float beta2, float eps, float weight_decay, int t);
@@ -192,8 +192,8 @@ void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int 
  * out[n, c] += bias[c] (the fp32 fallback when the GEMM has no bias epilogue), and
  * out[n, c] = bias[c] (the bf16 fallback's prefill: the GEMM then adds with beta = 1, so the
  * bf16 result is rounded once, as the epilogue does) */
-void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C);
-void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C);
+void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
+void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 
 /* kernels_attention.cu */
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */

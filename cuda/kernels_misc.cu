@@ -267,46 +267,49 @@ void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int 
         colreduce<float>(b, NULL, dst, (const float *)src, NULL, NULL, NULL, N, C);
 }
 
+/* out[n * ld + c] += bias[c] over n < N, c < C */
 template <typename Act>
-__global__ void add_bias_kernel(Act *out, const Act *bias, int N, int C) {
+__global__ void add_bias_kernel(Act *out, const Act *bias, int N, int C, int ld) {
+    size_t n = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t o = (i / C) * (size_t)ld + i % C;
+        store_from_f32(out, o, load_f32(out, o) + load_f32(bias, i % C));
+    }
+}
+
+/* out[n * ld + c] = bias[c]: a plain copy of the bias elements (no rounding) */
+template <typename Act>
+__global__ void fill_bias_kernel(Act *out, const Act *bias, int N, int C, int ld) {
     size_t n = (size_t)N * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
-        store_from_f32(out, i, load_f32(out, i) + load_f32(bias, i % C));
+        out[(i / C) * (size_t)ld + i % C] = bias[i % C];
 }
 
-/* a plain copy of the bias elements (no rounding) */
-template <typename Act>
-__global__ void fill_bias_kernel(Act *out, const Act *bias, int N, int C) {
-    size_t n = (size_t)N * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        out[i] = bias[i % C];
-}
-
-void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C) {
+void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld) {
     size_t n = (size_t)N * C;
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (t == GT_BF16)
         add_bias_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C);
+            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C, ld);
     else
         add_bias_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)out, (const float *)bias, N, C);
+            (float *)out, (const float *)bias, N, C, ld);
     CUDA_CHECK_LAUNCH();
 }
 
-void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C) {
+void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld) {
     size_t n = (size_t)N * C;
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (t == GT_BF16)
         fill_bias_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C);
+            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C, ld);
     else
         fill_bias_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)out, (const float *)bias, N, C);
+            (float *)out, (const float *)bias, N, C, ld);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -592,12 +595,12 @@ void gtc_scale(Backend *b, float *x, float s, size_t n) {
  * not written. */
 #define CE_THREADS 512
 template <typename Act>
-__global__ void crossentropy_kernel(float *losses, Act *logits, const int *targets, int V,
+__global__ void crossentropy_kernel(float *losses, Act *logits, const int *targets, int V, int ld,
                                     float dloss_scale, int compute_grad) {
     __shared__ float s_max[33];
     __shared__ double s_sum[33];
     int n = blockIdx.x;
-    Act *x = logits + (size_t)n * V;
+    Act *x = logits + (size_t)n * ld;
     int tgt = targets[n];
     if (tgt == -100) {
         if (threadIdx.x == 0) losses[n] = 0.0f;
@@ -630,14 +633,14 @@ __global__ void crossentropy_kernel(float *losses, Act *logits, const int *targe
 }
 
 void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
-                      float dloss_scale, int compute_grad) {
+                      int ld, float dloss_scale, int compute_grad) {
     if (N <= 0) return;
     if (gtc_act_bf16(b))
         crossentropy_kernel<gtc_bf16><<<N, CE_THREADS, 0, gtc_stream(b)>>>(
-            losses, (gtc_bf16 *)logits, targets, V, dloss_scale, compute_grad);
+            losses, (gtc_bf16 *)logits, targets, V, ld, dloss_scale, compute_grad);
     else
         crossentropy_kernel<float><<<N, CE_THREADS, 0, gtc_stream(b)>>>(
-            losses, (float *)logits, targets, V, dloss_scale, compute_grad);
+            losses, (float *)logits, targets, V, ld, dloss_scale, compute_grad);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -94,13 +94,16 @@ typedef struct BackendOps {
                                const act_t *inp, const act_t *w, const float *mean,
                                const float *rstd, int N, int C);
 
-    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL) */
+    /* out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC] (bias may be NULL). ldo >= OC: the row stride
+     * of out in elements (OC: contiguous); columns OC..ldo-1 are left unspecified. A stride that
+     * is a multiple of 8 keeps a GEMM with an odd OC (the vocabulary) on the fast aligned path. */
     void (*matmul_forward)(Backend *b, act_t *out, const act_t *inp, const act_t *w,
-                           const act_t *bias, int N, int C, int OC);
+                           const act_t *bias, int N, int C, int OC, int ldo);
     /* dinp[N,C] = dout @ w (overwritten; skipped if NULL); dw[OC,C] += dout^T @ inp;
-     * dbias[OC] += colsum(dout) (skipped if NULL) */
+     * dbias[OC] += colsum(dout) (skipped if NULL). ldo >= OC: the row stride of dout (its
+     * columns OC..ldo-1 are never read); with dbias, ldo must be OC. */
     void (*matmul_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
-                            const act_t *inp, const act_t *w, int N, int C, int OC);
+                            const act_t *inp, const act_t *w, int N, int C, int OC, int ldo);
 
     /* Causal multi-head self-attention, flash-style: qkv[B,T,3C] (q | k | v, heads of C/NH
      * inside each), out[B,T,C], lse[B,NH,T] = log-sum-exp of each row's scaled scores.
@@ -134,11 +137,13 @@ typedef struct BackendOps {
     void (*matmul_gelu_forward)(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp,
                                 const act_t *w, const act_t *bias, int N, int C, int OC);
 
-    /* Per row of logits[N,V]: losses[n] = -log softmax(logits)[targets[n]], 0 where
-     * targets[n] == -100. If compute_grad: logits is overwritten with
-     * dloss_scale * (softmax - onehot(target)) (zero rows for ignored targets). */
+    /* Per row of logits[N,V] (row stride ld >= V; columns V..ld-1 are not read and are left
+     * unspecified):
+     * losses[n] = -log softmax(logits)[targets[n]], 0 where targets[n] == -100. If compute_grad:
+     * logits is overwritten with dloss_scale * (softmax - onehot(target)) (zero rows for ignored
+     * targets). */
     void (*crossentropy)(Backend *b, float *losses, act_t *logits, const int *targets, int N,
-                         int V, float dloss_scale, int compute_grad);
+                         int V, int ld, float dloss_scale, int compute_grad);
 
     /* AdamW (torch/HF form), one tensor: decoupled weight decay p -= lr*wd*p, then
      * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1. */

@@ -354,22 +354,22 @@ static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
 }
 
 static void f32_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
-                               const float *bias, int N, int C, int OC) {
+                               const float *bias, int N, int C, int OC, int ldo) {
     float beta = 0.0f;
     if (bias) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * OC >= PAR_MIN)
-        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+        for (int n = 0; n < N; n++) memcpy(out + (size_t)n * ldo, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
-    sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, OC);
+    sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, ldo);
 }
 
 static void f32_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias,
                                 const float *dout, const float *inp, const float *w, int N, int C,
-                                int OC) {
-    if (dinp) sgemm_par(b, CblasNoTrans, CblasNoTrans, N, C, OC, dout, OC, w, C, 0.0f, dinp, C);
-    if (dw) sgemm_par(b, CblasTrans, CblasNoTrans, OC, C, N, dout, OC, inp, C, 1.0f, dw, C);
-    if (dbias) colsum_accumulate(b, dbias, dout, N, OC, (size_t)OC);
+                                int OC, int ldo) {
+    if (dinp) sgemm_par(b, CblasNoTrans, CblasNoTrans, N, C, OC, dout, ldo, w, C, 0.0f, dinp, C);
+    if (dw) sgemm_par(b, CblasTrans, CblasNoTrans, OC, C, N, dout, ldo, inp, C, 1.0f, dw, C);
+    if (dbias) colsum_accumulate(b, dbias, dout, N, OC, (size_t)ldo);
 }
 
 /* ------------------------------------------------------------------ attention */
@@ -590,10 +590,10 @@ static void cpu_scale(Backend *b, float *x, float s, size_t n) {
 /* ------------------------------------------------------------------ cross-entropy */
 
 static void f32_crossentropy(Backend *b, float *losses, float *logits, const int *targets, int N,
-                             int V, float dloss_scale, int compute_grad) {
+                             int V, int ld, float dloss_scale, int compute_grad) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (N > 1 && (size_t)N * V >= PAR_MIN / 4)
     for (int n = 0; n < N; n++) {
-        float *x = logits + (size_t)n * V;
+        float *x = logits + (size_t)n * ld;
         int tgt = targets[n];
         if (tgt == -100) {
             losses[n] = 0.0f;
@@ -766,19 +766,20 @@ static void cpu_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *db
     act_done(b, dinp, di, NC);
 }
 
+/* strided act tensors are widened and rounded whole, padding included (it is unspecified) */
 static void cpu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w, const act_t *bias, int N,
-                               int C, int OC) {
-    float *o = act_out(b, 0, out, (size_t)N * OC, false);
+                               int C, int OC, int ldo) {
+    float *o = act_out(b, 0, out, (size_t)N * ldo, false);
     f32_matmul_forward(b, o, act_in(b, 1, inp, (size_t)N * C), act_in(b, 2, w, (size_t)OC * C),
-                       act_in(b, 3, bias, (size_t)OC), N, C, OC);
-    act_done(b, out, o, (size_t)N * OC);
+                       act_in(b, 3, bias, (size_t)OC), N, C, OC, ldo);
+    act_done(b, out, o, (size_t)N * ldo);
 }
 
 static void cpu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
-                                const act_t *inp, const act_t *w, int N, int C, int OC) {
+                                const act_t *inp, const act_t *w, int N, int C, int OC, int ldo) {
     float *di = act_out(b, 0, dinp, (size_t)N * C, false);
-    f32_matmul_backward(b, di, dw, dbias, act_in(b, 1, dout, (size_t)N * OC), act_in(b, 2, inp, (size_t)N * C),
-                        act_in(b, 3, w, (size_t)OC * C), N, C, OC);
+    f32_matmul_backward(b, di, dw, dbias, act_in(b, 1, dout, (size_t)N * ldo), act_in(b, 2, inp, (size_t)N * C),
+                        act_in(b, 3, w, (size_t)OC * C), N, C, OC, ldo);
     act_done(b, dinp, di, (size_t)N * C);
 }
 
@@ -835,15 +836,15 @@ static void cpu_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, f
 /* the composition of the two ops: pre (rounded once under bf16) is what the gelu reads */
 static void cpu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp, const act_t *w,
                                     const act_t *bias, int N, int C, int OC) {
-    cpu_matmul_forward(b, pre, inp, w, bias, N, C, OC);
+    cpu_matmul_forward(b, pre, inp, w, bias, N, C, OC, OC);
     cpu_gelu_forward(b, out_gelu, pre, (size_t)N * OC);
 }
 
-static void cpu_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
+static void cpu_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                              float dloss_scale, int compute_grad) {
-    const size_t NV = (size_t)N * V;
+    const size_t NV = (size_t)N * ld;
     float *x = act_out(b, 0, logits, NV, true);
-    f32_crossentropy(b, losses, x, targets, N, V, dloss_scale, compute_grad);
+    f32_crossentropy(b, losses, x, targets, N, V, ld, dloss_scale, compute_grad);
     if (compute_grad) act_done(b, logits, x, NV);
 }
 

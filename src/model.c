@@ -252,7 +252,7 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     if (!(m->tokens = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
     if (!(m->targets = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
     ALLOC_F(m->losses, MEM_ACTIVATIONS, BT);
-    ALLOC_A(m->logits, MEM_LOGITS, (size_t)m->logits_rows * desc->vocab_size);
+    ALLOC_A(m->logits, MEM_LOGITS, (size_t)m->logits_rows * plan_logits_stride(desc));
     ALLOC_A(m->dres, MEM_WORKSPACE, BT * C);
     ALLOC_A(m->dbtc, MEM_WORKSPACE, BT * C);
     ALLOC_A(m->dqkv, MEM_WORKSPACE, BT * 3 * C);
@@ -329,16 +329,16 @@ static void layer_forward(Model *m, int l, int B, const act_t *in, const LayerAc
     const float eps = (float)m->desc.layer_norm_epsilon;
     LayerWeights p = layer_weights(m, l);
     op->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, BT, C, eps);
-    op->matmul_forward(be, a->qkv, a->ln1, p.qkvw, p.qkvb, BT, C, 3 * C);
+    op->matmul_forward(be, a->qkv, a->ln1, p.qkvw, p.qkvb, BT, C, 3 * C, 3 * C);
     op->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
-    op->matmul_forward(be, a->res2, a->atty, p.attprojw, p.attprojb, BT, C, C);
+    op->matmul_forward(be, a->res2, a->atty, p.attprojw, p.attprojb, BT, C, C, C);
     /* res2 += in, ln2 = LN(res2): one fused op (bit for bit add + layernorm_forward) */
     op->residual_layernorm_forward(be, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, in, p.ln2w, p.ln2b,
                                    BT, C, eps);
     /* fch = ln2 Wfc + b, fch_gelu = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU epilogue) */
     op->matmul_gelu_forward(be, a->fch_gelu, a->fch, a->ln2, p.fcw, p.fcb, BT, C, I);
     if (out) {
-        op->matmul_forward(be, out, a->fch_gelu, p.fcprojw, p.fcprojb, BT, I, C);
+        op->matmul_forward(be, out, a->fch_gelu, p.fcprojw, p.fcprojb, BT, I, C, C);
         op->add(be, out, out, a->res2, (size_t)BT * C);
     }
 }
@@ -351,14 +351,14 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     LayerWeights p = layer_weights(m, l);
     LayerParams g = layer_grads(m, l);
     /* out = res2 + gelu(LN2(res2) Wfc) Wfcproj */
-    op->matmul_backward(be, m->dfch, g.fcprojw, g.fcprojb, m->dres, a->fch_gelu, p.fcprojw, BT, I, C);
+    op->matmul_backward(be, m->dfch, g.fcprojw, g.fcprojb, m->dres, a->fch_gelu, p.fcprojw, BT, I, C, C);
     op->gelu_backward(be, m->dfch, a->fch, m->dfch, (size_t)BT * I);
-    op->matmul_backward(be, m->dbtc, g.fcw, g.fcb, m->dfch, a->ln2, p.fcw, BT, C, I);
+    op->matmul_backward(be, m->dbtc, g.fcw, g.fcb, m->dfch, a->ln2, p.fcw, BT, C, I, I);
     op->layernorm_backward(be, m->dres, g.ln2w, g.ln2b, m->dbtc, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
     /* res2 = in + attn(LN1(in) Wqkv) Wproj */
-    op->matmul_backward(be, m->dbtc, g.attprojw, g.attprojb, m->dres, a->atty, p.attprojw, BT, C, C);
+    op->matmul_backward(be, m->dbtc, g.attprojw, g.attprojb, m->dres, a->atty, p.attprojw, BT, C, C, C);
     op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, C, NH);
-    op->matmul_backward(be, m->dbtc, g.qkvw, g.qkvb, m->dqkv, a->ln1, p.qkvw, BT, C, 3 * C);
+    op->matmul_backward(be, m->dbtc, g.qkvw, g.qkvb, m->dqkv, a->ln1, p.qkvw, BT, C, 3 * C, 3 * C);
     op->layernorm_backward(be, m->dres, g.ln1w, g.ln1b, m->dbtc, in, p.ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
@@ -439,7 +439,7 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
                double *loss_sum, GtError *err) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
-    const int C = m->desc.n_embd, V = m->desc.vocab_size, BT = rows * m->T;
+    const int C = m->desc.n_embd, V = m->desc.vocab_size, LV = plan_logits_stride(&m->desc), BT = rows * m->T;
     if (upload_batch(m, tokens, targets, rows, err)) return -1;
     refresh_weights(m);
     forward_blocks(m, rows, compute_grad && m->policy.offload);
@@ -447,11 +447,11 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     for (int r0 = 0; r0 < BT; r0 += m->logits_rows) {
         int n = BT - r0 < m->logits_rows ? BT - r0 : m->logits_rows;
         const act_t *lnf_rows = at(m, m->lnf, (size_t)r0 * C);
-        op->matmul_forward(be, m->logits, lnf_rows, m->lm_head, NULL, n, C, V);
-        op->crossentropy(be, m->losses + r0, m->logits, m->targets + r0, n, V, dloss_scale, compute_grad);
+        op->matmul_forward(be, m->logits, lnf_rows, m->lm_head, NULL, n, C, V, LV);
+        op->crossentropy(be, m->losses + r0, m->logits, m->targets + r0, n, V, LV, dloss_scale, compute_grad);
         if (compute_grad)
             op->matmul_backward(be, at(m, m->dbtc, (size_t)r0 * C), m->dlm_head, NULL, m->logits, lnf_rows,
-                                m->lm_head, n, C, V);
+                                m->lm_head, n, C, V, LV);
     }
     if (compute_grad) backward_blocks(m, rows);
     if (op->to_host(be, m->losses_host, m->losses, (size_t)BT * sizeof(float), err)) return -1;
@@ -467,6 +467,7 @@ int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, Gt
     if (upload_batch(m, tokens, NULL, 1, err)) return -1;
     refresh_weights(m);
     forward_blocks(m, 1, false);
-    m->be->ops->matmul_forward(m->be, m->logits, at(m, m->lnf, (size_t)pos * C), m->lm_head, NULL, 1, C, V);
+    m->be->ops->matmul_forward(m->be, m->logits, at(m, m->lnf, (size_t)pos * C), m->lm_head, NULL, 1, C, V,
+                               plan_logits_stride(&m->desc));
     return backend_act_to_host_f32(m->be, logits_host, m->logits, (size_t)V, err);
 }

@@ -5,8 +5,10 @@
 
 #define LOGITS_CHUNK_BYTES (64ull << 20)
 
+int plan_logits_stride(const ModelDesc *d) { return (d->vocab_size + 63) / 64 * 64; }
+
 int plan_logits_rows(const ModelDesc *d, int B, int T, GtDtype act) {
-    uint64_t rows = LOGITS_CHUNK_BYTES / ((uint64_t)d->vocab_size * gt_dtype_size(act));
+    uint64_t rows = LOGITS_CHUNK_BYTES / ((uint64_t)plan_logits_stride(d) * gt_dtype_size(act));
     if (rows < 1) rows = 1;
     uint64_t bt = (uint64_t)B * (uint64_t)T;
     return (int)(rows < bt ? rows : bt);
@@ -30,7 +32,7 @@ void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T,
 
     /* f: bytes of an fp32 element; a: of an activation (act dtype) */
     const uint64_t f = sizeof(float), a = gt_dtype_size(act), L = (uint64_t)d->n_layer, C = (uint64_t)d->n_embd;
-    const uint64_t I = (uint64_t)d->n_inner, NH = (uint64_t)d->n_head, V = (uint64_t)d->vocab_size;
+    const uint64_t I = (uint64_t)d->n_inner, NH = (uint64_t)d->n_head;
     const uint64_t BT = (uint64_t)B * T, BTC = BT * C;
     const uint64_t K = (uint64_t)recompute_count(&pol);
     /* what one layer keeps for backward, its input excluded: ln1, qkv, atty, res2, ln2, fch,
@@ -50,7 +52,7 @@ void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T,
     p->bytes[MEM_RECOMPUTE_SCRATCH] = K > 0 ? layer_acts : 0;
     p->bytes[MEM_RECOMPUTE_STASH] = (uint64_t)recompute_device_stash_buffers(&pol) * BTC * a;
     p->bytes[MEM_HOST_OFFLOAD] = (uint64_t)recompute_host_stash_buffers(&pol) * BTC * a;
-    p->bytes[MEM_LOGITS] = (uint64_t)p->logits_rows * V * a;
+    p->bytes[MEM_LOGITS] = (uint64_t)p->logits_rows * (uint64_t)plan_logits_stride(d) * a;
     /* dres, dbtc, dqkv, dfch (act dtype); attention row sums (fp32) */
     p->bytes[MEM_WORKSPACE] = (5 * BTC + BT * I) * a + (uint64_t)B * NH * T * f;
     for (int c = 0; c < MEM_COUNT; c++) {

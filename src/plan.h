@@ -23,6 +23,10 @@ typedef struct {
     uint64_t host_total;   /* host_offload */
 } MemPlan;
 
+/* the logits' row stride: the vocabulary rounded up to a multiple of 64, so the LM head's GEMMs
+ * see 16-byte-aligned rows even for GPT-2's 50257 (llm.c pads the vocabulary itself to 50304;
+ * here only the logits buffer is padded, the weights keep Hugging Face's shapes) */
+int plan_logits_stride(const ModelDesc *d);
 /* rows of the LM head computed at once: the logits chunk (act dtype) is kept near 64 MiB */
 int plan_logits_rows(const ModelDesc *d, int B, int T, GtDtype act);
 

@@ -232,8 +232,8 @@ Test(cuda, matmul_unaligned_pointers) {
         cr_assert_eq(b->ops->to_device(b, d_dout, dout, no * sizeof(float), &err), 0);
         cr_assert_eq(b->ops->to_device(b, d_dw, dw0, nw * sizeof(float), &err), 0);
         cr_assert_eq(b->ops->to_device(b, d_db, db0, OC * sizeof(float), &err), 0);
-        b->ops->matmul_forward(b, d_out, d_inp, d_w, d_b, N, C, OC);
-        b->ops->matmul_backward(b, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+        b->ops->matmul_forward(b, d_out, d_inp, d_w, d_b, N, C, OC, OC);
+        b->ops->matmul_backward(b, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, OC);
         res[k][0] = fetch(b, d_out, no);
         res[k][1] = fetch(b, d_dinp, ni);
         res[k][2] = fetch(b, d_dw, nw);
@@ -396,8 +396,8 @@ static void bf16_matmul(Backend *b, int k, BfRes *r, const BfMatmul *m) {
     void *d_dout = dup_to(b, m->dout, no * 2), *d_dinp = dnan_bf16_on(b, ni);
     float *d_dw = dup_to(b, m->dw0, nw * sizeof(float));
     float *d_db = dup_to(b, m->db0, (size_t)OC * sizeof(float));
-    b->ops->matmul_forward(b, d_out, d_inp, d_w, d_b, N, C, OC);
-    b->ops->matmul_backward(b, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC);
+    b->ops->matmul_forward(b, d_out, d_inp, d_w, d_b, N, C, OC, OC);
+    b->ops->matmul_backward(b, d_dinp, d_dw, d_db, d_dout, d_inp, d_w, N, C, OC, OC);
     bf_keep_bf16(r, k, b, m->name[0], d_out, no);
     bf_keep_bf16(r, k, b, m->name[1], d_dinp, ni);
     bf_keep_f32(r, k, b, m->name[2], d_dw, nw);
@@ -501,7 +501,7 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
         void *logits = dup_to(b, in->logits, NV * 2);
         int *tg = dup_to(b, in->targets, (size_t)N * sizeof(int));
         float *losses = dnan_on(b, N);
-        b->ops->crossentropy(b, losses, logits, tg, N, V, 1.0f / (float)N, 1);
+        b->ops->crossentropy(b, losses, logits, tg, N, V, V, 1.0f / (float)N, 1);
         bf_keep_f32(r, k, b, "crossentropy losses", losses, N);
         bf_keep_bf16(r, k, b, "crossentropy dlogits", logits, NV);
         void *bufs[] = {logits, tg, losses};

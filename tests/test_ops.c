@@ -309,21 +309,37 @@ Test(ops_bf16, layernorm) { layernorm_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ matmul */
 
-static void check_matmul(GtDtype act, int N, int C, int OC, bool with_bias, bool all_grads, uint64_t seed) {
+/* rows of `cols` values at stride ld (padding: NaN, so an op that reads it fails), and back */
+static float *pad_rows(Fx *fx, const float *x, int rows, int cols, int ld) {
+    float *p = hf(fx, (size_t)rows * ld);
+    for (size_t i = 0; i < (size_t)rows * ld; i++) p[i] = NAN;
+    for (int n = 0; n < rows; n++) memcpy(p + (size_t)n * ld, x + (size_t)n * cols, (size_t)cols * sizeof(float));
+    return p;
+}
+static float *unpad_rows(Fx *fx, const float *p, int rows, int cols, int ld) {
+    float *x = hf(fx, (size_t)rows * cols);
+    for (int n = 0; n < rows; n++) memcpy(x + (size_t)n * cols, p + (size_t)n * ld, (size_t)cols * sizeof(float));
+    return x;
+}
+
+/* ldo > OC: out and dout rows at stride ldo (dout's padding NaN; no bias gradient then) */
+static void check_matmul_ld(GtDtype act, int N, int C, int OC, int ldo, bool with_bias, bool all_grads, uint64_t seed) {
     Fx fx;
     fx_open_as(&fx, act);
     Rng r = {seed};
-    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C, NL = (size_t)N * ldo;
     float *inp = rand_a(&fx, &r, NC, -1, 1), *w = rand_a(&fx, &r, OCC, -1, 1);
     float *bias = rand_a(&fx, &r, OC, -1, 1), *dout = rand_a(&fx, &r, NO, -1, 1);
     float *dw0 = rand_f(&fx, &r, OCC, -1, 1), *db0 = rand_f(&fx, &r, OC, -1, 1);
+    const bool dbias = all_grads && ldo == OC;
 
-    void *d_inp = dup_a(&fx, inp, NC), *d_w = dup_a(&fx, w, OCC), *d_out = dnan_a(&fx, NO);
-    fx.be->ops->matmul_forward(fx.be, d_out, d_inp, d_w, with_bias ? dup_a(&fx, bias, OC) : NULL, N, C, OC);
+    void *d_inp = dup_a(&fx, inp, NC), *d_w = dup_a(&fx, w, OCC), *d_out = dnan_a(&fx, NL);
+    fx.be->ops->matmul_forward(fx.be, d_out, d_inp, d_w, with_bias ? dup_a(&fx, bias, OC) : NULL, N, C, OC, ldo);
     void *d_dinp = all_grads ? dnan_a(&fx, NC) : NULL;
     float *d_dw = dup_f(&fx, dw0, OCC);
-    float *d_db = all_grads ? dup_f(&fx, db0, OC) : NULL;
-    fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, dup_a(&fx, dout, NO), d_inp, d_w, N, C, OC);
+    float *d_db = dbias ? dup_f(&fx, db0, OC) : NULL;
+    fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, dup_a(&fx, pad_rows(&fx, dout, N, OC, ldo), NL), d_inp, d_w,
+                                N, C, OC, ldo);
 
     double *rinp = to_d(&fx, inp, NC), *rw = to_d(&fx, w, OCC), *rdout = to_d(&fx, dout, NO);
     double *ro = hd(&fx, NO), *rdinp = hd(&fx, NC);
@@ -331,13 +347,17 @@ static void check_matmul(GtDtype act, int N, int C, int OC, bool with_bias, bool
     ref_matmul_forward(ro, rinp, rw, with_bias ? to_d(&fx, bias, OC) : NULL, N, C, OC);
     ref_matmul_backward(rdinp, rdw, rdb, rdout, rinp, rw, N, C, OC);
 
-    CHECK_A("matmul out", get_a(&fx, d_out, NO), ro, NO, "N=%d C=%d OC=%d bias=%d", N, C, OC, with_bias);
-    if (all_grads) {
-        CHECK_A("matmul dinp", get_a(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d OC=%d", N, C, OC);
-        CHECK("matmul dbias (accumulated)", get_f(&fx, d_db, OC), rdb, OC, "N=%d C=%d OC=%d", N, C, OC);
-    }
-    CHECK("matmul dw (accumulated)", get_f(&fx, d_dw, OCC), rdw, OCC, "N=%d C=%d OC=%d", N, C, OC);
+    CHECK_A("matmul out", unpad_rows(&fx, get_a(&fx, d_out, NL), N, OC, ldo), ro, NO, "N=%d C=%d OC=%d ldo=%d bias=%d",
+            N, C, OC, ldo, with_bias);
+    if (all_grads)
+        CHECK_A("matmul dinp", get_a(&fx, d_dinp, NC), rdinp, NC, "N=%d C=%d OC=%d ldo=%d", N, C, OC, ldo);
+    if (dbias) CHECK("matmul dbias (accumulated)", get_f(&fx, d_db, OC), rdb, OC, "N=%d C=%d OC=%d", N, C, OC);
+    CHECK("matmul dw (accumulated)", get_f(&fx, d_dw, OCC), rdw, OCC, "N=%d C=%d OC=%d ldo=%d", N, C, OC, ldo);
     fx_close(&fx);
+}
+
+static void check_matmul(GtDtype act, int N, int C, int OC, bool with_bias, bool all_grads, uint64_t seed) {
+    check_matmul_ld(act, N, C, OC, OC, with_bias, all_grads, seed);
 }
 
 static void matmul_cases(GtDtype act) {
@@ -345,6 +365,9 @@ static void matmul_cases(GtDtype act) {
     check_matmul(act, 33, 64, 17, false, true, 7);
     check_matmul(act, 7, 5, 3, true, false, 8); /* dinp and dbias NULL: skipped */
     check_matmul(act, 256, 128, 384, true, true, 9);
+    /* the LM head's shape: an odd OC at a padded stride (dout's padding NaN) */
+    check_matmul_ld(act, 19, 32, 257, 320, false, true, 10);
+    check_matmul_ld(act, 9, 16, 5, 8, true, true, 11);
 }
 Test(ops, matmul) { matmul_cases(GT_F32); }
 Test(ops_bf16, matmul) { matmul_cases(GT_BF16); }
@@ -585,7 +608,7 @@ static void check_matmul_gelu(GtDtype act, int N, int C, int OC, bool with_bias,
     /* the unfused pair on the same backend: the same bits, except bf16 on CUDA, whose GELU
      * epilogue computes gelu from the unrounded fp32 pre-activation (backend.h): there the bound */
     void *u_pre = dnan_a(&fx, NO), *u_out = dnan_a(&fx, NO);
-    fx.be->ops->matmul_forward(fx.be, u_pre, d_inp, d_w, d_b, N, C, OC);
+    fx.be->ops->matmul_forward(fx.be, u_pre, d_inp, d_w, d_b, N, C, OC, OC);
     fx.be->ops->gelu_forward(fx.be, u_out, u_pre, NO);
     if (act == GT_BF16 && strcmp(fx.be->ops->name, "cuda") == 0) {
         CHECK_A("matmul_gelu pre vs matmul_forward", pre, to_d(&fx, get_a(&fx, u_pre, NO), NO), NO,
@@ -615,11 +638,12 @@ Test(ops_bf16, matmul_gelu) { matmul_gelu_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ cross-entropy */
 
-static void check_crossentropy(GtDtype act, int N, int V, float offset, uint64_t seed) {
+/* ld > V: rows at stride ld, the padding NaN (read, it would poison the losses) */
+static void check_crossentropy(GtDtype act, int N, int V, int ld, float offset, uint64_t seed) {
     Fx fx;
     fx_open_as(&fx, act);
     Rng r = {seed};
-    size_t NV = (size_t)N * V;
+    size_t NV = (size_t)N * V, NL = (size_t)N * ld;
     float *logits = rand_a(&fx, &r, NV, offset - 4, offset + 4);
     int *tgt = rand_i(&fx, &r, N, V);
     for (int n = 0; n < N; n += 3) tgt[n] = -100; /* ignored rows */
@@ -630,17 +654,17 @@ static void check_crossentropy(GtDtype act, int N, int V, float offset, uint64_t
 
     int *d_tgt = dup_i(&fx, tgt, N);
     /* without the gradient: losses only, logits left as they were */
-    void *d_logits = dup_a(&fx, logits, NV);
+    void *d_logits = dup_a(&fx, pad_rows(&fx, logits, N, V, ld), NL);
     float *d_loss = dnan(&fx, N);
-    fx.be->ops->crossentropy(fx.be, d_loss, d_logits, d_tgt, N, V, scale, 0);
-    CHECK("crossentropy losses (no grad)", get_f(&fx, d_loss, N), rloss, N, "N=%d V=%d", N, V);
-    cr_expect(memcmp(get_a(&fx, d_logits, NV), logits, NV * sizeof(float)) == 0,
+    fx.be->ops->crossentropy(fx.be, d_loss, d_logits, d_tgt, N, V, ld, scale, 0);
+    CHECK("crossentropy losses (no grad)", get_f(&fx, d_loss, N), rloss, N, "N=%d V=%d ld=%d", N, V, ld);
+    cr_expect(memcmp(unpad_rows(&fx, get_a(&fx, d_logits, NL), N, V, ld), logits, NV * sizeof(float)) == 0,
               "crossentropy without compute_grad changed the logits");
     /* with the gradient, in place */
     up(&fx, d_loss, get_f(&fx, dnan(&fx, N), N), N * sizeof(float));
-    fx.be->ops->crossentropy(fx.be, d_loss, d_logits, d_tgt, N, V, scale, 1);
-    CHECK("crossentropy losses", get_f(&fx, d_loss, N), rloss, N, "N=%d V=%d", N, V);
-    float *dl = get_a(&fx, d_logits, NV);
+    fx.be->ops->crossentropy(fx.be, d_loss, d_logits, d_tgt, N, V, ld, scale, 1);
+    CHECK("crossentropy losses", get_f(&fx, d_loss, N), rloss, N, "N=%d V=%d ld=%d", N, V, ld);
+    float *dl = unpad_rows(&fx, get_a(&fx, d_logits, NL), N, V, ld);
     CHECK_A("crossentropy dlogits", dl, rdl, NV, "N=%d V=%d", N, V);
     for (int n = 0; n < N; n += 3)
         for (int i = 0; i < V; i++)
@@ -649,10 +673,11 @@ static void check_crossentropy(GtDtype act, int N, int V, float offset, uint64_t
 }
 
 static void crossentropy_cases(GtDtype act) {
-    check_crossentropy(act, 10, 11, 0.0f, 40);
+    check_crossentropy(act, 10, 11, 11, 0.0f, 40);
     /* large logits: must be max-subtracted (bf16 spaces values near 500 by 2, still a spread) */
-    check_crossentropy(act, 9, 257, 500.0f, 41);
-    check_crossentropy(act, 64, 1000, 0.0f, 42);
+    check_crossentropy(act, 9, 257, 257, 500.0f, 41);
+    check_crossentropy(act, 64, 1000, 1000, 0.0f, 42);
+    check_crossentropy(act, 7, 257, 320, 0.0f, 43); /* the padded stride of the LM head */
 }
 Test(ops, crossentropy) { crossentropy_cases(GT_F32); }
 Test(ops_bf16, crossentropy) { crossentropy_cases(GT_BF16); }
@@ -801,11 +826,11 @@ Test(ops, deterministic) {
         float *d_dx = dup_f(&fx, x, NC), *d_dlw = dup_f(&fx, lw, C), *d_dlb = dup_f(&fx, lb, C);
         fx.be->ops->layernorm_backward(fx.be, d_dx, d_dlw, d_dlb, d_dout, d_x, d_lw, d_m, d_s, (int)BT, C);
         float *d_dinp = dnan(&fx, NC), *d_dw = dup_f(&fx, w, (size_t)OC * C), *d_db = dup_f(&fx, dmm, OC);
-        fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, d_dmm, d_x, d_w, (int)BT, C, OC);
+        fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, d_dmm, d_x, d_w, (int)BT, C, OC, OC);
         float *d_dwte = dup_f(&fx, w, (size_t)V * C), *d_dwpe = dup_f(&fx, x, (size_t)T * C);
         fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, d_dout, d_tok, B, T, C);
         float *d_lg = dup_f(&fx, logits, BT * V), *d_loss = dnan(&fx, BT);
-        fx.be->ops->crossentropy(fx.be, d_loss, d_lg, d_tok, (int)BT, V, 0.01f, 1);
+        fx.be->ops->crossentropy(fx.be, d_loss, d_lg, d_tok, (int)BT, V, V, 0.01f, 1);
         float *outs[] = {d_out, d_lse, d_dqkv, d_ln, d_dx, d_dlw, d_dlb, d_dinp, d_dw, d_db, d_dwte, d_dwpe, d_lg};
         size_t ns[] = {NC, nl, n3, NC, NC, C, C, NC, (size_t)OC * C, OC, (size_t)V * C, (size_t)T * C, BT * V};
         for (int i = 0; i < 13; i++) res[rep][i] = get_f(&fx, outs[i], ns[i]);
