@@ -131,6 +131,16 @@ __device__ __forceinline__ void store_from_f32(__nv_bfloat16 *p, size_t i, float
     p[i] = __float2bfloat16_rn(v);
 }
 
+/* Raise a kernel's dynamic shared-memory limit to bytes (needed above 48 KiB); 0, or -1 with
+ * err = "file:line: cudaFuncSetAttribute(name, bytes): error" */
+static inline int gtc_set_smem_limit(const void *fn, size_t bytes, const char *name, GtError *err) {
+    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e == cudaSuccess) return 0;
+    (void)cudaGetLastError();
+    return gt_error(err, GT_EXIT_FAILURE, "%s:%d: cudaFuncSetAttribute(%s, %zu bytes shared memory): %s",
+                    __FILE__, __LINE__, name, bytes, cudaGetErrorString(e));
+}
+
 /* ---- launch helpers ---- */
 
 #define GTC_THREADS 256

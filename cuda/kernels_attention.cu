@@ -62,6 +62,33 @@ static size_t att_dkdv_smem(int hs) {
     return (size_t)((2 * ATT_BK + 2 * ATT_BQ) * att_ld(hs) + 2 * ATT_BQ) * sizeof(float);
 }
 
+/* A lane owns channels d = lane + 32 r (r < ATT_DPL) of a row accumulator acc. For rows j in
+ * [j0, j1) of a shared tile (row stride `stride`): acc += x_j * rows[j], x_j being lane j's x
+ * (shuffled). Rows in order, so the sums are the same whatever calls it. */
+__device__ __forceinline__ void att_axpy_rows(float (&acc)[ATT_DPL], float x, const float *rows,
+                                              int stride, int j0, int j1, int hs, int lane) {
+    for (int j = j0; j < j1; j++) {
+        float xj = __shfl_sync(0xffffffffu, x, j);
+        const float *row = rows + j * stride;
+        #pragma unroll
+        for (int r = 0; r < ATT_DPL; r++) {
+            int d = lane + 32 * r;
+            if (d < hs) acc[r] += xj * row[d];
+        }
+    }
+}
+
+/* row[d] = acc * mul for the lane's channels, rounded to the act dtype */
+template <typename Act>
+__device__ __forceinline__ void att_store_row(Act *row, const float (&acc)[ATT_DPL], float mul,
+                                              int hs, int lane) {
+    #pragma unroll
+    for (int r = 0; r < ATT_DPL; r++) {
+        int d = lane + 32 * r;
+        if (d < hs) store_from_f32(row, d, acc[r] * mul);
+    }
+}
+
 /* load rows [r0, r0 + rows) of one head's slice (row stride `stride` elements in global, act
  * dtype) into an fp32 shared tile with row stride ld; rows at or past T are zero */
 template <typename Act>
@@ -129,16 +156,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             m[i] = mnew;
             #pragma unroll
             for (int r2 = 0; r2 < ATT_DPL; r2++) o[i][r2] *= alpha;
-            int jn = min(ATT_BC, t - k0 + 1);
-            for (int jj = 0; jj < jn; jj++) {
-                float pj = __shfl_sync(0xffffffffu, p, jj);
-                const float *v = Vs + jj * hs;
-                #pragma unroll
-                for (int r2 = 0; r2 < ATT_DPL; r2++) {
-                    int d = lane + 32 * r2;
-                    if (d < hs) o[i][r2] += pj * v[d];
-                }
-            }
+            att_axpy_rows(o[i], p, Vs, hs, 0, min(ATT_BC, t - k0 + 1), hs, lane);
         }
     }
     #pragma unroll
@@ -147,12 +165,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         int t = q0 + r;
         if (t >= T) continue;
         float inv = 1.0f / l[i];
-        Act *orow = out + ((size_t)bb * T + t) * C + (size_t)h * hs;
-        #pragma unroll
-        for (int r2 = 0; r2 < ATT_DPL; r2++) {
-            int d = lane + 32 * r2;
-            if (d < hs) store_from_f32(orow, d, o[i][r2] * inv);
-        }
+        att_store_row(out + ((size_t)bb * T + t) * C + (size_t)h * hs, o[i], inv, hs, lane);
         if (lane == 0) lse[((size_t)bb * NH + h) * T + t] = m[i] + logf(l[i]);
     }
 }
@@ -239,19 +252,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 ds = p * (dp - Ds[lane]);
             }
             int ii0 = max(0, j - q0), ii1 = min(ATT_BQ, T - q0);
-            for (int ii = ii0; ii < ii1; ii++) {
-                float pi = __shfl_sync(0xffffffffu, p, ii);
-                float dsi = __shfl_sync(0xffffffffu, ds, ii);
-                const float *dy = dOs + ii * ld, *q = Qs + ii * ld;
-                #pragma unroll
-                for (int r = 0; r < ATT_DPL; r++) {
-                    int d = lane + 32 * r;
-                    if (d < hs) {
-                        dv[i][r] += pi * dy[d];
-                        dk[i][r] += dsi * q[d];
-                    }
-                }
-            }
+            att_axpy_rows(dv[i], p, dOs, ld, ii0, ii1, hs, lane);
+            att_axpy_rows(dk[i], ds, Qs, ld, ii0, ii1, hs, lane);
         }
     }
     #pragma unroll
@@ -259,15 +261,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         int j = k0 + warp + ATT_WARPS * i;
         if (j >= T) continue;
         Act *dkrow = dqkv + ((size_t)bb * T + j) * C3 + C + (size_t)h * hs;
-        Act *dvrow = dkrow + C;
-        #pragma unroll
-        for (int r = 0; r < ATT_DPL; r++) {
-            int d = lane + 32 * r;
-            if (d < hs) {
-                store_from_f32(dkrow, d, dk[i][r] * scale);
-                store_from_f32(dvrow, d, dv[i][r]);
-            }
-        }
+        att_store_row(dkrow, dk[i], scale, hs, lane);
+        att_store_row(dkrow + C, dv[i], 1.0f, hs, lane);
     }
 }
 
@@ -328,28 +323,14 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 float p = expf(s * scale - Lr[i]);
                 ds = p * (dp - Dr[i]);
             }
-            int jn = min(ATT_BC, t - k0 + 1);
-            for (int jj = 0; jj < jn; jj++) {
-                float dsj = __shfl_sync(0xffffffffu, ds, jj);
-                const float *k = Ks + jj * ld;
-                #pragma unroll
-                for (int r2 = 0; r2 < ATT_DPL; r2++) {
-                    int d = lane + 32 * r2;
-                    if (d < hs) dq[i][r2] += dsj * k[d];
-                }
-            }
+            att_axpy_rows(dq[i], ds, Ks, ld, 0, min(ATT_BC, t - k0 + 1), hs, lane);
         }
     }
     #pragma unroll
     for (int i = 0; i < ATT_RPW; i++) {
         int t = q0 + warp + ATT_WARPS * i;
         if (t >= T) continue;
-        Act *dqrow = dqkv + ((size_t)bb * T + t) * C3 + (size_t)h * hs;
-        #pragma unroll
-        for (int r = 0; r < ATT_DPL; r++) {
-            int d = lane + 32 * r;
-            if (d < hs) store_from_f32(dqrow, d, dq[i][r] * scale);
-        }
+        att_store_row(dqkv + ((size_t)bb * T + t) * C3 + (size_t)h * hs, dq[i], scale, hs, lane);
     }
 }
 
@@ -376,16 +357,8 @@ int gtc_attention_init(CudaImpl *im, GtError *err) {
         {(const void *)attention_backward_dq_kernel<gtc_bf16>, att_dq_smem(ATT_MAX_HS),
          "attention_dq<bf16>"},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        cudaError_t e = cudaFuncSetAttribute(k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             (int)k[i].bytes);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return gt_error(err, GT_EXIT_FAILURE,
-                            "%s:%d: cudaFuncSetAttribute(%s, %zu bytes shared memory): %s",
-                            __FILE__, __LINE__, k[i].name, k[i].bytes, cudaGetErrorString(e));
-        }
-    }
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (gtc_set_smem_limit(k[i].fn, k[i].bytes, k[i].name, err)) return -1;
     return gtc_attention_tc_init(im, err); /* the tensor-core kernels' limits */
 }
 

@@ -629,17 +629,8 @@ int gtc_attention_tc_init(CudaImpl *im, GtError *err) {
     bool ok[2] = {major >= 8, major >= 8};
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (k[i].bytes > (size_t)optin) ok[k[i].slot] = false;
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        if (!ok[k[i].slot]) continue;
-        e = cudaFuncSetAttribute(k[i].fn, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 (int)k[i].bytes);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            return gt_error(err, GT_EXIT_FAILURE,
-                            "%s:%d: cudaFuncSetAttribute(%s, %zu bytes shared memory): %s",
-                            __FILE__, __LINE__, k[i].name, k[i].bytes, cudaGetErrorString(e));
-        }
-    }
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (ok[k[i].slot] && gtc_set_smem_limit(k[i].fn, k[i].bytes, k[i].name, err)) return -1;
     im->tc_attention[0] = ok[0];
     im->tc_attention[1] = ok[1];
     return 0;
