@@ -138,9 +138,9 @@ $(BUILD)/tcsim/kernel_body.inc: cuda/kernels_attention_tc.cu | $(BUILD)/tcsim
 	{ echo 'using namespace nvcuda;'; awk '/^#define TC_WARPS/{on=1} /host side/{on=0} on' $< | \
 	  sed -e 's/extern __shared__ __align__(128) unsigned char tc_smem\[\];/unsigned char *tc_smem = g_smem;/' \
 	      -e '/#pragma unroll/d'; } > $@
-$(TCSIM): tests/tcsim/harness.cpp tests/tcsim/mock.h tests/ref_ops.c tests/ref_ops.h $(BUILD)/tcsim/kernel_body.inc
+$(TCSIM): tests/tcsim/harness.cpp tests/tcsim/mock.h src/common.h tests/ref_ops.c tests/ref_ops.h $(BUILD)/tcsim/kernel_body.inc
 	$(CC) -std=c11 -O1 -Itests -c -o $(BUILD)/tcsim/ref_ops.o tests/ref_ops.c
-	$(CXX) -std=c++20 -O1 -pthread -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Itests -Itests/tcsim \
+	$(CXX) -std=c++20 -O1 -pthread -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Isrc -Itests -Itests/tcsim \
 	  -I$(BUILD)/tcsim -o $@ tests/tcsim/harness.cpp $(BUILD)/tcsim/ref_ops.o -lm
 $(BUILD)/tcsim:
 	mkdir -p $@

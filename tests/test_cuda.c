@@ -270,23 +270,11 @@ Test(cuda, matmul_unaligned_pointers) {
 #define BF16_TOL 1e-2
 
 /* fp32 -> bf16 bits, round to nearest even (as __float2bfloat16_rn); NaN stays a quiet NaN */
-static uint16_t f32_to_bf16_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-static float bf16_bits_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 /* n random floats in [lo, hi) rounded to bf16 bit patterns */
 static uint16_t *rand_bf16(size_t n, float lo, float hi) {
     uint16_t *h = malloc(n * sizeof(uint16_t) + 4);
     cr_assert_not_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = f32_to_bf16_bits(frand(lo, hi));
+    for (size_t i = 0; i < n; i++) h[i] = gt_f32_to_bf16(frand(lo, hi));
     return h;
 }
 /* a device bf16 buffer of n NaNs */
@@ -305,7 +293,7 @@ static float *fetch_bf16(Backend *b, const void *d, size_t n) {
     float *f = malloc(n * sizeof(float) + 4);
     cr_assert(h && f);
     cr_assert_eq(b->ops->to_host(b, h, d, n * sizeof(uint16_t), &err), 0, "%s", err.msg);
-    for (size_t i = 0; i < n; i++) f[i] = bf16_bits_to_f32(h[i]);
+    for (size_t i = 0; i < n; i++) f[i] = gt_bf16_to_f32(h[i]);
     free(h);
     return f;
 }

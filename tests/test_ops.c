@@ -107,15 +107,6 @@ static int *dup_i(Fx *fx, const int *h, size_t n) {
     up(fx, d, h, n * sizeof(int));
     return d;
 }
-/* device floats filled with NaN */
-static float *dnan(Fx *fx, size_t n) {
-    float *h = malloc(n * sizeof(float) + 1);
-    cr_assert_not_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = dup_f(fx, h, n);
-    free(h);
-    return d;
-}
 /* fetch n floats from the device into a fresh host buffer */
 static float *get_f(Fx *fx, const float *d, size_t n) {
     float *h = hf(fx, n);
@@ -135,14 +126,17 @@ static void *dup_a(Fx *fx, const float *h, size_t n) {
     free(b);
     return d;
 }
-static void *dnan_a(Fx *fx, size_t n) {
+/* n NaNs on the device: fp32 (dnan) or in the act dtype (dnan_a) */
+static void *dnan_as(Fx *fx, size_t n, bool act) {
     float *h = malloc(n * sizeof(float) + 1);
     cr_assert_not_null(h);
     for (size_t i = 0; i < n; i++) h[i] = NAN;
-    void *d = dup_a(fx, h, n);
+    void *d = act ? dup_a(fx, h, n) : dup_f(fx, h, n);
     free(h);
     return d;
 }
+static float *dnan(Fx *fx, size_t n) { return dnan_as(fx, n, false); }
+static void *dnan_a(Fx *fx, size_t n) { return dnan_as(fx, n, true); }
 static float *get_a(Fx *fx, const void *d, size_t n) {
     float *h = hf(fx, n);
     GtError err = {0};

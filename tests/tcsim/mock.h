@@ -9,6 +9,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
+extern "C" {
+#include "common.h"
+}
 
 #define __global__
 #define __device__
@@ -23,15 +26,10 @@ struct Dim3 { unsigned x = 0, y = 0, z = 0; };
 extern thread_local Dim3 threadIdx;
 extern Dim3 blockIdx;
 
+/* bf16 conversions: the project's own (common.h), which round as CUDA's do */
 struct __nv_bfloat16 { uint16_t x; };
-static inline float __bfloat162float(__nv_bfloat16 h) { uint32_t u = (uint32_t)h.x << 16; float f; memcpy(&f, &u, 4); return f; }
-static inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-    uint32_t u; memcpy(&u, &f, 4);
-    __nv_bfloat16 h;
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) { h.x = (uint16_t)((u >> 16) | 0x40u); return h; }
-    h.x = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    return h;
-}
+static inline float __bfloat162float(__nv_bfloat16 h) { return gt_bf16_to_f32(h.x); }
+static inline __nv_bfloat16 __float2bfloat16_rn(float f) { return __nv_bfloat16{gt_f32_to_bf16(f)}; }
 static inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
 static inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short s) { __nv_bfloat16 h; h.x = s; return h; }
 typedef __nv_bfloat16 gtc_bf16;
