@@ -731,12 +731,13 @@ static void act_done(Backend *b, act_t *x, const float *w, size_t n) {
 
 static void cpu_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte, const act_t *wpe,
                                 int B, int T, int C) {
-    /* only the rows the tokens use are needed, but widening the tables keeps this simple: the
-     * emulation is for checking, not for speed */
+    /* bf16: widen the table rows up to the largest token (only the emulation needs V, so the
+     * fp32 path skips the scan) */
     const size_t BTC = (size_t)B * T * C;
     int V = 0;
-    for (int i = 0; i < B * T; i++)
-        if (tokens[i] + 1 > V) V = tokens[i] + 1;
+    if (b->act_dtype != GT_F32)
+        for (int i = 0; i < B * T; i++)
+            if (tokens[i] + 1 > V) V = tokens[i] + 1;
     float *o = act_out(b, 0, out, BTC, false);
     f32_encoder_forward(b, o, tokens, act_in(b, 1, wte, (size_t)V * C), act_in(b, 2, wpe, (size_t)T * C), B, T, C);
     act_done(b, out, o, BTC);

@@ -498,8 +498,10 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
         clip_grads_range(m, norm, cfg->max_grad_norm, lo, hi);
         adamw_step_range(m, lr, cfg, (int)++t->state.adam_t, lo, hi);
     }
-    if (m->shard_world > 1 && params_allgather(t, m->params, m->shard, err)) return -1;
-    model_params_changed(m);
+    if (m->shard_world > 1) { /* the other ranks' shards of the weights arrive here */
+        if (params_allgather(t, m->params, m->shard, err)) return -1;
+        model_params_changed(m);
+    }
     return 0;
 }
 
