@@ -6,6 +6,7 @@
 #include <string.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,18 +14,67 @@
 /* The process-wide logger's state: which rank this process is. */
 static int g_log_rank = 0;
 
+/* The signal flag (the other piece of global mutable state: a handler has no other way to speak). */
+static volatile sig_atomic_t g_stop_signal;
+
+/* Copy src into dst[cap] with control bytes escaped (\n, \r, \t, \xHH), so a message stays one
+ * line and a hostile path or value cannot move the terminal's cursor. */
+static void escape_controls(char *dst, size_t cap, const char *src) {
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)src; *p && o + 1 < cap; p++) {
+        char esc[8];
+        if (*p >= 0x20 && *p != 0x7f) {
+            dst[o++] = (char)*p;
+            continue;
+        }
+        if (*p == '\n' || *p == '\r' || *p == '\t')
+            snprintf(esc, sizeof esc, "\\%c", *p == '\n' ? 'n' : *p == '\r' ? 'r' : 't');
+        else
+            snprintf(esc, sizeof esc, "\\x%02x", *p);
+        size_t n = strlen(esc);
+        if (o + n + 1 > cap) break;
+        memcpy(dst + o, esc, n);
+        o += n;
+    }
+    dst[o] = '\0';
+}
+
 int gt_error(GtError *err, int code, const char *fmt, ...) {
     if (err) {
+        char raw[GT_ERR_MAX];
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
-        /* one line, always */
-        for (char *p = err->msg; *p; p++)
-            if (*p == '\n' || *p == '\r') *p = ' ';
+        escape_controls(err->msg, sizeof err->msg, raw); /* one line, always */
         err->code = code;
     }
     return -1;
+}
+
+static void on_stop_signal(int sig) {
+    if (!g_stop_signal) g_stop_signal = sig;
+    struct sigaction dfl = {.sa_handler = SIG_DFL};
+    sigaction(SIGTERM, &dfl, NULL);
+    sigaction(SIGINT, &dfl, NULL);
+}
+
+/* A handler, not a blocked mask: OpenBLAS and OpenMP start worker threads before main, whose masks
+ * we do not control, and the kernel may deliver the signal to any of them. */
+void gt_signals_install(void) {
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    struct sigaction ign = {.sa_handler = SIG_IGN};
+    sigaction(SIGXFSZ, &ign, NULL);
+}
+
+int gt_stop_signal(void) { return (int)g_stop_signal; }
+
+void gt_stop_signal_reset(void) {
+    g_stop_signal = 0;
+    gt_signals_install();
 }
 
 void gt_log_set_rank(int rank) { g_log_rank = rank; }

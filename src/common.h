@@ -68,6 +68,16 @@ static inline float gt_bf16_to_f32(uint16_t h) {
     return f;
 }
 
+/* SIGTERM/SIGINT (Slurm preemption, Ctrl-C) from process start: the first one sets a flag that
+ * long loops poll (the training step in flight finishes, a checkpoint is written, exit 0) and
+ * restores the default action, so a second one ends the process at once. SIGXFSZ is ignored, so
+ * a file-size limit or quota is a write error (EFBIG) handled like a full disk. */
+void gt_signals_install(void);
+/* 0, or the signal number of the first SIGTERM/SIGINT received. */
+int gt_stop_signal(void);
+/* Forget a received signal and re-arm the handler (tests that run several jobs in one process). */
+void gt_stop_signal_reset(void);
+
 /* Monotonic seconds. */
 double gt_now_seconds(void);
 

@@ -48,6 +48,7 @@ static int fail(const GtError *err) {
 
 int main(int argc, char **argv) {
     cpu_runtime_setup(argc, argv);
+    gt_signals_install(); /* from the start: a SIGTERM while loading still ends cleanly */
     const char *config_path = NULL;
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;

@@ -193,31 +193,6 @@ static int run_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) 
     return 0;
 }
 
-/* ---------------------------------------------------------------- signals */
-
-/* SIGTERM/SIGINT (Slurm preemption, Ctrl-C): the step in flight finishes, a checkpoint is
- * written and the run exits 0; the first signal restores the default action, so a second one ends
- * the process at once. A handler, not a blocked mask: OpenBLAS and OpenMP start worker threads
- * before main, whose masks we do not control, and the kernel may deliver the signal to any of them.
- * The flag is the one piece of mutable global state besides the logger: a signal handler has no
- * other way to speak. */
-static volatile sig_atomic_t g_stop_signal;
-
-static void on_stop_signal(int sig) {
-    if (!g_stop_signal) g_stop_signal = sig;
-    struct sigaction dfl = {.sa_handler = SIG_DFL};
-    sigaction(SIGTERM, &dfl, NULL);
-    sigaction(SIGINT, &dfl, NULL);
-}
-
-static void catch_stop_signals(bool on) {
-    struct sigaction sa = {.sa_handler = on ? on_stop_signal : SIG_DFL};
-    sigemptyset(&sa.sa_mask);
-    g_stop_signal = 0;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-}
-
 /* ---------------------------------------------------------------- the run */
 
 static void sample_at_end(Trainer *t) {
@@ -510,7 +485,6 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     Model *m = t->model;
     const long max_steps = t->state.max_steps;
     const double rows_per_epoch = data_rows_per_epoch(t->train);
-    catch_stop_signals(true);
     long skipped_in_a_row = 0;
     t->t_start = gt_now_seconds();
     double tokens_done = 0;
@@ -590,7 +564,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             run_eval(t, step + 1, summary, err))
             return -1;
         bool save = cfg->save_steps > 0 && ((step + 1) % cfg->save_steps == 0 || last);
-        int sig = g_stop_signal;
+        int sig = gt_stop_signal();
         if (t->world > 1 && max_i32(t, &sig, err)) return -1; /* every rank stops at the same step */
         if (sig) {
             if (t->tty) metrics_progress_clear(stdout);
@@ -602,7 +576,6 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         if (save && save_checkpoint(t, err)) return -1;
     }
     summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t->t_start);
-    catch_stop_signals(false);
     return 0;
 }
 
