@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "rundir.h"
 #include "safetensors.h"
 
 #define STATE_FILE "trainer_state.json"
@@ -33,25 +34,6 @@ static int write_text_atomic(const char *path, const char *text, GtError *err) {
 static int read_small_file(const char *path, char **out, GtError *err) {
     size_t n;
     return gt_read_small_file(path, "trainer state", STATE_MAX_BYTES, out, &n, err);
-}
-
-static void remove_tree(const char *path) {
-    DIR *d = opendir(path);
-    if (d) {
-        struct dirent *e;
-        while ((e = readdir(d))) {
-            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-            char sub[GT_PATH_MAX * 2];
-            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-            struct stat sb;
-            if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
-                remove_tree(sub);
-            else
-                unlink(sub);
-        }
-        closedir(d);
-    }
-    rmdir(path);
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -275,11 +257,20 @@ static int save_optimizer(const char *dir, Model *m, long adam_t, const float *m
     return rc;
 }
 
-static int load_optimizer(const char *dir, Model *m, GtError *err) {
+static int load_optimizer(const char *dir, Model *m, long adam_t, GtError *err) {
     char path[GT_PATH_MAX * 2 + 32];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     SafeTensors *st = NULL;
     if (safetensors_open(&st, path, err)) return -1;
+    char want[32];
+    snprintf(want, sizeof want, "%ld", adam_t);
+    const char *step = safetensors_metadata(st, "step");
+    if (step && strcmp(step, want) != 0) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: __metadata__.step: expected %s (trainer_state.json's adam_step), found \"%.40s\"",
+                 path, want, step);
+        safetensors_close(st);
+        return -1;
+    }
     const ParamLayout *pl = &m->layout;
     int rc = -1;
     float *mh = malloc(pl->total * sizeof(float)), *vh = malloc(pl->total * sizeof(float));
@@ -302,7 +293,15 @@ static int load_optimizer(const char *dir, Model *m, GtError *err) {
                          st_dtype_name(safetensors_dtype(st, k)));
                 goto done;
             }
-            if (safetensors_read_f32(st, k, (w ? vh : mh) + t->offset, t->numel, err)) goto done;
+            float *x = (w ? vh : mh) + t->offset;
+            if (safetensors_read_f32(st, k, x, t->numel, err)) goto done;
+            /* AdamW divides by sqrt(v): a NaN, an infinity or a negative v poisons every later step */
+            for (size_t q = 0; q < t->numel; q++)
+                if (!isfinite(x[q]) || (w && x[q] < 0)) {
+                    gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: element %zu: expected a finite %s, found %g",
+                             path, name, q, w ? "second moment >= 0" : "first moment", (double)x[q]);
+                    goto done;
+                }
         }
     }
     /* this rank's shard (all of it without ZeRO); the padding past the parameters stays zero */
@@ -335,6 +334,7 @@ static int write_state(const char *dir, const TrainerState *s, const ModelDesc *
     cJSON_AddNumberToObject(j, "per_device_train_batch_size", s->per_device_train_batch_size);
     cJSON_AddNumberToObject(j, "gradient_accumulation_steps", s->gradient_accumulation_steps);
     cJSON_AddNumberToObject(j, "skipped_steps", (double)s->skipped_steps);
+    cJSON_AddNumberToObject(j, "empty_steps", (double)s->empty_steps);
     cJSON_AddNumberToObject(j, "adam_step", (double)s->adam_t);
     cJSON_AddNumberToObject(j, "num_parameters", (double)model_desc_num_params(d));
     /* the data position: rows of step s are a pure function of (seed, s, row) */
@@ -393,8 +393,19 @@ int checkpoint_read_state(const char *dir, TrainerState *s, GtError *err) {
     s->gradient_accumulation_steps = (int)v;
     if (state_number(j, "skipped_steps", 0, big, &v, path, err)) goto done;
     s->skipped_steps = (long)v;
+    if (cJSON_GetObjectItemCaseSensitive(j, "empty_steps")) { /* absent in checkpoints older than it */
+        if (state_number(j, "empty_steps", 0, big, &v, path, err)) goto done;
+        s->empty_steps = (long)v;
+    }
     if (state_number(j, "adam_step", 0, big, &v, path, err)) goto done;
     s->adam_t = (long)v;
+    /* every step either updated (adam_step counts it) or was skipped or empty */
+    if (s->skipped_steps + s->empty_steps > s->global_step || s->adam_t != s->global_step - s->skipped_steps - s->empty_steps) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s: adam_step: expected global_step - skipped_steps - empty_steps = %ld - %ld - %ld, found %ld", path,
+                 s->global_step, s->skipped_steps, s->empty_steps, s->adam_t);
+        goto done;
+    }
     const cJSON *seed = cJSON_GetObjectItemCaseSensitive(j, "seed");
     char *end = NULL;
     if (!cJSON_IsString(seed) || !seed->valuestring[0]) {
@@ -421,119 +432,40 @@ done:
 
 /* ---------------------------------------------------------------- run checkpoints */
 
-/* step number of a directory named checkpoint-N, or -1 */
-static long checkpoint_step_of(const char *name) {
-    if (strncmp(name, "checkpoint-", 11) != 0) return -1;
-    const char *p = name + 11;
-    if (!*p) return -1;
-    long v = 0;
-    for (; *p; p++) {
-        if (*p < '0' || *p > '9' || v > 100000000000L) return -1;
-        v = v * 10 + (*p - '0');
-    }
-    return v;
-}
-
-/* complete checkpoints in output_dir sorted by step; returns count, *steps malloc'd */
-static int list_checkpoints(const char *output_dir, long **steps) {
-    *steps = NULL;
-    DIR *d = opendir(output_dir);
-    if (!d) return 0;
-    int n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long s = checkpoint_step_of(e->d_name);
-        if (s < 0) continue;
-        char st[GT_PATH_MAX * 2];
-        snprintf(st, sizeof st, "%s/%s/%s", output_dir, e->d_name, STATE_FILE);
-        if (access(st, R_OK) != 0) continue; /* not complete */
-        if (n == cap) *steps = gt_xrealloc(*steps, (size_t)(cap = cap ? 2 * cap : 16) * sizeof **steps);
-        (*steps)[n++] = s;
-    }
-    closedir(d);
-    for (int i = 1; i < n; i++) /* insertion sort: few entries */
-        for (int k = i; k > 0 && (*steps)[k - 1] > (*steps)[k]; k--) {
-            long t = (*steps)[k];
-            (*steps)[k] = (*steps)[k - 1];
-            (*steps)[k - 1] = t;
-        }
-    return n;
-}
-
-void checkpoint_clean_partial(const char *output_dir) {
-    DIR *d = opendir(output_dir);
-    if (!d) return;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        size_t n = strlen(e->d_name);
-        if (strncmp(e->d_name, ".checkpoint-", 12) == 0 && n > 4 && strcmp(e->d_name + n - 4, ".tmp") == 0) {
-            char p[GT_PATH_MAX * 2];
-            snprintf(p, sizeof p, "%s/%s", output_dir, e->d_name);
-            remove_tree(p);
-        }
-    }
-    closedir(d);
-}
-
-int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, int save_total_limit, const float *adam_m_full,
+int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, const float *adam_m_full,
                     const float *adam_v_full, GtError *err) {
     char tmp[GT_PATH_MAX + 64], final[GT_PATH_MAX + 64], old[GT_PATH_MAX + 80];
     snprintf(tmp, sizeof tmp, "%s/.checkpoint-%ld.tmp", output_dir, st->global_step);
     snprintf(final, sizeof final, "%s/checkpoint-%ld", output_dir, st->global_step);
-    remove_tree(tmp);
+    rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
     if (mkdir(tmp, 0755) != 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
     if (checkpoint_save_weights(tmp, m, false, err) || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
         write_state(tmp, st, &m->desc, err) || fsync_dir(tmp) != 0) {
-        remove_tree(tmp);
+        rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
         if (!err || !err->msg[0]) gt_error(err, GT_EXIT_FAILURE, "%s: sync failed", tmp);
         return -1;
     }
-    /* an older checkpoint of the same step (a resumed run) is moved aside, then removed */
+    /* an older checkpoint of the same step (a resumed run) is moved aside, then removed; lstat: a
+     * link of that name is moved and unlinked, never followed */
     struct stat sb;
-    bool had_old = stat(final, &sb) == 0;
+    bool had_old = lstat(final, &sb) == 0;
     snprintf(old, sizeof old, "%s/.checkpoint-%ld.old.tmp", output_dir, st->global_step);
     if (had_old && rename(final, old) != 0) {
-        remove_tree(tmp);
+        rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
         return gt_error(err, GT_EXIT_FAILURE, "%s: cannot replace: %s", final, strerror(errno));
     }
     if (rename(tmp, final) != 0) {
         int e = errno;
-        remove_tree(tmp);
+        rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
         return gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename into place: %s", final, strerror(e));
     }
     fsync_dir(output_dir);
-    if (had_old) remove_tree(old);
-    if (save_total_limit > 0) {
-        long *steps;
-        int n = list_checkpoints(output_dir, &steps);
-        for (int i = 0; i < n - save_total_limit; i++) {
-            char p[GT_PATH_MAX * 2 + 64];
-            snprintf(p, sizeof p, "%s/checkpoint-%ld", output_dir, steps[i]);
-            /* rename first so a kill mid-removal never leaves a half-deleted "complete" checkpoint */
-            snprintf(old, sizeof old, "%s/.checkpoint-%ld.del.tmp", output_dir, steps[i]);
-            if (rename(p, old) == 0) remove_tree(old);
-        }
-        free(steps);
-    }
-    return 0;
-}
-
-int checkpoint_find_latest(const char *output_dir, char *out, size_t cap, GtError *err) {
-    long *steps;
-    int n = list_checkpoints(output_dir, &steps);
-    if (n == 0) {
-        free(steps);
-        return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "resume_from_checkpoint: latest: expected a complete checkpoint-N directory in %s, found none",
-                        output_dir);
-    }
-    snprintf(out, cap, "%s/checkpoint-%ld", output_dir, steps[n - 1]);
-    free(steps);
+    if (had_old) rundir_remove_owned(old, RUNDIR_CHECKPOINT_FILES);
     return 0;
 }
 
 int checkpoint_load(const char *dir, Model *m, TrainerState *st, GtError *err) {
     if (checkpoint_read_state(dir, st, err)) return -1;
     if (checkpoint_load_weights(m, dir, err)) return -1;
-    return load_optimizer(dir, m, err);
+    return load_optimizer(dir, m, st->adam_t, err);
 }

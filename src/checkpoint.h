@@ -25,6 +25,7 @@ typedef struct {
     int per_device_train_batch_size;
     int gradient_accumulation_steps;
     long skipped_steps;   /* steps skipped for non-finite loss/grad norm so far */
+    long empty_steps;     /* steps whose micro-batches held no target token (no update) */
     long adam_t;          /* AdamW updates applied (the bias-correction step) */
 } TrainerState;
 
@@ -36,20 +37,15 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err);
  * with HF's shape. Non-finite values are warned about. */
 int checkpoint_load_weights(Model *m, const char *path, GtError *err);
 
-/* Write output_dir/checkpoint-<step>/ atomically, then delete the oldest checkpoints beyond
- * save_total_limit (0 = keep all). adam_m_full/adam_v_full: the whole AdamW state on the host when
- * it is sharded (ZeRO-1; the file format does not depend on sharding), else NULL. */
-int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, int save_total_limit, const float *adam_m_full,
+/* Write output_dir/checkpoint-<step>/ atomically (a checkpoint of that step already there is
+ * replaced; rotation and ownership are rundir.c's). adam_m_full/adam_v_full: the whole AdamW state
+ * on the host when it is sharded (ZeRO-1; the file format does not depend on sharding), else NULL. */
+int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, const float *adam_m_full,
                     const float *adam_v_full, GtError *err);
 
-/* Read checkpoint dir into the model (weights + this rank's shard of the optimizer) and st. */
+/* Read checkpoint dir into the model (weights + this rank's shard of the optimizer) and st.
+ * Validated: every AdamW moment finite, second moments >= 0, adam_step what the run could reach. */
 int checkpoint_load(const char *dir, Model *m, TrainerState *st, GtError *err);
-
-/* The complete checkpoint with the highest step in output_dir into out; -1 (code 2) when none. */
-int checkpoint_find_latest(const char *output_dir, char *out, size_t cap, GtError *err);
-
-/* Remove leftover .checkpoint-*.tmp directories of a killed run. */
-void checkpoint_clean_partial(const char *output_dir);
 
 /* read trainer_state.json of a checkpoint directory (validated) */
 int checkpoint_read_state(const char *dir, TrainerState *st, GtError *err);

@@ -210,15 +210,23 @@ int gt_read_small_file(const char *path, const char *what, size_t max_bytes, cha
     return 0;
 }
 
+int gt_open_for_write(const char *path, int flags) {
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) && unlink(path) != 0) return -1;
+    return open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0644);
+}
+
 int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError *err) {
     size_t plen = strlen(path);
     char *tmp = gt_xmalloc(plen + 5);
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     int rc = 0;
-    FILE *f = fopen(tmp, "wb");
+    int fd = gt_open_for_write(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         rc = gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd);
         goto done;
     }
     bool ok = fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;

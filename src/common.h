@@ -49,6 +49,11 @@ const char *gt_format_bytes(char *buf, size_t cap, uint64_t bytes);
  * file, a directory, a special file, a file too big -> one line, code 2. */
 int gt_read_small_file(const char *path, const char *what, size_t max_bytes, char **out, size_t *len, GtError *err);
 
+/* open(2) for writing that never writes through a symbolic link: a link at path is unlinked
+ * first (never followed), then path is opened with flags | O_NOFOLLOW | O_CLOEXEC, mode 0644.
+ * Returns the descriptor, or -1 with errno set. */
+int gt_open_for_write(const char *path, int flags);
+
 /* Write len bytes to path atomically: path.tmp, fsync, rename. A full disk or any write error is
  * reported (code 1) and path keeps its old content. */
 int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError *err);

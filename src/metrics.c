@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 struct MetricsWriter {
-    FILE *f;
+    int fd; /* O_APPEND: each record is one write(2), cut back if it fails part way */
     char path[GT_PATH_MAX];
 };
 
@@ -62,8 +62,21 @@ static void lmem(Line *l, const char *key, const uint64_t *v) {
 static int write_line(MetricsWriter *m, Line *l, GtError *err) {
     if (l->overflow) return gt_error(err, GT_EXIT_FAILURE, "%s: metrics record too long", m->path);
     lputf(l, "}\n");
-    if (fwrite(l->p, 1, l->len, m->f) != l->len || fflush(m->f) != 0)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", m->path, strerror(errno));
+    if (l->overflow) return gt_error(err, GT_EXIT_FAILURE, "%s: metrics record too long", m->path);
+    off_t before = lseek(m->fd, 0, SEEK_END);
+    size_t done = 0;
+    while (done < l->len) {
+        ssize_t w = write(m->fd, l->p + done, l->len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            /* never leave a torn record: cut the file back to the last whole one */
+            if (done && before >= 0 && ftruncate(m->fd, before) != 0)
+                gt_warn("%s: cannot cut back a partial record: %s\n", m->path, strerror(errno));
+            return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", m->path, strerror(e));
+        }
+        done += (size_t)w;
+    }
     return 0;
 }
 
@@ -71,7 +84,7 @@ static int write_line(MetricsWriter *m, Line *l, GtError *err) {
 
 /* cut a torn last line (no final '\n') left by a killed writer */
 static int cut_torn_tail(const char *path, GtError *err) {
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = gt_open_for_write(path, O_RDWR);
     if (fd < 0) {
         if (errno == ENOENT) return 0;
         return gt_error(err, GT_EXIT_FAILURE, "%s: cannot open: %s", path, strerror(errno));
@@ -117,8 +130,8 @@ MetricsWriter *metrics_open(const char *dir, int append, GtError *err) {
         free(m);
         return NULL;
     }
-    m->f = fopen(m->path, append ? "a" : "w");
-    if (!m->f) {
+    m->fd = gt_open_for_write(m->path, O_WRONLY | O_CREAT | O_APPEND | (append ? 0 : O_TRUNC));
+    if (m->fd < 0) {
         gt_error(err, GT_EXIT_FAILURE, "%s: cannot open for writing: %s", m->path, strerror(errno));
         free(m);
         return NULL;
@@ -129,7 +142,9 @@ MetricsWriter *metrics_open(const char *dir, int append, GtError *err) {
 int metrics_close(MetricsWriter *m, GtError *err) {
     if (!m) return 0;
     int rc = 0;
-    if (fclose(m->f) != 0)
+    if (fsync(m->fd) != 0 && errno != EINVAL)
+        rc = gt_error(err, GT_EXIT_FAILURE, "%s: sync failed: %s", m->path, strerror(errno));
+    if (close(m->fd) != 0 && rc == 0)
         rc = gt_error(err, GT_EXIT_FAILURE, "%s: close failed: %s", m->path, strerror(errno));
     free(m);
     return rc;
@@ -148,8 +163,8 @@ int metrics_write_train(MetricsWriter *m, const TrainRecord *r, GtError *err) {
     lnum(&l, "tokens_per_sec", r->tokens_per_sec);
     lnum(&l, "step_time_ms", r->step_time_ms);
     lnum(&l, "device_time_ms", r->device_time_ms);
-    lputf(&l, ",\"effective_batch\":%ld,\"num_items\":%ld,\"skipped\":%s", r->effective_batch,
-          r->num_items, r->skipped ? "true" : "false");
+    lputf(&l, ",\"effective_batch\":%ld,\"num_items\":%ld,\"skipped\":%s,\"empty\":%s", r->effective_batch,
+          r->num_items, r->skipped ? "true" : "false", r->empty ? "true" : "false");
     lputf(&l, ",\"time\":%.3f", wall_time());
     lmem(&l, "mem_current", r->mem_current);
     lmem(&l, "mem_peak", r->mem_peak);
@@ -175,15 +190,25 @@ int metrics_prune(const char *dir, long last_step, GtError *err) {
     int n = snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
     if (n < 0 || (size_t)n >= sizeof path) return gt_error(err, GT_EXIT_FAILURE, "%s: path too long", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *in = fopen(path, "r");
-    if (!in) {
-        if (errno == ENOENT) return 0;
-        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot open: %s", path, strerror(errno));
+    int ifd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    struct stat sb;
+    if (ifd < 0 || fstat(ifd, &sb) != 0 || !S_ISREG(sb.st_mode)) { /* a link or a special file is not ours */
+        int e = errno;
+        if (ifd >= 0) close(ifd);
+        if (ifd < 0 && e == ENOENT) return 0;
+        if (ifd < 0 && e != ELOOP) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot open: %s", path, strerror(e));
+        gt_warn("%s: not a regular file: not read back (a new one is started)\n", path);
+        return unlink(path) == 0 ? 0 : gt_error(err, GT_EXIT_FAILURE, "%s: cannot remove: %s", path, strerror(errno));
     }
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        fclose(in);
-        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
+    FILE *in = fdopen(ifd, "r");
+    int ofd = gt_open_for_write(tmp, O_WRONLY | O_CREAT | O_TRUNC);
+    FILE *out = ofd >= 0 ? fdopen(ofd, "w") : NULL;
+    if (!in || !out) {
+        int e = errno;
+        if (in) fclose(in); else close(ifd);
+        if (ofd >= 0 && !out) close(ofd);
+        if (out) fclose(out);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(e));
     }
     char *line = NULL;
     size_t cap = 0;
@@ -248,7 +273,7 @@ const char *metrics_format_console(char *buf, size_t cap, const TrainRecord *r, 
              "step %s | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %.0f ms | mem %s%s",
              steps, r->epoch, r->loss, r->lr, r->grad_norm, fmt_rate(rate, sizeof rate, r->tokens_per_sec),
              r->step_time_ms, gt_format_bytes(mem, sizeof mem, dev),
-             r->skipped ? " | SKIPPED (non-finite loss or gradient)" : "");
+             r->skipped ? " | SKIPPED (non-finite loss or gradient)" : r->empty ? " | EMPTY (no target token, no update)" : "");
     return buf;
 }
 

@@ -28,6 +28,7 @@ typedef struct {
     long effective_batch;   /* sequences per optimizer step, all ranks */
     long num_items;         /* predicted (non -100) tokens in the step, all ranks */
     bool skipped;           /* step skipped (NaN/Inf loss or grad norm) */
+    bool empty;             /* no target token in the step's batch: no update */
     uint64_t mem_current[MEM_COUNT];
     uint64_t mem_peak[MEM_COUNT];
 } TrainRecord;
@@ -58,7 +59,8 @@ int metrics_prune(const char *dir, long last_step, GtError *err);
 
 /* The human log line, e.g.
  * "step   10/1000 | epoch 0.25 | loss 2.5012 | lr 3.00e-04 | grad 1.234 | 12.3k tok/s | 81 ms | mem 1.25 GiB"
- * (mem: the sum of the device categories' peaks; " | SKIPPED (non-finite)" when skipped;
+ * (mem: the sum of the device categories' peaks; " | SKIPPED (non-finite)" when skipped, " | EMPTY"
+ * when the step held no target token;
  * max_steps <= 0 leaves out the "/max"). Returns buf. */
 const char *metrics_format_console(char *buf, size_t cap, const TrainRecord *r, long max_steps);
 /* The eval log line: "eval step 10 | eval_loss 2.6000 | ppl 13.46 | 65536 tokens". Returns buf. */

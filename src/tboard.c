@@ -157,7 +157,9 @@ static int write_record(TBoard *tb, const PbBuf *data) {
     return 0;
 }
 
-int tboard_open(TBoard **out, const char *dir, GtError *err) {
+int tboard_open(TBoard **out, const char *dir, GtError *err) { return tboard_open_recorded(out, dir, NULL, NULL, err); }
+
+int tboard_open_recorded(TBoard **out, const char *dir, TBoardNameHook record, void *ctx, GtError *err) {
     *out = NULL;
     char host[256] = "localhost";
     if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "localhost");
@@ -177,6 +179,10 @@ int tboard_open(TBoard **out, const char *dir, GtError *err) {
         if (n < 0 || (size_t)n >= sizeof tb->path) {
             free(tb);
             return gt_error(err, GT_EXIT_FAILURE, "%s: path too long for the event file", dir);
+        }
+        if (record && record(ctx, tb->path + strlen(dir) + 1, err)) {
+            free(tb);
+            return -1;
         }
         tb->f = fopen(tb->path, "wbx");
         if (!tb->f && errno != EEXIST) {

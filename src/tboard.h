@@ -15,6 +15,10 @@ typedef struct TBoard TBoard;
 
 /* Create a new event file in dir (which must exist). Returns 0 or -1 with err filled. */
 int tboard_open(TBoard **out, const char *dir, GtError *err);
+/* The same, calling record(ctx, file name) before the file is created (so that a kill between the
+ * two never leaves a file its owner did not record); a failing record fails the open. */
+typedef int (*TBoardNameHook)(void *ctx, const char *file_name, GtError *err);
+int tboard_open_recorded(TBoard **out, const char *dir, TBoardNameHook record, void *ctx, GtError *err);
 /* Append one scalar. wall_time: unix seconds. Returns 0, or -1 on a write failure (warned about
  * once; later calls keep returning -1). */
 int tboard_scalar(TBoard *tb, const char *tag, long step, double wall_time, float value);

@@ -23,6 +23,7 @@
 #include "optim.h"
 #include "plan.h"
 #include "report.h"
+#include "rundir.h"
 #include "sample.h"
 #include "tboard.h"
 
@@ -72,6 +73,7 @@ typedef struct {
     DataSource *train, *val;
     MemPlan plan;
     MetricsWriter *metrics;
+    RunDir *rundir; /* output_dir: rank 0 holds its lock; other ranks read it to find `latest` */
     TBoard *tb;
     TrainerState state;
     int world, rank;
@@ -87,9 +89,7 @@ typedef struct {
 
 /* ---------------------------------------------------------------- output_dir ownership */
 
-#define RUN_FILE "gtrain_run.json"
-
-/* What makes two runs the same run: the model, the data and the seed. */
+/* What makes two runs the same run: the model, the data and the seed (gtrain_run.json's "run"). */
 static char *run_identity(const Trainer *t) {
     cJSON *j = cJSON_CreateObject();
     const ModelDesc *d = t->desc;
@@ -105,53 +105,6 @@ static char *run_identity(const Trainer *t) {
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;
-}
-
-static int mkdir_p(const char *config_path, const char *path, GtError *err) {
-    char buf[GT_PATH_MAX];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return gt_error(err, GT_EXIT_FAILURE, "output_dir: cannot create %s: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-        return gt_error(err, GT_EXIT_FAILURE, "output_dir: cannot create %s: %s", buf, strerror(errno));
-    struct stat sb;
-    if (stat(buf, &sb) != 0 || !S_ISDIR(sb.st_mode))
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: output_dir: expected a directory, found a file: %s",
-                        config_path, buf);
-    return 0;
-}
-
-/* Refuse an output_dir that holds a different run (or, without resume, any earlier run) unless
- * overwrite_output_dir; then record this run's identity. */
-static int claim_output_dir(Trainer *t, bool resuming, GtError *err) {
-    const RunConfig *cfg = t->cfg;
-    if (mkdir_p(cfg->config_path, cfg->output_dir, err)) return -1;
-    checkpoint_clean_partial(cfg->output_dir);
-    char path[GT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/%s", cfg->output_dir, RUN_FILE);
-    char *mine = run_identity(t), *theirs = NULL;
-    size_t n;
-    if (access(path, F_OK) == 0) {
-        /* an identity file that cannot be read is some other run's */
-        bool same = gt_read_small_file(path, "run identity", 1u << 16, &theirs, &n, NULL) == 0 && strcmp(theirs, mine) == 0;
-        free(theirs);
-        if (!cfg->overwrite_output_dir && (!same || !resuming)) {
-            free(mine);
-            return gt_error(err, GT_EXIT_BAD_INPUT,
-                            "%s: output_dir: %s already holds %s run; expected an empty directory (set "
-                            "overwrite_output_dir: true to replace it%s)",
-                            cfg->config_path, cfg->output_dir, same ? "an earlier" : "a different",
-                            same ? ", or resume_from_checkpoint: latest to continue it" : "");
-        }
-    }
-    int rc = gt_write_file_atomic(path, mine, strlen(mine), err);
-    free(mine);
-    return rc;
 }
 
 /* ---------------------------------------------------------------- eval */
@@ -292,6 +245,92 @@ static int open_comm(Trainer *t, GtError *err) {
     return 0;
 }
 
+static int record_events(void *rundir, const char *file_name, GtError *err) {
+    return rundir_record_events(rundir, file_name, err);
+}
+
+/* output_dir and resume, in two phases so that a refused run changes nothing: first everything is
+ * read and checked (the directory's lock taken, its run identified, the checkpoint to resume from
+ * loaded and validated, the checkpoints a save would replace looked for); then the directory is
+ * written (an earlier run wiped on overwrite, abandoned later checkpoints removed, metrics cut
+ * back, this run's identity recorded). */
+static int claim_output_dir(Trainer *t, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    const bool resuming = cfg->resume_from_checkpoint[0] != 0, overwrite = cfg->overwrite_output_dir;
+    char *identity = run_identity(t);
+    int rc = -1;
+    if (rundir_open(&t->rundir, cfg->config_path, cfg->output_dir, t->rank == 0, err)) goto out;
+    if (t->rank == 0 && rundir_check(t->rundir, identity, resuming, overwrite, err)) goto out;
+    const bool same_run = rundir_holds(t->rundir, identity);
+    long resumed_at = -1;
+    if (resuming) {
+        char dir[GT_PATH_MAX];
+        if (strcmp(cfg->resume_from_checkpoint, "latest") == 0) {
+            if (rundir_latest(t->rundir, dir, sizeof dir, NULL, err)) goto out;
+        } else {
+            snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
+        }
+        TrainerState st;
+        if (checkpoint_load(dir, t->model, &st, err)) goto out;
+        if (st.effective_batch != t->state.effective_batch || st.world_size != t->world || st.seed != cfg->seed) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s/trainer_state.json: expected effective batch %ld, world size %d, seed %llu as this run; "
+                     "found %ld, %d, %llu (exact resume needs the same)",
+                     dir, t->state.effective_batch, t->world, (unsigned long long)cfg->seed, st.effective_batch,
+                     st.world_size, (unsigned long long)st.seed);
+            goto out;
+        }
+        if (st.global_step >= t->state.max_steps) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: max_steps: expected more than the %ld steps %s already holds, found %ld (nothing to train; "
+                     "raise max_steps or num_train_epochs to continue)",
+                     cfg->config_path, st.global_step, dir, t->state.max_steps);
+            goto out;
+        }
+        int later = same_run ? rundir_count_after(t->rundir, st.global_step) : 0;
+        if (t->rank == 0 && later && !overwrite) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: resume_from_checkpoint: %s is step %ld, but %s holds %d later checkpoint%s of this run; "
+                     "expected the latest (resume_from_checkpoint: latest), or overwrite_output_dir: true to discard "
+                     "the later ones",
+                     cfg->config_path, dir, st.global_step, cfg->output_dir, later, later == 1 ? "" : "s");
+            goto out;
+        }
+        t->state.global_step = st.global_step;
+        t->state.epoch = st.epoch;
+        t->state.skipped_steps = st.skipped_steps;
+        t->state.empty_steps = st.empty_steps;
+        t->state.adam_t = st.adam_t;
+        resumed_at = st.global_step;
+        gt_log("resumed from %s at step %ld\n", dir, st.global_step);
+    }
+    t->start_step = t->state.global_step;
+    if (t->rank == 0) {
+        const bool keep = resuming && same_run; /* continue this directory's run */
+        long foreign = cfg->save_steps > 0
+                           ? rundir_foreign_checkpoint(t->rundir, t->start_step, t->state.max_steps, cfg->save_steps)
+                           : -1;
+        if (foreign >= 0) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: output_dir: %s/checkpoint-%ld is not this run's, and saving step %ld would replace it; "
+                     "expected no such directory (move it away, or use another output_dir)",
+                     cfg->config_path, cfg->output_dir, foreign, foreign);
+            goto out;
+        }
+        /* phase 2: write */
+        if (rundir_commit(t->rundir, identity, overwrite && !keep, keep ? resumed_at : -1, err)) goto out;
+        if (keep && metrics_prune(cfg->output_dir, t->state.global_step, err)) goto out;
+        if (!(t->metrics = metrics_open(cfg->output_dir, keep, err))) goto out;
+        GtError tberr = {0};
+        if (tboard_open_recorded(&t->tb, cfg->output_dir, record_events, t->rundir, &tberr))
+            gt_warn("%s (no TensorBoard events)\n", tberr.msg);
+    }
+    rc = 0;
+out:
+    free(identity);
+    return rc;
+}
+
 static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
@@ -318,7 +357,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
 
     int split_train = DATA_SPLIT_ALL, split_val = DATA_SPLIT_ALL;
     const char *val_path = cfg->data.val;
-    if (!val_path[0] && cfg->data.format == DATA_TEXT) {
+    if (!val_path[0] && cfg->data.format == DATA_TEXT && cfg->data.val_fraction > 0) {
         split_train = DATA_SPLIT_TRAIN, split_val = DATA_SPLIT_VAL;
         val_path = cfg->data.train;
     }
@@ -366,37 +405,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                               .world_size = t->world, .per_device_train_batch_size = t->plan.B,
                               .gradient_accumulation_steps = t->plan.A};
 
-    /* resume */
-    bool resuming = cfg->resume_from_checkpoint[0] != 0;
-    if (t->rank == 0 && claim_output_dir(t, resuming, err)) return -1;
-    if (resuming) {
-        char dir[GT_PATH_MAX];
-        if (strcmp(cfg->resume_from_checkpoint, "latest") == 0) {
-            if (checkpoint_find_latest(cfg->output_dir, dir, sizeof dir, err)) return -1;
-        } else {
-            snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
-        }
-        TrainerState st;
-        if (checkpoint_load(dir, t->model, &st, err)) return -1;
-        if (st.effective_batch != t->state.effective_batch || st.world_size != t->world || st.seed != cfg->seed)
-            return gt_error(err, GT_EXIT_BAD_INPUT,
-                            "%s/trainer_state.json: expected effective batch %ld, world size %d, seed %llu as this run; "
-                            "found %ld, %d, %llu (exact resume needs the same)",
-                            dir, t->state.effective_batch, t->world, (unsigned long long)cfg->seed, st.effective_batch,
-                            st.world_size, (unsigned long long)st.seed);
-        t->state.global_step = st.global_step;
-        t->state.epoch = st.epoch;
-        t->state.skipped_steps = st.skipped_steps;
-        t->state.adam_t = st.adam_t;
-        gt_log("resumed from %s at step %ld\n", dir, st.global_step);
-    }
-    t->start_step = t->state.global_step;
-    if (t->rank == 0) {
-        if (resuming && metrics_prune(cfg->output_dir, t->state.global_step, err)) return -1;
-        if (!(t->metrics = metrics_open(cfg->output_dir, resuming, err))) return -1;
-        GtError tberr = {0};
-        if (tboard_open(&t->tb, cfg->output_dir, &tberr)) gt_warn("%s (no TensorBoard events)\n", tberr.msg);
-    }
+    if (claim_output_dir(t, err)) return -1;
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));
     t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
@@ -420,7 +429,18 @@ static int save_checkpoint(Trainer *t, GtError *err) {
             }
         }
     }
-    int rc = t->rank == 0 ? checkpoint_save(t->cfg->output_dir, m, &t->state, t->cfg->save_total_limit, full[0], full[1], err) : 0;
+    int rc = 0;
+    if (t->rank == 0) {
+        const long step = t->state.global_step;
+        if (rundir_foreign_checkpoint(t->rundir, step - 1, step, 0) >= 0)
+            rc = gt_error(err, GT_EXIT_FAILURE, "%s/checkpoint-%ld is not this run's: not replaced, no checkpoint saved",
+                          t->cfg->output_dir, step);
+        /* recorded before it is renamed into place: a kill in between never leaves one that is not ours */
+        else if (rundir_record_checkpoint(t->rundir, step, err) ||
+                 checkpoint_save(t->cfg->output_dir, m, &t->state, full[0], full[1], err) ||
+                 rundir_rotate(t->rundir, t->cfg->save_total_limit, err))
+            rc = -1;
+    }
     free(full[0]), free(full[1]);
     if (rc || t->rank != 0) return rc;
     if (t->tty) metrics_progress_clear(stdout);
@@ -480,11 +500,31 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
     return 0;
 }
 
+/* The weights must be finite: one sum of squares (in double) over them. */
+static int check_weights(Trainer *t, long step, const char *when, GtError *err) {
+    const double sq = t->be->ops->sum_squares(t->be, t->model->params, t->model->layout.total);
+    if (isfinite(sq)) return 0;
+    return gt_error(err, GT_EXIT_FAILURE,
+                    "step %ld: %s weights that are not finite (sum of squares %g); stopped, the last good checkpoint "
+                    "is kept in %s",
+                    step, when, sq, t->cfg->output_dir);
+}
+
 static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     Model *m = t->model;
     const long max_steps = t->state.max_steps;
     const double rows_per_epoch = data_rows_per_epoch(t->train);
+    /* a signal while loading: the state to resume from is the one loaded, saved as it is */
+    int early = gt_stop_signal();
+    if (t->world > 1 && max_i32(t, &early, err)) return -1;
+    if (early) {
+        gt_log("received %s before step %ld: saving the state and stopping\n", early == SIGTERM ? "SIGTERM" : "SIGINT",
+               t->state.global_step + 1);
+        if (save_checkpoint(t, err)) return -1;
+        summary->stopped_by_signal = 1;
+        return 0;
+    }
     long skipped_in_a_row = 0;
     t->t_start = gt_now_seconds();
     double tokens_done = 0;
@@ -497,23 +537,31 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         if (sum_i64(t, &items, 1, err)) return -1;
         const long num_items = (long)items;
         double loss_sum = 0.0;
+        /* no target token in any micro-batch on any rank: nothing to learn from, and no 0/0 loss */
+        const bool empty = num_items == 0;
         t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
-        if (trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
-                               &loss_sum, err))
+        if (!empty && trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization,
+                                         num_items, &loss_sum, err))
             return -1;
         if (sum_f64(t, &loss_sum, 1, err)) return -1;
         double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;
         double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, cfg->warmup_steps, max_steps, cfg->min_lr_rate);
-        double norm;
-        bool skip;
-        if (optimizer_step(t, lr, &norm, &skip, loss, err)) return -1;
-        if (skip) {
-            t->state.skipped_steps++;
-            skipped_in_a_row++;
+        double norm = NAN;
+        bool skip = false;
+        if (empty) {
+            t->state.empty_steps++;
         } else {
-            skipped_in_a_row = 0;
+            if (optimizer_step(t, lr, &norm, &skip, loss, err)) return -1;
+            if (skip) {
+                t->state.skipped_steps++;
+                skipped_in_a_row++;
+            } else {
+                skipped_in_a_row = 0;
+            }
+            model_zero_grads(m);
         }
-        model_zero_grads(m);
+        /* an update can overflow with a finite loss and gradient: never train on from it */
+        if (!skip && !empty && check_weights(t, step + 1, "the optimizer update made", err)) return -1;
         const double device_ms = t->be->ops->timer_elapsed_ms(t->be);
         t->be->ops->synchronize(t->be);
         double dt = gt_now_seconds() - t0;
@@ -526,12 +574,13 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
 
         TrainRecord r = {.step = step + 1, .epoch = t->state.epoch, .loss = loss, .lr = lr, .grad_norm = norm,
                          .tokens_per_sec = (double)t->plan.tokens_per_step / dt, .step_time_ms = dt * 1e3, .device_time_ms = device_ms,
-                         .effective_batch = t->plan.effective_batch, .num_items = num_items, .skipped = skip};
+                         .effective_batch = t->plan.effective_batch, .num_items = num_items, .skipped = skip,
+                         .empty = empty};
         memcpy(r.mem_current, t->be->mem.current, sizeof r.mem_current);
         memcpy(r.mem_peak, t->be->mem.peak, sizeof r.mem_peak);
         bool last = step + 1 == max_steps;
         bool log_now = (cfg->logging_steps > 0 && (step + 1) % cfg->logging_steps == 0) || step == t->start_step ||
-                       last || skip;
+                       last || skip || empty;
         if (log_now) {
             char line[512];
             if (t->tty) metrics_progress_clear(stdout);
@@ -546,6 +595,8 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             }
         }
         if (t->tty && t->rank == 0) metrics_progress_from(stdout, step + 1, t->start_step, max_steps, gt_now_seconds() - t->t_start);
+        if (empty) gt_warn("step %ld: no target token in the step's batch: no update (%ld empty steps so far)\n",
+                           step + 1, t->state.empty_steps);
         if (skip) {
             gt_warn("step %ld: %s is not finite: step skipped, weights unchanged (%ld in a row)\n", step + 1,
                     isfinite(loss) ? "the gradient norm" : "the loss", skipped_in_a_row);
@@ -575,6 +626,8 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         }
         if (save && save_checkpoint(t, err)) return -1;
     }
+    /* skipped steps leave weights that were loaded non-finite as they were: never exit 0 with them */
+    if (!summary->stopped_by_signal && check_weights(t, t->state.global_step, "at the end of the run,", err)) return -1;
     summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t->t_start);
     return 0;
 }
@@ -611,6 +664,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSu
         else
             gt_warn("%s\n", rerr.msg);
     }
+    rundir_close(t.rundir); /* after the last file is written: releases the lock */
     free(t.tok);
     free(t.tgt);
 #ifdef GT_HAVE_NCCL

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
+#include "run_util.h"
 #include "safetensors.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -40,326 +41,6 @@
 
 #define MAX_STEPS 30 /* the fixture's max_steps */
 
-/* ---------------------------------------------------------------- workspace */
-
-typedef struct {
-    char dir[256];
-    char cfg[300]; /* dir/run.yaml */
-    char out[300]; /* dir/out (the fixture's output_dir) */
-} Ws;
-
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 4096, n = 0;
-    char *b = malloc(cap + 1);
-    cr_assert_not_null(b);
-    size_t r;
-    while ((r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            b = realloc(b, (cap *= 2) + 1);
-            cr_assert_not_null(b);
-        }
-    }
-    fclose(f);
-    b[n] = 0;
-    if (len) *len = n;
-    return b;
-}
-
-static void put_file(const char *path, const void *data, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f, "cannot write %s: %s", path, strerror(errno));
-    if (n) cr_assert_eq(fwrite(data, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
-}
-
-static void copy_file(const char *from, const char *to) {
-    size_t n;
-    char *b = slurp(from, &n);
-    cr_assert_not_null(b, "cannot read %s", from);
-    put_file(to, b, n);
-    free(b);
-}
-
-static void ws_init(Ws *w) {
-    snprintf(w->dir, sizeof w->dir, "/tmp/gtrain-rel-XXXXXX");
-    cr_assert_not_null(mkdtemp(w->dir));
-    const char *root = getenv("GTRAIN_ROOT");
-    cr_assert_not_null(root, "GTRAIN_ROOT is not set (run through make test)");
-    cr_assert_not_null(getenv("GTRAIN_BIN"), "GTRAIN_BIN is not set (run through make test)");
-    char from[512], to[512];
-    const char *files[] = {"run.yaml", "model.json"};
-    for (int i = 0; i < 2; i++) {
-        snprintf(from, sizeof from, "%s/tests/fixtures/reliability/%s", root, files[i]);
-        snprintf(to, sizeof to, "%s/%s", w->dir, files[i]);
-        copy_file(from, to);
-    }
-    /* 12 KB of deterministic, text-like bytes */
-    static const char *const words[] = {"the ", "king ", "shall ", "speak ", "of ", "love, ", "and ", "war; ",
-                                        "good ", "night\n", "sweet ", "prince. "};
-    char *txt = malloc(12288);
-    cr_assert_not_null(txt);
-    size_t n = 0;
-    uint32_t x = 12345;
-    while (n < 12000) {
-        x = x * 1664525u + 1013904223u;
-        const char *wd = words[(x >> 16) % 12];
-        size_t k = strlen(wd);
-        memcpy(txt + n, wd, k);
-        n += k;
-    }
-    snprintf(to, sizeof to, "%s/train.txt", w->dir);
-    put_file(to, txt, n);
-    free(txt);
-    snprintf(w->cfg, sizeof w->cfg, "%s/run.yaml", w->dir);
-    snprintf(w->out, sizeof w->out, "%s/out", w->dir);
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    remove(p);
-    return 0;
-}
-
-static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
-
-static void ws_fini(Ws *w) { rm_tree(w->dir); }
-
-/* ---------------------------------------------------------------- running gtrain */
-
-typedef struct {
-    rlim_t fsize; /* RLIMIT_FSIZE in bytes (SIGXFSZ ignored, so writes fail with EFBIG); 0: none */
-    rlim_t as;    /* RLIMIT_AS in bytes; 0: none */
-} Limits;
-
-typedef struct {
-    pid_t pid;
-    char out[320], err[320]; /* stdout / stderr files */
-    double t0;
-} Proc;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Start `gtrain --config cfg --set S...` (NULL-terminated sets); stdout and stderr go to
- * dir/<tag>.out and dir/<tag>.err. */
-static void start_v(Proc *p, const Ws *w, const char *cfg, const Limits *lim, const char *tag, const char *const *sets,
-                    int n_sets) {
-    snprintf(p->out, sizeof p->out, "%s/%s.out", w->dir, tag);
-    snprintf(p->err, sizeof p->err, "%s/%s.err", w->dir, tag);
-    const char *argv[64];
-    int a = 0;
-    argv[a++] = getenv("GTRAIN_BIN");
-    argv[a++] = "--config";
-    argv[a++] = cfg;
-    for (int i = 0; i < n_sets && a < 60; i++) {
-        argv[a++] = "--set";
-        argv[a++] = sets[i];
-    }
-    argv[a] = NULL;
-    unlink(p->out); /* no stale log of an earlier run with this tag may be read as this run's */
-    unlink(p->err);
-    fflush(stdout);
-    fflush(stderr);
-    p->t0 = now_s();
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
-    if (pid == 0) {
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        int fo = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0) _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        close(fo);
-        close(fe);
-        if (lim && lim->fsize) {
-            signal(SIGXFSZ, SIG_IGN); /* kept across exec: writes past the limit fail with EFBIG */
-            struct rlimit r = {lim->fsize, lim->fsize};
-            if (setrlimit(RLIMIT_FSIZE, &r) != 0) _exit(126);
-        }
-        if (lim && lim->as) {
-            struct rlimit r = {lim->as, lim->as};
-            if (setrlimit(RLIMIT_AS, &r) != 0) _exit(126);
-        }
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    p->pid = pid;
-}
-
-#define MAX_SETS 16
-#define COLLECT_SETS(first, arr, n)                                                                                   \
-    const char *arr[MAX_SETS];                                                                                        \
-    int n = 0;                                                                                                        \
-    do {                                                                                                              \
-        va_list ap_;                                                                                                  \
-        va_start(ap_, first);                                                                                         \
-        for (const char *s_ = first; s_ && n < MAX_SETS; s_ = va_arg(ap_, const char *)) arr[n++] = s_;               \
-        va_end(ap_);                                                                                                  \
-    } while (0)
-
-static void start(Proc *p, const Ws *w, const Limits *lim, const char *tag, const char *first, ...) {
-    COLLECT_SETS(first, sets, n);
-    start_v(p, w, w->cfg, lim, tag, sets, n);
-}
-
-static int wait_proc(const Proc *p) {
-    int st;
-    while (waitpid(p->pid, &st, 0) < 0) cr_assert_eq(errno, EINTR, "waitpid: %s", strerror(errno));
-    return st;
-}
-
-/* Run to completion; returns the wait status. */
-static int run(const Ws *w, const Limits *lim, const char *tag, const char *first, ...) {
-    COLLECT_SETS(first, sets, n);
-    Proc p;
-    start_v(&p, w, w->cfg, lim, tag, sets, n);
-    return wait_proc(&p);
-}
-
-static char *read_log(const Ws *w, const char *tag, const char *ext) {
-    char p[400];
-    snprintf(p, sizeof p, "%s/%s.%s", w->dir, tag, ext);
-    char *s = slurp(p, NULL);
-    return s ? s : strdup("");
-}
-
-/* the log into buf (truncated), for assertion messages: nothing to free when an assertion fails */
-static const char *log_text(const Ws *w, const char *tag, const char *ext, char *buf, size_t cap) {
-    char p[400];
-    snprintf(p, sizeof p, "%s/%s.%s", w->dir, tag, ext);
-    buf[0] = 0;
-    FILE *f = fopen(p, "rb");
-    if (f) {
-        size_t n = fread(buf, 1, cap - 1, f);
-        buf[n] = 0;
-        fclose(f);
-    }
-    return buf;
-}
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
-}
-
-/* exited normally with this code (never a signal), with a readable failure report */
-static void expect_exit(const Ws *w, const char *tag, int st, int code) {
-    char e[4096];
-    log_text(w, tag, "err", e, sizeof e);
-    cr_assert(WIFEXITED(st), "%s: killed by signal %d (expected exit %d); stderr: %s", tag,
-              WIFSIGNALED(st) ? WTERMSIG(st) : -1, code, e);
-    cr_assert_eq(WEXITSTATUS(st), code, "%s: exit %d, expected %d; stderr: %s", tag, WEXITSTATUS(st), code, e);
-}
-
-/* exit code, exactly one line on stderr, and the line contains each needle */
-static void expect_one_line(const Ws *w, const char *tag, int st, int code, const char *n1, const char *n2) {
-    expect_exit(w, tag, st, code);
-    char e[4096];
-    log_text(w, tag, "err", e, sizeof e);
-    cr_assert_eq(count_lines(e), 1, "%s: expected exactly one line on stderr, found: %s", tag, e);
-    if (n1) cr_assert_not_null(strstr(e, n1), "%s: stderr does not name \"%s\": %s", tag, n1, e);
-    if (n2) cr_assert_not_null(strstr(e, n2), "%s: stderr does not mention \"%s\": %s", tag, n2, e);
-}
-
-static bool files_equal(const char *a, const char *b) {
-    size_t na, nb;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
-    bool eq = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x);
-    free(y);
-    return eq;
-}
-
-static bool exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
-
-/* Every directory named checkpoint-N in out is whole: trainer_state.json valid and naming step N,
- * model.safetensors and optimizer.safetensors open. Returns the number of checkpoints; *latest
- * gets the highest N (-1 when none). */
-static int check_checkpoints(const char *out, long *latest) {
-    *latest = -1;
-    DIR *d = opendir(out);
-    if (!d) return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (strncmp(e->d_name, "checkpoint-", 11) != 0) continue;
-        char *end;
-        long step = strtol(e->d_name + 11, &end, 10);
-        cr_assert(*end == 0 && step >= 0, "odd name %s/%s", out, e->d_name);
-        char dir[512], f[600];
-        snprintf(dir, sizeof dir, "%s/%s", out, e->d_name);
-        TrainerState ts;
-        GtError err = {0};
-        cr_assert_eq(checkpoint_read_state(dir, &ts, &err), 0, "incomplete checkpoint %s: %s", dir, err.msg);
-        cr_assert_eq(ts.global_step, step, "%s: trainer_state.json names step %ld", dir, ts.global_step);
-        const char *st_files[] = {"model.safetensors", "optimizer.safetensors"};
-        for (int i = 0; i < 2; i++) {
-            snprintf(f, sizeof f, "%s/%s", dir, st_files[i]);
-            SafeTensors *st = NULL;
-            cr_assert_eq(safetensors_open(&st, f, &err), 0, "incomplete checkpoint %s: %s", dir, err.msg);
-            cr_assert_gt(safetensors_count(st), 0);
-            safetensors_close(st);
-        }
-        if (step > *latest) *latest = step;
-        n++;
-    }
-    closedir(d);
-    return n;
-}
-
-static void expect_same_run(const char *ref_out, const char *out, long last) {
-    char a[512], b[512];
-    snprintf(a, sizeof a, "%s/model.safetensors", ref_out);
-    snprintf(b, sizeof b, "%s/model.safetensors", out);
-    cr_assert(files_equal(a, b), "%s differs from the unbroken run's %s", b, a);
-    snprintf(a, sizeof a, "%s/checkpoint-%ld/optimizer.safetensors", ref_out, last);
-    snprintf(b, sizeof b, "%s/checkpoint-%ld/optimizer.safetensors", out, last);
-    cr_assert(files_equal(a, b), "%s differs from the unbroken run's %s", b, a);
-}
-
-/* reference: the fixture run unbroken, into dir/ref; returns its wall time */
-static double reference_run(const Ws *w, char *ref_out, size_t cap, const char *first, ...) {
-    COLLECT_SETS(first, sets, n);
-    snprintf(ref_out, cap, "%s/ref", w->dir);
-    char od[400];
-    snprintf(od, sizeof od, "output_dir=%s", ref_out);
-    sets[n < MAX_SETS ? n++ : MAX_SETS - 1] = od;
-    Proc p;
-    start_v(&p, w, w->cfg, NULL, "ref", sets, n);
-    int st = wait_proc(&p);
-    double dt = now_s() - p.t0;
-    expect_exit(w, "ref", st, 0);
-    return dt;
-}
-
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static void sleep_s(double s) {
-    if (s <= 0) return;
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* ---------------------------------------------------------------- kill -9 and resume */
 
 Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 600) {
@@ -371,7 +52,7 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
     const char *env = getenv("GTRAIN_KILL_SEED");
     if (env && *env) seed = strtoull(env, NULL, 10);
     uint64_t rng = seed;
-    int landed = 0, resumed = 0, found_none = 0, trials = 0, kills_in_resume = 0;
+    int landed = 0, resumed = 0, found_none = 0, trials = 0, kills_in_resume = 0, at_end = 0;
     while (landed < 20 && trials < 120) {
         trials++;
         rm_tree(w.out);
@@ -394,7 +75,7 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
         long latest;
         check_checkpoints(w.out, &latest);
         /* every third trial: the resumed run is killed too, then resumed again */
-        bool kill_resume = latest >= 0 && trials % 3 == 0;
+        bool kill_resume = latest >= 0 && latest < MAX_STEPS && trials % 3 == 0;
         if (kill_resume) {
             start(&p, &w, NULL, "resume1", "resume_from_checkpoint=latest", NULL);
             sleep_s(t_full * (double)(rng_next(&rng) % 1000) / 1000.0);
@@ -410,6 +91,7 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
                 expect_exit(&w, "resume1", st, 0);
             }
         }
+        if (kill_resume) check_checkpoints(w.out, &latest); /* the first resume may have got further, or to the end */
         st = run(&w, NULL, "resume", "resume_from_checkpoint=latest", NULL);
         if (latest < 0 && WIFEXITED(st) && WEXITSTATUS(st) == 2) {
             /* killed before the first checkpoint: a clear "found none", then a fresh start */
@@ -417,6 +99,18 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
             found_none++;
             st = run(&w, NULL, "fresh", "overwrite_output_dir=true", NULL);
             expect_exit(&w, "fresh", st, 0);
+        } else if (latest == MAX_STEPS) {
+            /* killed after the last checkpoint: nothing is left to train, a clear error naming
+             * max_steps; the last checkpoint holds the unbroken run's weights */
+            char ck[64];
+            snprintf(ck, sizeof ck, "checkpoint-%d", MAX_STEPS);
+            expect_one_line(&w, "resume", st, 2, "max_steps", ck);
+            char a[512], b[512];
+            snprintf(a, sizeof a, "%s/model.safetensors", ref);
+            snprintf(b, sizeof b, "%s/%s/model.safetensors", w.out, ck);
+            cr_assert(files_equal(a, b), "%s differs from the unbroken run's %s", b, a);
+            at_end++;
+            continue;
         } else {
             expect_exit(&w, "resume", st, 0);
             cr_assert_geq(latest, 0, "resume succeeded although no checkpoint was complete after the kill");
@@ -431,28 +125,14 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
         expect_same_run(ref, w.out, MAX_STEPS);
     }
     cr_log_info("kill -9: seed %llu, %d kills in %d trials (+%d during a resume), %d real resumes, %d before the "
-                "first checkpoint; an unbroken run takes %.3f s",
-                (unsigned long long)seed, landed, trials, kills_in_resume, resumed, found_none, t_full);
+                "first checkpoint, %d after the last; an unbroken run takes %.3f s",
+                (unsigned long long)seed, landed, trials, kills_in_resume, resumed, found_none, at_end, t_full);
     cr_assert_geq(landed, 20, "only %d of %d kills landed before the run ended", landed, trials);
     cr_assert_gt(resumed, landed / 2, "only %d of %d kills were followed by a real resume", resumed, landed);
     ws_fini(&w);
 }
 
 /* ---------------------------------------------------------------- signals */
-
-/* wait until the run's stdout shows a training step (signals are polled from there on) */
-static void wait_for_step(const Proc *p, const Ws *w, const char *tag) {
-    for (int i = 0; i < 3000; i++) {
-        char *o = read_log(w, tag, "out");
-        bool seen = strstr(o, "step ") != NULL && strstr(o, "| loss") != NULL;
-        free(o);
-        if (seen) return;
-        int st;
-        cr_assert_eq(waitpid(p->pid, &st, WNOHANG), 0, "%s ended before its first step", tag);
-        sleep_s(0.002);
-    }
-    cr_assert_fail("%s: no step logged within 6 s", tag);
-}
 
 Test(reliability, sigterm_checkpoints_exits_0_and_resume_is_bit_exact, .timeout = 300) {
     Ws w;
@@ -599,12 +279,6 @@ static void write_nan_weights(const Ws *w, char *path, size_t cap) {
     free(bufs);
     free(ts);
     safetensors_close(in);
-}
-
-static int count_substr(const char *s, const char *needle) {
-    int n = 0;
-    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
-    return n;
 }
 
 Test(reliability, nan_weights_skip_then_stop, .timeout = 120) {
