@@ -657,7 +657,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSu
         rc = -1;
     }
     tboard_close(t.tb);
-    if (t.rank == 0 && t.metrics) {
+    if (rc == 0 && t.rank == 0 && t.metrics) { /* a failed run (a full disk) keeps to its one line */
         GtError rerr = {0};
         if (report_write(cfg->output_dir, &rerr) == 0)
             gt_log("report: %s/report.svg\n", cfg->output_dir);

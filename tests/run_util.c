@@ -149,7 +149,7 @@ void start_v(Proc *p, const Ws *w, const char *cfg, const Limits *lim, const cha
         close(fo);
         close(fe);
         if (lim && lim->fsize) {
-            signal(SIGXFSZ, SIG_IGN); /* kept across exec: writes past the limit fail with EFBIG */
+            if (!lim->xfsz_default) signal(SIGXFSZ, SIG_IGN); /* kept across exec: writes past the limit fail with EFBIG */
             struct rlimit r = {lim->fsize, lim->fsize};
             if (setrlimit(RLIMIT_FSIZE, &r) != 0) _exit(126);
         }
@@ -337,3 +337,69 @@ int count_substr(const char *s, const char *needle) {
     return n;
 }
 
+
+/* ---------------------------------------------------------------- directory snapshots */
+
+typedef struct {
+    char **lines;
+    int n, cap;
+    size_t root_len;
+} Snap;
+
+static void snap_walk(Snap *sn, const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char p[1024], line[1400];
+        snprintf(p, sizeof p, "%s/%s", path, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) != 0) continue;
+        const char *rel = p + sn->root_len;
+        if (S_ISLNK(sb.st_mode)) {
+            char target[512] = {0};
+            ssize_t n = readlink(p, target, sizeof target - 1);
+            snprintf(line, sizeof line, "%s link -> %s", rel, n > 0 ? target : "?");
+        } else if (S_ISDIR(sb.st_mode)) {
+            snprintf(line, sizeof line, "%s dir", rel);
+            snap_walk(sn, p);
+        } else if (S_ISREG(sb.st_mode)) {
+            size_t n = 0;
+            char *b = slurp(p, &n);
+            uint64_t h = 1469598103934665603ull; /* FNV-1a */
+            for (size_t i = 0; b && i < n; i++) h = (h ^ (unsigned char)b[i]) * 1099511628211ull;
+            free(b);
+            snprintf(line, sizeof line, "%s file %zu %016llx", rel, n, (unsigned long long)h);
+        } else {
+            snprintf(line, sizeof line, "%s special", rel);
+        }
+        if (sn->n == sn->cap) {
+            sn->cap = sn->cap ? 2 * sn->cap : 64;
+            sn->lines = realloc(sn->lines, (size_t)sn->cap * sizeof *sn->lines);
+            cr_assert_not_null(sn->lines);
+        }
+        sn->lines[sn->n++] = strdup(line);
+    }
+    closedir(d);
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+char *tree_snapshot(const char *dir) {
+    Snap sn = {.root_len = strlen(dir)};
+    snap_walk(&sn, dir);
+    qsort(sn.lines, (size_t)sn.n, sizeof *sn.lines, cmp_str);
+    size_t total = 1;
+    for (int i = 0; i < sn.n; i++) total += strlen(sn.lines[i]) + 1;
+    char *out = malloc(total);
+    cr_assert_not_null(out);
+    out[0] = 0;
+    for (int i = 0; i < sn.n; i++) {
+        strcat(out, sn.lines[i]);
+        strcat(out, "\n");
+        free(sn.lines[i]);
+    }
+    free(sn.lines);
+    return out;
+}

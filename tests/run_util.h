@@ -21,6 +21,7 @@ typedef struct {
 typedef struct {
     rlim_t fsize; /* RLIMIT_FSIZE in bytes (SIGXFSZ ignored, so writes fail with EFBIG); 0: none */
     rlim_t as;    /* RLIMIT_AS in bytes; 0: none */
+    bool xfsz_default; /* leave SIGXFSZ at its default (gtrain must ignore it itself) */
 } Limits;
 typedef struct {
     pid_t pid;
@@ -65,5 +66,9 @@ uint64_t rng_next(uint64_t *s);
 void sleep_s(double s);
 void wait_for_step(const Proc *p, const Ws *w, const char *tag);
 int count_substr(const char *s, const char *needle);
+
+/* A canonical text of a directory tree, never following links: every entry's relative path, type,
+ * size and content hash (regular files) or target (links), sorted. Freed by the caller. */
+char *tree_snapshot(const char *dir);
 
 #endif
