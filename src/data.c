@@ -2,6 +2,7 @@
  * See data.h for the formats, the split and the sampling rules. */
 #define _POSIX_C_SOURCE 200809L
 #include "data.h"
+#include "infile.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -103,30 +104,15 @@ static int data_grow(void **p, size_t *cap, size_t need, size_t elem, const char
     return 0;
 }
 
-/* Open a regular file for reading; *size = its size. */
+/* Open a regular file for reading (never blocks on a FIFO, see infile.h); *size = its size. */
 static FILE *open_regular(const char *path, uint64_t *size, GtError *err) {
-    FILE *f = fopen(path, "rb");
+    int fd = gt_open_input(path, "data file", size, err);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open data file: %s", path, strerror(errno));
-        return NULL;
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot open data file: %s", path, strerror(errno));
+        close(fd);
     }
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot stat data file: %s", path, strerror(errno));
-        fclose(f);
-        return NULL;
-    }
-    if (S_ISDIR(st.st_mode)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: is a directory, expected a data file", path);
-        fclose(f);
-        return NULL;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: not a regular file, expected a data file", path);
-        fclose(f);
-        return NULL;
-    }
-    *size = (uint64_t)st.st_size;
     return f;
 }
 
@@ -140,32 +126,6 @@ static int read_exact(FILE *f, void *dst, size_t bytes, const char *path, uint64
                         "%s: file ended at byte offset %llu, expected %zu more bytes (file changed while reading?)",
                         path, (unsigned long long)(offset + got), bytes - got);
     }
-    return 0;
-}
-
-/* Whole file into a fresh buffer (NUL-terminated, not counted in *len). */
-static int read_whole_file(const char *path, uint8_t **buf, size_t *len, GtError *err) {
-    uint64_t size;
-    FILE *f = open_regular(path, &size, err);
-    if (!f) return -1;
-    if (size >= SIZE_MAX) {
-        fclose(f);
-        return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", path);
-    }
-    uint8_t *b = data_malloc((size_t)size + 1, path, err);
-    if (!b) {
-        fclose(f);
-        return -1;
-    }
-    if (read_exact(f, b, (size_t)size, path, 0, err) != 0) {
-        free(b);
-        fclose(f);
-        return -1;
-    }
-    fclose(f);
-    b[size] = 0;
-    *buf = b;
-    *len = (size_t)size;
     return 0;
 }
 
@@ -663,7 +623,7 @@ int data_open(DataSource **out, const char *path, DataFormat format, bool packin
     } else {
         uint8_t *buf = NULL;
         size_t len = 0;
-        rc = read_whole_file(path, &buf, &len, err);
+        rc = gt_read_input(path, "data file", UINT64_MAX, &buf, &len, err);
         if (rc == 0) {
             if (format == DATA_TEXT) {
                 rc = text_build(d, path, buf, len, split, val_fraction, err); /* owns buf */

@@ -1,6 +1,8 @@
 /* safetensors.c - see safetensors.h. */
 #include "safetensors.h"
 
+#include "infile.h"
+
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -305,22 +307,10 @@ int safetensors_open(SafeTensors **out, const char *path, GtError *err) {
     *out = NULL;
     SafeTensors *st = gt_xcalloc(1, sizeof *st);
     st->path = gt_xstrdup(path);
-    st->fd = open(path, O_RDONLY | O_CLOEXEC);
     char *buf = NULL;
-    if (st->fd < 0) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
-    struct stat sb;
-    if (fstat(st->fd, &sb) != 0) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a regular file, found something else", path);
-        goto fail;
-    }
-    uint64_t fsize = (uint64_t)sb.st_size;
+    uint64_t fsize = 0;
+    st->fd = gt_open_input(path, "safetensors file", &fsize, err); /* regular files only, never blocks */
+    if (st->fd < 0) goto fail;
     if (fsize < 8) {
         gt_error(err, GT_EXIT_BAD_INPUT,
                  "%s: expected a safetensors file (at least 8 bytes), found %llu bytes", path,

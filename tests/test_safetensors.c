@@ -3,7 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "safetensors.h"
@@ -329,6 +331,34 @@ Test(safetensors, truncated_and_tiny_files) {
     expect_reject(path, NULL, "cannot open");
     /* a directory */
     expect_reject(g_dir, NULL, "regular file");
+}
+
+/* Only regular files are read: a FIFO without a writer must not block the open (the timeout
+ * catches a hang), a device never ends, a socket or directory is no file. */
+Test(safetensors, special_files_refused_without_blocking, .timeout = 10) {
+    char path[128];
+    path_in(path, sizeof path, "fifo.safetensors");
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    expect_reject(path, NULL, "FIFO");
+    path_in(path, sizeof path, "zero.safetensors");
+    cr_assert_eq(symlink("/dev/zero", path), 0);
+    expect_reject(path, NULL, "character device");
+    expect_reject("/dev/null", NULL, "character device");
+    path_in(path, sizeof path, "sock.safetensors");
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(path), sizeof sa.sun_path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    expect_reject(path, NULL, NULL); /* open(2) itself fails on a socket (ENXIO): named, code 2 */
+    close(fd);
+    /* a checkpoint-style directory whose model.safetensors is a FIFO */
+    path_in(path, sizeof path, "ck");
+    cr_assert_eq(mkdir(path, 0755), 0);
+    path_in(path, sizeof path, "ck/model.safetensors");
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    expect_reject(path, NULL, "regular file");
 }
 
 Test(safetensors, write_rejects_bad_arguments) {
