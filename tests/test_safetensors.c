@@ -292,9 +292,24 @@ Test(safetensors, hostile_headers) {
     hostile("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
             "\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
             -1, 16, "a", "twice");                                          /* duplicate */
+    /* a NUL in a name or string would cut it short ("w\u0000x" passing for "w"): refused */
+    hostile("{\"w\\u0000x\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", -1, 16, NULL,
+            "NUL");
+    hostile(T1("\"F32\\u0000x\"", "[4]", "[0, 16]"), -1, 16, NULL, "NUL");
+    hostile("{\"__metadata__\": {\"format\": \"pt\\u0000\"}}", -1, 0, NULL, "NUL");
     hostile("{\"__metadata__\": {\"k\": 1}}", -1, 0, NULL, "__metadata__");
     hostile("{\"__metadata__\": [\"k\"]}", -1, 0, NULL, "__metadata__");
 
+    {   /* an escaped backslash followed by "u0000" is a name with a backslash, not a NUL */
+        path_in(path, sizeof path, "bs.safetensors");
+        float z[4] = {0};
+        write_raw(path, "{\"w\\\\u0000\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", -1, z, 16);
+        SafeTensors *bs = NULL;
+        GtError e2 = {0};
+        cr_assert_eq(safetensors_open(&bs, path, &e2), 0, "%s", e2.msg);
+        cr_assert_str_eq(safetensors_name(bs, 0), "w\\u0000");
+        safetensors_close(bs);
+    }
     /* empty tensors may share an offset; a header with spaces only after the object is fine */
     path_in(path, sizeof path, "ok2.safetensors");
     write_raw(path,
