@@ -9,9 +9,6 @@
 #include <string.h>
 
 /* ---------------------------------------------------------------------------------------------
- * SFT jsonl */
-
-/* ---------------------------------------------------------------------------------------------
  * A line's top-level members, read exactly.
  *
  * cJSON's strings are NUL-terminated (a "\u0000" would cut a prompt short, and a key
@@ -248,6 +245,9 @@ static long jl_find(const JlScratch *b, size_t count, const char *key) {
         if (b->mem[i].key_len == n && memcmp(b->keys.p + b->mem[i].key_off, key, n) == 0) return (long)i;
     return -1;
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * examples */
 
 typedef struct {
     const char *name;
