@@ -149,6 +149,27 @@ Test(inputs, split_without_completion_tokens_refused) {
                        DATA_SPLIT_ALL, true, "bad.jsonl", "has a completion token");
 }
 
+/* token and text data too short for one window of seq_len+1 tokens (in the split that is loaded) */
+Test(inputs, too_short_for_one_window_refused) {
+    int32_t hdr[256] = {20240520, 1, 8};
+    uint16_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    FILE *f = fopen(tpath("s.bin"), "wb");
+    cr_assert_not_null(f);
+    cr_assert_eq(fwrite(hdr, sizeof hdr, 1, f), 1);
+    cr_assert_eq(fwrite(tok, 2, 8, f), 8);
+    cr_assert_eq(fclose(f), 0);
+    DataSource *d = (DataSource *)0x1;
+    GtError err = {0};
+    cr_assert_eq(data_open(&d, tpath("s.bin"), DATA_TOKENS, false, 8, 256, DATA_SPLIT_ALL, 0, &err), -1);
+    cr_assert_eq(err.code, GT_EXIT_BAD_INPUT);
+    cr_assert(strstr(err.msg, "s.bin") && strstr(err.msg, "seq_len+1 = 9"), "%s", err.msg);
+    /* 20 bytes of text: the val split (10 %) holds 2, fewer than 9 */
+    write_bytes(tpath("s.txt"), "abcdefghijklmnopqrst", 20);
+    cr_assert_eq(data_open(&d, tpath("s.txt"), DATA_TEXT, false, 8, 256, DATA_SPLIT_VAL, 0.1, &err), -1);
+    cr_assert_eq(err.code, GT_EXIT_BAD_INPUT);
+    cr_assert(strstr(err.msg, "s.txt") && strstr(err.msg, "val split") && strstr(err.msg, "2 tokens"), "%s", err.msg);
+}
+
 /* ---------------------------------------------------------------------------------------------
  * special files through the CLI */
 
