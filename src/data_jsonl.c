@@ -49,6 +49,7 @@ static void jl_free(JlScratch *j) {
 }
 
 static void jbytes_put(JBytes *b, const char *s, size_t n) {
+    if (n == 0) return; /* b->p may still be NULL */
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->n + n) cap *= 2;
@@ -218,6 +219,9 @@ static int cmp_keyref(const void *x, const void *y) {
     return r;
 }
 
+/* member m's decoded key (never NULL: an object of empty keys allocates no key bytes) */
+static const char *key_of(const JlScratch *b, const JMember *m) { return b->keys.p ? b->keys.p + m->key_off : ""; }
+
 /* A key twice (after decoding) is an error naming the first key, in line order, seen again. */
 static int jl_check_duplicates(JlScratch *b, size_t count, const char *name, size_t lineno, GtError *err) {
     if (count < 2) return 0;
@@ -225,7 +229,7 @@ static int jl_check_duplicates(JlScratch *b, size_t count, const char *name, siz
         b->refs_cap = count;
         b->refs = gt_xrealloc(b->refs, count * sizeof *b->refs);
     }
-    for (size_t i = 0; i < count; i++) b->refs[i] = (JKeyRef){b->keys.p + b->mem[i].key_off, b->mem[i].key_len, i};
+    for (size_t i = 0; i < count; i++) b->refs[i] = (JKeyRef){key_of(b, &b->mem[i]), b->mem[i].key_len, i};
     qsort(b->refs, count, sizeof *b->refs, cmp_keyref); /* equal keys end up adjacent, in line order */
     size_t dup = SIZE_MAX;
     for (size_t i = 1; i < count; i++) {
@@ -235,14 +239,14 @@ static int jl_check_duplicates(JlScratch *b, size_t count, const char *name, siz
     if (dup == SIZE_MAX) return 0;
     char k[80];
     return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\": expected each key once, found it twice", name, lineno,
-                    key_for_message(b->keys.p + b->mem[dup].key_off, b->mem[dup].key_len, k, sizeof k));
+                    key_for_message(key_of(b, &b->mem[dup]), b->mem[dup].key_len, k, sizeof k));
 }
 
 /* index of the member whose key is exactly `key`, or -1 */
 static long jl_find(const JlScratch *b, size_t count, const char *key) {
     size_t n = strlen(key);
     for (size_t i = 0; i < count; i++)
-        if (b->mem[i].key_len == n && memcmp(b->keys.p + b->mem[i].key_off, key, n) == 0) return (long)i;
+        if (b->mem[i].key_len == n && memcmp(key_of(b, &b->mem[i]), key, n) == 0) return (long)i;
     return -1;
 }
 

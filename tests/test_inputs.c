@@ -114,6 +114,9 @@ Test(inputs, jsonl_duplicate_keys_refused) {
                        false, "bad.jsonl:1:", "\"k\\x00\": expected each key once");
     expect_jsonl_error("{\"prompt\\u0000x\": \"zz\", \"completion\": \"b\"}\n", DATA_SPLIT_ALL, false, "bad.jsonl:1:",
                        "\"prompt\" is missing");
+    /* the empty key twice (no key bytes at all) */
+    expect_jsonl_error("{\"\": \"\", \"\": \"a\"}\n", DATA_SPLIT_ALL, false, "bad.jsonl:1:",
+                       "\"\": expected each key once");
     /* nested objects are not read: their keys are not checked */
     static const char nested[] = "\xEF\xBB\xBF{\"meta\": {\"a\": [1, {\"b\": \"}\"}], \"a\": 2}, \"prompt\": \"p\", "
                                  "\"completion\": \"q\"}\n";
