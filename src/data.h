@@ -12,6 +12,10 @@
  *           shards, in sorted order, are concatenated.
  *   jsonl   SFT: one JSON object per line, {"prompt": str, "completion": str} (byte-level tokens)
  *           or {"prompt_ids": [int...], "completion_ids": [int...]}. Blank lines are skipped.
+ *           A string's tokens are all its bytes after JSON unescaping: "\u0000" is token 0 (it
+ *           does not end the string), raw bytes (also invalid UTF-8) are kept as they are. Keys
+ *           are compared exactly (after unescaping); a top-level key given twice is an error
+ *           (keys inside nested values are not read). Other top-level keys are ignored.
  *           Each example becomes one row of seq_len+1 tokens: prompt then completion, truncated to
  *           seq_len+1 and padded with token 0; labels are -100 on the prompt and on the padding.
  *           Packed (packing = true; ignored by text/tokens): the split's examples, prompt then
@@ -21,11 +25,17 @@
  *           data_fill_eval): a target is -100 exactly where its token is a prompt token, so no loss
  *           crosses an example boundary into the next prompt. The stream must hold at least seq_len+1
  *           tokens.
+ *           The split that is opened must hold a target that is not -100: at least one example
+ *           with a completion token within seq_len+1 tokens (unpacked), or a completion token
+ *           after the stream's first token (packed); otherwise it is an error naming the file
+ *           (and the split). Some such examples are a warning.
  *
  * Split (no separate val file): DATA_SPLIT_TRAIN keeps the first floor(n * (1 - val_fraction))
  * tokens (text/tokens) or examples (jsonl, packed or not), DATA_SPLIT_VAL the rest, DATA_SPLIT_ALL
  * everything.
  *
+ * Files must be regular files: a FIFO, device, socket or directory is refused without blocking
+ * (src/infile.h), also when a glob matches it.
  * Errors are one line naming the file (and the line, byte offset or shard) and what was expected;
  * code GT_EXIT_BAD_INPUT for bad input, GT_EXIT_FAILURE for I/O or out-of-memory failures.
  * Header fields are checked against the real file size before anything is sized by them. */

@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include "backend.h"
+#include "infile.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -42,29 +43,41 @@ static void series_free(Series *s) {
     free(s->eloss.v);
 }
 
+/* A number of a record, or NaN when absent, not a number, not finite or beyond REPORT_MAX_ABS:
+ * such values are left out of the picture, so every coordinate computed from them stays finite. */
 static double jnum(const cJSON *o, const char *key) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    if (!cJSON_IsNumber(v) || !(fabs(v->valuedouble) <= REPORT_MAX_ABS)) return NAN;
+    return v->valuedouble;
 }
 
-static int read_metrics(const char *path, Series *s, GtError *err) {
-    FILE *f = fopen(path, "r");
-    if (!f) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t len;
+static size_t series_records(const Series *s) { return s->step.n + s->estep.n; }
+
+/* The records of a metrics.jsonl held in memory (buf[len]; name for messages). Lines that are not
+ * a JSON object with a usable "step" are skipped with a warning (a run killed mid-write leaves a
+ * cut last line); more than REPORT_MAX_RECORDS records is an error (code 2). */
+static int parse_metrics(const char *name, const char *buf, size_t len, Series *s, GtError *err) {
     long lineno = 0, bad = 0;
-    while ((len = getline(&line, &cap, f)) > 0) {
+    for (size_t pos = 0; pos < len;) {
+        const char *nl = memchr(buf + pos, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - (buf + pos)) : len - pos;
+        const char *line = buf + pos;
+        pos += n + 1;
         lineno++;
         bool blank = true;
-        for (ssize_t i = 0; i < len; i++)
-            if (line[i] != ' ' && line[i] != '\n' && line[i] != '\r' && line[i] != '\t') blank = false;
+        for (size_t i = 0; i < n && blank; i++)
+            blank = line[i] == ' ' || line[i] == '\r' || line[i] == '\t';
         if (blank) continue;
-        cJSON *j = cJSON_ParseWithLength(line, (size_t)len);
-        double step = j ? jnum(j, "step") : NAN;
-        if (!cJSON_IsObject(j) || !isfinite(step)) {
+        if (series_records(s) >= REPORT_MAX_RECORDS)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%ld: expected at most %d records, found more", name, lineno,
+                            REPORT_MAX_RECORDS);
+        cJSON *j = cJSON_ParseWithLength(line, n);
+        double step = cJSON_IsObject(j) ? jnum(j, "step") : NAN;
+        if (!isfinite(step)) {
             if (bad++ < 5)
-                gt_warn("%s:%ld: skipped a line that is not a JSON object with a \"step\"\n", path, lineno);
+                gt_warn("%s:%ld: skipped a line that is not a JSON object with a \"step\" (a number of magnitude at "
+                        "most %g)\n",
+                        name, lineno, REPORT_MAX_ABS);
             cJSON_Delete(j);
             continue;
         }
@@ -86,9 +99,7 @@ static int read_metrics(const char *path, Series *s, GtError *err) {
         }
         cJSON_Delete(j);
     }
-    if (bad > 5) gt_warn("%s: %ld bad lines skipped in all\n", path, bad);
-    free(line);
-    fclose(f);
+    if (bad > 5) gt_warn("%s: %ld bad lines skipped in all\n", name, bad);
     return 0;
 }
 
@@ -118,16 +129,35 @@ static void out_printf(Out *o, const char *fmt, ...) {
     }
 }
 
-static void out_escaped(Out *o, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
+/* length of the valid UTF-8 sequence at s (1..4), or 0 if it is not one */
+static int utf8_len(const unsigned char *s) {
+    unsigned c = s[0];
+    int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n <= 1) return n;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xC0) != 0x80) return 0;
+    unsigned cp = c & (0x7Fu >> n);
+    for (int i = 1; i < n; i++) cp = cp << 6 | (s[i] & 0x3Fu);
+    static const unsigned min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0; /* overlong, surrogate */
+    return n;
+}
+
+/* XML text: markup characters escaped, control bytes dropped, invalid UTF-8 bytes as '?' (the
+ * run's name comes from a path, and an SVG must be valid XML to open at all) */
+static void out_escaped(Out *o, const char *str) {
+    for (const unsigned char *s = (const unsigned char *)str; *s;) {
+        int n = utf8_len(s);
+        switch (n ? *s : 0) {
         case '&': out_printf(o, "&amp;"); break;
         case '<': out_printf(o, "&lt;"); break;
         case '>': out_printf(o, "&gt;"); break;
         case '"': out_printf(o, "&quot;"); break;
+        case 0: out_printf(o, "?"); break;
         default:
-            if ((unsigned char)*s >= 0x20) out_printf(o, "%c", *s);
+            if (*s >= 0x20 && *s != 0x7F) out_printf(o, "%.*s", n, (const char *)s);
         }
+        s += n ? n : 1;
     }
 }
 
@@ -157,6 +187,7 @@ static double nice_step(double range, int target) {
 #define PLOT_W 700
 #define PLOT_H 220
 #define PANEL_H 300
+#define MAX_TICKS 40
 
 typedef struct {
     double x0, x1, y0, y1; /* data range */
@@ -181,7 +212,8 @@ static void fix_range(double *lo, double *hi, bool pad) {
         return;
     }
     if (*hi - *lo < 1e-12 * fmax(1.0, fabs(*hi))) {
-        double d = fabs(*hi) > 0 ? 0.1 * fabs(*hi) : 1.0;
+        double d = 0.1 * fabs(*hi);
+        if (!(d >= 1e-200)) d = 1.0; /* 0 or a subnormal: a width that divides without overflow */
         *lo -= d;
         *hi += d;
     } else if (pad) {
@@ -210,7 +242,8 @@ static void panel_axes(Out *o, const Axes *a) {
     char lab[32];
     /* y ticks */
     double ys = nice_step(a->y1 - a->y0, 5);
-    for (double y = ceil(a->y0 / ys) * ys; y <= a->y1 + 1e-9 * ys; y += ys) {
+    int k = 0; /* at most MAX_TICKS: a step below the values' resolution must not loop forever */
+    for (double y = ceil(a->y0 / ys) * ys; y <= a->y1 + 1e-9 * ys && k < MAX_TICKS; y += ys, k++) {
         double yy = py(a, y);
         out_printf(o, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" class=\"grid\"/>\n", PLOT_X, yy,
                    PLOT_X + PLOT_W, yy);
@@ -220,7 +253,8 @@ static void panel_axes(Out *o, const Axes *a) {
     /* x ticks: integer steps */
     double xs = nice_step(a->x1 - a->x0, 8);
     if (xs < 1) xs = 1;
-    for (double x = ceil(a->x0 / xs) * xs; x <= a->x1 + 1e-9 * xs; x += xs) {
+    k = 0;
+    for (double x = ceil(a->x0 / xs) * xs; x <= a->x1 + 1e-9 * xs && k < MAX_TICKS; x += xs, k++) {
         double xx = px(a, x);
         out_printf(o, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/>\n", xx,
                    a->top, xx, a->top + PLOT_H);
@@ -240,17 +274,18 @@ static void polyline(Out *o, const Axes *a, const char *id, const char *color, c
     out_printf(o, "<polyline id=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.6\" points=\"", id, color);
     for (size_t i = 0; i < x->n; i++) {
         if (i % st != 0 && i != x->n - 1) continue;
-        if (!isfinite(x->v[i]) || !isfinite(y->v[i])) continue;
-        out_printf(o, "%s%.2f,%.2f", count ? " " : "", px(a, x->v[i]), py(a, y->v[i]));
+        double X = px(a, x->v[i]), Y = py(a, y->v[i]);
+        if (!isfinite(X) || !isfinite(Y)) continue; /* NaN values; never "nan" in the SVG */
+        out_printf(o, "%s%.2f,%.2f", count ? " " : "", X, Y);
         count++;
     }
     out_printf(o, "\"/>\n");
     if (markers || count == 1)
         for (size_t i = 0; i < x->n; i++) {
             if (i % st != 0 && i != x->n - 1) continue;
-            if (!isfinite(x->v[i]) || !isfinite(y->v[i])) continue;
-            out_printf(o, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>\n", px(a, x->v[i]),
-                       py(a, y->v[i]), color);
+            double X = px(a, x->v[i]), Y = py(a, y->v[i]);
+            if (!isfinite(X) || !isfinite(Y)) continue;
+            out_printf(o, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"3\" fill=\"%s\"/>\n", X, Y, color);
         }
 }
 
@@ -414,25 +449,15 @@ static void mem_panel(Out *o, const Series *s, double top) {
 
 /* ------------------------------------------------------------------ write */
 
-int report_write(const char *run_dir, GtError *err) {
-    char in[GT_PATH_MAX], outp[GT_PATH_MAX];
-    int n1 = snprintf(in, sizeof in, "%s/metrics.jsonl", run_dir);
-    int n2 = snprintf(outp, sizeof outp, "%s/report.svg", run_dir);
-    if (n1 < 0 || n2 < 0 || (size_t)n1 >= sizeof in || (size_t)n2 >= sizeof outp)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: path too long", run_dir);
+int report_svg(const char *title, const char *metrics, size_t len, const char *name, char **svg, size_t *svg_len,
+               GtError *err) {
+    *svg = NULL;
+    *svg_len = 0;
     Series s = {0};
-    if (read_metrics(in, &s, err) != 0) {
+    if (parse_metrics(name, metrics ? metrics : "", metrics ? len : 0, &s, err) != 0) {
         series_free(&s);
         return -1;
     }
-    /* the run's name: the last component of run_dir */
-    char name[GT_PATH_MAX];
-    snprintf(name, sizeof name, "%s", run_dir);
-    size_t L = strlen(name);
-    while (L > 1 && name[L - 1] == '/') name[--L] = '\0';
-    const char *base = strrchr(name, '/');
-    base = base && base[1] ? base + 1 : name;
-
     const int H = 90 + 3 * PANEL_H;
     Out o = {0};
     out_printf(&o,
@@ -447,7 +472,7 @@ int report_write(const char *run_dir, GtError *err) {
                ".sub{font-size:12px;fill:#555}</style>\n");
     out_printf(&o, "<rect width=\"100%%\" height=\"100%%\" fill=\"#fafafa\"/>\n");
     out_printf(&o, "<text x=\"%d\" y=\"32\" class=\"title\">gtrain run: ", PLOT_X);
-    out_escaped(&o, base);
+    out_escaped(&o, title ? title : "");
     out_printf(&o, "</text>\n");
     out_printf(&o, "<text x=\"%d\" y=\"54\" class=\"sub\">%zu train records", PLOT_X, s.step.n);
     if (s.step.n) out_printf(&o, " (steps %.0f to %.0f)", s.step.v[0], s.step.v[s.step.n - 1]);
@@ -458,7 +483,35 @@ int report_write(const char *run_dir, GtError *err) {
     mem_panel(&o, &s, 90 + 2 * PANEL_H + 10);
     out_printf(&o, "</svg>\n");
     series_free(&s);
-    int rc = gt_write_file_atomic(outp, o.p, o.len, err);
-    free(o.p);
+    *svg = o.p;
+    *svg_len = o.len;
+    return 0;
+}
+
+int report_write(const char *run_dir, GtError *err) {
+    if (!run_dir || !*run_dir)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "report: no run directory given, expected a directory holding metrics.jsonl");
+    char in[GT_PATH_MAX], outp[GT_PATH_MAX];
+    int n1 = snprintf(in, sizeof in, "%s/metrics.jsonl", run_dir);
+    int n2 = snprintf(outp, sizeof outp, "%s/report.svg", run_dir);
+    if (n1 < 0 || n2 < 0 || (size_t)n1 >= sizeof in || (size_t)n2 >= sizeof outp)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%.200s...: path too long, expected at most %d bytes", run_dir,
+                        GT_PATH_MAX - 16);
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (gt_read_input(in, "metrics file", REPORT_MAX_METRICS_BYTES, &buf, &len, err) != 0) return -1;
+    /* the run's name: the last component of run_dir */
+    char name[GT_PATH_MAX];
+    snprintf(name, sizeof name, "%s", run_dir);
+    size_t L = strlen(name);
+    while (L > 1 && name[L - 1] == '/') name[--L] = '\0';
+    const char *base = strrchr(name, '/');
+    base = base && base[1] ? base + 1 : name;
+    char *svg = NULL;
+    size_t svg_len = 0;
+    int rc = report_svg(base, (const char *)buf, len, in, &svg, &svg_len, err);
+    free(buf);
+    if (rc == 0) rc = gt_write_file_atomic(outp, svg, svg_len, err);
+    free(svg);
     return rc;
 }

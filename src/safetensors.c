@@ -1,6 +1,8 @@
 /* safetensors.c - see safetensors.h. */
 #include "safetensors.h"
 
+#include "infile.h"
+
 #include <cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -228,8 +230,33 @@ static int validate_metadata(const char *path, const cJSON *meta, GtError *err) 
     return 0;
 }
 
+/* Offset of the first NUL in the header's strings (a raw 0 byte, or a \u0000 escape inside a
+ * string), or -1. cJSON's strings end at a NUL, so "wte.weight\u0000x" would pass for
+ * "wte.weight" (and "F32\u0000x" for "F32"): such a header is refused instead. */
+static long header_nul_at(const char *buf, size_t hlen) {
+    bool in_str = false;
+    for (size_t i = 0; i < hlen; i++) {
+        if (buf[i] == '\0') return (long)i;
+        if (!in_str) {
+            in_str = buf[i] == '"';
+        } else if (buf[i] == '"') {
+            in_str = false;
+        } else if (buf[i] == '\\' && i + 1 < hlen) {
+            if (buf[i + 1] == 'u' && hlen - i >= 6 && memcmp(buf + i + 2, "0000", 4) == 0) return (long)i;
+            i++; /* the escaped character */
+        }
+    }
+    return -1;
+}
+
 static int parse_header(SafeTensors *st, const char *buf, size_t hlen, GtError *err) {
     const char *path = st->path;
+    long nul = header_nul_at(buf, hlen);
+    if (nul >= 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: header: expected names and strings without NUL characters, found one (\\u0000 or a 0 "
+                        "byte) at byte %ld of %zu",
+                        path, nul, hlen);
     const char *end = NULL;
     st->root = cJSON_ParseWithLengthOpts(buf, hlen, &end, 0);
     if (!st->root) {
@@ -305,22 +332,10 @@ int safetensors_open(SafeTensors **out, const char *path, GtError *err) {
     *out = NULL;
     SafeTensors *st = gt_xcalloc(1, sizeof *st);
     st->path = gt_xstrdup(path);
-    st->fd = open(path, O_RDONLY | O_CLOEXEC);
     char *buf = NULL;
-    if (st->fd < 0) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
-    struct stat sb;
-    if (fstat(st->fd, &sb) != 0) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a regular file, found something else", path);
-        goto fail;
-    }
-    uint64_t fsize = (uint64_t)sb.st_size;
+    uint64_t fsize = 0;
+    st->fd = gt_open_input(path, "safetensors file", &fsize, err); /* regular files only, never blocks */
+    if (st->fd < 0) goto fail;
     if (fsize < 8) {
         gt_error(err, GT_EXIT_BAD_INPUT,
                  "%s: expected a safetensors file (at least 8 bytes), found %llu bytes", path,

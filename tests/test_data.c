@@ -386,6 +386,25 @@ Test(data, missing_directory_empty_files_rejected) {
     expect_error(tpath("hi.txt"), DATA_TEXT, 8, 100, "hi.txt", "byte offset 0");
 }
 
+/* Only regular files are read: a FIFO without a writer must not block the open (the timeout
+ * catches a hang), /dev/zero never ends; a glob that matches a FIFO among shards is refused too. */
+Test(data, special_files_refused_without_blocking, .timeout = 10) {
+    cr_assert_eq(mkfifo(tpath("fifo.txt"), 0600), 0);
+    expect_error(tpath("fifo.txt"), DATA_TEXT, 8, 256, "fifo.txt", "FIFO");
+    expect_error(tpath("fifo.txt"), DATA_JSONL, 8, 256, "fifo.txt", "FIFO");
+    expect_error(tpath("fifo.txt"), DATA_TOKENS, 8, 256, "fifo.txt", "FIFO");
+    cr_assert_eq(symlink("/dev/zero", tpath("zero.txt")), 0);
+    expect_error(tpath("zero.txt"), DATA_TEXT, 8, 256, "zero.txt", "character device");
+    expect_error(tpath("zero.txt"), DATA_TOKENS, 8, 256, "zero.txt", "character device");
+    expect_error("/dev/null", DATA_JSONL, 8, 256, "/dev/null", "character device");
+    uint16_t tok[64] = {0};
+    raw_shard(tpath("v_000.bin"), 20240520, 1, 64, tok, 64, 0);
+    cr_assert_eq(mkfifo(tpath("v_001.bin"), 0600), 0);
+    char pat[600];
+    snprintf(pat, sizeof pat, "%s/v_*.bin", g_dir);
+    expect_error(pat, DATA_TOKENS, 8, 256, "v_001.bin", "FIFO");
+}
+
 Test(data, memory_open_matches_file_open) {
     uint16_t tok[64];
     for (int i = 0; i < 64; i++) tok[i] = (uint16_t)(i * 3);

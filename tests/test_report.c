@@ -236,3 +236,129 @@ Test(report, from_metrics_writer) {
     cr_assert(strstr(svg, "host_offload") != NULL);
     free(svg);
 }
+
+/* Every number in a coordinate attribute is finite and on the page (the SVG is 1040 x 990). */
+static void check_numbers(const char *svg) {
+    static const char *const names[] = {"x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "width", "height", "points"};
+    int checked = 0;
+    for (const char *p = svg; (p = strchr(p, '=')); p++) {
+        if (p[1] != '"') continue;
+        const char *nb = p;
+        while (nb > svg && nb[-1] != ' ') nb--;
+        bool numeric = false;
+        for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+            numeric = numeric || ((size_t)(p - nb) == strlen(names[k]) && strncmp(nb, names[k], (size_t)(p - nb)) == 0);
+        const char *v = p + 2, *end = strchr(v, '"');
+        cr_assert_not_null(end);
+        if (!numeric || end[-1] == '%') continue;
+        for (const char *q = v; q < end;) {
+            while (q < end && (*q == ' ' || *q == ',')) q++;
+            if (q >= end) break;
+            char *after;
+            double d = strtod(q, &after);
+            cr_assert(after > q && after <= end, "not a number in %.*s=\"%.40s\"", (int)(p - nb), nb, v);
+            cr_assert(isfinite(d) && fabs(d) <= 1e5, "coordinate %g in %.*s", d, (int)(p - nb), nb);
+            checked++;
+            q = after;
+        }
+    }
+    cr_assert_gt(checked, 0);
+}
+
+/* where xmllint is installed (Debian: libxml2-utils), the SVG must be well-formed XML */
+static void xmllint_ok(const char *path) {
+    if (access("/usr/bin/xmllint", X_OK) != 0) return; /* optional tool: the other checks stand */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "/usr/bin/xmllint --noout '%s' 2>&1", path);
+    cr_assert_eq(system(cmd), 0, "xmllint rejects %s", path);
+}
+
+Test(report, empty_path_refused) {
+    GtError err = {0};
+    cr_assert_eq(report_write("", &err), -1);
+    cr_assert_eq(err.code, GT_EXIT_BAD_INPUT);
+    cr_assert(strstr(err.msg, "no run directory") != NULL, "%s", err.msg);
+}
+
+/* metrics.jsonl as a FIFO (no writer: the open must not block), /dev/zero, a directory or a file
+ * over the size cap: one line naming it, code 2, and no report.svg written */
+Test(report, special_or_huge_metrics_refused, .timeout = 20) {
+    char p[160], svgp[160];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", r_dir);
+    snprintf(svgp, sizeof svgp, "%s/report.svg", r_dir);
+    const char *kinds[] = {"fifo", "zero", "dir", "huge"};
+    for (int k = 0; k < 4; k++) {
+        if (k == 0) cr_assert_eq(mkfifo(p, 0600), 0);
+        if (k == 1) cr_assert_eq(symlink("/dev/zero", p), 0);
+        if (k == 2) cr_assert_eq(mkdir(p, 0755), 0);
+        if (k == 3) { /* sparse: 300 MiB of holes cost no disk */
+            FILE *f = fopen(p, "w");
+            cr_assert_not_null(f);
+            cr_assert_eq(ftruncate(fileno(f), 300l << 20), 0);
+            fclose(f);
+        }
+        GtError err = {0};
+        cr_assert_eq(report_write(r_dir, &err), -1, "%s: accepted", kinds[k]);
+        cr_assert_eq(err.code, GT_EXIT_BAD_INPUT, "%s: code %d: %s", kinds[k], err.code, err.msg);
+        cr_assert(strstr(err.msg, p) == err.msg, "%s: does not name the file: %s", kinds[k], err.msg);
+        cr_assert_null(strchr(err.msg, '\n'));
+        cr_assert_neq(access(svgp, F_OK), 0, "%s: report.svg written", kinds[k]);
+        cr_assert_eq(k == 2 ? rmdir(p) : unlink(p), 0);
+    }
+}
+
+/* NaN-producing and extreme numbers never reach the SVG: the records that hold them are left out
+ * (or the value is), the others are drawn */
+Test(report, extreme_values_never_reach_the_svg) {
+    FILE *f = open_metrics();
+    for (int s = 1; s <= 3; s++)
+        fprintf(f, "{\"type\":\"train\",\"step\":%d,\"loss\":%g,\"tokens_per_sec\":1000,\"mem_peak\":{\"params\":1048576}}\n",
+                s, 2.0 / s);
+    fprintf(f, "{\"type\":\"train\",\"step\":4,\"loss\":1e308,\"tokens_per_sec\":-1e308,\"mem_peak\":{\"params\":1e308}}\n");
+    fprintf(f, "{\"type\":\"train\",\"step\":5,\"loss\":-1e308,\"tokens_per_sec\":1e999,\"mem_peak\":{\"grads\":-1e999}}\n");
+    fprintf(f, "{\"type\":\"train\",\"step\":6,\"loss\":5e-324,\"tokens_per_sec\":5e-324}\n");
+    fprintf(f, "{\"type\":\"train\",\"step\":1e300,\"loss\":1.0}\n");
+    fprintf(f, "{\"type\":\"train\",\"step\":-1e308,\"loss\":1.0}\n");
+    fprintf(f, "{\"type\":\"train\",\"step\":9e18,\"loss\":1.0}\n");
+    fprintf(f, "{\"type\":\"train\",\"step\":1e999,\"loss\":1.0}\n");
+    fprintf(f, "{\"type\":\"eval\",\"step\":2,\"eval_loss\":1e308}\n");
+    fprintf(f, "{\"type\":\"eval\",\"step\":3,\"eval_loss\":1.3}\n");
+    fclose(f);
+    GtError err = {0};
+    cr_assert_eq(report_write(r_dir, &err), 0, "%s", err.msg);
+    char *svg = read_svg();
+    check_svg(svg);
+    check_numbers(svg);
+    cr_assert_eq(polyline_points(svg, "train_loss"), 4); /* steps 1, 2, 3, 6 */
+    cr_assert_eq(polyline_points(svg, "eval_loss"), 1);  /* step 3 */
+    cr_assert_eq(polyline_points(svg, "tokens_per_sec"), 4);
+    cr_assert(strstr(svg, ">6 train records (steps 1 to 6), 2 eval records<") != NULL);
+    free(svg);
+    char p[160];
+    snprintf(p, sizeof p, "%s/report.svg", r_dir);
+    xmllint_ok(p);
+}
+
+/* the run's name comes from a path: invalid UTF-8 and markup in it still give valid XML */
+Test(report, hostile_run_name_stays_valid_xml) {
+    char dir[160];
+    snprintf(dir, sizeof dir, "%s/a<&\xff\xfe\xc3\xa9", r_top);
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    char p[200];
+    snprintf(p, sizeof p, "%s/metrics.jsonl", dir);
+    FILE *f = fopen(p, "w");
+    cr_assert_not_null(f);
+    fprintf(f, "{\"type\":\"train\",\"step\":1,\"loss\":2.5}\n{\"type\":\"train\",\"step\":2,\"loss\":2.0}\n");
+    fclose(f);
+    GtError err = {0};
+    cr_assert_eq(report_write(dir, &err), 0, "%s", err.msg);
+    snprintf(p, sizeof p, "%s/report.svg", dir);
+    f = fopen(p, "r");
+    cr_assert_not_null(f);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    cr_assert(strstr(buf, "gtrain run: a&lt;&amp;??\xc3\xa9<") != NULL, "title not escaped as expected");
+    xmllint_ok(p);
+}

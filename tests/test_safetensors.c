@@ -3,7 +3,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "safetensors.h"
@@ -290,9 +292,24 @@ Test(safetensors, hostile_headers) {
     hostile("{\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [0, 8]}, "
             "\"a\": {\"dtype\": \"F32\", \"shape\": [2], \"data_offsets\": [8, 16]}}",
             -1, 16, "a", "twice");                                          /* duplicate */
+    /* a NUL in a name or string would cut it short ("w\u0000x" passing for "w"): refused */
+    hostile("{\"w\\u0000x\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", -1, 16, NULL,
+            "NUL");
+    hostile(T1("\"F32\\u0000x\"", "[4]", "[0, 16]"), -1, 16, NULL, "NUL");
+    hostile("{\"__metadata__\": {\"format\": \"pt\\u0000\"}}", -1, 0, NULL, "NUL");
     hostile("{\"__metadata__\": {\"k\": 1}}", -1, 0, NULL, "__metadata__");
     hostile("{\"__metadata__\": [\"k\"]}", -1, 0, NULL, "__metadata__");
 
+    {   /* an escaped backslash followed by "u0000" is a name with a backslash, not a NUL */
+        path_in(path, sizeof path, "bs.safetensors");
+        float z[4] = {0};
+        write_raw(path, "{\"w\\\\u0000\": {\"dtype\": \"F32\", \"shape\": [4], \"data_offsets\": [0, 16]}}", -1, z, 16);
+        SafeTensors *bs = NULL;
+        GtError e2 = {0};
+        cr_assert_eq(safetensors_open(&bs, path, &e2), 0, "%s", e2.msg);
+        cr_assert_str_eq(safetensors_name(bs, 0), "w\\u0000");
+        safetensors_close(bs);
+    }
     /* empty tensors may share an offset; a header with spaces only after the object is fine */
     path_in(path, sizeof path, "ok2.safetensors");
     write_raw(path,
@@ -329,6 +346,34 @@ Test(safetensors, truncated_and_tiny_files) {
     expect_reject(path, NULL, "cannot open");
     /* a directory */
     expect_reject(g_dir, NULL, "regular file");
+}
+
+/* Only regular files are read: a FIFO without a writer must not block the open (the timeout
+ * catches a hang), a device never ends, a socket or directory is no file. */
+Test(safetensors, special_files_refused_without_blocking, .timeout = 10) {
+    char path[128];
+    path_in(path, sizeof path, "fifo.safetensors");
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    expect_reject(path, NULL, "FIFO");
+    path_in(path, sizeof path, "zero.safetensors");
+    cr_assert_eq(symlink("/dev/zero", path), 0);
+    expect_reject(path, NULL, "character device");
+    expect_reject("/dev/null", NULL, "character device");
+    path_in(path, sizeof path, "sock.safetensors");
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    cr_assert_geq(fd, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    cr_assert_lt(strlen(path), sizeof sa.sun_path);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    expect_reject(path, NULL, NULL); /* open(2) itself fails on a socket (ENXIO): named, code 2 */
+    close(fd);
+    /* a checkpoint-style directory whose model.safetensors is a FIFO */
+    path_in(path, sizeof path, "ck");
+    cr_assert_eq(mkdir(path, 0755), 0);
+    path_in(path, sizeof path, "ck/model.safetensors");
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    expect_reject(path, NULL, "regular file");
 }
 
 Test(safetensors, write_rejects_bad_arguments) {

@@ -1,0 +1,47 @@
+/* data_internal.h - what data.c and data_jsonl.c share: the DataSource itself and a few helpers.
+ * Not for other modules (they use data.h). */
+#ifndef GT_DATA_INTERNAL_H
+#define GT_DATA_INTERNAL_H
+
+#include "data.h"
+
+struct DataSource {
+    DataFormat format;
+    int seq_len;
+    int vocab_size;
+    uint64_t n; /* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the split */
+
+    /* text: bytes; tokens: uint16. base_* own the memory, the views start at the split. */
+    uint8_t *base8;
+    const uint8_t *u8;
+    uint16_t *base16;
+    const uint16_t *u16;
+
+    /* jsonl: all examples' tokens (truncated unless packed), flat; per example offset, prompt length, length */
+    int32_t *ex_tok;
+    uint64_t *ex_off;
+    int32_t *ex_plen;
+    int32_t *ex_len;
+    uint64_t ex_first; /* first example of the split */
+
+    /* packed jsonl: the split's examples end to end (a view into ex_tok) and their labels
+     * (the token on completion tokens, DATA_IGNORE_INDEX on prompt tokens); n = stream length.
+     * pk_lab is non-NULL exactly when the source is packed. */
+    const int32_t *pk_tok;
+    int32_t *pk_lab;
+};
+
+/* malloc that reports failure in err (code 1) instead of exiting: data buffers can be huge */
+void *data_malloc(size_t bytes, const char *name, GtError *err);
+/* grow *p (elements of elem bytes, capacity *cap) to hold at least need elements */
+int data_grow(void **p, size_t *cap, size_t need, size_t elem, const char *name, GtError *err);
+/* "train split", "val split" or "data" */
+const char *data_split_name(int split);
+/* [first, first+count) of n items for the split */
+void data_split_range(uint64_t n, int split, double val_fraction, uint64_t *first, uint64_t *count);
+
+/* Parse SFT jsonl buf[len] into d (examples, packed stream when packing). name for messages. */
+int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+                double val_fraction, GtError *err);
+
+#endif

@@ -1,0 +1,548 @@
+/* data_jsonl.c - the SFT jsonl reader of data.c (see data.h for the format): one JSON object per
+ * line, each an example of prompt and completion tokens, or the packed stream of them. */
+#define _POSIX_C_SOURCE 200809L
+#include "data_internal.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------------------------------------
+ * A line's top-level members, read exactly.
+ *
+ * cJSON's strings are NUL-terminated (a "\u0000" would cut a prompt short, and a key
+ * "prompt\u0000x" would pass for "prompt") and it keeps duplicate keys. So once cJSON has
+ * accepted a line (it validates the syntax and parses the id arrays), the top level is read again
+ * here: each key decoded with its length, each value's raw text, strings decoded keeping every
+ * byte. The text is valid JSON by then; the scan still checks every bound. Whitespace and the BOM
+ * follow cJSON (any byte <= 0x20 is whitespace). */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} JBytes;
+
+typedef struct {
+    size_t key_off, key_len; /* into the keys buffer */
+    const char *val, *val_end;
+} JMember;
+
+typedef struct {
+    const char *k;
+    size_t n, idx;
+} JKeyRef;
+
+typedef struct {
+    JBytes keys, text;
+    JMember *mem;
+    size_t mem_cap;
+    JKeyRef *refs;
+    size_t refs_cap;
+} JlScratch;
+
+static void jl_free(JlScratch *j) {
+    free(j->keys.p);
+    free(j->text.p);
+    free(j->mem);
+    free(j->refs);
+}
+
+static void jbytes_put(JBytes *b, const char *s, size_t n) {
+    if (n == 0) return; /* b->p may still be NULL */
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n) cap *= 2;
+        b->p = gt_xrealloc(b->p, cap);
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (unsigned char)*p <= 0x20) p++;
+    return p;
+}
+
+static long hex4(const char *p, const char *end) {
+    if (end - p < 4) return -1;
+    long v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v * 16 + d;
+    }
+    return v;
+}
+
+/* The string whose opening quote is at *pp: its bytes appended to out (NULL: only skipped), *pp
+ * moved past the closing quote. \uXXXX becomes UTF-8 (surrogate pairs joined, \u0000 a 0 byte);
+ * raw bytes are kept as they are. -1 on malformed text. */
+static int json_string(const char **pp, const char *end, JBytes *out) {
+    const char *p = *pp + 1;
+    while (p < end && *p != '"') {
+        if (*p != '\\') {
+            const char *q = p;
+            while (q < end && *q != '"' && *q != '\\') q++;
+            if (out) jbytes_put(out, p, (size_t)(q - p));
+            p = q;
+            continue;
+        }
+        if (++p >= end) return -1;
+        char e = *p++, c;
+        switch (e) {
+        case '"': case '\\': case '/': c = e; break;
+        case 'b': c = '\b'; break;
+        case 'f': c = '\f'; break;
+        case 'n': c = '\n'; break;
+        case 'r': c = '\r'; break;
+        case 't': c = '\t'; break;
+        case 'u': {
+            long cp = hex4(p, end);
+            if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
+            p += 4;
+            if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its low half must follow */
+                long lo = end - p >= 6 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end) : -1;
+                if (lo < 0xDC00 || lo > 0xDFFF) return -1;
+                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+                p += 6;
+            }
+            char u[4];
+            size_t n;
+            if (cp < 0x80) u[0] = (char)cp, n = 1;
+            else if (cp < 0x800) u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
+            else if (cp < 0x10000)
+                u[0] = (char)(0xE0 | cp >> 12), u[1] = (char)(0x80 | (cp >> 6 & 0x3F)), u[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
+            else
+                u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | (cp >> 12 & 0x3F)),
+                u[2] = (char)(0x80 | (cp >> 6 & 0x3F)), u[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
+            if (out) jbytes_put(out, u, n);
+            continue;
+        }
+        default: return -1;
+        }
+        if (out) jbytes_put(out, &c, 1);
+    }
+    if (p >= end) return -1;
+    *pp = p + 1;
+    return 0;
+}
+
+/* Skip the value at *pp (no leading whitespace): a string, a nested object or array (iteratively:
+ * any depth), or a scalar. -1 on malformed text. */
+static int json_skip(const char **pp, const char *end) {
+    const char *p = *pp;
+    if (p >= end) return -1;
+    if (*p == '"') return json_string(pp, end, NULL);
+    if (*p == '{' || *p == '[') {
+        size_t depth = 0;
+        do {
+            if (p >= end) return -1;
+            if (*p == '"') {
+                if (json_string(&p, end, NULL) != 0) return -1;
+                continue;
+            }
+            if (*p == '{' || *p == '[') depth++;
+            else if (*p == '}' || *p == ']') depth--;
+            p++;
+        } while (depth > 0);
+        *pp = p;
+        return 0;
+    }
+    while (p < end && (unsigned char)*p > 0x20 && *p != ',' && *p != '}' && *p != ']') p++;
+    if (p == *pp) return -1;
+    *pp = p;
+    return 0;
+}
+
+/* The top-level members of the object on line[n] into b->mem (keys decoded into b->keys);
+ * *count of them. -1 on malformed text. */
+static int jl_members(JlScratch *b, const char *line, size_t n, size_t *count) {
+    const char *p = line, *end = line + n;
+    b->keys.n = 0;
+    *count = 0;
+    if (n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3; /* a UTF-8 BOM, as cJSON allows */
+    p = skip_ws(p, end);
+    if (p >= end || *p != '{') return -1;
+    p = skip_ws(p + 1, end);
+    if (p < end && *p == '}') return 0;
+    for (;;) {
+        if (p >= end || *p != '"') return -1;
+        if (*count == b->mem_cap) {
+            b->mem_cap = b->mem_cap ? 2 * b->mem_cap : 16;
+            b->mem = gt_xrealloc(b->mem, b->mem_cap * sizeof *b->mem);
+        }
+        JMember *m = &b->mem[*count];
+        m->key_off = b->keys.n;
+        if (json_string(&p, end, &b->keys) != 0) return -1;
+        m->key_len = b->keys.n - m->key_off;
+        p = skip_ws(p, end);
+        if (p >= end || *p != ':') return -1;
+        p = skip_ws(p + 1, end);
+        m->val = p;
+        if (json_skip(&p, end) != 0) return -1;
+        m->val_end = p;
+        (*count)++;
+        p = skip_ws(p, end);
+        if (p < end && *p == ',') {
+            p = skip_ws(p + 1, end);
+            continue;
+        }
+        return p < end && *p == '}' ? 0 : -1;
+    }
+}
+
+/* a key for a message: printable ASCII as it is, other bytes as \xHH, at most ~60 bytes */
+static const char *key_for_message(const char *k, size_t n, char *out, size_t cap) {
+    size_t o = 0;
+    for (size_t i = 0; i < n && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)k[i];
+        if (o >= 60) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c >= 0x20 && c < 0x7F && c != '"' && c != '\\') out[o++] = (char)c;
+        else o += (size_t)snprintf(out + o, cap - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+    return out;
+}
+
+static int cmp_keyref(const void *x, const void *y) {
+    const JKeyRef *a = x, *c = y;
+    int r = memcmp(a->k, c->k, a->n < c->n ? a->n : c->n);
+    if (r == 0 && a->n != c->n) r = a->n < c->n ? -1 : 1;
+    if (r == 0) r = a->idx < c->idx ? -1 : 1;
+    return r;
+}
+
+/* member m's decoded key (never NULL: an object of empty keys allocates no key bytes) */
+static const char *key_of(const JlScratch *b, const JMember *m) { return b->keys.p ? b->keys.p + m->key_off : ""; }
+
+/* A key twice (after decoding) is an error naming the first key, in line order, seen again. */
+static int jl_check_duplicates(JlScratch *b, size_t count, const char *name, size_t lineno, GtError *err) {
+    if (count < 2) return 0;
+    if (count > b->refs_cap) {
+        b->refs_cap = count;
+        b->refs = gt_xrealloc(b->refs, count * sizeof *b->refs);
+    }
+    for (size_t i = 0; i < count; i++) b->refs[i] = (JKeyRef){key_of(b, &b->mem[i]), b->mem[i].key_len, i};
+    qsort(b->refs, count, sizeof *b->refs, cmp_keyref); /* equal keys end up adjacent, in line order */
+    size_t dup = SIZE_MAX;
+    for (size_t i = 1; i < count; i++) {
+        const JKeyRef *a = &b->refs[i - 1], *c = &b->refs[i];
+        if (a->n == c->n && memcmp(a->k, c->k, a->n) == 0 && c->idx < dup) dup = c->idx;
+    }
+    if (dup == SIZE_MAX) return 0;
+    char k[80];
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\": expected each key once, found it twice", name, lineno,
+                    key_for_message(key_of(b, &b->mem[dup]), b->mem[dup].key_len, k, sizeof k));
+}
+
+/* index of the member whose key is exactly `key`, or -1 */
+static long jl_find(const JlScratch *b, size_t count, const char *key) {
+    size_t n = strlen(key);
+    for (size_t i = 0; i < count; i++)
+        if (b->mem[i].key_len == n && memcmp(key_of(b, &b->mem[i]), key, n) == 0) return (long)i;
+    return -1;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * examples */
+
+typedef struct {
+    const char *name;
+    int vocab_size;
+    int row_len;  /* seq_len + 1 */
+    bool packing; /* keep every token (no truncation to row_len) */
+    int32_t *tok;
+    size_t tok_n, tok_cap;
+    uint64_t *off;
+    int32_t *plen, *len;
+    size_t ex_n, ex_cap, plen_cap, len_cap;
+    int32_t cur_len, cur_plen; /* the example being built */
+    JlScratch jl;              /* the line's members and a decoded string, reused line to line */
+} JsonlBuild;
+
+static const char *json_type_name(const cJSON *j) {
+    if (!j) return "nothing";
+    if (cJSON_IsString(j)) return "a string";
+    if (cJSON_IsNumber(j)) return "a number";
+    if (cJSON_IsArray(j)) return "an array";
+    if (cJSON_IsObject(j)) return "an object";
+    if (cJSON_IsBool(j)) return "a boolean";
+    if (cJSON_IsNull(j)) return "null";
+    return "an invalid value";
+}
+
+/* Append a token to the current example. Unpacked: tokens beyond row_len are dropped (room for
+ * row_len tokens past tok_n was reserved); packed: every token is kept, growing the buffer. */
+static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
+    if (!b->packing) {
+        if (b->cur_len < b->row_len) b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+        return 0;
+    }
+    if (b->cur_len == INT32_MAX)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: example has more than %d tokens, expected fewer", b->name,
+                        line, INT32_MAX);
+    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err))
+        return -1;
+    b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+    return 0;
+}
+
+/* Append a string's bytes to the current example (unpacked: tokens beyond row_len are checked, not kept). */
+static int jb_add_text(JsonlBuild *b, const char *s, size_t n, size_t line, const char *field, GtError *err) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = (unsigned char)s[i];
+        if ((int)v >= b->vocab_size)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s:%zu: \"%s\" byte %zu has value %u, >= vocab_size %d (byte-level text needs vocab_size >= 256)",
+                            b->name, line, field, i, v, b->vocab_size);
+        if (jb_push(b, (int32_t)v, line, err)) return -1;
+    }
+    return 0;
+}
+
+/* Append an array's token ids to the current example (the same truncation). */
+static int jb_add_ids(JsonlBuild *b, const cJSON *arr, size_t line, const char *field, GtError *err) {
+    size_t i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        double v = cJSON_IsNumber(e) ? e->valuedouble : -1;
+        if (!cJSON_IsNumber(e) || !isfinite(v) || v != floor(v) || v < 0 || v >= (double)b->vocab_size) {
+            if (cJSON_IsNumber(e))
+                return gt_error(err, GT_EXIT_BAD_INPUT,
+                                "%s:%zu: \"%s\"[%zu] is %g, expected an integer token id in [0, %d] (vocab_size %d)",
+                                b->name, line, field, i, v, b->vocab_size - 1, b->vocab_size);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\"[%zu] is %s, expected an integer token id",
+                            b->name, line, field, i, json_type_name(e));
+        }
+        if (jb_push(b, (int32_t)v, line, err)) return -1;
+    }
+    return 0;
+}
+
+/* Append the bytes of a string member (decoded from the raw text: a \u0000 is a 0 byte, nothing is cut). */
+static int jb_add_string(JsonlBuild *b, const JMember *m, size_t line, const char *field, GtError *err) {
+    const char *v = m->val;
+    b->jl.text.n = 0;
+    if (json_string(&v, m->val_end, &b->jl.text) != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\": bad JSON string, expected a string", b->name, line,
+                        field);
+    return jb_add_text(b, b->jl.text.p, b->jl.text.n, line, field, err);
+}
+
+static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtError *err) {
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(line, n, &end, 0);
+    if (!root) {
+        size_t col = end && end >= line && end <= line + n ? (size_t)(end - line) + 1 : 1;
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: bad JSON, expected one object per line", b->name,
+                        lineno, col);
+    }
+    int rc = -1;
+    for (const char *p = end; p < line + n; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\v' && *p != '\f') {
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: unexpected text after the JSON object, expected one object per line",
+                     b->name, lineno, (size_t)(p - line) + 1);
+            goto out;
+        }
+    }
+    if (!cJSON_IsObject(root)) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: found %s, expected an object {\"prompt\": ..., \"completion\": ...}",
+                 b->name, lineno, json_type_name(root));
+        goto out;
+    }
+    /* the members again, exactly (see above): keys with their length, duplicates refused */
+    size_t count = 0, n_children = 0;
+    for (const cJSON *ch = root->child; ch; ch = ch->next) n_children++;
+    if (jl_members(&b->jl, line, n, &count) != 0 || count != n_children) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: bad JSON, expected one object per line", b->name, lineno);
+        goto out;
+    }
+    if (jl_check_duplicates(&b->jl, count, b->name, lineno, err) != 0) goto out;
+    static const char *const keys[4] = {"prompt", "completion", "prompt_ids", "completion_ids"};
+    const cJSON *item[4] = {NULL, NULL, NULL, NULL};
+    const JMember *mem[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4; k++) {
+        long i = jl_find(&b->jl, count, keys[k]);
+        if (i < 0) continue;
+        mem[k] = &b->jl.mem[i];
+        item[k] = root->child;
+        for (long j = 0; j < i; j++) item[k] = item[k]->next;
+    }
+    const cJSON *p = item[0], *c = item[1], *pi = item[2], *ci = item[3];
+    bool text = p || c, ids = pi || ci;
+    if (text && ids) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s:%zu: mixes \"prompt\"/\"completion\" with \"prompt_ids\"/\"completion_ids\", expected one form",
+                 b->name, lineno);
+        goto out;
+    }
+    if (!text && !ids) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s:%zu: expected {\"prompt\": str, \"completion\": str} or {\"prompt_ids\": [int...], \"completion_ids\": [int...]}",
+                 b->name, lineno);
+        goto out;
+    }
+    const char *fp = text ? "prompt" : "prompt_ids", *fc = text ? "completion" : "completion_ids";
+    const cJSON *jp = text ? p : pi, *jc = text ? c : ci;
+    const char *want = text ? "a string" : "an array of token ids";
+    if (!(text ? cJSON_IsString(jp) : cJSON_IsArray(jp))) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\" is %s, expected %s", b->name, lineno, fp,
+                 jp ? json_type_name(jp) : "missing", want);
+        goto out;
+    }
+    if (!(text ? cJSON_IsString(jc) : cJSON_IsArray(jc))) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\" is %s, expected %s", b->name, lineno, fc,
+                 jc ? json_type_name(jc) : "missing", want);
+        goto out;
+    }
+    /* room for one more example and row_len more tokens */
+    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
+        data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
+        data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
+        data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err))
+        goto out;
+    b->cur_len = 0;
+    if (text ? jb_add_string(b, mem[0], lineno, fp, err) : jb_add_ids(b, jp, lineno, fp, err)) goto out;
+    b->cur_plen = b->cur_len;
+    if (text ? jb_add_string(b, mem[1], lineno, fc, err) : jb_add_ids(b, jc, lineno, fc, err)) goto out;
+    b->off[b->ex_n] = b->tok_n;
+    b->plen[b->ex_n] = b->cur_plen;
+    b->len[b->ex_n] = b->cur_len;
+    b->ex_n++;
+    b->tok_n += (size_t)b->cur_len;
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+/* number of positions t in [0, T) whose target row[t+1] is a completion token */
+static int32_t example_targets(int32_t plen, int32_t len) {
+    int32_t lo = plen > 1 ? plen : 1;
+    return len > lo ? len - lo : 0;
+}
+
+/* Packed: the split's examples [first, first+count) end to end (contiguous in b->tok, file order)
+ * as d->pk_tok, with labels d->pk_lab; d->n = the stream length. */
+static int jsonl_pack(DataSource *d, const JsonlBuild *b, const char *name, uint64_t first, uint64_t count,
+                      int split, double val_fraction, GtError *err) {
+    const uint64_t last = first + count - 1;
+    const uint64_t s0 = b->off[first], n = b->off[last] + (uint64_t)b->len[last] - s0;
+    if (n < (uint64_t)d->seq_len + 1) {
+        if (split == DATA_SPLIT_ALL)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: the packed examples hold %llu tokens, expected at least seq_len+1 = %d for one window",
+                            name, (unsigned long long)n, d->seq_len + 1);
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: the packed %s (val_fraction %g, %llu examples) holds %llu tokens, expected at least "
+                        "seq_len+1 = %d for one window",
+                        name, data_split_name(split), val_fraction, (unsigned long long)count, (unsigned long long)n,
+                        d->seq_len + 1);
+    }
+    size_t bytes;
+    if (!gt_mul_size((size_t)n, sizeof *d->pk_lab, &bytes))
+        return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", name);
+    d->pk_lab = data_malloc(bytes, name, err);
+    if (!d->pk_lab) return -1;
+    for (uint64_t k = first; k <= last; k++) {
+        const int32_t *tok = b->tok + b->off[k];
+        int32_t *lab = d->pk_lab + (b->off[k] - s0);
+        for (int32_t j = 0; j < b->len[k]; j++) lab[j] = j < b->plen[k] ? DATA_IGNORE_INDEX : tok[j];
+    }
+    d->pk_tok = b->tok + s0;
+    d->n = n;
+    return 0;
+}
+
+int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+                double val_fraction, GtError *err) {
+    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing};
+    int rc = -1;
+    uint64_t first = 0, count = 0;
+    size_t lineno = 0;
+    for (size_t pos = 0; pos < len;) {
+        const char *nl = memchr(buf + pos, '\n', len - pos);
+        size_t n = nl ? (size_t)(nl - (buf + pos)) : len - pos;
+        lineno++;
+        bool blank = true;
+        for (size_t i = 0; i < n && blank; i++) {
+            char ch = buf[pos + i];
+            blank = ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
+        }
+        if (!blank && jb_line(&b, buf + pos, n, lineno, err) != 0) goto out;
+        pos += n + 1;
+    }
+    if (b.ex_n == 0) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected one {\"prompt\": ..., \"completion\": ...} object per line",
+                 name, len == 0 ? "is empty" : "holds no examples");
+        goto out;
+    }
+    data_split_range(b.ex_n, split, val_fraction, &first, &count);
+    if (count == 0) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: the %s (val_fraction %g) of %zu examples holds none, expected at least 1",
+                 name, data_split_name(split), val_fraction, b.ex_n);
+        goto out;
+    }
+    /* A split whose every label is -100 trains (or scores) nothing: an error, checked on the split
+     * that is loaded (a train split of empty completions is no better for a good val split). */
+    char which[160] = "";
+    if (split != DATA_SPLIT_ALL)
+        snprintf(which, sizeof which, " of the %s (val_fraction %g: %llu of %zu examples)", data_split_name(split),
+                 val_fraction, (unsigned long long)count, b.ex_n);
+    size_t useless = 0;
+    for (uint64_t k = first; k < first + count; k++)
+        useless += packing ? b.len[k] == b.plen[k] : example_targets(b.plen[k], b.len[k]) == 0;
+    if (packing) {
+        if (useless == count) {
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s: no example%s has a completion token (every completion is empty)", name,
+                     which);
+            goto out;
+        }
+        if (useless && split != DATA_SPLIT_VAL)
+            gt_warn("%s: %zu of %llu examples%s have an empty completion; packed, they are context only\n", name,
+                    useless, (unsigned long long)count, split == DATA_SPLIT_ALL ? "" : " of the train split");
+        if (jsonl_pack(d, &b, name, first, count, split, val_fraction, err) != 0) goto out;
+        /* the stream's first token is never a target: a completion there alone counts for nothing */
+        uint64_t j = 1;
+        while (j < d->n && d->pk_lab[j] == DATA_IGNORE_INDEX) j++;
+        if (j == d->n) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: no example%s has a completion token after the first token of the packed stream (every "
+                     "label would be -100)",
+                     name, which);
+            goto out;
+        }
+    } else {
+        if (useless == count) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: no example%s has a completion token within seq_len+1 = %d tokens (prompts too long or "
+                     "completions empty)",
+                     name, which, b.row_len);
+            goto out;
+        }
+        if (useless && split != DATA_SPLIT_VAL)
+            gt_warn("%s: %zu of %llu examples%s have no completion token within seq_len+1 = %d tokens; they train "
+                    "nothing\n",
+                    name, useless, (unsigned long long)count, split == DATA_SPLIT_ALL ? "" : " of the train split",
+                    b.row_len);
+    }
+    rc = 0;
+out:
+    jl_free(&b.jl);
+    d->ex_tok = b.tok;
+    d->ex_off = b.off;
+    d->ex_plen = b.plen;
+    d->ex_len = b.len;
+    if (rc == 0) {
+        d->ex_first = first;
+        if (!packing) d->n = count;
+    }
+    return rc;
+}
+
