@@ -31,10 +31,6 @@ static int write_text_atomic(const char *path, const char *text, GtError *err) {
     return gt_write_file_atomic(path, text, strlen(text), err);
 }
 
-static int read_small_file(const char *path, char **out, GtError *err) {
-    size_t n;
-    return gt_read_small_file(path, "trainer state", STATE_MAX_BYTES, out, &n, err);
-}
 
 /* ---------------------------------------------------------------- weights */
 
@@ -366,8 +362,13 @@ int checkpoint_read_state(const char *dir, TrainerState *s, GtError *err) {
     char path[GT_PATH_MAX * 2 + 32];
     snprintf(path, sizeof path, "%s/%s", dir, STATE_FILE);
     char *text = NULL;
-    if (read_small_file(path, &text, err)) return -1;
-    cJSON *j = cJSON_ParseWithOpts(text, NULL, 0);
+    size_t len;
+    if (gt_read_small_file(path, "trainer state", STATE_MAX_BYTES, &text, &len, err)) return -1;
+    if (gt_json_nul_at(text, len) >= 0) {
+        free(text);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected names and strings without NUL, found \\u0000 or a 0 byte", path);
+    }
+    cJSON *j = cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);

@@ -161,12 +161,49 @@ double gt_now_seconds(void) {
 }
 
 int gt_read_small_file(const char *path, const char *what, size_t max_bytes, char **out, size_t *len, GtError *err) {
-    char limit[32];
-    if (max_bytes % (1u << 20) == 0)
-        snprintf(limit, sizeof limit, "%zu MiB", max_bytes >> 20);
-    else
-        gt_format_bytes(limit, sizeof limit, max_bytes);
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    uint8_t *b = NULL;
+    int rc = gt_read_input(path, what, max_bytes, &b, len, err);
+    *out = (char *)b;
+    return rc;
+}
+
+/* ---------------------------------------------------------------- JSON text */
+
+long gt_json_nul_at(const char *buf, size_t len) {
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        if (buf[i] == '\0') return (long)i;
+        if (!in_str) {
+            in_str = buf[i] == '"';
+        } else if (buf[i] == '"') {
+            in_str = false;
+        } else if (buf[i] == '\\' && i + 1 < len) {
+            if (buf[i + 1] == 'u' && len - i >= 6 && memcmp(buf + i + 2, "0000", 4) == 0) return (long)i;
+            i++; /* the escaped character */
+        }
+    }
+    return -1;
+}
+
+/* ---------------------------------------------------------------- input files: regular files only
+ * Any path may come from a hostile config or a shared directory: a FIFO would block open(2) and
+ * read(2) forever, /dev/zero never ends, a directory or socket is no file at all. */
+
+static const char *kind_of(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    return "a special file";
+}
+
+int gt_open_input(const char *path, const char *what, uint64_t *size, GtError *err) {
+    if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "no %s given, expected a path", what);
+    int fd;
+    do
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    while (fd < 0 && errno == EINTR);
     if (fd < 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open the %s: %s", path, what, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
@@ -176,37 +213,64 @@ int gt_read_small_file(const char *path, const char *what, size_t max_bytes, cha
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s file, found a %s", path, what,
-                        S_ISDIR(st.st_mode) ? "directory" : "special file");
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected the %s to be a regular file, found %s", path, what,
+                        kind_of(st.st_mode));
     }
-    if ((unsigned long long)st.st_size > max_bytes) {
+    /* back to blocking reads (O_NONBLOCK means nothing for a regular file, but say what we mean) */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    *size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+    return fd;
+}
+
+int gt_read_input(const char *path, const char *what, uint64_t max_bytes, uint8_t **buf, size_t *len,
+                  GtError *err) {
+    *buf = NULL;
+    *len = 0;
+    uint64_t size;
+    int fd = gt_open_input(path, what, &size, err);
+    if (fd < 0) return -1;
+    if (size > max_bytes) {
         close(fd);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found %lld bytes", path, what, limit,
-                        (long long)st.st_size);
+        char lim[32];
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found %llu bytes", path, what,
+                        gt_format_bytes(lim, sizeof lim, max_bytes), (unsigned long long)size);
     }
-    char *buf = gt_xmalloc(max_bytes + 2);
-    size_t n = 0;
-    for (;;) { /* the size may change under us: never read past max_bytes + 1 */
-        ssize_t r = read(fd, buf + n, max_bytes + 1 - n);
+    if (size >= SIZE_MAX) {
+        close(fd);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: the %s is too large to hold in memory", path, what);
+    }
+    uint8_t *b = malloc((size_t)size + 1);
+    if (!b) {
+        close(fd);
+        char n[32];
+        return gt_error(err, GT_EXIT_FAILURE, "%s: out of host memory allocating %s for the %s", path,
+                        gt_format_bytes(n, sizeof n, size + 1), what);
+    }
+    size_t got = 0;
+    while (got < (size_t)size) {
+        ssize_t r = read(fd, b + got, (size_t)size - got);
+        if (r < 0 && errno == EINTR) continue;
         if (r < 0) {
-            if (errno == EINTR) continue;
             int e = errno;
             close(fd);
-            free(buf);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot read the %s: %s", path, what, strerror(e));
+            free(b);
+            return gt_error(err, GT_EXIT_FAILURE, "%s: read error at byte offset %zu of the %s: %s", path, got, what,
+                            strerror(e));
         }
-        if (r == 0) break;
-        n += (size_t)r;
-        if (n > max_bytes) {
+        if (r == 0) {
             close(fd);
-            free(buf);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found more", path, what, limit);
+            free(b);
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: the %s ended at byte offset %zu, expected %llu bytes (it changed while being read?)",
+                            path, what, got, (unsigned long long)size);
         }
+        got += (size_t)r;
     }
     close(fd);
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
+    b[got] = 0;
+    *buf = b;
+    *len = got;
     return 0;
 }
 

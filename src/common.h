@@ -44,10 +44,28 @@ bool gt_add_size(size_t a, size_t b, size_t *out);
 /* "1.5 GiB", "12.0 MiB", "512 B" into buf. Returns buf. */
 const char *gt_format_bytes(char *buf, size_t cap, uint64_t bytes);
 
-/* Read a whole regular file of at most max_bytes into a NUL-terminated buffer (*out, freed by the
- * caller; *len bytes). `what` names the file in messages ("run config", "model JSON"): a missing
- * file, a directory, a special file, a file too big -> one line, code 2. */
+/* Input files are regular files only: the open is O_NONBLOCK (a FIFO without a writer returns at
+ * once), then fstat(2) on the descriptor (no race with the path) refuses anything else with one
+ * line naming the path and what it is (code 2). */
+/* Open path read-only; what names the file in messages ("data file", "safetensors file").
+ * Returns a descriptor (the caller closes it) and *size, or -1 with err filled: missing or
+ * unreadable file, directory, FIFO, socket, device -> GT_EXIT_BAD_INPUT. */
+int gt_open_input(const char *path, const char *what, uint64_t *size, GtError *err);
+
+/* The whole regular file into a fresh buffer (*buf, NUL-terminated, not counted in *len; the
+ * caller frees it). A file larger than max_bytes is refused before anything is read (code 2);
+ * a file that shrinks while being read is an error (code 2), one that grows is read up to its
+ * size at open time; out of memory is code 1. */
+int gt_read_input(const char *path, const char *what, uint64_t max_bytes, uint8_t **buf, size_t *len,
+                  GtError *err);
+
+/* The same for a small text file (config, model JSON, trainer state): at most max_bytes into a
+ * NUL-terminated *out (freed by the caller); `what` names the file in messages. */
 int gt_read_small_file(const char *path, const char *what, size_t max_bytes, char **out, size_t *len, GtError *err);
+
+/* Offset of a NUL inside JSON text (a raw 0 byte, or a \u0000 escape in a string), or -1. cJSON's
+ * strings end at a NUL, so "n_embd\u0000x" would be read as "n_embd": such a text is refused. */
+long gt_json_nul_at(const char *buf, size_t len);
 
 /* open(2) for writing that never writes through a symbolic link: a link at path is unlinked
  * first (never followed), then path is opened with flags | O_NOFOLLOW | O_CLOEXEC, mode 0644.

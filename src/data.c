@@ -3,7 +3,6 @@
 #define _POSIX_C_SOURCE 200809L
 #include "data.h"
 #include "data_internal.h"
-#include "infile.h"
 
 #include <errno.h>
 #include <fcntl.h>

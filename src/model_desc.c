@@ -155,6 +155,13 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected JSON text, found a NUL byte (binary file?)", path,
                         line, col);
     }
+    long esc = gt_json_nul_at(json, len); /* cJSON would cut "n_embd\u0000x" to "n_embd" */
+    if (esc >= 0) {
+        int line, col;
+        offset_to_line_col(json, len, (size_t)esc, &line, &col);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected names and strings without NUL, found \\u0000",
+                        path, line, col);
+    }
     size_t skip = 0;
     if (len >= 3 && memcmp(json, "\xEF\xBB\xBF", 3) == 0) skip = 3; /* UTF-8 byte order mark */
     if (check_nesting(json, len, path, err)) return -1;

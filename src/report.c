@@ -2,7 +2,6 @@
 #include "report.h"
 
 #include "backend.h"
-#include "infile.h"
 
 #include <cJSON.h>
 #include <errno.h>

@@ -190,7 +190,7 @@ static void read_identity(RunDir *rd) {
     if (lstat(path, &sb) != 0) return;
     rd->has_identity = true;
     if (!S_ISREG(sb.st_mode) || gt_read_small_file(path, "run identity", 1u << 20, &text, &n, NULL) != 0) return;
-    cJSON *j = cJSON_ParseWithLength(text, n);
+    cJSON *j = gt_json_nul_at(text, n) < 0 ? cJSON_ParseWithLength(text, n) : NULL; /* unreadable: another run's */
     free(text);
     const cJSON *run = cJSON_GetObjectItemCaseSensitive(j, "run");
     const cJSON *ck = cJSON_GetObjectItemCaseSensitive(j, "checkpoints");

@@ -1,7 +1,6 @@
 /* safetensors.c - see safetensors.h. */
 #include "safetensors.h"
 
-#include "infile.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -230,28 +229,9 @@ static int validate_metadata(const char *path, const cJSON *meta, GtError *err) 
     return 0;
 }
 
-/* Offset of the first NUL in the header's strings (a raw 0 byte, or a \u0000 escape inside a
- * string), or -1. cJSON's strings end at a NUL, so "wte.weight\u0000x" would pass for
- * "wte.weight" (and "F32\u0000x" for "F32"): such a header is refused instead. */
-static long header_nul_at(const char *buf, size_t hlen) {
-    bool in_str = false;
-    for (size_t i = 0; i < hlen; i++) {
-        if (buf[i] == '\0') return (long)i;
-        if (!in_str) {
-            in_str = buf[i] == '"';
-        } else if (buf[i] == '"') {
-            in_str = false;
-        } else if (buf[i] == '\\' && i + 1 < hlen) {
-            if (buf[i + 1] == 'u' && hlen - i >= 6 && memcmp(buf + i + 2, "0000", 4) == 0) return (long)i;
-            i++; /* the escaped character */
-        }
-    }
-    return -1;
-}
-
 static int parse_header(SafeTensors *st, const char *buf, size_t hlen, GtError *err) {
     const char *path = st->path;
-    long nul = header_nul_at(buf, hlen);
+    long nul = gt_json_nul_at(buf, hlen);
     if (nul >= 0)
         return gt_error(err, GT_EXIT_BAD_INPUT,
                         "%s: header: expected names and strings without NUL characters, found one (\\u0000 or a 0 "
