@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -46,6 +47,9 @@ typedef struct {
     const char *const *names;            /* KT_ENUM, NULL-terminated */
     const char *literal;                 /* KT_PATH: a value kept as written (e.g. "latest") */
     const char *alias_of;                /* another spelling of this key (same field) */
+    bool f32;              /* KT_FLOAT: used as a 32-bit float downstream (the optimizer computes in
+                            * float): the bounds must also hold after rounding to float, and a value
+                            * other than 0 must stay a normal float (no underflow to 0 or a denormal) */
     const char *doc;
 } KeySpec;
 
@@ -73,14 +77,14 @@ static const KeySpec SCHEMA[] = {
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
      .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
     {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
-     .def = "8", .imin = 1, .imax = 65536,
+     .def = "8", .imin = 1, .imax = GT_MAX_MICRO_BATCH,
      .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},
     {.key = "train_batch_size", .type = KT_INT, FIELD(train_batch_size), .def = "0", .imin = 0,
      .imax = 1 << 24, .doc = "Effective batch (sequences per optimizer step) to reach with auto micro-batch; 0 = unset."},
     {.key = "per_device_eval_batch_size", .type = KT_INT, FIELD(per_device_eval_batch_size), .def = "8",
      .imin = 1, .imax = 65536, .doc = "Sequences per evaluation batch on each device."},
     {.key = "gradient_accumulation_steps", .type = KT_INT, FIELD(gradient_accumulation_steps), .def = "1",
-     .imin = 1, .imax = 1 << 20, .doc = "Micro-batches accumulated into one optimizer step."},
+     .imin = 1, .imax = GT_MAX_ACCUM_STEPS, .doc = "Micro-batches accumulated into one optimizer step."},
     {.key = "gradient_checkpointing", .type = KT_BOOL, FIELD(gradient_checkpointing), .def = "false",
      .doc = "Recompute checkpointed layers in backward instead of keeping their activations."},
     {.key = "every_n_layers", .type = KT_INT, FIELD(every_n_layers), .def = "1", .imin = 1, .imax = 1024,
@@ -91,12 +95,13 @@ static const KeySpec SCHEMA[] = {
      .imin = 1, .imax = 1024, .alias_of = "every_n_layers", .doc = "Hugging Face spelling of every_n_layers."},
     {.key = "gradient_checkpointing_kwargs.offload", .type = KT_BOOL, FIELD(offload), .def = "false",
      .alias_of = "offload", .doc = "Hugging Face spelling of offload."},
-    {.key = "max_steps", .type = KT_INT, FIELD(max_steps), .def = "-1", .imin = -1, .imax = BIG,
+    /* at most INT_MAX: AdamW's step count (its bias correction) reaches the backends as an int */
+    {.key = "max_steps", .type = KT_INT, FIELD(max_steps), .def = "-1", .imin = -1, .imax = INT_MAX,
      .doc = "Optimizer steps to run; -1 = derived from num_train_epochs."},
     {.key = "num_train_epochs", .type = KT_FLOAT, FIELD(num_train_epochs), .def = "3", .fmin = 0,
      .fmax = 1e6, .fmin_open = true, .doc = "Passes over the training data (used when max_steps is -1)."},
     {.key = "learning_rate", .type = KT_FLOAT, FIELD(learning_rate), .def = "5e-5", .fmin = 0, .fmax = 10,
-     .doc = "Peak learning rate of AdamW."},
+     .f32 = true, .doc = "Peak learning rate of AdamW."},
     {.key = "lr_scheduler_type", .type = KT_ENUM, FIELD(lr_scheduler_type), .def = "linear",
      .names = LR_NAMES,
      .doc = "Learning-rate decay after warmup: constant, linear to 0, cosine to 0, or cosine to min_lr_rate."},
@@ -105,14 +110,15 @@ static const KeySpec SCHEMA[] = {
     {.key = "warmup_steps", .type = KT_INT, FIELD(warmup_steps), .def = "0", .imin = 0, .imax = BIG,
      .doc = "Steps of linear warmup from 0 to learning_rate."},
     {.key = "weight_decay", .type = KT_FLOAT, FIELD(weight_decay), .def = "0", .fmin = 0, .fmax = 10,
-     .doc = "AdamW decoupled weight decay."},
+     .f32 = true, .doc = "AdamW decoupled weight decay."},
     {.key = "adam_beta1", .type = KT_FLOAT, FIELD(adam_beta1), .def = "0.9", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .doc = "AdamW first-moment decay."},
+     .fmax_open = true, .f32 = true, .doc = "AdamW first-moment decay."},
     {.key = "adam_beta2", .type = KT_FLOAT, FIELD(adam_beta2), .def = "0.999", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .doc = "AdamW second-moment decay."},
+     .fmax_open = true, .f32 = true, .doc = "AdamW second-moment decay."},
     {.key = "adam_epsilon", .type = KT_FLOAT, FIELD(adam_epsilon), .def = "1e-8", .fmin = 0, .fmax = 1,
-     .fmin_open = true, .doc = "AdamW denominator epsilon."},
-    {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6,
+     .fmin_open = true, .f32 = true, .doc = "AdamW denominator epsilon."},
+    /* compared in double, but the clip coefficient max_grad_norm / norm is applied as a float */
+    {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6, .f32 = true,
      .doc = "Clip the global gradient norm to this; 0 disables clipping."},
     {.key = "precision", .type = KT_ENUM, FIELD(precision), .def = "fp32", .names = PREC_NAMES,
      .doc = "fp32 (TF32 off), or bf16 activations and weight copy with fp32 master weights, gradients and AdamW state."},
@@ -137,7 +143,7 @@ static const KeySpec SCHEMA[] = {
      .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
     {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "",
      .literal = "latest", .doc = "Resume from this checkpoint directory, or \"latest\" in output_dir; empty = fresh."},
-    {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 0,
+    {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 1,
      .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
     {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
      .doc = "CPU threads; 0 = all cores."},
@@ -284,7 +290,7 @@ static void expected_text(const KeySpec *k, char *buf, size_t cap) {
     switch (k->type) {
     case KT_INT: snprintf(buf, cap, "an integer in %s", b); break;
     case KT_INT_AUTO: snprintf(buf, cap, "an integer in %s or \"auto\"", b); break;
-    case KT_FLOAT: snprintf(buf, cap, "a finite number in %s", b); break;
+    case KT_FLOAT: snprintf(buf, cap, "a finite number in %s%s", b, k->f32 ? " as a 32-bit float" : ""); break;
     case KT_BOOL: snprintf(buf, cap, "true or false"); break;
     case KT_STRING: snprintf(buf, cap, "a string"); break;
     case KT_PATH: snprintf(buf, cap, "a path"); break;
@@ -438,11 +444,34 @@ static bool parse_bytes(const char *s, uint64_t *out, const char **why) {
     return true;
 }
 
+/* A value of a float key used as a 32-bit float (k->f32) that rounding to float would change in
+ * meaning: out of range, 0 or a denormal (adam_epsilon 1e-50), or onto an open bound (adam_beta2
+ * 0.99999999 is 1.0f). Writes " (... as a 32-bit float)" into note. */
+static bool float_changes(const KeySpec *k, double x, char *note, size_t cap) {
+    if (!(fabs(x) <= FLT_MAX)) { /* converting it would be undefined */
+        snprintf(note, cap, " (out of range as a 32-bit float)");
+        return true;
+    }
+    const float xf = (float)x;
+    const double back = (double)xf;
+    if (x != 0 && !(fabsf(xf) >= FLT_MIN)) {
+        snprintf(note, cap, " (%s as a 32-bit float)", xf == 0 ? "0" : "a denormal");
+        return true;
+    }
+    if (back < k->fmin || back > k->fmax || (k->fmin_open && back == k->fmin) || (k->fmax_open && back == k->fmax)) {
+        char t[32];
+        fmt_double(back, t, sizeof t);
+        snprintf(note, cap, " (%s as a 32-bit float)", t);
+        return true;
+    }
+    return false;
+}
+
 /* Parse v for key k into dst (k->size bytes; for strings GT_PATH_MAX). Paths are resolved
  * against base_dir (NULL: kept as written). On failure: "expected ..., found ..." in why. */
 static int parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, void *dst, char *why,
                        size_t cap) {
-    char exp[256], found[128];
+    char exp[256], found[128], f32note[64];
     expected_text(k, exp, sizeof exp);
     if (is_null(v))
         snprintf(found, sizeof found, "nothing (null)");
@@ -484,6 +513,10 @@ static int parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, 
         }
         if (x < k->fmin || x > k->fmax || (k->fmin_open && x == k->fmin) || (k->fmax_open && x == k->fmax))
             goto bad;
+        if (k->f32 && float_changes(k, x, f32note, sizeof f32note)) {
+            note = f32note;
+            goto bad;
+        }
         memcpy(dst, &x, sizeof x);
         return 0;
     }
@@ -545,6 +578,10 @@ static int parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, 
         }
         if (x > (uint64_t)k->imax) {
             note = " (too large)";
+            goto bad;
+        }
+        if (x < (uint64_t)k->imin) { /* "0", "0.5B": not a limit, and 0 would silently mean auto */
+            note = x == 0 ? " (less than one byte)" : " (too small)";
             goto bad;
         }
         memcpy(dst, &x, sizeof x);
@@ -1040,6 +1077,7 @@ static int apply_set(Ctx *c, const char *set) {
 /* Rules between keys. */
 static int validate(Ctx *c) {
     RunConfig *cfg = c->cfg;
+    char msg[256];
     const int i_model = config_schema_index("model"), i_train = config_schema_index("data.train");
     if (!cfg->model[0]) return key_error(c, i_model, "expected a path to the model JSON (required), found nothing");
     if (!cfg->data.train[0])
@@ -1056,7 +1094,6 @@ static int validate(Ctx *c) {
         return key_error(c, config_schema_index("per_device_train_batch_size"),
                          "expected train_batch_size (the effective batch) to be set with \"auto\", found none");
     if (!cfg->data.val[0] && cfg->data.format != DATA_TEXT) {
-        char msg[256];
         if (cfg->eval_steps > 0) {
             snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found eval_steps %ld without data.val",
                      config_data_format_name(cfg->data.format), cfg->eval_steps);
@@ -1068,6 +1105,16 @@ static int validate(Ctx *c) {
                      config_data_format_name(cfg->data.format));
             return key_error(c, ie, msg);
         }
+    }
+    /* the floor of cosine_with_min_lr reaches AdamW as a float, like learning_rate itself */
+    const double floor_lr = cfg->learning_rate * cfg->min_lr_rate;
+    if (cfg->lr_scheduler_type == LR_COSINE_MIN_LR && floor_lr > 0 && floor_lr < FLT_MIN) {
+        char a[32], b[32];
+        fmt_double(cfg->learning_rate, a, sizeof a);
+        fmt_double(cfg->min_lr_rate, b, sizeof b);
+        snprintf(msg, sizeof msg, "expected learning_rate x min_lr_rate to be 0 or a normal 32-bit float (>= %g), found %s x %s = %g",
+                 (double)FLT_MIN, a, b, floor_lr);
+        return key_error(c, config_schema_index("lr_scheduler_kwargs.min_lr_rate"), msg);
     }
     return 0;
 }
@@ -1181,6 +1228,8 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
     }
 }
 
+static const char *type_name(const KeySpec *k) { return k->f32 ? "float32" : TYPE_NAMES[k->type]; }
+
 static void default_text(const KeySpec *k, char *buf, size_t cap) {
     if (k->type == KT_PATH || k->type == KT_STRING)
         snprintf(buf, cap, "%s", k->def[0] ? k->def : "\"\"");
@@ -1197,7 +1246,7 @@ void config_print_help(FILE *out, int markdown) {
             const KeySpec *k = &SCHEMA[i];
             default_text(k, def, sizeof def);
             bounds_text(k, b, sizeof b);
-            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, TYPE_NAMES[k->type], def, b);
+            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, type_name(k), def, b);
             if (k->alias_of) fprintf(out, "Same field as `%s`. ", k->alias_of);
             for (const char *p = k->doc; *p; p++) {
                 if (*p == '|') fputc('\\', out);
@@ -1210,12 +1259,14 @@ void config_print_help(FILE *out, int markdown) {
     fprintf(out, "Run config keys (YAML). Nested keys are written dotted here (data.seq_len is\n"
                  "`data: {seq_len: ...}` in the file); override any key with --set key=value.\n"
                  "Relative paths in the file are resolved against the config file's directory;\n"
-                 "paths given with --set and default paths are relative to the working directory.\n\n");
+                 "paths given with --set and default paths are relative to the working directory.\n"
+                 "float32 keys reach the optimizer as 32-bit floats and are checked as such\n"
+                 "(adam_beta2 0.99999999 rounds to 1 and is refused).\n\n");
     for (int i = 0; i < N_KEYS; i++) {
         const KeySpec *k = &SCHEMA[i];
         default_text(k, def, sizeof def);
         bounds_text(k, b, sizeof b);
-        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, TYPE_NAMES[k->type], def, b[0] ? "; allowed: " : "", b);
+        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, type_name(k), def, b[0] ? "; allowed: " : "", b);
         if (k->alias_of) fprintf(out, "Same field as %s. ", k->alias_of);
         fprintf(out, "%s\n", k->doc);
     }

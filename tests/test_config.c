@@ -300,7 +300,8 @@ static const Rule RULES[] = {
     {"gradient_accumulation_steps", {"1", "1048576"}, {"0", "-1", "1048577", "1e3", "\"4\""}},
     {"every_n_layers", {"1", "1024"}, {"0", "1025", "-1"}},
     {"gradient_checkpointing", {"true", "false", "True", "FALSE"}, {"yes", "1", "on", "\"true\"", "~", "tru"}},
-    {"max_steps", {"-1", "1", "1000000000000"}, {"-2", "1000000000001", "9223372036854775808", "1.0"}},
+    /* at most 2^31-1: AdamW's step count is an int in the backends */
+    {"max_steps", {"-1", "1", "2147483647"}, {"-2", "2147483648", "1000000000000", "9223372036854775808", "1.0"}},
     {"num_train_epochs", {"0.5", "3", "1000000"}, {"0", "-1", "1000001", ".inf", "1e999"}},
     {"learning_rate", {"0", "5e-5", "1.0e-3", "10"}, {"-1e-5", "11", ".nan", ".NaN", "-.inf", "lr", "\"1e-3\""}},
     {"warmup_steps", {"0", "100"}, {"-1", "99999999999999999999999"}},
@@ -321,7 +322,7 @@ static const Rule RULES[] = {
     {"device", {"auto", "cpu", "cuda"}, {"gpu", "CUDA", "0"}},
     {"loss_normalization", {"tokens", "steps"}, {"token", "mean"}},
     {"data.format", {"text", "tokens", "jsonl"}, {"json", "bin", ""}},
-    {"memory_limit", {"0", "auto", "24GiB", "1.5GB"}, {"-1", "-5GiB", "24 parsecs", "1e30", "GiB", "true", ".inf"}},
+    {"memory_limit", {"1", "auto", "24GiB", "1.5GB"}, {"0", "0.5B", "0GiB", "-5GiB", "24 parsecs", "1e30", "GiB", ".inf"}},
 };
 
 /* "a.b" with value v -> "a:\n  b: v\n" (or "a: v\n") added to BASE-without-the-key. */
@@ -406,8 +407,7 @@ Test(config, bytes_units) {
     struct {
         const char *text;
         uint64_t bytes;
-    } cases[] = {{"0", 0},
-                 {"auto", 0},
+    } cases[] = {{"auto", 0},
                  {"\"auto\"", 0},
                  {"1024", 1024},
                  {"24GiB", 24ull << 30},
@@ -430,6 +430,80 @@ Test(config, bytes_units) {
     expect_fail(BASE "memory_limit: 1125899906842625\n", "memory_limit", "found");
     expect_fail(BASE "memory_limit: 99999999999999999999999\n", "memory_limit", "found");
     expect_fail(BASE "memory_limit: 2PiB\n", "memory_limit", "found");
+    /* below one byte is no limit at all (and 0 would silently mean auto) */
+    expect_fail(BASE "memory_limit: 0\n", "run.yaml:4:15: memory_limit", "found 0 (less than one byte)");
+    expect_fail(BASE "memory_limit: 0.5B\n", "run.yaml:4:15: memory_limit", "found 0.5B (less than one byte)");
+    expect_fail(BASE "memory_limit: 0GiB\n", "memory_limit", "found 0GiB (less than one byte)");
+    expect_fail(BASE "memory_limit: 0.0\n", "memory_limit", "less than one byte");
+}
+
+/* Keys that reach the optimizer as 32-bit floats are checked as the float they become: FLT_MIN
+ * is 1.17549435e-38, the largest float below 1 is 1 - 2^-24 = 0.99999994. */
+Test(config, float_keys_checked_as_float) {
+    struct {
+        const char *key, *value, *note; /* note: NULL = accepted */
+    } cases[] = {
+        {"adam_beta1", "0.99999999", "(1 as a 32-bit float)"},
+        {"adam_beta2", "0.99999999", "(1 as a 32-bit float)"},
+        {"adam_beta2", "0.999999999999", "(1 as a 32-bit float)"},
+        {"adam_beta2", "0.9999999", NULL}, /* 0.99999988 as float */
+        {"adam_beta2", "0.99999997", NULL}, /* rounds down to 0.99999994 */
+        {"adam_epsilon", "1e-50", "(0 as a 32-bit float)"},
+        {"adam_epsilon", "1e-40", "(a denormal as a 32-bit float)"},
+        {"adam_epsilon", "1e-38", "(a denormal as a 32-bit float)"},
+        {"adam_epsilon", "1.2e-38", NULL},
+        {"adam_epsilon", "1e-30", NULL},
+        {"learning_rate", "1e-50", "(0 as a 32-bit float)"},
+        {"learning_rate", "1e-45", "(a denormal as a 32-bit float)"},
+        {"learning_rate", "1e-30", NULL},
+        {"learning_rate", "0", NULL}, /* 0 is 0 in any precision */
+        {"weight_decay", "1e-300", "(0 as a 32-bit float)"},
+        {"weight_decay", "1e-40", "(a denormal as a 32-bit float)"},
+        {"weight_decay", "0", NULL},
+        {"max_grad_norm", "1e-40", "(a denormal as a 32-bit float)"},
+        {"max_grad_norm", "0", NULL},
+        {"max_grad_norm", "0.001", NULL},
+        /* kept in double: not refused for float underflow */
+        {"dist_timeout", "1e-40", NULL},
+        {"num_train_epochs", "1e-40", NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[256], where[64], set[128];
+        snprintf(text, sizeof text, BASE "%s: %s\n", cases[k].key, cases[k].value);
+        snprintf(set, sizeof set, "%s=%s", cases[k].key, cases[k].value);
+        const char *sets[] = {set};
+        RunConfig *c = new_cfg();
+        GtError err;
+        if (!cases[k].note) {
+            cr_expect_eq(load(c, &err, text, NULL, 0), 0, "%s refused: %s", text, err.msg);
+            cr_expect_eq(load(c, &err, BASE, sets, 1), 0, "--set %s refused: %s", set, err.msg);
+            free(c);
+            continue;
+        }
+        snprintf(where, sizeof where, "run.yaml:4:%zu: %s", strlen(cases[k].key) + 3, cases[k].key);
+        int rc = load(c, &err, text, NULL, 0);
+        cr_expect_eq(rc, -1, "accepted: %s", text);
+        if (rc) {
+            assert_err(&err, where, cases[k].note);
+            cr_expect(strstr(err.msg, cases[k].value), "value not named: %s", err.msg);
+        }
+        rc = load(c, &err, BASE, sets, 1);
+        cr_expect_eq(rc, -1, "--set %s accepted", set);
+        snprintf(where, sizeof where, "--set %s", cases[k].key);
+        if (rc) assert_err(&err, where, cases[k].note);
+        free(c);
+    }
+}
+
+/* cosine_with_min_lr's floor, learning_rate x min_lr_rate, reaches AdamW as a float too */
+Test(config, min_lr_floor_checked_as_float) {
+    expect_fail(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n",
+                "run.yaml:7:16: lr_scheduler_kwargs.min_lr_rate", "1e-40");
+    RunConfig *c = new_cfg();
+    expect_ok(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-30\n", c);
+    /* the floor of another schedule is never used */
+    expect_ok(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n", c);
+    free(c);
 }
 
 Test(config, auto_batch) {

@@ -242,6 +242,16 @@ static const Hostile CASES[] = {
     {"memory overflow", BASE "memory_limit: 99999999999999999999TiB\n", NULL, NULL, NULL, "run.yaml", "memory_limit",
      0},
     {"beta of 1", BASE "adam_beta2: 1\n", NULL, NULL, NULL, "run.yaml", "adam_beta2", 0},
+    /* values as the optimizer sees them (32-bit floats), and byte counts below one byte */
+    {"beta that is 1 as a float", BASE "adam_beta1: 0.99999999\n", NULL, NULL, NULL, "run.yaml", "adam_beta1", 0},
+    {"epsilon that is 0 as a float", BASE "adam_epsilon: 1e-50\n", NULL, NULL, NULL, "run.yaml", "adam_epsilon", 0},
+    {"epsilon that is a float denormal", BASE "adam_epsilon: 1e-40\n", NULL, NULL, NULL, "run.yaml", "adam_epsilon", 0},
+    {"learning rate that is 0 as a float", BASE "learning_rate: 1e-60\n", NULL, NULL, NULL, "run.yaml", "learning_rate",
+     0},
+    {"memory_limit 0", BASE "memory_limit: 0\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
+    {"memory_limit half a byte", BASE "memory_limit: 0.5B\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
+    {"memory_limit 0GiB", BASE "memory_limit: 0GiB\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
+    {"max_steps past the optimizer's int", BASE "max_steps: 2147483648\n", NULL, NULL, NULL, "run.yaml", "max_steps", 0},
     /* contradictions */
     {"offload without recompute", BASE "offload: true\n", NULL, NULL, NULL, "run.yaml", "offload", 0},
     {"eval without val data", "model: m.json\ndata: {train: t.bin, format: tokens, seq_len: 16}\neval_steps: 10\n",
