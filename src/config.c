@@ -191,7 +191,31 @@ const char *config_device_name(DeviceKind d) { return enum_name(DEVICE_NAMES, (i
 const char *config_loss_norm_name(LossNormalization n) { return enum_name(LOSS_NAMES, (int)n); }
 const char *config_data_format_name(DataFormat f) { return enum_name(FORMAT_NAMES, (int)f); }
 
-/* A value as it appears in a message: printable, one line, at most ~60 bytes. */
+/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if there is none there: overlong
+ * forms, surrogates and code points above U+10FFFF are invalid. */
+static size_t utf8_len(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    size_t len;
+    unsigned cp, min;
+    if (c < 0x80) return 1;
+    if ((c & 0xE0) == 0xC0)
+        len = 2, cp = c & 0x1F, min = 0x80;
+    else if ((c & 0xF0) == 0xE0)
+        len = 3, cp = c & 0x0F, min = 0x800;
+    else if ((c & 0xF8) == 0xF0)
+        len = 4, cp = c & 0x07, min = 0x10000;
+    else
+        return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3F);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* A value as it appears in a message: printable, one line, valid UTF-8, at most ~60 bytes. */
 static const char *show(const char *s, size_t n, bool quote, char *out, size_t cap) {
     size_t o = 0;
     const size_t limit = 60;
@@ -203,8 +227,13 @@ static const char *show(const char *s, size_t n, bool quote, char *out, size_t c
             break;
         }
         unsigned char ch = (unsigned char)s[i];
-        if (ch < 0x20 || ch == 0x7f) {
+        size_t u = ch >= 0x80 ? utf8_len((const unsigned char *)s + i, n - i) : 1;
+        if (ch < 0x20 || ch == 0x7f || u == 0) {
             o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
+        } else if (u > 1) {
+            memcpy(out + o, s + i, u);
+            o += u;
+            i += u - 1;
         } else if (quote && (ch == '"' || ch == '\\')) {
             out[o++] = '\\';
             out[o++] = (char)ch;
@@ -1005,6 +1034,60 @@ static int prescan(const Ctx *c) {
     return 0;
 }
 
+/* The value of one --set, read as a YAML stream that must hold exactly one plain scalar (or
+ * nothing) in one implicit document: a document marker (---, ...), a directive or a second document
+ * (learning_rate=$'1e-3\n---\nfoo') is refused, not cut off after the first scalar. */
+static int set_value(Ctx *c, int idx, const char *shown, const char *value) {
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return gt_error(c->err, GT_EXIT_FAILURE, "--set %s: out of memory", shown);
+    yaml_parser_set_input_string(&p, (const unsigned char *)value, strlen(value));
+    yaml_event_t e, val;
+    bool have_val = false, done = false;
+    int rc = 0, docs = 0;
+    char exp[256];
+    expected_text(&SCHEMA[idx], exp, sizeof exp);
+    while (rc == 0 && !done) {
+        if (!yaml_parser_parse(&p, &e)) {
+            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a YAML scalar, found a syntax error: %s", shown,
+                          p.problem ? p.problem : "unknown problem");
+            break;
+        }
+        switch (e.type) {
+        case YAML_STREAM_START_EVENT: break;
+        case YAML_STREAM_END_EVENT: done = true; break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1)
+                rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found several YAML documents", shown, exp);
+            else if (!e.data.document_start.implicit)
+                rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found a YAML document marker (---) or directive",
+                              shown, exp);
+            break;
+        case YAML_DOCUMENT_END_EVENT:
+            if (!e.data.document_end.implicit)
+                rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found a YAML document end marker (...)",
+                              shown, exp);
+            break;
+        default:
+            if (e.type == YAML_SCALAR_EVENT && !e.data.scalar.anchor && !e.data.scalar.tag && !have_val) {
+                val = e; /* kept (and freed) below: applied once the whole value is known to be one scalar */
+                have_val = true;
+                continue;
+            }
+            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found %s", shown, exp,
+                          e.type == YAML_SCALAR_EVENT ? (have_val ? "several values" : "an anchor or tag") : event_what(&e));
+            break;
+        }
+        yaml_event_delete(&e);
+    }
+    if (rc == 0) {
+        Scalar v = have_val ? scalar_of(&val) : (Scalar){"", 0, false};
+        rc = apply(c, idx, &v, 0, 0);
+    }
+    if (have_val) yaml_event_delete(&val);
+    yaml_parser_delete(&p);
+    return rc;
+}
+
 /* One --set "key=value": the value is read as a YAML scalar, with the file's type rules. */
 static int apply_set(Ctx *c, const char *set) {
     char shown[160];
@@ -1021,6 +1104,15 @@ static int apply_set(Ctx *c, const char *set) {
     memcpy(key, set, klen);
     key[klen] = '\0';
     show(key, strlen(key), false, shown, sizeof shown);
+    /* libyaml would read a value starting with \xff\xfe as UTF-16, and the file is UTF-8 checked by
+     * libyaml: check the command line here, key and value */
+    for (size_t i = 0, n = strlen(set); i < n;) {
+        size_t l = utf8_len((const unsigned char *)set + i, n - i);
+        if (!l)
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected UTF-8 text, found the byte \\x%02x in the %s",
+                            shown, (unsigned char)set[i], set + i < eq ? "key" : "value");
+        i += l;
+    }
     int idx = config_schema_index(key);
     if (idx < 0) {
         if (is_section(key)) {
@@ -1031,47 +1123,7 @@ static int apply_set(Ctx *c, const char *set) {
         }
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: unknown key (did you mean %s?)", shown, nearest_key(key));
     }
-    const char *value = eq + 1;
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p)) return gt_error(c->err, GT_EXIT_FAILURE, "--set %s: out of memory", shown);
-    yaml_parser_set_input_string(&p, (const unsigned char *)value, strlen(value));
-    yaml_event_t e;
-    int rc = 0;
-    bool have_scalar = false;
-    /* STREAM_START, then DOCUMENT_START or STREAM_END (empty value), then the node */
-    for (int step = 0; step < 3 && !have_scalar; step++) {
-        if (!yaml_parser_parse(&p, &e)) {
-            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a YAML scalar, found a syntax error: %s", shown,
-                          p.problem ? p.problem : "unknown problem");
-            break;
-        }
-        if (e.type == YAML_STREAM_START_EVENT || e.type == YAML_DOCUMENT_START_EVENT) {
-            yaml_event_delete(&e);
-            continue;
-        }
-        if (e.type == YAML_STREAM_END_EVENT) {
-            Scalar v = {"", 0, false};
-            yaml_event_delete(&e);
-            rc = apply(c, idx, &v, 0, 0);
-            have_scalar = true;
-            break;
-        }
-        if (e.type == YAML_SCALAR_EVENT && !e.data.scalar.anchor && !e.data.scalar.tag) {
-            Scalar v = scalar_of(&e);
-            rc = apply(c, idx, &v, 0, 0);
-            yaml_event_delete(&e);
-            have_scalar = true;
-            break;
-        }
-        char exp[256];
-        expected_text(&SCHEMA[idx], exp, sizeof exp);
-        rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found %s", shown, exp,
-                      e.type == YAML_SCALAR_EVENT ? "an anchor or tag" : event_what(&e));
-        yaml_event_delete(&e);
-        break;
-    }
-    yaml_parser_delete(&p);
-    return rc;
+    return set_value(c, idx, shown, eq + 1);
 }
 
 /* Rules between keys. */

@@ -565,6 +565,14 @@ Test(config, yaml_shapes_refused) {
     expect_fail("[1, 2]\n", "run.yaml:1:1", "top level");
     expect_fail("just a string\n", "run.yaml:1:1", "top level");
     expect_fail(BASE "---\nseed: 1\n", "run.yaml:4:1", "second");
+    /* a second document however it is spelled; one document with explicit markers is fine */
+    expect_fail(BASE "...\n---\nseed: 1\n", "run.yaml:5:1", "second");
+    expect_fail(BASE "...\n%YAML 1.1\n---\nseed: 1\n", "run.yaml:5:1", "second");
+    expect_fail("---\n" BASE "---\n", "run.yaml:5:1", "second");
+    expect_fail(BASE "...\nseed: 1\n", "run.yaml:5:1", "YAML"); /* no --- after ... */
+    RunConfig *c = new_cfg();
+    expect_ok("---\n" BASE "...\n", c);
+    free(c);
     expect_fail(BASE "? [a, b]\n: 1\n", "run.yaml:", "key name");
     expect_fail(BASE "seed: &s 1\n", "run.yaml:4:7", "anchor");
     expect_fail(BASE "seed: *s\n", "run.yaml:4:7", "alias");
@@ -808,6 +816,20 @@ Test(config, set_without_file) {
     free(c);
 }
 
+Test(config, set_values_that_are_fine) {
+    RunConfig *c = new_cfg();
+    GtError err;
+    const char *sets[] = {"output_dir=r\xc3\xa9sultats/\xe2\x82\xac", "learning_rate=1e-3 # a comment",
+                          "seed=\n7\n", "data.val=a---b", "init_from='--- x'"};
+    cr_assert_eq(load(c, &err, BASE, sets, 5), 0, "%s", err.msg);
+    cr_expect_str_eq(c->output_dir, "r\xc3\xa9sultats/\xe2\x82\xac");
+    cr_expect_eq(c->learning_rate, 1e-3);
+    cr_expect_eq(c->seed, 7);
+    cr_expect_str_eq(c->data.val, "a---b");
+    cr_expect_str_eq(c->init_from, "--- x");
+    free(c);
+}
+
 Test(config, set_errors) {
     RunConfig *c = new_cfg();
     GtError err;
@@ -828,6 +850,21 @@ Test(config, set_errors) {
         {"learning_rate=.inf", "--set learning_rate", "finite"},
         {"offload=true", "--set offload", "gradient_checkpointing"},
         {"gradient_checkpointing=yes", "--set gradient_checkpointing", "true or false"},
+        /* one value in one implicit document: nothing after it, no markers, valid UTF-8 */
+        {"learning_rate=1e-3\n---\nfoo", "--set learning_rate", "several YAML documents"},
+        {"learning_rate=1e-3\n---\n1e-4", "--set learning_rate", "several YAML documents"},
+        {"output_dir=out\n--- x", "--set output_dir", "several YAML documents"},
+        {"learning_rate=--- 1e-3", "--set learning_rate", "document marker"},
+        {"seed=---\n1", "--set seed", "document marker"},
+        {"seed=%YAML 1.1\n--- 1", "--set seed", "directive"},
+        {"seed=1\n...", "--set seed", "document end marker"},
+        {"seed=1\n...\n", "--set seed", "document end marker"},
+        {"output_dir=\xff\xfe", "--set output_dir", "UTF-8"}, /* libyaml alone reads this as UTF-16 */
+        {"output_dir=out\xc3", "--set output_dir", "UTF-8"},  /* truncated sequence */
+        {"data.train=\xc0\xaf", "--set data.train", "UTF-8"}, /* overlong "/" */
+        {"data.train=\xed\xa0\x80", "--set data.train", "UTF-8"}, /* a surrogate */
+        {"data.train=\xf4\x90\x80\x80", "--set data.train", "UTF-8"}, /* above U+10FFFF */
+        {"se\xff" "ed=1", "--set se\\xffed", "UTF-8"}, /* the key, shown escaped */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const char *sets[] = {cases[k].set};

@@ -440,4 +440,50 @@ ParameterizedTest(int *i, hostile, gtrain_plan) {
     check_message(h, err);
 }
 
+/* --set values through the binary: a good config, one hostile --set each; exit 2 and one line
+ * naming the --set key, never a value cut off after its first YAML document. */
+Test(hostile, set_values) {
+    const char *bin = getenv("GTRAIN_BIN");
+    if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
+    static const struct {
+        const char *set, *key;
+    } sets[] = {
+        {"learning_rate=1e-3\n---\nfoo", "--set learning_rate"},
+        {"learning_rate=1e-3\n---\n1e-4", "--set learning_rate"},
+        {"learning_rate=--- 1e-3", "--set learning_rate"},
+        {"seed=1\n...\n", "--set seed"},
+        {"seed=%YAML 1.1\n--- 1", "--set seed"},
+        {"output_dir=\xff\xfe", "--set output_dir"},
+        {"output_dir=out\xc3", "--set output_dir"},
+        {"data.train=\xc0\xaf", "--set data.train"},
+        {"adam_beta2=0.99999999", "--set adam_beta2"},
+        {"memory_limit=0", "--set memory_limit"},
+    };
+    /* the same config with a harmless --set passes, so each exit 2 below is the --set's */
+    Hostile good = {"good config", GOOD_CFG, NULL, NULL, NULL, NULL, NULL, 1};
+    char gdir[64], gcfg[256];
+    make_case(&good, gdir, sizeof gdir, gcfg, sizeof gcfg);
+    char *gargv[] = {(char *)bin, "plan", "--config", gcfg, "--set", "learning_rate=1e-3", NULL};
+    static char gerr[1 << 16];
+    int gstatus = run_capture(gargv, gdir, gerr, sizeof gerr);
+    rm_tree(gdir);
+    cr_assert(WIFEXITED(gstatus) && WEXITSTATUS(gstatus) == 0, "good config refused: %s", gerr);
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+        Hostile h = {"good config", GOOD_CFG, NULL, NULL, NULL, "--set", sets[k].key, 0};
+        char dir[64], cfg_path[256];
+        make_case(&h, dir, sizeof dir, cfg_path, sizeof cfg_path);
+        char *argv[] = {(char *)bin, "plan", "--config", cfg_path, "--set", (char *)sets[k].set, NULL};
+        static char err[1 << 16];
+        int status = run_capture(argv, dir, err, sizeof err);
+        rm_tree(dir);
+        cr_assert(WIFEXITED(status), "[%s] killed by signal %d", sets[k].key, WTERMSIG(status));
+        cr_expect_eq(WEXITSTATUS(status), GT_EXIT_BAD_INPUT, "[%s] exit %d; stderr: %s", sets[k].key, WEXITSTATUS(status), err);
+        size_t len = strlen(err);
+        int lines = 0;
+        for (size_t i = 0; i < len; i++) lines += err[i] == '\n';
+        cr_expect(len > 0 && err[len - 1] == '\n' && lines == 1, "[%s] stderr is not exactly one line: %s", sets[k].key, err);
+        cr_expect(strstr(err, sets[k].key), "[%s] not named: %s", sets[k].key, err);
+    }
+}
+
 Test(hostile, table_is_big_enough) { cr_expect_geq(N_CASES, 40); }
