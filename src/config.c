@@ -50,6 +50,8 @@ typedef struct {
     bool f32;              /* KT_FLOAT: used as a 32-bit float downstream (the optimizer computes in
                             * float): the bounds must also hold after rounding to float, and a value
                             * other than 0 must stay a normal float (no underflow to 0 or a denormal) */
+    bool dir;              /* KT_PATH: names a directory; if the path exists it must be one */
+    const char *required;  /* KT_PATH: what must be given ("a path to the model JSON"); NULL: optional */
     const char *doc;
 } KeySpec;
 
@@ -60,11 +62,11 @@ _Static_assert(sizeof(LrSchedule) == sizeof(int32_t), "enums are stored as 32-bi
 _Static_assert(sizeof(long) == sizeof(int64_t), "long fields are stored as 64-bit ints");
 
 static const KeySpec SCHEMA[] = {
-    {.key = "model", .type = KT_PATH, FIELD(model), .def = "",
+    {.key = "model", .type = KT_PATH, FIELD(model), .def = "", .required = "a path to the model JSON",
      .doc = "Model description (Hugging Face GPT-2 config.json); required."},
     {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
      .doc = "Initial weights: a model.safetensors or a run directory; empty = random init."},
-    {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "",
+    {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "", .required = "a path to the training data",
      .doc = "Training data: a text file, token shard(s) (glob allowed) or jsonl; required."},
     {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",
      .doc = "Validation data; empty = for text, the last data.val_fraction of data.train; else none."},
@@ -73,7 +75,8 @@ static const KeySpec SCHEMA[] = {
     {.key = "data.seq_len", .type = KT_INT, FIELD(data.seq_len), .def = "1024", .imin = 1, .imax = 1 << 20,
      .doc = "Tokens per training sequence; at most the model's n_positions."},
     {.key = "data.val_fraction", .type = KT_FLOAT, FIELD(data.val_fraction), .def = "0.1", .fmin = 0,
-     .fmax = 0.9, .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation."},
+     .fmax = 0.9,
+     .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
      .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
     {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
@@ -139,9 +142,10 @@ static const KeySpec SCHEMA[] = {
      .doc = "Save a checkpoint every this many steps; 0 = none (the final model is always saved)."},
     {.key = "save_total_limit", .type = KT_INT, FIELD(save_total_limit), .def = "0", .imin = 0,
      .imax = 1000000, .doc = "Keep at most this many checkpoints (oldest deleted first); 0 = keep all."},
-    {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain",
+    {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain", .dir = true,
+     .required = "a directory for the run's files",
      .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
-    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "",
+    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "", .dir = true,
      .literal = "latest", .doc = "Resume from this checkpoint directory, or \"latest\" in output_dir; empty = fresh."},
     {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 1,
      .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
@@ -1126,14 +1130,49 @@ static int apply_set(Ctx *c, const char *set) {
     return set_value(c, idx, shown, eq + 1);
 }
 
+/* A path that cannot serve its key whatever happens later: it runs through an existing file
+ * (output_dir: some_file.txt/out), or a directory key names an existing non-directory. Checked at
+ * load, so that `gtrain plan` reports it and a run creates nothing first; paths that do not exist
+ * are the readers' to report (output_dir is created). */
+static int check_path(const Ctx *c, int i, const char *path) {
+    const KeySpec *k = &SCHEMA[i];
+    char msg[GT_PATH_MAX + 128];
+    struct stat st;
+    if (k->literal && strcmp(path, k->literal) == 0) return 0;
+    if (stat(path, &st) == 0) {
+        if (!k->dir || S_ISDIR(st.st_mode)) return 0;
+        snprintf(msg, sizeof msg, "expected a directory, found the %s %s",
+                 S_ISREG(st.st_mode) ? "regular file" : "special file", path);
+        return key_error(c, i, msg);
+    }
+    if (errno != ENOTDIR) return 0;
+    char prefix[GT_PATH_MAX];
+    for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+        size_t n = (size_t)(p - path);
+        memcpy(prefix, path, n);
+        prefix[n] = '\0';
+        if (stat(prefix, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            snprintf(msg, sizeof msg, "expected a path through directories, found %s, under %s %s", path,
+                     S_ISREG(st.st_mode) ? "the regular file" : "the special file", prefix);
+            return key_error(c, i, msg);
+        }
+    }
+    return 0;
+}
+
 /* Rules between keys. */
 static int validate(Ctx *c) {
     RunConfig *cfg = c->cfg;
     char msg[256];
-    const int i_model = config_schema_index("model"), i_train = config_schema_index("data.train");
-    if (!cfg->model[0]) return key_error(c, i_model, "expected a path to the model JSON (required), found nothing");
-    if (!cfg->data.train[0])
-        return key_error(c, i_train, "expected a path to the training data (required), found nothing");
+    for (int i = 0; i < N_KEYS; i++) /* required paths first: they are the first thing to fix */
+        if (SCHEMA[i].required && !((const char *)cfg + SCHEMA[i].offset)[0]) {
+            snprintf(msg, sizeof msg, "expected %s (required), found nothing", SCHEMA[i].required);
+            return key_error(c, i, msg);
+        }
+    for (int i = 0; i < N_KEYS; i++)
+        if (SCHEMA[i].type == KT_PATH && ((const char *)cfg + SCHEMA[i].offset)[0] &&
+            check_path(c, i, (const char *)cfg + SCHEMA[i].offset))
+            return -1;
     if (cfg->offload && !cfg->gradient_checkpointing) {
         int i = config_schema_index("offload");
         if (c->file_seen[config_schema_index("gradient_checkpointing_kwargs.offload")] &&
@@ -1145,16 +1184,21 @@ static int validate(Ctx *c) {
     if (cfg->per_device_train_batch_size == 0 && cfg->train_batch_size == 0)
         return key_error(c, config_schema_index("per_device_train_batch_size"),
                          "expected train_batch_size (the effective batch) to be set with \"auto\", found none");
-    if (!cfg->data.val[0] && cfg->data.format != DATA_TEXT) {
+    /* no validation data: another format without data.val, or text with val_fraction 0 */
+    if (!cfg->data.val[0] && (cfg->data.format != DATA_TEXT || cfg->data.val_fraction == 0)) {
+        char why[96];
+        if (cfg->data.format != DATA_TEXT)
+            snprintf(why, sizeof why, "format %s has no built-in validation split", config_data_format_name(cfg->data.format));
+        else
+            snprintf(why, sizeof why, "data.val_fraction 0 is no validation split");
         if (cfg->eval_steps > 0) {
-            snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found eval_steps %ld without data.val",
-                     config_data_format_name(cfg->data.format), cfg->eval_steps);
+            snprintf(msg, sizeof msg, "expected data.val to be set (%s), found eval_steps %ld without data.val", why,
+                     cfg->eval_steps);
             return key_error(c, config_schema_index("eval_steps"), msg);
         }
         int ie = config_schema_index("per_device_eval_batch_size");
         if (cfg->source[ie] != CFG_SRC_DEFAULT) {
-            snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found an eval batch size without data.val",
-                     config_data_format_name(cfg->data.format));
+            snprintf(msg, sizeof msg, "expected data.val to be set (%s), found an eval batch size without data.val", why);
             return key_error(c, ie, msg);
         }
     }

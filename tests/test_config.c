@@ -782,6 +782,65 @@ Test(config, path_too_long) {
     expect_fail(text, "run.yaml:1:8: model", "too long");
 }
 
+/* Paths that cannot serve their key are refused at load (so `gtrain plan` reports them and a run
+ * creates nothing first): a directory key naming a file, any path running through a file. */
+Test(config, paths_through_files) {
+    write_cfg("afile", "I am a regular file\n");
+    write_cfg("ctl\x01" "file", "so am I\n");
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/adir", g_dir);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    write_cfg("adir/afile", "a file in a directory\n");
+    expect_fail(BASE "output_dir: \"\"\n", "run.yaml:4:13: output_dir", "(required), found nothing");
+    expect_fail(BASE "output_dir: ~\n", "run.yaml:4:13: output_dir", "(required), found nothing");
+    expect_fail(BASE "output_dir: afile\n", "run.yaml:4:13: output_dir: expected a directory", "regular file");
+    expect_fail(BASE "output_dir: afile/out\n", "run.yaml:4:13: output_dir", "afile/out, under the regular file");
+    expect_fail(BASE "output_dir: adir/afile/x\n", "output_dir", "afile/x"); /* the file under an existing dir */
+    expect_fail(BASE "output_dir: afile/\n", "output_dir", "under the regular file");
+    expect_fail(BASE "output_dir: /dev/null\n", "output_dir: expected a directory", "special file /dev/null");
+    expect_fail(BASE "resume_from_checkpoint: afile\n", "resume_from_checkpoint: expected a directory", "regular file");
+    expect_fail("model: afile/m.json\ndata: {train: t.txt}\n", "run.yaml:1:8: model", "under the regular file");
+    expect_fail("model: m.json\ndata: {train: afile/*.bin, format: tokens}\n", "data.train", "under the regular file");
+    expect_fail(BASE "init_from: afile/model.safetensors\n", "init_from", "under the regular file");
+    expect_fail("model: m.json\ndata: {train: t.txt, val: afile/v.txt}\n", "data.val", "under the regular file");
+    expect_fail(BASE "dist_init_file: afile/id\n", "dist_init_file", "under the regular file");
+    /* control bytes in a path do not break the one-line message */
+    expect_fail(BASE "output_dir: \"ctl\\x01file/out\"\n", "output_dir", "ctl\\x01file/out");
+    /* --set names the key too */
+    RunConfig *c = new_cfg();
+    GtError err;
+    char set[600];
+    snprintf(set, sizeof set, "output_dir=%s/afile/out", g_dir);
+    const char *sets[] = {set};
+    cr_expect_eq(load(c, &err, BASE, sets, 1), -1);
+    assert_err(&err, "--set output_dir", "under the regular file");
+    const char *empty[] = {"output_dir="};
+    cr_expect_eq(load(c, &err, BASE, empty, 1), -1);
+    assert_err(&err, "--set output_dir", "found nothing");
+    /* fine: missing paths (created or reported later), directories, a file where a file is meant,
+     * "latest", globs under a directory */
+    expect_ok(BASE "output_dir: adir\n", c);
+    expect_ok(BASE "output_dir: adir/new/deeper\n", c);
+    expect_ok(BASE "output_dir: missing/out\nresume_from_checkpoint: latest\n", c);
+    expect_ok(BASE "resume_from_checkpoint: adir\ninit_from: afile\n", c);
+    expect_ok("model: afile\ndata: {train: adir/*.bin, format: tokens}\n", c);
+    free(c);
+}
+
+/* data.val_fraction 0: no validation split (text without data.val); asking to evaluate is then a
+ * contradiction, like eval_steps for tokens without data.val */
+Test(config, val_fraction_zero_is_no_validation) {
+    RunConfig *c = new_cfg();
+    expect_ok("model: m.json\ndata: {train: t.txt, val_fraction: 0}\n", c);
+    cr_expect_eq(c->data.val_fraction, 0.0);
+    expect_ok("model: m.json\ndata: {train: t.txt, val: v.txt, val_fraction: 0}\neval_steps: 10\n", c);
+    free(c);
+    expect_fail("model: m.json\ndata: {train: t.txt, val_fraction: 0}\neval_steps: 10\n", "run.yaml:3:13: eval_steps",
+                "data.val_fraction 0");
+    expect_fail("model: m.json\ndata: {train: t.txt, val_fraction: 0}\nper_device_eval_batch_size: 2\n",
+                "per_device_eval_batch_size", "data.val");
+}
+
 /* ---------------------------------------------------------------- --set */
 
 Test(config, set_overrides_in_order) {

@@ -252,6 +252,18 @@ static const Hostile CASES[] = {
     {"memory_limit half a byte", BASE "memory_limit: 0.5B\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
     {"memory_limit 0GiB", BASE "memory_limit: 0GiB\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
     {"max_steps past the optimizer's int", BASE "max_steps: 2147483648\n", NULL, NULL, NULL, "run.yaml", "max_steps", 0},
+    /* paths that cannot serve their key (t.txt is a regular file in every case's dir) */
+    {"empty output_dir", BASE "output_dir: \"\"\n", NULL, NULL, NULL, "run.yaml", "output_dir", 0},
+    {"output_dir under a file", BASE "output_dir: t.txt/out\n", NULL, NULL, NULL, "run.yaml", "output_dir", 0},
+    {"output_dir is a file", BASE "output_dir: t.txt\n", NULL, NULL, NULL, "run.yaml", "output_dir", 0},
+    {"output_dir with control bytes under a file", BASE "output_dir: \"t.txt/o\\x1b[2Jut\\nx\"\n", NULL, NULL, NULL,
+     "run.yaml", "output_dir", 0},
+    {"resume_from_checkpoint is a file", BASE "resume_from_checkpoint: t.txt\n", NULL, NULL, NULL, "run.yaml",
+     "resume_from_checkpoint", 0},
+    {"data.val under a file", "model: m.json\ndata: {train: t.txt, val: t.txt/v.txt}\n", NULL, NULL, NULL, "run.yaml",
+     "data.val", 0},
+    {"eval with val_fraction 0", "model: m.json\ndata: {train: t.txt, seq_len: 16, val_fraction: 0}\neval_steps: 5\n",
+     NULL, NULL, NULL, "run.yaml", "eval_steps", 0},
     /* contradictions */
     {"offload without recompute", BASE "offload: true\n", NULL, NULL, NULL, "run.yaml", "offload", 0},
     {"eval without val data", "model: m.json\ndata: {train: t.bin, format: tokens, seq_len: 16}\neval_steps: 10\n",
