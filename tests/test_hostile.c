@@ -1,7 +1,8 @@
 /* test_hostile.c - a table of hostile inputs (configs and model JSONs). Each case writes its files
  * into a fresh temp dir and is checked twice:
- *   in process: config_load + model_desc_load + config_check_model fail with code 2, one line,
- *               naming the offending file (and key where there is one);
+ *   in process: config_load + model_desc_load + config_check_model + plan_resolve (no memory
+ *               limit) fail with code 2, one line, naming the offending file (and key where
+ *               there is one);
  *   as a process: `$GTRAIN_BIN plan --config FILE` is not killed by a signal, exits 2, and writes
  *               exactly one line to stderr naming the file (and key).
  * One case is a real Hugging Face config.json with all its extra fields: it must succeed. */
@@ -21,6 +22,7 @@
 
 #include "config.h"
 #include "model_desc.h"
+#include "plan.h"
 
 #define DEEP 100000
 
@@ -322,6 +324,14 @@ static const Hostile CASES[] = {
      NULL, "m.json", "n_layer", 0},
     {"no n_positions", BASE, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 256}", NULL, NULL,
      "m.json", "n_positions", 0},
+    /* memory plans past 64 bits: refused, never a wrapped-around total that fits */
+    {"plan over 64 bits", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\nper_device_train_batch_size: 65536\n",
+     "{\"n_layer\": 1024, \"n_head\": 1024, \"n_embd\": 65536, \"vocab_size\": 256, \"n_positions\": 1048576}", NULL,
+     NULL, "run.yaml", "activations", 0},
+    {"plan over 64 bits, 64 layers", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\n"
+                                     "per_device_train_batch_size: 65536\nmemory_limit: 1024TiB\n",
+     "{\"n_layer\": 64, \"n_head\": 64, \"n_embd\": 65536, \"vocab_size\": 50257, \"n_positions\": 1048576}", NULL,
+     NULL, "run.yaml", "overflow", 0},
     /* must succeed: HF's GPT-2 small config.json with every extra field it writes */
     {"real HF config.json", "model: hf.json\ndata:\n  train: t.txt\n  seq_len: 1024\noutput_dir: out\n"
                             "per_device_train_batch_size: 1\n",
@@ -383,6 +393,8 @@ ParameterizedTest(int *i, hostile, in_process) {
     int rc = config_load(cfg, cfg_path, NULL, 0, &err);
     if (rc == 0) rc = model_desc_load(&desc, cfg->model, &err);
     if (rc == 0) rc = config_check_model(cfg, &desc, &err);
+    MemPlan plan;
+    if (rc == 0) rc = plan_resolve(&plan, &desc, cfg, 1, cfg->memory_limit, &err);
     free(cfg);
     rm_tree(dir);
     if (h->ok) {
