@@ -155,6 +155,22 @@ Test(plan, a_plan_over_64_bits_is_an_overflow_not_a_small_total) {
     cr_expect_gt(recompute_count(&p.policy), 0);
 }
 
+/* 64 layers at B 64776, T 2^20: the true device total is 2^64 + 134.5 TiB (computed apart from
+ * plan.c), which wrapped to 134.5 TiB and passed a 1024 TiB memory_limit */
+Test(plan, a_plan_that_wraps_below_the_limit_is_refused) {
+    ModelDesc d = desc_huge();
+    d.n_layer = 64;
+    RunConfig c = auto_config(0);
+    c.per_device_train_batch_size = 64776;
+    c.data.seq_len = 1 << 20;
+    MemPlan p;
+    GtError err = {0};
+    cr_assert_eq(plan_resolve(&p, &d, &c, 1, 1024ull << 40, &err), -1, "a wrapped plan of %llu bytes passed",
+                 (unsigned long long)p.device_total);
+    cr_expect_eq(err.code, GT_EXIT_BAD_INPUT);
+    cr_expect(strstr(err.msg, "overflow"), "%s", err.msg);
+}
+
 Test(plan, the_same_model_at_a_small_batch_still_plans) {
     ModelDesc d = desc_huge();
     MemPlan p;

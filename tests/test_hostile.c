@@ -262,7 +262,7 @@ static const Hostile CASES[] = {
      "run.yaml", "output_dir", 0},
     {"resume_from_checkpoint is a file", BASE "resume_from_checkpoint: t.txt\n", NULL, NULL, NULL, "run.yaml",
      "resume_from_checkpoint", 0},
-    {"data.val under a file", "model: m.json\ndata: {train: t.txt, val: t.txt/v.txt}\n", NULL, NULL, NULL, "run.yaml",
+    {"data.val under a file", "model: m.json\ndata: {train: t.txt, val: t.txt/v.txt, seq_len: 16}\n", NULL, NULL, NULL, "run.yaml",
      "data.val", 0},
     {"eval with val_fraction 0", "model: m.json\ndata: {train: t.txt, seq_len: 16, val_fraction: 0}\neval_steps: 5\n",
      NULL, NULL, NULL, "run.yaml", "eval_steps", 0},
@@ -331,6 +331,11 @@ static const Hostile CASES[] = {
     {"plan over 64 bits, 64 layers", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\n"
                                      "per_device_train_batch_size: 65536\nmemory_limit: 1024TiB\n",
      "{\"n_layer\": 64, \"n_head\": 64, \"n_embd\": 65536, \"vocab_size\": 50257, \"n_positions\": 1048576}", NULL,
+     NULL, "run.yaml", "overflow", 0},
+    /* the true total is 2^64 + 134.5 TiB: wrapped, it used to pass a 1024 TiB limit (exit 0) */
+    {"plan that wraps to fit memory_limit", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\n"
+                                            "per_device_train_batch_size: 64776\nmemory_limit: 1024TiB\n",
+     "{\"n_layer\": 64, \"n_head\": 1024, \"n_embd\": 65536, \"vocab_size\": 256, \"n_positions\": 1048576}", NULL,
      NULL, "run.yaml", "overflow", 0},
     /* must succeed: HF's GPT-2 small config.json with every extra field it writes */
     {"real HF config.json", "model: hf.json\ndata:\n  train: t.txt\n  seq_len: 1024\noutput_dir: out\n"
