@@ -3,17 +3,16 @@
  * Everything about a key lives in SCHEMA below: its dotted name, type, where it is stored, its
  * default (as text, parsed by the same code as the file), bounds, enum names and one-line doc.
  * The same table parses the file, applies --set, validates, prints the resolved config, prints
- * `gtrain --help-config` and the README's config reference (--markdown). */
-#include "config.h"
+ * `gtrain --help-config` and the README's config reference (--markdown). One value by its entry
+ * (parse, print, bounds) is config_value.c's; the entry's layout is in config_schema.h. */
+#include "config_schema.h"
 
 #include "model_desc.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <float.h>
 #include <limits.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,35 +24,12 @@
 #define CONFIG_MAX_DEPTH 4          /* sections are one level deep; anything deeper is refused */
 #define KEY_MAX 256
 
-typedef enum { KT_INT, KT_INT_AUTO, KT_FLOAT, KT_BOOL, KT_STRING, KT_PATH, KT_ENUM, KT_BYTES } KeyType;
-
-static const char *const TYPE_NAMES[] = {"int", "int or auto", "float", "bool", "string", "path", "enum", "bytes"};
-
 static const char *const LR_NAMES[] = {"constant", "linear", "cosine", "cosine_with_min_lr", NULL};
 static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
-
-typedef struct {
-    const char *key; /* dotted for nested keys */
-    KeyType type;
-    size_t offset, size; /* where in RunConfig */
-    const char *def;     /* default, as YAML text (plain scalar) */
-    long long imin, imax;                /* KT_INT, KT_INT_AUTO, KT_BYTES */
-    double fmin, fmax;                   /* KT_FLOAT */
-    bool fmin_open, fmax_open;           /* KT_FLOAT: exclusive bounds */
-    const char *const *names;            /* KT_ENUM, NULL-terminated */
-    const char *literal;                 /* KT_PATH: a value kept as written (e.g. "latest") */
-    const char *alias_of;                /* another spelling of this key (same field) */
-    bool f32;              /* KT_FLOAT: used as a 32-bit float downstream (the optimizer computes in
-                            * float): the bounds must also hold after rounding to float, and a value
-                            * other than 0 must stay a normal float (no underflow to 0 or a denormal) */
-    bool dir;              /* KT_PATH: names a directory; if the path exists it must be one */
-    const char *required;  /* KT_PATH: what must be given ("a path to the model JSON"); NULL: optional */
-    const char *doc;
-} KeySpec;
 
 #define FIELD(m) .offset = offsetof(RunConfig, m), .size = sizeof(((RunConfig *)0)->m)
 #define BIG 1000000000000LL /* 1e12: bound for step counts */
@@ -183,453 +159,12 @@ int config_schema_index(const char *key) {
     return -1;
 }
 
-static const char *enum_name(const char *const *names, int v) {
-    for (int i = 0; names[i]; i++)
-        if (i == v) return names[i];
-    return "?";
-}
+const char *config_lr_schedule_name(LrSchedule s) { return cfg_enum_name(LR_NAMES, (int)s); }
+const char *config_precision_name(Precision p) { return cfg_enum_name(PREC_NAMES, (int)p); }
+const char *config_device_name(DeviceKind d) { return cfg_enum_name(DEVICE_NAMES, (int)d); }
+const char *config_loss_norm_name(LossNormalization n) { return cfg_enum_name(LOSS_NAMES, (int)n); }
+const char *config_data_format_name(DataFormat f) { return cfg_enum_name(FORMAT_NAMES, (int)f); }
 
-const char *config_lr_schedule_name(LrSchedule s) { return enum_name(LR_NAMES, (int)s); }
-const char *config_precision_name(Precision p) { return enum_name(PREC_NAMES, (int)p); }
-const char *config_device_name(DeviceKind d) { return enum_name(DEVICE_NAMES, (int)d); }
-const char *config_loss_norm_name(LossNormalization n) { return enum_name(LOSS_NAMES, (int)n); }
-const char *config_data_format_name(DataFormat f) { return enum_name(FORMAT_NAMES, (int)f); }
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), 0 if there is none there: overlong
- * forms, surrogates and code points above U+10FFFF are invalid. */
-static size_t utf8_len(const unsigned char *s, size_t n) {
-    const unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0)
-        len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0)
-        len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0)
-        len = 4, cp = c & 0x07, min = 0x10000;
-    else
-        return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-/* A value as it appears in a message: printable, one line, valid UTF-8, at most ~60 bytes. */
-static const char *show(const char *s, size_t n, bool quote, char *out, size_t cap) {
-    size_t o = 0;
-    const size_t limit = 60;
-    if (quote && o + 1 < cap) out[o++] = '"';
-    for (size_t i = 0; i < n && o + 8 < cap; i++) {
-        if (i >= limit) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char ch = (unsigned char)s[i];
-        size_t u = ch >= 0x80 ? utf8_len((const unsigned char *)s + i, n - i) : 1;
-        if (ch < 0x20 || ch == 0x7f || u == 0) {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
-        } else if (u > 1) {
-            memcpy(out + o, s + i, u);
-            o += u;
-            i += u - 1;
-        } else if (quote && (ch == '"' || ch == '\\')) {
-            out[o++] = '\\';
-            out[o++] = (char)ch;
-        } else {
-            out[o++] = (char)ch;
-        }
-    }
-    if (quote && o + 1 < cap) out[o++] = '"';
-    out[o < cap ? o : cap - 1] = '\0';
-    return out;
-}
-
-static long long get_int(const void *p, size_t size) {
-    if (size == 4) {
-        int32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    int64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static void put_int(void *p, size_t size, long long v) {
-    if (size == 4) {
-        int32_t x = (int32_t)v;
-        memcpy(p, &x, 4);
-    } else {
-        int64_t x = (int64_t)v;
-        memcpy(p, &x, 8);
-    }
-}
-
-/* Shortest text that reads back as the same double. */
-static void fmt_double(double v, char *buf, size_t cap) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, cap, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) {
-            /* 10 rather than 1e+01: enough digits for the integer part of moderate numbers */
-            if (isfinite(v) && fabs(v) >= 1 && fabs(v) < 1e15) {
-                int digits = (int)floor(log10(fabs(v))) + 1;
-                if (digits > prec) snprintf(buf, cap, "%.*g", digits, v);
-            }
-            return;
-        }
-    }
-}
-
-/* "[1, 1048576]", "(0, 1]", "one of a, b, c", ... */
-static void bounds_text(const KeySpec *k, char *buf, size_t cap) {
-    buf[0] = '\0';
-    switch (k->type) {
-    case KT_INT:
-    case KT_INT_AUTO:
-    case KT_BYTES:
-        snprintf(buf, cap, "[%lld, %lld]", k->imin, k->imax);
-        break;
-    case KT_FLOAT: {
-        char a[32], b[32];
-        fmt_double(k->fmin, a, sizeof a);
-        fmt_double(k->fmax, b, sizeof b);
-        snprintf(buf, cap, "%c%s, %s%c", k->fmin_open ? '(' : '[', a, b, k->fmax_open ? ')' : ']');
-        break;
-    }
-    case KT_ENUM: {
-        size_t o = 0;
-        for (int i = 0; k->names[i] && o < cap; i++)
-            o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", k->names[i]);
-        break;
-    }
-    case KT_BOOL:
-        snprintf(buf, cap, "true, false");
-        break;
-    default:
-        break;
-    }
-}
-
-/* "an integer in [1, 1048576]" etc. */
-static void expected_text(const KeySpec *k, char *buf, size_t cap) {
-    char b[160];
-    bounds_text(k, b, sizeof b);
-    switch (k->type) {
-    case KT_INT: snprintf(buf, cap, "an integer in %s", b); break;
-    case KT_INT_AUTO: snprintf(buf, cap, "an integer in %s or \"auto\"", b); break;
-    case KT_FLOAT: snprintf(buf, cap, "a finite number in %s%s", b, k->f32 ? " as a 32-bit float" : ""); break;
-    case KT_BOOL: snprintf(buf, cap, "true or false"); break;
-    case KT_STRING: snprintf(buf, cap, "a string"); break;
-    case KT_PATH: snprintf(buf, cap, "a path"); break;
-    case KT_ENUM: snprintf(buf, cap, "one of %s", b); break;
-    case KT_BYTES:
-        snprintf(buf, cap, "a byte count (an integer, or e.g. \"24GiB\", \"512MiB\", \"1.5GB\") or \"auto\"");
-        break;
-    }
-}
-
-/* The value of key i in cfg as text (strings raw). */
-static void value_text(const RunConfig *cfg, int i, char *buf, size_t cap) {
-    const KeySpec *k = &SCHEMA[i];
-    const char *p = (const char *)cfg + k->offset;
-    switch (k->type) {
-    case KT_INT: snprintf(buf, cap, "%lld", get_int(p, k->size)); break;
-    case KT_INT_AUTO: {
-        long long v = get_int(p, k->size);
-        if (v == 0)
-            snprintf(buf, cap, "auto");
-        else
-            snprintf(buf, cap, "%lld", v);
-        break;
-    }
-    case KT_FLOAT: {
-        double v;
-        memcpy(&v, p, sizeof v);
-        fmt_double(v, buf, cap);
-        break;
-    }
-    case KT_BOOL: {
-        bool v;
-        memcpy(&v, p, sizeof v);
-        snprintf(buf, cap, "%s", v ? "true" : "false");
-        break;
-    }
-    case KT_STRING:
-    case KT_PATH: snprintf(buf, cap, "%s", p); break;
-    case KT_ENUM: snprintf(buf, cap, "%s", enum_name(k->names, (int)get_int(p, k->size))); break;
-    case KT_BYTES: {
-        uint64_t v;
-        memcpy(&v, p, sizeof v);
-        if (v == 0)
-            snprintf(buf, cap, "auto");
-        else
-            snprintf(buf, cap, "%llu", (unsigned long long)v);
-        break;
-    }
-    }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* scalars: the YAML core schema, strictly */
-
-typedef struct {
-    const char *s; /* NUL-terminated */
-    size_t n;
-    bool quoted; /* quoted or block scalar: always a string */
-} Scalar;
-
-static bool is_null(const Scalar *v) {
-    return !v->quoted && (v->n == 0 || strcmp(v->s, "~") == 0 || strcmp(v->s, "null") == 0 ||
-                          strcmp(v->s, "Null") == 0 || strcmp(v->s, "NULL") == 0);
-}
-
-static bool match_int(const char *s) {
-    if (*s == '+' || *s == '-') s++;
-    if (!isdigit((unsigned char)*s)) return false;
-    while (isdigit((unsigned char)*s)) s++;
-    return *s == '\0';
-}
-
-/* decimal float: [-+]?( .d+ | d+(.d*)? )([eE][-+]?d+)? */
-static const char *scan_float(const char *s) {
-    if (*s == '+' || *s == '-') s++;
-    bool digits = false;
-    while (isdigit((unsigned char)*s)) s++, digits = true;
-    if (*s == '.') {
-        s++;
-        while (isdigit((unsigned char)*s)) s++, digits = true;
-    }
-    if (!digits) return NULL;
-    if (*s == 'e' || *s == 'E') {
-        const char *e = s + 1;
-        if (*e == '+' || *e == '-') e++;
-        if (!isdigit((unsigned char)*e)) return NULL;
-        while (isdigit((unsigned char)*e)) e++;
-        s = e;
-    }
-    return s;
-}
-
-static bool match_float(const char *s) {
-    const char *e = scan_float(s);
-    return e && *e == '\0';
-}
-
-static bool is_special_float(const char *s) {
-    if (*s == '+' || *s == '-') s++;
-    static const char *const sp[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN", NULL};
-    for (int i = 0; sp[i]; i++)
-        if (strcmp(s, sp[i]) == 0) return true;
-    return false;
-}
-
-/* Parse a byte count with an optional unit; false with a reason on failure. */
-static bool parse_bytes(const char *s, uint64_t *out, const char **why) {
-    const char *e = scan_float(s);
-    if (!e || *s == '-' || *s == '+') {
-        *why = e && *s == '-' ? "negative" : NULL;
-        return false;
-    }
-    char num[64];
-    size_t nl = (size_t)(e - s);
-    if (nl >= sizeof num) {
-        *why = "too large";
-        return false;
-    }
-    memcpy(num, s, nl);
-    num[nl] = '\0';
-    while (*e == ' ') e++;
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"", 1},         {"b", 1},          {"kb", 1e3},         {"mb", 1e6},
-                 {"gb", 1e9},     {"tb", 1e12},      {"kib", 1024.0},     {"mib", 1048576.0},
-                 {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {NULL, 0}};
-    double mult = 0;
-    for (int i = 0; units[i].unit; i++)
-        if (strcasecmp(e, units[i].unit) == 0) mult = units[i].mult;
-    if (mult == 0) {
-        *why = NULL;
-        return false;
-    }
-    if (mult == 1 && match_int(num)) {
-        errno = 0;
-        unsigned long long v = strtoull(num, NULL, 10);
-        if (errno == ERANGE) {
-            *why = "too large";
-            return false;
-        }
-        *out = v;
-        return true;
-    }
-    double v = strtod(num, NULL) * mult;
-    if (!isfinite(v) || v >= 18446744073709551616.0) {
-        *why = "too large";
-        return false;
-    }
-    *out = (uint64_t)v;
-    return true;
-}
-
-/* A value of a float key used as a 32-bit float (k->f32) that rounding to float would change in
- * meaning: out of range, 0 or a denormal (adam_epsilon 1e-50), or onto an open bound (adam_beta2
- * 0.99999999 is 1.0f). Writes " (... as a 32-bit float)" into note. */
-static bool float_changes(const KeySpec *k, double x, char *note, size_t cap) {
-    if (!(fabs(x) <= FLT_MAX)) { /* converting it would be undefined */
-        snprintf(note, cap, " (out of range as a 32-bit float)");
-        return true;
-    }
-    const float xf = (float)x;
-    const double back = (double)xf;
-    if (x != 0 && !(fabsf(xf) >= FLT_MIN)) {
-        snprintf(note, cap, " (%s as a 32-bit float)", xf == 0 ? "0" : "a denormal");
-        return true;
-    }
-    if (back < k->fmin || back > k->fmax || (k->fmin_open && back == k->fmin) || (k->fmax_open && back == k->fmax)) {
-        char t[32];
-        fmt_double(back, t, sizeof t);
-        snprintf(note, cap, " (%s as a 32-bit float)", t);
-        return true;
-    }
-    return false;
-}
-
-/* Parse v for key k into dst (k->size bytes; for strings GT_PATH_MAX). Paths are resolved
- * against base_dir (NULL: kept as written). On failure: "expected ..., found ..." in why. */
-static int parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, void *dst, char *why,
-                       size_t cap) {
-    char exp[256], found[128], f32note[64];
-    expected_text(k, exp, sizeof exp);
-    if (is_null(v))
-        snprintf(found, sizeof found, "nothing (null)");
-    else
-        show(v->s, v->n, v->quoted, found, sizeof found);
-    const char *note = "";
-
-    switch (k->type) {
-    case KT_INT:
-    case KT_INT_AUTO: {
-        if (k->type == KT_INT_AUTO && strcmp(v->s, "auto") == 0) {
-            put_int(dst, k->size, 0);
-            return 0;
-        }
-        if (v->quoted || !match_int(v->s)) {
-            if (v->quoted) note = " (a quoted string)";
-            goto bad;
-        }
-        errno = 0;
-        long long x = strtoll(v->s, NULL, 10);
-        if (errno == ERANGE) {
-            note = " (out of range)";
-            goto bad;
-        }
-        if (x < k->imin || x > k->imax) goto bad;
-        put_int(dst, k->size, x);
-        return 0;
-    }
-    case KT_FLOAT: {
-        if (v->quoted || !(match_float(v->s) || is_special_float(v->s))) {
-            if (v->quoted) note = " (a quoted string)";
-            goto bad;
-        }
-        if (is_special_float(v->s)) goto bad;
-        double x = strtod(v->s, NULL);
-        if (!isfinite(x)) {
-            note = " (too large)";
-            goto bad;
-        }
-        if (x < k->fmin || x > k->fmax || (k->fmin_open && x == k->fmin) || (k->fmax_open && x == k->fmax))
-            goto bad;
-        if (k->f32 && float_changes(k, x, f32note, sizeof f32note)) {
-            note = f32note;
-            goto bad;
-        }
-        memcpy(dst, &x, sizeof x);
-        return 0;
-    }
-    case KT_BOOL: {
-        bool x;
-        if (v->quoted) {
-            note = " (a quoted string)";
-            goto bad;
-        }
-        if (!strcmp(v->s, "true") || !strcmp(v->s, "True") || !strcmp(v->s, "TRUE"))
-            x = true;
-        else if (!strcmp(v->s, "false") || !strcmp(v->s, "False") || !strcmp(v->s, "FALSE"))
-            x = false;
-        else
-            goto bad;
-        memcpy(dst, &x, sizeof x);
-        return 0;
-    }
-    case KT_STRING:
-    case KT_PATH: {
-        const char *s = is_null(v) ? "" : v->s;
-        size_t n = is_null(v) ? 0 : v->n;
-        if (memchr(s, '\0', n)) {
-            note = " (contains a NUL byte)";
-            goto bad;
-        }
-        char *out = dst;
-        memset(out, 0, GT_PATH_MAX);
-        bool keep = k->type != KT_PATH || n == 0 || s[0] == '/' || !base_dir || !base_dir[0] ||
-                    strcmp(base_dir, ".") == 0 || (k->literal && strcmp(s, k->literal) == 0);
-        int w = keep ? snprintf(out, GT_PATH_MAX, "%s", s) : snprintf(out, GT_PATH_MAX, "%s/%s", base_dir, s);
-        if (w < 0 || w >= GT_PATH_MAX) {
-            snprintf(exp, sizeof exp, "a path shorter than %d bytes", GT_PATH_MAX);
-            note = " (too long)";
-            memset(out, 0, GT_PATH_MAX);
-            goto bad;
-        }
-        return 0;
-    }
-    case KT_ENUM: {
-        if (!is_null(v))
-            for (int i = 0; k->names[i]; i++)
-                if (strcmp(v->s, k->names[i]) == 0) {
-                    put_int(dst, k->size, i);
-                    return 0;
-                }
-        goto bad;
-    }
-    case KT_BYTES: {
-        uint64_t x = 0;
-        const char *reason = NULL;
-        if (strcmp(v->s, "auto") == 0) {
-            memcpy(dst, &x, sizeof x);
-            return 0;
-        }
-        if (is_null(v) || !parse_bytes(v->s, &x, &reason)) {
-            if (reason) note = strcmp(reason, "negative") == 0 ? " (negative)" : " (too large)";
-            goto bad;
-        }
-        if (x > (uint64_t)k->imax) {
-            note = " (too large)";
-            goto bad;
-        }
-        if (x < (uint64_t)k->imin) { /* "0", "0.5B": not a limit, and 0 would silently mean auto */
-            note = x == 0 ? " (less than one byte)" : " (too small)";
-            goto bad;
-        }
-        memcpy(dst, &x, sizeof x);
-        return 0;
-    }
-    }
-bad:
-    snprintf(why, cap, "expected %s, found %s%s", exp, found, note);
-    return -1;
-}
-
-static bool same_value(const KeySpec *k, const void *a, const void *b) {
-    if (k->type == KT_STRING || k->type == KT_PATH) return strcmp(a, b) == 0;
-    return memcmp(a, b, k->size) == 0;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* defaults */
@@ -642,7 +177,7 @@ void config_defaults(RunConfig *cfg) {
         if (k->alias_of) continue;
         Scalar v = {k->def, strlen(k->def), false};
         char why[GT_ERR_MAX];
-        if (parse_value(k, &v, NULL, (char *)cfg + k->offset, why, sizeof why) != 0) {
+        if (cfg_parse_value(k, &v, NULL, (char *)cfg + k->offset, why, sizeof why) != 0) {
             /* the table is wrong: a bug, caught by the tests */
             fprintf(stderr, "gtrain: internal error: default of %s: %s\n", k->key, why);
             abort();
@@ -767,22 +302,22 @@ static int apply(Ctx *c, int i, const Scalar *v, int line, int col) {
         snprintf(w, sizeof w, "%s:%d:%d:", c->file, line, col);
     else
         snprintf(w, sizeof w, "--set");
-    if (parse_value(k, v, from_file ? c->cfg->config_dir : NULL, val, why, sizeof why) != 0)
+    if (cfg_parse_value(k, v, from_file ? c->cfg->config_dir : NULL, val, why, sizeof why) != 0)
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s %s: %s", w, k->key, why);
     void *dst = (char *)c->cfg + k->offset;
     if (from_file) {
         /* the other spelling of the same field, also in the file, must agree */
         for (int j = 0; j < N_KEYS; j++) {
             if (j == i || SCHEMA[j].offset != k->offset || !c->file_seen[j]) continue;
-            if (!same_value(k, val, dst)) {
+            if (!cfg_same_value(k, val, dst)) {
                 char old[GT_PATH_MAX], now[GT_PATH_MAX], a[128], b[128];
-                value_text(c->cfg, j, old, sizeof old);
+                cfg_value_text(&SCHEMA[j], c->cfg, old, sizeof old);
                 memcpy((char *)c->cfg + k->offset, val, k->type == KT_PATH || k->type == KT_STRING ? GT_PATH_MAX : k->size);
-                value_text(c->cfg, i, now, sizeof now);
+                cfg_value_text(k, c->cfg, now, sizeof now);
                 return gt_error(c->err, GT_EXIT_BAD_INPUT,
                                 "%s %s: expected the same value as %s (line %d), found %s against %s", w, k->key,
-                                SCHEMA[j].key, c->line[j], show(now, strlen(now), false, b, sizeof b),
-                                show(old, strlen(old), false, a, sizeof a));
+                                SCHEMA[j].key, c->line[j], cfg_show(now, strlen(now), false, b, sizeof b),
+                                cfg_show(old, strlen(old), false, a, sizeof a));
             }
         }
         c->file_seen[i] = true;
@@ -849,12 +384,12 @@ static int next_event(Ctx *c, yaml_event_t *e) {
     const char *bad = NULL;
     char name[128];
     if (e->type == YAML_ALIAS_EVENT)
-        bad = "an alias", show((const char *)e->data.alias.anchor, strlen((const char *)e->data.alias.anchor),
+        bad = "an alias", cfg_show((const char *)e->data.alias.anchor, strlen((const char *)e->data.alias.anchor),
                                false, name, sizeof name);
     else if (anchor)
-        bad = "an anchor", show(anchor, strlen(anchor), false, name, sizeof name);
+        bad = "an anchor", cfg_show(anchor, strlen(anchor), false, name, sizeof name);
     else if (tag)
-        bad = "a tag", show(tag, strlen(tag), false, name, sizeof name);
+        bad = "a tag", cfg_show(tag, strlen(tag), false, name, sizeof name);
     if (bad) {
         int line = (int)e->start_mark.line + 1, col = (int)e->start_mark.column + 1;
         yaml_event_delete(e);
@@ -895,13 +430,13 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
         int w = prefix[0] ? snprintf(full, sizeof full, "%s.%s", prefix, kname) : snprintf(full, sizeof full, "%s", kname);
         bool key_ok = w >= 0 && w < KEY_MAX && memchr(kname, '\0', klen) == NULL;
         if (!key_ok) {
-            show(kname, klen, false, shown, sizeof shown);
+            cfg_show(kname, klen, false, shown, sizeof shown);
             yaml_event_delete(&ke);
             return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: unknown key (see gtrain --help-config)",
                             c->file, kl, kc, shown);
         }
         yaml_event_delete(&ke);
-        show(full, strlen(full), false, shown, sizeof shown);
+        cfg_show(full, strlen(full), false, shown, sizeof shown);
 
         if (next_event(c, &ve)) return -1;
         int vl = (int)ve.start_mark.line + 1, vc = (int)ve.start_mark.column + 1;
@@ -914,7 +449,7 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
             }
             if (ve.type != YAML_SCALAR_EVENT) {
                 char exp[256];
-                expected_text(&SCHEMA[idx], exp, sizeof exp);
+                cfg_expected_text(&SCHEMA[idx], exp, sizeof exp);
                 const char *what = event_what(&ve);
                 yaml_event_delete(&ve);
                 return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected %s, found %s", c->file, vl, vc,
@@ -946,10 +481,10 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
                 if (parse_mapping(c, full, depth + 1)) return -1;
             } else {
                 Scalar v = ve.type == YAML_SCALAR_EVENT ? scalar_of(&ve) : (Scalar){"", 0, true};
-                bool empty = ve.type == YAML_SCALAR_EVENT && is_null(&v);
+                bool empty = ve.type == YAML_SCALAR_EVENT && cfg_is_null(&v);
                 char keys[256], found[128];
                 if (ve.type == YAML_SCALAR_EVENT)
-                    show(v.s, v.n, v.quoted, found, sizeof found);
+                    cfg_show(v.s, v.n, v.quoted, found, sizeof found);
                 else
                     snprintf(found, sizeof found, "%s", event_what(&ve));
                 yaml_event_delete(&ve);
@@ -985,9 +520,9 @@ static int parse_document(Ctx *c) {
         char found[128];
         if (e.type == YAML_SCALAR_EVENT) {
             Scalar v = scalar_of(&e);
-            empty = is_null(&v);
+            empty = cfg_is_null(&v);
             snprintf(found, sizeof found, "a scalar ");
-            show(v.s, v.n, true, found + strlen(found), sizeof found - strlen(found));
+            cfg_show(v.s, v.n, true, found + strlen(found), sizeof found - strlen(found));
         } else {
             snprintf(found, sizeof found, "%s", event_what(&e));
         }
@@ -1049,7 +584,7 @@ static int set_value(Ctx *c, int idx, const char *shown, const char *value) {
     bool have_val = false, done = false;
     int rc = 0, docs = 0;
     char exp[256];
-    expected_text(&SCHEMA[idx], exp, sizeof exp);
+    cfg_expected_text(&SCHEMA[idx], exp, sizeof exp);
     while (rc == 0 && !done) {
         if (!yaml_parser_parse(&p, &e)) {
             rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a YAML scalar, found a syntax error: %s", shown,
@@ -1098,20 +633,20 @@ static int apply_set(Ctx *c, const char *set) {
     const char *eq = strchr(set, '=');
     if (!eq)
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected key=value, found no '='",
-                        show(set, strlen(set), false, shown, sizeof shown));
+                        cfg_show(set, strlen(set), false, shown, sizeof shown));
     if (eq == set)
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected key=value, found no key",
-                        show(set, strlen(set), false, shown, sizeof shown));
+                        cfg_show(set, strlen(set), false, shown, sizeof shown));
     size_t klen = (size_t)(eq - set);
     char key[KEY_MAX + 1];
     if (klen > KEY_MAX) klen = KEY_MAX;
     memcpy(key, set, klen);
     key[klen] = '\0';
-    show(key, strlen(key), false, shown, sizeof shown);
+    cfg_show(key, strlen(key), false, shown, sizeof shown);
     /* libyaml would read a value starting with \xff\xfe as UTF-16, and the file is UTF-8 checked by
      * libyaml: check the command line here, key and value */
     for (size_t i = 0, n = strlen(set); i < n;) {
-        size_t l = utf8_len((const unsigned char *)set + i, n - i);
+        size_t l = cfg_utf8_len((const unsigned char *)set + i, n - i);
         if (!l)
             return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected UTF-8 text, found the byte \\x%02x in the %s",
                             shown, (unsigned char)set[i], set + i < eq ? "key" : "value");
@@ -1206,8 +741,8 @@ static int validate(Ctx *c) {
     const double floor_lr = cfg->learning_rate * cfg->min_lr_rate;
     if (cfg->lr_scheduler_type == LR_COSINE_MIN_LR && floor_lr > 0 && floor_lr < FLT_MIN) {
         char a[32], b[32];
-        fmt_double(cfg->learning_rate, a, sizeof a);
-        fmt_double(cfg->min_lr_rate, b, sizeof b);
+        cfg_fmt_double(cfg->learning_rate, a, sizeof a);
+        cfg_fmt_double(cfg->min_lr_rate, b, sizeof b);
         snprintf(msg, sizeof msg, "expected learning_rate x min_lr_rate to be 0 or a normal 32-bit float (>= %g), found %s x %s = %g",
                  (double)FLT_MIN, a, b, floor_lr);
         return key_error(c, config_schema_index("lr_scheduler_kwargs.min_lr_rate"), msg);
@@ -1305,7 +840,7 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
         const KeySpec *k = &SCHEMA[i];
         if (k->alias_of) continue;
         char val[GT_PATH_MAX + 64], src[32];
-        value_text(cfg, i, val, sizeof val);
+        cfg_value_text(k, cfg, val, sizeof val);
         if ((k->type == KT_PATH || k->type == KT_STRING) && !val[0]) snprintf(val, sizeof val, "\"\"");
         if (k->type == KT_BYTES) {
             uint64_t b;
@@ -1324,8 +859,6 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
     }
 }
 
-static const char *type_name(const KeySpec *k) { return k->f32 ? "float32" : TYPE_NAMES[k->type]; }
-
 static void default_text(const KeySpec *k, char *buf, size_t cap) {
     if (k->type == KT_PATH || k->type == KT_STRING)
         snprintf(buf, cap, "%s", k->def[0] ? k->def : "\"\"");
@@ -1341,8 +874,8 @@ void config_print_help(FILE *out, int markdown) {
         for (int i = 0; i < N_KEYS; i++) {
             const KeySpec *k = &SCHEMA[i];
             default_text(k, def, sizeof def);
-            bounds_text(k, b, sizeof b);
-            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, type_name(k), def, b);
+            cfg_bounds_text(k, b, sizeof b);
+            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, cfg_type_name(k), def, b);
             if (k->alias_of) fprintf(out, "Same field as `%s`. ", k->alias_of);
             for (const char *p = k->doc; *p; p++) {
                 if (*p == '|') fputc('\\', out);
@@ -1361,8 +894,8 @@ void config_print_help(FILE *out, int markdown) {
     for (int i = 0; i < N_KEYS; i++) {
         const KeySpec *k = &SCHEMA[i];
         default_text(k, def, sizeof def);
-        bounds_text(k, b, sizeof b);
-        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, type_name(k), def, b[0] ? "; allowed: " : "", b);
+        cfg_bounds_text(k, b, sizeof b);
+        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, cfg_type_name(k), def, b[0] ? "; allowed: " : "", b);
         if (k->alias_of) fprintf(out, "Same field as %s. ", k->alias_of);
         fprintf(out, "%s\n", k->doc);
     }
