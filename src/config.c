@@ -3,16 +3,16 @@
  * Everything about a key lives in SCHEMA below: its dotted name, type, where it is stored, its
  * default (as text, parsed by the same code as the file), bounds, enum names and one-line doc.
  * The same table parses the file, applies --set, validates, prints the resolved config, prints
- * `gtrain --help-config` and the README's config reference (--markdown). */
-#include "config.h"
+ * `gtrain --help-config` and the README's config reference (--markdown). One value by its entry
+ * (parse, print, bounds) is config_value.c's; the entry's layout is in config_schema.h. */
+#include "config_schema.h"
 
 #include "model_desc.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <float.h>
 #include <limits.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,30 +24,12 @@
 #define CONFIG_MAX_DEPTH 4          /* sections are one level deep; anything deeper is refused */
 #define KEY_MAX 256
 
-typedef enum { KT_INT, KT_INT_AUTO, KT_FLOAT, KT_BOOL, KT_STRING, KT_PATH, KT_ENUM, KT_BYTES } KeyType;
-
-static const char *const TYPE_NAMES[] = {"int", "int or auto", "float", "bool", "string", "path", "enum", "bytes"};
-
 static const char *const LR_NAMES[] = {"constant", "linear", "cosine", "cosine_with_min_lr", NULL};
 static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
-
-typedef struct {
-    const char *key; /* dotted for nested keys */
-    KeyType type;
-    size_t offset, size; /* where in RunConfig */
-    const char *def;     /* default, as YAML text (plain scalar) */
-    long long imin, imax;                /* KT_INT, KT_INT_AUTO, KT_BYTES */
-    double fmin, fmax;                   /* KT_FLOAT */
-    bool fmin_open, fmax_open;           /* KT_FLOAT: exclusive bounds */
-    const char *const *names;            /* KT_ENUM, NULL-terminated */
-    const char *literal;                 /* KT_PATH: a value kept as written (e.g. "latest") */
-    const char *alias_of;                /* another spelling of this key (same field) */
-    const char *doc;
-} KeySpec;
 
 #define FIELD(m) .offset = offsetof(RunConfig, m), .size = sizeof(((RunConfig *)0)->m)
 #define BIG 1000000000000LL /* 1e12: bound for step counts */
@@ -56,11 +38,11 @@ _Static_assert(sizeof(LrSchedule) == sizeof(int32_t), "enums are stored as 32-bi
 _Static_assert(sizeof(long) == sizeof(int64_t), "long fields are stored as 64-bit ints");
 
 static const KeySpec SCHEMA[] = {
-    {.key = "model", .type = KT_PATH, FIELD(model), .def = "",
+    {.key = "model", .type = KT_PATH, FIELD(model), .def = "", .required = "a path to the model JSON",
      .doc = "Model description (Hugging Face GPT-2 config.json); required."},
     {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
      .doc = "Initial weights: a model.safetensors or a run directory; empty = random init."},
-    {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "",
+    {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "", .required = "a path to the training data",
      .doc = "Training data: a text file, token shard(s) (glob allowed) or jsonl; required."},
     {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",
      .doc = "Validation data; empty = for text, the last data.val_fraction of data.train; else none."},
@@ -69,18 +51,19 @@ static const KeySpec SCHEMA[] = {
     {.key = "data.seq_len", .type = KT_INT, FIELD(data.seq_len), .def = "1024", .imin = 1, .imax = 1 << 20,
      .doc = "Tokens per training sequence; at most the model's n_positions."},
     {.key = "data.val_fraction", .type = KT_FLOAT, FIELD(data.val_fraction), .def = "0.1", .fmin = 0,
-     .fmax = 0.9, .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation."},
+     .fmax = 0.9,
+     .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
      .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
     {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
-     .def = "8", .imin = 1, .imax = 65536,
+     .def = "8", .imin = 1, .imax = GT_MAX_MICRO_BATCH,
      .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},
     {.key = "train_batch_size", .type = KT_INT, FIELD(train_batch_size), .def = "0", .imin = 0,
      .imax = 1 << 24, .doc = "Effective batch (sequences per optimizer step) to reach with auto micro-batch; 0 = unset."},
     {.key = "per_device_eval_batch_size", .type = KT_INT, FIELD(per_device_eval_batch_size), .def = "8",
      .imin = 1, .imax = 65536, .doc = "Sequences per evaluation batch on each device."},
     {.key = "gradient_accumulation_steps", .type = KT_INT, FIELD(gradient_accumulation_steps), .def = "1",
-     .imin = 1, .imax = 1 << 20, .doc = "Micro-batches accumulated into one optimizer step."},
+     .imin = 1, .imax = GT_MAX_ACCUM_STEPS, .doc = "Micro-batches accumulated into one optimizer step."},
     {.key = "gradient_checkpointing", .type = KT_BOOL, FIELD(gradient_checkpointing), .def = "false",
      .doc = "Recompute checkpointed layers in backward instead of keeping their activations."},
     {.key = "every_n_layers", .type = KT_INT, FIELD(every_n_layers), .def = "1", .imin = 1, .imax = 1024,
@@ -91,12 +74,13 @@ static const KeySpec SCHEMA[] = {
      .imin = 1, .imax = 1024, .alias_of = "every_n_layers", .doc = "Hugging Face spelling of every_n_layers."},
     {.key = "gradient_checkpointing_kwargs.offload", .type = KT_BOOL, FIELD(offload), .def = "false",
      .alias_of = "offload", .doc = "Hugging Face spelling of offload."},
-    {.key = "max_steps", .type = KT_INT, FIELD(max_steps), .def = "-1", .imin = -1, .imax = BIG,
+    /* at most INT_MAX: AdamW's step count (its bias correction) reaches the backends as an int */
+    {.key = "max_steps", .type = KT_INT, FIELD(max_steps), .def = "-1", .imin = -1, .imax = INT_MAX,
      .doc = "Optimizer steps to run; -1 = derived from num_train_epochs."},
     {.key = "num_train_epochs", .type = KT_FLOAT, FIELD(num_train_epochs), .def = "3", .fmin = 0,
      .fmax = 1e6, .fmin_open = true, .doc = "Passes over the training data (used when max_steps is -1)."},
     {.key = "learning_rate", .type = KT_FLOAT, FIELD(learning_rate), .def = "5e-5", .fmin = 0, .fmax = 10,
-     .doc = "Peak learning rate of AdamW."},
+     .f32 = true, .doc = "Peak learning rate of AdamW."},
     {.key = "lr_scheduler_type", .type = KT_ENUM, FIELD(lr_scheduler_type), .def = "linear",
      .names = LR_NAMES,
      .doc = "Learning-rate decay after warmup: constant, linear to 0, cosine to 0, or cosine to min_lr_rate."},
@@ -105,14 +89,15 @@ static const KeySpec SCHEMA[] = {
     {.key = "warmup_steps", .type = KT_INT, FIELD(warmup_steps), .def = "0", .imin = 0, .imax = BIG,
      .doc = "Steps of linear warmup from 0 to learning_rate."},
     {.key = "weight_decay", .type = KT_FLOAT, FIELD(weight_decay), .def = "0", .fmin = 0, .fmax = 10,
-     .doc = "AdamW decoupled weight decay."},
+     .f32 = true, .doc = "AdamW decoupled weight decay."},
     {.key = "adam_beta1", .type = KT_FLOAT, FIELD(adam_beta1), .def = "0.9", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .doc = "AdamW first-moment decay."},
+     .fmax_open = true, .f32 = true, .doc = "AdamW first-moment decay."},
     {.key = "adam_beta2", .type = KT_FLOAT, FIELD(adam_beta2), .def = "0.999", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .doc = "AdamW second-moment decay."},
+     .fmax_open = true, .f32 = true, .doc = "AdamW second-moment decay."},
     {.key = "adam_epsilon", .type = KT_FLOAT, FIELD(adam_epsilon), .def = "1e-8", .fmin = 0, .fmax = 1,
-     .fmin_open = true, .doc = "AdamW denominator epsilon."},
-    {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6,
+     .fmin_open = true, .f32 = true, .doc = "AdamW denominator epsilon."},
+    /* compared in double, but the clip coefficient max_grad_norm / norm is applied as a float */
+    {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6, .f32 = true,
      .doc = "Clip the global gradient norm to this; 0 disables clipping."},
     {.key = "precision", .type = KT_ENUM, FIELD(precision), .def = "fp32", .names = PREC_NAMES,
      .doc = "fp32 (TF32 off), or bf16 activations and weight copy with fp32 master weights, gradients and AdamW state."},
@@ -133,11 +118,12 @@ static const KeySpec SCHEMA[] = {
      .doc = "Save a checkpoint every this many steps; 0 = none (the final model is always saved)."},
     {.key = "save_total_limit", .type = KT_INT, FIELD(save_total_limit), .def = "0", .imin = 0,
      .imax = 1000000, .doc = "Keep at most this many checkpoints (oldest deleted first); 0 = keep all."},
-    {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain",
+    {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain", .dir = true,
+     .required = "a directory for the run's files",
      .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
-    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "",
+    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "", .dir = true,
      .literal = "latest", .doc = "Resume from this checkpoint directory, or \"latest\" in output_dir; empty = fresh."},
-    {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 0,
+    {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 1,
      .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
     {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
      .doc = "CPU threads; 0 = all cores."},
@@ -173,393 +159,12 @@ int config_schema_index(const char *key) {
     return -1;
 }
 
-static const char *enum_name(const char *const *names, int v) {
-    for (int i = 0; names[i]; i++)
-        if (i == v) return names[i];
-    return "?";
-}
+const char *config_lr_schedule_name(LrSchedule s) { return cfg_enum_name(LR_NAMES, (int)s); }
+const char *config_precision_name(Precision p) { return cfg_enum_name(PREC_NAMES, (int)p); }
+const char *config_device_name(DeviceKind d) { return cfg_enum_name(DEVICE_NAMES, (int)d); }
+const char *config_loss_norm_name(LossNormalization n) { return cfg_enum_name(LOSS_NAMES, (int)n); }
+const char *config_data_format_name(DataFormat f) { return cfg_enum_name(FORMAT_NAMES, (int)f); }
 
-const char *config_lr_schedule_name(LrSchedule s) { return enum_name(LR_NAMES, (int)s); }
-const char *config_precision_name(Precision p) { return enum_name(PREC_NAMES, (int)p); }
-const char *config_device_name(DeviceKind d) { return enum_name(DEVICE_NAMES, (int)d); }
-const char *config_loss_norm_name(LossNormalization n) { return enum_name(LOSS_NAMES, (int)n); }
-const char *config_data_format_name(DataFormat f) { return enum_name(FORMAT_NAMES, (int)f); }
-
-/* A value as it appears in a message: printable, one line, at most ~60 bytes. */
-static const char *show(const char *s, size_t n, bool quote, char *out, size_t cap) {
-    size_t o = 0;
-    const size_t limit = 60;
-    if (quote && o + 1 < cap) out[o++] = '"';
-    for (size_t i = 0; i < n && o + 8 < cap; i++) {
-        if (i >= limit) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-            break;
-        }
-        unsigned char ch = (unsigned char)s[i];
-        if (ch < 0x20 || ch == 0x7f) {
-            o += (size_t)snprintf(out + o, cap - o, "\\x%02x", ch);
-        } else if (quote && (ch == '"' || ch == '\\')) {
-            out[o++] = '\\';
-            out[o++] = (char)ch;
-        } else {
-            out[o++] = (char)ch;
-        }
-    }
-    if (quote && o + 1 < cap) out[o++] = '"';
-    out[o < cap ? o : cap - 1] = '\0';
-    return out;
-}
-
-static long long get_int(const void *p, size_t size) {
-    if (size == 4) {
-        int32_t v;
-        memcpy(&v, p, 4);
-        return v;
-    }
-    int64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-
-static void put_int(void *p, size_t size, long long v) {
-    if (size == 4) {
-        int32_t x = (int32_t)v;
-        memcpy(p, &x, 4);
-    } else {
-        int64_t x = (int64_t)v;
-        memcpy(p, &x, 8);
-    }
-}
-
-/* Shortest text that reads back as the same double. */
-static void fmt_double(double v, char *buf, size_t cap) {
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(buf, cap, "%.*g", prec, v);
-        if (strtod(buf, NULL) == v) {
-            /* 10 rather than 1e+01: enough digits for the integer part of moderate numbers */
-            if (isfinite(v) && fabs(v) >= 1 && fabs(v) < 1e15) {
-                int digits = (int)floor(log10(fabs(v))) + 1;
-                if (digits > prec) snprintf(buf, cap, "%.*g", digits, v);
-            }
-            return;
-        }
-    }
-}
-
-/* "[1, 1048576]", "(0, 1]", "one of a, b, c", ... */
-static void bounds_text(const KeySpec *k, char *buf, size_t cap) {
-    buf[0] = '\0';
-    switch (k->type) {
-    case KT_INT:
-    case KT_INT_AUTO:
-    case KT_BYTES:
-        snprintf(buf, cap, "[%lld, %lld]", k->imin, k->imax);
-        break;
-    case KT_FLOAT: {
-        char a[32], b[32];
-        fmt_double(k->fmin, a, sizeof a);
-        fmt_double(k->fmax, b, sizeof b);
-        snprintf(buf, cap, "%c%s, %s%c", k->fmin_open ? '(' : '[', a, b, k->fmax_open ? ')' : ']');
-        break;
-    }
-    case KT_ENUM: {
-        size_t o = 0;
-        for (int i = 0; k->names[i] && o < cap; i++)
-            o += (size_t)snprintf(buf + o, cap - o, "%s%s", i ? ", " : "", k->names[i]);
-        break;
-    }
-    case KT_BOOL:
-        snprintf(buf, cap, "true, false");
-        break;
-    default:
-        break;
-    }
-}
-
-/* "an integer in [1, 1048576]" etc. */
-static void expected_text(const KeySpec *k, char *buf, size_t cap) {
-    char b[160];
-    bounds_text(k, b, sizeof b);
-    switch (k->type) {
-    case KT_INT: snprintf(buf, cap, "an integer in %s", b); break;
-    case KT_INT_AUTO: snprintf(buf, cap, "an integer in %s or \"auto\"", b); break;
-    case KT_FLOAT: snprintf(buf, cap, "a finite number in %s", b); break;
-    case KT_BOOL: snprintf(buf, cap, "true or false"); break;
-    case KT_STRING: snprintf(buf, cap, "a string"); break;
-    case KT_PATH: snprintf(buf, cap, "a path"); break;
-    case KT_ENUM: snprintf(buf, cap, "one of %s", b); break;
-    case KT_BYTES:
-        snprintf(buf, cap, "a byte count (an integer, or e.g. \"24GiB\", \"512MiB\", \"1.5GB\") or \"auto\"");
-        break;
-    }
-}
-
-/* The value of key i in cfg as text (strings raw). */
-static void value_text(const RunConfig *cfg, int i, char *buf, size_t cap) {
-    const KeySpec *k = &SCHEMA[i];
-    const char *p = (const char *)cfg + k->offset;
-    switch (k->type) {
-    case KT_INT: snprintf(buf, cap, "%lld", get_int(p, k->size)); break;
-    case KT_INT_AUTO: {
-        long long v = get_int(p, k->size);
-        if (v == 0)
-            snprintf(buf, cap, "auto");
-        else
-            snprintf(buf, cap, "%lld", v);
-        break;
-    }
-    case KT_FLOAT: {
-        double v;
-        memcpy(&v, p, sizeof v);
-        fmt_double(v, buf, cap);
-        break;
-    }
-    case KT_BOOL: {
-        bool v;
-        memcpy(&v, p, sizeof v);
-        snprintf(buf, cap, "%s", v ? "true" : "false");
-        break;
-    }
-    case KT_STRING:
-    case KT_PATH: snprintf(buf, cap, "%s", p); break;
-    case KT_ENUM: snprintf(buf, cap, "%s", enum_name(k->names, (int)get_int(p, k->size))); break;
-    case KT_BYTES: {
-        uint64_t v;
-        memcpy(&v, p, sizeof v);
-        if (v == 0)
-            snprintf(buf, cap, "auto");
-        else
-            snprintf(buf, cap, "%llu", (unsigned long long)v);
-        break;
-    }
-    }
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* scalars: the YAML core schema, strictly */
-
-typedef struct {
-    const char *s; /* NUL-terminated */
-    size_t n;
-    bool quoted; /* quoted or block scalar: always a string */
-} Scalar;
-
-static bool is_null(const Scalar *v) {
-    return !v->quoted && (v->n == 0 || strcmp(v->s, "~") == 0 || strcmp(v->s, "null") == 0 ||
-                          strcmp(v->s, "Null") == 0 || strcmp(v->s, "NULL") == 0);
-}
-
-static bool match_int(const char *s) {
-    if (*s == '+' || *s == '-') s++;
-    if (!isdigit((unsigned char)*s)) return false;
-    while (isdigit((unsigned char)*s)) s++;
-    return *s == '\0';
-}
-
-/* decimal float: [-+]?( .d+ | d+(.d*)? )([eE][-+]?d+)? */
-static const char *scan_float(const char *s) {
-    if (*s == '+' || *s == '-') s++;
-    bool digits = false;
-    while (isdigit((unsigned char)*s)) s++, digits = true;
-    if (*s == '.') {
-        s++;
-        while (isdigit((unsigned char)*s)) s++, digits = true;
-    }
-    if (!digits) return NULL;
-    if (*s == 'e' || *s == 'E') {
-        const char *e = s + 1;
-        if (*e == '+' || *e == '-') e++;
-        if (!isdigit((unsigned char)*e)) return NULL;
-        while (isdigit((unsigned char)*e)) e++;
-        s = e;
-    }
-    return s;
-}
-
-static bool match_float(const char *s) {
-    const char *e = scan_float(s);
-    return e && *e == '\0';
-}
-
-static bool is_special_float(const char *s) {
-    if (*s == '+' || *s == '-') s++;
-    static const char *const sp[] = {".inf", ".Inf", ".INF", ".nan", ".NaN", ".NAN", NULL};
-    for (int i = 0; sp[i]; i++)
-        if (strcmp(s, sp[i]) == 0) return true;
-    return false;
-}
-
-/* Parse a byte count with an optional unit; false with a reason on failure. */
-static bool parse_bytes(const char *s, uint64_t *out, const char **why) {
-    const char *e = scan_float(s);
-    if (!e || *s == '-' || *s == '+') {
-        *why = e && *s == '-' ? "negative" : NULL;
-        return false;
-    }
-    char num[64];
-    size_t nl = (size_t)(e - s);
-    if (nl >= sizeof num) {
-        *why = "too large";
-        return false;
-    }
-    memcpy(num, s, nl);
-    num[nl] = '\0';
-    while (*e == ' ') e++;
-    static const struct {
-        const char *unit;
-        double mult;
-    } units[] = {{"", 1},         {"b", 1},          {"kb", 1e3},         {"mb", 1e6},
-                 {"gb", 1e9},     {"tb", 1e12},      {"kib", 1024.0},     {"mib", 1048576.0},
-                 {"gib", 1073741824.0}, {"tib", 1099511627776.0}, {NULL, 0}};
-    double mult = 0;
-    for (int i = 0; units[i].unit; i++)
-        if (strcasecmp(e, units[i].unit) == 0) mult = units[i].mult;
-    if (mult == 0) {
-        *why = NULL;
-        return false;
-    }
-    if (mult == 1 && match_int(num)) {
-        errno = 0;
-        unsigned long long v = strtoull(num, NULL, 10);
-        if (errno == ERANGE) {
-            *why = "too large";
-            return false;
-        }
-        *out = v;
-        return true;
-    }
-    double v = strtod(num, NULL) * mult;
-    if (!isfinite(v) || v >= 18446744073709551616.0) {
-        *why = "too large";
-        return false;
-    }
-    *out = (uint64_t)v;
-    return true;
-}
-
-/* Parse v for key k into dst (k->size bytes; for strings GT_PATH_MAX). Paths are resolved
- * against base_dir (NULL: kept as written). On failure: "expected ..., found ..." in why. */
-static int parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, void *dst, char *why,
-                       size_t cap) {
-    char exp[256], found[128];
-    expected_text(k, exp, sizeof exp);
-    if (is_null(v))
-        snprintf(found, sizeof found, "nothing (null)");
-    else
-        show(v->s, v->n, v->quoted, found, sizeof found);
-    const char *note = "";
-
-    switch (k->type) {
-    case KT_INT:
-    case KT_INT_AUTO: {
-        if (k->type == KT_INT_AUTO && strcmp(v->s, "auto") == 0) {
-            put_int(dst, k->size, 0);
-            return 0;
-        }
-        if (v->quoted || !match_int(v->s)) {
-            if (v->quoted) note = " (a quoted string)";
-            goto bad;
-        }
-        errno = 0;
-        long long x = strtoll(v->s, NULL, 10);
-        if (errno == ERANGE) {
-            note = " (out of range)";
-            goto bad;
-        }
-        if (x < k->imin || x > k->imax) goto bad;
-        put_int(dst, k->size, x);
-        return 0;
-    }
-    case KT_FLOAT: {
-        if (v->quoted || !(match_float(v->s) || is_special_float(v->s))) {
-            if (v->quoted) note = " (a quoted string)";
-            goto bad;
-        }
-        if (is_special_float(v->s)) goto bad;
-        double x = strtod(v->s, NULL);
-        if (!isfinite(x)) {
-            note = " (too large)";
-            goto bad;
-        }
-        if (x < k->fmin || x > k->fmax || (k->fmin_open && x == k->fmin) || (k->fmax_open && x == k->fmax))
-            goto bad;
-        memcpy(dst, &x, sizeof x);
-        return 0;
-    }
-    case KT_BOOL: {
-        bool x;
-        if (v->quoted) {
-            note = " (a quoted string)";
-            goto bad;
-        }
-        if (!strcmp(v->s, "true") || !strcmp(v->s, "True") || !strcmp(v->s, "TRUE"))
-            x = true;
-        else if (!strcmp(v->s, "false") || !strcmp(v->s, "False") || !strcmp(v->s, "FALSE"))
-            x = false;
-        else
-            goto bad;
-        memcpy(dst, &x, sizeof x);
-        return 0;
-    }
-    case KT_STRING:
-    case KT_PATH: {
-        const char *s = is_null(v) ? "" : v->s;
-        size_t n = is_null(v) ? 0 : v->n;
-        if (memchr(s, '\0', n)) {
-            note = " (contains a NUL byte)";
-            goto bad;
-        }
-        char *out = dst;
-        memset(out, 0, GT_PATH_MAX);
-        bool keep = k->type != KT_PATH || n == 0 || s[0] == '/' || !base_dir || !base_dir[0] ||
-                    strcmp(base_dir, ".") == 0 || (k->literal && strcmp(s, k->literal) == 0);
-        int w = keep ? snprintf(out, GT_PATH_MAX, "%s", s) : snprintf(out, GT_PATH_MAX, "%s/%s", base_dir, s);
-        if (w < 0 || w >= GT_PATH_MAX) {
-            snprintf(exp, sizeof exp, "a path shorter than %d bytes", GT_PATH_MAX);
-            note = " (too long)";
-            memset(out, 0, GT_PATH_MAX);
-            goto bad;
-        }
-        return 0;
-    }
-    case KT_ENUM: {
-        if (!is_null(v))
-            for (int i = 0; k->names[i]; i++)
-                if (strcmp(v->s, k->names[i]) == 0) {
-                    put_int(dst, k->size, i);
-                    return 0;
-                }
-        goto bad;
-    }
-    case KT_BYTES: {
-        uint64_t x = 0;
-        const char *reason = NULL;
-        if (strcmp(v->s, "auto") == 0) {
-            memcpy(dst, &x, sizeof x);
-            return 0;
-        }
-        if (is_null(v) || !parse_bytes(v->s, &x, &reason)) {
-            if (reason) note = strcmp(reason, "negative") == 0 ? " (negative)" : " (too large)";
-            goto bad;
-        }
-        if (x > (uint64_t)k->imax) {
-            note = " (too large)";
-            goto bad;
-        }
-        memcpy(dst, &x, sizeof x);
-        return 0;
-    }
-    }
-bad:
-    snprintf(why, cap, "expected %s, found %s%s", exp, found, note);
-    return -1;
-}
-
-static bool same_value(const KeySpec *k, const void *a, const void *b) {
-    if (k->type == KT_STRING || k->type == KT_PATH) return strcmp(a, b) == 0;
-    return memcmp(a, b, k->size) == 0;
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* defaults */
@@ -572,7 +177,7 @@ void config_defaults(RunConfig *cfg) {
         if (k->alias_of) continue;
         Scalar v = {k->def, strlen(k->def), false};
         char why[GT_ERR_MAX];
-        if (parse_value(k, &v, NULL, (char *)cfg + k->offset, why, sizeof why) != 0) {
+        if (cfg_parse_value(k, &v, NULL, (char *)cfg + k->offset, why, sizeof why) != 0) {
             /* the table is wrong: a bug, caught by the tests */
             fprintf(stderr, "gtrain: internal error: default of %s: %s\n", k->key, why);
             abort();
@@ -697,22 +302,22 @@ static int apply(Ctx *c, int i, const Scalar *v, int line, int col) {
         snprintf(w, sizeof w, "%s:%d:%d:", c->file, line, col);
     else
         snprintf(w, sizeof w, "--set");
-    if (parse_value(k, v, from_file ? c->cfg->config_dir : NULL, val, why, sizeof why) != 0)
+    if (cfg_parse_value(k, v, from_file ? c->cfg->config_dir : NULL, val, why, sizeof why) != 0)
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s %s: %s", w, k->key, why);
     void *dst = (char *)c->cfg + k->offset;
     if (from_file) {
         /* the other spelling of the same field, also in the file, must agree */
         for (int j = 0; j < N_KEYS; j++) {
             if (j == i || SCHEMA[j].offset != k->offset || !c->file_seen[j]) continue;
-            if (!same_value(k, val, dst)) {
+            if (!cfg_same_value(k, val, dst)) {
                 char old[GT_PATH_MAX], now[GT_PATH_MAX], a[128], b[128];
-                value_text(c->cfg, j, old, sizeof old);
+                cfg_value_text(&SCHEMA[j], c->cfg, old, sizeof old);
                 memcpy((char *)c->cfg + k->offset, val, k->type == KT_PATH || k->type == KT_STRING ? GT_PATH_MAX : k->size);
-                value_text(c->cfg, i, now, sizeof now);
+                cfg_value_text(k, c->cfg, now, sizeof now);
                 return gt_error(c->err, GT_EXIT_BAD_INPUT,
                                 "%s %s: expected the same value as %s (line %d), found %s against %s", w, k->key,
-                                SCHEMA[j].key, c->line[j], show(now, strlen(now), false, b, sizeof b),
-                                show(old, strlen(old), false, a, sizeof a));
+                                SCHEMA[j].key, c->line[j], cfg_show(now, strlen(now), false, b, sizeof b),
+                                cfg_show(old, strlen(old), false, a, sizeof a));
             }
         }
         c->file_seen[i] = true;
@@ -779,12 +384,12 @@ static int next_event(Ctx *c, yaml_event_t *e) {
     const char *bad = NULL;
     char name[128];
     if (e->type == YAML_ALIAS_EVENT)
-        bad = "an alias", show((const char *)e->data.alias.anchor, strlen((const char *)e->data.alias.anchor),
+        bad = "an alias", cfg_show((const char *)e->data.alias.anchor, strlen((const char *)e->data.alias.anchor),
                                false, name, sizeof name);
     else if (anchor)
-        bad = "an anchor", show(anchor, strlen(anchor), false, name, sizeof name);
+        bad = "an anchor", cfg_show(anchor, strlen(anchor), false, name, sizeof name);
     else if (tag)
-        bad = "a tag", show(tag, strlen(tag), false, name, sizeof name);
+        bad = "a tag", cfg_show(tag, strlen(tag), false, name, sizeof name);
     if (bad) {
         int line = (int)e->start_mark.line + 1, col = (int)e->start_mark.column + 1;
         yaml_event_delete(e);
@@ -825,13 +430,13 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
         int w = prefix[0] ? snprintf(full, sizeof full, "%s.%s", prefix, kname) : snprintf(full, sizeof full, "%s", kname);
         bool key_ok = w >= 0 && w < KEY_MAX && memchr(kname, '\0', klen) == NULL;
         if (!key_ok) {
-            show(kname, klen, false, shown, sizeof shown);
+            cfg_show(kname, klen, false, shown, sizeof shown);
             yaml_event_delete(&ke);
             return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: unknown key (see gtrain --help-config)",
                             c->file, kl, kc, shown);
         }
         yaml_event_delete(&ke);
-        show(full, strlen(full), false, shown, sizeof shown);
+        cfg_show(full, strlen(full), false, shown, sizeof shown);
 
         if (next_event(c, &ve)) return -1;
         int vl = (int)ve.start_mark.line + 1, vc = (int)ve.start_mark.column + 1;
@@ -844,7 +449,7 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
             }
             if (ve.type != YAML_SCALAR_EVENT) {
                 char exp[256];
-                expected_text(&SCHEMA[idx], exp, sizeof exp);
+                cfg_expected_text(&SCHEMA[idx], exp, sizeof exp);
                 const char *what = event_what(&ve);
                 yaml_event_delete(&ve);
                 return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected %s, found %s", c->file, vl, vc,
@@ -876,10 +481,10 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
                 if (parse_mapping(c, full, depth + 1)) return -1;
             } else {
                 Scalar v = ve.type == YAML_SCALAR_EVENT ? scalar_of(&ve) : (Scalar){"", 0, true};
-                bool empty = ve.type == YAML_SCALAR_EVENT && is_null(&v);
+                bool empty = ve.type == YAML_SCALAR_EVENT && cfg_is_null(&v);
                 char keys[256], found[128];
                 if (ve.type == YAML_SCALAR_EVENT)
-                    show(v.s, v.n, v.quoted, found, sizeof found);
+                    cfg_show(v.s, v.n, v.quoted, found, sizeof found);
                 else
                     snprintf(found, sizeof found, "%s", event_what(&ve));
                 yaml_event_delete(&ve);
@@ -915,9 +520,9 @@ static int parse_document(Ctx *c) {
         char found[128];
         if (e.type == YAML_SCALAR_EVENT) {
             Scalar v = scalar_of(&e);
-            empty = is_null(&v);
+            empty = cfg_is_null(&v);
             snprintf(found, sizeof found, "a scalar ");
-            show(v.s, v.n, true, found + strlen(found), sizeof found - strlen(found));
+            cfg_show(v.s, v.n, true, found + strlen(found), sizeof found - strlen(found));
         } else {
             snprintf(found, sizeof found, "%s", event_what(&e));
         }
@@ -968,22 +573,85 @@ static int prescan(const Ctx *c) {
     return 0;
 }
 
+/* The value of one --set, read as a YAML stream that must hold exactly one plain scalar (or
+ * nothing) in one implicit document: a document marker (---, ...), a directive or a second document
+ * (learning_rate=$'1e-3\n---\nfoo') is refused, not cut off after the first scalar. */
+static int set_value(Ctx *c, int idx, const char *shown, const char *value) {
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return gt_error(c->err, GT_EXIT_FAILURE, "--set %s: out of memory", shown);
+    yaml_parser_set_input_string(&p, (const unsigned char *)value, strlen(value));
+    yaml_event_t e, val;
+    bool have_val = false, done = false;
+    int rc = 0, docs = 0;
+    char exp[256];
+    cfg_expected_text(&SCHEMA[idx], exp, sizeof exp);
+    while (rc == 0 && !done) {
+        if (!yaml_parser_parse(&p, &e)) {
+            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a YAML scalar, found a syntax error: %s", shown,
+                          p.problem ? p.problem : "unknown problem");
+            break;
+        }
+        switch (e.type) {
+        case YAML_STREAM_START_EVENT: break;
+        case YAML_STREAM_END_EVENT: done = true; break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1)
+                rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found several YAML documents", shown, exp);
+            else if (!e.data.document_start.implicit)
+                rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found a YAML document marker (---) or directive",
+                              shown, exp);
+            break;
+        case YAML_DOCUMENT_END_EVENT:
+            if (!e.data.document_end.implicit)
+                rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found a YAML document end marker (...)",
+                              shown, exp);
+            break;
+        default:
+            if (e.type == YAML_SCALAR_EVENT && !e.data.scalar.anchor && !e.data.scalar.tag && !have_val) {
+                val = e; /* kept (and freed) below: applied once the whole value is known to be one scalar */
+                have_val = true;
+                continue;
+            }
+            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found %s", shown, exp,
+                          e.type == YAML_SCALAR_EVENT ? (have_val ? "several values" : "an anchor or tag") : event_what(&e));
+            break;
+        }
+        yaml_event_delete(&e);
+    }
+    if (rc == 0) {
+        Scalar v = have_val ? scalar_of(&val) : (Scalar){"", 0, false};
+        rc = apply(c, idx, &v, 0, 0);
+    }
+    if (have_val) yaml_event_delete(&val);
+    yaml_parser_delete(&p);
+    return rc;
+}
+
 /* One --set "key=value": the value is read as a YAML scalar, with the file's type rules. */
 static int apply_set(Ctx *c, const char *set) {
     char shown[160];
     const char *eq = strchr(set, '=');
     if (!eq)
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected key=value, found no '='",
-                        show(set, strlen(set), false, shown, sizeof shown));
+                        cfg_show(set, strlen(set), false, shown, sizeof shown));
     if (eq == set)
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected key=value, found no key",
-                        show(set, strlen(set), false, shown, sizeof shown));
+                        cfg_show(set, strlen(set), false, shown, sizeof shown));
     size_t klen = (size_t)(eq - set);
     char key[KEY_MAX + 1];
     if (klen > KEY_MAX) klen = KEY_MAX;
     memcpy(key, set, klen);
     key[klen] = '\0';
-    show(key, strlen(key), false, shown, sizeof shown);
+    cfg_show(key, strlen(key), false, shown, sizeof shown);
+    /* libyaml would read a value starting with \xff\xfe as UTF-16, and the file is UTF-8 checked by
+     * libyaml: check the command line here, key and value */
+    for (size_t i = 0, n = strlen(set); i < n;) {
+        size_t l = cfg_utf8_len((const unsigned char *)set + i, n - i);
+        if (!l)
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected UTF-8 text, found the byte \\x%02x in the %s",
+                            shown, (unsigned char)set[i], set + i < eq ? "key" : "value");
+        i += l;
+    }
     int idx = config_schema_index(key);
     if (idx < 0) {
         if (is_section(key)) {
@@ -994,56 +662,52 @@ static int apply_set(Ctx *c, const char *set) {
         }
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: unknown key (did you mean %s?)", shown, nearest_key(key));
     }
-    const char *value = eq + 1;
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p)) return gt_error(c->err, GT_EXIT_FAILURE, "--set %s: out of memory", shown);
-    yaml_parser_set_input_string(&p, (const unsigned char *)value, strlen(value));
-    yaml_event_t e;
-    int rc = 0;
-    bool have_scalar = false;
-    /* STREAM_START, then DOCUMENT_START or STREAM_END (empty value), then the node */
-    for (int step = 0; step < 3 && !have_scalar; step++) {
-        if (!yaml_parser_parse(&p, &e)) {
-            rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected a YAML scalar, found a syntax error: %s", shown,
-                          p.problem ? p.problem : "unknown problem");
-            break;
-        }
-        if (e.type == YAML_STREAM_START_EVENT || e.type == YAML_DOCUMENT_START_EVENT) {
-            yaml_event_delete(&e);
-            continue;
-        }
-        if (e.type == YAML_STREAM_END_EVENT) {
-            Scalar v = {"", 0, false};
-            yaml_event_delete(&e);
-            rc = apply(c, idx, &v, 0, 0);
-            have_scalar = true;
-            break;
-        }
-        if (e.type == YAML_SCALAR_EVENT && !e.data.scalar.anchor && !e.data.scalar.tag) {
-            Scalar v = scalar_of(&e);
-            rc = apply(c, idx, &v, 0, 0);
-            yaml_event_delete(&e);
-            have_scalar = true;
-            break;
-        }
-        char exp[256];
-        expected_text(&SCHEMA[idx], exp, sizeof exp);
-        rc = gt_error(c->err, GT_EXIT_BAD_INPUT, "--set %s: expected %s, found %s", shown, exp,
-                      e.type == YAML_SCALAR_EVENT ? "an anchor or tag" : event_what(&e));
-        yaml_event_delete(&e);
-        break;
+    return set_value(c, idx, shown, eq + 1);
+}
+
+/* A path that cannot serve its key whatever happens later: it runs through an existing file
+ * (output_dir: some_file.txt/out), or a directory key names an existing non-directory. Checked at
+ * load, so that `gtrain plan` reports it and a run creates nothing first; paths that do not exist
+ * are the readers' to report (output_dir is created). */
+static int check_path(const Ctx *c, int i, const char *path) {
+    const KeySpec *k = &SCHEMA[i];
+    char msg[GT_PATH_MAX + 128];
+    struct stat st;
+    if (k->literal && strcmp(path, k->literal) == 0) return 0;
+    if (stat(path, &st) == 0) {
+        if (!k->dir || S_ISDIR(st.st_mode)) return 0;
+        snprintf(msg, sizeof msg, "expected a directory, found the %s %s",
+                 S_ISREG(st.st_mode) ? "regular file" : "special file", path);
+        return key_error(c, i, msg);
     }
-    yaml_parser_delete(&p);
-    return rc;
+    if (errno != ENOTDIR) return 0;
+    char prefix[GT_PATH_MAX];
+    for (const char *p = strchr(path + 1, '/'); p; p = strchr(p + 1, '/')) {
+        size_t n = (size_t)(p - path);
+        memcpy(prefix, path, n);
+        prefix[n] = '\0';
+        if (stat(prefix, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            snprintf(msg, sizeof msg, "expected a path through directories, found %s, under %s %s", path,
+                     S_ISREG(st.st_mode) ? "the regular file" : "the special file", prefix);
+            return key_error(c, i, msg);
+        }
+    }
+    return 0;
 }
 
 /* Rules between keys. */
 static int validate(Ctx *c) {
     RunConfig *cfg = c->cfg;
-    const int i_model = config_schema_index("model"), i_train = config_schema_index("data.train");
-    if (!cfg->model[0]) return key_error(c, i_model, "expected a path to the model JSON (required), found nothing");
-    if (!cfg->data.train[0])
-        return key_error(c, i_train, "expected a path to the training data (required), found nothing");
+    char msg[256];
+    for (int i = 0; i < N_KEYS; i++) /* required paths first: they are the first thing to fix */
+        if (SCHEMA[i].required && !((const char *)cfg + SCHEMA[i].offset)[0]) {
+            snprintf(msg, sizeof msg, "expected %s (required), found nothing", SCHEMA[i].required);
+            return key_error(c, i, msg);
+        }
+    for (int i = 0; i < N_KEYS; i++)
+        if (SCHEMA[i].type == KT_PATH && ((const char *)cfg + SCHEMA[i].offset)[0] &&
+            check_path(c, i, (const char *)cfg + SCHEMA[i].offset))
+            return -1;
     if (cfg->offload && !cfg->gradient_checkpointing) {
         int i = config_schema_index("offload");
         if (c->file_seen[config_schema_index("gradient_checkpointing_kwargs.offload")] &&
@@ -1055,19 +719,33 @@ static int validate(Ctx *c) {
     if (cfg->per_device_train_batch_size == 0 && cfg->train_batch_size == 0)
         return key_error(c, config_schema_index("per_device_train_batch_size"),
                          "expected train_batch_size (the effective batch) to be set with \"auto\", found none");
-    if (!cfg->data.val[0] && cfg->data.format != DATA_TEXT) {
-        char msg[256];
+    /* no validation data: another format without data.val, or text with val_fraction 0 */
+    if (!cfg->data.val[0] && (cfg->data.format != DATA_TEXT || cfg->data.val_fraction == 0)) {
+        char why[96];
+        if (cfg->data.format != DATA_TEXT)
+            snprintf(why, sizeof why, "format %s has no built-in validation split", config_data_format_name(cfg->data.format));
+        else
+            snprintf(why, sizeof why, "data.val_fraction 0 is no validation split");
         if (cfg->eval_steps > 0) {
-            snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found eval_steps %ld without data.val",
-                     config_data_format_name(cfg->data.format), cfg->eval_steps);
+            snprintf(msg, sizeof msg, "expected data.val to be set (%s), found eval_steps %ld without data.val", why,
+                     cfg->eval_steps);
             return key_error(c, config_schema_index("eval_steps"), msg);
         }
         int ie = config_schema_index("per_device_eval_batch_size");
         if (cfg->source[ie] != CFG_SRC_DEFAULT) {
-            snprintf(msg, sizeof msg, "expected data.val to be set (format %s has no built-in validation split), found an eval batch size without data.val",
-                     config_data_format_name(cfg->data.format));
+            snprintf(msg, sizeof msg, "expected data.val to be set (%s), found an eval batch size without data.val", why);
             return key_error(c, ie, msg);
         }
+    }
+    /* the floor of cosine_with_min_lr reaches AdamW as a float, like learning_rate itself */
+    const double floor_lr = cfg->learning_rate * cfg->min_lr_rate;
+    if (cfg->lr_scheduler_type == LR_COSINE_MIN_LR && floor_lr > 0 && floor_lr < FLT_MIN) {
+        char a[32], b[32];
+        cfg_fmt_double(cfg->learning_rate, a, sizeof a);
+        cfg_fmt_double(cfg->min_lr_rate, b, sizeof b);
+        snprintf(msg, sizeof msg, "expected learning_rate x min_lr_rate to be 0 or a normal 32-bit float (>= %g), found %s x %s = %g",
+                 (double)FLT_MIN, a, b, floor_lr);
+        return key_error(c, config_schema_index("lr_scheduler_kwargs.min_lr_rate"), msg);
     }
     return 0;
 }
@@ -1162,7 +840,7 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
         const KeySpec *k = &SCHEMA[i];
         if (k->alias_of) continue;
         char val[GT_PATH_MAX + 64], src[32];
-        value_text(cfg, i, val, sizeof val);
+        cfg_value_text(k, cfg, val, sizeof val);
         if ((k->type == KT_PATH || k->type == KT_STRING) && !val[0]) snprintf(val, sizeof val, "\"\"");
         if (k->type == KT_BYTES) {
             uint64_t b;
@@ -1196,8 +874,8 @@ void config_print_help(FILE *out, int markdown) {
         for (int i = 0; i < N_KEYS; i++) {
             const KeySpec *k = &SCHEMA[i];
             default_text(k, def, sizeof def);
-            bounds_text(k, b, sizeof b);
-            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, TYPE_NAMES[k->type], def, b);
+            cfg_bounds_text(k, b, sizeof b);
+            fprintf(out, "| `%s` | %s | `%s` | %s | ", k->key, cfg_type_name(k), def, b);
             if (k->alias_of) fprintf(out, "Same field as `%s`. ", k->alias_of);
             for (const char *p = k->doc; *p; p++) {
                 if (*p == '|') fputc('\\', out);
@@ -1210,12 +888,14 @@ void config_print_help(FILE *out, int markdown) {
     fprintf(out, "Run config keys (YAML). Nested keys are written dotted here (data.seq_len is\n"
                  "`data: {seq_len: ...}` in the file); override any key with --set key=value.\n"
                  "Relative paths in the file are resolved against the config file's directory;\n"
-                 "paths given with --set and default paths are relative to the working directory.\n\n");
+                 "paths given with --set and default paths are relative to the working directory.\n"
+                 "float32 keys reach the optimizer as 32-bit floats and are checked as such\n"
+                 "(adam_beta2 0.99999999 rounds to 1 and is refused).\n\n");
     for (int i = 0; i < N_KEYS; i++) {
         const KeySpec *k = &SCHEMA[i];
         default_text(k, def, sizeof def);
-        bounds_text(k, b, sizeof b);
-        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, TYPE_NAMES[k->type], def, b[0] ? "; allowed: " : "", b);
+        cfg_bounds_text(k, b, sizeof b);
+        fprintf(out, "%s\n    %s, default %s%s%s\n    ", k->key, cfg_type_name(k), def, b[0] ? "; allowed: " : "", b);
         if (k->alias_of) fprintf(out, "Same field as %s. ", k->alias_of);
         fprintf(out, "%s\n", k->doc);
     }

@@ -18,6 +18,11 @@ typedef enum { NAN_SKIP = 0, NAN_STOP } NanPolicy;
 
 #define GT_CONFIG_MAX_KEYS 96
 
+/* Bounds of the batch layout keys, shared with the plan's auto-fit (every layout it considers or
+ * suggests is one a config could spell). */
+#define GT_MAX_MICRO_BATCH 65536      /* per_device_train_batch_size */
+#define GT_MAX_ACCUM_STEPS (1 << 20)  /* gradient_accumulation_steps */
+
 typedef struct {
     /* where the config came from; relative paths below are resolved against config_dir */
     char config_path[GT_PATH_MAX];

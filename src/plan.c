@@ -1,6 +1,7 @@
 /* plan.c - the memory plan (see plan.h). Formulas mirror model_create's allocations one by one. */
 #include "plan.h"
 
+#include <limits.h>
 #include <string.h>
 
 #define LOGITS_CHUNK_BYTES (64ull << 20)
@@ -16,15 +17,44 @@ int plan_logits_rows(const ModelDesc *d, int B, int T, GtDtype act) {
 
 GtDtype plan_act_dtype(Precision prec) { return prec == PREC_BF16 ? GT_BF16 : GT_F32; }
 
-void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
-                 GtDtype act) {
+/* Checked uint64 arithmetic for the plan: the first quantity that overflows 64 bits is named in
+ * what (the one being computed: cur) and the result saturates; plan_memory then reports the whole
+ * plan as overflowed, so no wrapped-around total can pass a memory limit. */
+typedef struct {
+    const char *cur, *what;
+} Checked;
+
+static uint64_t cmul(Checked *k, uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (!__builtin_mul_overflow(a, b, &r)) return r;
+    if (!k->what) k->what = k->cur;
+    return UINT64_MAX;
+}
+
+static uint64_t cadd(Checked *k, uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (!__builtin_add_overflow(a, b, &r)) return r;
+    if (!k->what) k->what = k->cur;
+    return UINT64_MAX;
+}
+
+static uint64_t cmul3(Checked *k, uint64_t a, uint64_t b, uint64_t c) { return cmul(k, cmul(k, a, b), c); }
+
+int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+                GtDtype act) {
     memset(p, 0, sizeof *p);
+    Checked k = {"effective batch", NULL};
     p->B = B;
     p->A = A;
     p->world = world;
     p->T = T;
-    p->effective_batch = (long)B * world * A;
-    p->tokens_per_step = p->effective_batch * T;
+    if (__builtin_mul_overflow((long)B, (long)world, &p->effective_batch) ||
+        __builtin_mul_overflow(p->effective_batch, (long)A, &p->effective_batch)) {
+        k.what = "effective batch";
+        p->effective_batch = LONG_MAX;
+    }
+    if (!k.what && __builtin_mul_overflow(p->effective_batch, (long)T, &p->tokens_per_step)) k.what = "tokens per step";
+    if (k.what) p->tokens_per_step = LONG_MAX;
     p->policy = pol;
     p->act = act;
     p->n_params = model_desc_num_params(d);
@@ -33,34 +63,55 @@ void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T,
     /* f: bytes of an fp32 element; a: of an activation (act dtype) */
     const uint64_t f = sizeof(float), a = gt_dtype_size(act), L = (uint64_t)d->n_layer, C = (uint64_t)d->n_embd;
     const uint64_t I = (uint64_t)d->n_inner, NH = (uint64_t)d->n_head;
-    const uint64_t BT = (uint64_t)B * T, BTC = BT * C;
     const uint64_t K = (uint64_t)recompute_count(&pol);
+    k.cur = "activations";
+    const uint64_t BT = cmul(&k, (uint64_t)B, (uint64_t)T), BTC = cmul(&k, BT, C);
+    const uint64_t BHT = cmul3(&k, (uint64_t)B, NH, (uint64_t)T); /* attention row statistics */
     /* what one layer keeps for backward, its input excluded: ln1, qkv, atty, res2, ln2, fch,
      * fch_gelu (act dtype); ln1 and ln2 mean/rstd, lse (fp32) */
-    const uint64_t layer_acts = BT * (7 * C + 2 * I) * a + (4 * BT + (uint64_t)B * NH * T) * f;
+    const uint64_t layer_acts = cadd(&k, cmul3(&k, BT, cadd(&k, cmul(&k, 7, C), cmul(&k, 2, I)), a),
+                                     cmul(&k, cadd(&k, cmul(&k, 4, BT), BHT), f));
 
     /* ZeRO-1: AdamW state sharded over the ranks; params and grads padded to a whole number of shards */
     const uint64_t shards = zero1 ? (uint64_t)world : 1, shard = (p->n_params + shards - 1) / shards;
     p->zero1 = zero1;
+    k.cur = "params";
+    const uint64_t padded = cmul3(&k, shard, shards, f);
     /* fp32 master weights, and under bf16 their bf16 compute copy */
-    p->bytes[MEM_PARAMS] = shard * shards * f + (act == GT_F32 ? 0 : p->n_params * a);
-    p->bytes[MEM_GRADS] = shard * shards * f;
-    p->bytes[MEM_OPTIMIZER] = 2 * shard * f;
-    p->bytes[MEM_ACTIVATIONS] = (L - K) * (BTC * a + layer_acts) /* kept layers: input + internals */
-                                + 2 * BTC * a + 2 * BT * f      /* final residual, ln_f; its stats */
-                                + 3 * BT * f;                   /* tokens, targets, losses */
+    p->bytes[MEM_PARAMS] = cadd(&k, padded, act == GT_F32 ? 0 : cmul(&k, p->n_params, a));
+    k.cur = "grads";
+    p->bytes[MEM_GRADS] = padded;
+    k.cur = "optimizer";
+    p->bytes[MEM_OPTIMIZER] = cmul3(&k, 2, shard, f);
+    k.cur = "activations";
+    const uint64_t kept = cmul(&k, L - K, cadd(&k, cmul(&k, BTC, a), layer_acts)); /* kept layers: input + internals */
+    const uint64_t head = cadd(&k, cmul3(&k, 2, BTC, a), cmul3(&k, 2, BT, f)); /* final residual, ln_f; its stats */
+    p->bytes[MEM_ACTIVATIONS] = cadd(&k, cadd(&k, kept, head), cmul3(&k, 3, BT, f)); /* + tokens, targets, losses */
+    k.cur = "recompute_scratch";
     p->bytes[MEM_RECOMPUTE_SCRATCH] = K > 0 ? layer_acts : 0;
-    p->bytes[MEM_RECOMPUTE_STASH] = (uint64_t)recompute_device_stash_buffers(&pol) * BTC * a;
-    p->bytes[MEM_HOST_OFFLOAD] = (uint64_t)recompute_host_stash_buffers(&pol) * BTC * a;
-    p->bytes[MEM_LOGITS] = (uint64_t)p->logits_rows * (uint64_t)plan_logits_stride(d) * a;
+    k.cur = "recompute_stash";
+    p->bytes[MEM_RECOMPUTE_STASH] = cmul3(&k, (uint64_t)recompute_device_stash_buffers(&pol), BTC, a);
+    k.cur = "host_offload";
+    p->bytes[MEM_HOST_OFFLOAD] = cmul3(&k, (uint64_t)recompute_host_stash_buffers(&pol), BTC, a);
+    k.cur = "logits";
+    p->bytes[MEM_LOGITS] = cmul3(&k, (uint64_t)p->logits_rows, (uint64_t)plan_logits_stride(d), a);
     /* dres, dbtc, dqkv, dfch (act dtype); attention row sums (fp32) */
-    p->bytes[MEM_WORKSPACE] = (5 * BTC + BT * I) * a + (uint64_t)B * NH * T * f;
+    k.cur = "workspace";
+    p->bytes[MEM_WORKSPACE] = cadd(&k, cmul(&k, cadd(&k, cmul(&k, 5, BTC), cmul(&k, BT, I)), a), cmul(&k, BHT, f));
     for (int c = 0; c < MEM_COUNT; c++) {
+        k.cur = mem_category_on_device((MemCategory)c) ? "the device total" : "the host total";
         if (mem_category_on_device((MemCategory)c))
-            p->device_total += p->bytes[c];
+            p->device_total = cadd(&k, p->device_total, p->bytes[c]);
         else
-            p->host_total += p->bytes[c];
+            p->host_total = cadd(&k, p->host_total, p->bytes[c]);
     }
+    p->overflow = k.what;
+    if (k.what) { /* nothing of it can be trusted, and nothing of it may fit a limit */
+        p->device_total = UINT64_MAX;
+        p->host_total = UINT64_MAX;
+        return -1;
+    }
+    return 0;
 }
 
 void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
@@ -110,19 +161,33 @@ static int candidate_better(const FitCandidate *a, const FitCandidate *b) {
     return a->B > b->B;
 }
 
+/* The micro-batches a layout of per_rank rows (B * A) may use: B divides per_rank, and both B and A
+ * are values a config could spell (at most GT_MAX_MICRO_BATCH and GT_MAX_ACCUM_STEPS), which also
+ * bounds the search to GT_MAX_MICRO_BATCH candidates whatever per_rank is. */
+static long max_micro_batch(long per_rank) { return per_rank < GT_MAX_MICRO_BATCH ? per_rank : GT_MAX_MICRO_BATCH; }
+static long min_micro_batch(long per_rank) { return (per_rank + GT_MAX_ACCUM_STEPS - 1) / GT_MAX_ACCUM_STEPS; }
+
+/* The smallest valid micro-batch of per_rank rows, or 0 when there is none (a prime above 2^20). */
+static int smallest_split(long per_rank) {
+    for (long B = min_micro_batch(per_rank) > 1 ? min_micro_batch(per_rank) : 1; B <= max_micro_batch(per_rank); B++)
+        if (per_rank % B == 0) return (int)B;
+    return 0;
+}
+
 /* Best layout of per_rank rows (B * A) that fits limit; min_B: smallest micro-batch considered.
- * Returns 0 and fills best, or -1 when nothing fits. */
+ * Plans that overflow 64 bits fit nothing. Returns 0 and fills best, or -1 when nothing fits. */
 static int best_fit(const ModelDesc *d, long per_rank, int world, int T, uint64_t limit, int min_B,
                     bool allow_recompute, bool zero1, GtDtype act, FitCandidate *best) {
     bool found = false;
-    for (long B = per_rank; B >= 1; B--) {
-        if (per_rank % B || B < min_B || B > (1 << 20)) continue;
+    const long lo = min_micro_batch(per_rank) > min_B ? min_micro_batch(per_rank) : min_B;
+    for (long B = max_micro_batch(per_rank); B >= lo && B >= 1; B--) {
+        if (per_rank % B) continue;
         for (int every = 0; every <= d->n_layer; every++) {
             if (every > 0 && !allow_recompute) break;
             for (int off = 0; off <= (every > 0); off++) {
                 RecomputePolicy pol = recompute_policy(every > 0, every ? every : 1, off, d->n_layer);
                 MemPlan p;
-                plan_memory(&p, d, (int)B, (int)(per_rank / B), world, T, pol, zero1, act);
+                if (plan_memory(&p, d, (int)B, (int)(per_rank / B), world, T, pol, zero1, act)) continue;
                 if (limit && p.device_total > limit) continue;
                 FitCandidate c = {(int)B, (int)(per_rank / B), every, off, recompute_count(&pol), p.device_total};
                 if (!found || candidate_better(&c, best)) *best = c, found = true;
@@ -140,6 +205,16 @@ static void describe_candidate(char *buf, size_t cap, const FitCandidate *c) {
                  "every_n_layers %d%s", c->B, c->A, c->every_n, c->offload ? " with offload" : "");
 }
 
+/* A plan that overflowed (p->overflow): one line naming what, and the sizes that made it. */
+static int overflow_error(const MemPlan *p, const ModelDesc *d, const RunConfig *cfg, GtError *err) {
+    return gt_error(err, GT_EXIT_BAD_INPUT,
+                    "%s: memory plan: expected a plan under 2^64 bytes, found an overflow of 64 bits in %s "
+                    "(per_device_train_batch_size %d x world %d x gradient_accumulation_steps %d, data.seq_len %d; "
+                    "%s: n_layer %d, n_embd %d, n_inner %d, n_head %d, vocab_size %d)",
+                    cfg->config_path, p->overflow, p->B, p->world, p->A, p->T, d->path, d->n_layer, d->n_embd,
+                    d->n_inner, d->n_head, d->vocab_size);
+}
+
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err) {
     char a[32], b[32], why[256];
@@ -155,25 +230,35 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
                             cfg->config_path, world, E);
         FitCandidate c;
         long per_rank = E / world;
+        const int B1 = smallest_split(per_rank);
+        if (B1 == 0)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: train_batch_size: expected %ld rows per rank to split into per_device_train_batch_size "
+                            "<= %d x gradient_accumulation_steps <= %d, found no such split of %ld",
+                            cfg->config_path, per_rank, GT_MAX_MICRO_BATCH, GT_MAX_ACCUM_STEPS, E);
         int min_B = per_rank >= 4 ? 4 : 1; /* 4 x 16 beats 1 x 64: keep micro-batches of 4+ when possible */
         if (best_fit(d, per_rank, world, T, memory_limit, min_B, true, zero1, act, &c) &&
             best_fit(d, per_rank, world, T, memory_limit, 1, true, zero1, act, &c)) {
-            plan_memory(p, d, 1, (int)per_rank, world, T, recompute_policy(true, 1, true, d->n_layer), zero1, act);
+            /* the smallest plan there is: the smallest micro-batch, every layer recomputed and offloaded */
+            if (plan_memory(p, d, B1, (int)(per_rank / B1), world, T, recompute_policy(true, 1, true, d->n_layer), zero1,
+                            act))
+                return overflow_error(p, d, cfg, err);
             return gt_error(err, GT_EXIT_BAD_INPUT,
-                            "%s: train_batch_size %ld cannot fit memory_limit %s: even micro-batch 1 with every layer "
+                            "%s: train_batch_size %ld cannot fit memory_limit %s: even micro-batch %d with every layer "
                             "recomputed and offloaded needs %s",
-                            cfg->config_path, E, gt_format_bytes(a, sizeof a, memory_limit),
+                            cfg->config_path, E, gt_format_bytes(a, sizeof a, memory_limit), B1,
                             gt_format_bytes(b, sizeof b, p->device_total));
         }
         RecomputePolicy pol = recompute_policy(c.every_n > 0, c.every_n ? c.every_n : 1, c.offload, d->n_layer);
-        plan_memory(p, d, c.B, c.A, world, T, pol, zero1, act);
+        if (plan_memory(p, d, c.B, c.A, world, T, pol, zero1, act)) return overflow_error(p, d, cfg, err);
         describe_candidate(why, sizeof why, &c);
         gt_log("auto-fit: %s -> %s of %s (fewest recomputed layers, then the largest micro-batch)\n", why,
                gt_format_bytes(a, sizeof a, c.bytes), memory_limit ? gt_format_bytes(b, sizeof b, memory_limit) : "no limit");
         return 0;
     }
     RecomputePolicy pol = recompute_policy(cfg->gradient_checkpointing, cfg->every_n_layers, cfg->offload, d->n_layer);
-    plan_memory(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act);
+    if (plan_memory(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act))
+        return overflow_error(p, d, cfg, err);
     if (memory_limit && p->device_total > memory_limit) {
         /* what would fit, for the same effective batch */
         FitCandidate c;

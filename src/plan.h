@@ -21,6 +21,7 @@ typedef struct {
     uint64_t bytes[MEM_COUNT];
     uint64_t device_total; /* all categories but host_offload */
     uint64_t host_total;   /* host_offload */
+    const char *overflow;  /* NULL, or the first quantity that overflowed 64 bits ("activations", ...) */
 } MemPlan;
 
 /* the logits' row stride: the vocabulary rounded up to a multiple of 64, so the LM head's GEMMs
@@ -35,8 +36,9 @@ GtDtype plan_act_dtype(Precision prec);
 
 /* Plan for micro-batch B, accumulation A, world ranks, sequence T, recompute policy; zero1 shards
  * the AdamW state over the world; act: the activation dtype (bf16 halves the activations and adds
- * a bf16 copy of the weights). */
-void plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+ * a bf16 copy of the weights). Every product and sum is checked: 0, or -1 when some quantity
+ * overflows 64 bits (named in p->overflow; the totals are then UINT64_MAX). */
+int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
                  GtDtype act);
 
 /* Print the plan as a table; with measured != NULL, plan and measured (high-water) side by side. */

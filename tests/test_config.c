@@ -300,7 +300,8 @@ static const Rule RULES[] = {
     {"gradient_accumulation_steps", {"1", "1048576"}, {"0", "-1", "1048577", "1e3", "\"4\""}},
     {"every_n_layers", {"1", "1024"}, {"0", "1025", "-1"}},
     {"gradient_checkpointing", {"true", "false", "True", "FALSE"}, {"yes", "1", "on", "\"true\"", "~", "tru"}},
-    {"max_steps", {"-1", "1", "1000000000000"}, {"-2", "1000000000001", "9223372036854775808", "1.0"}},
+    /* at most 2^31-1: AdamW's step count is an int in the backends */
+    {"max_steps", {"-1", "1", "2147483647"}, {"-2", "2147483648", "1000000000000", "9223372036854775808", "1.0"}},
     {"num_train_epochs", {"0.5", "3", "1000000"}, {"0", "-1", "1000001", ".inf", "1e999"}},
     {"learning_rate", {"0", "5e-5", "1.0e-3", "10"}, {"-1e-5", "11", ".nan", ".NaN", "-.inf", "lr", "\"1e-3\""}},
     {"warmup_steps", {"0", "100"}, {"-1", "99999999999999999999999"}},
@@ -321,7 +322,7 @@ static const Rule RULES[] = {
     {"device", {"auto", "cpu", "cuda"}, {"gpu", "CUDA", "0"}},
     {"loss_normalization", {"tokens", "steps"}, {"token", "mean"}},
     {"data.format", {"text", "tokens", "jsonl"}, {"json", "bin", ""}},
-    {"memory_limit", {"0", "auto", "24GiB", "1.5GB"}, {"-1", "-5GiB", "24 parsecs", "1e30", "GiB", "true", ".inf"}},
+    {"memory_limit", {"1", "auto", "24GiB", "1.5GB"}, {"0", "0.5B", "0GiB", "-5GiB", "24 parsecs", "1e30", "GiB", ".inf"}},
 };
 
 /* "a.b" with value v -> "a:\n  b: v\n" (or "a: v\n") added to BASE-without-the-key. */
@@ -406,8 +407,7 @@ Test(config, bytes_units) {
     struct {
         const char *text;
         uint64_t bytes;
-    } cases[] = {{"0", 0},
-                 {"auto", 0},
+    } cases[] = {{"auto", 0},
                  {"\"auto\"", 0},
                  {"1024", 1024},
                  {"24GiB", 24ull << 30},
@@ -430,6 +430,80 @@ Test(config, bytes_units) {
     expect_fail(BASE "memory_limit: 1125899906842625\n", "memory_limit", "found");
     expect_fail(BASE "memory_limit: 99999999999999999999999\n", "memory_limit", "found");
     expect_fail(BASE "memory_limit: 2PiB\n", "memory_limit", "found");
+    /* below one byte is no limit at all (and 0 would silently mean auto) */
+    expect_fail(BASE "memory_limit: 0\n", "run.yaml:4:15: memory_limit", "found 0 (less than one byte)");
+    expect_fail(BASE "memory_limit: 0.5B\n", "run.yaml:4:15: memory_limit", "found 0.5B (less than one byte)");
+    expect_fail(BASE "memory_limit: 0GiB\n", "memory_limit", "found 0GiB (less than one byte)");
+    expect_fail(BASE "memory_limit: 0.0\n", "memory_limit", "less than one byte");
+}
+
+/* Keys that reach the optimizer as 32-bit floats are checked as the float they become: FLT_MIN
+ * is 1.17549435e-38, the largest float below 1 is 1 - 2^-24 = 0.99999994. */
+Test(config, float_keys_checked_as_float) {
+    struct {
+        const char *key, *value, *note; /* note: NULL = accepted */
+    } cases[] = {
+        {"adam_beta1", "0.99999999", "(1 as a 32-bit float)"},
+        {"adam_beta2", "0.99999999", "(1 as a 32-bit float)"},
+        {"adam_beta2", "0.999999999999", "(1 as a 32-bit float)"},
+        {"adam_beta2", "0.9999999", NULL}, /* 0.99999988 as float */
+        {"adam_beta2", "0.99999997", NULL}, /* rounds down to 0.99999994 */
+        {"adam_epsilon", "1e-50", "(0 as a 32-bit float)"},
+        {"adam_epsilon", "1e-40", "(a denormal as a 32-bit float)"},
+        {"adam_epsilon", "1e-38", "(a denormal as a 32-bit float)"},
+        {"adam_epsilon", "1.2e-38", NULL},
+        {"adam_epsilon", "1e-30", NULL},
+        {"learning_rate", "1e-50", "(0 as a 32-bit float)"},
+        {"learning_rate", "1e-45", "(a denormal as a 32-bit float)"},
+        {"learning_rate", "1e-30", NULL},
+        {"learning_rate", "0", NULL}, /* 0 is 0 in any precision */
+        {"weight_decay", "1e-300", "(0 as a 32-bit float)"},
+        {"weight_decay", "1e-40", "(a denormal as a 32-bit float)"},
+        {"weight_decay", "0", NULL},
+        {"max_grad_norm", "1e-40", "(a denormal as a 32-bit float)"},
+        {"max_grad_norm", "0", NULL},
+        {"max_grad_norm", "0.001", NULL},
+        /* kept in double: not refused for float underflow */
+        {"dist_timeout", "1e-40", NULL},
+        {"num_train_epochs", "1e-40", NULL},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[256], where[64], set[128];
+        snprintf(text, sizeof text, BASE "%s: %s\n", cases[k].key, cases[k].value);
+        snprintf(set, sizeof set, "%s=%s", cases[k].key, cases[k].value);
+        const char *sets[] = {set};
+        RunConfig *c = new_cfg();
+        GtError err;
+        if (!cases[k].note) {
+            cr_expect_eq(load(c, &err, text, NULL, 0), 0, "%s refused: %s", text, err.msg);
+            cr_expect_eq(load(c, &err, BASE, sets, 1), 0, "--set %s refused: %s", set, err.msg);
+            free(c);
+            continue;
+        }
+        snprintf(where, sizeof where, "run.yaml:4:%zu: %s", strlen(cases[k].key) + 3, cases[k].key);
+        int rc = load(c, &err, text, NULL, 0);
+        cr_expect_eq(rc, -1, "accepted: %s", text);
+        if (rc) {
+            assert_err(&err, where, cases[k].note);
+            cr_expect(strstr(err.msg, cases[k].value), "value not named: %s", err.msg);
+        }
+        rc = load(c, &err, BASE, sets, 1);
+        cr_expect_eq(rc, -1, "--set %s accepted", set);
+        snprintf(where, sizeof where, "--set %s", cases[k].key);
+        if (rc) assert_err(&err, where, cases[k].note);
+        free(c);
+    }
+}
+
+/* cosine_with_min_lr's floor, learning_rate x min_lr_rate, reaches AdamW as a float too */
+Test(config, min_lr_floor_checked_as_float) {
+    expect_fail(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n",
+                "run.yaml:7:16: lr_scheduler_kwargs.min_lr_rate", "1e-40");
+    RunConfig *c = new_cfg();
+    expect_ok(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-30\n", c);
+    /* the floor of another schedule is never used */
+    expect_ok(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n", c);
+    free(c);
 }
 
 Test(config, auto_batch) {
@@ -491,6 +565,14 @@ Test(config, yaml_shapes_refused) {
     expect_fail("[1, 2]\n", "run.yaml:1:1", "top level");
     expect_fail("just a string\n", "run.yaml:1:1", "top level");
     expect_fail(BASE "---\nseed: 1\n", "run.yaml:4:1", "second");
+    /* a second document however it is spelled; one document with explicit markers is fine */
+    expect_fail(BASE "...\n---\nseed: 1\n", "run.yaml:5:1", "second");
+    expect_fail(BASE "...\n%YAML 1.1\n---\nseed: 1\n", "run.yaml:5:1", "second");
+    expect_fail("---\n" BASE "---\n", "run.yaml:5:1", "second");
+    expect_fail(BASE "...\nseed: 1\n", "run.yaml:5:1", "YAML"); /* no --- after ... */
+    RunConfig *c = new_cfg();
+    expect_ok("---\n" BASE "...\n", c);
+    free(c);
     expect_fail(BASE "? [a, b]\n: 1\n", "run.yaml:", "key name");
     expect_fail(BASE "seed: &s 1\n", "run.yaml:4:7", "anchor");
     expect_fail(BASE "seed: *s\n", "run.yaml:4:7", "alias");
@@ -700,6 +782,65 @@ Test(config, path_too_long) {
     expect_fail(text, "run.yaml:1:8: model", "too long");
 }
 
+/* Paths that cannot serve their key are refused at load (so `gtrain plan` reports them and a run
+ * creates nothing first): a directory key naming a file, any path running through a file. */
+Test(config, paths_through_files) {
+    write_cfg("afile", "I am a regular file\n");
+    write_cfg("ctl\x01" "file", "so am I\n");
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/adir", g_dir);
+    cr_assert_eq(mkdir(sub, 0700), 0);
+    write_cfg("adir/afile", "a file in a directory\n");
+    expect_fail(BASE "output_dir: \"\"\n", "run.yaml:4:13: output_dir", "(required), found nothing");
+    expect_fail(BASE "output_dir: ~\n", "run.yaml:4:13: output_dir", "(required), found nothing");
+    expect_fail(BASE "output_dir: afile\n", "run.yaml:4:13: output_dir: expected a directory", "regular file");
+    expect_fail(BASE "output_dir: afile/out\n", "run.yaml:4:13: output_dir", "afile/out, under the regular file");
+    expect_fail(BASE "output_dir: adir/afile/x\n", "output_dir", "afile/x"); /* the file under an existing dir */
+    expect_fail(BASE "output_dir: afile/\n", "output_dir", "under the regular file");
+    expect_fail(BASE "output_dir: /dev/null\n", "output_dir: expected a directory", "special file /dev/null");
+    expect_fail(BASE "resume_from_checkpoint: afile\n", "resume_from_checkpoint: expected a directory", "regular file");
+    expect_fail("model: afile/m.json\ndata: {train: t.txt}\n", "run.yaml:1:8: model", "under the regular file");
+    expect_fail("model: m.json\ndata: {train: afile/*.bin, format: tokens}\n", "data.train", "under the regular file");
+    expect_fail(BASE "init_from: afile/model.safetensors\n", "init_from", "under the regular file");
+    expect_fail("model: m.json\ndata: {train: t.txt, val: afile/v.txt}\n", "data.val", "under the regular file");
+    expect_fail(BASE "dist_init_file: afile/id\n", "dist_init_file", "under the regular file");
+    /* control bytes in a path do not break the one-line message */
+    expect_fail(BASE "output_dir: \"ctl\\x01file/out\"\n", "output_dir", "ctl\\x01file/out");
+    /* --set names the key too */
+    RunConfig *c = new_cfg();
+    GtError err;
+    char set[600];
+    snprintf(set, sizeof set, "output_dir=%s/afile/out", g_dir);
+    const char *sets[] = {set};
+    cr_expect_eq(load(c, &err, BASE, sets, 1), -1);
+    assert_err(&err, "--set output_dir", "under the regular file");
+    const char *empty[] = {"output_dir="};
+    cr_expect_eq(load(c, &err, BASE, empty, 1), -1);
+    assert_err(&err, "--set output_dir", "found nothing");
+    /* fine: missing paths (created or reported later), directories, a file where a file is meant,
+     * "latest", globs under a directory */
+    expect_ok(BASE "output_dir: adir\n", c);
+    expect_ok(BASE "output_dir: adir/new/deeper\n", c);
+    expect_ok(BASE "output_dir: missing/out\nresume_from_checkpoint: latest\n", c);
+    expect_ok(BASE "resume_from_checkpoint: adir\ninit_from: afile\n", c);
+    expect_ok("model: afile\ndata: {train: adir/*.bin, format: tokens}\n", c);
+    free(c);
+}
+
+/* data.val_fraction 0: no validation split (text without data.val); asking to evaluate is then a
+ * contradiction, like eval_steps for tokens without data.val */
+Test(config, val_fraction_zero_is_no_validation) {
+    RunConfig *c = new_cfg();
+    expect_ok("model: m.json\ndata: {train: t.txt, val_fraction: 0}\n", c);
+    cr_expect_eq(c->data.val_fraction, 0.0);
+    expect_ok("model: m.json\ndata: {train: t.txt, val: v.txt, val_fraction: 0}\neval_steps: 10\n", c);
+    free(c);
+    expect_fail("model: m.json\ndata: {train: t.txt, val_fraction: 0}\neval_steps: 10\n", "run.yaml:3:13: eval_steps",
+                "data.val_fraction 0");
+    expect_fail("model: m.json\ndata: {train: t.txt, val_fraction: 0}\nper_device_eval_batch_size: 2\n",
+                "per_device_eval_batch_size", "data.val");
+}
+
 /* ---------------------------------------------------------------- --set */
 
 Test(config, set_overrides_in_order) {
@@ -734,6 +875,20 @@ Test(config, set_without_file) {
     free(c);
 }
 
+Test(config, set_values_that_are_fine) {
+    RunConfig *c = new_cfg();
+    GtError err;
+    const char *sets[] = {"output_dir=r\xc3\xa9sultats/\xe2\x82\xac", "learning_rate=1e-3 # a comment",
+                          "seed=\n7\n", "data.val=a---b", "init_from='--- x'"};
+    cr_assert_eq(load(c, &err, BASE, sets, 5), 0, "%s", err.msg);
+    cr_expect_str_eq(c->output_dir, "r\xc3\xa9sultats/\xe2\x82\xac");
+    cr_expect_eq(c->learning_rate, 1e-3);
+    cr_expect_eq(c->seed, 7);
+    cr_expect_str_eq(c->data.val, "a---b");
+    cr_expect_str_eq(c->init_from, "--- x");
+    free(c);
+}
+
 Test(config, set_errors) {
     RunConfig *c = new_cfg();
     GtError err;
@@ -754,6 +909,21 @@ Test(config, set_errors) {
         {"learning_rate=.inf", "--set learning_rate", "finite"},
         {"offload=true", "--set offload", "gradient_checkpointing"},
         {"gradient_checkpointing=yes", "--set gradient_checkpointing", "true or false"},
+        /* one value in one implicit document: nothing after it, no markers, valid UTF-8 */
+        {"learning_rate=1e-3\n---\nfoo", "--set learning_rate", "several YAML documents"},
+        {"learning_rate=1e-3\n---\n1e-4", "--set learning_rate", "several YAML documents"},
+        {"output_dir=out\n--- x", "--set output_dir", "several YAML documents"},
+        {"learning_rate=--- 1e-3", "--set learning_rate", "document marker"},
+        {"seed=---\n1", "--set seed", "document marker"},
+        {"seed=%YAML 1.1\n--- 1", "--set seed", "directive"},
+        {"seed=1\n...", "--set seed", "document end marker"},
+        {"seed=1\n...\n", "--set seed", "document end marker"},
+        {"output_dir=\xff\xfe", "--set output_dir", "UTF-8"}, /* libyaml alone reads this as UTF-16 */
+        {"output_dir=out\xc3", "--set output_dir", "UTF-8"},  /* truncated sequence */
+        {"data.train=\xc0\xaf", "--set data.train", "UTF-8"}, /* overlong "/" */
+        {"data.train=\xed\xa0\x80", "--set data.train", "UTF-8"}, /* a surrogate */
+        {"data.train=\xf4\x90\x80\x80", "--set data.train", "UTF-8"}, /* above U+10FFFF */
+        {"se\xff" "ed=1", "--set se\\xffed", "UTF-8"}, /* the key, shown escaped */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const char *sets[] = {cases[k].set};

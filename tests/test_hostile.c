@@ -1,7 +1,8 @@
 /* test_hostile.c - a table of hostile inputs (configs and model JSONs). Each case writes its files
  * into a fresh temp dir and is checked twice:
- *   in process: config_load + model_desc_load + config_check_model fail with code 2, one line,
- *               naming the offending file (and key where there is one);
+ *   in process: config_load + model_desc_load + config_check_model + plan_resolve (no memory
+ *               limit) fail with code 2, one line, naming the offending file (and key where
+ *               there is one);
  *   as a process: `$GTRAIN_BIN plan --config FILE` is not killed by a signal, exits 2, and writes
  *               exactly one line to stderr naming the file (and key).
  * One case is a real Hugging Face config.json with all its extra fields: it must succeed. */
@@ -21,6 +22,7 @@
 
 #include "config.h"
 #include "model_desc.h"
+#include "plan.h"
 
 #define DEEP 100000
 
@@ -242,6 +244,28 @@ static const Hostile CASES[] = {
     {"memory overflow", BASE "memory_limit: 99999999999999999999TiB\n", NULL, NULL, NULL, "run.yaml", "memory_limit",
      0},
     {"beta of 1", BASE "adam_beta2: 1\n", NULL, NULL, NULL, "run.yaml", "adam_beta2", 0},
+    /* values as the optimizer sees them (32-bit floats), and byte counts below one byte */
+    {"beta that is 1 as a float", BASE "adam_beta1: 0.99999999\n", NULL, NULL, NULL, "run.yaml", "adam_beta1", 0},
+    {"epsilon that is 0 as a float", BASE "adam_epsilon: 1e-50\n", NULL, NULL, NULL, "run.yaml", "adam_epsilon", 0},
+    {"epsilon that is a float denormal", BASE "adam_epsilon: 1e-40\n", NULL, NULL, NULL, "run.yaml", "adam_epsilon", 0},
+    {"learning rate that is 0 as a float", BASE "learning_rate: 1e-60\n", NULL, NULL, NULL, "run.yaml", "learning_rate",
+     0},
+    {"memory_limit 0", BASE "memory_limit: 0\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
+    {"memory_limit half a byte", BASE "memory_limit: 0.5B\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
+    {"memory_limit 0GiB", BASE "memory_limit: 0GiB\n", NULL, NULL, NULL, "run.yaml", "memory_limit", 0},
+    {"max_steps past the optimizer's int", BASE "max_steps: 2147483648\n", NULL, NULL, NULL, "run.yaml", "max_steps", 0},
+    /* paths that cannot serve their key (t.txt is a regular file in every case's dir) */
+    {"empty output_dir", BASE "output_dir: \"\"\n", NULL, NULL, NULL, "run.yaml", "output_dir", 0},
+    {"output_dir under a file", BASE "output_dir: t.txt/out\n", NULL, NULL, NULL, "run.yaml", "output_dir", 0},
+    {"output_dir is a file", BASE "output_dir: t.txt\n", NULL, NULL, NULL, "run.yaml", "output_dir", 0},
+    {"output_dir with control bytes under a file", BASE "output_dir: \"t.txt/o\\x1b[2Jut\\nx\"\n", NULL, NULL, NULL,
+     "run.yaml", "output_dir", 0},
+    {"resume_from_checkpoint is a file", BASE "resume_from_checkpoint: t.txt\n", NULL, NULL, NULL, "run.yaml",
+     "resume_from_checkpoint", 0},
+    {"data.val under a file", "model: m.json\ndata: {train: t.txt, val: t.txt/v.txt, seq_len: 16}\n", NULL, NULL, NULL, "run.yaml",
+     "data.val", 0},
+    {"eval with val_fraction 0", "model: m.json\ndata: {train: t.txt, seq_len: 16, val_fraction: 0}\neval_steps: 5\n",
+     NULL, NULL, NULL, "run.yaml", "eval_steps", 0},
     /* contradictions */
     {"offload without recompute", BASE "offload: true\n", NULL, NULL, NULL, "run.yaml", "offload", 0},
     {"eval without val data", "model: m.json\ndata: {train: t.bin, format: tokens, seq_len: 16}\neval_steps: 10\n",
@@ -300,6 +324,19 @@ static const Hostile CASES[] = {
      NULL, "m.json", "n_layer", 0},
     {"no n_positions", BASE, "{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 256}", NULL, NULL,
      "m.json", "n_positions", 0},
+    /* memory plans past 64 bits: refused, never a wrapped-around total that fits */
+    {"plan over 64 bits", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\nper_device_train_batch_size: 65536\n",
+     "{\"n_layer\": 1024, \"n_head\": 1024, \"n_embd\": 65536, \"vocab_size\": 256, \"n_positions\": 1048576}", NULL,
+     NULL, "run.yaml", "activations", 0},
+    {"plan over 64 bits, 64 layers", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\n"
+                                     "per_device_train_batch_size: 65536\nmemory_limit: 1024TiB\n",
+     "{\"n_layer\": 64, \"n_head\": 64, \"n_embd\": 65536, \"vocab_size\": 50257, \"n_positions\": 1048576}", NULL,
+     NULL, "run.yaml", "overflow", 0},
+    /* the true total is 2^64 + 134.5 TiB: wrapped, it used to pass a 1024 TiB limit (exit 0) */
+    {"plan that wraps to fit memory_limit", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\n"
+                                            "per_device_train_batch_size: 64776\nmemory_limit: 1024TiB\n",
+     "{\"n_layer\": 64, \"n_head\": 1024, \"n_embd\": 65536, \"vocab_size\": 256, \"n_positions\": 1048576}", NULL,
+     NULL, "run.yaml", "overflow", 0},
     /* must succeed: HF's GPT-2 small config.json with every extra field it writes */
     {"real HF config.json", "model: hf.json\ndata:\n  train: t.txt\n  seq_len: 1024\noutput_dir: out\n"
                             "per_device_train_batch_size: 1\n",
@@ -361,6 +398,8 @@ ParameterizedTest(int *i, hostile, in_process) {
     int rc = config_load(cfg, cfg_path, NULL, 0, &err);
     if (rc == 0) rc = model_desc_load(&desc, cfg->model, &err);
     if (rc == 0) rc = config_check_model(cfg, &desc, &err);
+    MemPlan plan;
+    if (rc == 0) rc = plan_resolve(&plan, &desc, cfg, 1, cfg->memory_limit, &err);
     free(cfg);
     rm_tree(dir);
     if (h->ok) {
@@ -428,6 +467,52 @@ ParameterizedTest(int *i, hostile, gtrain_plan) {
     for (size_t k = 0; k < len; k++) lines += err[k] == '\n';
     cr_expect(len > 0 && err[len - 1] == '\n' && lines == 1, "[%s] stderr is not exactly one line: %s", h->name, err);
     check_message(h, err);
+}
+
+/* --set values through the binary: a good config, one hostile --set each; exit 2 and one line
+ * naming the --set key, never a value cut off after its first YAML document. */
+Test(hostile, set_values) {
+    const char *bin = getenv("GTRAIN_BIN");
+    if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
+    static const struct {
+        const char *set, *key;
+    } sets[] = {
+        {"learning_rate=1e-3\n---\nfoo", "--set learning_rate"},
+        {"learning_rate=1e-3\n---\n1e-4", "--set learning_rate"},
+        {"learning_rate=--- 1e-3", "--set learning_rate"},
+        {"seed=1\n...\n", "--set seed"},
+        {"seed=%YAML 1.1\n--- 1", "--set seed"},
+        {"output_dir=\xff\xfe", "--set output_dir"},
+        {"output_dir=out\xc3", "--set output_dir"},
+        {"data.train=\xc0\xaf", "--set data.train"},
+        {"adam_beta2=0.99999999", "--set adam_beta2"},
+        {"memory_limit=0", "--set memory_limit"},
+    };
+    /* the same config with a harmless --set passes, so each exit 2 below is the --set's */
+    Hostile good = {"good config", GOOD_CFG, NULL, NULL, NULL, NULL, NULL, 1};
+    char gdir[64], gcfg[256];
+    make_case(&good, gdir, sizeof gdir, gcfg, sizeof gcfg);
+    char *gargv[] = {(char *)bin, "plan", "--config", gcfg, "--set", "learning_rate=1e-3", NULL};
+    static char gerr[1 << 16];
+    int gstatus = run_capture(gargv, gdir, gerr, sizeof gerr);
+    rm_tree(gdir);
+    cr_assert(WIFEXITED(gstatus) && WEXITSTATUS(gstatus) == 0, "good config refused: %s", gerr);
+    for (size_t k = 0; k < sizeof sets / sizeof sets[0]; k++) {
+        Hostile h = {"good config", GOOD_CFG, NULL, NULL, NULL, "--set", sets[k].key, 0};
+        char dir[64], cfg_path[256];
+        make_case(&h, dir, sizeof dir, cfg_path, sizeof cfg_path);
+        char *argv[] = {(char *)bin, "plan", "--config", cfg_path, "--set", (char *)sets[k].set, NULL};
+        static char err[1 << 16];
+        int status = run_capture(argv, dir, err, sizeof err);
+        rm_tree(dir);
+        cr_assert(WIFEXITED(status), "[%s] killed by signal %d", sets[k].key, WTERMSIG(status));
+        cr_expect_eq(WEXITSTATUS(status), GT_EXIT_BAD_INPUT, "[%s] exit %d; stderr: %s", sets[k].key, WEXITSTATUS(status), err);
+        size_t len = strlen(err);
+        int lines = 0;
+        for (size_t i = 0; i < len; i++) lines += err[i] == '\n';
+        cr_expect(len > 0 && err[len - 1] == '\n' && lines == 1, "[%s] stderr is not exactly one line: %s", sets[k].key, err);
+        cr_expect(strstr(err, sets[k].key), "[%s] not named: %s", sets[k].key, err);
+    }
 }
 
 Test(hostile, table_is_big_enough) { cr_expect_geq(N_CASES, 40); }
