@@ -3,7 +3,7 @@
 # Only what is missing is installed, so a second run is quick and needs no network.
 set -euo pipefail
 pkgs=(build-essential make gcc pkg-config libyaml-dev libcjson-dev libcriterion-dev libopenblas-dev
-      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev)
+      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libxml2-utils)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -233,8 +233,12 @@ int gt_read_input(const char *path, const char *what, uint64_t max_bytes, uint8_
     if (size > max_bytes) {
         close(fd);
         char lim[32];
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found %llu bytes", path, what,
-                        gt_format_bytes(lim, sizeof lim, max_bytes), (unsigned long long)size);
+        if (max_bytes % (1u << 20) == 0) /* "1 MiB", not "1.00 MiB" */
+            snprintf(lim, sizeof lim, "%llu MiB", (unsigned long long)(max_bytes >> 20));
+        else
+            gt_format_bytes(lim, sizeof lim, max_bytes);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected a %s of at most %s, found %llu bytes", path, what, lim,
+                        (unsigned long long)size);
     }
     if (size >= SIZE_MAX) {
         close(fd);

@@ -601,9 +601,11 @@ int safetensors_write(const char *path, const StTensorOut *tensors, int n,
     memcpy(tmp, path, plen);
     memcpy(tmp + plen, ".tmp", 5);
     int rc = -1;
-    FILE *f = fopen(tmp, "wb");
+    int fd = gt_open_for_write(tmp, O_WRONLY | O_CREAT | O_TRUNC); /* never through a link */
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
     if (!f) {
         gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
+        if (fd >= 0) close(fd);
         goto done;
     }
     unsigned char lenb[8];

@@ -342,7 +342,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                 "than fp32 there\n");
     uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
     if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
-        if (t->rank == 0) plan_print(&t->plan, NULL, stdout);
+        if (t->rank == 0 && !t->plan.overflow) plan_print(&t->plan, NULL, stdout); /* an overflowed plan shows nothing true */
         return -1;
     }
     const int T = cfg->data.seq_len;
@@ -399,6 +399,12 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     long max_steps = cfg->max_steps;
     if (max_steps <= 0) {
         double steps = ceil(cfg->num_train_epochs * data_rows_per_epoch(t->train) / (double)t->plan.effective_batch);
+        if (!(steps <= 2147483647.0)) /* AdamW's step counter is an int (and NaN compares false) */
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: num_train_epochs: expected at most 2147483647 optimizer steps, found %.3g x %.0f rows / "
+                            "effective batch %ld = %.3g steps",
+                            cfg->config_path, cfg->num_train_epochs, data_rows_per_epoch(t->train),
+                            t->plan.effective_batch, steps);
         max_steps = steps < 1 ? 1 : (long)steps;
     }
     t->state = (TrainerState){.max_steps = max_steps, .seed = cfg->seed, .effective_batch = t->plan.effective_batch,

@@ -611,7 +611,7 @@ Test(config, files_that_are_not_configs) {
     cr_expect_eq(config_load(c, p, NULL, 0, &err), -1);
     assert_err(&err, "adir.yaml", "directory");
     cr_expect_eq(config_load(c, "/dev/null", NULL, 0, &err), -1);
-    assert_err(&err, "/dev/null", "special file");
+    assert_err(&err, "/dev/null", "character device");
     if (geteuid() != 0) { /* root reads anything */
         const char *q = write_cfg("locked.yaml", BASE);
         chmod(q, 0);

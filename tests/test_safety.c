@@ -90,6 +90,8 @@ Test(safety, symlink_traps_never_delete_through_a_link, .timeout = 180) {
     plant_link(vf, w.out, "metrics.jsonl.tmp");
     plant_link(vf, w.out, "gtrain_run.json.tmp");
     plant_link(vf, w.out, "config.json.tmp");
+    plant_link(vf, w.out, "model.safetensors.tmp");
+    plant_link(vf, w.out, "report.svg.tmp");
     st = run(&w, NULL, "resume", "max_steps=8", "save_total_limit=2", "resume_from_checkpoint=latest", NULL);
     expect_exit(&w, "resume", st, 0);
     char *after = tree_snapshot(victim);
