@@ -409,11 +409,21 @@ static void clean_partial(const RunDir *rd) {
 }
 
 int rundir_commit(RunDir *rd, const char *identity_json, bool wipe, long keep_upto, GtError *err) {
-    if (!rd->exists) {
+    const bool created = !rd->exists;
+    if (created) {
         if (mkdir_p(rd, err)) return -1;
         rd->exists = true;
     }
     if (rd->lock_fd < 0 && take_lock(rd, err)) return -1;
+    if (created) { /* it did not exist when this run looked: another run may have taken it since */
+        read_identity(rd);
+        scan(rd);
+        if (rd->has_identity || rd->n_foreign)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: output_dir: %s was taken by another run while this one was loading; expected it "
+                            "empty (run again to see what it holds)",
+                            rd->config_path, rd->dir);
+    }
     bool gtrain_before = rd->has_identity; /* a .checkpoint-*.tmp of a directory without one is not ours */
     if (wipe && rd->run_json) {
         for (int i = rd->n_ckpts - 1; i >= 0; i--) remove_checkpoint(rd, rd->ckpts[i]);
