@@ -109,6 +109,10 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->checkpoint);
     ModelDesc d;
     if (model_desc_load(&d, cfg_path, err)) return -1;
+    int top_k = o->top_k < 0 ? (d.vocab_size < 40 ? 0 : 40) : o->top_k;
+    if (o->top_k > d.vocab_size)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
+                        d.vocab_size, cfg_path);
     int *prompt = NULL, n_prompt = 0;
     bool text = o->prompt_ids == NULL;
     if (!text) {
@@ -134,7 +138,7 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     if (checkpoint_load_weights(m, o->checkpoint, err)) goto done;
     uint64_t rng = o->seed;
     if (text && o->prompt) fputs(o->prompt, out);
-    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, o->top_k, &rng, text, out, err);
+    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, top_k, &rng, text, out, err);
 done:
     free(prompt);
     model_free(m);

@@ -7,13 +7,16 @@
 /* Draw a token from logits[V] with temperature (<= 0: greedy) and top-k (0: all); rng advanced. */
 int sample_token(const float *logits, int V, double temperature, int top_k, uint64_t *rng);
 
+/* the most tokens one `gtrain sample` generates (as the config's sample_max_new_tokens) */
+#define SAMPLE_MAX_NEW_TOKENS (1 << 20)
+
 typedef struct {
     const char *checkpoint;  /* a run dir or checkpoint-N dir: config.json + model.safetensors */
     const char *prompt;      /* byte-level text (vocab 256 models) */
     const char *prompt_ids;  /* "1,2,3": token ids, for models with a vocabulary of their own */
     int max_new_tokens;
     double temperature;
-    int top_k;
+    int top_k;               /* 0: all; at most the vocabulary; -1: 40, or all of a smaller vocabulary */
     uint64_t seed;
 } SampleOptions;
 
