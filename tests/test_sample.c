@@ -220,6 +220,46 @@ Test(sample, greedy_tokens_match_the_reference_through_the_window_slide, .timeou
     backend_close(be);
 }
 
+/* A sampled token's matmuls have one row (the CPU runs them as GEMV, split over threads when
+ * large): against a double reference, with a bias and an output row stride. */
+Test(sample, one_row_matmul_matches_a_double_reference, .timeout = 60) {
+    Backend *be = test_backend_open();
+    const int Cin = 384, OC = 1000, ldo = 1008;
+    const size_t nw = (size_t)OC * Cin;
+    float *w = malloc(nw * sizeof *w), *x = malloc(Cin * sizeof *x), *bias = malloc(OC * sizeof *bias);
+    float *y = malloc(ldo * sizeof *y);
+    cr_assert(w && x && bias && y);
+    uint64_t s = 3;
+    for (size_t i = 0; i < nw + Cin + OC; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        float u = (float)((double)(s >> 11) / 9007199254740992.0 * 2 - 1);
+        if (i < nw) w[i] = u;
+        else if (i < nw + Cin) x[i - nw] = u;
+        else bias[i - nw - Cin] = u;
+    }
+    GtError err = {0};
+    float *dw = backend_alloc_floats(be, MEM_PARAMS, nw, &err), *dx = backend_alloc_floats(be, MEM_ACTIVATIONS, Cin, &err);
+    float *db = backend_alloc_floats(be, MEM_PARAMS, OC, &err), *dy = backend_alloc_floats(be, MEM_ACTIVATIONS, ldo, &err);
+    cr_assert(dw && dx && db && dy, "%s", err.msg);
+    cr_assert_eq(be->ops->to_device(be, dw, w, nw * sizeof *w, &err), 0);
+    cr_assert_eq(be->ops->to_device(be, dx, x, Cin * sizeof *x, &err), 0);
+    cr_assert_eq(be->ops->to_device(be, db, bias, OC * sizeof *bias, &err), 0);
+    for (int with_bias = 0; with_bias < 2; with_bias++) {
+        be->ops->matmul_forward(be, dy, dx, dw, with_bias ? db : NULL, 1, Cin, OC, ldo);
+        cr_assert_eq(be->ops->to_host(be, y, dy, ldo * sizeof *y, &err), 0);
+        for (int o = 0; o < OC; o++) {
+            double ref = with_bias ? bias[o] : 0.0;
+            for (int i = 0; i < Cin; i++) ref += (double)w[(size_t)o * Cin + i] * x[i];
+            cr_assert(fabs(y[o] - ref) <= 1e-4 * (1 + fabs(ref)), "bias %d, out %d: %.7g, reference %.7g", with_bias, o,
+                      y[o], ref);
+        }
+    }
+    backend_free(be, MEM_PARAMS, dw, nw * sizeof(float)), backend_free(be, MEM_ACTIVATIONS, dx, Cin * sizeof(float));
+    backend_free(be, MEM_PARAMS, db, OC * sizeof(float)), backend_free(be, MEM_ACTIVATIONS, dy, ldo * sizeof(float));
+    free(w), free(x), free(bias), free(y);
+    backend_close(be);
+}
+
 /* ---------------------------------------------------------------- the command line */
 
 static const char *gtrain_bin(void) {
