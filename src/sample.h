@@ -20,7 +20,11 @@ typedef struct {
     uint64_t seed;
 } SampleOptions;
 
-/* Continue prompt[n_prompt] by n_new tokens, printing them to out (bytes when text, else ids). */
+/* Continue prompt[n_prompt] by n_new tokens, printing them to out (bytes when text, else ids).
+ * The window is the last m->T tokens: the prompt is run once, then each token alone against the
+ * kept keys and values (model_forward_rows); once the window is full every token re-runs the
+ * whole window (it slides by one). A model with recomputed layers keeps no keys: every token then
+ * re-runs the sequence so far. */
 int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double temperature, int top_k,
                     uint64_t *rng, bool text, FILE *out, GtError *err);
 
