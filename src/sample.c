@@ -117,7 +117,10 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     bool text = o->prompt_ids == NULL;
     if (!text) {
         if (parse_ids(o->prompt_ids, d.vocab_size, &prompt, &n_prompt, err)) return -1;
-        if (n_prompt == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected at least one token id");
+        if (n_prompt == 0) {
+            free(prompt);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected at least one token id");
+        }
     } else {
         if (d.vocab_size < 256)
             return gt_error(err, GT_EXIT_BAD_INPUT,
