@@ -138,8 +138,7 @@ void model_zero_grads(Model *m);
 
 /* Say that m->params were written (optimizer step, checkpoint load, gather): the bf16 compute
  * copy is refreshed before the next forward (not needed under fp32), and the kept keys and values
- * are dropped. (Inline: the checkpoint readers
- * call it and link without the model.) */
+ * are dropped. (Inline: the checkpoint readers call it and link without the model.) */
 static inline void model_params_changed(Model *m) {
     m->weights_stale = m->weights != (act_t *)m->params;
     m->kv_len = 0;
