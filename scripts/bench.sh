@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make bench: gtrain's CPU training step beside PyTorch's on the same shapes, same machine, one run.
 # fp32, B=4, T=64: (a) 4 layers / 4 heads / 256 wide / vocab 50257, (b) GPT-2 124M.
+# Then the time of `gtrain sample` for 200 tokens of GPT-2 124M.
 # PyTorch comes from Debian's python3-torch (apt-get install python3-torch), run by /usr/bin/python3
 # (the system interpreter, which that package serves); skipped if absent.
 set -uo pipefail
@@ -17,3 +18,28 @@ for model in configs/bench-4l256.json configs/gpt2-124m.json; do
     echo "pytorch: not installed (apt-get install python3-torch) - skipped"
   fi
 done
+
+# gtrain sample: 200 new tokens (greedy) after a 6-byte prompt, GPT-2 124M shapes, weights from one
+# training step; loading the checkpoint is timed alone too (--max-new-tokens 0).
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cat >"$tmp/run.yaml" <<EOF
+model: $PWD/configs/gpt2-124m.json
+data: {train: $PWD/data/tinyshakespeare.txt, format: text, seq_len: 64}
+per_device_train_batch_size: 1
+max_steps: 1
+eval_max_batches: 1
+save_steps: 0
+output_dir: $tmp/run
+EOF
+if "$build/gtrain" --config "$tmp/run.yaml" >"$tmp/train.log" 2>&1; then
+  for n in 0 200; do
+    t0="$(date +%s.%N)"
+    "$build/gtrain" sample --checkpoint "$tmp/run" --prompt "ROMEO:" --max-new-tokens "$n" --temperature 0 >/dev/null
+    t[$n]="$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')"
+  done
+  awk -v a="${t[0]}" -v b="${t[200]}" 'BEGIN {
+    printf "gtrain sample, GPT-2 124M: load %.2f s; load + 200 new tokens %.2f s (%.1f ms a token)\n", a, b, (b - a) * 5 }'
+else
+  echo "gtrain sample: the 124M checkpoint could not be made (see below)"; tail -3 "$tmp/train.log"
+fi

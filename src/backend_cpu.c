@@ -361,6 +361,15 @@ static void f32_matmul_forward(Backend *b, float *out, const float *inp, const f
         for (int n = 0; n < N; n++) memcpy(out + (size_t)n * ldo, bias, (size_t)OC * sizeof(float));
         beta = 1.0f;
     }
+    if (N == 1) { /* one row (a sampled token): GEMV, without GEMM's packing of all of w (half the time at 124M) */
+        int nt = nthr(b), chunk = ((OC + nt - 1) / nt + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
+#pragma omp parallel for schedule(static) num_threads(nt) if ((size_t)OC * C >= 262144)
+        for (int o0 = 0; o0 < OC; o0 += chunk) { /* as sgemm_par: a fixed split, one call per output */
+            int no = OC - o0 < chunk ? OC - o0 : chunk;
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, no, C, 1.0f, w + (size_t)o0 * C, C, inp, 1, beta, out + o0, 1);
+        }
+        return;
+    }
     sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, ldo);
 }
 

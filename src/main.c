@@ -1,7 +1,9 @@
 /* main.c - the gtrain command line. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,6 +30,8 @@ static void print_usage(FILE *out) {
             "  plan              print the resolved config, effective batch and memory plan; allocate nothing\n"
             "  sample            generate text: --checkpoint DIR [--prompt TEXT | --prompt-ids 1,2,3]\n"
             "                    [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+            "                    (N <= 1048576, default 200; T >= 0, 0 greedy, default 0.8; K <= vocab, 0 all,\n"
+            "                    default 40; S default 1)\n"
             "  report DIR        write DIR/report.svg from DIR/metrics.jsonl\n"
             "\n"
             "options:\n"
@@ -41,6 +45,37 @@ static void print_usage(FILE *out) {
             "exit status: 0 success, 1 failure while running, 2 bad input (config, model, data)\n");
 }
 
+/* the long_opts entry whose value is val (every short option has one), or -1 */
+static int option_index(const struct option *opts, int val) {
+    for (int i = 0; opts[i].name; i++)
+        if (opts[i].val == val) return i;
+    return -1;
+}
+
+/* a decimal integer in [0, max], digits only (no sign, space or exponent) */
+static bool parse_count(const char *s, long long max, long long *out) {
+    long long v = 0;
+    if (!*s) return false;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9' || v > (max - (*s - '0')) / 10) return false;
+        v = 10 * v + (*s - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* one line "gtrain: ..." on stderr; returns the bad-input exit status */
+static int bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad_input(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gtrain: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return GT_EXIT_BAD_INPUT;
+}
+
 static int fail(const GtError *err) {
     fprintf(stderr, "gtrain: %s\n", err->msg);
     return err->code ? err->code : GT_EXIT_FAILURE;
@@ -52,7 +87,7 @@ int main(int argc, char **argv) {
     const char *config_path = NULL;
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;
-    SampleOptions so = {.max_new_tokens = 200, .temperature = 0.8, .top_k = 40, .seed = 1};
+    SampleOptions so = {.max_new_tokens = 200, .temperature = 0.8, .top_k = -1, .seed = 1};
     enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_SEED };
     static const struct option long_opts[] = {
         {"config", required_argument, NULL, 'c'},       {"set", required_argument, NULL, 's'},
@@ -63,7 +98,14 @@ int main(int argc, char **argv) {
         {"temperature", required_argument, NULL, OPT_TEMP},   {"top-k", required_argument, NULL, OPT_TOPK},
         {"seed", required_argument, NULL, OPT_SEED},         {NULL, 0, NULL, 0}};
     int c, rc = GT_EXIT_OK;
-    while ((c = getopt_long(argc, argv, "c:s:hV", long_opts, NULL)) != -1) {
+    int given[sizeof long_opts / sizeof *long_opts] = {0}; /* times each option was given */
+    opterr = 0; /* one line of our own for a bad option, not getopt's */
+    while ((c = getopt_long(argc, argv, ":c:s:hV", long_opts, NULL)) != -1) {
+        int k = option_index(long_opts, c);
+        if (k >= 0 && given[k]++ && c != 's') {
+            rc = bad_input("--%s: given more than once", long_opts[k].name);
+            goto out;
+        }
         switch (c) {
         case 'c': config_path = optarg; break;
         case 's': sets[n_sets++] = optarg; break;
@@ -74,31 +116,50 @@ int main(int argc, char **argv) {
         case OPT_CHECKPOINT: so.checkpoint = optarg; break;
         case OPT_PROMPT: so.prompt = optarg; break;
         case OPT_PROMPT_IDS: so.prompt_ids = optarg; break;
-        case OPT_NEW:
-        case OPT_TEMP:
-        case OPT_TOPK:
-        case OPT_SEED: {
+        case OPT_TEMP: {
             char *end;
             errno = 0;
             double v = strtod(optarg, &end);
-            bool integral = c != OPT_TEMP;
-            if (errno || *end || !*optarg || !isfinite(v) || v < 0 || (integral && (v != floor(v) || v > 1e9))) {
-                fprintf(stderr, "gtrain: --%s: expected a non-negative %s, found \"%s\"\n", long_opts[c - OPT_HELP_CONFIG + 4].name,
-                        integral ? "integer" : "number", optarg);
-                rc = GT_EXIT_BAD_INPUT;
+            if (errno || *end || !*optarg || *optarg == ' ' || !isfinite(v) || v < 0) {
+                rc = bad_input("--temperature: expected a non-negative number (0: greedy), found \"%s\"", optarg);
+                goto out;
+            }
+            so.temperature = v;
+            break;
+        }
+        case OPT_NEW:
+        case OPT_TOPK:
+        case OPT_SEED: {
+            /* --top-k is checked against the vocabulary once the model is read (sample_run) */
+            long long max = c == OPT_NEW ? SAMPLE_MAX_NEW_TOKENS : c == OPT_TOPK ? INT_MAX : LLONG_MAX, v;
+            if (!parse_count(optarg, max, &v)) {
+                rc = bad_input("--%s: expected an integer in [0, %lld], found \"%s\"", long_opts[k].name, max, optarg);
                 goto out;
             }
             if (c == OPT_NEW) so.max_new_tokens = (int)v;
-            if (c == OPT_TEMP) so.temperature = v;
             if (c == OPT_TOPK) so.top_k = (int)v;
             if (c == OPT_SEED) so.seed = (uint64_t)v;
             break;
         }
-        default:
-            fprintf(stderr, "gtrain: unknown option (see gtrain --help)\n");
-            rc = GT_EXIT_BAD_INPUT;
+        case ':': /* a missing value: optopt is the option */
+            k = option_index(long_opts, optopt);
+            rc = bad_input("--%s: expected a value (see gtrain --help)", k >= 0 ? long_opts[k].name : "?");
+            goto out;
+        default: /* '?': optopt is the option given a value it takes none of, an unknown short
+                  * option, or 0 for an unknown long one (then argv[optind - 1]) */
+            k = option_index(long_opts, optopt);
+            if (optopt && k >= 0)
+                rc = bad_input("--%s: takes no value", long_opts[k].name);
+            else if (optopt)
+                rc = bad_input("-%c: unknown option (see gtrain --help)", optopt);
+            else
+                rc = bad_input("%s: unknown or ambiguous option (see gtrain --help)", argv[optind - 1]);
             goto out;
         }
+    }
+    if (markdown && !help_config) {
+        rc = bad_input("--markdown: only with --help-config");
+        goto out;
     }
     if (help_config) {
         config_print_help(stdout, markdown);
@@ -107,7 +168,23 @@ int main(int argc, char **argv) {
     const char *command = "train";
     if (optind < argc) command = argv[optind++];
     GtError err = {0};
-    if (strcmp(command, "report") == 0) {
+    /* options that belong to another command are errors, not silently ignored (an unknown
+     * command is named below) */
+    bool sampling = strcmp(command, "sample") == 0, reporting = strcmp(command, "report") == 0;
+    bool known = sampling || reporting || strcmp(command, "train") == 0 || strcmp(command, "plan") == 0;
+    for (int k = 0; known && long_opts[k].name; k++) {
+        int v = long_opts[k].val; /* sample's own options are OPT_CHECKPOINT..OPT_SEED */
+        bool sample_only = v >= OPT_CHECKPOINT && v <= OPT_SEED, config_only = v == 'c' || v == 's';
+        if (given[k] && sample_only && !sampling) {
+            rc = bad_input("--%s: only for gtrain sample", long_opts[k].name);
+            goto out;
+        }
+        if (given[k] && config_only && (sampling || reporting)) {
+            rc = bad_input("--%s: not for gtrain %s (only train and plan read a run config)", long_opts[k].name, command);
+            goto out;
+        }
+    }
+    if (reporting) {
         if (optind != argc - 1) {
             fprintf(stderr, "gtrain: report: expected one run directory (gtrain report DIR)\n");
             rc = GT_EXIT_BAD_INPUT;
@@ -118,13 +195,17 @@ int main(int argc, char **argv) {
         }
         goto out;
     }
-    if (strcmp(command, "sample") == 0) {
-        if (!so.checkpoint) {
-            fprintf(stderr, "gtrain: sample: --checkpoint DIR is required\n");
-            rc = GT_EXIT_BAD_INPUT;
-        } else if (sample_run(&so, stdout, &err)) {
+    if (sampling) {
+        if (optind < argc)
+            rc = bad_input("sample: unexpected argument '%s' (see gtrain --help)", argv[optind]);
+        else if (!so.checkpoint || !*so.checkpoint)
+            rc = bad_input("sample: --checkpoint DIR is required%s", so.checkpoint ? " (found \"\")" : "");
+        else if (so.prompt && so.prompt_ids)
+            rc = bad_input("sample: --prompt and --prompt-ids exclude each other");
+        else if (so.prompt && !*so.prompt)
+            rc = bad_input("sample: --prompt: expected text, found \"\" (without --prompt a sample starts from a newline)");
+        else if (sample_run(&so, stdout, &err))
             rc = fail(&err);
-        }
         goto out;
     }
     if (optind < argc) {

@@ -190,6 +190,9 @@ size_t model_shard_size(size_t n_params, int shard_world) {
     return (n_params + (size_t)shard_world - 1) / (size_t)shard_world;
 }
 
+static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
+                       uint64_t seed, int shard_world, int shard_rank, bool train, GtError *err);
+
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err) {
     return model_create_sharded(out, desc, be, B, T, policy, seed, 1, 0, err);
@@ -197,6 +200,17 @@ int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, 
 
 int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                          uint64_t seed, int shard_world, int shard_rank, GtError *err) {
+    return model_build(out, desc, be, B, T, policy, seed, shard_world, shard_rank, true, err);
+}
+
+int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int T, GtError *err) {
+    return model_build(out, desc, be, 1, T, recompute_policy(false, 1, false, desc->n_layer), 0, 1, 0, false, err);
+}
+
+/* train: gradients, AdamW state, the backward workspace and GPT-2's initial weights; without it,
+ * the forward's buffers only and zero weights (the caller loads them) */
+static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
+                       uint64_t seed, int shard_world, int shard_rank, bool train, GtError *err) {
     Model *m = gt_xcalloc(1, sizeof *m);
     m->desc = *desc;
     m->be = be;
@@ -204,7 +218,7 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     m->T = T;
     m->policy = policy;
     m->act = be->act_dtype;
-    m->logits_rows = plan_logits_rows(desc, B, T, m->act);
+    m->logits_rows = train ? plan_logits_rows(desc, B, T, m->act) : 1;
     param_layout_init(&m->layout, desc);
     const int L = desc->n_layer;
     const size_t BT = (size_t)B * T, C = (size_t)desc->n_embd, I = (size_t)desc->n_inner;
@@ -216,9 +230,11 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     m->shard = model_shard_size(NP, shard_world);
     m->padded_total = m->shard * (size_t)shard_world;
     ALLOC_F(m->params, MEM_PARAMS, m->padded_total);
-    ALLOC_F(m->grads, MEM_GRADS, m->padded_total);
-    ALLOC_F(m->adam_m, MEM_OPTIMIZER, m->shard);
-    ALLOC_F(m->adam_v, MEM_OPTIMIZER, m->shard);
+    if (train) {
+        ALLOC_F(m->grads, MEM_GRADS, m->padded_total);
+        ALLOC_F(m->adam_m, MEM_OPTIMIZER, m->shard);
+        ALLOC_F(m->adam_v, MEM_OPTIMIZER, m->shard);
+    }
     if (m->act == GT_F32)
         m->weights = m->params;
     else
@@ -253,11 +269,13 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     if (!(m->targets = model_alloc(m, MEM_ACTIVATIONS, BT * sizeof(int), err))) goto fail;
     ALLOC_F(m->losses, MEM_ACTIVATIONS, BT);
     ALLOC_A(m->logits, MEM_LOGITS, (size_t)m->logits_rows * plan_logits_stride(desc));
-    ALLOC_A(m->dres, MEM_WORKSPACE, BT * C);
-    ALLOC_A(m->dbtc, MEM_WORKSPACE, BT * C);
-    ALLOC_A(m->dqkv, MEM_WORKSPACE, BT * 3 * C);
-    ALLOC_A(m->dfch, MEM_WORKSPACE, BT * I);
-    ALLOC_F(m->att_ws, MEM_WORKSPACE, (size_t)B * desc->n_head * T);
+    if (train) {
+        ALLOC_A(m->dres, MEM_WORKSPACE, BT * C);
+        ALLOC_A(m->dbtc, MEM_WORKSPACE, BT * C);
+        ALLOC_A(m->dqkv, MEM_WORKSPACE, BT * 3 * C);
+        ALLOC_A(m->dfch, MEM_WORKSPACE, BT * I);
+        ALLOC_F(m->att_ws, MEM_WORKSPACE, (size_t)B * desc->n_head * T);
+    }
     m->losses_host = gt_xmalloc(BT * sizeof(float));
 
     /* named parameter pointers */
@@ -269,22 +287,23 @@ int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B,
     m->lnfw = at(m, m->weights, tt[lnf_i].offset);
     m->lnfb = at(m, m->weights, tt[lnf_i + 1].offset);
     m->lm_head = desc->tie_word_embeddings ? m->wte : at(m, m->weights, tt[nt - 1].offset);
-    m->dwte = m->grads + tt[0].offset;
-    m->dwpe = m->grads + tt[1].offset;
-    m->dlnfw = m->grads + tt[lnf_i].offset;
-    m->dlnfb = m->grads + tt[lnf_i + 1].offset;
-    m->dlm_head = desc->tie_word_embeddings ? m->dwte : m->grads + tt[nt - 1].offset;
-
-    /* GPT-2 init on the host, then one copy; the padding, grads and AdamW state stay as allocated: zero */
-    host = malloc(NP * sizeof(float));
-    if (!host) {
-        gt_error(err, GT_EXIT_FAILURE, "out of host memory for the initial parameters (%zu floats)", NP);
-        goto fail;
+    if (train) {
+        m->dwte = m->grads + tt[0].offset;
+        m->dwpe = m->grads + tt[1].offset;
+        m->dlnfw = m->grads + tt[lnf_i].offset;
+        m->dlnfb = m->grads + tt[lnf_i + 1].offset;
+        m->dlm_head = desc->tie_word_embeddings ? m->dwte : m->grads + tt[nt - 1].offset;
+        /* GPT-2 init on the host, then one copy; the padding, grads and AdamW state stay as allocated: zero */
+        host = malloc(NP * sizeof(float));
+        if (!host) {
+            gt_error(err, GT_EXIT_FAILURE, "out of host memory for the initial parameters (%zu floats)", NP);
+            goto fail;
+        }
+        model_init_params_host(&m->layout, desc, seed, host);
+        if (be->ops->to_device(be, m->params, host, NP * sizeof(float), err)) goto fail;
+        free(host);
+        host = NULL;
     }
-    model_init_params_host(&m->layout, desc, seed, host);
-    if (be->ops->to_device(be, m->params, host, NP * sizeof(float), err)) goto fail;
-    free(host);
-    host = NULL;
     model_params_changed(m);
     be->ops->synchronize(be);
     *out = m;
@@ -309,7 +328,9 @@ void model_free(Model *m) {
     free(m);
 }
 
-void model_zero_grads(Model *m) { m->be->ops->zero(m->be, m->grads, m->padded_total * sizeof(float)); }
+void model_zero_grads(Model *m) {
+    if (m->grads) m->be->ops->zero(m->be, m->grads, m->padded_total * sizeof(float));
+}
 
 /* the bf16 compute copy of the weights, from the fp32 master, if they changed since the last one */
 static void refresh_weights(Model *m) {
@@ -320,26 +341,38 @@ static void refresh_weights(Model *m) {
 
 /* ---------------------------------------------------------------- forward / backward */
 
-/* One transformer block. out == NULL skips the last projection (recompute needs only the
- * activations backward reads, not the block's output). */
-static void layer_forward(Model *m, int l, int B, const act_t *in, const LayerActs *a, act_t *out) {
+/* One transformer block over positions pos0..pos0+n-1 of B rows: the training forward runs whole
+ * rows (pos0 = 0, n = T), sampling runs B = 1 over the new positions only, the keys and values of
+ * the earlier ones being kept in qkv by the calls before. in, a and out are the whole buffers.
+ * out == NULL skips the last projection (recompute needs only the activations backward reads,
+ * not the block's output). */
+static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *in, const LayerActs *a, act_t *out) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
-    const int T = m->T, C = m->desc.n_embd, I = m->desc.n_inner, NH = m->desc.n_head, BT = B * T;
+    const int C = m->desc.n_embd, I = m->desc.n_inner, NH = m->desc.n_head, N = B * n;
+    const size_t r = (size_t)pos0; /* the first row: B = 1 buffers are contiguous [T, ...] */
     const float eps = (float)m->desc.layer_norm_epsilon;
     LayerWeights p = layer_weights(m, l);
-    op->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, in, p.ln1w, p.ln1b, BT, C, eps);
-    op->matmul_forward(be, a->qkv, a->ln1, p.qkvw, p.qkvb, BT, C, 3 * C, 3 * C);
-    op->attention_forward(be, a->atty, a->lse, a->qkv, B, T, C, NH);
-    op->matmul_forward(be, a->res2, a->atty, p.attprojw, p.attprojb, BT, C, C, C);
+    act_t *ln1 = at(m, a->ln1, r * C), *qkv = at(m, a->qkv, r * 3 * C), *atty = at(m, a->atty, r * C);
+    act_t *res2 = at(m, a->res2, r * C), *ln2 = at(m, a->ln2, r * C), *fch = at(m, a->fch, r * I);
+    act_t *fch_gelu = at(m, a->fch_gelu, r * I), *x = at(m, in, r * C);
+    op->layernorm_forward(be, ln1, a->ln1_mean + r, a->ln1_rstd + r, x, p.ln1w, p.ln1b, N, C, eps);
+    op->matmul_forward(be, qkv, ln1, p.qkvw, p.qkvb, N, C, 3 * C, 3 * C);
+    /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
+     * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
+     * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
+     * forward is followed by backward. */
+    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, C, NH);
+    op->matmul_forward(be, res2, atty, p.attprojw, p.attprojb, N, C, C, C);
     /* res2 += in, ln2 = LN(res2): one fused op (bit for bit add + layernorm_forward) */
-    op->residual_layernorm_forward(be, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, in, p.ln2w, p.ln2b,
-                                   BT, C, eps);
+    op->residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x, p.ln2w, p.ln2b, N, C,
+                                   eps);
     /* fch = ln2 Wfc + b, fch_gelu = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU epilogue) */
-    op->matmul_gelu_forward(be, a->fch_gelu, a->fch, a->ln2, p.fcw, p.fcb, BT, C, I);
+    op->matmul_gelu_forward(be, fch_gelu, fch, ln2, p.fcw, p.fcb, N, C, I);
     if (out) {
-        op->matmul_forward(be, out, a->fch_gelu, p.fcprojw, p.fcprojb, BT, I, C, C);
-        op->add(be, out, out, a->res2, (size_t)BT * C);
+        act_t *y = at(m, out, r * C);
+        op->matmul_forward(be, y, fch_gelu, p.fcprojw, p.fcprojb, N, I, C, C);
+        op->add(be, y, y, res2, (size_t)N * C);
     }
 }
 
@@ -362,16 +395,18 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     op->layernorm_backward(be, m->dres, g.ln1w, g.ln1b, m->dbtc, in, p.ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
 }
 
-/* Embedding and every block; leaves lnf filled. offload: copy out the kept inputs of offloaded
- * layers (only when a backward will read them). */
-static void forward_blocks(Model *m, int B, bool offload) {
+/* Embedding and every block over positions pos0..pos0+n-1 of B rows (B > 1: whole rows, pos0 = 0,
+ * n = T); leaves lnf filled for them. offload: copy out the kept inputs of offloaded layers (only
+ * when a backward will read them: whole rows). */
+static void forward_blocks(Model *m, int B, int pos0, int n, bool offload) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
-    const int T = m->T, C = m->desc.n_embd, L = m->desc.n_layer, BT = B * T;
+    const int C = m->desc.n_embd, L = m->desc.n_layer, N = B * n;
+    const size_t r = (size_t)pos0;
     const RecomputePolicy *pol = &m->policy;
-    const size_t input_bytes = (size_t)BT * C * gt_dtype_size(m->act);
+    const size_t input_bytes = (size_t)N * C * gt_dtype_size(m->act);
     if (offload && recompute_offloaded(pol, 0)) op->offload_wait(be, recompute_slot(pol, 0));
-    op->encoder_forward(be, m->input[0], m->tokens, m->wte, m->wpe, B, T, C);
+    op->encoder_forward(be, at(m, m->input[0], r * C), m->tokens + r, m->wte, at(m, m->wpe, r * C), B, n, C);
     for (int l = 0; l < L; l++) {
         /* the kept input of an offloaded layer leaves for the host as soon as it exists; the
          * copy runs on the copy stream while this layer computes (it only reads the input) */
@@ -380,10 +415,10 @@ static void forward_blocks(Model *m, int B, bool offload) {
         act_t *out = l + 1 < L ? m->input[l + 1] : m->final_res;
         /* before overwriting a prefetch buffer, the copy out of its previous tenant must be done */
         if (offload && l + 1 < L && recompute_offloaded(pol, l + 1)) op->offload_wait(be, recompute_slot(pol, l + 1));
-        layer_forward(m, l, B, m->input[l], &m->acts[l], out);
+        layer_forward(m, l, B, pos0, n, m->input[l], &m->acts[l], out);
     }
-    op->layernorm_forward(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->final_res, m->lnfw, m->lnfb, BT, C,
-                          (float)m->desc.layer_norm_epsilon);
+    op->layernorm_forward(be, at(m, m->lnf, r * C), m->lnf_mean + r, m->lnf_rstd + r, at(m, m->final_res, r * C),
+                          m->lnfw, m->lnfb, N, C, (float)m->desc.layer_norm_epsilon);
 }
 
 static void backward_blocks(Model *m, int B) {
@@ -410,7 +445,7 @@ static void backward_blocks(Model *m, int B) {
                 if (prev >= 0)
                     op->offload_to_device(be, m->input[prev], m->host_stash[prev], input_bytes, recompute_slot(pol, prev));
             }
-            layer_forward(m, l, B, m->input[l], &m->acts[l], NULL);
+            layer_forward(m, l, B, 0, m->T, m->input[l], &m->acts[l], NULL);
         }
         layer_backward(m, l, B, m->input[l], &m->acts[l]);
         if (m->grad_ready) { /* layer l's tensors are contiguous: ln_1.weight .. mlp.c_proj.bias */
@@ -440,9 +475,11 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     Backend *be = m->be;
     const BackendOps *op = be->ops;
     const int C = m->desc.n_embd, V = m->desc.vocab_size, LV = plan_logits_stride(&m->desc), BT = rows * m->T;
+    if (compute_grad && !m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
     if (upload_batch(m, tokens, targets, rows, err)) return -1;
     refresh_weights(m);
-    forward_blocks(m, rows, compute_grad && m->policy.offload);
+    m->kv_len = 0; /* the activations are this batch's now */
+    forward_blocks(m, rows, 0, m->T, compute_grad && m->policy.offload);
     /* LM head + loss, chunked over rows; dlogits formed in place and consumed at once */
     for (int r0 = 0; r0 < BT; r0 += m->logits_rows) {
         int n = BT - r0 < m->logits_rows ? BT - r0 : m->logits_rows;
@@ -461,13 +498,19 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     return 0;
 }
 
-int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, GtError *err) {
+bool model_keeps_kv(const Model *m) { return recompute_count(&m->policy) == 0; }
+
+int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logits_host, GtError *err) {
     const int C = m->desc.n_embd, V = m->desc.vocab_size;
-    if (pos < 0 || pos >= m->T) return gt_error(err, GT_EXIT_FAILURE, "model: position %d outside [0, %d)", pos, m->T);
-    if (upload_batch(m, tokens, NULL, 1, err)) return -1;
+    if (pos0 < 0 || n < 1 || pos0 + n > m->T)
+        return gt_error(err, GT_EXIT_FAILURE, "model: positions %d..%d outside [0, %d)", pos0, pos0 + n - 1, m->T);
+    if (pos0 > m->kv_len)
+        return gt_error(err, GT_EXIT_FAILURE, "model: continuing at position %d, but only %d are kept", pos0, m->kv_len);
+    if (m->be->ops->to_device(m->be, m->tokens + pos0, tokens, (size_t)n * sizeof *tokens, err)) return -1;
     refresh_weights(m);
-    forward_blocks(m, 1, false);
-    m->be->ops->matmul_forward(m->be, m->logits, at(m, m->lnf, (size_t)pos * C), m->lm_head, NULL, 1, C, V,
-                               plan_logits_stride(&m->desc));
+    forward_blocks(m, 1, pos0, n, false);
+    m->kv_len = model_keeps_kv(m) ? pos0 + n : 0;
+    m->be->ops->matmul_forward(m->be, m->logits, at(m, m->lnf, (size_t)(pos0 + n - 1) * C), m->lm_head, NULL, 1, C,
+                               V, plan_logits_stride(&m->desc));
     return backend_act_to_host_f32(m->be, logits_host, m->logits, (size_t)V, err);
 }

@@ -92,6 +92,9 @@ typedef struct Model {
     /* activation-gradient workspace (act dtype) and attention row sums (fp32) */
     act_t *dres, *dbtc, *dqkv, *dfch;
     float *att_ws;
+    /* positions of row 0 whose keys and values the activations hold for model_forward_rows; 0
+     * after a model_step or a change of the weights */
+    int kv_len;
 
     /* every allocation, to free it: pointer, bytes, category */
     struct ModelAlloc { void *p; size_t bytes; MemCategory cat; } *allocs;
@@ -105,6 +108,9 @@ int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, 
 /* The same with the AdamW state sharded over shard_world ranks (ZeRO-1); this is shard_rank. */
 int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                          uint64_t seed, int shard_world, int shard_rank, GtError *err);
+/* For sampling: B = 1, no recompute, no gradients, AdamW state or backward workspace, and zero
+ * weights (load them: checkpoint_load_weights). model_step only evaluates on it. */
+int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int T, GtError *err);
 /* floats per rank of the sharded AdamW state, and the padded params/grads length */
 size_t model_shard_size(size_t n_params, int shard_world);
 void model_free(Model *m);
@@ -119,15 +125,23 @@ void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t 
 int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale,
                bool compute_grad, double *loss_sum, GtError *err);
 
-/* Forward one row of m->T tokens (positions after pos do not matter: attention is causal) and
- * copy the logits at position pos to logits_host[vocab_size]. For sampling. */
-int model_logits_at(Model *m, const int *tokens, int pos, float *logits_host, GtError *err);
+/* Sampling: forward positions pos0..pos0+n-1 of row 0 (tokens[n], host) and copy the logits of the
+ * last one to logits_host[vocab_size]. The keys and values of positions 0..pos0-1 are those the
+ * previous calls left (pos0 = 0 starts a sequence): pos0 may not exceed m->kv_len. Inference only:
+ * no backward may follow. */
+int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logits_host, GtError *err);
+/* Whether the activations keep a sequence's keys and values between calls (no recomputed layer:
+ * those share one scratch). Otherwise kv_len stays 0 and every call starts at position 0. */
+bool model_keeps_kv(const Model *m);
 
 void model_zero_grads(Model *m);
 
 /* Say that m->params were written (optimizer step, checkpoint load, gather): the bf16 compute
- * copy is refreshed before the next forward. A no-op under fp32. (Inline: the checkpoint readers
- * call it and link without the model.) */
-static inline void model_params_changed(Model *m) { m->weights_stale = m->weights != (act_t *)m->params; }
+ * copy is refreshed before the next forward (not needed under fp32), and the kept keys and values
+ * are dropped. (Inline: the checkpoint readers call it and link without the model.) */
+static inline void model_params_changed(Model *m) {
+    m->weights_stale = m->weights != (act_t *)m->params;
+    m->kv_len = 0;
+}
 
 #endif

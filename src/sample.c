@@ -1,5 +1,8 @@
-/* sample.c - see sample.h. Each new token re-runs the forward over the window (no KV cache):
- * simple, and fast enough for the short samples it is for. */
+/* sample.c - see sample.h. The prompt runs once over its own length, then each new token runs
+ * alone against the keys and values the model kept (model_forward_rows). When the sequence fills
+ * the model's T positions the window slides by one token a time, and as the positions of every
+ * token shift, each token past that point re-runs the whole last window (what the model saw in
+ * training; GPT-2's learned positions leave no cheaper exact way). */
 #include "sample.h"
 
 #include <math.h>
@@ -74,17 +77,21 @@ int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double
     int *row = gt_xcalloc((size_t)T, sizeof *row);
     float *logits = gt_xmalloc((size_t)V * sizeof *logits);
     int rc = 0;
-    /* the last T prompt tokens form the window */
-    int len = n_prompt < T ? n_prompt : T;
+    /* the last T prompt tokens form the window; the model holds the keys and values of its first
+     * `kept` positions */
+    int len = n_prompt < T ? n_prompt : T, kept = 0;
+    const bool keep = model_keeps_kv(m);
     memcpy(row, prompt + (n_prompt - len), (size_t)len * sizeof *row);
     for (int i = 0; i < n_new; i++) {
-        if ((rc = model_logits_at(m, row, len - 1, logits, err))) break;
+        if ((rc = model_forward_rows(m, row + kept, kept, len - kept, logits, err))) break;
+        kept = keep ? len : 0;
         int next = sample_token(logits, V, temperature, top_k, rng);
-        if (len < T)
+        if (len < T) {
             row[len++] = next;
-        else { /* slide the window */
+        } else { /* slide the window: every position changes */
             memmove(row, row + 1, (size_t)(T - 1) * sizeof *row);
             row[T - 1] = next;
+            kept = 0;
         }
         if (text)
             fputc((next >= 32 && next < 127) || next == '\n' || next == '\t' ? next : '?', out);
@@ -102,11 +109,18 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->checkpoint);
     ModelDesc d;
     if (model_desc_load(&d, cfg_path, err)) return -1;
+    int top_k = o->top_k < 0 ? (d.vocab_size < 40 ? 0 : 40) : o->top_k;
+    if (o->top_k > d.vocab_size)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
+                        d.vocab_size, cfg_path);
     int *prompt = NULL, n_prompt = 0;
     bool text = o->prompt_ids == NULL;
     if (!text) {
         if (parse_ids(o->prompt_ids, d.vocab_size, &prompt, &n_prompt, err)) return -1;
-        if (n_prompt == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected at least one token id");
+        if (n_prompt == 0) {
+            free(prompt);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected at least one token id");
+        }
     } else {
         if (d.vocab_size < 256)
             return gt_error(err, GT_EXIT_BAD_INPUT,
@@ -121,11 +135,13 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     Model *m = NULL;
     int rc = -1;
     if (backend_open(&be, DEVICE_AUTO, 0, 0, err)) goto done;
-    if (model_create(&m, &d, be, 1, d.n_positions, recompute_policy(false, 1, false, d.n_layer), 0, err)) goto done;
+    /* positions beyond prompt + new tokens are never reached: the same window as n_positions */
+    long T = (long)n_prompt + o->max_new_tokens;
+    if (model_create_inference(&m, &d, be, T < d.n_positions ? (int)T : d.n_positions, err)) goto done;
     if (checkpoint_load_weights(m, o->checkpoint, err)) goto done;
     uint64_t rng = o->seed;
     if (text && o->prompt) fputs(o->prompt, out);
-    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, o->top_k, &rng, text, out, err);
+    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, top_k, &rng, text, out, err);
 done:
     free(prompt);
     model_free(m);

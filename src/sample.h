@@ -7,17 +7,24 @@
 /* Draw a token from logits[V] with temperature (<= 0: greedy) and top-k (0: all); rng advanced. */
 int sample_token(const float *logits, int V, double temperature, int top_k, uint64_t *rng);
 
+/* the most tokens one `gtrain sample` generates (as the config's sample_max_new_tokens) */
+#define SAMPLE_MAX_NEW_TOKENS (1 << 20)
+
 typedef struct {
     const char *checkpoint;  /* a run dir or checkpoint-N dir: config.json + model.safetensors */
     const char *prompt;      /* byte-level text (vocab 256 models) */
     const char *prompt_ids;  /* "1,2,3": token ids, for models with a vocabulary of their own */
     int max_new_tokens;
     double temperature;
-    int top_k;
+    int top_k;               /* 0: all; at most the vocabulary; -1: 40, or all of a smaller vocabulary */
     uint64_t seed;
 } SampleOptions;
 
-/* Continue prompt[n_prompt] by n_new tokens, printing them to out (bytes when text, else ids). */
+/* Continue prompt[n_prompt] by n_new tokens, printing them to out (bytes when text, else ids).
+ * The window is the last m->T tokens: the prompt is run once, then each token alone against the
+ * kept keys and values (model_forward_rows); once the window is full every token re-runs the
+ * whole window (it slides by one). A model with recomputed layers keeps no keys: every token then
+ * re-runs the sequence so far. */
 int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double temperature, int top_k,
                     uint64_t *rng, bool text, FILE *out, GtError *err);
 
