@@ -8,6 +8,7 @@
 #include "config_schema.h"
 
 #include "model_desc.h"
+#include "sample.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -134,7 +135,7 @@ static const KeySpec SCHEMA[] = {
     {.key = "max_skipped_steps", .type = KT_INT, FIELD(max_skipped_steps), .def = "10", .imin = 0, .imax = BIG,
      .doc = "Stop after this many skipped (non-finite) steps in a row; 0 = never."},
     {.key = "sample_max_new_tokens", .type = KT_INT, FIELD(sample_max_new_tokens), .def = "0", .imin = 0,
-     .imax = 1 << 20, .doc = "At the end, print a sample of this many tokens (byte-level models); 0 = none."},
+     .imax = SAMPLE_MAX_NEW_TOKENS, .doc = "At the end, print a sample of this many tokens (byte-level models); 0 = none."},
     {.key = "zero_stage", .type = KT_INT, FIELD(zero_stage), .def = "0", .imin = 0, .imax = 1,
      .doc = "0: plain data parallel; 1: AdamW state sharded across ranks (ZeRO-1)."},
     {.key = "dist_init_file", .type = KT_PATH, FIELD(dist_init_file), .def = "",

@@ -83,6 +83,7 @@ int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double
     const bool keep = model_keeps_kv(m);
     memcpy(row, prompt + (n_prompt - len), (size_t)len * sizeof *row);
     for (int i = 0; i < n_new; i++) {
+        if (gt_stop_signal()) break; /* SIGTERM/SIGINT: the sample so far, then a clean exit */
         if ((rc = model_forward_rows(m, row + kept, kept, len - kept, logits, err))) break;
         kept = keep ? len : 0;
         int next = sample_token(logits, V, temperature, top_k, rng);

@@ -368,9 +368,12 @@ Test(safety, sigterm_during_the_final_sample_exits_0, .timeout = 120) {
         sleep_s(0.005);
     }
     sleep_s(0.05);
+    double t0 = now_s();
     kill(p.pid, SIGTERM);
     int st = wait_proc(&p);
     expect_exit(&w, "s", st, 0);
+    /* a million tokens take minutes: the sample must stop at the signal, not run to its end */
+    cr_assert_lt(now_s() - t0, 10.0, "the sample went on %.1f s after SIGTERM", now_s() - t0);
     char mf[400];
     path_in(mf, sizeof mf, w.out, "model.safetensors");
     cr_assert(exists(mf), "the final weights must be saved before the sample");
