@@ -21,22 +21,7 @@ static void scratch_fini(void) { test_scratch_remove(g_dir); }
 
 TestSuite(data, .init = scratch_init, .fini = scratch_fini);
 
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k = 0;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%s", g_dir, name);
-    return p;
-}
-
-static void write_bytes(const char *path, const void *buf, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    if (n) cr_assert_eq(fwrite(buf, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
-}
-
-static void write_str(const char *path, const char *s) { write_bytes(path, s, strlen(s)); }
+static void write_str(const char *path, const char *s) { test_write_file(path, s, strlen(s)); }
 
 /* An llm.c shard written independently of data.c: int32 header[256] + uint16 tokens, raw fwrite
  * (this test assumes a little-endian host, as llm.c does), plus `extra` junk bytes. */
@@ -100,10 +85,10 @@ static void expect_error(const char *path, DataFormat fmt, int T, int vocab, con
 
 Test(data, text_split_sizes) {
     uint8_t *raw = random_bytes(1000, 1);
-    write_bytes(tpath("t.txt"), raw, 1000);
-    DataSource *all = open_ok(tpath("t.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0.1);
-    DataSource *tr = open_ok(tpath("t.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_TRAIN, 0.1);
-    DataSource *va = open_ok(tpath("t.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_VAL, 0.1);
+    test_write_file(test_join(g_dir, "t.txt"), raw, 1000);
+    DataSource *all = open_ok(test_join(g_dir, "t.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0.1);
+    DataSource *tr = open_ok(test_join(g_dir, "t.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_TRAIN, 0.1);
+    DataSource *va = open_ok(test_join(g_dir, "t.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_VAL, 0.1);
     cr_assert_eq(data_num_tokens(all), 1000);
     cr_assert_eq(data_num_tokens(tr), 900);
     cr_assert_eq(data_num_tokens(va), 100);
@@ -125,11 +110,11 @@ Test(data, text_split_sizes) {
 
 Test(data, text_split_too_small_is_an_error) {
     uint8_t *raw = random_bytes(100, 2);
-    write_bytes(tpath("small.txt"), raw, 100);
+    test_write_file(test_join(g_dir, "small.txt"), raw, 100);
     DataSource *d = NULL;
     GtError err = {0};
     /* 5% of 100 bytes = 5 < seq_len + 1 */
-    cr_assert_eq(data_open(&d, tpath("small.txt"), DATA_TEXT, false, 16, 256, DATA_SPLIT_VAL, 0.05, &err), -1);
+    cr_assert_eq(data_open(&d, test_join(g_dir, "small.txt"), DATA_TEXT, false, 16, 256, DATA_SPLIT_VAL, 0.05, &err), -1);
     cr_assert_not_null(strstr(err.msg, "small.txt"), "%s", err.msg);
     cr_assert_not_null(strstr(err.msg, "val split"), "%s", err.msg);
     free(raw);
@@ -139,8 +124,8 @@ Test(data, text_split_too_small_is_an_error) {
 Test(data, train_windows_in_range_and_shifted) {
     const int T = 12, n = 2000;
     uint8_t *raw = random_bytes(n, 3);
-    write_bytes(tpath("w.txt"), raw, n);
-    DataSource *d = open_ok(tpath("w.txt"), DATA_TEXT, T, 256, DATA_SPLIT_TRAIN, 0.25);
+    test_write_file(test_join(g_dir, "w.txt"), raw, n);
+    DataSource *d = open_ok(test_join(g_dir, "w.txt"), DATA_TEXT, T, 256, DATA_SPLIT_TRAIN, 0.25);
     const int n_train = 1500, rows = 32;
     int tok[32 * 12], tgt[32 * 12];
     for (long step = 0; step < 20; step++) {
@@ -163,9 +148,9 @@ Test(data, train_windows_in_range_and_shifted) {
 
 Test(data, train_rows_deterministic) {
     uint8_t *raw = random_bytes(5000, 4);
-    write_bytes(tpath("d.txt"), raw, 5000);
-    DataSource *a = open_ok(tpath("d.txt"), DATA_TEXT, 32, 256, DATA_SPLIT_ALL, 0);
-    DataSource *b = open_ok(tpath("d.txt"), DATA_TEXT, 32, 256, DATA_SPLIT_ALL, 0);
+    test_write_file(test_join(g_dir, "d.txt"), raw, 5000);
+    DataSource *a = open_ok(test_join(g_dir, "d.txt"), DATA_TEXT, 32, 256, DATA_SPLIT_ALL, 0);
+    DataSource *b = open_ok(test_join(g_dir, "d.txt"), DATA_TEXT, 32, 256, DATA_SPLIT_ALL, 0);
     int t1[8 * 32], g1[8 * 32], t2[8 * 32], g2[8 * 32];
     data_fill_train(a, 99, 7, 8, 0, 8, t1, g1);
     data_fill_train(b, 99, 7, 8, 0, 8, t2, g2);
@@ -202,27 +187,27 @@ static void check_split_independence(const DataSource *d, int T, long eb) {
 
 Test(data, rows_independent_of_micro_batch_split) {
     uint8_t *raw = random_bytes(3000, 5);
-    write_bytes(tpath("s.txt"), raw, 3000);
-    DataSource *d = open_ok(tpath("s.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0);
+    test_write_file(test_join(g_dir, "s.txt"), raw, 3000);
+    DataSource *d = open_ok(test_join(g_dir, "s.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0);
     check_split_independence(d, 16, 8); /* 1 x 8, 2 x 4, 4 x 2, 8 x 1 */
     data_close(d);
     free(raw);
 
     /* jsonl: 5 examples, so steps of 8 rows cross epochs */
-    write_str(tpath("s.jsonl"), "{\"prompt\":\"a\",\"completion\":\"bc\"}\n"
+    write_str(test_join(g_dir, "s.jsonl"), "{\"prompt\":\"a\",\"completion\":\"bc\"}\n"
                                 "{\"prompt\":\"dd\",\"completion\":\"e\"}\n"
                                 "{\"prompt_ids\":[1,2],\"completion_ids\":[3]}\n"
                                 "{\"prompt\":\"\",\"completion\":\"xyz\"}\n"
                                 "{\"prompt\":\"q\",\"completion\":\"rstuvwxyz0123\"}\n");
-    DataSource *j = open_ok(tpath("s.jsonl"), DATA_JSONL, 6, 256, DATA_SPLIT_ALL, 0);
+    DataSource *j = open_ok(test_join(g_dir, "s.jsonl"), DATA_JSONL, 6, 256, DATA_SPLIT_ALL, 0);
     check_split_independence(j, 6, 8);
     data_close(j);
 }
 
 Test(data, different_steps_and_seeds_differ) {
     uint8_t *raw = random_bytes(10000, 6);
-    write_bytes(tpath("x.txt"), raw, 10000);
-    DataSource *d = open_ok(tpath("x.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0);
+    test_write_file(test_join(g_dir, "x.txt"), raw, 10000);
+    DataSource *d = open_ok(test_join(g_dir, "x.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0);
     int a[8 * 16], b[8 * 16], c[8 * 16], tg[8 * 16];
     data_fill_train(d, 1, 0, 8, 0, 8, a, tg);
     data_fill_train(d, 1, 1, 8, 0, 8, b, tg);
@@ -240,8 +225,8 @@ Test(data, window_starts_uniform) {
     enum { T = 8, STARTS = 100, N = T + STARTS };
     uint16_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (uint16_t)i;
-    raw_shard(tpath("u.bin"), 20240520, 1, N, tok, N, 0);
-    DataSource *d = open_ok(tpath("u.bin"), DATA_TOKENS, T, 50257, DATA_SPLIT_ALL, 0);
+    raw_shard(test_join(g_dir, "u.bin"), 20240520, 1, N, tok, N, 0);
+    DataSource *d = open_ok(test_join(g_dir, "u.bin"), DATA_TOKENS, T, 50257, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), N);
     static int count[STARTS];
     memset(count, 0, sizeof count);
@@ -274,8 +259,8 @@ Test(data, shard_round_trip) {
     uint16_t tok[N];
     for (int i = 0; i < N; i++) tok[i] = (uint16_t)((i * 7919u) % 50257u);
     /* reader on an independently written shard */
-    raw_shard(tpath("raw.bin"), 20240520, 1, N, tok, N, 0);
-    DataSource *d = open_ok(tpath("raw.bin"), DATA_TOKENS, 10, 50257, DATA_SPLIT_ALL, 0);
+    raw_shard(test_join(g_dir, "raw.bin"), 20240520, 1, N, tok, N, 0);
+    DataSource *d = open_ok(test_join(g_dir, "raw.bin"), DATA_TOKENS, 10, 50257, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), N);
     long nw = data_num_eval_windows(d);
     cr_assert_eq(nw, (N - 1) / 10);
@@ -291,8 +276,8 @@ Test(data, shard_round_trip) {
 
     /* writer: byte-identical to the independent one, and no temp file left behind */
     GtError err = {0};
-    cr_assert_eq(data_write_token_shard(tpath("w.bin"), tok, N, &err), 0, "%s", err.msg);
-    FILE *f1 = fopen(tpath("raw.bin"), "rb"), *f2 = fopen(tpath("w.bin"), "rb");
+    cr_assert_eq(data_write_token_shard(test_join(g_dir, "w.bin"), tok, N, &err), 0, "%s", err.msg);
+    FILE *f1 = fopen(test_join(g_dir, "raw.bin"), "rb"), *f2 = fopen(test_join(g_dir, "w.bin"), "rb");
     cr_assert(f1 && f2);
     static uint8_t b1[1024 + 2 * N + 1], b2[1024 + 2 * N + 1];
     size_t n1 = fread(b1, 1, sizeof b1, f1), n2 = fread(b2, 1, sizeof b2, f2);
@@ -313,9 +298,9 @@ Test(data, shard_glob_concatenates_sorted) {
     for (int i = 0; i < 300; i++) a[i] = (uint16_t)i;
     for (int i = 0; i < 200; i++) b[i] = (uint16_t)(1000 + i);
     /* written in reverse order: the glob must sort */
-    raw_shard(tpath("train_001.bin"), 20240520, 1, 200, b, 200, 0);
-    raw_shard(tpath("train_000.bin"), 20240520, 1, 300, a, 300, 0);
-    raw_shard(tpath("val_000.bin"), 20240520, 1, 300, a, 300, 0);
+    raw_shard(test_join(g_dir, "train_001.bin"), 20240520, 1, 200, b, 200, 0);
+    raw_shard(test_join(g_dir, "train_000.bin"), 20240520, 1, 300, a, 300, 0);
+    raw_shard(test_join(g_dir, "val_000.bin"), 20240520, 1, 300, a, 300, 0);
     char pattern[512];
     snprintf(pattern, sizeof pattern, "%s/train_*.bin", g_dir);
     DataSource *d = open_ok(pattern, DATA_TOKENS, 16, 50257, DATA_SPLIT_ALL, 0);
@@ -337,69 +322,69 @@ Test(data, shard_glob_concatenates_sorted) {
 Test(data, hostile_shards_rejected) {
     uint16_t tok[100];
     for (int i = 0; i < 100; i++) tok[i] = (uint16_t)i;
-    raw_shard(tpath("trunc.bin"), 20240520, 1, 100, tok, 50, 0);
-    expect_error(tpath("trunc.bin"), DATA_TOKENS, 8, 50257, "trunc.bin", "truncated");
-    raw_shard(tpath("over.bin"), 20240520, 1, 100, tok, 100, 3);
-    expect_error(tpath("over.bin"), DATA_TOKENS, 8, 50257, "over.bin", "oversized");
-    raw_shard(tpath("magic.bin"), 20240521, 1, 100, tok, 100, 0);
-    expect_error(tpath("magic.bin"), DATA_TOKENS, 8, 50257, "magic.bin", "magic");
-    raw_shard(tpath("ver.bin"), 20240520, 2, 100, tok, 100, 0);
-    expect_error(tpath("ver.bin"), DATA_TOKENS, 8, 50257, "ver.bin", "version");
-    raw_shard(tpath("huge.bin"), 20240520, 1, 0x7fffffff, tok, 100, 0);
-    expect_error(tpath("huge.bin"), DATA_TOKENS, 8, 50257, "huge.bin", "2147483647");
-    raw_shard(tpath("neg.bin"), 20240520, 1, -2, tok, 100, 0);
-    expect_error(tpath("neg.bin"), DATA_TOKENS, 8, 50257, "neg.bin", "negative");
-    raw_shard(tpath("zero.bin"), 20240520, 1, 0, tok, 0, 0);
-    expect_error(tpath("zero.bin"), DATA_TOKENS, 8, 50257, "zero.bin", "no tokens");
-    write_bytes(tpath("tiny.bin"), "abc", 3);
-    expect_error(tpath("tiny.bin"), DATA_TOKENS, 8, 50257, "tiny.bin", "truncated");
-    raw_shard(tpath("short.bin"), 20240520, 1, 5, tok, 5, 0);
-    expect_error(tpath("short.bin"), DATA_TOKENS, 8, 50257, "short.bin", "seq_len+1 = 9");
+    raw_shard(test_join(g_dir, "trunc.bin"), 20240520, 1, 100, tok, 50, 0);
+    expect_error(test_join(g_dir, "trunc.bin"), DATA_TOKENS, 8, 50257, "trunc.bin", "truncated");
+    raw_shard(test_join(g_dir, "over.bin"), 20240520, 1, 100, tok, 100, 3);
+    expect_error(test_join(g_dir, "over.bin"), DATA_TOKENS, 8, 50257, "over.bin", "oversized");
+    raw_shard(test_join(g_dir, "magic.bin"), 20240521, 1, 100, tok, 100, 0);
+    expect_error(test_join(g_dir, "magic.bin"), DATA_TOKENS, 8, 50257, "magic.bin", "magic");
+    raw_shard(test_join(g_dir, "ver.bin"), 20240520, 2, 100, tok, 100, 0);
+    expect_error(test_join(g_dir, "ver.bin"), DATA_TOKENS, 8, 50257, "ver.bin", "version");
+    raw_shard(test_join(g_dir, "huge.bin"), 20240520, 1, 0x7fffffff, tok, 100, 0);
+    expect_error(test_join(g_dir, "huge.bin"), DATA_TOKENS, 8, 50257, "huge.bin", "2147483647");
+    raw_shard(test_join(g_dir, "neg.bin"), 20240520, 1, -2, tok, 100, 0);
+    expect_error(test_join(g_dir, "neg.bin"), DATA_TOKENS, 8, 50257, "neg.bin", "negative");
+    raw_shard(test_join(g_dir, "zero.bin"), 20240520, 1, 0, tok, 0, 0);
+    expect_error(test_join(g_dir, "zero.bin"), DATA_TOKENS, 8, 50257, "zero.bin", "no tokens");
+    test_write_file(test_join(g_dir, "tiny.bin"), "abc", 3);
+    expect_error(test_join(g_dir, "tiny.bin"), DATA_TOKENS, 8, 50257, "tiny.bin", "truncated");
+    raw_shard(test_join(g_dir, "short.bin"), 20240520, 1, 5, tok, 5, 0);
+    expect_error(test_join(g_dir, "short.bin"), DATA_TOKENS, 8, 50257, "short.bin", "seq_len+1 = 9");
     /* a token out of the model's vocabulary: the position is named */
     tok[37] = 50257;
-    raw_shard(tpath("vocab.bin"), 20240520, 1, 100, tok, 100, 0);
-    expect_error(tpath("vocab.bin"), DATA_TOKENS, 8, 50257, "vocab.bin", "position 37");
-    expect_error(tpath("vocab.bin"), DATA_TOKENS, 8, 50257, "vocab.bin", "vocab_size 50257");
+    raw_shard(test_join(g_dir, "vocab.bin"), 20240520, 1, 100, tok, 100, 0);
+    expect_error(test_join(g_dir, "vocab.bin"), DATA_TOKENS, 8, 50257, "vocab.bin", "position 37");
+    expect_error(test_join(g_dir, "vocab.bin"), DATA_TOKENS, 8, 50257, "vocab.bin", "vocab_size 50257");
     /* one bad shard in a glob is named */
     tok[37] = 1;
-    raw_shard(tpath("g_000.bin"), 20240520, 1, 100, tok, 100, 0);
-    raw_shard(tpath("g_001.bin"), 20240520, 1, 100, tok, 99, 0);
+    raw_shard(test_join(g_dir, "g_000.bin"), 20240520, 1, 100, tok, 100, 0);
+    raw_shard(test_join(g_dir, "g_001.bin"), 20240520, 1, 100, tok, 99, 0);
     char pattern[512];
     snprintf(pattern, sizeof pattern, "%s/g_*.bin", g_dir);
     expect_error(pattern, DATA_TOKENS, 8, 50257, "g_001.bin", "truncated");
 }
 
 Test(data, missing_directory_empty_files_rejected) {
-    expect_error(tpath("absent.txt"), DATA_TEXT, 8, 256, "absent.txt", "cannot open");
-    expect_error(tpath("absent.bin"), DATA_TOKENS, 8, 256, "absent.bin", "cannot open");
-    expect_error(tpath("absent.jsonl"), DATA_JSONL, 8, 256, "absent.jsonl", "cannot open");
-    cr_assert_eq(mkdir(tpath("adir"), 0755), 0);
-    expect_error(tpath("adir"), DATA_TEXT, 8, 256, "adir", "directory");
-    expect_error(tpath("adir"), DATA_TOKENS, 8, 256, "adir", "directory");
-    write_bytes(tpath("empty.txt"), "", 0);
-    expect_error(tpath("empty.txt"), DATA_TEXT, 8, 256, "empty.txt", "empty");
-    write_bytes(tpath("empty.jsonl"), "", 0);
-    expect_error(tpath("empty.jsonl"), DATA_JSONL, 8, 256, "empty.jsonl", "empty");
-    write_str(tpath("short.txt"), "hello");
-    expect_error(tpath("short.txt"), DATA_TEXT, 8, 256, "short.txt", "seq_len+1 = 9");
-    write_str(tpath("hi.txt"), "hello world, hello world");
-    expect_error(tpath("hi.txt"), DATA_TEXT, 8, 100, "hi.txt", "byte offset 0");
+    expect_error(test_join(g_dir, "absent.txt"), DATA_TEXT, 8, 256, "absent.txt", "cannot open");
+    expect_error(test_join(g_dir, "absent.bin"), DATA_TOKENS, 8, 256, "absent.bin", "cannot open");
+    expect_error(test_join(g_dir, "absent.jsonl"), DATA_JSONL, 8, 256, "absent.jsonl", "cannot open");
+    cr_assert_eq(mkdir(test_join(g_dir, "adir"), 0755), 0);
+    expect_error(test_join(g_dir, "adir"), DATA_TEXT, 8, 256, "adir", "directory");
+    expect_error(test_join(g_dir, "adir"), DATA_TOKENS, 8, 256, "adir", "directory");
+    test_write_file(test_join(g_dir, "empty.txt"), "", 0);
+    expect_error(test_join(g_dir, "empty.txt"), DATA_TEXT, 8, 256, "empty.txt", "empty");
+    test_write_file(test_join(g_dir, "empty.jsonl"), "", 0);
+    expect_error(test_join(g_dir, "empty.jsonl"), DATA_JSONL, 8, 256, "empty.jsonl", "empty");
+    write_str(test_join(g_dir, "short.txt"), "hello");
+    expect_error(test_join(g_dir, "short.txt"), DATA_TEXT, 8, 256, "short.txt", "seq_len+1 = 9");
+    write_str(test_join(g_dir, "hi.txt"), "hello world, hello world");
+    expect_error(test_join(g_dir, "hi.txt"), DATA_TEXT, 8, 100, "hi.txt", "byte offset 0");
 }
 
 /* Only regular files are read: a FIFO without a writer must not block the open (the timeout
  * catches a hang), /dev/zero never ends; a glob that matches a FIFO among shards is refused too. */
 Test(data, special_files_refused_without_blocking, .timeout = 10) {
-    cr_assert_eq(mkfifo(tpath("fifo.txt"), 0600), 0);
-    expect_error(tpath("fifo.txt"), DATA_TEXT, 8, 256, "fifo.txt", "FIFO");
-    expect_error(tpath("fifo.txt"), DATA_JSONL, 8, 256, "fifo.txt", "FIFO");
-    expect_error(tpath("fifo.txt"), DATA_TOKENS, 8, 256, "fifo.txt", "FIFO");
-    cr_assert_eq(symlink("/dev/zero", tpath("zero.txt")), 0);
-    expect_error(tpath("zero.txt"), DATA_TEXT, 8, 256, "zero.txt", "character device");
-    expect_error(tpath("zero.txt"), DATA_TOKENS, 8, 256, "zero.txt", "character device");
+    cr_assert_eq(mkfifo(test_join(g_dir, "fifo.txt"), 0600), 0);
+    expect_error(test_join(g_dir, "fifo.txt"), DATA_TEXT, 8, 256, "fifo.txt", "FIFO");
+    expect_error(test_join(g_dir, "fifo.txt"), DATA_JSONL, 8, 256, "fifo.txt", "FIFO");
+    expect_error(test_join(g_dir, "fifo.txt"), DATA_TOKENS, 8, 256, "fifo.txt", "FIFO");
+    cr_assert_eq(symlink("/dev/zero", test_join(g_dir, "zero.txt")), 0);
+    expect_error(test_join(g_dir, "zero.txt"), DATA_TEXT, 8, 256, "zero.txt", "character device");
+    expect_error(test_join(g_dir, "zero.txt"), DATA_TOKENS, 8, 256, "zero.txt", "character device");
     expect_error("/dev/null", DATA_JSONL, 8, 256, "/dev/null", "character device");
     uint16_t tok[64] = {0};
-    raw_shard(tpath("v_000.bin"), 20240520, 1, 64, tok, 64, 0);
-    cr_assert_eq(mkfifo(tpath("v_001.bin"), 0600), 0);
+    raw_shard(test_join(g_dir, "v_000.bin"), 20240520, 1, 64, tok, 64, 0);
+    cr_assert_eq(mkfifo(test_join(g_dir, "v_001.bin"), 0600), 0);
     char pat[600];
     snprintf(pat, sizeof pat, "%s/v_*.bin", g_dir);
     expect_error(pat, DATA_TOKENS, 8, 256, "v_001.bin", "FIFO");
@@ -408,12 +393,12 @@ Test(data, special_files_refused_without_blocking, .timeout = 10) {
 Test(data, memory_open_matches_file_open) {
     uint16_t tok[64];
     for (int i = 0; i < 64; i++) tok[i] = (uint16_t)(i * 3);
-    raw_shard(tpath("m.bin"), 20240520, 1, 64, tok, 64, 0);
-    FILE *f = fopen(tpath("m.bin"), "rb");
+    raw_shard(test_join(g_dir, "m.bin"), 20240520, 1, 64, tok, 64, 0);
+    FILE *f = fopen(test_join(g_dir, "m.bin"), "rb");
     static uint8_t buf[1024 + 128];
     cr_assert_eq(fread(buf, 1, sizeof buf, f), sizeof buf);
     fclose(f);
-    DataSource *a = open_ok(tpath("m.bin"), DATA_TOKENS, 8, 256, DATA_SPLIT_TRAIN, 0.25);
+    DataSource *a = open_ok(test_join(g_dir, "m.bin"), DATA_TOKENS, 8, 256, DATA_SPLIT_TRAIN, 0.25);
     DataSource *b = NULL;
     GtError err = {0};
     cr_assert_eq(data_open_memory(&b, "m.bin", buf, sizeof buf, DATA_TOKENS, false, 8, 256, DATA_SPLIT_TRAIN, 0.25, &err), 0,
@@ -436,8 +421,8 @@ Test(data, memory_open_matches_file_open) {
  * jsonl */
 
 Test(data, jsonl_text_form_masks_prompt_and_padding) {
-    write_str(tpath("a.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"cde\"}\n");
-    DataSource *d = open_ok(tpath("a.jsonl"), DATA_JSONL, 8, 256, DATA_SPLIT_ALL, 0);
+    write_str(test_join(g_dir, "a.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"cde\"}\n");
+    DataSource *d = open_ok(test_join(g_dir, "a.jsonl"), DATA_JSONL, 8, 256, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), 1);
     cr_assert_eq(data_num_eval_windows(d), 1);
     int tk[8], tg[8];
@@ -458,9 +443,9 @@ Test(data, jsonl_text_form_masks_prompt_and_padding) {
 }
 
 Test(data, jsonl_ids_form_and_truncation) {
-    write_str(tpath("b.jsonl"), "\n{\"prompt_ids\": [10, 11, 12, 13, 14], \"completion_ids\": [20, 21, 22, 23, 24, 25]}\n"
+    write_str(test_join(g_dir, "b.jsonl"), "\n{\"prompt_ids\": [10, 11, 12, 13, 14], \"completion_ids\": [20, 21, 22, 23, 24, 25]}\n"
                                 "   \n{\"prompt_ids\": [], \"completion_ids\": [7, 8]}\r\n");
-    DataSource *d = open_ok(tpath("b.jsonl"), DATA_JSONL, 8, 100, DATA_SPLIT_ALL, 0);
+    DataSource *d = open_ok(test_join(g_dir, "b.jsonl"), DATA_JSONL, 8, 100, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), 2);
     int tk[16], tg[16];
     data_fill_eval(d, 0, 2, tk, tg);
@@ -486,8 +471,8 @@ Test(data, jsonl_ids_form_and_truncation) {
 }
 
 static void jsonl_error(const char *content, int vocab, const char *where, const char *what) {
-    write_str(tpath("bad.jsonl"), content);
-    expect_error(tpath("bad.jsonl"), DATA_JSONL, 8, vocab, where, what);
+    write_str(test_join(g_dir, "bad.jsonl"), content);
+    expect_error(test_join(g_dir, "bad.jsonl"), DATA_JSONL, 8, vocab, where, what);
 }
 
 Test(data, jsonl_bad_lines_named) {
@@ -524,8 +509,8 @@ Test(data, jsonl_epoch_is_a_permutation) {
         snprintf(line, sizeof line, "{\"prompt_ids\": [%d], \"completion_ids\": [%d]}\n", i, 100 + i);
         strcat(buf, line);
     }
-    write_str(tpath("p.jsonl"), buf);
-    DataSource *d = open_ok(tpath("p.jsonl"), DATA_JSONL, 4, 200, DATA_SPLIT_ALL, 0);
+    write_str(test_join(g_dir, "p.jsonl"), buf);
+    DataSource *d = open_ok(test_join(g_dir, "p.jsonl"), DATA_JSONL, 4, 200, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), N);
     int tk[4], tg[4], seen[2][N], order[2][N];
     memset(seen, 0, sizeof seen);
@@ -551,9 +536,9 @@ Test(data, jsonl_split_by_examples) {
         snprintf(line, sizeof line, "{\"prompt_ids\": [%d], \"completion_ids\": [1]}\n", i + 2);
         strcat(buf, line);
     }
-    write_str(tpath("sp.jsonl"), buf);
-    DataSource *tr = open_ok(tpath("sp.jsonl"), DATA_JSONL, 4, 50, DATA_SPLIT_TRAIN, 0.2);
-    DataSource *va = open_ok(tpath("sp.jsonl"), DATA_JSONL, 4, 50, DATA_SPLIT_VAL, 0.2);
+    write_str(test_join(g_dir, "sp.jsonl"), buf);
+    DataSource *tr = open_ok(test_join(g_dir, "sp.jsonl"), DATA_JSONL, 4, 50, DATA_SPLIT_TRAIN, 0.2);
+    DataSource *va = open_ok(test_join(g_dir, "sp.jsonl"), DATA_JSONL, 4, 50, DATA_SPLIT_VAL, 0.2);
     cr_assert_eq(data_num_tokens(tr), 8);
     cr_assert_eq(data_num_tokens(va), 2);
     int tk[8], tg[8];
@@ -570,8 +555,8 @@ Test(data, jsonl_split_by_examples) {
 Test(data, eval_windows_fixed_and_consecutive) {
     const int T = 10, n = 95;
     uint8_t *raw = random_bytes(n, 8);
-    write_bytes(tpath("e.txt"), raw, n);
-    DataSource *d = open_ok(tpath("e.txt"), DATA_TEXT, T, 256, DATA_SPLIT_ALL, 0);
+    test_write_file(test_join(g_dir, "e.txt"), raw, n);
+    DataSource *d = open_ok(test_join(g_dir, "e.txt"), DATA_TEXT, T, 256, DATA_SPLIT_ALL, 0);
     long nw = data_num_eval_windows(d);
     cr_assert_eq(nw, 9); /* windows 0..8 start at 0..80; 9 would need bytes 90..100 */
     int tk[12 * 10], tg[12 * 10], tk2[12 * 10], tg2[12 * 10];
@@ -605,7 +590,7 @@ static int lab_of(char c) { return c == '.' ? -100 : (int)(unsigned char)c; }
 /* Written by hand from the file below: every example end to end, nothing truncated or padded;
  * the labels are the completion tokens, -100 on the prompt tokens. */
 Test(data, packed_stream_is_the_concatenation) {
-    write_str(tpath("k.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"cde\"}\n"
+    write_str(test_join(g_dir, "k.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"cde\"}\n"
                                 "\n"
                                 "{\"prompt\": \"\", \"completion\": \"fg\"}\r\n"
                                 "{\"prompt\": \"hij\", \"completion\": \"\"}\n"
@@ -613,7 +598,7 @@ Test(data, packed_stream_is_the_concatenation) {
     const char *stream = "abcdefghijklmnopqrstuvw";
     const char *labels = "..cdefg....lmnopqrstuvw";
     const int T = 4, n = (int)strlen(stream);
-    DataSource *d = open_ok_packing(tpath("k.jsonl"), DATA_JSONL, true, T, 256, DATA_SPLIT_ALL, 0);
+    DataSource *d = open_ok_packing(test_join(g_dir, "k.jsonl"), DATA_JSONL, true, T, 256, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), (uint64_t)n, "stream of %llu tokens", (unsigned long long)data_num_tokens(d));
     long nw = data_num_eval_windows(d);
     cr_assert_eq(nw, (n - 1) / T);
@@ -639,7 +624,7 @@ Test(data, packed_stream_is_the_concatenation) {
     cr_assert_eq(tk[4 * T + 3], 't');
     cr_assert_eq(tg[4 * T + 3], 'u');
     /* the unpacked reader on the same file: one padded, truncated row per example */
-    DataSource *u = open_ok(tpath("k.jsonl"), DATA_JSONL, T, 256, DATA_SPLIT_ALL, 0);
+    DataSource *u = open_ok(test_join(g_dir, "k.jsonl"), DATA_JSONL, T, 256, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(u), 4);
     data_close(u);
     data_close(d);
@@ -669,7 +654,7 @@ static int packed_file(const char *name, int *tok, int *lab, int *is_prompt) {
         at += (size_t)sprintf(buf + at, "]}\n");
     }
     cr_assert(n <= PK_MAX && at < 64 * 1024);
-    write_bytes(tpath(name), buf, at);
+    test_write_file(test_join(g_dir, name), buf, at);
     free(buf);
     return n;
 }
@@ -677,14 +662,14 @@ static int packed_file(const char *name, int *tok, int *lab, int *is_prompt) {
 Test(data, packed_targets_ignore_exactly_prompt_tokens) {
     static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
     const int n = packed_file("g.jsonl", tok, lab, isp), T = 8;
-    DataSource *d = open_ok_packing(tpath("g.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
+    DataSource *d = open_ok_packing(test_join(g_dir, "g.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), (uint64_t)n);
     /* the window starts come from the text/tokens sampler: a shard of the same length whose
      * token i is i must start every row at the same place */
     static uint16_t ids[PK_MAX];
     for (int i = 0; i < n; i++) ids[i] = (uint16_t)i;
-    raw_shard(tpath("same.bin"), DATA_SHARD_MAGIC, DATA_SHARD_VERSION, n, ids, (size_t)n, 0);
-    DataSource *s = open_ok(tpath("same.bin"), DATA_TOKENS, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
+    raw_shard(test_join(g_dir, "same.bin"), DATA_SHARD_MAGIC, DATA_SHARD_VERSION, n, ids, (size_t)n, 0);
+    DataSource *s = open_ok(test_join(g_dir, "same.bin"), DATA_TOKENS, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     int tk[8], tg[8], stk[8], stg[8], crossings = 0, ignored = 0, trained = 0;
     bool seen_start[PK_MAX] = {false};
     for (long step = 0; step < 300; step++) {
@@ -719,7 +704,7 @@ Test(data, packed_rows_split_independent) {
     static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
     packed_file("r.jsonl", tok, lab, isp);
     const int T = 6;
-    DataSource *d = open_ok_packing(tpath("r.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
+    DataSource *d = open_ok_packing(test_join(g_dir, "r.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     for (long step = 0; step < 5; step++) {
         int a[8 * 6], ag[8 * 6], b[8 * 6], bg[8 * 6], c[8 * 6], cg[8 * 6];
         data_fill_train(d, 1234, step, 8, 0, 8, a, ag);
@@ -739,7 +724,7 @@ Test(data, packed_rows_split_independent) {
 Test(data, packed_eval_windows_consecutive) {
     static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
     const int n = packed_file("e.jsonl", tok, lab, isp), T = 7;
-    DataSource *d = open_ok_packing(tpath("e.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
+    DataSource *d = open_ok_packing(test_join(g_dir, "e.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     const long nw = data_num_eval_windows(d);
     cr_assert_eq(nw, (n - 1) / T);
     const int rows = (int)nw + 2;
@@ -774,8 +759,8 @@ Test(data, packed_eval_windows_consecutive) {
 Test(data, packed_split_by_examples) {
     static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
     const int n = packed_file("s.jsonl", tok, lab, isp), T = 4;
-    DataSource *tr = open_ok_packing(tpath("s.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_TRAIN, 0.25);
-    DataSource *va = open_ok_packing(tpath("s.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_VAL, 0.25);
+    DataSource *tr = open_ok_packing(test_join(g_dir, "s.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_TRAIN, 0.25);
+    DataSource *va = open_ok_packing(test_join(g_dir, "s.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_VAL, 0.25);
     int n_train = 0; /* tokens of the first 30 examples */
     for (int k = 0; k < 30; k++) n_train += k % 5 + (3 * k) % 7;
     cr_assert_eq(data_num_tokens(tr), (uint64_t)n_train);
@@ -803,30 +788,30 @@ static void expect_packed_error(const char *path, int T, int split, double vf, c
 
 Test(data, packed_too_short_names_the_file) {
     /* 2 examples, 7 tokens in all: packed they cannot fill one window of seq_len+1 = 9 */
-    write_str(tpath("short.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"c\"}\n{\"prompt\": \"d\", \"completion\": \"efg\"}\n");
-    expect_packed_error(tpath("short.jsonl"), 8, DATA_SPLIT_ALL, 0, "7 tokens, expected at least seq_len+1 = 9");
+    write_str(test_join(g_dir, "short.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"c\"}\n{\"prompt\": \"d\", \"completion\": \"efg\"}\n");
+    expect_packed_error(test_join(g_dir, "short.jsonl"), 8, DATA_SPLIT_ALL, 0, "7 tokens, expected at least seq_len+1 = 9");
     /* seq_len+1 = 7 fits exactly */
-    DataSource *d = open_ok_packing(tpath("short.jsonl"), DATA_JSONL, true, 6, 256, DATA_SPLIT_ALL, 0);
+    DataSource *d = open_ok_packing(test_join(g_dir, "short.jsonl"), DATA_JSONL, true, 6, 256, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), 7);
     cr_assert_eq(data_num_eval_windows(d), 1);
     data_close(d);
     /* unpacked, the same file is two padded rows */
-    d = open_ok(tpath("short.jsonl"), DATA_JSONL, 8, 256, DATA_SPLIT_ALL, 0);
+    d = open_ok(test_join(g_dir, "short.jsonl"), DATA_JSONL, 8, 256, DATA_SPLIT_ALL, 0);
     cr_assert_eq(data_num_tokens(d), 2);
     data_close(d);
     /* a split too short on its own: the val split is the second example, 4 tokens */
-    expect_packed_error(tpath("short.jsonl"), 4, DATA_SPLIT_VAL, 0.5, "val split");
+    expect_packed_error(test_join(g_dir, "short.jsonl"), 4, DATA_SPLIT_VAL, 0.5, "val split");
     /* nothing to train on at all */
-    write_str(tpath("none.jsonl"), "{\"prompt\": \"abcdefgh\", \"completion\": \"\"}\n{\"prompt\": \"ijklmnop\", \"completion\": \"\"}\n");
-    expect_packed_error(tpath("none.jsonl"), 4, DATA_SPLIT_ALL, 0, "no example has a completion");
+    write_str(test_join(g_dir, "none.jsonl"), "{\"prompt\": \"abcdefgh\", \"completion\": \"\"}\n{\"prompt\": \"ijklmnop\", \"completion\": \"\"}\n");
+    expect_packed_error(test_join(g_dir, "none.jsonl"), 4, DATA_SPLIT_ALL, 0, "no example has a completion");
 }
 
 /* packing is a jsonl option: text and token shards read the same with it */
 Test(data, packing_ignored_by_text) {
     uint8_t *raw = random_bytes(300, 9);
-    write_bytes(tpath("pt.txt"), raw, 300);
-    DataSource *a = open_ok(tpath("pt.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_TRAIN, 0.1);
-    DataSource *b = open_ok_packing(tpath("pt.txt"), DATA_TEXT, true, 16, 256, DATA_SPLIT_TRAIN, 0.1);
+    test_write_file(test_join(g_dir, "pt.txt"), raw, 300);
+    DataSource *a = open_ok(test_join(g_dir, "pt.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_TRAIN, 0.1);
+    DataSource *b = open_ok_packing(test_join(g_dir, "pt.txt"), DATA_TEXT, true, 16, 256, DATA_SPLIT_TRAIN, 0.1);
     cr_assert_eq(data_num_tokens(a), data_num_tokens(b));
     int t1[4 * 16], g1[4 * 16], t2[4 * 16], g2[4 * 16];
     data_fill_train(a, 5, 2, 4, 0, 4, t1, g1);

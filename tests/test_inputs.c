@@ -26,37 +26,22 @@ static void scratch_fini(void) { test_scratch_remove(g_dir); }
 
 TestSuite(inputs, .init = scratch_init, .fini = scratch_fini);
 
-static const char *tpath(const char *name) {
-    static char buf[8][512];
-    static int k = 0;
-    char *p = buf[k++ % 8];
-    snprintf(p, 512, "%s/%s", g_dir, name);
-    return p;
-}
-
-static void write_bytes(const char *path, const void *buf, size_t n) {
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    if (n) cr_assert_eq(fwrite(buf, 1, n, f), n);
-    cr_assert_eq(fclose(f), 0);
-}
-
 /* one jsonl example (split ALL, unpacked, seq_len T): its row of T tokens and T targets */
 static void one_example(const char *content, size_t len, int T, int *tk, int *tg) {
-    write_bytes(tpath("x.jsonl"), content, len);
+    test_write_file(test_join(g_dir, "x.jsonl"), content, len);
     DataSource *d = NULL;
     GtError err = {0};
-    cr_assert_eq(data_open(&d, tpath("x.jsonl"), DATA_JSONL, false, T, 256, DATA_SPLIT_ALL, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(data_open(&d, test_join(g_dir, "x.jsonl"), DATA_JSONL, false, T, 256, DATA_SPLIT_ALL, 0, &err), 0, "%s", err.msg);
     cr_assert_eq(data_num_eval_windows(d), 1);
     data_fill_eval(d, 0, 1, tk, tg);
     data_close(d);
 }
 
 static void expect_jsonl_error(const char *content, int split, bool packing, const char *where, const char *what) {
-    write_bytes(tpath("bad.jsonl"), content, strlen(content));
+    test_write_file(test_join(g_dir, "bad.jsonl"), content, strlen(content));
     DataSource *d = (DataSource *)0x1;
     GtError err = {0};
-    int rc = data_open(&d, tpath("bad.jsonl"), DATA_JSONL, packing, 4, 256, split, 0.5, &err);
+    int rc = data_open(&d, test_join(g_dir, "bad.jsonl"), DATA_JSONL, packing, 4, 256, split, 0.5, &err);
     cr_assert_eq(rc, -1, "accepted: %s", content);
     cr_assert_null(d);
     cr_assert_eq(err.code, GT_EXIT_BAD_INPUT, "code %d: %s", err.code, err.msg);
@@ -139,7 +124,7 @@ Test(inputs, split_without_completion_tokens_refused) {
     expect_jsonl_error(half, DATA_SPLIT_TRAIN, true, "bad.jsonl", "train split");
     DataSource *d = NULL;
     GtError err = {0};
-    cr_assert_eq(data_open(&d, tpath("bad.jsonl"), DATA_JSONL, false, 4, 256, DATA_SPLIT_VAL, 0.5, &err), 0, "%s",
+    cr_assert_eq(data_open(&d, test_join(g_dir, "bad.jsonl"), DATA_JSONL, false, 4, 256, DATA_SPLIT_VAL, 0.5, &err), 0, "%s",
                  err.msg);
     cr_assert_eq(data_num_tokens(d), 2);
     data_close(d);
@@ -156,19 +141,19 @@ Test(inputs, split_without_completion_tokens_refused) {
 Test(inputs, too_short_for_one_window_refused) {
     int32_t hdr[256] = {20240520, 1, 8};
     uint16_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    FILE *f = fopen(tpath("s.bin"), "wb");
+    FILE *f = fopen(test_join(g_dir, "s.bin"), "wb");
     cr_assert_not_null(f);
     cr_assert_eq(fwrite(hdr, sizeof hdr, 1, f), 1);
     cr_assert_eq(fwrite(tok, 2, 8, f), 8);
     cr_assert_eq(fclose(f), 0);
     DataSource *d = (DataSource *)0x1;
     GtError err = {0};
-    cr_assert_eq(data_open(&d, tpath("s.bin"), DATA_TOKENS, false, 8, 256, DATA_SPLIT_ALL, 0, &err), -1);
+    cr_assert_eq(data_open(&d, test_join(g_dir, "s.bin"), DATA_TOKENS, false, 8, 256, DATA_SPLIT_ALL, 0, &err), -1);
     cr_assert_eq(err.code, GT_EXIT_BAD_INPUT);
     cr_assert(strstr(err.msg, "s.bin") && strstr(err.msg, "seq_len+1 = 9"), "%s", err.msg);
     /* 20 bytes of text: the val split (10 %) holds 2, fewer than 9 */
-    write_bytes(tpath("s.txt"), "abcdefghijklmnopqrst", 20);
-    cr_assert_eq(data_open(&d, tpath("s.txt"), DATA_TEXT, false, 8, 256, DATA_SPLIT_VAL, 0.1, &err), -1);
+    test_write_file(test_join(g_dir, "s.txt"), "abcdefghijklmnopqrst", 20);
+    cr_assert_eq(data_open(&d, test_join(g_dir, "s.txt"), DATA_TEXT, false, 8, 256, DATA_SPLIT_VAL, 0.1, &err), -1);
     cr_assert_eq(err.code, GT_EXIT_BAD_INPUT);
     cr_assert(strstr(err.msg, "s.txt") && strstr(err.msg, "val split") && strstr(err.msg, "2 tokens"), "%s", err.msg);
 }
@@ -199,7 +184,7 @@ static void shard(const char *path, int n) {
 /* Run gtrain with argv (NULL-terminated after argv[0] = the binary) from g_dir, killed after 60 s;
  * returns its wait status, stderr in err_buf. */
 static int run_gtrain(char *const argv[], char *err_buf, size_t cap) {
-    const char *ep = tpath("stderr.txt");
+    const char *ep = test_join(g_dir, "stderr.txt");
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
@@ -237,20 +222,20 @@ static void expect_cli_refusal(const char *tag, char *const argv[], const char *
 Test(inputs, special_files_through_the_cli, .timeout = 240) {
     const char *bin = getenv("GTRAIN_BIN");
     if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
-    write_bytes(tpath("m.json"), GOOD_MODEL, strlen(GOOD_MODEL));
-    shard(tpath("tr_000.bin"), 300);
-    shard(tpath("v_000.bin"), 100);
-    cr_assert_eq(mkfifo(tpath("v_001.bin"), 0600), 0);
-    cr_assert_eq(mkfifo(tpath("fifo.txt"), 0600), 0);
-    cr_assert_eq(symlink("/dev/zero", tpath("zero.bin")), 0);
-    cr_assert_eq(mkdir(tpath("ck"), 0755), 0);
-    cr_assert_eq(mkfifo(tpath("ck/model.safetensors"), 0600), 0);
-    cr_assert_eq(mkdir(tpath("rep"), 0755), 0);
-    cr_assert_eq(mkfifo(tpath("rep/metrics.jsonl"), 0600), 0);
+    test_write_file(test_join(g_dir, "m.json"), GOOD_MODEL, strlen(GOOD_MODEL));
+    shard(test_join(g_dir, "tr_000.bin"), 300);
+    shard(test_join(g_dir, "v_000.bin"), 100);
+    cr_assert_eq(mkfifo(test_join(g_dir, "v_001.bin"), 0600), 0);
+    cr_assert_eq(mkfifo(test_join(g_dir, "fifo.txt"), 0600), 0);
+    cr_assert_eq(symlink("/dev/zero", test_join(g_dir, "zero.bin")), 0);
+    cr_assert_eq(mkdir(test_join(g_dir, "ck"), 0755), 0);
+    cr_assert_eq(mkfifo(test_join(g_dir, "ck/model.safetensors"), 0600), 0);
+    cr_assert_eq(mkdir(test_join(g_dir, "rep"), 0755), 0);
+    cr_assert_eq(mkfifo(test_join(g_dir, "rep/metrics.jsonl"), 0600), 0);
     const char *cfg = "model: m.json\ndata:\n  train: tr_*.bin\n  format: tokens\n  seq_len: 16\n"
                       "per_device_train_batch_size: 2\nmax_steps: 1\nsave_steps: 0\noutput_dir: out\n";
-    write_bytes(tpath("run.yaml"), cfg, strlen(cfg));
-    char *c = (char *)tpath("run.yaml"), *b = (char *)bin;
+    test_write_file(test_join(g_dir, "run.yaml"), cfg, strlen(cfg));
+    char *c = (char *)test_join(g_dir, "run.yaml"), *b = (char *)bin;
     {
         char *argv[] = {b, "--config", c, "--set", "data.train=fifo.txt", "--set", "data.format=text", NULL};
         expect_cli_refusal("train fifo", argv, "fifo.txt");
@@ -272,7 +257,7 @@ Test(inputs, special_files_through_the_cli, .timeout = 240) {
         expect_cli_refusal("init_from /dev/zero", argv, "zero.bin");
     }
     {
-        char *argv[] = {b, "report", (char *)tpath("rep"), NULL};
+        char *argv[] = {b, "report", (char *)test_join(g_dir, "rep"), NULL};
         expect_cli_refusal("report fifo", argv, "metrics.jsonl");
     }
     {

@@ -67,3 +67,18 @@ const char TEST_HF_GPT2_CONFIG[] =
     "  \"summary_proj_to_labels\": true,\n  \"summary_type\": \"cls_index\",\n  \"summary_use_proj\": true,\n"
     "  \"task_specific_params\": {\n    \"text-generation\": {\n      \"do_sample\": true,\n"
     "      \"max_length\": 50\n    }\n  },\n  \"vocab_size\": 50257\n}\n";
+
+const char *test_join(const char *dir, const char *name) {
+    static char buf[8][512];
+    static int k = 0;
+    char *p = buf[k++ % 8];
+    cr_assert_lt((size_t)snprintf(p, 512, "%s/%s", dir, name), (size_t)512);
+    return p;
+}
+
+void test_write_file(const char *path, const void *buf, size_t n) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot write %s", path);
+    if (n) cr_assert_eq(fwrite(buf, 1, n, f), n);
+    cr_assert_eq(fclose(f), 0);
+}

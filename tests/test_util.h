@@ -23,6 +23,11 @@ extern const char TEST_HF_GPT2_CONFIG[];
 void test_scratch_make(char *dir, size_t cap, const char *prefix);
 void test_scratch_remove(const char *dir);
 
+/* dir/name in one of 8 rotating buffers (so a call can take several); asserts it fits. */
+const char *test_join(const char *dir, const char *name);
+/* Write n bytes to path (asserts). */
+void test_write_file(const char *path, const void *buf, size_t n);
+
 /* The "train" and "eval" records of dir/metrics.jsonl (asserts it parses). */
 void read_train_metrics(const char *dir, Losses *l);
 
