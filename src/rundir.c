@@ -146,10 +146,14 @@ static int take_lock(RunDir *rd, GtError *err) {
             fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
             if (fd < 0 && errno == ENOENT) continue; /* removed in between: again */
         }
-        if (fd < 0)
-            return gt_error(err, errno == ELOOP ? GT_EXIT_BAD_INPUT : GT_EXIT_FAILURE,
+        if (fd < 0) { /* a link or a directory at the lock's name is planted, not a failure of ours */
+            const bool planted = errno == ELOOP || errno == EISDIR;
+            return gt_error(err, planted ? GT_EXIT_BAD_INPUT : GT_EXIT_FAILURE,
                             "%s: output_dir: cannot open the lock file %s: %s", rd->config_path, path,
-                            errno == ELOOP ? "it is a symbolic link, expected gtrain's lock file" : strerror(errno));
+                            errno == ELOOP    ? "expected gtrain's lock file, found a symbolic link"
+                            : errno == EISDIR ? "expected gtrain's lock file, found a directory"
+                                              : strerror(errno));
+        }
         struct stat fs, ps;
         if (fstat(fd, &fs) != 0 || !S_ISREG(fs.st_mode)) {
             close(fd);

@@ -511,7 +511,7 @@ static int check_weights(Trainer *t, long step, const char *when, GtError *err) 
     const double sq = t->be->ops->sum_squares(t->be, t->model->params, t->model->layout.total);
     if (isfinite(sq)) return 0;
     return gt_error(err, GT_EXIT_FAILURE,
-                    "step %ld: %s weights that are not finite (sum of squares %g); stopped, the last good checkpoint "
+                    "step %ld: the weights are not finite %s (sum of squares %g); stopped, the last good checkpoint "
                     "is kept in %s",
                     step, when, sq, t->cfg->output_dir);
 }
@@ -567,7 +567,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             model_zero_grads(m);
         }
         /* an update can overflow with a finite loss and gradient: never train on from it */
-        if (!skip && !empty && check_weights(t, step + 1, "the optimizer update made", err)) return -1;
+        if (!skip && !empty && check_weights(t, step + 1, "after the optimizer update", err)) return -1;
         const double device_ms = t->be->ops->timer_elapsed_ms(t->be);
         t->be->ops->synchronize(t->be);
         double dt = gt_now_seconds() - t0;
@@ -633,7 +633,9 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         if (save && save_checkpoint(t, err)) return -1;
     }
     /* skipped steps leave weights that were loaded non-finite as they were: never exit 0 with them */
-    if (!summary->stopped_by_signal && check_weights(t, t->state.global_step, "at the end of the run,", err)) return -1;
+    if (!summary->stopped_by_signal &&
+        check_weights(t, t->state.global_step, "at the end of the run (skipped steps left them so)", err))
+        return -1;
     summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t->t_start);
     return 0;
 }
