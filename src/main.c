@@ -17,7 +17,7 @@
 #include "sample.h"
 #include "trainer.h"
 
-#define GTRAIN_VERSION "0.1.0"
+#define GTRAIN_VERSION "0.2.0"
 
 static void print_usage(FILE *out) {
     fprintf(out,

@@ -186,6 +186,43 @@ static int take_lock(RunDir *rd, GtError *err) {
 
 /* ---------------------------------------------------------------- identity */
 
+/* Does directory p hold nothing but the files of a gtrain checkpoint (another trainer's always has
+ * others: optimizer.pt, rng_state.pth, training_args.bin)? */
+static bool only_gtrain_files(const char *p) {
+    DIR *d = opendir(p);
+    if (!d) return false;
+    bool only = true;
+    struct dirent *e;
+    while (only && (e = readdir(d)))
+        only = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || listed(RUNDIR_CHECKPOINT_FILES, e->d_name);
+    closedir(d);
+    return only;
+}
+
+/* A gtrain_run.json of gtrain before 0.2 is the bare run object and lists no files; that gtrain took
+ * every checkpoint-N directory and event file beside it for its own, so they are adopted as this
+ * run's (the next write records them) -- checkpoint directories only when they hold nothing else. */
+static void adopt_legacy(RunDir *rd) {
+    DIR *d = opendir(rd->dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char p[GT_PATH_MAX + 300];
+        snprintf(p, sizeof p, "%s/%s", rd->dir, e->d_name);
+        struct stat sb;
+        if (lstat(p, &sb) != 0) continue;
+        long s = step_of(e->d_name, "checkpoint-", "");
+        if (s >= 0 && S_ISDIR(sb.st_mode) && only_gtrain_files(p)) {
+            rd->ckpts = gt_xrealloc(rd->ckpts, (size_t)(rd->n_ckpts + 1) * sizeof *rd->ckpts);
+            rd->ckpts[rd->n_ckpts++] = s;
+        } else if (strncmp(e->d_name, "events.out.tfevents.", 20) == 0 && S_ISREG(sb.st_mode)) {
+            rd->events = gt_xrealloc(rd->events, (size_t)(rd->n_events + 1) * sizeof *rd->events);
+            rd->events[rd->n_events++] = gt_xstrdup(e->d_name);
+        }
+    }
+    closedir(d);
+}
+
 static void read_identity(RunDir *rd) {
     char path[GT_PATH_MAX + 32], *text = NULL;
     size_t n;
@@ -215,6 +252,10 @@ static void read_identity(RunDir *rd) {
             rd->events = gt_xrealloc(rd->events, (size_t)(rd->n_events + 1) * sizeof *rd->events);
             rd->events[rd->n_events++] = gt_xstrdup(x->valuestring);
         }
+    } else if (cJSON_IsObject(j) && cJSON_IsString(cJSON_GetObjectItemCaseSensitive(j, "seed")) &&
+               cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(j, "n_layer"))) {
+        rd->run_json = cJSON_PrintUnformatted(j);
+        adopt_legacy(rd);
     }
     cJSON_Delete(j);
 }

@@ -542,3 +542,36 @@ Test(safety, metrics_never_hold_a_torn_record, .timeout = 120) {
     }
     ws_fini(&w);
 }
+
+/* ---------------------------------------------------------------- an older gtrain's directory */
+
+Test(safety, a_run_directory_of_gtrain_0_1_resumes, .timeout = 120) {
+    Ws w;
+    ws_init(&w);
+    int st = run(&w, NULL, "a", "max_steps=2", NULL);
+    expect_exit(&w, "a", st, 0);
+    /* gtrain 0.1 wrote the bare run object and no list of files */
+    char p[600];
+    path_in(p, sizeof p, w.out, "gtrain_run.json");
+    char *s = slurp(p, NULL);
+    cr_assert_not_null(s);
+    cJSON *j = cJSON_Parse(s);
+    char *legacy = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "run"));
+    put_file(p, legacy, strlen(legacy));
+    free(legacy), free(s);
+    cJSON_Delete(j);
+    st = run(&w, NULL, "b", "max_steps=4", "resume_from_checkpoint=latest", NULL);
+    expect_exit(&w, "b", st, 0);
+    char *o = read_log(&w, "b", "out");
+    cr_assert_not_null(strstr(o, "checkpoint-2 at step 2"), "not resumed from the 0.1 run's checkpoint-2: %s", o);
+    free(o);
+    s = slurp(p, NULL);
+    j = cJSON_Parse(s);
+    /* save_total_limit 3: the adopted checkpoint-2, then 3 and 4 (checkpoint-1, adopted too, rotated away) */
+    const cJSON *ck = cJSON_GetObjectItem(j, "checkpoints");
+    cr_assert(cJSON_GetArraySize(ck) == 3 && cJSON_GetArrayItem(ck, 0)->valuedouble == 2,
+              "the adopted and new checkpoints: %s", s);
+    cJSON_Delete(j);
+    free(s);
+    ws_fini(&w);
+}
