@@ -280,8 +280,20 @@ int gt_read_input(const char *path, const char *what, uint64_t max_bytes, uint8_
 
 int gt_open_for_write(const char *path, int flags) {
     struct stat sb;
-    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode) && unlink(path) != 0) return -1;
-    return open(path, flags | O_NOFOLLOW | O_CLOEXEC, 0644);
+    /* a link, FIFO, socket or device at one of gtrain's own names holds no data of anyone's: the
+     * name is unlinked (a FIFO would block the open forever, a link would write elsewhere) */
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode) && unlink(path) != 0) return -1;
+    /* O_NONBLOCK: one planted between the lstat and the open fails (ENXIO) instead of blocking */
+    int fd = open(path, flags | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd < 0) return -1;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        errno = EINVAL;
+        return -1;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) (void)fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
 }
 
 int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError *err) {

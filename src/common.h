@@ -67,9 +67,10 @@ int gt_read_small_file(const char *path, const char *what, size_t max_bytes, cha
  * strings end at a NUL, so "n_embd\u0000x" would be read as "n_embd": such a text is refused. */
 long gt_json_nul_at(const char *buf, size_t len);
 
-/* open(2) for writing that never writes through a symbolic link: a link at path is unlinked
- * first (never followed), then path is opened with flags | O_NOFOLLOW | O_CLOEXEC, mode 0644.
- * Returns the descriptor, or -1 with errno set. */
+/* open(2) for writing that never writes through a symbolic link and never blocks: a link, FIFO,
+ * socket or device at path is unlinked first (never followed or opened), then path is opened with
+ * flags | O_NOFOLLOW | O_CLOEXEC, mode 0644, and must be a regular file. Returns the descriptor,
+ * or -1 with errno set. */
 int gt_open_for_write(const char *path, int flags);
 
 /* Write len bytes to path atomically: path.tmp, fsync, rename. A full disk or any write error is

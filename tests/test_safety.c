@@ -92,6 +92,14 @@ Test(safety, symlink_traps_never_delete_through_a_link, .timeout = 180) {
     plant_link(vf, w.out, "config.json.tmp");
     plant_link(vf, w.out, "model.safetensors.tmp");
     plant_link(vf, w.out, "report.svg.tmp");
+    /* and FIFOs at names the run writes: a write must never block on one */
+    const char *fifos[] = {"metrics.jsonl", "model.safetensors.tmp", "report.svg"};
+    for (int i = 0; i < 3; i++) {
+        char f[600];
+        path_in(f, sizeof f, w.out, fifos[i]);
+        unlink(f);
+        cr_assert_eq(mkfifo(f, 0644), 0, "mkfifo %s: %s", f, strerror(errno));
+    }
     st = run(&w, NULL, "resume", "max_steps=8", "save_total_limit=2", "resume_from_checkpoint=latest", NULL);
     expect_exit(&w, "resume", st, 0);
     char *after = tree_snapshot(victim);
