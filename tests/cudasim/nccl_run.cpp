@@ -254,6 +254,13 @@ void scale(CudaImpl *im, float *x, float s, size_t n) {
         for (size_t i = 0; i < n; i++) x[i] *= s;
     });
 }
+/* another: x += a (does not commute with a sum over ranks: an order bug shows) */
+void add(CudaImpl *im, float *x, float a, size_t n) {
+    gtcsim::enqueue(im->compute, "add", [=] {
+        gtcsim::note_access(x, n * sizeof(float), true);
+        for (size_t i = 0; i < n; i++) x[i] += a;
+    });
+}
 void to_device(CudaImpl *im, float *d, const float *h, size_t n) {
     cudaMemcpyAsync(d, h, n * sizeof(float), cudaMemcpyHostToDevice, im->compute);
 }
@@ -274,17 +281,18 @@ void ranks(Dist *d, Backend *be, CudaImpl *im) {
     for (size_t i = 0; i < n; i++) h[i] = (float)(R + 1) * (float)(i % 4096);
     float *dev = nullptr;
     cudaMalloc(&dev, n * sizeof(float));
-    /* compute: x *= 2; the all-reduce must see it; compute after nccl_wait_all: x *= 0.5 */
+    /* compute: x *= 2; the all-reduce must see it; compute after nccl_wait_all: x += 1 */
     to_device(im, dev, h.data(), n);
     scale(im, dev, 2.0f, n);
     CHECK(nccl_allreduce_start(c, dev, n / 3, &err) == 0, "%s", err.msg);
     CHECK(nccl_allreduce_start(c, dev + n / 3, n - n / 3, &err) == 0, "%s", err.msg);
     CHECK(nccl_poll(c, &err) == 0, "%s", err.msg);
     CHECK(nccl_wait_all(c, &err) == 0, "%s", err.msg);
-    scale(im, dev, 0.5f, n);
+    add(im, dev, 1.0f, n);
     CHECK(nccl_sync(c, nullptr, &err) == 0, "%s", err.msg);
     to_host(im, back.data(), dev, n);
-    for (size_t i = 0; i < n; i++) CHECK(back[i] == tri * (float)(i % 4096), "all-reduce %zu: %g", i, back[i]);
+    for (size_t i = 0; i < n; i++)
+        CHECK(back[i] == 2.0f * tri * (float)(i % 4096) + 1.0f, "all-reduce %zu: %g", i, back[i]);
     /* reduce-scatter: this rank's shard holds the sum */
     to_device(im, dev, h.data(), n);
     CHECK(nccl_reduce_scatter(c, dev, shard, &err) == 0, "%s", err.msg);
