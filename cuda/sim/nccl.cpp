@@ -13,7 +13,7 @@
  *   count): every rank must call the same collectives in the same order with the same counts,
  *   else all fail loudly naming each rank's call. Then it copies the device buffer to the host,
  *   exchanges it (MPI_Iallgather / MPI_Ialltoall, polled with a deadline: GTCSIM_NCCL_TIMEOUT
- *   seconds, default 300), reduces in rank order 0, 1, ... (deterministic, identical on every
+ *   seconds, default 120), reduces in rank order 0, 1, ... (deterministic, identical on every
  *   rank; float sums in float as NCCL's kernels do) and writes the result back.
  * - Non-blocking communicators (config.blocking = 0): init and finalize return ncclInProgress and
  *   every second collective does too; the state (ncclCommGetAsyncError) turns ncclSuccess after a
@@ -97,8 +97,8 @@ double now_s() {
 
 double timeout_s() {
     const char *e = getenv("GTCSIM_NCCL_TIMEOUT");
-    double t = e && *e ? atof(e) : 300.0;
-    return t > 0 ? t : 300.0;
+    double t = e && *e ? atof(e) : 120.0;
+    return t > 0 ? t : 120.0;
 }
 
 /* Set the last error (of c, or the global one) and print it; returns r. */
