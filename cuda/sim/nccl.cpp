@@ -515,8 +515,8 @@ extern "C" ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncc
 
 extern "C" ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {
     if (!comm) return err(nullptr, ncclInvalidArgument, "ncclCommGetAsyncError: comm argument is NULL");
-    if (!asyncError) return err(comm, ncclInvalidArgument, "ncclCommGetAsyncError: asyncError argument is NULL");
     std::shared_ptr<ncclComm> c = live(comm, "ncclCommGetAsyncError");
+    if (!asyncError) return err(c.get(), ncclInvalidArgument, "ncclCommGetAsyncError: asyncError argument is NULL");
     std::lock_guard<std::mutex> lk(g_mu);
     if (c->state == ncclInProgress) {
         if (c->polls_left > 0) {
