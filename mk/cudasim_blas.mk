@@ -5,7 +5,7 @@ CUDASIM_BLAS_TEST := $(BUILD)/cudasim/test_cublas_sim
 $(CUDASIM_BLAS_TEST): tests/cudasim/test_cublas_sim.cpp cuda/sim/cublas.cpp cuda/sim/gtcsim.h \
                       cuda/sim/include/cublasLt.h cuda/sim/include/cublas_v2.h src/common.h
 	@mkdir -p $(dir $@)
-	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Wno-comment -Icuda/sim/include -Icuda/sim -Isrc -o $@ \
+	$(CXX) -std=c++20 -O1 -g -Wall -Wextra -Icuda/sim/include -Icuda/sim -Isrc -o $@ \
 	  tests/cudasim/test_cublas_sim.cpp cuda/sim/cublas.cpp -lm
 .PHONY: test-cudasim-blas
 test-cudasim-blas: $(CUDASIM_BLAS_TEST)
