@@ -271,6 +271,9 @@ static void gemm_plan_build(Backend *b, GtcGemmPlan *p) {
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1,
                                                        &heur, &found);
     CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    /* only "not supported" means: no algorithm, use the fallback; any other status is an argument
+     * error of ours (CUBLAS_STATUS_INVALID_VALUE) and must not hide behind the fallback */
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(hs);
     p->found = hs == CUBLAS_STATUS_SUCCESS && found > 0;
     if (p->found) p->algo = heur.algo;
 }
@@ -434,6 +437,7 @@ static bool gemm_gelu_epilogue(Backend *b, act_t *out_gelu, act_t *pre, const ac
     cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(im->lt, op, la, lb, lc, lc, pref, 1, &heur,
                                                        &found);
     bool done = false;
+    if (hs != CUBLAS_STATUS_NOT_SUPPORTED) CUBLAS_CHECK(hs); /* as in gemm_plan_init */
     if (hs == CUBLAS_STATUS_SUCCESS && found > 0) {
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
                                                     &pre, sizeof pre));
@@ -446,7 +450,7 @@ static bool gemm_gelu_epilogue(Backend *b, act_t *out_gelu, act_t *pre, const ac
                                            GTC_LT_WORKSPACE_BYTES, im->compute);
         if (ms == CUBLAS_STATUS_SUCCESS) {
             done = true;
-        } else if (ms == CUBLAS_STATUS_NOT_SUPPORTED || ms == CUBLAS_STATUS_INVALID_VALUE) {
+        } else if (ms == CUBLAS_STATUS_NOT_SUPPORTED) { /* INVALID_VALUE is a bug of ours: CUBLAS_CHECK */
             /* refused before launching anything, and the same for every call of this shape
              * (so recompute keeps its bits): the pair below; said once per backend */
             if (!im->gelu_epilogue_refused)
