@@ -7,6 +7,7 @@
 # C++ cannot express) becomes a pointer to the block's dynamic shared memory, on the same line.
 # Until the cuBLAS model (cuda/sim/cublas.cpp) exists, a temporary stub (cuda/sim/cublas_stub.cpp,
 # cuda/sim/stub/include/) stands in; NCCL is built only when cuda/sim/nccl.cpp exists.
+# -ffp-contract=fast: a * b + c fused into an FMA, as nvcc does by default (--fmad=true).
 BUILD_SIM ?= build-cudasim
 CXX ?= g++
 SIM_HAVE_CUBLAS := $(wildcard cuda/sim/cublas.cpp)
@@ -15,7 +16,7 @@ SIM_SRCS := $(filter-out $(if $(SIM_HAVE_CUBLAS),cuda/sim/cublas_stub.cpp),$(wil
 SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
 SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
 SIM_INC  := -Icuda/sim/include $(if $(SIM_HAVE_CUBLAS),,-Icuda/sim/stub/include) -Icuda/sim -Icuda -Isrc
-SIM_CXXFLAGS := -std=c++20 -O2 -g -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-comment \
+SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-comment \
   $(SIM_DEFS) $(SIM_INC)
 SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -lstdc++ $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
 SIM_OBJS := $(patsubst src/%.c,$(BUILD_SIM)/obj/%.o,$(SRCS))
@@ -27,20 +28,24 @@ SIM_HEADERS := $(wildcard cuda/sim/*.h cuda/sim/*.inc cuda/sim/include/*.h cuda/
 # the suites that run through the CUDA backend (Criterion's extended glob)
 CUDASIM_FILTER ?= @(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim)/*
 
+# objects depend on the flags they were built with
+SIM_STAMP := $(BUILD_SIM)/flags.stamp
+$(shell mkdir -p $(BUILD_SIM) && echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS)' | cmp -s - $(SIM_STAMP) || echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS)' > $(SIM_STAMP))
+
 .PHONY: test-cudasim cudasim-build
 cudasim-build: $(BUILD_SIM)/gtrain $(BUILD_SIM)/test_gtrain
 
-$(BUILD_SIM)/obj/%.o: src/%.c $(wildcard src/*.h) | $(BUILD_SIM)/obj
+$(BUILD_SIM)/obj/%.o: src/%.c $(wildcard src/*.h) $(SIM_STAMP) | $(BUILD_SIM)/obj
 	$(CC) $(SIM_CFLAGS) -c -o $@ $<
-$(BUILD_SIM)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) | $(BUILD_SIM)/tests
+$(BUILD_SIM)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) $(SIM_STAMP) | $(BUILD_SIM)/tests
 	$(CC) $(SIM_CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
 $(BUILD_SIM)/gen/%.cpp: cuda/%.cu | $(BUILD_SIM)/gen
 	{ echo '#line 1 "$<"'; sed -E 's/extern __shared__ (__align__\([0-9]+\) )?([A-Za-z_][A-Za-z_0-9 ]*[A-Za-z_0-9]) ([A-Za-z_][A-Za-z_0-9]*)\[\];/\2 *const \3 = (\2 *)gtcsim::dyn_smem();/' $<; } > $@.tmp
 	@! grep -n 'extern __shared__' $@.tmp || { echo "$<: an extern __shared__ declaration the rewrite does not know"; rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
-$(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(wildcard src/*.h) $(SIM_HEADERS) | $(BUILD_SIM)/cuda
+$(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(wildcard src/*.h) $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/cuda
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
-$(BUILD_SIM)/sim/%.o: cuda/sim/%.cpp $(SIM_HEADERS) | $(BUILD_SIM)/sim
+$(BUILD_SIM)/sim/%.o: cuda/sim/%.cpp $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/sim
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
 $(BUILD_SIM)/gtrain: $(SIM_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
 	$(CC) -o $@ $^ $(SIM_LDLIBS)

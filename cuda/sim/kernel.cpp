@@ -143,8 +143,9 @@ Fiber &cur_fiber(const char *what) {
     return *g_blk.cur;
 }
 
-/* wait at b until `expected` threads arrived; the last one to arrive releases the others */
-void arrive(Barrier &b, int expected, const char *what) {
+/* wait at b until `expected` threads arrived; the last one to arrive releases the others (and
+ * gets true: it sees every thread stopped at the barrier) */
+bool arrive(Barrier &b, int expected, const char *what) {
     Fiber &f = *g_blk.cur;
     if (b.arrived == 0) {
         b.what = what;
@@ -159,11 +160,12 @@ void arrive(Barrier &b, int expected, const char *what) {
         b.or_acc = 0;
         b.arrived = 0;
         b.gen++;
-        return;
+        return true;
     }
     f.wait_bar = &b;
     f.wait_gen = g;
     yield();
+    return false;
 }
 
 /* the calling lane's warp, after checking a full mask and a full, live warp */
@@ -245,8 +247,9 @@ int syncthreads_or(int pred) {
 
 void syncwarp(unsigned mask) {
     int w = warp_enter(mask, "__syncwarp");
-    arrive(g_blk.warp_bar[w], 32, "__syncwarp");
-    /* every lane has arrived: the wmma calls (collective) made so far must agree */
+    if (!arrive(g_blk.warp_bar[w], 32, "__syncwarp")) return;
+    /* the last lane to arrive sees them all stopped here: the wmma calls (collective) made so far
+     * must agree */
     long mine = g_blk.cur->wmma_calls;
     for (int l = 0; l < 32; l++)
         if (g_blk.fibers[w * 32 + l].wmma_calls != mine)

@@ -3,9 +3,10 @@
  *
  * Device memory: a reserved PROT_NONE arena; every cudaMalloc gets fresh pages (never reused, a
  * guard page after each, the allocation ending at its last page's end, 256-byte aligned) filled
- * with 0xFF (NaN). The pages are readable only while queued work runs (a kernel, a copy, a
+ * with 0xFF (NaN). The arena is readable only while queued work runs (a kernel, a copy, a
  * library call): a host dereference of a device pointer faults and the SIGSEGV handler names it.
- * cudaFree synchronises the device (as CUDA does) and unmaps: any later access faults too.
+ * cudaFree synchronises the device (as CUDA does) and poisons the pages again; they are never
+ * handed out again, and a kernel given a freed pointer fails at launch.
  *
  * Streams: work is queued, not run: it runs when the host waits (stream, event or device
  * synchronisation, a synchronous copy, a query), and then only as far as that wait needs, each
@@ -179,10 +180,15 @@ cudaError_t bad(cudaError_t e, const char *fmt, ...) {
     return ret(e);
 }
 
+/* One call per arena over the pages handed out so far: inside a window the guard pages and freed
+ * allocations are readable too (per-allocation calls made whole test runs take minutes), so
+ * out-of-bounds and use-after-free accesses from kernels are not caught by the MMU; the host
+ * outside a window is, and kernel pointer arguments are checked at launch. */
 void set_prot(int prot) {
-    for (auto &kv : g_dev)
-        if (mprotect((void *)kv.second.span, kv.second.span_bytes, prot) != 0)
-            gtcsim::fail("mprotect: %s", strerror(errno));
+    for (auto &r : g_arenas) {
+        uintptr_t end = g_next > r.first && g_next <= r.first + r.second ? g_next : r.first + r.second;
+        if (mprotect((void *)r.first, end - r.first, prot) != 0) gtcsim::fail("mprotect: %s", strerror(errno));
+    }
 }
 struct Window {
     Window() {
@@ -235,6 +241,7 @@ void run_stream(CUstream_st *s, uint64_t upto, int depth) {
     }
 }
 void drain(CUstream_st *s, uint64_t upto) {
+    if (s->done >= upto) return;
     Window w;
     run_stream(s, upto, 0);
 }
