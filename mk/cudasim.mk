@@ -26,7 +26,7 @@ SIM_CU_OBJS := $(patsubst cuda/%.cu,$(BUILD_SIM)/cuda/%.o,$(CU_SRCS))
 SIM_RT_OBJS := $(patsubst cuda/sim/%.cpp,$(BUILD_SIM)/sim/%.o,$(SIM_SRCS))
 SIM_HEADERS := $(wildcard cuda/sim/*.h cuda/sim/*.inc cuda/sim/include/*.h cuda/sim/stub/include/*.h)
 # the suites that run through the CUDA backend (Criterion's extended glob)
-CUDASIM_FILTER ?= @(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim)/*
+CUDASIM_FILTER ?= @(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim|reliability)/*
 
 # objects depend on the flags they were built with
 SIM_STAMP := $(BUILD_SIM)/flags.stamp

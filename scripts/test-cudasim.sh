@@ -4,7 +4,7 @@
 # Extra arguments go to the test binary.
 set -u
 B=${BUILD_SIM:-build-cudasim}
-F=${CUDASIM_FILTER:-'@(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim)/*'}
+F=${CUDASIM_FILTER:-'@(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim|reliability)/*'}
 LOG=$B/test-cudasim.log
 start=$(date +%s)
 GTRAIN_TEST_DEVICE=cuda GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} GTRAIN_BIN="$(pwd)/$B/gtrain" GTRAIN_ROOT="$(pwd)" \
