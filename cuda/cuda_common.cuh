@@ -143,6 +143,19 @@ static inline int gtc_set_smem_limit(const void *fn, size_t bytes, const char *n
 
 /* ---- launch helpers ---- */
 
+/* Every kernel launch in cuda/ is GTC_LAUNCH(kernel, grid, block, dynamic smem bytes, stream,
+ * args...): `kernel<<<grid, block, smem, stream>>>(args...)` under nvcc; compiled by the host
+ * C++ compiler against cuda/sim/include/ (make test-cudasim), a launch queued on the CUDA
+ * simulator's stream (cuda/sim/runtime.cpp), which checks the configuration and the arguments.
+ * A template kernel whose argument list has a comma goes in parentheses. */
+#ifdef __CUDACC__
+#define GTC_LAUNCH(kernel, grid, block, smem, stream, ...) \
+    kernel<<<(grid), (block), (smem), (stream)>>>(__VA_ARGS__)
+#else
+#define GTC_LAUNCH(kernel, grid, block, smem, stream, ...) \
+    gtcsim::launch_kernel(kernel, #kernel, (grid), (block), (smem), (stream), __VA_ARGS__)
+#endif
+
 #define GTC_THREADS 256
 
 /* blocks for a grid-stride elementwise kernel over n items (result never depends on the grid) */

@@ -376,8 +376,8 @@ static void attention_forward_t(Backend *b, Act *out, float *lse, const Act *qkv
     int hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
     dim3 grid((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
-    attention_forward_kernel<Act><<<grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b)>>>(
-        out, lse, qkv, T, C, NH, scale);
+    GTC_LAUNCH(attention_forward_kernel<Act>, grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b),
+               out, lse, qkv, T, C, NH, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -399,9 +399,9 @@ static void attention_backward_d(Backend *b, float *workspace, const Act *dout, 
                                  int B, int T, int C, int NH) {
     size_t rows = (size_t)B * NH * T;
     int rows_per_block = GTC_THREADS / 32;
-    attention_backward_d_kernel<Act><<<(unsigned)((rows + rows_per_block - 1) / rows_per_block),
-                                       GTC_THREADS, 0, gtc_stream(b)>>>(workspace, dout, out, B, T,
-                                                                        C, NH);
+    GTC_LAUNCH(attention_backward_d_kernel<Act>,
+               (unsigned)((rows + rows_per_block - 1) / rows_per_block), GTC_THREADS, 0,
+               gtc_stream(b), workspace, dout, out, B, T, C, NH);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -414,12 +414,12 @@ static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const 
     cudaStream_t st = gtc_stream(b);
     attention_backward_d(b, workspace, dout, out, B, T, C, NH);
     dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NH, (unsigned)B);
-    attention_backward_dkdv_kernel<Act><<<gk, ATT_THREADS, att_dkdv_smem(hs), st>>>(
-        dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
+    GTC_LAUNCH(attention_backward_dkdv_kernel<Act>, gk, ATT_THREADS, att_dkdv_smem(hs), st, dqkv,
+               dout, qkv, lse, workspace, T, C, NH, scale);
     CUDA_CHECK_LAUNCH();
     dim3 gq((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
-    attention_backward_dq_kernel<Act><<<gq, ATT_THREADS, att_dq_smem(hs), st>>>(
-        dqkv, dout, qkv, lse, workspace, T, C, NH, scale);
+    GTC_LAUNCH(attention_backward_dq_kernel<Act>, gq, ATT_THREADS, att_dq_smem(hs), st, dqkv, dout,
+               qkv, lse, workspace, T, C, NH, scale);
     CUDA_CHECK_LAUNCH();
 }
 

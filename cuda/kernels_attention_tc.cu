@@ -656,8 +656,8 @@ static void tc_forward_t(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *
     int ntiles = (T + TC_TILE - 1) / TC_TILE;
     unsigned blocks = tc_grid(ntiles, B, NH);
     int vec = tc_aligned16(out) && tc_aligned16(qkv);
-    attention_tc_forward_kernel<HS><<<blocks, TC_THREADS, TcFwd<HS>::BYTES, gtc_stream(b)>>>(
-        out, lse, qkv, T, C, NH, B * NH, ntiles, scale, vec);
+    GTC_LAUNCH(attention_tc_forward_kernel<HS>, blocks, TC_THREADS, TcFwd<HS>::BYTES, gtc_stream(b),
+               out, lse, qkv, T, C, NH, B * NH, ntiles, scale, vec);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -669,11 +669,11 @@ static void tc_backward_t(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_
     unsigned blocks = tc_grid(ntiles, B, NH);
     int vec = tc_aligned16(dqkv) && tc_aligned16(dout) && tc_aligned16(qkv);
     cudaStream_t st = gtc_stream(b);
-    attention_tc_dkdv_kernel<HS><<<blocks, TC_THREADS, TcBwd<HS>::BYTES, st>>>(
-        dqkv, dout, qkv, lse, D, T, C, NH, B * NH, scale, vec);
+    GTC_LAUNCH(attention_tc_dkdv_kernel<HS>, blocks, TC_THREADS, TcBwd<HS>::BYTES, st, dqkv, dout,
+               qkv, lse, D, T, C, NH, B * NH, scale, vec);
     CUDA_CHECK_LAUNCH();
-    attention_tc_dq_kernel<HS><<<blocks, TC_THREADS, TcBwd<HS>::BYTES, st>>>(
-        dqkv, dout, qkv, lse, D, T, C, NH, B * NH, ntiles, scale, vec);
+    GTC_LAUNCH(attention_tc_dq_kernel<HS>, blocks, TC_THREADS, TcBwd<HS>::BYTES, st, dqkv, dout,
+               qkv, lse, D, T, C, NH, B * NH, ntiles, scale, vec);
     CUDA_CHECK_LAUNCH();
 }
 

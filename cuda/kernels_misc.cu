@@ -71,8 +71,8 @@ template <typename Act>
 static void encoder_forward_t(Backend *b, Act *out, const int *tokens, const Act *wte,
                               const Act *wpe, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<Act><<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
-        out, tokens, wte, wpe, B * T, T, C);
+    GTC_LAUNCH(encoder_forward_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
+               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -156,14 +156,14 @@ static void encoder_backward_t(Backend *b, float *dwte, float *dwpe, const Act *
                                const int *tokens, int B, int T, int C) {
     cudaStream_t st = gtc_stream(b);
     if (dwte && B * T > 0) {
-        encoder_backward_wte_kernel<Act><<<B * T, ENC_THREADS, 0, st>>>(dwte, dout, tokens, B * T,
-                                                                        C);
+        GTC_LAUNCH(encoder_backward_wte_kernel<Act>, B * T, ENC_THREADS, 0, st, dwte, dout, tokens,
+                   B * T, C);
         CUDA_CHECK_LAUNCH();
     }
     if (dwpe) {
         size_t n = (size_t)T * C;
-        encoder_backward_wpe_kernel<Act><<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st>>>(
-            dwpe, dout, B, T, C);
+        GTC_LAUNCH(encoder_backward_wpe_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st,
+                   dwpe, dout, B, T, C);
         CUDA_CHECK_LAUNCH();
     }
 }
@@ -254,9 +254,11 @@ static void colreduce(Backend *b, float *dw, float *db, const Act *dout, const A
     cudaStream_t st = gtc_stream(b);
     dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
     dim3 block(COL_TX, COL_TY);
-    colsum_partial_kernel<Act><<<grid, block, 0, st>>>(pw, pb, dout, inp, mean, rstd, N, C, RS);
+    GTC_LAUNCH(colsum_partial_kernel<Act>, grid, block, 0, st, pw, pb, dout, inp, mean, rstd, N, C,
+               RS);
     CUDA_CHECK_LAUNCH();
-    colsum_final_kernel<<<(C + 255) / 256, 256, 0, st>>>(inp ? dw : NULL, db, pw, pb, C, RS);
+    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, inp ? dw : NULL, db, pw, pb, C,
+               RS);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -292,11 +294,11 @@ void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (t == GT_BF16)
-        add_bias_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C, ld);
+        GTC_LAUNCH(add_bias_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C, ld);
     else
-        add_bias_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)out, (const float *)bias, N, C, ld);
+        GTC_LAUNCH(add_bias_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
+                   (const float *)bias, N, C, ld);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -305,11 +307,11 @@ void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, in
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (t == GT_BF16)
-        fill_bias_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C, ld);
+        GTC_LAUNCH(fill_bias_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (gtc_bf16 *)out, (const gtc_bf16 *)bias, N, C, ld);
     else
-        fill_bias_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)out, (const float *)bias, N, C, ld);
+        GTC_LAUNCH(fill_bias_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
+                   (const float *)bias, N, C, ld);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -357,8 +359,8 @@ template <typename Act>
 static void layernorm_forward_t(Backend *b, Act *out, float *mean, float *rstd, const Act *inp,
                                 const Act *w, const Act *bias, int N, int C, float eps) {
     int rows_per_block = GTC_THREADS / 32;
-    layernorm_forward_kernel<Act><<<(N + rows_per_block - 1) / rows_per_block, GTC_THREADS, 0,
-                                    gtc_stream(b)>>>(out, mean, rstd, inp, w, bias, N, C, eps);
+    GTC_LAUNCH(layernorm_forward_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
+               GTC_THREADS, 0, gtc_stream(b), out, mean, rstd, inp, w, bias, N, C, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -402,9 +404,8 @@ static void residual_layernorm_forward_t(Backend *b, Act *res, Act *out, float *
                                          const Act *x, const Act *y, const Act *w, const Act *bias,
                                          int N, int C, float eps) {
     int rows_per_block = GTC_THREADS / 32;
-    residual_layernorm_forward_kernel<Act><<<(N + rows_per_block - 1) / rows_per_block,
-                                             GTC_THREADS, 0, gtc_stream(b)>>>(
-        res, out, mean, rstd, x, y, w, bias, N, C, eps);
+    GTC_LAUNCH(residual_layernorm_forward_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
+               GTC_THREADS, 0, gtc_stream(b), res, out, mean, rstd, x, y, w, bias, N, C, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -457,9 +458,8 @@ static void layernorm_backward_t(Backend *b, Act *dinp, float *dw, float *dbias,
                                  const float *rstd, int N, int C) {
     if (dinp) {
         int rows_per_block = GTC_THREADS / 32;
-        layernorm_backward_dinp_kernel<Act><<<(N + rows_per_block - 1) / rows_per_block,
-                                              GTC_THREADS, 0, gtc_stream(b)>>>(dinp, dout, inp, w,
-                                                                               mean, rstd, N, C);
+        GTC_LAUNCH(layernorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
+                   GTC_THREADS, 0, gtc_stream(b), dinp, dout, inp, w, mean, rstd, N, C);
         CUDA_CHECK_LAUNCH();
     }
     if (dw || dbias) {
@@ -536,11 +536,11 @@ void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n) {
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (gtc_act_bf16(b))
-        gelu_forward_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)out, (const gtc_bf16 *)inp, n);
+        GTC_LAUNCH(gelu_forward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, n);
     else
-        gelu_forward_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)out, (const float *)inp, n);
+        GTC_LAUNCH(gelu_forward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
+                   (const float *)inp, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -548,11 +548,11 @@ void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *d
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (gtc_act_bf16(b))
-        gelu_backward_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, n);
+        GTC_LAUNCH(gelu_backward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, n);
     else
-        gelu_backward_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)dinp, (const float *)inp, (const float *)dout, n);
+        GTC_LAUNCH(gelu_backward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (float *)dinp, (const float *)inp, (const float *)dout, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -560,11 +560,11 @@ void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
     if (!n) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (gtc_act_bf16(b))
-        add_kernel<gtc_bf16><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)out, (const gtc_bf16 *)x, (const gtc_bf16 *)y, n);
+        GTC_LAUNCH(add_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b), (gtc_bf16 *)out,
+                   (const gtc_bf16 *)x, (const gtc_bf16 *)y, n);
     else
-        add_kernel<float><<<blocks, GTC_THREADS, 0, gtc_stream(b)>>>(
-            (float *)out, (const float *)x, (const float *)y, n);
+        GTC_LAUNCH(add_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
+                   (const float *)x, (const float *)y, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -572,8 +572,8 @@ void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
 void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
     if (!n) return;
     if (gtc_act_bf16(b)) {
-        to_act_kernel<gtc_bf16><<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
-            (gtc_bf16 *)dst, src, n);
+        GTC_LAUNCH(to_act_kernel<gtc_bf16>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
+                   gtc_stream(b), (gtc_bf16 *)dst, src, n);
         CUDA_CHECK_LAUNCH();
     } else if ((const void *)dst != (const void *)src) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
@@ -583,7 +583,7 @@ void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
 
 void gtc_scale(Backend *b, float *x, float s, size_t n) {
     if (!n) return;
-    scale_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(x, s, n);
+    GTC_LAUNCH(scale_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), x, s, n);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -636,11 +636,11 @@ void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targe
                       int ld, float dloss_scale, int compute_grad) {
     if (N <= 0) return;
     if (gtc_act_bf16(b))
-        crossentropy_kernel<gtc_bf16><<<N, CE_THREADS, 0, gtc_stream(b)>>>(
-            losses, (gtc_bf16 *)logits, targets, V, ld, dloss_scale, compute_grad);
+        GTC_LAUNCH(crossentropy_kernel<gtc_bf16>, N, CE_THREADS, 0, gtc_stream(b), losses,
+                   (gtc_bf16 *)logits, targets, V, ld, dloss_scale, compute_grad);
     else
-        crossentropy_kernel<float><<<N, CE_THREADS, 0, gtc_stream(b)>>>(
-            losses, (float *)logits, targets, V, ld, dloss_scale, compute_grad);
+        GTC_LAUNCH(crossentropy_kernel<float>, N, CE_THREADS, 0, gtc_stream(b), losses,
+                   (float *)logits, targets, V, ld, dloss_scale, compute_grad);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -670,9 +670,8 @@ void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, 
     float step = (float)((double)lr / bc1);
     float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
     float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    adamw_kernel<<<gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b)>>>(
-        param, grad, m, v, n, beta1, beta2, 1.0f - beta1, 1.0f - beta2, step, inv_sqrt_bc2, decay,
-        eps);
+    GTC_LAUNCH(adamw_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), param, grad,
+               m, v, n, beta1, beta2, 1.0f - beta1, 1.0f - beta2, step, inv_sqrt_bc2, decay, eps);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -703,10 +702,11 @@ double gtc_sum_squares(Backend *b, const float *x, size_t n) {
     if (!n) return 0.0;
     CudaImpl *im = gtc_impl(b);
     size_t chunk = (n + GTC_SS_PARTS - 1) / GTC_SS_PARTS;
-    sum_squares_partial_kernel<<<GTC_SS_PARTS, GTC_THREADS, 0, im->compute>>>(im->ss_partials, x,
-                                                                              n, chunk);
+    GTC_LAUNCH(sum_squares_partial_kernel, GTC_SS_PARTS, GTC_THREADS, 0, im->compute,
+               im->ss_partials, x, n, chunk);
     CUDA_CHECK_LAUNCH();
-    sum_squares_final_kernel<<<1, GTC_THREADS, 0, im->compute>>>(im->ss_partials, GTC_SS_PARTS);
+    GTC_LAUNCH(sum_squares_final_kernel, 1, GTC_THREADS, 0, im->compute, im->ss_partials,
+               GTC_SS_PARTS);
     CUDA_CHECK_LAUNCH();
     CUDA_CHECK(cudaMemcpyAsync(im->ss_host, im->ss_partials + GTC_SS_PARTS, sizeof(double),
                                cudaMemcpyDeviceToHost, im->compute));

@@ -1,0 +1,439 @@
+/* runtime.cpp - the CUDA simulator's runtime (make test-cudasim): device memory, pinned host
+ * memory, streams, events, copies and launches, strict rather than fast.
+ *
+ * Device memory: a reserved PROT_NONE arena; every cudaMalloc gets fresh pages (never reused, a
+ * guard page after each, the allocation ending at its last page's end, 256-byte aligned) filled
+ * with 0xFF (NaN). The arena is readable only while queued work runs (a kernel, a copy, a
+ * library call): a host dereference of a device pointer faults and the SIGSEGV handler names it.
+ * cudaFree synchronises the device (as CUDA does) and poisons the pages again; they are never
+ * handed out again, and a kernel given a freed pointer fails at launch.
+ *
+ * Streams: work is queued, not run: it runs when the host waits (stream, event or device
+ * synchronisation, a synchronous copy, a query), and then only as far as that wait needs, each
+ * stream's items in order and a cudaStreamWaitEvent item first running the recorded stream up to
+ * the event. So a stream nobody waits for (the offload copy stream) runs as late as the program
+ * allows: a missing wait shows up as data read too early or overwritten too soon. Every queued
+ * item carries a vector clock (stream order, event waits, host synchronisation); the copies and
+ * the library calls declare their ranges (note_access), and two accesses of overlapping ranges
+ * from different streams, one a write, not ordered by the clocks, are a race: fail.
+ *
+ * Global state (the simulator's, documented as the project asks): one simulated device, its
+ * allocation tables, streams, events, the last error, the access log; all behind one recursive
+ * mutex. Kernels run on the host thread that drains the streams (kernel.cpp). */
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <vector>
+
+#include "gtcsim.h"
+#include "include/cuda_runtime.h"
+#include "sim_internal.h"
+
+typedef std::vector<uint64_t> VClock;
+
+struct CUstream_st {
+    int id = 0;
+    unsigned flags = 0;
+    struct Item {
+        const char *what;
+        std::function<void()> fn; /* empty: a wait */
+        CUstream_st *wait_stream;
+        uint64_t wait_seq;
+        VClock vc;
+    };
+    std::deque<Item> q;
+    uint64_t enq = 0, done = 0; /* items queued / run so far */
+    VClock vc;
+    bool live = true;
+};
+
+struct CUevent_st {
+    unsigned flags = 0;
+    bool recorded = false;
+    CUstream_st *stream = nullptr;
+    uint64_t seq = 0;
+    VClock vc;
+    unsigned long long stamp = 0;
+    bool queried_once = false;
+};
+
+namespace {
+
+constexpr size_t kPage = 4096;
+constexpr size_t kArenaBytes = (size_t)256 << 30; /* reserved per arena (PROT_NONE, no memory) */
+constexpr size_t kDeviceBytes = (size_t)80 << 30; /* the simulated device's memory */
+
+struct DevAlloc {
+    uintptr_t base;      /* the pointer cudaMalloc gave */
+    uintptr_t span;      /* first page */
+    size_t span_bytes;   /* pages, without the guard */
+    size_t bytes;        /* as asked */
+};
+struct Access {
+    uintptr_t lo, hi;
+    bool write;
+    int stream;
+    uint64_t clock;
+    const char *what;
+};
+
+std::recursive_mutex g_mu;
+cudaError_t g_last_error = cudaSuccess;
+std::vector<std::pair<uintptr_t, size_t>> g_arenas; /* reserved regions */
+uintptr_t g_next = 0, g_arena_end = 0;
+std::map<uintptr_t, DevAlloc> g_dev;      /* by user pointer */
+std::map<uintptr_t, size_t> g_pinned;     /* by pointer: bytes */
+size_t g_dev_used = 0;
+int g_window = 0; /* > 0: device pages readable (queued work running) */
+CUstream_st g_legacy;
+std::vector<CUstream_st *> g_streams; /* every stream ever made (never freed: waits may name it) */
+std::set<CUevent_st *> g_events;
+VClock g_host_vc; /* what the host has waited for */
+std::map<const void *, size_t> g_smem_limit;
+std::deque<Access> g_log;
+CUstream_st *g_cur_stream = nullptr; /* the stream whose item runs now */
+const VClock *g_cur_vc = nullptr;
+const char *g_cur_what = nullptr;
+unsigned long long g_stamp = 0;
+struct sigaction g_old_segv;
+bool g_init = false;
+
+void vc_merge(VClock &a, const VClock &b) {
+    if (a.size() < b.size()) a.resize(b.size(), 0);
+    for (size_t i = 0; i < b.size(); i++)
+        if (b[i] > a[i]) a[i] = b[i];
+}
+uint64_t vc_at(const VClock &a, int i) { return (size_t)i < a.size() ? a[(size_t)i] : 0; }
+
+bool in_arena(uintptr_t a) {
+    for (auto &r : g_arenas)
+        if (a >= r.first && a < r.first + r.second) return true;
+    return false;
+}
+
+void segv_handler(int sig, siginfo_t *si, void *ctx) {
+    char buf[512];
+    const void *a = si->si_addr;
+    const char *k = gtcsim::current_kernel();
+    const char *d = gtcsim::describe_sim_address(a);
+    int n;
+    if (d)
+        n = snprintf(buf, sizeof buf, "gtcsim: fault at %p: %s (kernel %s)\n", a, d, k ? k : "none");
+    else if (in_arena((uintptr_t)a))
+        n = snprintf(buf, sizeof buf,
+                     "gtcsim: fault at %p: device memory %s (freed, out of bounds, or touched by the host outside "
+                     "a kernel or copy)\n",
+                     a, k ? "out of bounds or freed, in kernel" : "accessed by host code");
+    else
+        n = snprintf(buf, sizeof buf, "gtcsim: fault at %p (kernel %s)\n", a, k ? k : "none");
+    if (k && !d && in_arena((uintptr_t)a)) n += snprintf(buf + n, sizeof buf - (size_t)n, "gtcsim: in kernel %s\n", k);
+    if (write(2, buf, (size_t)n) < 0) {
+    }
+    sigaction(SIGSEGV, &g_old_segv, nullptr); /* returning re-faults with the previous action */
+    (void)sig;
+    (void)ctx;
+}
+
+void init() {
+    if (g_init) return;
+    g_init = true;
+    g_legacy.id = 0;
+    g_streams.push_back(&g_legacy);
+    /* the fiber stacks' guard pages: the handler must run on its own stack */
+    static char altstack[64 << 10];
+    stack_t ss;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_sp = altstack;
+    ss.ss_size = sizeof altstack;
+    sigaltstack(&ss, nullptr);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = segv_handler;
+    sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &g_old_segv);
+}
+
+cudaError_t ret(cudaError_t e) {
+    if (e != cudaSuccess) g_last_error = e;
+    return e;
+}
+/* an API misuse: said on stderr (the program may only print the error string) and returned */
+cudaError_t bad(cudaError_t e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+cudaError_t bad(cudaError_t e, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gtcsim: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return ret(e);
+}
+
+/* One call per arena over the pages handed out so far: inside a window the guard pages and freed
+ * allocations are readable too (per-allocation calls made whole test runs take minutes), so
+ * out-of-bounds and use-after-free accesses from kernels are not caught by the MMU; the host
+ * outside a window is, and kernel pointer arguments are checked at launch. */
+void set_prot(int prot) {
+    for (auto &r : g_arenas) {
+        uintptr_t end = g_next > r.first && g_next <= r.first + r.second ? g_next : r.first + r.second;
+        if (mprotect((void *)r.first, end - r.first, prot) != 0) gtcsim::fail("mprotect: %s", strerror(errno));
+    }
+}
+struct Window {
+    Window() {
+        if (g_window++ == 0) set_prot(PROT_READ | PROT_WRITE);
+    }
+    ~Window() {
+        if (--g_window == 0) set_prot(PROT_NONE);
+    }
+};
+
+const DevAlloc *dev_find(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_dev.upper_bound(a);
+    if (it == g_dev.begin()) return nullptr;
+    --it;
+    if (a >= it->first && a < it->first + it->second.bytes) return &it->second;
+    return nullptr;
+}
+
+bool valid_stream(cudaStream_t s) {
+    if (!s) return true;
+    for (CUstream_st *t : g_streams)
+        if (t == s) return t->live;
+    return false;
+}
+CUstream_st *S(cudaStream_t s) { return s ? s : &g_legacy; }
+
+/* run stream s until `upto` of its items have run */
+void run_stream(CUstream_st *s, uint64_t upto, int depth) {
+    if (depth > 64) gtcsim::fail("stream waits nested too deep");
+    while (s->done < upto) {
+        CUstream_st::Item it = std::move(s->q.front());
+        s->q.pop_front();
+        if (!it.fn) {
+            run_stream(it.wait_stream, it.wait_seq, depth + 1);
+        } else {
+            CUstream_st *ps = g_cur_stream;
+            const VClock *pv = g_cur_vc;
+            const char *pw = g_cur_what;
+            g_cur_stream = s;
+            g_cur_vc = &it.vc;
+            g_cur_what = it.what;
+            it.fn();
+            g_cur_stream = ps;
+            g_cur_vc = pv;
+            g_cur_what = pw;
+        }
+        s->done++;
+        g_stamp++;
+    }
+}
+void drain(CUstream_st *s, uint64_t upto) {
+    if (s->done >= upto) return;
+    Window w;
+    run_stream(s, upto, 0);
+}
+void sync_stream(CUstream_st *s) {
+    drain(s, s->enq);
+    vc_merge(g_host_vc, s->vc);
+}
+void sync_all() {
+    /* the newest streams (the copy streams) last */
+    for (size_t i = 0; i < g_streams.size(); i++) sync_stream(g_streams[i]);
+}
+
+void push(CUstream_st *s, CUstream_st::Item it) {
+    s->q.push_back(std::move(it));
+    s->enq++;
+}
+void push_wait(CUstream_st *s, CUstream_st *on, uint64_t seq, const VClock &vc) {
+    if (on == s || on->done >= seq) return;
+    push(s, CUstream_st::Item{"wait", std::function<void()>(), on, seq, VClock()});
+    vc_merge(s->vc, vc);
+}
+
+void enqueue_on(CUstream_st *s, const char *what, std::function<void()> work) {
+    /* legacy default stream semantics: it waits for the blocking streams and they for it */
+    if (s == &g_legacy) {
+        for (CUstream_st *t : g_streams)
+            if (t != s && t->live && !(t->flags & cudaStreamNonBlocking)) push_wait(s, t, t->enq, t->vc);
+    } else if (!(s->flags & cudaStreamNonBlocking)) {
+        push_wait(s, &g_legacy, g_legacy.enq, g_legacy.vc);
+    }
+    vc_merge(s->vc, g_host_vc);
+    if (s->vc.size() <= (size_t)s->id) s->vc.resize((size_t)s->id + 1, 0);
+    s->vc[(size_t)s->id]++;
+    push(s, CUstream_st::Item{what, std::move(work), nullptr, 0, s->vc});
+}
+
+bool range_ok_device(const void *p, size_t n) { return n == 0 || gtcsim::is_device_range(p, n); }
+bool host_side_ok(const void *p, size_t n) {
+    if (!p) return n == 0;
+    if (in_arena((uintptr_t)p) || in_arena((uintptr_t)p + (n ? n - 1 : 0))) return false;
+    return true;
+}
+
+cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind kind, cudaStream_t stream,
+                       const char *api) {
+    if (!valid_stream(stream)) return bad(cudaErrorInvalidResourceHandle, "%s: invalid stream %p", api, (void *)stream);
+    if (kind == cudaMemcpyDefault) {
+        bool dd = gtcsim::is_device_range(dst, n ? n : 1), sd = gtcsim::is_device_range(src, n ? n : 1);
+        kind = dd ? (sd ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                  : (sd ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    }
+    bool dst_dev = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+    bool src_dev = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+    if ((int)kind < 0 || (int)kind > 3) return bad(cudaErrorInvalidMemcpyDirection, "%s: kind %d", api, (int)kind);
+    if (n == 0) return cudaSuccess;
+    if (dst_dev ? !range_ok_device(dst, n) : !host_side_ok(dst, n))
+        return bad(cudaErrorInvalidValue, "%s: destination %p (%zu bytes) is not %s memory", api, dst, n,
+                   dst_dev ? "device" : "host");
+    if (src_dev ? !range_ok_device(src, n) : !host_side_ok(src, n))
+        return bad(cudaErrorInvalidValue, "%s: source %p (%zu bytes) is not %s memory", api, src, n,
+                   src_dev ? "device" : "host");
+    CUstream_st *s = S(stream);
+    bool src_pageable = !src_dev && !gtcsim::is_pinned_range(src, n);
+    bool dst_pageable = !dst_dev && !gtcsim::is_pinned_range(dst, n);
+    const char *what = kind == cudaMemcpyHostToDevice   ? "cudaMemcpyAsync(HostToDevice)"
+                       : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync(DeviceToHost)"
+                       : kind == cudaMemcpyDeviceToDevice ? "cudaMemcpyAsync(DeviceToDevice)"
+                                                          : "cudaMemcpyAsync(HostToHost)";
+    if (src_pageable) {
+        /* CUDA stages a pageable source before the call returns: the caller may reuse it */
+        std::vector<unsigned char> staged((const unsigned char *)src, (const unsigned char *)src + n);
+        enqueue_on(s, what, [dst, n, staged = std::move(staged), dst_dev]() {
+            if (dst_dev) gtcsim::note_access(dst, n, true);
+            memcpy(dst, staged.data(), n);
+        });
+    } else {
+        enqueue_on(s, what, [dst, src, n, dst_dev, src_dev]() {
+            if (src_dev || gtcsim::is_pinned_range(src, n)) gtcsim::note_access(src, n, false);
+            if (dst_dev || gtcsim::is_pinned_range(dst, n)) gtcsim::note_access(dst, n, true);
+            memcpy(dst, src, n);
+        });
+    }
+    if (dst_pageable) sync_stream(s); /* CUDA: a copy to pageable memory returns when it is done */
+    return cudaSuccess;
+}
+
+} // namespace
+
+/* ------------------------------------------------------------------ gtcsim.h */
+
+namespace gtcsim {
+
+void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gtcsim: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    fflush(stderr);
+    abort();
+}
+
+bool is_device_range(const void *p, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    const DevAlloc *a = dev_find(p);
+    if (!a) return false;
+    return (uintptr_t)p + bytes <= a->base + a->bytes && (uintptr_t)p + bytes >= (uintptr_t)p;
+}
+
+bool is_pinned_range(const void *p, size_t bytes) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    uintptr_t a = (uintptr_t)p;
+    auto it = g_pinned.upper_bound(a);
+    if (it == g_pinned.begin()) return false;
+    --it;
+    return a >= it->first && a + bytes <= it->first + it->second && a + bytes >= a;
+}
+
+void enqueue(cudaStream_t s, const char *what, std::function<void()> work) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    init();
+    if (!valid_stream(s)) fail("%s queued on an invalid or destroyed stream %p", what, (void *)s);
+    enqueue_on(S(s), what, std::move(work));
+}
+
+void note_access(const void *p, size_t bytes, bool write) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (!g_cur_stream) fail("note_access outside queued work");
+    if (!bytes) return;
+    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+    int me = g_cur_stream->id;
+    uint64_t my_clock = vc_at(*g_cur_vc, me);
+    for (const Access &a : g_log) {
+        if (a.stream == me || a.hi <= lo || hi <= a.lo || !(a.write || write)) continue;
+        if (vc_at(*g_cur_vc, a.stream) >= a.clock) continue; /* a happens before this one */
+        fail("race: %s on stream %d %s [%p, %p) while %s on stream %d %s [%p, %p), and no event orders the two",
+             g_cur_what, me, write ? "writes" : "reads", (void *)lo, (void *)hi, a.what, a.stream,
+             a.write ? "writes" : "reads", (void *)a.lo, (void *)a.hi);
+    }
+    g_log.push_back(Access{lo, hi, write, me, my_clock, g_cur_what});
+    if (g_log.size() > 4096) g_log.pop_front();
+}
+
+void set_last_error(cudaError_t e) { g_last_error = e; }
+
+size_t func_smem_limit(const void *fn) {
+    auto it = g_smem_limit.find(fn);
+    return it == g_smem_limit.end() ? kSmemDefaultPerBlock : it->second;
+}
+
+void launch(const void *fn, const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+            std::function<void()> body) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    init();
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    if (!valid_stream(s)) {
+        bad(cudaErrorInvalidResourceHandle, "launch of %s on an invalid stream", name);
+        return;
+    }
+    if (block.x == 0 || block.y == 0 || block.z == 0 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+        threads > (unsigned long long)kMaxThreadsPerBlock) {
+        bad(cudaErrorInvalidConfiguration, "launch of %s: block (%u,%u,%u) outside the limits (1024 threads)", name,
+            block.x, block.y, block.z);
+        return;
+    }
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535) {
+        bad(cudaErrorInvalidConfiguration, "launch of %s: grid (%u,%u,%u) outside the limits", name, grid.x, grid.y,
+            grid.z);
+        return;
+    }
+    size_t lim = func_smem_limit(fn);
+    if (smem > lim) {
+        bad(cudaErrorInvalidValue, "launch of %s: %zu bytes of dynamic shared memory, the kernel's limit is %zu%s",
+            name, smem, lim, lim == kSmemDefaultPerBlock ? " (no cudaFuncSetAttribute)" : "");
+        return;
+    }
+    enqueue_on(S(s), name, [name, grid, block, smem, body = std::move(body)]() {
+        run_grid(name, grid, block, smem, body);
+    });
+}
+
+void check_kernel_pointer(const char *kernel, int index, const void *p) {
+    if (!p) return;
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    if (dev_find(p) || is_pinned_range(p, 1)) return;
+    fail("launch of %s: argument %d (%p) is neither device memory nor pinned host memory%s", kernel, index, p,
+         in_arena((uintptr_t)p) ? " (freed device memory?)" : "");
+}
+
+} // namespace gtcsim
+
+/* the API functions (a second file only to keep each under 800 lines; it shares this file's
+ * internals) */
+#include "runtime_api.inc"

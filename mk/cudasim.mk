@@ -1,0 +1,60 @@
+# cudasim.mk - the CUDA backend on the CPU: cuda/*.cu compiled by the host C++ compiler against
+# the simulator's headers (cuda/sim/include/) and linked with the simulator (cuda/sim/*.cpp), so
+# the Criterion suite runs through cuda/ without a GPU (GTRAIN_TEST_DEVICE=cuda).
+#   make test-cudasim        build build-cudasim/{gtrain,test_gtrain} and run the suites that
+#                            exercise the backend (CUDASIM_FILTER)
+# The .cu sources are used unchanged except one rewrite: `extern __shared__ T name[];` (which host
+# C++ cannot express) becomes a pointer to the block's dynamic shared memory, on the same line.
+# Until the cuBLAS model (cuda/sim/cublas.cpp) exists, a temporary stub (cuda/sim/cublas_stub.cpp,
+# cuda/sim/stub/include/) stands in; NCCL is built only when cuda/sim/nccl.cpp exists.
+# -ffp-contract=fast: a * b + c fused into an FMA, as nvcc does by default (--fmad=true).
+BUILD_SIM ?= build-cudasim
+CXX ?= g++
+SIM_HAVE_CUBLAS := $(wildcard cuda/sim/cublas.cpp)
+SIM_HAVE_NCCL   := $(wildcard cuda/sim/nccl.cpp)
+SIM_SRCS := $(filter-out $(if $(SIM_HAVE_CUBLAS),cuda/sim/cublas_stub.cpp),$(wildcard cuda/sim/*.cpp))
+SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
+SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
+SIM_INC  := -Icuda/sim/include $(if $(SIM_HAVE_CUBLAS),,-Icuda/sim/stub/include) -Icuda/sim -Icuda -Isrc
+SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-comment \
+  $(SIM_DEFS) $(SIM_INC)
+SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -lstdc++ $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
+SIM_OBJS := $(patsubst src/%.c,$(BUILD_SIM)/obj/%.o,$(SRCS))
+SIM_LIB_OBJS := $(filter-out $(BUILD_SIM)/obj/main.o,$(SIM_OBJS))
+SIM_TEST_OBJS := $(patsubst tests/%.c,$(BUILD_SIM)/tests/%.o,$(TEST_SRCS))
+SIM_CU_OBJS := $(patsubst cuda/%.cu,$(BUILD_SIM)/cuda/%.o,$(CU_SRCS))
+SIM_RT_OBJS := $(patsubst cuda/sim/%.cpp,$(BUILD_SIM)/sim/%.o,$(SIM_SRCS))
+SIM_HEADERS := $(wildcard cuda/sim/*.h cuda/sim/*.inc cuda/sim/include/*.h cuda/sim/stub/include/*.h)
+# the suites that run through the CUDA backend (Criterion's extended glob)
+CUDASIM_FILTER ?= @(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim|reliability)/*
+
+# objects depend on the flags they were built with
+SIM_STAMP := $(BUILD_SIM)/flags.stamp
+ifneq ($(filter test-cudasim cudasim-build $(BUILD_SIM)/%,$(MAKECMDGOALS)),)
+$(shell mkdir -p $(BUILD_SIM) && echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS)' | cmp -s - $(SIM_STAMP) || echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS)' > $(SIM_STAMP))
+endif
+
+.PHONY: test-cudasim cudasim-build
+cudasim-build: $(BUILD_SIM)/gtrain $(BUILD_SIM)/test_gtrain
+
+$(BUILD_SIM)/obj/%.o: src/%.c $(wildcard src/*.h) $(SIM_STAMP) | $(BUILD_SIM)/obj
+	$(CC) $(SIM_CFLAGS) -c -o $@ $<
+$(BUILD_SIM)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) $(SIM_STAMP) | $(BUILD_SIM)/tests
+	$(CC) $(SIM_CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
+$(BUILD_SIM)/gen/%.cpp: cuda/%.cu | $(BUILD_SIM)/gen
+	{ echo '#line 1 "$<"'; sed -E 's/extern __shared__ (__align__\([0-9]+\) )?([A-Za-z_][A-Za-z_0-9 ]*[A-Za-z_0-9]) ([A-Za-z_][A-Za-z_0-9]*)\[\];/\2 *const \3 = (\2 *)gtcsim::dyn_smem();/' $<; } > $@.tmp
+	@! grep -n 'extern __shared__' $@.tmp || { echo "$<: an extern __shared__ declaration the rewrite does not know"; rm -f $@.tmp; exit 1; }
+	mv $@.tmp $@
+$(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(wildcard src/*.h) $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/cuda
+	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
+$(BUILD_SIM)/sim/%.o: cuda/sim/%.cpp $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/sim
+	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
+$(BUILD_SIM)/gtrain: $(SIM_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
+	$(CC) -o $@ $^ $(SIM_LDLIBS)
+$(BUILD_SIM)/test_gtrain: $(SIM_TEST_OBJS) $(SIM_LIB_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
+	$(CC) -o $@ $^ $(CRIT_LIBS) $(SIM_LDLIBS)
+$(BUILD_SIM)/obj $(BUILD_SIM)/tests $(BUILD_SIM)/gen $(BUILD_SIM)/cuda $(BUILD_SIM)/sim:
+	mkdir -p $@
+
+test-cudasim: $(BUILD_SIM)/gtrain $(BUILD_SIM)/test_gtrain
+	BUILD_SIM=$(BUILD_SIM) CUDASIM_FILTER='$(CUDASIM_FILTER)' scripts/test-cudasim.sh $(TEST_ARGS)
