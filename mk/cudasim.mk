@@ -11,13 +11,13 @@
 BUILD_SIM ?= build-cudasim
 CXX ?= g++
 SIM_HAVE_CUBLAS := $(wildcard cuda/sim/cublas.cpp)
-SIM_HAVE_NCCL   := $(wildcard cuda/sim/nccl.cpp)
+SIM_HAVE_NCCL   := $(if $(filter 1,$(MPI)),$(wildcard cuda/sim/nccl.cpp)) # the NCCL model runs over MPI
 SIM_SRCS := $(filter-out $(if $(SIM_HAVE_CUBLAS),cuda/sim/cublas_stub.cpp),$(wildcard cuda/sim/*.cpp))
 SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
 SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
 SIM_INC  := -Icuda/sim/include $(if $(SIM_HAVE_CUBLAS),,-Icuda/sim/stub/include) -Icuda/sim -Icuda -Isrc
-SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas -Wno-comment \
-  $(SIM_DEFS) $(SIM_INC)
+SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+  $(SIM_DEFS) $(SIM_INC) $(if $(SIM_HAVE_NCCL),-DOMPI_SKIP_MPICXX=1 $(shell $(MPICC) --showme:compile))
 SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -lstdc++ $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
 SIM_OBJS := $(patsubst src/%.c,$(BUILD_SIM)/obj/%.o,$(SRCS))
 SIM_LIB_OBJS := $(filter-out $(BUILD_SIM)/obj/main.o,$(SIM_OBJS))

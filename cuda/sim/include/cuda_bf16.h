@@ -1,5 +1,5 @@
 /* cuda_bf16.h - the CUDA simulator's bf16 header (make test-cudasim): __nv_bfloat16 and the
- * conversions cuda/*.cu use, with CUDA's names; float -> bf16 rounds to nearest even, a NaN stays
+ * conversions the cuda/ sources use, with CUDA's names; float -> bf16 rounds to nearest even, a NaN stays
  * a quiet NaN (as src/common.h's gt_f32_to_bf16, which the CPU backend uses). */
 #ifndef GTCSIM_CUDA_BF16_H
 #define GTCSIM_CUDA_BF16_H

@@ -1,5 +1,5 @@
 /* cuda_runtime.h - the CUDA simulator's CUDA runtime header (make test-cudasim): the subset of the
- * runtime API that cuda/*.cu uses, with CUDA's names, types, enum values and signatures, plus the
+ * runtime API that the cuda/ sources uses, with CUDA's names, types, enum values and signatures, plus the
  * device-side language (qualifiers, built-in variables, barriers, warp intrinsics: see
  * gtcsim_device.h). The implementation is cuda/sim/runtime.cpp. */
 #ifndef GTCSIM_CUDA_RUNTIME_H

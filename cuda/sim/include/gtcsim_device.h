@@ -1,4 +1,4 @@
-/* gtcsim_device.h - the device side of the CUDA language for cuda/*.cu compiled by the host C++
+/* gtcsim_device.h - the device side of the CUDA language for the cuda/ sources compiled by the host C++
  * compiler (make test-cudasim); included by the simulator's cuda_runtime.h.
  *
  * Each CUDA thread of a block runs as a fiber of one host thread (runtime.cpp); blocks run one
