@@ -16,8 +16,8 @@ CUDASIM_NCCL_RUN_INC := -Itests/cudasim/ncclrun/include -Icuda/sim -Icuda/sim/in
 build/cudasim/nccl_run: tests/cudasim/nccl_run.cpp cuda/dist_nccl.cu cuda/sim/nccl.cpp cuda/sim/gtcsim.h cuda/sim/include/nccl.h \
                         $(wildcard tests/cudasim/ncclrun/include/*.h) src/dist.c src/common.c $(wildcard src/*.h)
 	mkdir -p $(dir $@)
-	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_FLAGS) -Wno-unused-parameter $(CUDASIM_NCCL_RUN_INC) -c -o build/cudasim/dist_nccl.o -x c++ cuda/dist_nccl.cu
-	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_FLAGS) -Wno-unused-parameter $(CUDASIM_NCCL_RUN_INC) -c -o build/cudasim/nccl_run.o tests/cudasim/nccl_run.cpp
+	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_RUN_INC) $(CUDASIM_NCCL_FLAGS) -Wno-unused-parameter -c -o build/cudasim/dist_nccl.o -x c++ cuda/dist_nccl.cu
+	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_RUN_INC) $(CUDASIM_NCCL_FLAGS) -Wno-unused-parameter -c -o build/cudasim/nccl_run.o tests/cudasim/nccl_run.cpp
 	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_FLAGS) -c -o build/cudasim/nccl_model.o cuda/sim/nccl.cpp
 	mpicc -std=c11 -O1 -g -D_GNU_SOURCE -DGT_HAVE_MPI -DGT_HAVE_NCCL $(WARN) -Isrc -c -o build/cudasim/dist.o src/dist.c
 	mpicc -std=c11 -O1 -g -D_GNU_SOURCE $(WARN) -Isrc -c -o build/cudasim/common.o src/common.c
