@@ -78,6 +78,22 @@ __device__ __forceinline__ void att_axpy_rows(float (&acc)[ATT_DPL], float x, co
     }
 }
 
+/* a . b over hs channels, in channel order, each step one explicit FMA (no compiler choice) */
+__device__ __forceinline__ float att_dot(const float *a, const float *b, int hs) {
+    float s = 0.0f;
+    for (int d = 0; d < hs; d++) s = fmaf(a[d], b[d], s);
+    return s;
+}
+
+/* the score scale * (q . k), the same bits in the forward and both backward kernels: the
+ * backward's dS = P (dP - D) cancels on peaked rows only if its P is the P that made out (and so
+ * D = dout . out). Computed separately, an FMA the compiler fused in one kernel and not in
+ * another put a 1-ulp difference into the scores and 10x the fp32 error into dq (found by the
+ * CUDA simulator, tests/test_ops.c ops::attention's ramp case). */
+__device__ __forceinline__ float att_score(const float *q, const float *k, int hs, float scale) {
+    return __fmul_rn(att_dot(q, k, hs), scale);
+}
+
 /* row[d] = acc * mul for the lane's channels, rounded to the act dtype */
 template <typename Act>
 __device__ __forceinline__ void att_store_row(Act *row, const float (&acc)[ATT_DPL], float mul,
@@ -143,10 +159,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
             int j = k0 + lane;
             float s = -INFINITY;
             if (j <= t) {
-                const float *q = Qs + r * ld, *k = Ks + lane * ld;
-                float dot = 0.0f;
-                for (int d = 0; d < hs; d++) dot += q[d] * k[d];
-                s = dot * scale;
+                s = att_score(Qs + r * ld, Ks + lane * ld, hs, scale);
             }
             float mt = gtc_warp_max(s); /* finite: key k0 <= t is in the tile */
             float mnew = fmaxf(m[i], mt);
@@ -241,15 +254,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
             int t = q0 + lane;
             float p = 0.0f, ds = 0.0f;
             if (t < T && t >= j) {
-                const float *q = Qs + lane * ld, *k = Ks + kr * ld;
-                const float *dy = dOs + lane * ld, *v = Vs + kr * ld;
-                float s = 0.0f, dp = 0.0f;
-                for (int d = 0; d < hs; d++) {
-                    s += q[d] * k[d];
-                    dp += dy[d] * v[d];
-                }
-                p = expf(s * scale - Ls[lane]);
-                ds = p * (dp - Ds[lane]);
+                p = expf(att_score(Qs + lane * ld, Ks + kr * ld, hs, scale) - Ls[lane]);
+                ds = p * (att_dot(dOs + lane * ld, Vs + kr * ld, hs) - Ds[lane]);
             }
             int ii0 = max(0, j - q0), ii1 = min(ATT_BQ, T - q0);
             att_axpy_rows(dv[i], p, dOs, ld, ii0, ii1, hs, lane);
@@ -313,15 +319,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
             int j = k0 + lane;
             float ds = 0.0f;
             if (j <= t) {
-                const float *q = Qs + r * ld, *k = Ks + lane * ld;
-                const float *dy = dOs + r * ld, *v = Vs + lane * ld;
-                float s = 0.0f, dp = 0.0f;
-                for (int d = 0; d < hs; d++) {
-                    s += q[d] * k[d];
-                    dp += dy[d] * v[d];
-                }
-                float p = expf(s * scale - Lr[i]);
-                ds = p * (dp - Dr[i]);
+                float p = expf(att_score(Qs + r * ld, Ks + lane * ld, hs, scale) - Lr[i]);
+                ds = p * (att_dot(dOs + r * ld, Vs + lane * ld, hs) - Dr[i]);
             }
             att_axpy_rows(dq[i], ds, Ks, ld, 0, min(ATT_BC, t - k0 + 1), hs, lane);
         }

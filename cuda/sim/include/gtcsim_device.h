@@ -123,6 +123,10 @@ template <class T> static inline T atomicAdd(T *p, T v) {
 
 /* device math: the host's (the last bits may differ from CUDA's) */
 static inline float __fdividef(float a, float b) { return a / b; }
+/* __fmul_rn / __fadd_rn: rounded on their own, never fused into an FMA (nvcc's contract); the
+ * empty asm keeps the host compiler (-ffp-contract=fast) from fusing them too */
+static inline float __fmul_rn(float a, float b) { float r = a * b; __asm__("" : "+x"(r)); return r; }
+static inline float __fadd_rn(float a, float b) { float r = a + b; __asm__("" : "+x"(r)); return r; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
