@@ -13,6 +13,7 @@
 
 /* The process-wide logger's state: which rank this process is. */
 static int g_log_rank = 0;
+static bool g_log_stderr = false; /* part of the logger: where gt_log writes */
 
 /* The signal flag (the other piece of global mutable state: a handler has no other way to speak). */
 static volatile sig_atomic_t g_stop_signal;
@@ -79,13 +80,16 @@ void gt_stop_signal_reset(void) {
 
 void gt_log_set_rank(int rank) { g_log_rank = rank; }
 
+void gt_log_to_stderr(bool on) { g_log_stderr = on; }
+
 void gt_log(const char *fmt, ...) {
     if (g_log_rank != 0) return;
+    FILE *f = g_log_stderr ? stderr : stdout;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    vfprintf(f, fmt, ap);
     va_end(ap);
-    fflush(stdout);
+    fflush(f);
 }
 
 void gt_warn(const char *fmt, ...) {

@@ -27,6 +27,8 @@ int gt_error(GtError *err, int code, const char *fmt, ...) __attribute__((format
 /* Process-wide logger (the only global mutable state): rank 0 prints, other ranks stay quiet
  * unless verbose. gt_log goes to stdout, gt_warn to stderr with a "warning: " prefix. */
 void gt_log_set_rank(int rank);
+/* on: gt_log goes to stderr, for commands whose stdout is their output (gtrain sample) */
+void gt_log_to_stderr(bool on);
 void gt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void gt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

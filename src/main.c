@@ -204,8 +204,10 @@ int main(int argc, char **argv) {
             rc = bad_input("sample: --prompt and --prompt-ids exclude each other");
         else if (so.prompt && !*so.prompt)
             rc = bad_input("sample: --prompt: expected text, found \"\" (without --prompt a sample starts from a newline)");
-        else if (sample_run(&so, stdout, &err))
-            rc = fail(&err);
+        else {
+            gt_log_to_stderr(true); /* stdout is the sample: the backend's notes must not end up in it */
+            if (sample_run(&so, stdout, &err)) rc = fail(&err);
+        }
         goto out;
     }
     if (optind < argc) {
