@@ -303,19 +303,40 @@ void run(const Job &j) {
         for (int64_t i = 0; i < ib; i++)
             for (int64_t l = 0; l < k; l++)
                 arow[(size_t)(i * k + l)] = j.ta ? rd(j.A, l, i0 + i) : rd(j.A, i0 + i, l);
-        for (int64_t c = 0; c < n; c++) {
-            const float *bc = bcol.data() + c * k;
-            for (int64_t i = 0; i < ib; i++) {
-                const float *ar = arow.data() + i * k;
-                double acc = 0.0;
-                for (int64_t l = 0; l < k; l++) acc += (double)ar[l] * (double)bc[l];
-                const int64_t r = i0 + i;
-                double v = k ? j.alpha * acc : 0.0;
-                if (j.beta != 0.0) v += j.beta * (double)load_f(j.C.p, j.C.type, (size_t)(r + c * j.C.ld));
-                if (j.bias) v += (double)load_f(j.biasp, j.bias_type, (size_t)r);
-                if (j.aux) store(const_cast<void *>(j.Aux.p), j.Aux.type, (size_t)(r + c * j.Aux.ld), v);
-                if (j.gelu) v = gelu(v);
-                store(const_cast<void *>(j.D.p), j.D.type, (size_t)(r + c * j.D.ld), v);
+        /* 4 x 4 outputs at a time, each its own accumulator summed in l order: the bits of the
+         * one-at-a-time loop, with 16 independent chains instead of one (~10x faster) */
+        for (int64_t c0 = 0; c0 < n; c0 += 4) {
+            const int64_t cb = std::min<int64_t>(4, n - c0);
+            for (int64_t ii = 0; ii < ib; ii += 4) {
+                const int64_t rb = std::min<int64_t>(4, ib - ii);
+                const float *ar[4], *bc[4];
+                for (int q = 0; q < 4; q++) {
+                    ar[q] = arow.data() + (ii + std::min<int64_t>(q, rb - 1)) * k;
+                    bc[q] = bcol.data() + (c0 + std::min<int64_t>(q, cb - 1)) * k;
+                }
+                /* 16 scalars, so that they stay in registers */
+                double c00 = 0, c01 = 0, c02 = 0, c03 = 0, c10 = 0, c11 = 0, c12 = 0, c13 = 0;
+                double c20 = 0, c21 = 0, c22 = 0, c23 = 0, c30 = 0, c31 = 0, c32 = 0, c33 = 0;
+                for (int64_t l = 0; l < k; l++) {
+                    const double a0 = ar[0][l], a1 = ar[1][l], a2 = ar[2][l], a3 = ar[3][l];
+                    const double b0 = bc[0][l], b1 = bc[1][l], b2 = bc[2][l], b3 = bc[3][l];
+                    c00 += a0 * b0, c01 += a0 * b1, c02 += a0 * b2, c03 += a0 * b3;
+                    c10 += a1 * b0, c11 += a1 * b1, c12 += a1 * b2, c13 += a1 * b3;
+                    c20 += a2 * b0, c21 += a2 * b1, c22 += a2 * b2, c23 += a2 * b3;
+                    c30 += a3 * b0, c31 += a3 * b1, c32 += a3 * b2, c33 += a3 * b3;
+                }
+                const double acc[4][4] = {{c00, c01, c02, c03}, {c10, c11, c12, c13}, {c20, c21, c22, c23},
+                                          {c30, c31, c32, c33}};
+                for (int64_t cc = 0; cc < cb; cc++)
+                    for (int64_t i = 0; i < rb; i++) {
+                        const int64_t r = i0 + ii + i, c = c0 + cc;
+                        double v = k ? j.alpha * acc[i][cc] : 0.0;
+                        if (j.beta != 0.0) v += j.beta * (double)load_f(j.C.p, j.C.type, (size_t)(r + c * j.C.ld));
+                        if (j.bias) v += (double)load_f(j.biasp, j.bias_type, (size_t)r);
+                        if (j.aux) store(const_cast<void *>(j.Aux.p), j.Aux.type, (size_t)(r + c * j.Aux.ld), v);
+                        if (j.gelu) v = gelu(v);
+                        store(const_cast<void *>(j.D.p), j.D.type, (size_t)(r + c * j.D.ld), v);
+                    }
             }
         }
     }

@@ -21,6 +21,7 @@
  * allocation tables, streams, events, the last error, the access log; all behind one recursive
  * mutex. Kernels run on the host thread that drains the streams (kernel.cpp). */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -71,7 +73,30 @@ namespace {
 
 constexpr size_t kPage = 4096;
 constexpr size_t kArenaBytes = (size_t)256 << 30; /* reserved per arena (PROT_NONE, no memory) */
-constexpr size_t kDeviceBytes = (size_t)80 << 30; /* the simulated device's memory */
+/* a positive integer from the environment, lo..hi; def when unset */
+unsigned long long env_number(const char *name, unsigned long long lo, unsigned long long hi, unsigned long long def) {
+    const char *e = getenv(name);
+    if (!e || !*e) return def;
+    char *end = nullptr;
+    errno = 0;
+    unsigned long long v = strtoull(e, &end, 10);
+    if (errno || *end || v < lo || v > hi) gtcsim::fail("%s: expected an integer from %llu to %llu, found \"%s\"", name, lo, hi, e);
+    return v;
+}
+/* the simulated device's memory: 80 GiB, or GTCSIM_DEVICE_MIB (a test that must run the device
+ * out of memory: tests/test_reliability.c) */
+size_t device_bytes() {
+    static const size_t n = (size_t)env_number("GTCSIM_DEVICE_MIB", 1, (size_t)1 << 20, 80 << 10) << 20;
+    return n;
+}
+/* how many devices cudaGetDeviceCount reports: 1, or GTCSIM_DEVICE_COUNT (ranks of a data-parallel
+ * test on one node, each its own process, pick device = local rank). A process uses one of them:
+ * they share this process's one memory, streams and events. */
+int device_count() {
+    static const int n = (int)env_number("GTCSIM_DEVICE_COUNT", 1, 8, 1);
+    return n;
+}
+int g_device = 0; /* cudaSetDevice's */
 
 struct DevAlloc {
     uintptr_t base;      /* the pointer cudaMalloc gave */
@@ -163,6 +188,12 @@ void init() {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGSEGV, &sa, &g_old_segv);
 }
+
+/* Criterion's running test, when the simulator is linked into the test binary (null otherwise) */
+struct CrTestView {
+    const char *name, *category;
+};
+extern "C" const CrTestView *const criterion_current_test __attribute__((weak));
 
 cudaError_t ret(cudaError_t e) {
     if (e != cudaSuccess) g_last_error = e;
@@ -329,6 +360,30 @@ cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind kind
 }
 
 } // namespace
+
+/* GTCSIM_USAGE_LOG (scripts/test-cudasim.sh counts the tests that ran a kernel on the simulator):
+ * one line, the test this process runs for: Criterion's own test in the test binary, else
+ * GTRAIN_TEST_NAME, exported to the processes a test starts (tests/test_backend_select.h) */
+void gtcsim::note_first_kernel() {
+    static bool done = false;
+    if (done) return;
+    done = true;
+    const char *log = getenv("GTCSIM_USAGE_LOG");
+    if (!log || !*log) return;
+    char line[512];
+    int n;
+    if (&criterion_current_test && criterion_current_test)
+        n = snprintf(line, sizeof line, "%s::%s\n", criterion_current_test->category, criterion_current_test->name);
+    else
+        n = snprintf(line, sizeof line, "%s\n", getenv("GTRAIN_TEST_NAME") ? getenv("GTRAIN_TEST_NAME") : "(no test)");
+    /* best effort: a test's own limits (RLIMIT_FSIZE of the disk-full tests) may refuse it, and
+     * the count is a report, not a check */
+    int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return;
+    if (write(fd, line, (size_t)std::min(n, (int)sizeof line - 1)) < 0) {
+    }
+    close(fd);
+}
 
 /* ------------------------------------------------------------------ gtcsim.h */
 

@@ -20,6 +20,8 @@ void set_last_error(cudaError_t e);
 size_t func_smem_limit(const void *fn);
 /* run every block of a launch now (called from queued work, device memory accessible) */
 void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::function<void()> &body);
+/* once per process, at its first kernel: the test it runs for, appended to GTCSIM_USAGE_LOG */
+void note_first_kernel();
 /* the kernel running now, or nullptr (for fault messages) */
 const char *current_kernel();
 /* is p inside the simulator's dynamic shared memory or a fiber stack guard (fault messages) */
