@@ -1,19 +1,32 @@
 #!/bin/sh
-# test-cudasim.sh - run the Criterion suites that exercise the CUDA backend on the CUDA simulator
-# (make test-cudasim builds $BUILD_SIM first) and print how many tests ran through cuda/.
-# Extra arguments go to the test binary.
+# test-cudasim.sh - the whole Criterion suite with the CUDA backend on the CUDA simulator (make
+# test-cudasim builds $BUILD_SIM first), and how many of its tests ran kernels through cuda/.
+#   GTRAIN_TEST_DEVICE=cuda   the op, model, recompute, plan, precision ... tests open the CUDA backend
+#   GTRAIN_TEST_CUDASIM=1     long process tests run shorter; what the simulator does not model skips
+#   GTCSIM_DEVICE_COUNT=2     two simulated devices, so the data-parallel tests (2 MPI ranks on one
+#                             node, device = local rank) run through dist_nccl.cu and the NCCL model
+#   GTCSIM_USAGE_LOG          each process that runs a kernel appends the test it runs for
+# CUDASIM_FILTER narrows the suite (a Criterion --filter glob); extra arguments go to the test binary.
 set -u
 B=${BUILD_SIM:-build-cudasim}
-F=${CUDASIM_FILTER:-'@(ops|ops_bf16|cuda|model|recompute|plan|precision|accumulation|sample|optim|reliability)/*'}
 LOG=$B/test-cudasim.log
+USAGE=$B/test-cudasim.usage
+rm -f "$USAGE"
 start=$(date +%s)
-GTRAIN_TEST_DEVICE=cuda GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} GTRAIN_BIN="$(pwd)/$B/gtrain" GTRAIN_ROOT="$(pwd)" \
-  "$B/test_gtrain" --filter="$F" "$@" >"$LOG" 2>&1
+set -- ${CUDASIM_FILTER:+--filter="$CUDASIM_FILTER"} "$@"
+GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 GTCSIM_NCCL_TIMEOUT=${GTCSIM_NCCL_TIMEOUT:-60} \
+  GTCSIM_USAGE_LOG="$(pwd)/$USAGE" GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} \
+  GTRAIN_BIN="$(pwd)/$B/gtrain" GTRAIN_ROOT="$(pwd)" \
+  "$B/test_gtrain" --verbose -j"${JOBS:-$(nproc)}" "$@" >"$LOG" 2>&1
 rc=$?
-cat "$LOG"
+# the backend's line (once per process) and the [RUN ] lines say nothing here
+grep -v -e '^cuda: gtcsim' -e '^\[RUN \]' -e 'Test is disabled' "$LOG"
 syn=$(grep 'Synthesis:' "$LOG" | tail -1)
 tested=$(echo "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
-skipped=$(echo "$syn" | sed -n 's/.*Skipped: \([0-9]*\).*/\1/p')
-echo "test-cudasim: ${tested:-0} test(s) run with GTRAIN_TEST_DEVICE=cuda on the CUDA simulator" \
-     "(${skipped:-0} skipped), $(( $(date +%s) - start )) s; rc $rc"
+skipped=$(grep -c '^\[SKIP\]' "$LOG")
+disabled=$(grep -c '^\[SKIP\].*Test is disabled' "$LOG")
+through=$(sort -u "$USAGE" 2>/dev/null | grep -vc '^(no test)$')
+echo "test-cudasim: ${tested:-0} test(s) run with the CUDA backend on the simulator, ${through:-0} of them" \
+     "ran kernels through cuda/ ($(sort -u "$USAGE" 2>/dev/null | grep -c . ) names in $USAGE);" \
+     "$((skipped - disabled)) skipped; $(( $(date +%s) - start )) s; rc $rc"
 exit $rc

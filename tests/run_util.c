@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -20,6 +21,7 @@
 #include "checkpoint.h"
 #include "run_util.h"
 #include "safetensors.h"
+#include "test_backend_select.h"
 
 /* ---------------------------------------------------------------- workspace */
 
@@ -64,7 +66,7 @@ void ws_init(Ws *w) {
     cr_assert_not_null(mkdtemp(w->dir));
     const char *root = getenv("GTRAIN_ROOT");
     cr_assert_not_null(root, "GTRAIN_ROOT is not set (run through make test)");
-    cr_assert_not_null(getenv("GTRAIN_BIN"), "GTRAIN_BIN is not set (run through make test)");
+    cr_assert_not_null(test_gtrain_bin(), "GTRAIN_BIN is not set (run through make test)");
     char from[512], to[512];
     const char *files[] = {"run.yaml", "model.json"};
     for (int i = 0; i < 2; i++) {
@@ -121,7 +123,7 @@ void start_v(Proc *p, const Ws *w, const char *cfg, const Limits *lim, const cha
     snprintf(p->err, sizeof p->err, "%s/%s.err", w->dir, tag);
     const char *argv[64];
     int a = 0;
-    argv[a++] = getenv("GTRAIN_BIN");
+    argv[a++] = test_gtrain_bin();
     argv[a++] = "--config";
     argv[a++] = cfg;
     for (int i = 0; i < n_sets && a < 60; i++) {
@@ -134,6 +136,7 @@ void start_v(Proc *p, const Ws *w, const char *cfg, const Limits *lim, const cha
     fflush(stdout);
     fflush(stderr);
     p->t0 = now_s();
+    pid_t parent = getpid();
     pid_t pid = fork();
     cr_assert_neq(pid, -1, "fork: %s", strerror(errno));
     if (pid == 0) {
@@ -142,6 +145,9 @@ void start_v(Proc *p, const Ws *w, const char *cfg, const Limits *lim, const cha
         sigprocmask(SIG_SETMASK, &none, NULL);
         signal(SIGTERM, SIG_DFL);
         signal(SIGINT, SIG_DFL);
+        /* dies with the test: a test Criterion kills for its timeout must not leave a gtrain
+         * running (and loading the machine for every later test) */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(126);
         int fo = open(p->out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(p->err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fo < 0 || fe < 0) _exit(126);
         dup2(fo, 1);

@@ -7,6 +7,8 @@
 #define GT_TEST_BACKEND_SELECT_H
 
 #include <criterion/criterion.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,26 @@
 static inline const char *test_device_name(void) {
     const char *d = getenv("GTRAIN_TEST_DEVICE");
     return (d && *d) ? d : "cpu";
+}
+
+/* GTRAIN_TEST_CUDASIM=1 (set by make test-cudasim): the CUDA backend is the CPU simulator, where a
+ * step is ~10x slower and some things (forked NCCL ranks, host memory limits bounding the device)
+ * are not modelled; long tests run shorter and those few skip, each saying why */
+static inline bool test_on_cudasim(void) {
+    const char *e = getenv("GTRAIN_TEST_CUDASIM");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* $GTRAIN_BIN, the gtrain under test (NULL when unset). Also exports GTRAIN_TEST_NAME=suite::test
+ * for the processes the test starts, so that the CUDA simulator can log which tests ran through
+ * it (GTCSIM_USAGE_LOG, scripts/test-cudasim.sh). */
+static inline const char *test_gtrain_bin(void) {
+    if (criterion_current_test) {
+        char name[256];
+        snprintf(name, sizeof name, "%s::%s", criterion_current_test->category, criterion_current_test->name);
+        setenv("GTRAIN_TEST_NAME", name, 1);
+    }
+    return getenv("GTRAIN_BIN");
 }
 
 static inline Backend *test_backend_open(void) {

@@ -30,6 +30,7 @@
 
 #include "common.h"
 #include "dist.h"
+#include "test_backend_select.h"
 
 /* ------------------------------------------------------------------------------ helpers */
 
@@ -118,7 +119,7 @@ static void need_mpi(MpiTools *t, bool need_probe) {
     cr_skip_test("built without MPI (make MPI=1)");
 #endif
     if (!which("mpirun", t->mpirun, sizeof t->mpirun)) cr_skip_test("mpirun not found on PATH (install openmpi-bin)");
-    const char *bin = getenv("GTRAIN_BIN");
+    const char *bin = test_gtrain_bin();
     if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
     char *copy = gt_xstrdup(bin);
     snprintf(t->probe, sizeof t->probe, "%s/dist_probe", dirname(copy));
@@ -331,7 +332,7 @@ static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *
 /* Skip until the trainer is built with MPI and integrated (gtrain --version lists "mpi"). */
 static void need_e2e(E2E *x) {
     need_mpi(&x->mpi, false);
-    const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
+    const char *bin = test_gtrain_bin(), *root = getenv("GTRAIN_ROOT");
     if (!root || !*root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
     snprintf(x->bin, sizeof x->bin, "%s", bin);
     snprintf(x->root, sizeof x->root, "%s", root);

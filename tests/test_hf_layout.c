@@ -8,9 +8,10 @@
 #include <string.h>
 
 #include "test_util.h"
+#include "test_backend_select.h"
 
 Test(hf_layout, saved_weights_give_the_same_loss_in_an_independent_pytorch_gpt2, .timeout = 120) {
-    const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
+    const char *bin = test_gtrain_bin(), *root = getenv("GTRAIN_ROOT");
     if (!bin || !root) cr_skip_test("GTRAIN_BIN/GTRAIN_ROOT not set (run through make test)");
     if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
         cr_skip_test("/usr/bin/python3 has no torch (Debian python3-torch): independent check skipped");

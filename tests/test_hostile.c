@@ -23,6 +23,7 @@
 #include "config.h"
 #include "model_desc.h"
 #include "plan.h"
+#include "test_backend_select.h"
 
 #define DEEP 100000
 
@@ -446,7 +447,7 @@ ParameterizedTestParameters(hostile, gtrain_plan) {
 
 ParameterizedTest(int *i, hostile, gtrain_plan) {
     const Hostile *h = &CASES[*i];
-    const char *bin = getenv("GTRAIN_BIN");
+    const char *bin = test_gtrain_bin();
     if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
     char dir[64], cfg_path[256];
     make_case(h, dir, sizeof dir, cfg_path, sizeof cfg_path);
@@ -472,7 +473,7 @@ ParameterizedTest(int *i, hostile, gtrain_plan) {
 /* --set values through the binary: a good config, one hostile --set each; exit 2 and one line
  * naming the --set key, never a value cut off after its first YAML document. */
 Test(hostile, set_values) {
-    const char *bin = getenv("GTRAIN_BIN");
+    const char *bin = test_gtrain_bin();
     if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
     static const struct {
         const char *set, *key;

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "data.h"
+#include "test_backend_select.h"
 
 static char g_dir[256];
 
@@ -220,7 +221,7 @@ static void expect_cli_refusal(const char *tag, char *const argv[], const char *
 }
 
 Test(inputs, special_files_through_the_cli, .timeout = 240) {
-    const char *bin = getenv("GTRAIN_BIN");
+    const char *bin = test_gtrain_bin();
     if (!bin || !*bin) cr_skip_test("GTRAIN_BIN is not set (run through make test)");
     test_write_file(test_join(g_dir, "m.json"), GOOD_MODEL, strlen(GOOD_MODEL));
     shard(test_join(g_dir, "tr_000.bin"), 300);

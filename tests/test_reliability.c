@@ -4,7 +4,11 @@
  * command line. Each test works in its own temp dir holding tests/fixtures/reliability/ (a
  * 2-layer, 32-wide byte-level model; a run of 30 steps that saves every step) and a generated
  * train.txt. $GTRAIN_BIN is the binary, $GTRAIN_ROOT the repo root.
- * GTRAIN_KILL_SEED=N replays the kill test with other random moments (default 20240917). */
+ * GTRAIN_KILL_SEED=N replays the kill test with other random moments (default 20240917).
+ * GTRAIN_TEST_CUDASIM=1 (set by make test-cudasim: $GTRAIN_BIN runs on the CUDA simulator, where a
+ * step is ~10x slower) runs the two long process tests shorter (5 kills instead of 20, a 40-step
+ * run for the signals instead of 120) and runs the device out of memory through the simulated
+ * device's size instead of RLIMIT_AS. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -27,6 +31,7 @@
 #include "checkpoint.h"
 #include "run_util.h"
 #include "safetensors.h"
+#include "test_backend_select.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define REL_ASAN 1
@@ -41,6 +46,7 @@
 
 #define MAX_STEPS 30 /* the fixture's max_steps */
 
+
 /* ---------------------------------------------------------------- kill -9 and resume */
 
 Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 600) {
@@ -53,7 +59,8 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
     if (env && *env) seed = strtoull(env, NULL, 10);
     uint64_t rng = seed;
     int landed = 0, resumed = 0, found_none = 0, trials = 0, kills_in_resume = 0, at_end = 0;
-    while (landed < 20 && trials < 120) {
+    const int kills = test_on_cudasim() ? 5 : 20;
+    while (landed < kills && trials < 6 * kills) {
         trials++;
         rm_tree(w.out);
         /* a fresh run, killed at a random moment of its whole duration (startup, steps, and the
@@ -64,6 +71,14 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
         if (trials == 1) delay = 0; /* at once: before any checkpoint, so "found none" is always exercised */
         Proc p;
         start(&p, &w, NULL, "kill", "overwrite_output_dir=true", NULL);
+        if (trials % 3 != 1) {
+            /* two kills in three once training has begun (step 5 logged): where startup (the CUDA
+             * libraries alone load for ~0.3 s) takes most of a run, uniform moments would nearly
+             * all land before the first checkpoint */
+            wait_for_step(&p, &w, "kill");
+            double left = t_full - (now_s() - p.t0);
+            delay = left > 0 ? 0.5 * left * (double)(rng_next(&rng) % 1000) / 1000.0 : 0.0;
+        }
         sleep_s(delay);
         kill(p.pid, SIGKILL);
         int st = wait_proc(&p);
@@ -127,7 +142,7 @@ Test(reliability, kill9_at_random_moments_then_resume_is_bit_exact, .timeout = 6
     cr_log_info("kill -9: seed %llu, %d kills in %d trials (+%d during a resume), %d real resumes, %d before the "
                 "first checkpoint, %d after the last; an unbroken run takes %.3f s",
                 (unsigned long long)seed, landed, trials, kills_in_resume, resumed, found_none, at_end, t_full);
-    cr_assert_geq(landed, 20, "only %d of %d kills landed before the run ended", landed, trials);
+    cr_assert_geq(landed, kills, "only %d of %d kills landed before the run ended", landed, trials);
     cr_assert_gt(resumed, landed / 2, "only %d of %d kills were followed by a real resume", resumed, landed);
     ws_fini(&w);
 }
@@ -138,12 +153,15 @@ Test(reliability, sigterm_checkpoints_exits_0_and_resume_is_bit_exact, .timeout 
     Ws w;
     ws_init(&w);
     char ref[300];
-    reference_run(&w, ref, sizeof ref, "max_steps=120", "save_steps=0", "logging_steps=1", NULL);
+    const int steps = test_on_cudasim() ? 40 : 120;
+    char ms[32];
+    snprintf(ms, sizeof ms, "max_steps=%d", steps);
+    reference_run(&w, ref, sizeof ref, ms, "save_steps=0", "logging_steps=1", NULL);
     const int sigs[] = {SIGTERM, SIGINT};
     for (int k = 0; k < 2; k++) {
         rm_tree(w.out);
         Proc p;
-        start(&p, &w, NULL, "term", "max_steps=120", "save_steps=0", "logging_steps=1", "overwrite_output_dir=true",
+        start(&p, &w, NULL, "term", ms, "save_steps=0", "logging_steps=1", "overwrite_output_dir=true",
               NULL);
         wait_for_step(&p, &w, "term");
         sleep_s(0.02);
@@ -156,14 +174,14 @@ Test(reliability, sigterm_checkpoints_exits_0_and_resume_is_bit_exact, .timeout 
         cr_assert_not_null(msg, "no message about the signal: %s", o);
         long at = strtol(msg + strlen(prefix), NULL, 10);
         free(o);
-        cr_assert(at >= 1 && at < 120, "stopped at step %ld", at);
+        cr_assert(at >= 1 && at < steps, "stopped at step %ld of %d", at, steps);
         long latest;
         cr_assert_eq(check_checkpoints(w.out, &latest), 1, "expected exactly the signal's checkpoint (save_steps 0)");
         cr_assert_eq(latest, at, "checkpoint-%ld, the signal's step is %ld", latest, at);
         char mf[400];
         snprintf(mf, sizeof mf, "%s/model.safetensors", w.out);
         cr_assert(!exists(mf), "a stopped run must not write the final weights");
-        st = run(&w, NULL, "resume", "max_steps=120", "save_steps=0", "logging_steps=1", "resume_from_checkpoint=latest",
+        st = run(&w, NULL, "resume", ms, "save_steps=0", "logging_steps=1", "resume_from_checkpoint=latest",
                  NULL);
         expect_exit(&w, "resume", st, 0);
         char a[400], b[400];
@@ -411,32 +429,43 @@ Test(reliability, memory_limit_below_the_parameters, .timeout = 60) {
 }
 
 Test(reliability, allocation_failure_at_runtime, .timeout = 60) {
+    bool sim = test_on_cudasim();
+    if (!sim && strcmp(test_device_name(), "cuda") == 0) {
+        cr_log_info("GTRAIN_TEST_DEVICE=cuda on a GPU: RLIMIT_AS bounds host memory and the weights live on the "
+                    "device; the device running out is tested on the CUDA simulator (GTRAIN_TEST_CUDASIM)");
+        return;
+    }
     if (REL_ASAN) {
         cr_log_info("RLIMIT_AS and AddressSanitizer's shadow memory do not mix: skipped under ASan");
         return;
     }
     Ws w;
     ws_init(&w);
-    /* ~50M parameters: ~800 MB of params, grads and AdamW state; the address space is capped at
-     * 400 MB above what the libraries take, so the plan (told 64 GiB) passes but the allocation
-     * cannot */
+    /* ~50M parameters: ~800 MB of params, grads and AdamW state. The plan (told 64 GiB) passes
+     * but the allocation cannot: on the CPU the address space is capped at 400 MB above what the
+     * libraries take; on the CUDA simulator the simulated device has 400 MiB. */
     char m2[400], ms[450];
     snprintf(m2, sizeof m2, "%s/big.json", w.dir);
     const char *big = "{\"model_type\": \"gpt2\", \"n_layer\": 4, \"n_head\": 8, \"n_embd\": 1024, \"vocab_size\": 256,"
                       " \"n_positions\": 32}\n";
     put_file(m2, big, strlen(big));
     snprintf(ms, sizeof ms, "model=%s", m2);
-    /* the cap is relative to this process's own address space, which maps the same libraries as
-     * gtrain (cuBLAS alone maps hundreds of MB in a CUDA build) */
-    unsigned long long vm_kb = 0;
-    FILE *status = fopen("/proc/self/status", "r");
-    char sline[256];
-    while (status && fgets(sline, sizeof sline, status))
-        if (sscanf(sline, "VmSize: %llu kB", &vm_kb) == 1) break;
-    if (status) fclose(status);
-    cr_assert_gt(vm_kb, 0, "no VmSize in /proc/self/status");
-    Limits lim = {.as = (vm_kb << 10) + (400ull << 20)};
-    int st = run(&w, &lim, "oom", ms, "memory_limit=64GiB", "max_steps=2", NULL);
+    Limits lim = {0};
+    if (sim) {
+        cr_assert_eq(setenv("GTCSIM_DEVICE_MIB", "400", 1), 0);
+    } else {
+        /* the cap is relative to this process's own address space, which maps the same
+         * libraries as gtrain */
+        unsigned long long vm_kb = 0;
+        FILE *status = fopen("/proc/self/status", "r");
+        char sline[256];
+        while (status && fgets(sline, sizeof sline, status))
+            if (sscanf(sline, "VmSize: %llu kB", &vm_kb) == 1) break;
+        if (status) fclose(status);
+        cr_assert_gt(vm_kb, 0, "no VmSize in /proc/self/status");
+        lim.as = (vm_kb << 10) + (400ull << 20);
+    }
+    int st = run(&w, &lim, "oom", ms, "memory_limit=64GiB", "max_steps=2", sim ? "device=cuda" : "device=cpu", NULL);
     expect_exit(&w, "oom", st, 1);
     char *e = read_log(&w, "oom", "err");
     cr_assert_eq(count_lines(e), 1, "one line expected: %s", e);

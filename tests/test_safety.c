@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "run_util.h"
+#include "test_backend_select.h"
 #include "safetensors.h"
 
 #define FIXTURE_STEPS 30 /* the fixture's max_steps */
@@ -200,7 +201,8 @@ Test(safety, two_runs_started_at_once_one_wins, .timeout = 300) {
     Ws w;
     ws_init(&w);
     int in_use = 0;
-    for (int round = 0; round < 8; round++) {
+    const int rounds = test_on_cudasim() ? 3 : 8; /* a run takes ~4x longer on the CUDA simulator */
+    for (int round = 0; round < rounds; round++) {
         rm_tree(w.out);
         Proc a, b;
         start(&a, &w, NULL, "a", "max_steps=20", NULL);
@@ -340,12 +342,17 @@ Test(safety, sigterm_while_loading_exits_0_and_resumes_exactly, .timeout = 300) 
                        " \"n_positions\": 32}\n";
     put_file(mj, wide, strlen(wide));
     snprintf(ms, sizeof ms, "model=%s", mj);
+    /* on the CUDA simulator the steps of this model are slow: 1 row of 8 tokens (loading, the
+     * subject here, is the same) */
+    const char *rows = test_on_cudasim() ? "per_device_train_batch_size=1" : "per_device_train_batch_size=4";
+    const char *len = test_on_cudasim() ? "data.seq_len=8" : "data.seq_len=32";
+    const char *ev = test_on_cudasim() ? "eval_max_batches=1" : "eval_max_batches=0"; /* 0: all */
     char ref[300];
-    reference_run(&w, ref, sizeof ref, ms, "max_steps=2", "save_total_limit=0", NULL);
+    reference_run(&w, ref, sizeof ref, ms, "max_steps=2", "save_total_limit=0", rows, len, ev, NULL);
     for (int trial = 0; trial < 2; trial++) {
         rm_tree(w.out);
         Proc p;
-        start(&p, &w, NULL, "term", ms, "max_steps=2", "save_total_limit=0", NULL);
+        start(&p, &w, NULL, "term", ms, "max_steps=2", "save_total_limit=0", rows, len, ev, NULL);
         bool loading = false;
         for (int i = 0; i < 5000 && !loading; i++) {
             char *o = read_log(&w, "term", "out");
@@ -365,7 +372,8 @@ Test(safety, sigterm_while_loading_exits_0_and_resumes_exactly, .timeout = 300) 
         long latest;
         check_checkpoints(w.out, &latest);
         cr_assert_eq(latest, 0, "a stop before step 1 saves checkpoint-0 (latest %ld)", latest);
-        st = run(&w, NULL, "resume", ms, "max_steps=2", "save_total_limit=0", "resume_from_checkpoint=latest", NULL);
+        st = run(&w, NULL, "resume", ms, "max_steps=2", "save_total_limit=0", "resume_from_checkpoint=latest", rows,
+                 len, ev, NULL);
         expect_exit(&w, "resume", st, 0);
         expect_same_run(ref, w.out, 2);
     }

@@ -263,7 +263,7 @@ Test(sample, one_row_matmul_matches_a_double_reference, .timeout = 60) {
 /* ---------------------------------------------------------------- the command line */
 
 static const char *gtrain_bin(void) {
-    const char *bin = getenv("GTRAIN_BIN");
+    const char *bin = test_gtrain_bin();
     if (!bin) cr_skip_test("GTRAIN_BIN not set (run through make test)");
     return bin;
 }
