@@ -3,6 +3,7 @@
 # the Criterion suite runs through cuda/ without a GPU (GTRAIN_TEST_DEVICE=cuda).
 #   make test-cudasim        build build-cudasim/{gtrain,test_gtrain,dist_probe} and run the whole
 #                            suite on it (scripts/test-cudasim.sh; CUDASIM_FILTER narrows it)
+#   make test-cudasim-mutants  plant known bugs into a copy of cuda/ and show the suite catches each
 # The .cu sources are used unchanged except one rewrite: `extern __shared__ T name[];` (which host
 # C++ cannot express) becomes a pointer to the block's dynamic shared memory, on the same line.
 # The NCCL model (cuda/sim/nccl.cpp) runs its ranks over MPI, so it is built only with MPI=1.
@@ -32,7 +33,7 @@ ifneq ($(filter test-cudasim cudasim-build $(BUILD_SIM)/%,$(MAKECMDGOALS)),)
 $(shell mkdir -p $(BUILD_SIM) && echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS)' | cmp -s - $(SIM_STAMP) || echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS)' > $(SIM_STAMP))
 endif
 
-.PHONY: test-cudasim cudasim-build
+.PHONY: test-cudasim cudasim-build test-cudasim-mutants
 cudasim-build: $(BUILD_SIM)/gtrain $(BUILD_SIM)/test_gtrain $(BUILD_SIM)/dist_probe
 
 $(BUILD_SIM)/obj/%.o: src/%.c $(wildcard src/*.h) $(SIM_STAMP) | $(BUILD_SIM)/obj
@@ -59,3 +60,7 @@ $(BUILD_SIM)/obj $(BUILD_SIM)/tests $(BUILD_SIM)/gen $(BUILD_SIM)/cuda $(BUILD_S
 
 test-cudasim: cudasim-build
 	BUILD_SIM=$(BUILD_SIM) CUDASIM_FILTER='$(CUDASIM_FILTER)' scripts/test-cudasim.sh $(TEST_ARGS)
+
+# known bugs planted into a copy of cuda/, each of which the simulated suite must catch
+test-cudasim-mutants: cudasim-build
+	BUILD_SIM=$(BUILD_SIM) scripts/cudasim-mutants.sh

@@ -2,7 +2,8 @@
 # The README's test command: install what is missing, build, run the whole suite:
 # the Criterion tests, the same suite under AddressSanitizer + UBSan, the CUDA backend
 # compiled with warnings as errors (when nvcc is present; CI has it at /usr/local/cuda/bin), the
-# tensor-core attention kernels simulated on the CPU, the CUDA simulator's cuBLAS and NCCL models, and
+# tensor-core attention kernels simulated on the CPU, the CUDA simulator's cuBLAS and NCCL models, the
+# whole suite again with the CUDA backend on the CUDA simulator, planted bugs it must catch, and
 # libFuzzer on every reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,10 @@ make tcsim
 echo "== CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
 make test-cudasim-blas
 make test-cudasim-nccl
+echo "== the whole suite with the CUDA backend (cuda/*.cu) on the CUDA simulator"
+make -j"$jobs" test-cudasim
+echo "== known bugs planted into copies of cuda/: the simulated suite must catch each"
+make test-cudasim-mutants
 echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-60} s each"
 make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-60}" FUZZ_JOBS="$jobs"
 echo "== all tests passed"
