@@ -1,5 +1,8 @@
 /* cublas.cpp - the CUDA simulator's model of the cuBLAS / cuBLASLt subset that the cuda/ sources use
- * (cuda/sim/include/cublasLt.h, cublas_v2.h), on the CPU and strict rather than fast.
+ * (cuda/sim/include/cublasLt.h, cublas_v2.h), on the CPU and strict rather than fast: here the
+ * model's core (objects, elements, matrices, the computation, the cuBLASLt problem checks, status
+ * strings) and the plain cuBLAS API; the cuBLASLt API is in cublaslt.cpp, and what the two share
+ * is declared in cublas_model.h.
  *
  * What it computes: D = alpha op(A) op(B) + beta C (+ bias[m] broadcast along the columns, then
  * GELU, with the pre-GELU value stored to the aux matrix), column-major as cuBLAS defines it.
@@ -31,6 +34,7 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+#include "cublas_model.h"
 #include "gtcsim.h"
 
 #include <algorithm>
@@ -44,11 +48,12 @@
 
 using gtcsim::fail;
 
-namespace {
+namespace gtcsim_blas {
 
 /* ------------------------------------------------------------------ objects */
 
-enum class Kind { Handle, Lt, Desc, Layout, Pref };
+namespace {
+
 const char *kind_name(Kind k) {
     switch (k) {
     case Kind::Handle: return "cublasHandle_t";
@@ -60,41 +65,10 @@ const char *kind_name(Kind k) {
     return "?";
 }
 
-struct Obj {
-    Kind kind;
-    bool live = true;
-    explicit Obj(Kind k) : kind(k) {}
-    virtual ~Obj() = default;
-};
 struct HandleObj : Obj {
     cudaStream_t stream = nullptr;
     uint32_t math = CUBLAS_DEFAULT_MATH;
     HandleObj() : Obj(Kind::Handle) {}
-};
-struct LtObj : Obj {
-    LtObj() : Obj(Kind::Lt) {}
-};
-struct LayoutObj : Obj {
-    int32_t type = CUDA_R_32F;
-    uint64_t rows = 0, cols = 0;
-    int64_t ld = 0, batch_stride = 0;
-    LayoutObj() : Obj(Kind::Layout) {}
-};
-struct DescObj : Obj {
-    int32_t compute = CUBLAS_COMPUTE_32F, scale = CUDA_R_32F;
-    int32_t transa = CUBLAS_OP_N, transb = CUBLAS_OP_N;
-    uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-    const void *bias = nullptr;
-    void *aux = nullptr;
-    int64_t aux_ld = 0, bias_bstride = 0, aux_bstride = 0, alpha_bstride = 0;
-    int32_t sm_count = 0, bias_type = -1, aux_type = -1;
-    DescObj() : Obj(Kind::Desc) {}
-};
-struct PrefObj : Obj {
-    uint64_t max_ws = 0;                        /* documented default: no workspace */
-    uint32_t red_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
-    uint32_t align[4] = {256, 256, 256, 256};  /* documented default: 256 bytes */
-    PrefObj() : Obj(Kind::Pref) {}
 };
 
 std::mutex g_mu;
@@ -102,14 +76,14 @@ std::unordered_set<const Obj *> g_known; /* live and quarantined objects */
 std::deque<Obj *> g_quarantine;          /* destroyed, kept so a later use is named */
 constexpr size_t kQuarantine = 4096;
 
-template <class T> T *make() {
-    T *o = new T();
+} // namespace
+
+void track(Obj *o) {
     std::lock_guard<std::mutex> lk(g_mu);
     g_known.insert(o);
-    return o;
 }
 
-Obj *lookup(const void *h, Kind k, const char *api, const char *what, bool null_ok = false) {
+Obj *lookup(const void *h, Kind k, const char *api, const char *what, bool null_ok) {
     if (!h) {
         if (null_ok) return nullptr;
         fail("%s: %s (%s) is NULL", api, what, kind_name(k));
@@ -123,9 +97,6 @@ Obj *lookup(const void *h, Kind k, const char *api, const char *what, bool null_
         fail("%s: %s %p is a %s, not a %s", api, what, h, kind_name(o->kind), kind_name(k));
     if (!o->live) fail("%s: %s %p (%s) is used after it was destroyed", api, what, h, kind_name(k));
     return const_cast<Obj *>(o);
-}
-template <class T> T *get(const void *h, Kind k, const char *api, const char *what) {
-    return static_cast<T *>(lookup(h, k, api, what));
 }
 
 void destroy(const void *h, Kind k, const char *api) {
@@ -157,10 +128,11 @@ const char *tname(int32_t t) {
                                                   : "not a cudaDataType";
     }
 }
-bool type_known(int32_t t) { return t >= 0 && t <= CUDA_R_4F_E2M1; }
-bool type_modelled(int32_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
+
 size_t esize(int32_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 0; }
 
+namespace {
+bool type_modelled(int32_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
 float bf16_to_f(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
@@ -195,6 +167,8 @@ double gelu(double x) {
     const double s = std::sqrt(2.0 / M_PI);
     return 0.5 * x * (1.0 + std::tanh(s * (x + 0.044715 * x * x * x)));
 }
+} // namespace
+
 unsigned ptr_align(const void *p) { /* largest power of two dividing p, up to 256 */
     uintptr_t a = (uintptr_t)p;
     unsigned r = 1;
@@ -204,15 +178,12 @@ unsigned ptr_align(const void *p) { /* largest power of two dividing p, up to 25
 
 /* ------------------------------------------------------------------ matrices */
 
-struct Mat { /* a stored column-major matrix: column j is rows elements from p + j * ld */
-    const void *p = nullptr;
-    int32_t type = CUDA_R_32F;
-    int64_t rows = 0, cols = 0, ld = 0;
-};
 size_t extent(const Mat &m) {
     if (m.rows <= 0 || m.cols <= 0) return 0;
     return (size_t)((m.cols - 1) * m.ld + m.rows) * esize(m.type);
 }
+
+namespace {
 /* do two stored matrices share a byte (not just their extents)? */
 bool overlap(const Mat &a, const Mat &b) {
     size_t ea = extent(a), eb = extent(b);
@@ -230,6 +201,8 @@ bool overlap(const Mat &a, const Mat &b) {
     }
     return false;
 }
+} // namespace
+
 void check_device(const char *api, const char *name, const Mat &m) {
     size_t e = extent(m);
     if (!e) return;
@@ -251,6 +224,8 @@ void check_aligned(const char *api, const char *name, const void *p, unsigned ne
         fail("%s: %s %p is aligned to %u bytes, less than the %u bytes %s", api, name, p, ptr_align(p),
              need, why);
 }
+
+namespace {
 void note(const Mat &m, bool write) {
     if (!extent(m)) return;
     if (m.ld == m.rows || m.cols == 1) {
@@ -261,21 +236,9 @@ void note(const Mat &m, bool write) {
     for (int64_t j = 0; j < m.cols; j++)
         gtcsim::note_access((const char *)m.p + (size_t)(j * m.ld) * es, (size_t)m.rows * es, write);
 }
+} // namespace
 
 /* ------------------------------------------------------------------ the computation */
-
-struct Job {
-    const char *api = "";
-    int ta = 0, tb = 0; /* 0: N, 1: T */
-    int64_t m = 0, n = 0, k = 0;
-    Mat A, B, C, D, Aux; /* C.p unused when beta == 0; Aux only with `aux` */
-    double alpha = 1, beta = 0;
-    bool bias = false, gelu = false, aux = false, tf32 = false;
-    const void *biasp = nullptr;
-    int32_t bias_type = CUDA_R_32F;
-    void *ws = nullptr;
-    size_t ws_bytes = 0;
-};
 
 void run(const Job &j) {
     const bool use_ab = j.k > 0 && j.alpha != 0.0;
@@ -354,25 +317,16 @@ float host_scalar(const char *api, const char *name, const void *p) {
 bool compute_modelled(int32_t c) {
     return c == CUBLAS_COMPUTE_32F || c == CUBLAS_COMPUTE_32F_PEDANTIC || c == CUBLAS_COMPUTE_32F_FAST_TF32;
 }
-const char *op_name(int t) { return t ? "T" : "N"; }
-/* the epilogues modelled: DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS */
-bool epilogue_modelled(uint32_t e) {
-    return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU ||
-           e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
-           e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-}
 
-/* the identity of a heuristic's answer, packed into cublasLtMatmulAlgo_t */
-struct AlgoRec {
-    uint32_t magic;
-    int8_t compute, at, bt, ct, dt, biast, auxt, ta, tb;
-    uint8_t align_log[6]; /* A, B, C, D, bias, aux */
-    uint16_t epilogue;
-    uint64_t ws;
-    uint64_t check;
-};
-static_assert(sizeof(AlgoRec) <= sizeof(cublasLtMatmulAlgo_t), "AlgoRec fits cublasLtMatmulAlgo_t");
-constexpr uint32_t kAlgoMagic = 0x67745341u; /* "gtSA" */
+namespace {
+const char *op_name(int t) { return t ? "T" : "N"; }
+uint8_t log2u(uint32_t v) {
+    uint8_t l = 0;
+    while ((1u << l) < v && l < 31) l++;
+    return l;
+}
+} // namespace
+
 uint64_t rec_hash(const AlgoRec &r) {
     unsigned char b[sizeof r];
     memcpy(b, &r, sizeof r);
@@ -380,14 +334,7 @@ uint64_t rec_hash(const AlgoRec &r) {
     for (size_t i = 0; i < offsetof(AlgoRec, check); i++) h = (h ^ b[i]) * 1099511628211ull;
     return h;
 }
-uint8_t log2u(uint32_t v) {
-    uint8_t l = 0;
-    while ((1u << l) < v && l < 31) l++;
-    return l;
-}
 
-/* Validate the descriptors of one cuBLASLt problem and fill j (no pointers). NOT_SUPPORTED for a
- * type combination cuBLASLt refuses; every argument error aborts. */
 cublasStatus_t lt_setup(const char *api, const DescObj *d, const LayoutObj *la, const LayoutObj *lb,
                         const LayoutObj *lc, const LayoutObj *ld, Job &j) {
     const LayoutObj *L[4] = {la, lb, lc, ld};
@@ -473,9 +420,10 @@ AlgoRec lt_rec(const DescObj *d, const Job &j, const uint32_t align[4], unsigned
     r.check = rec_hash(r);
     return r;
 }
-unsigned cap16(const void *p) { return std::min(16u, ptr_align(p)); }
 
-} // namespace
+} // namespace gtcsim_blas
+
+using namespace gtcsim_blas;
 
 /* ------------------------------------------------------------------ status strings */
 
@@ -621,401 +569,4 @@ extern "C" cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
                                        cublasGemmAlgo_t algo) {
     return blas_gemm("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb,
                      beta, C, Ctype, ldc, computeType, algo);
-}
-
-/* ------------------------------------------------------------------ cuBLASLt objects */
-
-namespace {
-template <class T> void set_attr(const char *api, const char *attr, const void *buf, size_t got, T *dst) {
-    if (!buf) fail("%s(%s): buf is NULL", api, attr);
-    if (got != sizeof(T))
-        fail("%s(%s): sizeInBytes %zu, but the attribute is %zu bytes", api, attr, got, sizeof(T));
-    memcpy(dst, buf, sizeof(T));
-}
-#define GTC_ATTR(name) case name: return #name
-const char *desc_attr_name(int a) {
-    switch (a) {
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_COMPUTE_TYPE); GTC_ATTR(CUBLASLT_MATMUL_DESC_SCALE_TYPE);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_POINTER_MODE); GTC_ATTR(CUBLASLT_MATMUL_DESC_TRANSA);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_TRANSB); GTC_ATTR(CUBLASLT_MATMUL_DESC_TRANSC);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_FILL_MODE); GTC_ATTR(CUBLASLT_MATMUL_DESC_EPILOGUE);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_BIAS_POINTER); GTC_ATTR(CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER); GTC_ATTR(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET); GTC_ATTR(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE);
-        GTC_ATTR(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE);
-    }
-    return "a cublasLtMatmulDescAttributes_t this model does not handle";
-}
-void check_compute(const char *api, int32_t compute, int32_t scale) {
-    if (!compute_modelled(compute))
-        fail("%s: compute type %d is not modelled by the simulator (CUBLAS_COMPUTE_32F, _PEDANTIC, "
-             "_FAST_TF32)", api, compute);
-    if (scale != CUDA_R_32F)
-        fail("%s: scale type %s with a CUBLAS_COMPUTE_32F* compute type: cuBLASLt supports only CUDA_R_32F",
-             api, tname(scale));
-}
-} // namespace
-
-extern "C" cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
-    if (!h) fail("cublasLtCreate: lightHandle is NULL");
-    *h = reinterpret_cast<cublasLtHandle_t>(static_cast<Obj *>(make<LtObj>()));
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
-    destroy(h, Kind::Lt, "cublasLtDestroy");
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-extern "C" cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *out, cudaDataType type,
-                                                     uint64_t rows, uint64_t cols, int64_t ld) {
-    const char *api = "cublasLtMatrixLayoutCreate";
-    if (!out) fail("%s: matLayout is NULL", api);
-    if (!type_known(type)) fail("%s: %d is not a cudaDataType", api, (int)type);
-    if (ld < 0) fail("%s: ld %lld is negative", api, (long long)ld);
-    LayoutObj *l = make<LayoutObj>();
-    l->type = type, l->rows = rows, l->cols = cols, l->ld = ld;
-    *out = reinterpret_cast<cublasLtMatrixLayout_t>(static_cast<Obj *>(l));
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
-    if (l) destroy(l, Kind::Layout, "cublasLtMatrixLayoutDestroy");
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t h,
-                                                           cublasLtMatrixLayoutAttribute_t attr,
-                                                           const void *buf, size_t size) {
-    const char *api = "cublasLtMatrixLayoutSetAttribute";
-    LayoutObj *l = get<LayoutObj>(h, Kind::Layout, api, "matLayout");
-    switch (attr) {
-    case CUBLASLT_MATRIX_LAYOUT_TYPE: {
-        uint32_t v;
-        set_attr(api, "CUBLASLT_MATRIX_LAYOUT_TYPE", buf, size, &v);
-        if (!type_known((int32_t)v)) fail("%s: %u is not a cudaDataType", api, v);
-        l->type = (int32_t)v;
-        break;
-    }
-    case CUBLASLT_MATRIX_LAYOUT_ORDER: {
-        int32_t v;
-        set_attr(api, "CUBLASLT_MATRIX_LAYOUT_ORDER", buf, size, &v);
-        if (v != CUBLASLT_ORDER_COL) fail("%s: order %d: only CUBLASLT_ORDER_COL is modelled", api, v);
-        break;
-    }
-    case CUBLASLT_MATRIX_LAYOUT_ROWS: set_attr(api, "CUBLASLT_MATRIX_LAYOUT_ROWS", buf, size, &l->rows); break;
-    case CUBLASLT_MATRIX_LAYOUT_COLS: set_attr(api, "CUBLASLT_MATRIX_LAYOUT_COLS", buf, size, &l->cols); break;
-    case CUBLASLT_MATRIX_LAYOUT_LD: {
-        int64_t v;
-        set_attr(api, "CUBLASLT_MATRIX_LAYOUT_LD", buf, size, &v);
-        if (v < 0) fail("%s: ld %lld is negative", api, (long long)v);
-        l->ld = v;
-        break;
-    }
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: {
-        int32_t v;
-        set_attr(api, "CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT", buf, size, &v);
-        if (v != 1) fail("%s: batch count %d: only 1 is modelled", api, v);
-        break;
-    }
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
-        set_attr(api, "CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET", buf, size, &l->batch_stride);
-        break;
-    default: fail("%s: layout attribute %d is not modelled", api, (int)attr);
-    }
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-extern "C" cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *out, cublasComputeType_t compute,
-                                                   cudaDataType_t scale) {
-    const char *api = "cublasLtMatmulDescCreate";
-    if (!out) fail("%s: matmulDesc is NULL", api);
-    check_compute(api, compute, scale);
-    DescObj *d = make<DescObj>();
-    d->compute = compute, d->scale = scale;
-    *out = reinterpret_cast<cublasLtMatmulDesc_t>(static_cast<Obj *>(d));
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
-    if (d) destroy(d, Kind::Desc, "cublasLtMatmulDescDestroy");
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t h, cublasLtMatmulDescAttributes_t attr,
-                                                         const void *buf, size_t size) {
-    const char *api = "cublasLtMatmulDescSetAttribute";
-    DescObj *d = get<DescObj>(h, Kind::Desc, api, "matmulDesc");
-    const char *an = desc_attr_name(attr);
-    int32_t i32;
-    int64_t i64;
-    switch (attr) {
-    case CUBLASLT_MATMUL_DESC_COMPUTE_TYPE:
-        set_attr(api, an, buf, size, &i32);
-        check_compute(api, i32, d->scale);
-        d->compute = i32;
-        break;
-    case CUBLASLT_MATMUL_DESC_SCALE_TYPE:
-        set_attr(api, an, buf, size, &i32);
-        check_compute(api, d->compute, i32);
-        break;
-    case CUBLASLT_MATMUL_DESC_POINTER_MODE:
-        set_attr(api, an, buf, size, &i32);
-        if (i32 != CUBLASLT_POINTER_MODE_HOST) fail("%s(%s): pointer mode %d: only HOST is modelled", api, an, i32);
-        break;
-    case CUBLASLT_MATMUL_DESC_TRANSA:
-    case CUBLASLT_MATMUL_DESC_TRANSB:
-        set_attr(api, an, buf, size, &i32);
-        if (i32 != CUBLAS_OP_N && i32 != CUBLAS_OP_T && i32 != CUBLAS_OP_C)
-            fail("%s(%s): %d is not CUBLAS_OP_N, _T or _C", api, an, i32);
-        (attr == CUBLASLT_MATMUL_DESC_TRANSA ? d->transa : d->transb) = i32;
-        break;
-    case CUBLASLT_MATMUL_DESC_TRANSC:
-        set_attr(api, an, buf, size, &i32);
-        if (i32 != CUBLAS_OP_N) fail("%s(%s): %d: cuBLASLt supports only CUBLAS_OP_N", api, an, i32);
-        break;
-    case CUBLASLT_MATMUL_DESC_FILL_MODE:
-        set_attr(api, an, buf, size, &i32);
-        if (i32 != CUBLAS_FILL_MODE_FULL) fail("%s(%s): %d: only CUBLAS_FILL_MODE_FULL is modelled", api, an, i32);
-        break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE: {
-        uint32_t e;
-        set_attr(api, an, buf, size, &e);
-        if (!epilogue_modelled(e))
-            fail("%s(%s): epilogue %u is not modelled (DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, "
-                 "GELU_AUX_BIAS)", api, an, e);
-        d->epilogue = e;
-        break;
-    }
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: set_attr(api, an, buf, size, &d->bias); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER: set_attr(api, an, buf, size, &d->aux); break;
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD:
-    case CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE:
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE:
-    case CUBLASLT_MATMUL_DESC_ALPHA_VECTOR_BATCH_STRIDE:
-        set_attr(api, an, buf, size, &i64);
-        if (i64 < 0) fail("%s(%s): %lld is negative", api, an, (long long)i64);
-        (attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD        ? d->aux_ld
-         : attr == CUBLASLT_MATMUL_DESC_BIAS_BATCH_STRIDE    ? d->bias_bstride
-         : attr == CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_BATCH_STRIDE ? d->aux_bstride
-                                                              : d->alpha_bstride) = i64;
-        break;
-    case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET:
-        set_attr(api, an, buf, size, &d->sm_count);
-        if (d->sm_count < 0) fail("%s(%s): %d is negative", api, an, d->sm_count);
-        break;
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
-    case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE:
-        set_attr(api, an, buf, size, &i32);
-        if (i32 != -1 && !type_known(i32)) fail("%s(%s): %d is not a cudaDataType", api, an, i32);
-        (attr == CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE ? d->bias_type : d->aux_type) = i32;
-        break;
-    default: fail("%s: attribute %d (%s) is not modelled", api, (int)attr, an);
-    }
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-extern "C" cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *out) {
-    if (!out) fail("cublasLtMatmulPreferenceCreate: pref is NULL");
-    *out = reinterpret_cast<cublasLtMatmulPreference_t>(static_cast<Obj *>(make<PrefObj>()));
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
-    if (p) destroy(p, Kind::Pref, "cublasLtMatmulPreferenceDestroy");
-    return CUBLAS_STATUS_SUCCESS;
-}
-extern "C" cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t h,
-                                                               cublasLtMatmulPreferenceAttributes_t attr,
-                                                               const void *buf, size_t size) {
-    const char *api = "cublasLtMatmulPreferenceSetAttribute";
-    PrefObj *p = get<PrefObj>(h, Kind::Pref, api, "pref");
-    uint32_t u32;
-    uint64_t u64;
-    float f;
-    switch (attr) {
-    case CUBLASLT_MATMUL_PREF_SEARCH_MODE:
-        set_attr(api, "CUBLASLT_MATMUL_PREF_SEARCH_MODE", buf, size, &u32);
-        if (u32 != CUBLASLT_SEARCH_BEST_FIT) fail("%s: search mode %u: only BEST_FIT is modelled", api, u32);
-        break;
-    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
-        set_attr(api, "CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES", buf, size, &p->max_ws);
-        break;
-    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
-        set_attr(api, "CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK", buf, size, &u32);
-        if (u32 & ~(uint32_t)CUBLASLT_REDUCTION_SCHEME_MASK)
-            fail("%s: reduction scheme mask 0x%x has bits outside CUBLASLT_REDUCTION_SCHEME_MASK", api, u32);
-        p->red_mask = u32;
-        break;
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
-    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: {
-        const int which = (int)attr - (int)CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES;
-        set_attr(api, "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES", buf, size, &u32);
-        if (u32 == 0 || (u32 & (u32 - 1)) != 0)
-            fail("%s: MIN_ALIGNMENT_%c_BYTES %u is not a power of two (not modelled)", api, "ABCD"[which], u32);
-        p->align[which] = u32;
-        break;
-    }
-    case CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT:
-        set_attr(api, "CUBLASLT_MATMUL_PREF_MAX_WAVES_COUNT", buf, size, &f);
-        break;
-    case CUBLASLT_MATMUL_PREF_IMPL_MASK:
-        set_attr(api, "CUBLASLT_MATMUL_PREF_IMPL_MASK", buf, size, &u64);
-        break;
-    default: fail("%s: preference attribute %d is not modelled", api, (int)attr);
-    }
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-/* ------------------------------------------------------------------ heuristic and matmul */
-
-namespace {
-/* the modelled algorithm: split-K partials of fp32 m x n in the workspace when some reduction
- * scheme is allowed and workspace is offered (capped by it); none otherwise */
-uint64_t ws_need(const PrefObj *p, const Job &j) {
-    if (!(p->red_mask & CUBLASLT_REDUCTION_SCHEME_MASK) || !p->max_ws) return 0;
-    uint64_t need = ((uint64_t)j.m * (uint64_t)j.n * 4u + 255u) & ~(uint64_t)255u;
-    return std::min<uint64_t>(need, p->max_ws);
-}
-} // namespace
-
-extern "C" cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lt, cublasLtMatmulDesc_t op,
-                                                         cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
-                                                         cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
-                                                         cublasLtMatmulPreference_t pref, int requested,
-                                                         cublasLtMatmulHeuristicResult_t results[], int *count) {
-    const char *api = "cublasLtMatmulAlgoGetHeuristic";
-    get<LtObj>(lt, Kind::Lt, api, "lightHandle");
-    const DescObj *d = get<DescObj>(op, Kind::Desc, api, "operationDesc");
-    const LayoutObj *la = get<LayoutObj>(Adesc, Kind::Layout, api, "Adesc");
-    const LayoutObj *lb = get<LayoutObj>(Bdesc, Kind::Layout, api, "Bdesc");
-    const LayoutObj *lc = get<LayoutObj>(Cdesc, Kind::Layout, api, "Cdesc");
-    const LayoutObj *ld = get<LayoutObj>(Ddesc, Kind::Layout, api, "Ddesc");
-    const PrefObj *p = get<PrefObj>(pref, Kind::Pref, api, "preference");
-    if (requested <= 0) fail("%s: requestedAlgoCount %d must be positive", api, requested);
-    if (!results || !count) fail("%s: heuristicResultsArray or returnAlgoCount is NULL", api);
-    *count = 0;
-    Job j;
-    cublasStatus_t st = lt_setup(api, d, la, lb, lc, ld, j);
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
-    const int32_t types[4] = {la->type, lb->type, lc->type, ld->type};
-    for (int i = 0; i < 4; i++)
-        if (p->align[i] < esize(types[i])) return CUBLAS_STATUS_NOT_SUPPORTED; /* no kernel reads unaligned elements */
-    AlgoRec r = lt_rec(d, j, p->align, cap16(d->bias), cap16(d->aux), ws_need(p, j));
-    memset(&results[0], 0, sizeof results[0]);
-    memcpy(results[0].algo.data, &r, sizeof r);
-    results[0].workspaceSize = (size_t)r.ws;
-    results[0].state = CUBLAS_STATUS_SUCCESS;
-    results[0].wavesCount = 1.0f;
-    *count = 1;
-    return CUBLAS_STATUS_SUCCESS;
-}
-
-extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, const void *alpha,
-                                         const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
-                                         cublasLtMatrixLayout_t Bdesc, const void *beta, const void *C,
-                                         cublasLtMatrixLayout_t Cdesc, void *D, cublasLtMatrixLayout_t Ddesc,
-                                         const cublasLtMatmulAlgo_t *algo, void *workspace, size_t ws_bytes,
-                                         cudaStream_t stream) {
-    const char *api = "cublasLtMatmul";
-    get<LtObj>(lt, Kind::Lt, api, "lightHandle");
-    const DescObj *d = get<DescObj>(op, Kind::Desc, api, "computeDesc");
-    const LayoutObj *la = get<LayoutObj>(Adesc, Kind::Layout, api, "Adesc");
-    const LayoutObj *lb = get<LayoutObj>(Bdesc, Kind::Layout, api, "Bdesc");
-    const LayoutObj *lc = get<LayoutObj>(Cdesc, Kind::Layout, api, "Cdesc");
-    const LayoutObj *ld = get<LayoutObj>(Ddesc, Kind::Layout, api, "Ddesc");
-    Job j;
-    cublasStatus_t st = lt_setup(api, d, la, lb, lc, ld, j);
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
-    j.alpha = host_scalar(api, "alpha", alpha);
-    j.beta = host_scalar(api, "beta", beta);
-    j.A.p = A, j.B.p = B, j.C.p = C, j.D.p = D, j.biasp = d->bias, j.Aux.p = d->aux;
-    AlgoRec r;
-    if (!algo) { /* implicit heuristic, as cuBLASLt does: the pointers' own alignment */
-        uint32_t al[4] = {ptr_align(A), ptr_align(B), ptr_align(C ? C : D), ptr_align(D)};
-        const int32_t types[4] = {la->type, lb->type, lc->type, ld->type};
-        for (int i = 0; i < 4; i++)
-            if (al[i] < esize(types[i])) return CUBLAS_STATUS_NOT_SUPPORTED;
-        PrefObj tmp;
-        tmp.max_ws = ws_bytes;
-        r = lt_rec(d, j, al, cap16(d->bias), cap16(d->aux), ws_need(&tmp, j));
-    } else {
-        memcpy(&r, algo->data, sizeof r);
-        if (r.magic != kAlgoMagic || r.check != rec_hash(r))
-            fail("%s: algo is not one cublasLtMatmulAlgoGetHeuristic returned (uninitialised or corrupted)", api);
-        const uint32_t none[4] = {1, 1, 1, 1};
-        AlgoRec want = lt_rec(d, j, none, 1, 1, 0);
-        if (r.compute != want.compute || r.at != want.at || r.bt != want.bt || r.ct != want.ct ||
-            r.dt != want.dt || r.biast != want.biast || r.auxt != want.auxt || r.ta != want.ta ||
-            r.tb != want.tb || r.epilogue != want.epilogue)
-            fail("%s: algo was found for another problem (compute %d/%d, types A %s/%s B %s/%s C %s/%s D %s/%s, "
-                 "TRANSA %d/%d, TRANSB %d/%d, epilogue %d/%d: heuristic's/this call's)", api, r.compute,
-                 want.compute, tname(r.at), tname(want.at), tname(r.bt), tname(want.bt), tname(r.ct),
-                 tname(want.ct), tname(r.dt), tname(want.dt), r.ta, want.ta, r.tb, want.tb, r.epilogue,
-                 want.epilogue);
-    }
-    if (j.m == 0 || j.n == 0) return CUBLAS_STATUS_SUCCESS;
-    const bool use_ab = j.k > 0 && j.alpha != 0.0;
-    if (use_ab) {
-        check_device(api, "A", j.A);
-        check_device(api, "B", j.B);
-    }
-    check_device(api, "D", j.D);
-    if (j.beta != 0.0) check_device(api, "C", j.C);
-    if (C == D) {
-        if (lc->ld != ld->ld || lc->type != ld->type)
-            fail("%s: in place (C == D) needs C and D to have one layout, but ldc %lld, ldd %lld, types %s, %s",
-                 api, (long long)lc->ld, (long long)ld->ld, tname(lc->type), tname(ld->type));
-    } else if (j.beta != 0.0) {
-        check_disjoint(api, "D", j.D, "C", j.C);
-    }
-    if (use_ab) {
-        check_disjoint(api, "D", j.D, "A", j.A);
-        check_disjoint(api, "D", j.D, "B", j.B);
-    }
-    Mat bias;
-    if (j.bias) {
-        if (!j.biasp) fail("%s: the epilogue adds a bias but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL", api);
-        bias.p = j.biasp, bias.type = j.bias_type, bias.rows = j.m, bias.cols = 1, bias.ld = j.m;
-        if (!gtcsim::is_device_range(j.biasp, extent(bias)))
-            fail("%s: bias %p (%lld %s: the m rows of D) is not inside one live device allocation", api, j.biasp,
-                 (long long)j.m, tname(j.bias_type));
-        check_disjoint(api, "D", j.D, "bias", bias);
-    }
-    if (j.aux) {
-        if (!j.Aux.p) fail("%s: the GELU_AUX epilogue needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", api);
-        check_device(api, "aux (EPILOGUE_AUX_POINTER with EPILOGUE_AUX_LD)", j.Aux);
-        check_disjoint(api, "aux", j.Aux, "D", j.D);
-        if (use_ab) {
-            check_disjoint(api, "aux", j.Aux, "A", j.A);
-            check_disjoint(api, "aux", j.Aux, "B", j.B);
-        }
-        if (j.beta != 0.0) check_disjoint(api, "aux", j.Aux, "C", j.C);
-        if (j.bias) check_disjoint(api, "aux", j.Aux, "bias", bias);
-    }
-    const char *why = "promised to the heuristic (CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_*_BYTES)";
-    const void *ptrs[4] = {use_ab ? A : nullptr, use_ab ? B : nullptr, j.beta != 0.0 ? C : nullptr, D};
-    const char *names[4] = {"A", "B", "C", "D"};
-    for (int i = 0; i < 4; i++) check_aligned(api, names[i], ptrs[i], 1u << r.align_log[i], why);
-    if (j.bias)
-        check_aligned(api, "bias", j.biasp, 1u << r.align_log[4],
-                      "the heuristic saw at CUBLASLT_MATMUL_DESC_BIAS_POINTER (its algorithm may rely on them)");
-    if (j.aux)
-        check_aligned(api, "aux", j.Aux.p, 1u << r.align_log[5],
-                      "the heuristic saw at CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER");
-    if (ws_bytes < r.ws)
-        fail("%s: workspaceSizeInBytes %zu is less than the %llu bytes the algorithm needs", api, ws_bytes,
-             (unsigned long long)r.ws);
-    if (ws_bytes) {
-        if (!workspace) fail("%s: workspace is NULL with workspaceSizeInBytes %zu", api, ws_bytes);
-        if (!gtcsim::is_device_range(workspace, ws_bytes))
-            fail("%s: workspace %p of %zu bytes is not inside one live device allocation", api, workspace,
-                 ws_bytes);
-        Mat w;
-        w.p = workspace, w.type = CUDA_R_16BF, w.rows = (int64_t)(ws_bytes / 2), w.cols = 1, w.ld = w.rows;
-        for (const Mat *x : {&j.A, &j.B, &j.C, &j.D, &j.Aux, &bias})
-            if (x->p && (x != &j.C || j.beta != 0.0) && (x != &j.Aux || j.aux) && (x != &bias || j.bias))
-                check_disjoint(api, "workspace", w, "an operand", *x);
-    }
-    j.ws = workspace, j.ws_bytes = (size_t)r.ws;
-    gtcsim::enqueue(stream, api, [j] { run(j); });
-    return CUBLAS_STATUS_SUCCESS;
 }

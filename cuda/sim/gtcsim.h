@@ -1,5 +1,6 @@
 /* gtcsim.h - the CUDA simulator's internal interface between its parts: the runtime and kernel
- * executor (runtime.cpp), the cuBLAS/cuBLASLt model (cublas.cpp) and the NCCL model (nccl.cpp).
+ * executor (runtime.cpp), the cuBLAS/cuBLASLt model (cublas.cpp, cublaslt.cpp) and the NCCL model
+ * (nccl.cpp).
  * The simulator lets the unchanged sources in cuda/, compiled by the host C++ compiler against
  * the headers in cuda/sim/include/, run on the CPU (make test-cudasim). It is strict rather than
  * fast: device memory is a separate poisoned arena, work runs in stream order, and every API

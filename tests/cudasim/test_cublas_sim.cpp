@@ -1,7 +1,7 @@
 /* test_cublas_sim.cpp - standalone test of the simulator's cuBLAS/cuBLASLt model
- * (cuda/sim/cublas.cpp), against a private stand-in of the gtcsim.h runtime interface: "device"
- * buffers are malloc'd and registered in a table, enqueue runs the work at once, and fail()
- * throws so each class of invalid argument can be checked to abort with its message.
+ * (cuda/sim/cublas.cpp, cublaslt.cpp), against a private stand-in of the gtcsim.h runtime
+ * interface: "device" buffers are malloc'd and registered in a table, enqueue runs the work at
+ * once, and fail() throws so each class of invalid argument can be checked to abort with its message.
  * Results are compared bit for bit with an independent naive double reference (bf16 rounding
  * from src/common.h). Run: make test-cudasim-blas. */
 #include <cublasLt.h>

@@ -1,6 +1,7 @@
 /* cublasLt.h - the CUDA simulator's cuBLASLt header (make test-cudasim): the subset of CUDA 13's
  * cublasLt.h that the cuda/ sources use, with the same names, enum values, struct sizes and signatures,
- * implemented on the CPU by cuda/sim/cublas.cpp (see there for what is modelled and checked).
+ * implemented on the CPU by cuda/sim/cublaslt.cpp on the model in cublas.cpp (see there for what is
+ * modelled and checked).
  * Attribute enums are complete up to the values cuda/ uses, so a value the simulator does not
  * model is refused by name rather than misread. */
 #ifndef GTCSIM_CUBLASLT_H
