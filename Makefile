@@ -85,7 +85,7 @@ LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRCS))
 
-.PHONY: all test test-asan cuda-check tcsim demo bench clean help-config-doc
+.PHONY: all test test-asan cuda-check demo bench clean help-config-doc
 all: $(BUILD)/gtrain
 
 $(BUILD)/gtrain: $(OBJS) $(CU_OBJS)
@@ -129,23 +129,6 @@ ASAN_BUILD ?= build-asan
 test-asan:
 	$(MAKE) BUILD=$(ASAN_BUILD) CUDA=0 OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" $(ASAN_BUILD)/gtrain $(ASAN_BUILD)/test_gtrain $(ASAN_BUILD)/dist_probe
 	scripts/test-asan.sh $(ASAN_BUILD) $(TEST_ARGS)
-
-# The tensor-core attention kernels simulated on the CPU (tests/tcsim/harness.cpp): the kernel
-# bodies are cut from cuda/kernels_attention_tc.cu (from "#define TC_WARPS" up to the "host side"
-# banner) and compiled as C++ against a mock of CUDA's threads, barriers and wmma. No GPU needed.
-TCSIM := $(BUILD)/tcsim/tcsim
-$(BUILD)/tcsim/kernel_body.inc: cuda/kernels_attention_tc.cu | $(BUILD)/tcsim
-	{ echo 'using namespace nvcuda;'; awk '/^#define TC_WARPS/{on=1} /host side/{on=0} on' $< | \
-	  sed -e 's/extern __shared__ __align__(128) unsigned char tc_smem\[\];/unsigned char *tc_smem = g_smem;/' \
-	      -e '/#pragma unroll/d'; } > $@
-$(TCSIM): tests/tcsim/harness.cpp tests/tcsim/mock.h src/common.h tests/ref_ops.c tests/ref_ops.h $(BUILD)/tcsim/kernel_body.inc
-	$(CC) -std=c11 -O1 -Itests -c -o $(BUILD)/tcsim/ref_ops.o tests/ref_ops.c
-	$(CXX) -std=c++20 -O1 -pthread -Wall -Wextra -Wno-unused-parameter -Wno-unused-function -Isrc -Itests -Itests/tcsim \
-	  -I$(BUILD)/tcsim -o $@ tests/tcsim/harness.cpp $(BUILD)/tcsim/ref_ops.o -lm
-$(BUILD)/tcsim:
-	mkdir -p $@
-tcsim: $(TCSIM)
-	$(TCSIM) full
 
 # Compile the CUDA backend with warnings as errors (needs nvcc, not a GPU).
 cuda-check:

@@ -2,7 +2,7 @@
 # The README's test command: install what is missing, build, run the whole suite:
 # the Criterion tests, the same suite under AddressSanitizer + UBSan, the CUDA backend
 # compiled with warnings as errors (when nvcc is present; CI has it at /usr/local/cuda/bin), the
-# tensor-core attention kernels simulated on the CPU, the CUDA simulator's cuBLAS and NCCL models, the
+# CUDA simulator's cuBLAS and NCCL models, the
 # whole suite again with the CUDA backend on the CUDA simulator, planted bugs it must catch, and
 # libFuzzer on every reader.
 set -euo pipefail
@@ -21,8 +21,6 @@ if command -v nvcc >/dev/null 2>&1; then
 else
   echo "== CUDA backend: nvcc not found, not compiled"
 fi
-echo "== tensor-core attention kernels simulated on the CPU (no GPU needed)"
-make tcsim
 echo "== CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
 make test-cudasim-blas
 make test-cudasim-nccl

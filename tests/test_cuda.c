@@ -637,6 +637,10 @@ Test(cuda, bf16_attention_tensor_cores_match_cpu_bf16, .timeout = 120) {
     bf16_attention_case(&p, 1, 130, 192, 3); /* hs 64, three tiles, 2 rows in the last */
     bf16_attention_case(&p, 2, 200, 128, 2); /* hs 64, four tiles */
     bf16_attention_case(&p, 1, 1, 64, 1);    /* hs 64, a single position */
+    bf16_attention_case(&p, 2, 37, 128, 1);  /* hs 128, one ragged tile */
+    bf16_attention_case(&p, 1, 16, 64, 1);   /* hs 64, a quarter tile */
+    bf16_attention_case(&p, 1, 17, 64, 1);   /* hs 64, a quarter tile and one row */
+    bf16_attention_case(&p, 1, 65, 128, 1);  /* hs 128, one row past a tile */
     pair_close(&p);
 }
 

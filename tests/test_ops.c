@@ -427,6 +427,7 @@ static void attention_cases(GtDtype act) {
     check_attention(act, 1, 100, 256, 2, false, 20); /* hs 128, two tiles, the last ragged */
     check_attention(act, 1, 1, 64, 1, false, 18);    /* hs 64, a single position */
     check_attention(act, 1, 200, 128, 2, true, 19);  /* hs 64, ramp: peaked rows, moving max */
+    check_attention(act, 1, 129, 128, 1, true, 21);  /* hs 128, ramp, one row in the third tile */
 }
 Test(ops, attention) { attention_cases(GT_F32); }
 Test(ops_bf16, attention) { attention_cases(GT_BF16); }

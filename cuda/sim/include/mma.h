@@ -1,4 +1,4 @@
-/* mma.h - the CUDA simulator's wmma (make test-cudasim), folded in from tests/tcsim/mock.h: the
+/* mma.h - the CUDA simulator's wmma (make test-cudasim; it replaced the tests/tcsim mock): the
  * bf16 16x16x16 fragments cuda/kernels_attention_tc.cu uses, with an opaque accumulator layout
  * (lane l owns the elements e with e % 32 == l; the others read NaN), so code that looks inside
  * a fragment or lets one lane stand for the warp computes garbage. Every call checks alignment
