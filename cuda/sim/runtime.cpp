@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -376,8 +377,10 @@ void gtcsim::note_first_kernel() {
         n = snprintf(line, sizeof line, "%s::%s\n", criterion_current_test->category, criterion_current_test->name);
     else
         n = snprintf(line, sizeof line, "%s\n", getenv("GTRAIN_TEST_NAME") ? getenv("GTRAIN_TEST_NAME") : "(no test)");
-    /* best effort: a test's own limits (RLIMIT_FSIZE of the disk-full tests) may refuse it, and
-     * the count is a report, not a check */
+    /* best effort, and never under a file-size limit (the disk-full tests), which would cut the
+     * line short and tear it into the next process's: the count is a report, not a check */
+    struct rlimit fs;
+    if (getrlimit(RLIMIT_FSIZE, &fs) != 0 || fs.rlim_cur != RLIM_INFINITY) return;
     int fd = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return;
     if (write(fd, line, (size_t)std::min(n, (int)sizeof line - 1)) < 0) {
