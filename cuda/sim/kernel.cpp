@@ -257,9 +257,7 @@ void syncthreads() {
 int syncthreads_or(int pred) {
     cur_fiber("__syncthreads_or");
     g_blk.block_bar.or_acc |= pred != 0;
-    unsigned g = g_blk.block_bar.gen;
     arrive(g_blk.block_bar, g_blk.live, "__syncthreads");
-    (void)g;
     return g_blk.block_bar.or_result;
 }
 

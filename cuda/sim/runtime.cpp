@@ -392,16 +392,6 @@ void gtcsim::note_first_kernel() {
 
 namespace gtcsim {
 
-void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gtcsim: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    fflush(stderr);
-    abort();
-}
 
 bool is_device_range(const void *p, size_t bytes) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);

@@ -97,16 +97,6 @@ void drain(CUstream_st *s, const char *what) {
 } // namespace
 
 namespace gtcsim {
-void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gtcsim: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    fflush(stderr);
-    abort();
-}
 bool is_device_range(const void *p, size_t bytes) { return in_table(g_dev, p, bytes); }
 bool is_pinned_range(const void *p, size_t bytes) { return in_table(g_pinned, p, bytes); }
 void enqueue(cudaStream_t s, const char *what, std::function<void()> work) {

@@ -69,16 +69,6 @@ void flush() {
 } // namespace
 
 namespace gtcsim {
-void fail(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gtcsim: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    fflush(stderr);
-    abort();
-}
 bool is_device_range(const void *p, size_t bytes) {
     for (auto &a : g_dev)
         if ((const char *)p >= a.first && bytes <= a.second && (const char *)p - a.first <= (ptrdiff_t)(a.second - bytes))
