@@ -222,10 +222,10 @@ void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, in
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */
 int gtc_attention_init(CudaImpl *im, GtError *err);
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                           int C, int NH);
+                           int NH, int NKV, int hd, int window);
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                            int C, int NH);
+                            int NH, int NKV, int hd, int window);
 
 /* kernels_attention_tc.cu: the bf16 tensor-core attention that gtc_attention_forward/backward
  * dispatch to when the act dtype is bf16 and gtc_attention_tc_supported(hs): hs 64 or 128 on an

@@ -361,7 +361,12 @@ int gtc_attention_init(CudaImpl *im, GtError *err) {
     return gtc_attention_tc_init(im, err); /* the tensor-core kernels' limits */
 }
 
-static void att_check_shape(int C, int NH) {
+static void att_check_shape(int C, int NH, int NKV, int window) {
+    if (NKV != NH || window != 0) { /* until grouped-query heads and the sliding window are in */
+        fprintf(stderr, "%s:%d: attention: grouped-query heads / sliding window not implemented yet\n",
+                __FILE__, __LINE__);
+        exit(GT_EXIT_FAILURE);
+    }
     if (NH <= 0 || C % NH != 0 || C / NH > ATT_MAX_HS || C / NH < 1) {
         fprintf(stderr, "%s:%d: attention: head size C/NH = %d/%d unsupported (need 1..%d)\n",
                 __FILE__, __LINE__, C, NH, ATT_MAX_HS);
@@ -381,9 +386,10 @@ static void attention_forward_t(Backend *b, Act *out, float *lse, const Act *qkv
 }
 
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                           int C, int NH) {
+                           int NH, int NKV, int hd, int window) {
     if (B <= 0 || T <= 0) return;
-    att_check_shape(C, NH);
+    const int C = NH * hd;
+    att_check_shape(C, NH, NKV, window);
     if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, C / NH))
         gtc_attention_tc_forward(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
     else if (gtc_act_bf16(b))
@@ -424,9 +430,10 @@ static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const 
 
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                            int C, int NH) {
+                            int NH, int NKV, int hd, int window) {
     if (B <= 0 || T <= 0) return;
-    att_check_shape(C, NH);
+    const int C = NH * hd;
+    att_check_shape(C, NH, NKV, window);
     if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, C / NH)) {
         attention_backward_d(b, workspace, (const gtc_bf16 *)dout, (const gtc_bf16 *)out, B, T, C,
                              NH);

@@ -79,10 +79,10 @@ typedef struct BackendOps {
     void (*offload_wait)(Backend *b, int slot);
 
     /* ---- ops ---- */
-    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] */
+    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] (wpe NULL: no position embedding, as Llama) */
     void (*encoder_forward)(Backend *b, act_t *out, const int *tokens, const act_t *wte,
                             const act_t *wpe, int B, int T, int C);
-    /* dwte[tokens] += dout, dwpe[t] += sum_b dout (accumulate) */
+    /* dwte[tokens] += dout, dwpe[t] += sum_b dout (accumulate; dwpe NULL: skipped) */
     void (*encoder_backward)(Backend *b, float *dwte, float *dwpe, const act_t *dout,
                              const int *tokens, int B, int T, int C);
 
@@ -105,15 +105,20 @@ typedef struct BackendOps {
     void (*matmul_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                             const act_t *inp, const act_t *w, int N, int C, int OC, int ldo);
 
-    /* Causal multi-head self-attention, flash-style: qkv[B,T,3C] (q | k | v, heads of C/NH
-     * inside each), out[B,T,C], lse[B,NH,T] = log-sum-exp of each row's scaled scores.
-     * Never materialises B*NH*T*T. */
+    /* Causal multi-head self-attention with grouped-query heads, flash-style:
+     * qkv[B,T,(NH+2*NKV)*hd] (NH query heads | NKV key heads | NKV value heads, hd channels each),
+     * out[B,T,NH*hd], lse[B,NH,T] = log-sum-exp of each row's scaled scores (scale 1/sqrt(hd)).
+     * Query head h reads kv head h / (NH / NKV) (NKV divides NH; NKV = NH: plain multi-head, as
+     * GPT-2). window > 0: position t sees keys t-window+1..t only (Mistral's sliding window, HF's
+     * mask keeps t - j < window); window 0: all of 0..t. Never materialises B*NH*T*T. */
     void (*attention_forward)(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                              int C, int NH);
-    /* dqkv[B,T,3C] overwritten. workspace: B*NH*T floats (row sums of dout*out). */
+                              int NH, int NKV, int hd, int window);
+    /* dqkv[B,T,(NH+2*NKV)*hd] overwritten; the dK and dV of a kv head are summed over the query
+     * heads of its group in a fixed order (no atomics). workspace: B*NH*T floats (row sums of
+     * dout*out). */
     void (*attention_backward)(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                                const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                               int C, int NH);
+                               int NH, int NKV, int hd, int window);
 
     /* GELU, tanh form (HF gelu_new). dinp overwritten; dinp may equal dout. */
     void (*gelu_forward)(Backend *b, act_t *out, const act_t *inp, size_t n);
@@ -136,6 +141,36 @@ typedef struct BackendOps {
      * rounded (out_gelu then within a bf16 ulp of the pair's). */
     void (*matmul_gelu_forward)(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp,
                                 const act_t *w, const act_t *bias, int N, int C, int OC);
+
+    /* ---- Llama-family ops (RMSNorm, rotary embeddings, SwiGLU) ---- */
+    /* out = inp * rstd * w over rows of C, rstd[N] = 1/sqrt(mean(inp^2) + eps) (fp32 statistics,
+     * HF's LlamaRMSNorm) saved for backward */
+    void (*rmsnorm_forward)(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w,
+                            int N, int C, float eps);
+    /* dinp += ..., dw += ... (dinp ACCUMULATES: it is the residual stream) */
+    void (*rmsnorm_backward)(Backend *b, act_t *dinp, float *dw, const act_t *dout,
+                             const act_t *inp, const act_t *w, const float *rstd, int N, int C);
+    /* res = x + y (rounded once), then out = rmsnorm(res) from the ROUNDED res: bit for bit add
+     * followed by rmsnorm_forward on the same backend. res may alias x or y. */
+    void (*residual_rmsnorm_forward)(Backend *b, act_t *res, act_t *out, float *rstd,
+                                     const act_t *x, const act_t *y, const act_t *w, int N, int C,
+                                     float eps);
+    /* Rotary position embedding in HF's rotate_half convention, in place on the NH query and NKV
+     * key heads of qkv[B,T,(NH+2*NKV)*hd] (the value heads are untouched): for each head x and
+     * i < hd/2, with c = cos[p*hd/2 + i], s = sin[p*hd/2 + i] at position p = pos0 + t:
+     *   x[i] <- x[i]*c - x[i+hd/2]*s,   x[i+hd/2] <- x[i+hd/2]*c + x[i]*s.
+     * cos/sin: the model's table (fp32, [positions, hd/2], computed once on the host in double). */
+    void (*rope_forward)(Backend *b, act_t *qkv, const float *cos, const float *sin, int B, int T,
+                         int pos0, int NH, int NKV, int hd);
+    /* the gradient through rope_forward (pos0 = 0), in place on dqkv: the inverse rotation
+     * x[i] <- x[i]*c + x[i+hd/2]*s, x[i+hd/2] <- x[i+hd/2]*c - x[i]*s of the q and k heads */
+    void (*rope_backward)(Backend *b, act_t *dqkv, const float *cos, const float *sin, int B, int T,
+                          int NH, int NKV, int hd);
+    /* SwiGLU: inp[N,2I] = gate | up per row; out[N,I] = silu(gate) * up, silu(g) = g/(1+exp(-g)) */
+    void (*swiglu_forward)(Backend *b, act_t *out, const act_t *inp, int N, int I);
+    /* dinp[N,2I] overwritten (d gate | d up) from dout[N,I] */
+    void (*swiglu_backward)(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
+                            int I);
 
     /* Per row of logits[N,V] (row stride ld >= V; columns V..ld-1 are not read and are left
      * unspecified):

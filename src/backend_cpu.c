@@ -793,8 +793,18 @@ static void cpu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias
     act_done(b, dinp, di, (size_t)N * C);
 }
 
-static void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T, int C,
-                                  int NH) {
+/* until grouped-query heads and the sliding window are in: plain multi-head only */
+static void cpu_attention_check(int NH, int NKV, int window) {
+    if (NKV != NH || window != 0) {
+        fprintf(stderr, "attention: grouped-query heads / sliding window not implemented on the CPU yet\n");
+        exit(GT_EXIT_FAILURE);
+    }
+}
+
+static void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T, int NH,
+                                  int NKV, int hd, int window) {
+    cpu_attention_check(NH, NKV, window);
+    const int C = NH * hd;
     const size_t BTC = (size_t)B * T * C;
     float *o = act_out(b, 0, out, BTC, false);
     f32_attention_forward(b, o, lse, act_in(b, 1, qkv, 3 * BTC), B, T, C, NH);
@@ -802,7 +812,10 @@ static void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_
 }
 
 static void cpu_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout, const act_t *qkv,
-                                   const act_t *out, const float *lse, int B, int T, int C, int NH) {
+                                   const act_t *out, const float *lse, int B, int T, int NH, int NKV, int hd,
+                                   int window) {
+    cpu_attention_check(NH, NKV, window);
+    const int C = NH * hd;
     const size_t BTC = (size_t)B * T * C;
     float *dq = act_out(b, 0, dqkv, 3 * BTC, false);
     f32_attention_backward(b, dq, workspace, act_in(b, 1, dout, BTC), act_in(b, 2, qkv, 3 * BTC),

@@ -362,7 +362,7 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
      * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
      * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
      * forward is followed by backward. */
-    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, C, NH);
+    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NH, C / NH, 0);
     op->matmul_forward(be, res2, atty, p.attprojw, p.attprojb, N, C, C, C);
     /* res2 += in, ln2 = LN(res2): one fused op (bit for bit add + layernorm_forward) */
     op->residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x, p.ln2w, p.ln2b, N, C,
@@ -390,7 +390,7 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     op->layernorm_backward(be, m->dres, g.ln2w, g.ln2b, m->dbtc, a->res2, p.ln2w, a->ln2_mean, a->ln2_rstd, BT, C);
     /* res2 = in + attn(LN1(in) Wqkv) Wproj */
     op->matmul_backward(be, m->dbtc, g.attprojw, g.attprojb, m->dres, a->atty, p.attprojw, BT, C, C, C);
-    op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, C, NH);
+    op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NH, C / NH, 0);
     op->matmul_backward(be, m->dbtc, g.qkvw, g.qkvb, m->dqkv, a->ln1, p.qkvw, BT, C, 3 * C, 3 * C);
     op->layernorm_backward(be, m->dres, g.ln1w, g.ln1b, m->dbtc, in, p.ln1w, a->ln1_mean, a->ln1_rstd, BT, C);
 }

@@ -258,6 +258,8 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         }
         desc->tie_word_embeddings = cJSON_IsTrue(j);
     }
+    desc->arch = ARCH_GPT2;
+    model_desc_defaults(desc);
     rc = 0;
 out:
     cJSON_Delete(root);
@@ -272,6 +274,12 @@ int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
     int rc = model_desc_parse(desc, buf, n, path, err);
     free(buf);
     return rc;
+}
+
+void model_desc_defaults(ModelDesc *d) {
+    if (d->n_kv_head == 0) d->n_kv_head = d->n_head;
+    if (d->head_dim == 0 && d->n_head > 0) d->head_dim = d->n_embd / d->n_head;
+    if (d->model_type[0] == '\0') snprintf(d->model_type, sizeof d->model_type, "%s", d->arch == ARCH_GPT2 ? "gpt2" : "llama");
 }
 
 uint64_t model_desc_num_params(const ModelDesc *d) {

@@ -8,6 +8,7 @@
 static ModelDesc desc6(void) {
     ModelDesc d = {.n_layer = 6, .n_head = 4, .n_embd = 64, .n_inner = 256, .vocab_size = 512, .n_positions = 128,
                    .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    model_desc_defaults(&d);
     return d;
 }
 
@@ -112,6 +113,7 @@ Test(autofit, a_fixed_layout_over_the_limit_is_refused_with_what_would_fit) {
 static ModelDesc desc_huge(void) {
     ModelDesc d = {.n_layer = 1024, .n_head = 1024, .n_embd = 65536, .n_inner = 262144, .vocab_size = 256,
                    .n_positions = 1 << 20, .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    model_desc_defaults(&d);
     snprintf(d.path, sizeof d.path, "huge.json");
     return d;
 }

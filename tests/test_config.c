@@ -948,6 +948,7 @@ static ModelDesc small_model(void) {
     d.n_positions = 64;
     d.layer_norm_epsilon = 1e-5;
     d.tie_word_embeddings = true;
+    model_desc_defaults(&d);
     return d;
 }
 

@@ -98,8 +98,8 @@ static void check_attention(Pair *p, int B, int T, int C, int NH) {
         Backend *b = bs[k];
         float *d_qkv = dup_to(b, qkv, n3 * sizeof(float)), *d_dout = dup_to(b, dout, nc * sizeof(float));
         float *d_out = dnan_on(b, nc), *d_lse = dnan_on(b, nl), *d_dqkv = dnan_on(b, n3), *d_ws = dnan_on(b, nl);
-        b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, C, NH);
-        b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
+        b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH, 0);
         res[k][0] = fetch(b, d_out, nc);
         res[k][1] = fetch(b, d_lse, nl);
         res[k][2] = fetch(b, d_dqkv, n3);
@@ -459,8 +459,8 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
         void *qkv = dup_to(b, in->qkv, 3 * NC * 2), *dout = dup_to(b, in->att_dout, NC * 2);
         void *out = dnan_bf16_on(b, NC), *dqkv = dnan_bf16_on(b, 3 * NC);
         float *lse = dnan_on(b, NL), *ws = dnan_on(b, NL);
-        b->ops->attention_forward(b, out, lse, qkv, B, T, C, NH);
-        b->ops->attention_backward(b, dqkv, ws, dout, qkv, out, lse, B, T, C, NH);
+        b->ops->attention_forward(b, out, lse, qkv, B, T, NH, NH, C / NH, 0);
+        b->ops->attention_backward(b, dqkv, ws, dout, qkv, out, lse, B, T, NH, NH, C / NH, 0);
         bf_keep_bf16(r, k, b, "attention out", out, NC);
         bf_keep_f32(r, k, b, "attention lse", lse, NL);
         bf_keep_bf16(r, k, b, "attention dqkv", dqkv, 3 * NC);
@@ -605,8 +605,8 @@ static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
         cr_assert_eq(b->ops->to_device(b, bo + o, nan16, nc * 2, &err), 0, "%s", err.msg);
         cr_assert_eq(b->ops->to_device(b, bdq + o, nan16, n3 * 2, &err), 0, "%s", err.msg);
         float *lse = dnan_on(b, nl), *ws = dnan_on(b, nl);
-        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, C, NH);
-        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, C, NH);
+        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, NH, NH, C / NH, 0);
+        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, NH, NH, C / NH, 0);
         res[k][0] = fetch_bf16(b, bo + o, nc);
         res[k][1] = fetch(b, lse, nl);
         res[k][2] = fetch_bf16(b, bdq + o, n3);

@@ -14,6 +14,7 @@
 static ModelDesc tiny_desc(int L, int NH, int C, int V, int P) {
     ModelDesc d = {.n_layer = L, .n_head = NH, .n_embd = C, .n_inner = 4 * C, .vocab_size = V, .n_positions = P,
                    .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    model_desc_defaults(&d);
     return d;
 }
 

@@ -394,11 +394,11 @@ static void check_attention(GtDtype act, int B, int T, int C, int NH, bool ramp,
 
     void *d_qkv = dup_a(&fx, qkv, n3), *d_out = dnan_a(&fx, nout);
     float *d_lse = dnan(&fx, nl);
-    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, C, NH);
+    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
     void *d_dqkv = dnan_a(&fx, n3);
     float *d_ws = dnan(&fx, nl);
     fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse,
-                                   B, T, C, NH);
+                                   B, T, NH, NH, C / NH, 0);
 
     double *rqkv = to_d(&fx, qkv, n3), *ro = hd(&fx, nout), *rl = hd(&fx, nl), *rd = hd(&fx, n3);
     ref_attention_forward(ro, rl, rqkv, B, T, C, NH);
@@ -814,8 +814,8 @@ Test(ops, deterministic) {
     double ss[2];
     for (int rep = 0; rep < 2; rep++) {
         float *d_out = dnan(&fx, NC), *d_lse = dnan(&fx, nl), *d_dqkv = dnan(&fx, n3), *d_ws = dnan(&fx, nl);
-        fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, C, NH);
-        fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+        fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
+        fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH, 0);
         float *d_ln = dnan(&fx, NC), *d_m = dnan(&fx, BT), *d_s = dnan(&fx, BT);
         fx.be->ops->layernorm_forward(fx.be, d_ln, d_m, d_s, d_x, d_lw, d_lb, (int)BT, C, 1e-5f);
         float *d_dx = dup_f(&fx, x, NC), *d_dlw = dup_f(&fx, lw, C), *d_dlb = dup_f(&fx, lb, C);

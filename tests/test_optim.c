@@ -28,6 +28,7 @@ Test(schedule, warmup_then_each_decay_matches_hand_computed_values) {
 static Model *tiny_model(Backend *be) {
     ModelDesc d = {.n_layer = 1, .n_head = 1, .n_embd = 4, .n_inner = 8, .vocab_size = 8, .n_positions = 4,
                    .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    model_desc_defaults(&d);
     Model *m = NULL;
     GtError err = {0};
     cr_assert_eq(model_create(&m, &d, be, 1, 4, recompute_policy(false, 1, false, 1), 1, &err), 0, "%s", err.msg);

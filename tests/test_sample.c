@@ -21,6 +21,7 @@ enum { L = 2, NH = 2, C = 16, V = 32, P = 12 };
 static ModelDesc small_desc(void) {
     ModelDesc d = {.n_layer = L, .n_head = NH, .n_embd = C, .n_inner = 4 * C, .vocab_size = V, .n_positions = P,
                    .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    model_desc_defaults(&d);
     return d;
 }
 
