@@ -13,13 +13,14 @@ static const char *const k_mem_category_names[MEM_COUNT] = {
     [MEM_WORKSPACE] = "workspace",
     [MEM_LOGITS] = "logits",
     [MEM_HOST_OFFLOAD] = "host_offload",
+    [MEM_HOST_STAGING] = "host_staging",
 };
 
 const char *mem_category_name(MemCategory c) {
     return (c >= 0 && c < MEM_COUNT) ? k_mem_category_names[c] : "?";
 }
 
-bool mem_category_on_device(MemCategory c) { return c != MEM_HOST_OFFLOAD; }
+bool mem_category_on_device(MemCategory c) { return c != MEM_HOST_OFFLOAD && c != MEM_HOST_STAGING; }
 
 const char *backend_built_list(void) {
 #ifdef GT_HAVE_CUDA

@@ -34,11 +34,12 @@ typedef enum {
     MEM_WORKSPACE,         /* activation gradients, GEMM and attention workspace */
     MEM_LOGITS,            /* LM head logits / dlogits chunk */
     MEM_HOST_OFFLOAD,      /* host (pinned on CUDA) copies of offloaded inputs */
+    MEM_HOST_STAGING,      /* host (pinned on CUDA) buffer that init, loading and saving stream through */
     MEM_COUNT
 } MemCategory;
 
 const char *mem_category_name(MemCategory c);
-/* true for the categories that live on the device (all but MEM_HOST_OFFLOAD) */
+/* true for the categories that live on the device (all but the MEM_HOST_* ones) */
 bool mem_category_on_device(MemCategory c);
 
 typedef struct {
@@ -218,8 +219,8 @@ struct Backend {
 int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err);
 void backend_close(Backend *b);
 
-/* The tracking allocator: every buffer of a run goes through these. MEM_HOST_OFFLOAD goes to
- * host_alloc, the rest to dev_alloc. The memory comes back zeroed (touched at once). Returns NULL
+/* The tracking allocator: every buffer of a run goes through these. MEM_HOST_OFFLOAD and MEM_HOST_STAGING go
+ * to host_alloc, the rest to dev_alloc. The memory comes back zeroed (touched at once). Returns NULL
  * with err filled (code 1) when out of memory. */
 void *backend_alloc(Backend *b, MemCategory cat, size_t bytes, GtError *err);
 void backend_free(Backend *b, MemCategory cat, void *p, size_t bytes);

@@ -35,11 +35,8 @@ static int write_text_atomic(const char *path, const char *text, GtError *err) {
 /* ---------------------------------------------------------------- weights */
 
 /* HF name of a gtrain tensor in a saved GPT2LMHeadModel */
-static void hf_name(char *buf, size_t cap, const ParamTensor *t) {
-    if (strcmp(t->name, "lm_head.weight") == 0)
-        snprintf(buf, cap, "%s", t->name);
-    else
-        snprintf(buf, cap, "transformer.%s", t->name);
+static void hf_name(char *buf, size_t cap, const ParamTensor *t, const ModelDesc *d) {
+    arch_block_name(t, 0, buf, cap, d, NULL, NULL);
 }
 
 /* copy the model's params (or any flat buffer of layout.total floats) to the host */
@@ -59,7 +56,7 @@ static float *device_to_host(Model *m, const float *dev, GtError *err) {
 
 /* HF layout of one tensor: Conv1D weights transposed to [in, out] */
 static void to_hf_layout(const ParamTensor *t, const float *src, float *dst, int64_t shape[2]) {
-    if (t->conv1d) {
+    if (t->transposed) {
         const int64_t out = t->shape[0], in = t->shape[1];
         for (int64_t o = 0; o < out; o++)
             for (int64_t i = 0; i < in; i++) dst[i * out + o] = src[o * in + i];
@@ -109,7 +106,7 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err) 
     float *hf = malloc(pl->total * sizeof(float));
     uint16_t *half = bf16 ? malloc(pl->total * sizeof(uint16_t)) : NULL;
     StTensorOut *ts = calloc((size_t)pl->n_tensors, sizeof *ts);
-    char(*names)[80] = calloc((size_t)pl->n_tensors, sizeof *names);
+    char(*names)[128] = calloc((size_t)pl->n_tensors, sizeof *names);
     int rc = -1;
     if (!hf || !ts || !names || (bf16 && !half)) {
         gt_error(err, GT_EXIT_FAILURE, "out of host memory saving %s/model.safetensors", dir);
@@ -117,7 +114,7 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err) 
     }
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
-        hf_name(names[i], sizeof names[i], t);
+        hf_name(names[i], sizeof names[i], t, &m->desc);
         int64_t shape[2];
         to_hf_layout(t, host + t->offset, hf + t->offset, shape);
         ts[i].name = names[i];
@@ -144,12 +141,13 @@ done:
 }
 
 /* find a model tensor in a HF file: "transformer.X", "X", and for lm_head only "lm_head.weight" */
-static int find_hf_tensor(const SafeTensors *st, const ParamTensor *t) {
-    char name[96];
-    if (strcmp(t->name, "lm_head.weight") == 0) return safetensors_find(st, t->name);
-    snprintf(name, sizeof name, "transformer.%s", t->name);
+static int find_hf_tensor(const SafeTensors *st, const ParamTensor *t, const ModelDesc *d) {
+    char name[128];
+    hf_name(name, sizeof name, t, d);
     int i = safetensors_find(st, name);
-    return i >= 0 ? i : safetensors_find(st, t->name);
+    const char *pre = arch_spec(d->arch)->hf_optional_prefix;
+    if (i < 0 && pre && strncmp(name, pre, strlen(pre)) == 0) i = safetensors_find(st, name + strlen(pre));
+    return i;
 }
 
 int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
@@ -172,7 +170,7 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
     }
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
-        int k = find_hf_tensor(st, t);
+        int k = find_hf_tensor(st, t, &m->desc);
         if (k < 0) {
             gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected in the file (with or without the transformer. "
                      "prefix), not found", file, t->name);
@@ -181,7 +179,7 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
         int64_t shape[4];
         int nd;
         safetensors_shape(st, k, shape, &nd);
-        int64_t want0 = t->conv1d ? t->shape[1] : t->shape[0], want1 = t->conv1d ? t->shape[0] : t->shape[1];
+        int64_t want0 = t->transposed ? t->shape[1] : t->shape[0], want1 = t->transposed ? t->shape[0] : t->shape[1];
         bool ok = nd == t->ndim && shape[0] == want0 && (t->ndim == 1 || shape[1] == want1);
         if (!ok) {
             if (t->ndim == 1)
@@ -195,7 +193,7 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
         }
         if (safetensors_read_f32(st, k, tmp, t->numel, err)) goto done;
         float *dst = host + t->offset;
-        if (t->conv1d) { /* [in, out] -> [out, in] */
+        if (t->transposed) { /* [in, out] -> [out, in] */
             const int64_t out = t->shape[0], in = t->shape[1];
             for (int64_t o = 0; o < out; o++)
                 for (int64_t ii = 0; ii < in; ii++) dst[o * in + ii] = tmp[ii * out + o];
@@ -231,7 +229,7 @@ static int save_optimizer(const char *dir, Model *m, long adam_t, const float *m
     }
     int n = 2 * pl->n_tensors, rc;
     StTensorOut *ts = gt_xcalloc((size_t)n, sizeof *ts);
-    char(*names)[96] = gt_xcalloc((size_t)n, sizeof *names);
+    char(*names)[128] = gt_xcalloc((size_t)n, sizeof *names);
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
         for (int w = 0; w < 2; w++) {
@@ -277,7 +275,7 @@ static int load_optimizer(const char *dir, Model *m, long adam_t, GtError *err) 
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
         for (int w = 0; w < 2; w++) {
-            char name[96];
+            char name[128];
             snprintf(name, sizeof name, "%s.%s", w ? "exp_avg_sq" : "exp_avg", t->name);
             int k = safetensors_find(st, name);
             if (k < 0) {

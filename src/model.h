@@ -1,53 +1,22 @@
-/* model.h - the GPT-2 transformer (pre-LN, as HF's GPT2LMHeadModel), written once against the
- * Backend ops. Owns params, grads, AdamW state and activations, all allocated at creation through
- * the tracking allocator (no allocation inside a step). */
+/* model.h - the transformer: GPT-2 (pre-LN, as HF's GPT2LMHeadModel) and the Llama family
+ * (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), written once against the Backend ops;
+ * what tensors a model has is arch.c's table, what buffers it allocates is buffers.c's list. Owns
+ * params, grads, AdamW state and activations, all allocated at creation through the tracking
+ * allocator (no allocation inside a step). */
 #ifndef GT_MODEL_H
 #define GT_MODEL_H
 
+#include "arch.h"
 #include "backend.h"
 #include "model_desc.h"
 #include "recompute.h"
 
-/* One parameter tensor inside the flat params buffer. Names are Hugging Face GPT-2 names without
- * the "transformer." prefix ("wte.weight", "h.3.attn.c_attn.weight", "ln_f.bias", "lm_head.weight").
- * Shapes are gtrain's layout: linear weights are [out, in] (HF's Conv1D stores [in, out]). */
-typedef struct {
-    char name[64];
-    size_t offset; /* in floats */
-    size_t numel;
-    int ndim;
-    int64_t shape[2];
-    bool decay;     /* AdamW weight decay applies (not to biases and layernorm weights) */
-    bool conv1d;    /* HF stores it transposed ([in, out]) */
-    int layer;      /* -1 for non-layer tensors */
-} ParamTensor;
-
-typedef struct {
-    int n_tensors;
-    ParamTensor *tensors;
-    size_t total; /* floats */
-} ParamLayout;
-
-void param_layout_init(ParamLayout *pl, const ModelDesc *d);
-void param_layout_free(ParamLayout *pl);
-int param_layout_find(const ParamLayout *pl, const char *name);
-
-/* Pointers into the grads buffer (fp32) for one layer. */
-typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    float *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} LayerParams;
-
-/* The same tensors in the compute copy of the weights (act dtype). */
-typedef struct {
-    const act_t *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb;
-    const act_t *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} LayerWeights;
-
 /* The activations of one layer that backward needs (its input is kept separately): act dtype,
- * but the layernorm statistics and the attention log-sum-exps, which stay fp32. */
+ * but the norm statistics and the attention log-sum-exps, which stay fp32. The means are GPT-2's
+ * only (RMSNorm has none: NULL). fch: GPT-2's c_fc output [I] or Llama's gate | up [2I]; fch_act:
+ * gelu(fch) or silu(gate) * up [I]. */
 typedef struct {
-    act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_gelu;
+    act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_act;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
 } LayerActs;
 
@@ -76,8 +45,13 @@ typedef struct Model {
     size_t shard, padded_total;
     GradReadyFn grad_ready; /* NULL: none */
     void *grad_ready_ctx;
-    const act_t *wte, *wpe, *lnfw, *lnfb, *lm_head; /* in weights; lm_head == wte when tied */
+    /* in weights; lm_head == wte when tied; wpe and lnfb NULL for the Llama family */
+    const act_t *wte, *wpe, *lnfw, *lnfb, *lm_head;
     float *dwte, *dwpe, *dlnfw, *dlnfb, *dlm_head;
+    float *rope_cos, *rope_sin; /* Llama: the rotary table [T, head_dim / 2] */
+    int window;                 /* the attention's sliding window (0: none, or not shorter than T) */
+    float *staging;             /* host buffer init, loading and saving stream through */
+    size_t staging_bytes;
 
     LayerActs *acts;      /* per layer; recomputed layers point into the scratch */
     act_t **input;        /* per layer: device buffer holding the layer's input */
@@ -102,7 +76,7 @@ typedef struct Model {
 } Model;
 
 /* Allocate everything for micro-batch B x T under the recompute policy; initialise parameters
- * as GPT-2 does, from seed. */
+ * as the architecture's table says (GPT-2's or HF's Llama initialisation), from seed. */
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err);
 /* The same with the AdamW state sharded over shard_world ranks (ZeRO-1); this is shard_rank. */
@@ -115,8 +89,8 @@ int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int 
 size_t model_shard_size(size_t n_params, int shard_world);
 void model_free(Model *m);
 
-/* GPT-2 initialisation into a host buffer of layout.total floats (normal 0.02, residual
- * projections 0.02/sqrt(2 n_layer), layernorm 1/0, biases 0), deterministic in seed. */
+/* The table's initialisation (arch_init_tensor) into a host buffer of layout.total floats
+ * (tests; the model itself streams it through its staging buffer), deterministic in seed. */
 void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host);
 
 /* One micro-batch: forward, and if compute_grad, backward with the loss gradient scaled by

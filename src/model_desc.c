@@ -5,6 +5,8 @@
  * ("gelu_new" / "gelu_pytorch_tanh"), tie_word_embeddings (true). Every other field is ignored. */
 #include "model_desc.h"
 
+#include "arch.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -282,16 +284,4 @@ void model_desc_defaults(ModelDesc *d) {
     if (d->model_type[0] == '\0') snprintf(d->model_type, sizeof d->model_type, "%s", d->arch == ARCH_GPT2 ? "gpt2" : "llama");
 }
 
-uint64_t model_desc_num_params(const ModelDesc *d) {
-    uint64_t V = (uint64_t)d->vocab_size, P = (uint64_t)d->n_positions, C = (uint64_t)d->n_embd,
-             I = (uint64_t)d->n_inner, L = (uint64_t)d->n_layer;
-    uint64_t per_layer = 2 * C               /* ln_1 */
-                         + 3 * C * C + 3 * C /* attn.c_attn */
-                         + C * C + C         /* attn.c_proj */
-                         + 2 * C             /* ln_2 */
-                         + C * I + I         /* mlp.c_fc */
-                         + I * C + C;        /* mlp.c_proj */
-    uint64_t n = V * C + P * C + L * per_layer + 2 * C; /* wte, wpe, blocks, ln_f */
-    if (!d->tie_word_embeddings) n += V * C;           /* lm_head */
-    return n;
-}
+uint64_t model_desc_num_params(const ModelDesc *d) { return arch_num_params(d); }

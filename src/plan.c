@@ -1,5 +1,7 @@
-/* plan.c - the memory plan (see plan.h). Formulas mirror model_create's allocations one by one. */
+/* plan.c - the memory plan (see plan.h): the sum of buffers.c's list, which model_create allocates. */
 #include "plan.h"
+
+#include "buffers.h"
 
 #include <limits.h>
 #include <string.h>
@@ -38,8 +40,6 @@ static uint64_t cadd(Checked *k, uint64_t a, uint64_t b) {
     return UINT64_MAX;
 }
 
-static uint64_t cmul3(Checked *k, uint64_t a, uint64_t b, uint64_t c) { return cmul(k, cmul(k, a, b), c); }
-
 int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
                 GtDtype act) {
     memset(p, 0, sizeof *p);
@@ -60,44 +60,15 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
     p->n_params = model_desc_num_params(d);
     p->logits_rows = plan_logits_rows(d, B, T, act);
 
-    /* f: bytes of an fp32 element; a: of an activation (act dtype) */
-    const uint64_t f = sizeof(float), a = gt_dtype_size(act), L = (uint64_t)d->n_layer, C = (uint64_t)d->n_embd;
-    const uint64_t I = (uint64_t)d->n_inner, NH = (uint64_t)d->n_head;
-    const uint64_t K = (uint64_t)recompute_count(&pol);
-    k.cur = "activations";
-    const uint64_t BT = cmul(&k, (uint64_t)B, (uint64_t)T), BTC = cmul(&k, BT, C);
-    const uint64_t BHT = cmul3(&k, (uint64_t)B, NH, (uint64_t)T); /* attention row statistics */
-    /* what one layer keeps for backward, its input excluded: ln1, qkv, atty, res2, ln2, fch,
-     * fch_gelu (act dtype); ln1 and ln2 mean/rstd, lse (fp32) */
-    const uint64_t layer_acts = cadd(&k, cmul3(&k, BT, cadd(&k, cmul(&k, 7, C), cmul(&k, 2, I)), a),
-                                     cmul(&k, cadd(&k, cmul(&k, 4, BT), BHT), f));
-
-    /* ZeRO-1: AdamW state sharded over the ranks; params and grads padded to a whole number of shards */
-    const uint64_t shards = zero1 ? (uint64_t)world : 1, shard = (p->n_params + shards - 1) / shards;
+    /* the model's buffers, as model_create allocates them (buffers.c) */
     p->zero1 = zero1;
-    k.cur = "params";
-    const uint64_t padded = cmul3(&k, shard, shards, f);
-    /* fp32 master weights, and under bf16 their bf16 compute copy */
-    p->bytes[MEM_PARAMS] = cadd(&k, padded, act == GT_F32 ? 0 : cmul(&k, p->n_params, a));
-    k.cur = "grads";
-    p->bytes[MEM_GRADS] = padded;
-    k.cur = "optimizer";
-    p->bytes[MEM_OPTIMIZER] = cmul3(&k, 2, shard, f);
-    k.cur = "activations";
-    const uint64_t kept = cmul(&k, L - K, cadd(&k, cmul(&k, BTC, a), layer_acts)); /* kept layers: input + internals */
-    const uint64_t head = cadd(&k, cmul3(&k, 2, BTC, a), cmul3(&k, 2, BT, f)); /* final residual, ln_f; its stats */
-    p->bytes[MEM_ACTIVATIONS] = cadd(&k, cadd(&k, kept, head), cmul3(&k, 3, BT, f)); /* + tokens, targets, losses */
-    k.cur = "recompute_scratch";
-    p->bytes[MEM_RECOMPUTE_SCRATCH] = K > 0 ? layer_acts : 0;
-    k.cur = "recompute_stash";
-    p->bytes[MEM_RECOMPUTE_STASH] = cmul3(&k, (uint64_t)recompute_device_stash_buffers(&pol), BTC, a);
-    k.cur = "host_offload";
-    p->bytes[MEM_HOST_OFFLOAD] = cmul3(&k, (uint64_t)recompute_host_stash_buffers(&pol), BTC, a);
-    k.cur = "logits";
-    p->bytes[MEM_LOGITS] = cmul3(&k, (uint64_t)p->logits_rows, (uint64_t)plan_logits_stride(d), a);
-    /* dres, dbtc, dqkv, dfch (act dtype); attention row sums (fp32) */
-    k.cur = "workspace";
-    p->bytes[MEM_WORKSPACE] = cadd(&k, cmul(&k, cadd(&k, cmul(&k, 5, BTC), cmul(&k, BT, I)), a), cmul(&k, BHT, f));
+    BufferShape shape = {B, T, pol, act, zero1 ? world : 1, true, p->logits_rows};
+    BufferList list;
+    if (buffers_list(&list, d, &shape) && !k.what) k.what = list.overflow;
+    for (int i = 0; i < list.n; i++) {
+        k.cur = mem_category_name(list.b[i].cat);
+        p->bytes[list.b[i].cat] = cadd(&k, p->bytes[list.b[i].cat], cmul(&k, list.b[i].bytes, (uint64_t)list.b[i].count));
+    }
     for (int c = 0; c < MEM_COUNT; c++) {
         k.cur = mem_category_on_device((MemCategory)c) ? "the device total" : "the host total";
         if (mem_category_on_device((MemCategory)c))
@@ -139,6 +110,7 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
                 gt_format_bytes(b, sizeof b, measured->device_peak));
     else
         fprintf(out, "  %-18s %14s\n", "device total", gt_format_bytes(a, sizeof a, p->device_total));
+    fprintf(out, "  %-18s %14s\n", "host total", gt_format_bytes(a, sizeof a, p->host_total));
     fprintf(out, "  peak: every buffer is allocated once before step 1 and reused, so the peak is the\n"
                  "  total above, reached at the start and held through every forward, backward and\n"
                  "  optimizer step (no allocation inside a step)\n");

@@ -19,8 +19,8 @@ typedef struct {
     bool zero1; /* AdamW state sharded over the world (ZeRO-1) */
     GtDtype act; /* activation dtype (precision) */
     uint64_t bytes[MEM_COUNT];
-    uint64_t device_total; /* all categories but host_offload */
-    uint64_t host_total;   /* host_offload */
+    uint64_t device_total; /* the device categories */
+    uint64_t host_total;   /* host_offload + host_staging */
     const char *overflow;  /* NULL, or the first quantity that overflowed 64 bits ("activations", ...) */
 } MemPlan;
 

@@ -1,0 +1,287 @@
+/* arch.c - the architecture tables (see arch.h) and what is derived from them: the parameter
+ * layout, the parameter count, initialisation, HF names, the rotary table. */
+#include "arch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------------------------------------------------------- the tables */
+
+#define ONE(n, r) 1, {{n, r}}
+
+/* GPT-2 (HF GPT2LMHeadModel): names without "transformer." are gtrain's; Conv1D weights are stored
+ * [in, out]. The order is the layout's (and the seeds of the initialisation: keep it). */
+static const ArchTensor GPT2_TENSORS[] = {
+    {ROLE_WTE, false, "wte.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, ONE("transformer.wte.weight", DIM_V)},
+    {ROLE_WPE, false, "wpe.weight", DIM_P, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, ONE("transformer.wpe.weight", DIM_P)},
+    {ROLE_NORM1_W, true, "h.%d.ln_1.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.ln_1.weight", DIM_C)},
+    {ROLE_NORM1_B, true, "h.%d.ln_1.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.ln_1.bias", DIM_C)},
+    {ROLE_QKV_W, true, "h.%d.attn.c_attn.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, true, WHEN_ALWAYS,
+     ONE("transformer.h.%d.attn.c_attn.weight", DIM_QKV)},
+    {ROLE_QKV_B, true, "h.%d.attn.c_attn.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.attn.c_attn.bias", DIM_QKV)},
+    {ROLE_O_W, true, "h.%d.attn.c_proj.weight", DIM_C, DIM_Q, INIT_NORMAL_RESID, true, true, WHEN_ALWAYS,
+     ONE("transformer.h.%d.attn.c_proj.weight", DIM_C)},
+    {ROLE_O_B, true, "h.%d.attn.c_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.attn.c_proj.bias", DIM_C)},
+    {ROLE_NORM2_W, true, "h.%d.ln_2.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.ln_2.weight", DIM_C)},
+    {ROLE_NORM2_B, true, "h.%d.ln_2.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.ln_2.bias", DIM_C)},
+    {ROLE_FC_W, true, "h.%d.mlp.c_fc.weight", DIM_I, DIM_C, INIT_NORMAL, true, true, WHEN_ALWAYS,
+     ONE("transformer.h.%d.mlp.c_fc.weight", DIM_I)},
+    {ROLE_FC_B, true, "h.%d.mlp.c_fc.bias", DIM_I, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.mlp.c_fc.bias", DIM_I)},
+    {ROLE_DOWN_W, true, "h.%d.mlp.c_proj.weight", DIM_C, DIM_I, INIT_NORMAL_RESID, true, true, WHEN_ALWAYS,
+     ONE("transformer.h.%d.mlp.c_proj.weight", DIM_C)},
+    {ROLE_DOWN_B, true, "h.%d.mlp.c_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.h.%d.mlp.c_proj.bias", DIM_C)},
+    {ROLE_NORMF_W, false, "ln_f.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("transformer.ln_f.weight", DIM_C)},
+    {ROLE_NORMF_B, false, "ln_f.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_ALWAYS,
+     ONE("transformer.ln_f.bias", DIM_C)},
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
+     ONE("lm_head.weight", DIM_V)},
+};
+
+/* The Llama family (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM share these names).
+ * q/k/v are one gtrain tensor of three row blocks, gate/up one of two, so each is one GEMM;
+ * HF's initialisation: normal(0, 0.02) for every linear and the embedding, norms 1, biases 0. */
+#define L_ "model.layers.%d."
+static const ArchTensor LLAMA_TENSORS[] = {
+    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE("model.embed_tokens.weight", DIM_V)},
+    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "input_layernorm.weight", DIM_C)},
+    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 3,
+     {{L_ "self_attn.q_proj.weight", DIM_Q}, {L_ "self_attn.k_proj.weight", DIM_KV}, {L_ "self_attn.v_proj.weight", DIM_KV}}},
+    {ROLE_QKV_B, true, L_ "self_attn.qkv_proj.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_QKV_BIAS, 3,
+     {{L_ "self_attn.q_proj.bias", DIM_Q}, {L_ "self_attn.k_proj.bias", DIM_KV}, {L_ "self_attn.v_proj.bias", DIM_KV}}},
+    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
+    {ROLE_O_B, true, L_ "self_attn.o_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_O_BIAS,
+     ONE(L_ "self_attn.o_proj.bias", DIM_C)},
+    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
+    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 2,
+     {{L_ "mlp.gate_proj.weight", DIM_I}, {L_ "mlp.up_proj.weight", DIM_I}}},
+    {ROLE_FC_B, true, L_ "mlp.gate_up_proj.bias", DIM_2I, DIM_1, INIT_ZEROS, false, false, WHEN_MLP_BIAS, 2,
+     {{L_ "mlp.gate_proj.bias", DIM_I}, {L_ "mlp.up_proj.bias", DIM_I}}},
+    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.down_proj.weight", DIM_C)},
+    {ROLE_DOWN_B, true, L_ "mlp.down_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_MLP_BIAS,
+     ONE(L_ "mlp.down_proj.bias", DIM_C)},
+    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("model.norm.weight", DIM_C)},
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
+     ONE("lm_head.weight", DIM_V)},
+};
+#undef L_
+#undef ONE
+
+#define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+static const ArchSpec SPECS[ARCH_COUNT] = {
+    [ARCH_GPT2] = {ARCH_GPT2, "GPT2LMHeadModel", "transformer.", GPT2_TENSORS, COUNT(GPT2_TENSORS)},
+    [ARCH_LLAMA] = {ARCH_LLAMA, "LlamaForCausalLM", NULL, LLAMA_TENSORS, COUNT(LLAMA_TENSORS)},
+};
+
+const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }
+
+const char *arch_hf_class(const ModelDesc *d) {
+    if (d->arch == ARCH_GPT2) return "GPT2LMHeadModel";
+    if (strcmp(d->model_type, "mistral") == 0) return "MistralForCausalLM";
+    if (strcmp(d->model_type, "qwen2") == 0) return "Qwen2ForCausalLM";
+    return "LlamaForCausalLM";
+}
+
+int64_t arch_dim(const ModelDesc *d, ArchDim dim) {
+    switch (dim) {
+    case DIM_1: return 1;
+    case DIM_V: return d->vocab_size;
+    case DIM_P: return d->n_positions;
+    case DIM_C: return d->n_embd;
+    case DIM_Q: return (int64_t)d->n_head * d->head_dim;
+    case DIM_KV: return (int64_t)d->n_kv_head * d->head_dim;
+    case DIM_QKV: return (int64_t)(d->n_head + 2 * d->n_kv_head) * d->head_dim;
+    case DIM_I: return d->n_inner;
+    case DIM_2I: return 2 * (int64_t)d->n_inner;
+    }
+    return 0;
+}
+
+bool arch_tensor_present(const ModelDesc *d, const ArchTensor *t) {
+    switch (t->when) {
+    case WHEN_ALWAYS: return true;
+    case WHEN_UNTIED: return !d->tie_word_embeddings;
+    case WHEN_QKV_BIAS: return d->qkv_bias;
+    case WHEN_O_BIAS: return d->o_bias;
+    case WHEN_MLP_BIAS: return d->mlp_bias;
+    }
+    return false;
+}
+
+uint64_t arch_num_params(const ModelDesc *d) {
+    const ArchSpec *s = arch_spec(d->arch);
+    uint64_t n = 0;
+    for (int i = 0; i < s->n_tensors; i++) {
+        const ArchTensor *t = &s->tensors[i];
+        if (!arch_tensor_present(d, t)) continue;
+        uint64_t numel = (uint64_t)arch_dim(d, t->dim0) * (uint64_t)arch_dim(d, t->dim1);
+        n += t->per_layer ? numel * (uint64_t)d->n_layer : numel;
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- layout */
+
+static void layout_add(ParamLayout *pl, int *cap, const ModelDesc *d, const ArchTensor *spec, int layer) {
+    if (pl->n_tensors == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        pl->tensors = gt_xrealloc(pl->tensors, (size_t)*cap * sizeof *pl->tensors);
+    }
+    ParamTensor *t = &pl->tensors[pl->n_tensors];
+    memset(t, 0, sizeof *t);
+    if (spec->per_layer)
+        snprintf(t->name, sizeof t->name, spec->name, layer);
+    else
+        snprintf(t->name, sizeof t->name, "%s", spec->name);
+    t->ndim = spec->dim1 == DIM_1 ? 1 : 2;
+    t->shape[0] = arch_dim(d, spec->dim0);
+    t->shape[1] = arch_dim(d, spec->dim1);
+    t->numel = (size_t)t->shape[0] * (size_t)t->shape[1];
+    t->offset = pl->total;
+    t->decay = spec->decay;
+    t->transposed = spec->transposed;
+    t->layer = spec->per_layer ? layer : -1;
+    t->role = spec->role;
+    t->spec = spec;
+    if (spec->per_layer)
+        pl->layer[layer][spec->role] = pl->n_tensors;
+    else
+        pl->global[spec->role] = pl->n_tensors;
+    pl->n_tensors++;
+    pl->total += t->numel;
+}
+
+void param_layout_init(ParamLayout *pl, const ModelDesc *d) {
+    memset(pl, 0, sizeof *pl);
+    const ArchSpec *s = arch_spec(d->arch);
+    const int L = d->n_layer;
+    int cap = 0;
+    pl->n_layer = L;
+    pl->layer = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *pl->layer);
+    pl->layer_begin = gt_xcalloc((size_t)L + 1, sizeof *pl->layer_begin);
+    for (int r = 0; r < ROLE_COUNT; r++) pl->global[r] = -1;
+    for (int l = 0; l < L; l++)
+        for (int r = 0; r < ROLE_COUNT; r++) pl->layer[l][r] = -1;
+    int first_layer = 0, after_layers = s->n_tensors;
+    while (first_layer < s->n_tensors && !s->tensors[first_layer].per_layer) first_layer++;
+    for (int i = first_layer; i < s->n_tensors; i++)
+        if (!s->tensors[i].per_layer) {
+            after_layers = i;
+            break;
+        }
+    for (int i = 0; i < first_layer; i++)
+        if (arch_tensor_present(d, &s->tensors[i])) layout_add(pl, &cap, d, &s->tensors[i], -1);
+    for (int l = 0; l < L; l++) {
+        pl->layer_begin[l] = pl->total;
+        for (int i = first_layer; i < after_layers; i++)
+            if (arch_tensor_present(d, &s->tensors[i])) layout_add(pl, &cap, d, &s->tensors[i], l);
+    }
+    pl->layer_begin[L] = pl->total;
+    for (int i = after_layers; i < s->n_tensors; i++)
+        if (arch_tensor_present(d, &s->tensors[i])) layout_add(pl, &cap, d, &s->tensors[i], -1);
+}
+
+void param_layout_free(ParamLayout *pl) {
+    free(pl->tensors);
+    free(pl->layer);
+    free(pl->layer_begin);
+    memset(pl, 0, sizeof *pl);
+}
+
+int param_layout_find(const ParamLayout *pl, const char *name) {
+    for (int i = 0; i < pl->n_tensors; i++)
+        if (strcmp(pl->tensors[i].name, name) == 0) return i;
+    return -1;
+}
+
+int param_layout_role(const ParamLayout *pl, int layer, TensorRole role) {
+    if (layer < 0) return pl->global[role];
+    return layer < pl->n_layer ? pl->layer[layer][role] : -1;
+}
+
+void arch_block_name(const ParamTensor *t, int b, char *buf, size_t cap, const ModelDesc *d, int64_t *row0,
+                     int64_t *rows) {
+    const ArchTensor *s = t->spec;
+    int64_t r = 0;
+    for (int k = 0; k < b; k++) r += arch_dim(d, s->blocks[k].rows);
+    if (s->per_layer)
+        snprintf(buf, cap, s->blocks[b].hf, t->layer);
+    else
+        snprintf(buf, cap, "%s", s->blocks[b].hf);
+    if (row0) *row0 = r;
+    if (rows) *rows = arch_dim(d, s->blocks[b].rows);
+}
+
+/* ---------------------------------------------------------------- initialisation */
+
+/* splitmix64: a counter-based generator, so each tensor's values depend only on (seed, index) */
+static uint64_t splitmix64(uint64_t *state) {
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+void arch_init_tensor(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
+                      float *dst) {
+    const ParamTensor *t = &pl->tensors[i];
+    const ArchInit init = t->spec->init;
+    if (init == INIT_ONES || init == INIT_ZEROS) {
+        float v = init == INIT_ONES ? 1.0f : 0.0f;
+        for (size_t k = 0; k < n; k++) dst[k] = v;
+        return;
+    }
+    const double std = init == INIT_NORMAL_RESID ? 0.02 / sqrt(2.0 * d->n_layer) : 0.02;
+    uint64_t state = seed * 0x100000001B3ull + (uint64_t)i * 0x9E3779B97F4A7C15ull + 1;
+    state += 2 * (uint64_t)(k0 / 2) * 0x9E3779B97F4A7C15ull; /* skip the draws of elements before k0 */
+    for (size_t k = 0; k < n; k += 2) { /* Box-Muller, two values per pair of draws */
+        double u1 = uniform01(&state), u2 = uniform01(&state);
+        double r = sqrt(-2.0 * log(u1));
+        dst[k] = (float)(std * r * cos(2.0 * M_PI * u2));
+        if (k + 1 < n) dst[k + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+    }
+}
+
+/* ---------------------------------------------------------------- rotary table */
+
+void arch_rope_table(const ModelDesc *d, int p0, int np, float *cos_out, float *sin_out) {
+    const int half = d->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double inv_freq = 1.0 / pow(d->rope_theta, (2.0 * i) / d->head_dim);
+        if (d->rope_llama3) { /* HF's _compute_llama3_parameters */
+            const double old_ctx = d->rope_original_max_positions;
+            const double low_wavelen = old_ctx / d->rope_low_freq_factor;
+            const double high_wavelen = old_ctx / d->rope_high_freq_factor;
+            const double wavelen = 2.0 * M_PI / inv_freq;
+            if (wavelen > low_wavelen) {
+                inv_freq = inv_freq / d->rope_factor;
+            } else if (!(wavelen < high_wavelen)) { /* medium: smooth between the two */
+                double smooth = (old_ctx / wavelen - d->rope_low_freq_factor) /
+                                (d->rope_high_freq_factor - d->rope_low_freq_factor);
+                inv_freq = (1.0 - smooth) * inv_freq / d->rope_factor + smooth * inv_freq;
+            }
+        }
+        for (int p = 0; p < np; p++) {
+            double a = (double)(p0 + p) * inv_freq;
+            cos_out[(size_t)p * half + i] = (float)cos(a);
+            sin_out[(size_t)p * half + i] = (float)sin(a);
+        }
+    }
+}

@@ -1,0 +1,139 @@
+/* buffers.c - the list of a model's buffers (see buffers.h). Every size is a checked product. */
+#include "buffers.h"
+
+#include "arch.h"
+#include "plan.h"
+
+#define STAGING_MIN_BYTES (16ull << 20)
+
+static const char *const NAMES[BUF_COUNT] = {
+    [BUF_PARAMS] = "params", [BUF_GRADS] = "grads", [BUF_ADAM_M] = "adam_m", [BUF_ADAM_V] = "adam_v",
+    [BUF_WEIGHTS] = "weights (compute copy)", [BUF_ROPE_COS] = "rope cos", [BUF_ROPE_SIN] = "rope sin",
+    [BUF_LAYER_INPUT] = "layer input", [BUF_STASH_INPUT] = "recomputed layer input",
+    [BUF_STAGE] = "offload prefetch buffer", [BUF_HOST_STASH] = "offloaded layer input",
+    [BUF_ACT_LN1] = "norm1 output", [BUF_ACT_LN1_MEAN] = "norm1 mean", [BUF_ACT_LN1_RSTD] = "norm1 rstd",
+    [BUF_ACT_QKV] = "qkv", [BUF_ACT_ATTY] = "attention output", [BUF_ACT_LSE] = "attention lse",
+    [BUF_ACT_RES2] = "residual after attention", [BUF_ACT_LN2] = "norm2 output", [BUF_ACT_LN2_MEAN] = "norm2 mean",
+    [BUF_ACT_LN2_RSTD] = "norm2 rstd", [BUF_ACT_FCH] = "mlp up", [BUF_ACT_FCH_ACT] = "mlp activation",
+    [BUF_FINAL_RES] = "final residual", [BUF_LNF] = "final norm output", [BUF_LNF_MEAN] = "final norm mean",
+    [BUF_LNF_RSTD] = "final norm rstd", [BUF_TOKENS] = "tokens", [BUF_TARGETS] = "targets", [BUF_LOSSES] = "losses",
+    [BUF_LOGITS] = "logits chunk", [BUF_DRES] = "d residual", [BUF_DBTC] = "d norm / attention output",
+    [BUF_DQKV] = "d qkv", [BUF_DFCH] = "d mlp", [BUF_ATT_WS] = "attention row sums", [BUF_HOST_STAGING] = "host staging",
+};
+
+const char *buffer_name(BufferId id) { return id >= 0 && id < BUF_COUNT && NAMES[id] ? NAMES[id] : "?"; }
+
+typedef struct {
+    BufferList *l;
+    const char *cur;
+} Builder;
+
+static uint64_t mul(Builder *k, uint64_t a, uint64_t b) {
+    uint64_t r;
+    if (!__builtin_mul_overflow(a, b, &r)) return r;
+    if (!k->l->overflow) k->l->overflow = k->cur;
+    return UINT64_MAX;
+}
+
+static void add(Builder *k, BufferId id, MemCategory cat, uint64_t elems, uint64_t elem_bytes, int count) {
+    if (count <= 0) return;
+    BufferSpec *s = &k->l->b[k->l->n++];
+    s->id = id;
+    s->cat = cat;
+    s->bytes = mul(k, elems, elem_bytes);
+    s->count = count;
+}
+
+uint64_t buffers_staging_bytes(const ModelDesc *d) {
+    const ArchSpec *s = arch_spec(d->arch);
+    uint64_t need = STAGING_MIN_BYTES;
+    for (int i = 0; i < s->n_tensors; i++) {
+        const ArchTensor *t = &s->tensors[i];
+        if (!t->transposed || !arch_tensor_present(d, t)) continue;
+        /* the tensor as read and its transpose, fp32 */
+        uint64_t b = 2 * (uint64_t)arch_dim(d, t->dim0) * (uint64_t)arch_dim(d, t->dim1) * sizeof(float);
+        if (b > need) need = b;
+    }
+    uint64_t rope_row = 2 * (uint64_t)(d->head_dim / 2 + 1) * sizeof(float); /* one position's cos and sin */
+    return need > rope_row ? need : rope_row;
+}
+
+/* the activations one layer keeps for backward (its input excluded), `count` times in cat */
+static void layer_acts(Builder *k, const ModelDesc *d, const BufferShape *s, MemCategory cat, int count) {
+    const uint64_t BT = mul(k, (uint64_t)s->B, (uint64_t)s->T), a = gt_dtype_size(s->act), f = sizeof(float);
+    const uint64_t C = (uint64_t)d->n_embd, I = (uint64_t)d->n_inner;
+    const bool gpt2 = d->arch == ARCH_GPT2;
+    add(k, BUF_ACT_LN1, cat, mul(k, BT, C), a, count);
+    if (gpt2) add(k, BUF_ACT_LN1_MEAN, cat, BT, f, count);
+    add(k, BUF_ACT_LN1_RSTD, cat, BT, f, count);
+    add(k, BUF_ACT_QKV, cat, mul(k, BT, (uint64_t)model_desc_qkv_dim(d)), a, count);
+    add(k, BUF_ACT_ATTY, cat, mul(k, BT, (uint64_t)model_desc_attn_dim(d)), a, count);
+    add(k, BUF_ACT_LSE, cat, mul(k, BT, (uint64_t)d->n_head), f, count);
+    add(k, BUF_ACT_RES2, cat, mul(k, BT, C), a, count);
+    add(k, BUF_ACT_LN2, cat, mul(k, BT, C), a, count);
+    if (gpt2) add(k, BUF_ACT_LN2_MEAN, cat, BT, f, count);
+    add(k, BUF_ACT_LN2_RSTD, cat, BT, f, count);
+    add(k, BUF_ACT_FCH, cat, mul(k, BT, gpt2 ? I : 2 * I), a, count);
+    add(k, BUF_ACT_FCH_ACT, cat, mul(k, BT, I), a, count);
+}
+
+int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
+    out->n = 0;
+    out->overflow = NULL;
+    Builder k = {out, "params"};
+    const uint64_t f = sizeof(float), a = gt_dtype_size(s->act), C = (uint64_t)d->n_embd;
+    const uint64_t NP = arch_num_params(d), world = (uint64_t)(s->shard_world > 0 ? s->shard_world : 1);
+    const uint64_t shard = (NP + world - 1) / world;
+    const bool gpt2 = d->arch == ARCH_GPT2;
+    const RecomputePolicy *pol = &s->policy;
+    const int L = d->n_layer, K = recompute_count(pol);
+
+    add(&k, BUF_PARAMS, MEM_PARAMS, mul(&k, shard, world), f, 1);
+    if (s->act != GT_F32) add(&k, BUF_WEIGHTS, MEM_PARAMS, NP, a, 1);
+    k.cur = "grads";
+    if (s->train) add(&k, BUF_GRADS, MEM_GRADS, mul(&k, shard, world), f, 1);
+    k.cur = "optimizer";
+    if (s->train) {
+        add(&k, BUF_ADAM_M, MEM_OPTIMIZER, shard, f, 1);
+        add(&k, BUF_ADAM_V, MEM_OPTIMIZER, shard, f, 1);
+    }
+    k.cur = "activations";
+    const uint64_t BT = mul(&k, (uint64_t)s->B, (uint64_t)s->T), BTC = mul(&k, BT, C);
+    if (!gpt2) {
+        const uint64_t rope = mul(&k, (uint64_t)s->T, (uint64_t)(d->head_dim / 2));
+        add(&k, BUF_ROPE_COS, MEM_ACTIVATIONS, rope, f, 1);
+        add(&k, BUF_ROPE_SIN, MEM_ACTIVATIONS, rope, f, 1);
+    }
+    add(&k, BUF_LAYER_INPUT, MEM_ACTIVATIONS, BTC, a, L - K);
+    layer_acts(&k, d, s, MEM_ACTIVATIONS, L - K);
+    add(&k, BUF_FINAL_RES, MEM_ACTIVATIONS, BTC, a, 1);
+    add(&k, BUF_LNF, MEM_ACTIVATIONS, BTC, a, 1);
+    if (gpt2) add(&k, BUF_LNF_MEAN, MEM_ACTIVATIONS, BT, f, 1);
+    add(&k, BUF_LNF_RSTD, MEM_ACTIVATIONS, BT, f, 1);
+    add(&k, BUF_TOKENS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
+    add(&k, BUF_TARGETS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
+    add(&k, BUF_LOSSES, MEM_ACTIVATIONS, BT, f, 1);
+    k.cur = "recompute_scratch";
+    if (K > 0) layer_acts(&k, d, s, MEM_RECOMPUTE_SCRATCH, 1);
+    k.cur = "recompute_stash";
+    if (pol->offload)
+        add(&k, BUF_STAGE, MEM_RECOMPUTE_STASH, BTC, a, recompute_device_stash_buffers(pol));
+    else
+        add(&k, BUF_STASH_INPUT, MEM_RECOMPUTE_STASH, BTC, a, K);
+    k.cur = "host_offload";
+    add(&k, BUF_HOST_STASH, MEM_HOST_OFFLOAD, BTC, a, recompute_host_stash_buffers(pol));
+    k.cur = "logits";
+    add(&k, BUF_LOGITS, MEM_LOGITS, mul(&k, (uint64_t)s->logits_rows, (uint64_t)plan_logits_stride(d)), a, 1);
+    k.cur = "workspace";
+    if (s->train) {
+        const uint64_t Q = (uint64_t)model_desc_attn_dim(d), I = (uint64_t)d->n_inner;
+        add(&k, BUF_DRES, MEM_WORKSPACE, BTC, a, 1);
+        add(&k, BUF_DBTC, MEM_WORKSPACE, mul(&k, BT, Q > C ? Q : C), a, 1);
+        add(&k, BUF_DQKV, MEM_WORKSPACE, mul(&k, BT, (uint64_t)model_desc_qkv_dim(d)), a, 1);
+        add(&k, BUF_DFCH, MEM_WORKSPACE, mul(&k, BT, gpt2 ? I : 3 * I), a, 1);
+        add(&k, BUF_ATT_WS, MEM_WORKSPACE, mul(&k, BT, (uint64_t)d->n_head), f, 1);
+    }
+    k.cur = "host_staging";
+    add(&k, BUF_HOST_STAGING, MEM_HOST_STAGING, buffers_staging_bytes(d), 1, 1);
+    return out->overflow ? -1 : 0;
+}

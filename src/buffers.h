@@ -1,0 +1,86 @@
+/* buffers.h - the one list of buffers a model allocates, for a (model, micro-batch, recompute
+ * policy, act dtype, ZeRO-1 world, train or inference). model_create allocates exactly this list
+ * and plan_memory adds it up, so the plan equals what is allocated by construction. */
+#ifndef GT_BUFFERS_H
+#define GT_BUFFERS_H
+
+#include "backend.h"
+#include "model_desc.h"
+#include "recompute.h"
+
+typedef enum {
+    BUF_PARAMS = 0,   /* fp32 master weights, padded to whole ZeRO-1 shards */
+    BUF_GRADS,
+    BUF_ADAM_M,       /* this rank's shard */
+    BUF_ADAM_V,
+    BUF_WEIGHTS,      /* the bf16 compute copy (bf16 only) */
+    BUF_ROPE_COS,     /* rotary table [T, head_dim / 2] (Llama) */
+    BUF_ROPE_SIN,
+    BUF_LAYER_INPUT,  /* the input of each kept layer */
+    BUF_STASH_INPUT,  /* the input of each recomputed layer, on the device (no offload) */
+    BUF_STAGE,        /* offload prefetch buffers */
+    BUF_HOST_STASH,   /* host copy of each offloaded layer's input */
+    /* a layer's kept activations (LayerActs), once per kept layer and once for the recompute scratch */
+    BUF_ACT_LN1,
+    BUF_ACT_LN1_MEAN, /* GPT-2's layernorm mean */
+    BUF_ACT_LN1_RSTD,
+    BUF_ACT_QKV,      /* q | k | v (after the rotation, Llama) */
+    BUF_ACT_ATTY,
+    BUF_ACT_LSE,
+    BUF_ACT_RES2,
+    BUF_ACT_LN2,
+    BUF_ACT_LN2_MEAN,
+    BUF_ACT_LN2_RSTD,
+    BUF_ACT_FCH,      /* GPT-2: c_fc output [I]; Llama: gate | up [2I] */
+    BUF_ACT_FCH_ACT,  /* gelu(fch) / swiglu(gate, up) [I] */
+    BUF_FINAL_RES,
+    BUF_LNF,
+    BUF_LNF_MEAN,
+    BUF_LNF_RSTD,
+    BUF_TOKENS,
+    BUF_TARGETS,
+    BUF_LOSSES,
+    BUF_LOGITS,       /* one chunk of the LM head's logits */
+    BUF_DRES,         /* workspace: residual-stream gradient */
+    BUF_DBTC,         /* workspace: a norm's or attention output's gradient */
+    BUF_DQKV,
+    BUF_DFCH,         /* GPT-2 [I]; Llama gate|up [2I] then swiglu output [I] */
+    BUF_ATT_WS,       /* attention row sums (fp32) */
+    BUF_HOST_STAGING, /* bounded host buffer that initialisation, loading and saving stream through */
+    BUF_COUNT
+} BufferId;
+
+typedef struct {
+    BufferId id;
+    MemCategory cat;
+    uint64_t bytes; /* of one instance */
+    int count;      /* instances (per-layer buffers: how many layers) */
+} BufferSpec;
+
+#define BUF_LIST_MAX 64
+
+typedef struct {
+    BufferSpec b[BUF_LIST_MAX];
+    int n;
+    const char *overflow; /* NULL, or the first quantity that overflowed 64 bits */
+} BufferList;
+
+typedef struct {
+    int B, T;
+    RecomputePolicy policy;
+    GtDtype act;
+    int shard_world; /* ZeRO-1 shards of the AdamW state (1: none) */
+    bool train;      /* gradients, AdamW state and the backward workspace */
+    int logits_rows;
+} BufferShape;
+
+/* Fill the list; returns 0, or -1 when a size overflows 64 bits (named in out->overflow). */
+int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s);
+
+/* bytes of the host staging buffer for d: 16 MiB, or more when a transposed tensor (GPT-2 Conv1D,
+ * converted whole) or a rope-table row needs it */
+uint64_t buffers_staging_bytes(const ModelDesc *d);
+
+const char *buffer_name(BufferId id);
+
+#endif

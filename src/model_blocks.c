@@ -1,0 +1,178 @@
+/* model_blocks.c - the transformer blocks' forward and backward, device-blind (Backend ops only),
+ * for both families. Tensors are found by role (arch.h); an absent bias is a NULL pointer.
+ *
+ * GPT-2 layer l:  ln1 = LN(x); qkv = ln1 Wqkv + b; atty = attn(qkv); res2 = x + atty Wo + b
+ *                 ln2 = LN(res2); fch = ln2 Wfc + b; fch_act = gelu(fch); out = res2 + fch_act Wdown + b
+ * Llama layer l:  ln1 = RMS(x); qkv = rope(ln1 Wqkv [+ b]); atty = gqa_attn(qkv, window);
+ *                 res2 = x + atty Wo [+ b]; ln2 = RMS(res2); fch = ln2 Wgate|up [+ b];
+ *                 fch_act = silu(gate) * up; out = res2 + fch_act Wdown [+ b]
+ * (the residual add and the second norm run as one fused op; GPT-2's Wfc and its gelu too).
+ * qkv is kept after the rotation: the attention's backward needs the rotated q and k, and the
+ * rotation's own backward needs only the table. Backward runs the same graph in reverse with one
+ * activation-gradient workspace shared by all layers; a recomputed layer re-runs its forward
+ * (without the output) into the scratch first. */
+#include "model_internal.h"
+
+static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
+
+/* the first norm of a block (and the final one): LayerNorm for GPT-2, RMSNorm for the Llama family */
+static void norm_forward(Model *m, act_t *out, float *mean, float *rstd, const act_t *x, const act_t *w,
+                         const act_t *b, int N) {
+    const BackendOps *op = m->be->ops;
+    const float eps = (float)m->desc.layer_norm_epsilon;
+    if (is_gpt2(m))
+        op->layernorm_forward(m->be, out, mean, rstd, x, w, b, N, m->desc.n_embd, eps);
+    else
+        op->rmsnorm_forward(m->be, out, rstd, x, w, N, m->desc.n_embd, eps);
+}
+
+static void norm_backward(Model *m, act_t *dinp, float *dw, float *db, const act_t *dout, const act_t *x,
+                          const act_t *w, const float *mean, const float *rstd, int N) {
+    const BackendOps *op = m->be->ops;
+    if (is_gpt2(m))
+        op->layernorm_backward(m->be, dinp, dw, db, dout, x, w, mean, rstd, N, m->desc.n_embd);
+    else
+        op->rmsnorm_backward(m->be, dinp, dw, dout, x, w, rstd, N, m->desc.n_embd);
+}
+
+/* One block over positions pos0..pos0+n-1 of B rows: the training forward runs whole rows
+ * (pos0 = 0, n = T), sampling runs B = 1 over the new positions only, the keys and values of
+ * the earlier ones being kept in qkv by the calls before. in, a and out are the whole buffers.
+ * out == NULL skips the last projection (recompute needs only the activations backward reads,
+ * not the block's output). */
+static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *in, const LayerActs *a, act_t *out) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const ModelDesc *d = &m->desc;
+    const int C = d->n_embd, I = d->n_inner, NH = d->n_head, NKV = d->n_kv_head, hd = d->head_dim, N = B * n;
+    const int QKV = model_desc_qkv_dim(d), Q = model_desc_attn_dim(d), FC = is_gpt2(m) ? I : 2 * I;
+    const size_t r = (size_t)pos0; /* the first row: B = 1 buffers are contiguous [T, ...] */
+    const float eps = (float)d->layer_norm_epsilon;
+    act_t *ln1 = model_at(m, a->ln1, r * C), *qkv = model_at(m, a->qkv, r * QKV), *atty = model_at(m, a->atty, r * Q);
+    act_t *res2 = model_at(m, a->res2, r * C), *ln2 = model_at(m, a->ln2, r * C), *fch = model_at(m, a->fch, r * FC);
+    act_t *fch_act = model_at(m, a->fch_act, r * I), *x = model_at(m, in, r * C);
+    norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, x, model_w(m, l, ROLE_NORM1_W),
+                 model_w(m, l, ROLE_NORM1_B), N);
+    op->matmul_forward(be, qkv, ln1, model_w(m, l, ROLE_QKV_W), model_w(m, l, ROLE_QKV_B), N, C, QKV, QKV);
+    if (!is_gpt2(m)) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd);
+    /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
+     * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
+     * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
+     * forward is followed by backward. */
+    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window);
+    op->matmul_forward(be, res2, atty, model_w(m, l, ROLE_O_W), model_w(m, l, ROLE_O_B), N, Q, C, C);
+    /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
+    if (is_gpt2(m)) {
+        op->residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
+                                       model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
+        /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU epilogue) */
+        op->matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
+    } else {
+        op->residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
+        op->matmul_forward(be, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, 2 * I, 2 * I);
+        op->swiglu_forward(be, fch_act, fch, N, I);
+    }
+    if (out) {
+        act_t *y = model_at(m, out, r * C);
+        op->matmul_forward(be, y, fch_act, model_w(m, l, ROLE_DOWN_W), model_w(m, l, ROLE_DOWN_B), N, I, C, C);
+        op->add(be, y, y, res2, (size_t)N * C);
+    }
+}
+
+/* dres holds dL/d(block output) on entry and dL/d(block input) on return. */
+static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerActs *a) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const ModelDesc *d = &m->desc;
+    const int T = m->T, C = d->n_embd, I = d->n_inner, NH = d->n_head, NKV = d->n_kv_head, hd = d->head_dim;
+    const int BT = B * T, QKV = model_desc_qkv_dim(d), Q = model_desc_attn_dim(d);
+    /* out = res2 + act(norm2(res2) Wfc) Wdown */
+    if (is_gpt2(m)) {
+        op->matmul_backward(be, m->dfch, model_g(m, l, ROLE_DOWN_W), model_g(m, l, ROLE_DOWN_B), m->dres, a->fch_act,
+                            model_w(m, l, ROLE_DOWN_W), BT, I, C, C);
+        op->gelu_backward(be, m->dfch, a->fch, m->dfch, (size_t)BT * I);
+        op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_FC_W), model_g(m, l, ROLE_FC_B), m->dfch, a->ln2,
+                            model_w(m, l, ROLE_FC_W), BT, C, I, I);
+    } else { /* dfch: d(gate | up) [2I], then d(fch_act) [I] after it */
+        act_t *dact = model_at(m, m->dfch, (size_t)BT * 2 * I);
+        op->matmul_backward(be, dact, model_g(m, l, ROLE_DOWN_W), model_g(m, l, ROLE_DOWN_B), m->dres, a->fch_act,
+                            model_w(m, l, ROLE_DOWN_W), BT, I, C, C);
+        op->swiglu_backward(be, m->dfch, a->fch, dact, BT, I);
+        op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_FC_W), model_g(m, l, ROLE_FC_B), m->dfch, a->ln2,
+                            model_w(m, l, ROLE_FC_W), BT, C, 2 * I, 2 * I);
+    }
+    norm_backward(m, m->dres, model_g(m, l, ROLE_NORM2_W), model_g(m, l, ROLE_NORM2_B), m->dbtc, a->res2,
+                  model_w(m, l, ROLE_NORM2_W), a->ln2_mean, a->ln2_rstd, BT);
+    /* res2 = in + attn(norm1(in) Wqkv) Wo */
+    op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_O_W), model_g(m, l, ROLE_O_B), m->dres, a->atty,
+                        model_w(m, l, ROLE_O_W), BT, Q, C, C);
+    op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NKV, hd, m->window);
+    if (!is_gpt2(m)) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd);
+    op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_QKV_W), model_g(m, l, ROLE_QKV_B), m->dqkv, a->ln1,
+                        model_w(m, l, ROLE_QKV_W), BT, C, QKV, QKV);
+    norm_backward(m, m->dres, model_g(m, l, ROLE_NORM1_W), model_g(m, l, ROLE_NORM1_B), m->dbtc, in,
+                  model_w(m, l, ROLE_NORM1_W), a->ln1_mean, a->ln1_rstd, BT);
+}
+
+/* offload: copy out the kept inputs of offloaded layers (only when a backward will read them:
+ * whole rows). */
+void model_forward_blocks(Model *m, int B, int pos0, int n, bool offload) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int C = m->desc.n_embd, L = m->desc.n_layer, N = B * n;
+    const size_t r = (size_t)pos0;
+    const RecomputePolicy *pol = &m->policy;
+    const size_t input_bytes = (size_t)N * C * gt_dtype_size(m->act);
+    if (offload && recompute_offloaded(pol, 0)) op->offload_wait(be, recompute_slot(pol, 0));
+    op->encoder_forward(be, model_at(m, m->input[0], r * C), m->tokens + r, m->wte,
+                        m->wpe ? model_at(m, m->wpe, r * C) : NULL, B, n, C);
+    for (int l = 0; l < L; l++) {
+        /* the kept input of an offloaded layer leaves for the host as soon as it exists; the
+         * copy runs on the copy stream while this layer computes (it only reads the input) */
+        if (offload && recompute_offloaded(pol, l))
+            op->offload_to_host(be, m->host_stash[l], m->input[l], input_bytes, recompute_slot(pol, l));
+        act_t *out = l + 1 < L ? m->input[l + 1] : m->final_res;
+        /* before overwriting a prefetch buffer, the copy out of its previous tenant must be done */
+        if (offload && l + 1 < L && recompute_offloaded(pol, l + 1)) op->offload_wait(be, recompute_slot(pol, l + 1));
+        layer_forward(m, l, B, pos0, n, m->input[l], &m->acts[l], out);
+    }
+    norm_forward(m, model_at(m, m->lnf, r * C), m->lnf_mean ? m->lnf_mean + r : NULL, m->lnf_rstd + r,
+                 model_at(m, m->final_res, r * C), m->lnfw, m->lnfb, N);
+}
+
+void model_backward_blocks(Model *m, int B) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const int T = m->T, C = m->desc.n_embd, L = m->desc.n_layer, BT = B * T;
+    const RecomputePolicy *pol = &m->policy;
+    const ParamLayout *pl = &m->layout;
+    const size_t input_bytes = (size_t)BT * C * gt_dtype_size(m->act);
+    /* dbtc holds dL/d(lnf) from the LM head */
+    op->zero(be, m->dres, input_bytes);
+    norm_backward(m, m->dres, m->dlnfw, m->dlnfb, m->dbtc, m->final_res, m->lnfw, m->lnf_mean, m->lnf_rstd, BT);
+    int last_rc = -1; /* the last recomputed layer: its input is fetched first */
+    for (int l = L - 1; l >= 0 && last_rc < 0; l--)
+        if (recompute_layer(pol, l)) last_rc = l;
+    if (pol->offload && last_rc >= 0)
+        op->offload_to_device(be, m->input[last_rc], m->host_stash[last_rc], input_bytes, recompute_slot(pol, last_rc));
+    for (int l = L - 1; l >= 0; l--) {
+        if (recompute_layer(pol, l)) {
+            if (pol->offload) {
+                op->offload_wait(be, recompute_slot(pol, l));
+                /* prefetch the next one needed into the other buffer while this one computes */
+                int prev = recompute_prev(pol, l);
+                if (prev >= 0)
+                    op->offload_to_device(be, m->input[prev], m->host_stash[prev], input_bytes, recompute_slot(pol, prev));
+            }
+            layer_forward(m, l, B, 0, m->T, m->input[l], &m->acts[l], NULL);
+        }
+        layer_backward(m, l, B, m->input[l], &m->acts[l]);
+        if (m->grad_ready) /* layer l's tensors are contiguous */
+            m->grad_ready(m->grad_ready_ctx, m->grads + pl->layer_begin[l], pl->layer_begin[l + 1] - pl->layer_begin[l]);
+    }
+    op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C);
+    if (m->grad_ready) { /* the globals before the layers (wte, wpe); then those after (final norm, lm_head) */
+        m->grad_ready(m->grad_ready_ctx, m->grads, pl->layer_begin[0]);
+        m->grad_ready(m->grad_ready_ctx, m->grads + pl->layer_begin[L], m->padded_total - pl->layer_begin[L]);
+    }
+}
