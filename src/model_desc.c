@@ -270,10 +270,16 @@ out:
 
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
     memset(desc, 0, sizeof *desc);
-    char *buf;
+    char *buf, file[GT_PATH_MAX + 16];
     size_t n;
-    if (gt_read_small_file(path, "model JSON", MODEL_JSON_MAX_BYTES, &buf, &n, err)) return -1;
-    int rc = model_desc_parse(desc, buf, n, path, err);
+    struct stat sb;
+    /* a Hugging Face model directory: its config.json */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(file, sizeof file, "%s/config.json", path);
+    else
+        snprintf(file, sizeof file, "%s", path);
+    if (gt_read_small_file(file, "model JSON", MODEL_JSON_MAX_BYTES, &buf, &n, err)) return -1;
+    int rc = model_desc_parse(desc, buf, n, file, err);
     free(buf);
     return rc;
 }

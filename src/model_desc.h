@@ -42,7 +42,8 @@ typedef struct ModelDesc {
 /* For a description filled by hand (tests): n_kv_head 0 -> n_head, head_dim 0 -> n_embd / n_head. */
 void model_desc_defaults(ModelDesc *d);
 
-/* Load and validate a config.json. Errors name the file and the field; code 2. */
+/* Load and validate a config.json, or DIR/config.json when path is a directory (a Hugging Face
+ * model directory). Errors name the file and the field; code 2. */
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err);
 
 /* Parse from a JSON text already in memory (path is used in messages only). */

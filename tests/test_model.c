@@ -18,6 +18,27 @@ static ModelDesc tiny_desc(int L, int NH, int C, int V, int P) {
     return d;
 }
 
+/* a Llama-family model: grouped-query heads, optional q/k/v biases (Qwen2), optional sliding window */
+static ModelDesc tiny_llama(int L, int NH, int NKV, int C, int I, int V, int P, bool qkv_bias, int window, bool tie) {
+    ModelDesc d = {.arch = ARCH_LLAMA, .n_layer = L, .n_head = NH, .n_kv_head = NKV, .n_embd = C, .n_inner = I,
+                   .vocab_size = V, .n_positions = P, .layer_norm_epsilon = 1e-6, .tie_word_embeddings = tie,
+                   .rope_theta = 10000.0, .qkv_bias = qkv_bias, .sliding_window = window};
+    snprintf(d.model_type, sizeof d.model_type, "%s", qkv_bias ? "qwen2" : window ? "mistral" : "llama");
+    model_desc_defaults(&d);
+    return d;
+}
+
+/* the models the accumulation, recompute and plan tests run on: GPT-2, and Llama variants
+ * (Mistral-style GQA with a sliding window shorter than the sequence, Qwen2-style biases, tied) */
+static ModelDesc test_model_desc(int which, int L, int V, int P) {
+    switch (which) {
+    case 1: return tiny_llama(L, 4, 2, 32, 48, V, P, false, 5, false);
+    case 2: return tiny_llama(L, 4, 1, 32, 40, V, P, true, 0, true);
+    default: return tiny_desc(L, 4, 32, V, P);
+    }
+}
+#define N_TEST_MODELS 3
+
 static uint64_t rng_next(uint64_t *s) {
     *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
     return *s;
@@ -38,7 +59,7 @@ static void randomise_params(Model *m, uint64_t seed, double a) {
     uint64_t s = seed;
     for (int i = 0; i < m->layout.n_tensors; i++) {
         const ParamTensor *t = &m->layout.tensors[i];
-        bool lnw = strstr(t->name, "ln_") && strstr(t->name, ".weight");
+        bool lnw = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
         for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((lnw ? 1.0 : 0.0) + a * (2 * rng_uniform(&s) - 1));
     }
     GtError err = {0};
@@ -151,8 +172,7 @@ static double max_diff(const float *x, const float *y, size_t n) {
     return m;
 }
 
-Test(accumulation, tokens_normalisation_equals_big_batch_for_every_split, .timeout = 60) {
-    ModelDesc d = tiny_desc(2, 2, 16, 32, 8);
+static void tokens_normalisation_equals_big_batch(ModelDesc d) {
     const int T = 8;
     int tok[64], tgt[64];
     accumulation_batch(tok, tgt, T, 32, false);
@@ -190,6 +210,14 @@ Test(accumulation, tokens_normalisation_equals_big_batch_for_every_split, .timeo
         free(r.grads), free(r.params);
     }
     free(big.grads), free(big.params);
+}
+
+Test(accumulation, tokens_normalisation_equals_big_batch_for_every_split, .timeout = 60) {
+    tokens_normalisation_equals_big_batch(tiny_desc(2, 2, 16, 32, 8));
+}
+
+Test(accumulation, llama_tokens_normalisation_equals_big_batch_for_every_split, .timeout = 60) {
+    for (int which = 1; which < N_TEST_MODELS; which++) tokens_normalisation_equals_big_batch(test_model_desc(which, 2, 32, 8));
 }
 
 Test(accumulation, steps_normalisation_differs_when_counts_differ_and_agrees_when_equal, .timeout = 60) {
@@ -256,8 +284,7 @@ static RecomputeRun run_recompute(const ModelDesc *d, RecomputePolicy pol, int B
     return r;
 }
 
-static void recompute_bit_identity(GtDtype act) {
-    ModelDesc d = tiny_desc(5, 4, 32, 64, 16);
+static void recompute_bit_identity_of(ModelDesc d, GtDtype act) {
     const int B = 2, T = 16;
     ParamLayout pl;
     param_layout_init(&pl, &d);
@@ -277,6 +304,13 @@ static void recompute_bit_identity(GtDtype act) {
             free(r.grads1), free(r.params5);
         }
     free(base.grads1), free(base.params5);
+}
+
+static void recompute_bit_identity(GtDtype act) { recompute_bit_identity_of(tiny_desc(5, 4, 32, 64, 16), act); }
+
+Test(recompute, llama_gradients_and_losses_bit_identical_for_every_setting, .timeout = 240) {
+    for (int which = 1; which < N_TEST_MODELS; which++)
+        for (int act = GT_F32; act <= GT_BF16; act++) recompute_bit_identity_of(test_model_desc(which, 5, 64, 16), (GtDtype)act);
 }
 
 Test(recompute, gradients_and_losses_bit_identical_for_every_setting, .timeout = 120) { recompute_bit_identity(GT_F32); }
@@ -319,6 +353,7 @@ Test(precision, bf16_training_tracks_fp32, .timeout = 120) {
 
 Test(plan, planned_equals_measured_for_a_grid_of_configs, .timeout = 60) {
     const int Bs[] = {1, 3}, Ts[] = {8, 24}, Ls[] = {1, 4, 5}, ns[] = {0, 1, 2, 3, 4};
+    for (int which = 0; which < N_TEST_MODELS; which++)
     for (int act = GT_F32; act <= GT_BF16; act++)
     for (size_t bi = 0; bi < 2; bi++)
         for (size_t ti = 0; ti < 2; ti++)
@@ -327,7 +362,7 @@ Test(plan, planned_equals_measured_for_a_grid_of_configs, .timeout = 60) {
                     for (int off = 0; off <= 1; off++) {
                         int L = Ls[li], every = ns[ni];
                         if (every > L || (off && !every)) continue;
-                        ModelDesc d = tiny_desc(L, 2, 16, 40, 32);
+                        ModelDesc d = which ? test_model_desc(which, L, 40, 32) : tiny_desc(L, 2, 16, 40, 32);
                         RecomputePolicy pol = recompute_policy(every > 0, every ? every : 1, off, L);
                         MemPlan p;
                         plan_memory(&p, &d, Bs[bi], 1, 1, Ts[ti], pol, false, (GtDtype)act);
@@ -341,6 +376,7 @@ Test(plan, planned_equals_measured_for_a_grid_of_configs, .timeout = 60) {
                                          gt_dtype_name((GtDtype)act), Bs[bi], Ts[ti], L, every, off, mem_category_name((MemCategory)c),
                                          (unsigned long long)p.bytes[c], (unsigned long long)be->mem.peak[c]);
                         cr_assert_eq(p.device_total, be->mem.device_peak);
+                        cr_assert_eq(p.n_params, m->layout.total);
                         model_free(m);
                         for (int c = 0; c < MEM_COUNT; c++) cr_assert_eq(be->mem.current[c], 0, "leaked %s", mem_category_name((MemCategory)c));
                         backend_close(be);
