@@ -270,14 +270,13 @@ out:
 
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
     memset(desc, 0, sizeof *desc);
-    char *buf, file[GT_PATH_MAX + 16];
+    char *buf, file[GT_PATH_MAX];
     size_t n;
     struct stat sb;
     /* a Hugging Face model directory: its config.json */
-    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        snprintf(file, sizeof file, "%s/config.json", path);
-    else
-        snprintf(file, sizeof file, "%s", path);
+    bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (snprintf(file, sizeof file, dir ? "%s/config.json" : "%s", path) >= (int)sizeof file)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%.200s...: expected a path of at most %d bytes", path, GT_PATH_MAX - 1);
     if (gt_read_small_file(file, "model JSON", MODEL_JSON_MAX_BYTES, &buf, &n, err)) return -1;
     int rc = model_desc_parse(desc, buf, n, file, err);
     free(buf);
