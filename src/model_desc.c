@@ -1,9 +1,12 @@
-/* model_desc.c - the model description: a Hugging Face GPT-2 config.json read with cJSON (the
- * field helpers are model_json.c).
+/* model_desc.c - the model description: a Hugging Face config.json read with cJSON. This file
+ * checks the text (size, NUL bytes, nesting, syntax, trailing text), reads model_type and parses
+ * GPT-2; the Llama family (model_type llama / mistral / qwen2) is model_desc_llama.c, which
+ * documents its fields.
  *
- * Used fields: model_type ("gpt2"), n_layer, n_head, n_embd, n_inner (null/absent: 4*n_embd),
- * vocab_size, n_positions (or n_ctx), layer_norm_epsilon (1e-5), activation_function
- * ("gelu_new" / "gelu_pytorch_tanh"), tie_word_embeddings (true). Every other field is ignored. */
+ * GPT-2 (model_type "gpt2" or absent). Used fields: n_layer, n_head, n_embd, n_inner
+ * (null/absent: 4*n_embd), vocab_size, n_positions (or n_ctx), layer_norm_epsilon (1e-5),
+ * activation_function ("gelu_new" / "gelu_pytorch_tanh"), tie_word_embeddings (true). Every other
+ * field is ignored. Any other model_type is refused. */
 #include "model_desc.h"
 
 #include "model_desc_internal.h"
@@ -79,8 +82,13 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         goto out;
     }
     if (mj_get(root, "model_type", NULL, &j, path, err)) goto out;
+    if (j && cJSON_IsString(j) && model_desc_is_llama_family(j->valuestring)) {
+        rc = model_desc_parse_llama(desc, root, j->valuestring, path, err);
+        goto out;
+    }
     if (j && !(cJSON_IsString(j) && strcmp(j->valuestring, "gpt2") == 0)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: model_type: expected \"gpt2\", found %s", path, mj_found(j, f, sizeof f));
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: model_type: expected \"gpt2\", \"llama\", \"mistral\" or \"qwen2\", found %s",
+                 path, mj_found(j, f, sizeof f));
         goto out;
     }
     if (mj_get_int(root, "n_layer", NULL, true, 1, MAX_N_LAYER, &desc->n_layer, NULL, path, err)) goto out;

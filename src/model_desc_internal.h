@@ -1,6 +1,7 @@
 /* model_desc_internal.h - what the model JSON readers share: the bounds on every size, the cJSON
  * field helpers (model_json.c: each field read once, a duplicate refused, messages
- * "PATH: FIELD: expected ..., found ..."). Not part of the public interface. */
+ * "PATH: FIELD: expected ..., found ...") and the Llama-family reader (model_desc_llama.c), which
+ * model_desc.c calls for model_type llama / mistral / qwen2. Not part of the public interface. */
 #ifndef GT_MODEL_DESC_INTERNAL_H
 #define GT_MODEL_DESC_INTERNAL_H
 
@@ -65,5 +66,13 @@ int mj_get_number(const cJSON *obj, const char *name, const char *label, bool nu
 
 /* Depth of [ and { outside strings: deep nesting is refused before cJSON recurses into it. */
 int mj_check_nesting(const char *json, size_t len, const char *path, GtError *err);
+
+/* model_type is "llama", "mistral" or "qwen2". */
+bool model_desc_is_llama_family(const char *model_type);
+
+/* Fill desc (already zeroed, path set) from the root object of a Llama-family config.json whose
+ * model_type is model_type (model_desc_is_llama_family). */
+int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const char *model_type, const char *path,
+                           GtError *err);
 
 #endif
