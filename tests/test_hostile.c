@@ -295,7 +295,7 @@ static const Hostile CASES[] = {
     {"model JSON is a list", BASE, "[1, 2, 3]", NULL, NULL, "m.json", NULL, 0},
     {"JSON trailing garbage", BASE, GOOD_MODEL "garbage", NULL, NULL, "m.json", NULL, 0},
     {"unknown model_type", BASE,
-     "{\"model_type\": \"llama\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 256, \"n_positions\": 32}",
+     "{\"model_type\": \"gpt_neox\", \"n_layer\": 2, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 256, \"n_positions\": 32}",
      NULL, NULL, "m.json", "model_type", 0},
     {"n_embd not divisible by n_head", BASE,
      "{\"n_layer\": 2, \"n_head\": 3, \"n_embd\": 16, \"vocab_size\": 256, \"n_positions\": 32}", NULL, NULL, "m.json",

@@ -128,7 +128,7 @@ Test(model_desc, field_errors) {
     expect_bad("{\"n_layer\": 2, \"n_head\": 2, \"n_embd\": 8, \"vocab_size\": 300, \"n_ctx\": 0}", "n_ctx", NULL);
     expect_bad("{" MIN_FIELDS ", \"n_inner\": 0}", "n_inner", NULL);
     expect_bad("{" MIN_FIELDS ", \"n_inner\": \"big\"}", "n_inner", "\"big\"");
-    expect_bad("{" MIN_FIELDS ", \"model_type\": \"llama\"}", "model_type: expected \"gpt2\"", "\"llama\"");
+    expect_bad("{" MIN_FIELDS ", \"model_type\": \"gpt_neox\"}", "model_type: expected \"gpt2\"", "\"gpt_neox\"");
     expect_bad("{" MIN_FIELDS ", \"model_type\": 2}", "model_type", NULL);
     expect_bad("{" MIN_FIELDS ", \"activation_function\": \"gelu\"}", "activation_function", "\"gelu\"");
     expect_bad("{" MIN_FIELDS ", \"activation_function\": \"relu\"}", "activation_function", "gelu_new");
