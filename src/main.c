@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "backend.h"
 #include "blas_setup.h"
 #include "config.h"
@@ -77,6 +78,7 @@ static int bad_input(const char *fmt, ...) {
 }
 
 static int fail(const GtError *err) {
+    fflush(stdout); /* what was printed comes before the error, in a shared terminal too */
     fprintf(stderr, "gtrain: %s\n", err->msg);
     return err->code ? err->code : GT_EXIT_FAILURE;
 }
@@ -236,7 +238,11 @@ int main(int argc, char **argv) {
     }
     if (strcmp(command, "plan") == 0) {
         MemPlan plan;
+        memset(&plan, 0, sizeof plan);
         config_print_resolved(cfg, stdout);
+        printf("model: %s (%s), %d layers, hidden %d, %d heads (%d kv), vocab %d\n", desc.model_type,
+               arch_hf_class(&desc), desc.n_layer, desc.n_embd, desc.n_head, desc.n_kv_head, desc.vocab_size);
+        printf("parameters: %llu\n", (unsigned long long)model_desc_num_params(&desc));
         /* memory_limit auto: on the CPU, the RAM available now (what a run would check); a GPU's free
          * memory is read only by a run (asking the driver costs a context), so no limit here */
         uint64_t limit = cfg->memory_limit;
@@ -260,9 +266,12 @@ int main(int argc, char **argv) {
         else
             printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start)\n");
         if (plan_resolve(&plan, &desc, cfg, 1, limit, &err)) {
+            if (plan.B > 0 && !plan.overflow) { /* the plan that was refused: where the bytes would go */
+                printf("the plan that does not fit:\n");
+                plan_print(&plan, NULL, stdout);
+            }
             rc = fail(&err);
         } else {
-            printf("parameters: %llu\n", (unsigned long long)plan.n_params);
             printf("effective batch size = %d x %d x %d = %ld (per_device_train_batch_size x world x "
                    "gradient_accumulation_steps)\n",
                    plan.B, plan.world, plan.A, plan.effective_batch);
