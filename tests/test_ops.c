@@ -32,175 +32,9 @@
 
 #include "backend.h"
 #include "blas_setup.h"
+#include "ops_fixture.h"
 #include "ref_ops.h"
 #include "test_backend_select.h"
-
-#define TOL 1e-5     /* backend fp32 vs double reference, see above */
-#define TOL_BF16 1e-2 /* a bf16 (act dtype) output vs double reference */
-#define FD_TOL 1e-6  /* double reference backward vs central differences (h = 1e-5) */
-#define FD_H 1e-5
-
-/* ------------------------------------------------------------------ fixture */
-
-#define FX_MAX 64
-typedef struct {
-    Backend *be;
-    GtDtype act;   /* the backend's act dtype for this test */
-    double act_tol; /* bound for act-typed outputs */
-    void *dev[FX_MAX];
-    int ndev;
-    void *host[FX_MAX];
-    int nhost;
-} Fx;
-
-static void fx_open_as(Fx *fx, GtDtype act) {
-    memset(fx, 0, sizeof *fx);
-    fx->be = test_backend_open();
-    fx->act = act;
-    fx->act_tol = act == GT_BF16 ? TOL_BF16 : TOL;
-    backend_set_act_dtype(fx->be, act);
-}
-static void fx_open(Fx *fx) { fx_open_as(fx, GT_F32); }
-
-static void fx_close(Fx *fx) {
-    for (int i = 0; i < fx->ndev; i++) fx->be->ops->dev_free(fx->be, fx->dev[i]);
-    for (int i = 0; i < fx->nhost; i++) free(fx->host[i]);
-    backend_close(fx->be);
-    memset(fx, 0, sizeof *fx);
-}
-
-static void *hmem(Fx *fx, size_t bytes) {
-    cr_assert_lt(fx->nhost, FX_MAX, "test fixture: too many host buffers");
-    void *p = calloc(1, bytes ? bytes : 1);
-    cr_assert_not_null(p, "out of host memory (%zu bytes)", bytes);
-    fx->host[fx->nhost++] = p;
-    return p;
-}
-static float *hf(Fx *fx, size_t n) { return hmem(fx, n * sizeof(float)); }
-static double *hd(Fx *fx, size_t n) { return hmem(fx, n * sizeof(double)); }
-
-static void *dmem(Fx *fx, size_t bytes) {
-    cr_assert_lt(fx->ndev, FX_MAX, "test fixture: too many device buffers");
-    void *p = fx->be->ops->dev_alloc(fx->be, bytes ? bytes : 4);
-    cr_assert_not_null(p, "out of device memory (%zu bytes)", bytes);
-    fx->dev[fx->ndev++] = p;
-    return p;
-}
-
-static void up(Fx *fx, void *dev, const void *host, size_t bytes) {
-    GtError err = {0};
-    cr_assert_eq(fx->be->ops->to_device(fx->be, dev, host, bytes, &err), 0, "to_device: %s", err.msg);
-}
-static void down(Fx *fx, void *host, const void *dev, size_t bytes) {
-    GtError err = {0};
-    cr_assert_eq(fx->be->ops->to_host(fx->be, host, dev, bytes, &err), 0, "to_host: %s", err.msg);
-}
-
-/* device copy of host floats */
-static float *dup_f(Fx *fx, const float *h, size_t n) {
-    float *d = dmem(fx, n * sizeof(float));
-    up(fx, d, h, n * sizeof(float));
-    return d;
-}
-static int *dup_i(Fx *fx, const int *h, size_t n) {
-    int *d = dmem(fx, n * sizeof(int));
-    up(fx, d, h, n * sizeof(int));
-    return d;
-}
-/* fetch n floats from the device into a fresh host buffer */
-static float *get_f(Fx *fx, const float *d, size_t n) {
-    float *h = hf(fx, n);
-    down(fx, h, d, n * sizeof(float));
-    return h;
-}
-
-/* act-typed tensors: host values are floats (already representable in the act dtype, see
- * rand_a); on the device they are stored in fx->act */
-static void *dup_a(Fx *fx, const float *h, size_t n) {
-    if (fx->act == GT_F32) return dup_f(fx, h, n);
-    uint16_t *b = malloc(n * sizeof(uint16_t) + 2);
-    cr_assert_not_null(b);
-    for (size_t i = 0; i < n; i++) b[i] = gt_f32_to_bf16(h[i]);
-    void *d = dmem(fx, n * sizeof(uint16_t));
-    up(fx, d, b, n * sizeof(uint16_t));
-    free(b);
-    return d;
-}
-/* n NaNs on the device: fp32 (dnan) or in the act dtype (dnan_a) */
-static void *dnan_as(Fx *fx, size_t n, bool act) {
-    float *h = malloc(n * sizeof(float) + 1);
-    cr_assert_not_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    void *d = act ? dup_a(fx, h, n) : dup_f(fx, h, n);
-    free(h);
-    return d;
-}
-static float *dnan(Fx *fx, size_t n) { return dnan_as(fx, n, false); }
-static void *dnan_a(Fx *fx, size_t n) { return dnan_as(fx, n, true); }
-static float *get_a(Fx *fx, const void *d, size_t n) {
-    float *h = hf(fx, n);
-    GtError err = {0};
-    cr_assert_eq(backend_act_to_host_f32(fx->be, h, d, n, &err), 0, "%s", err.msg);
-    return h;
-}
-
-/* ------------------------------------------------------------------ data */
-
-typedef struct {
-    uint64_t s;
-} Rng;
-
-static uint64_t rng_next(Rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rng_uniform(Rng *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
-static float rng_f(Rng *r, float lo, float hi) { return lo + (hi - lo) * (float)rng_uniform(r); }
-
-static float *rand_f(Fx *fx, Rng *r, size_t n, float lo, float hi) {
-    float *h = hf(fx, n);
-    for (size_t i = 0; i < n; i++) h[i] = rng_f(r, lo, hi);
-    return h;
-}
-/* random values representable in the act dtype (rounded to bf16 under bf16) */
-static float *rand_a(Fx *fx, Rng *r, size_t n, float lo, float hi) {
-    float *h = rand_f(fx, r, n, lo, hi);
-    if (fx->act == GT_BF16)
-        for (size_t i = 0; i < n; i++) h[i] = gt_bf16_to_f32(gt_f32_to_bf16(h[i]));
-    return h;
-}
-static int *rand_i(Fx *fx, Rng *r, size_t n, int hi) {
-    int *h = hmem(fx, n * sizeof(int));
-    for (size_t i = 0; i < n; i++) h[i] = (int)(rng_next(r) % (uint64_t)hi);
-    return h;
-}
-static double *to_d(Fx *fx, const float *f, size_t n) {
-    double *d = hd(fx, n);
-    for (size_t i = 0; i < n; i++) d[i] = f[i];
-    return d;
-}
-
-/* max|a-b| / max(max|b|, 1e-6); infinite when a holds a NaN/Inf */
-static double rel_err(const float *a, const double *b, size_t n) {
-    double num = 0.0, den = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return num / den;
-}
-#define CHECK_TOL(tol, what, a, b, n, fmt, ...)                                                           \
-    do {                                                                                                  \
-        double e_ = rel_err((a), (b), (n)), t_ = (tol);                                                   \
-        cr_expect_leq(e_, t_, "%s: rel err %.3g > %.1g (" fmt ")", what, e_, t_, __VA_ARGS__);            \
-    } while (0)
-/* an fp32 output; an act-typed output (fx in scope) */
-#define CHECK(what, a, b, n, fmt, ...) CHECK_TOL(TOL, what, a, b, n, fmt, __VA_ARGS__)
-#define CHECK_A(what, a, b, n, fmt, ...) CHECK_TOL(fx.act_tol, what, a, b, n, fmt, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ encoder */
 
@@ -514,13 +348,6 @@ Test(ops_bf16, add_to_act) {
 }
 
 /* ------------------------------------------------------------------ fused forward ops */
-
-/* raw bytes of a device buffer (for bit-identity checks) */
-static void *get_raw(Fx *fx, const void *d, size_t bytes) {
-    void *h = hmem(fx, bytes);
-    down(fx, h, d, bytes);
-    return h;
-}
 
 /* alias: 0 res is its own buffer, 1 res aliases x, 2 res aliases y */
 static void check_residual_layernorm(GtDtype act, int N, int C, int alias, uint64_t seed) {
@@ -853,40 +680,6 @@ Test(ops, deterministic) {
 }
 
 /* ------------------------------------------------------------------ the reference vs finite differences */
-
-/* Checks grad (analytic, from the reference backward) against central differences of loss()
- * with respect to each element of x. */
-typedef double (*LossFn)(void *ctx);
-
-static double fd_check(double *x, size_t n, const double *grad, LossFn loss, void *ctx) {
-    double num = 0.0, den = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + FD_H;
-        double lp = loss(ctx);
-        x[i] = x0 - FD_H;
-        double lm = loss(ctx);
-        x[i] = x0;
-        double fd = (lp - lm) / (2 * FD_H);
-        if (fabs(fd - grad[i]) > num) num = fabs(fd - grad[i]);
-        if (fabs(grad[i]) > den) den = fabs(grad[i]);
-    }
-    return num / den;
-}
-
-static double dotd(const double *a, const double *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static double *rand_d(Fx *fx, Rng *r, size_t n, double lo, double hi) {
-    double *d = hd(fx, n);
-    for (size_t i = 0; i < n; i++) d[i] = lo + (hi - lo) * rng_uniform(r);
-    return d;
-}
-
-#define FD_EXPECT(what, e) cr_expect_leq((e), FD_TOL, "%s: reference vs finite differences %.3g", what, (e))
 
 typedef struct {
     double *inp, *w, *bias, *dout, *out;
