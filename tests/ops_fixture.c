@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ref_ops.h"
 #include "test_backend_select.h"
 
 void fx_open_as(Fx *fx, GtDtype act) {
@@ -182,4 +183,59 @@ bool fx_open_threads(Fx *fx, GtDtype act, int num_threads) {
 void fx_free_host(Fx *fx) {
     for (int i = 0; i < fx->nhost; i++) free(fx->host[i]);
     fx->nhost = 0;
+}
+
+/* ------------------------------------------------------------------ attention */
+
+/* ramp: the keys' scale goes as 8 / hd (exactly 1 at hd = 8): the largest scores, about 110 at
+ * hd = 8 and 40 at hd = 64, keep rows peaked, while their fp32 rounding error (which exp turns
+ * into a relative error of P, and which grows with the score and with hd) stays within the fp32
+ * bound. The ramp draws q then k for each channel, as the GPT-2 test always has (its data are
+ * unchanged by the grouped-query layout). */
+void check_attention_gqa(GtDtype act, AttCase c, bool ramp, uint64_t seed) {
+    Fx fx;
+    fx_open_as(&fx, act);
+    Rng r = {seed};
+    const int B = c.B, T = c.T, NH = c.NH, NKV = c.NKV, hs = c.hd;
+    const size_t R = (size_t)(NH + 2 * NKV) * hs, C = (size_t)NH * hs;
+    size_t n3 = (size_t)B * T * R, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
+    /* spread of +-2 gives peaked and flat softmax rows alike */
+    float *qkv = rand_a(&fx, &r, n3, -2, 2), *dout = rand_a(&fx, &r, nout, -1, 1);
+    float ramp_amp = 40.0f * 8.0f / (float)hs;
+    if (ramp)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (size_t ch = 0; ch < C; ch++) {
+                    float f = (float)t / (float)T;
+                    float *row = qkv + ((size_t)b * T + t) * R;
+                    row[ch] = rng_f(&r, 0.5f, 1.5f);
+                    if (ch < (size_t)NKV * hs) row[C + ch] = ramp_amp * f * f * f * rng_f(&r, 0.5f, 1.5f);
+                }
+    if (act == GT_BF16) /* the ramp's values too must be bf16 values */
+        for (size_t i = 0; i < n3; i++) qkv[i] = gt_bf16_to_f32(gt_f32_to_bf16(qkv[i]));
+
+    void *d_qkv = dup_a(&fx, qkv, n3), *d_out = dnan_a(&fx, nout);
+    float *d_lse = dnan(&fx, nl);
+    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NKV, hs, c.window);
+    void *d_dqkv = dnan_a(&fx, n3);
+    float *d_ws = dnan(&fx, nl);
+    fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse, B, T, NH, NKV,
+                                   hs, c.window);
+
+    double *rqkv = to_d(&fx, qkv, n3), *ro = hd(&fx, nout), *rl = hd(&fx, nl), *rd = hd(&fx, n3);
+    ref_attention_gqa_forward(ro, rl, rqkv, B, T, NH, NKV, hs, c.window);
+    /* The backward's D = dout . out enters as datt - D, which nearly cancels on peaked rows (the
+     * ramp), amplifying any error in out. bf16: the reference takes D from the rounded out the op
+     * was given (the op cannot know better); fp32: the exact D, as the fp32 out is within 2^-24. */
+    const double *out_given = act == GT_BF16 ? to_d(&fx, get_a(&fx, d_out, nout), nout) : NULL;
+    ref_attention_gqa_backward(rd, to_d(&fx, dout, nout), rqkv, out_given, B, T, NH, NKV, hs, c.window);
+
+#define ATT_FMT "B=%d T=%d NH=%d NKV=%d hd=%d window=%d ramp=%d"
+#define ATT_ARGS B, T, NH, NKV, hs, c.window, ramp
+    CHECK_A("attention out", get_a(&fx, d_out, nout), ro, nout, ATT_FMT, ATT_ARGS);
+    CHECK("attention lse", get_f(&fx, d_lse, nl), rl, nl, ATT_FMT, ATT_ARGS);
+    CHECK_A("attention dqkv", get_a(&fx, d_dqkv, n3), rd, n3, ATT_FMT, ATT_ARGS);
+#undef ATT_FMT
+#undef ATT_ARGS
+    fx_close(&fx);
 }

@@ -102,4 +102,13 @@ double fd_check(double *x, size_t n, const double *grad, LossFn loss, void *ctx)
 double dotd(const double *a, const double *b, size_t n);
 #define FD_EXPECT(what, e) cr_expect_leq((e), FD_TOL, "%s: reference vs finite differences %.3g", what, (e))
 
+/* ---- attention, shared by the GPT-2 (test_ops.c) and the Llama (test_ops_llama.c) cases:
+ * attention_forward and attention_backward against the double reference (out, lse, dqkv), dqkv
+ * and the outputs poisoned with NaN. ramp: keys grow along the sequence, so later key tiles hold
+ * the row's max and the online softmax must rescale what it accumulated (see ops_fixture.c). */
+typedef struct {
+    int B, T, NH, NKV, hd, window;
+} AttCase;
+void check_attention_gqa(GtDtype act, AttCase c, bool ramp, uint64_t seed);
+
 #endif

@@ -202,50 +202,9 @@ Test(ops_bf16, matmul) { matmul_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ attention */
 
-/* ramp: keys grow along the sequence, so later key tiles hold the row's max and the online
- * softmax must rescale what it accumulated. The keys' scale goes as 8 / hs (exactly 1 at
- * hs = 8): the largest scores, about 110 at hs = 8 and 40 at hs = 64, keep rows peaked, while
- * their fp32 rounding error (which exp turns into a relative error of P, and which grows with
- * the score and with hs) stays within the fp32 bound. */
+/* the plain multi-head case of the shared check (ops_fixture.c) */
 static void check_attention(GtDtype act, int B, int T, int C, int NH, bool ramp, uint64_t seed) {
-    Fx fx;
-    fx_open_as(&fx, act);
-    Rng r = {seed};
-    size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    /* spread of +-2 gives peaked and flat softmax rows alike */
-    float *qkv = rand_a(&fx, &r, n3, -2, 2), *dout = rand_a(&fx, &r, nout, -1, 1);
-    float ramp_amp = 40.0f * 8.0f / (float)(C / NH);
-    if (ramp)
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++)
-                for (int c = 0; c < C; c++) {
-                    float f = (float)t / (float)T;
-                    qkv[((size_t)b * T + t) * 3 * C + c] = rng_f(&r, 0.5f, 1.5f);
-                    qkv[((size_t)b * T + t) * 3 * C + C + c] = ramp_amp * f * f * f * rng_f(&r, 0.5f, 1.5f);
-                }
-    if (act == GT_BF16) /* the ramp's values too must be bf16 values */
-        for (size_t i = 0; i < n3; i++) qkv[i] = gt_bf16_to_f32(gt_f32_to_bf16(qkv[i]));
-
-    void *d_qkv = dup_a(&fx, qkv, n3), *d_out = dnan_a(&fx, nout);
-    float *d_lse = dnan(&fx, nl);
-    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
-    void *d_dqkv = dnan_a(&fx, n3);
-    float *d_ws = dnan(&fx, nl);
-    fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse,
-                                   B, T, NH, NH, C / NH, 0);
-
-    double *rqkv = to_d(&fx, qkv, n3), *ro = hd(&fx, nout), *rl = hd(&fx, nl), *rd = hd(&fx, n3);
-    ref_attention_forward(ro, rl, rqkv, B, T, C, NH);
-    /* The backward's D = dout . out enters as datt - D, which nearly cancels on peaked rows (the
-     * ramp), amplifying any error in out. bf16: the reference takes D from the rounded out the op
-     * was given (the op cannot know better); fp32: the exact D, as the fp32 out is within 2^-24. */
-    const double *out_given = act == GT_BF16 ? to_d(&fx, get_a(&fx, d_out, nout), nout) : NULL;
-    ref_attention_backward(rd, to_d(&fx, dout, nout), rqkv, out_given, B, T, C, NH);
-
-    CHECK_A("attention out", get_a(&fx, d_out, nout), ro, nout, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK("attention lse", get_f(&fx, d_lse, nl), rl, nl, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK_A("attention dqkv", get_a(&fx, d_dqkv, n3), rd, n3, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    fx_close(&fx);
+    check_attention_gqa(act, (AttCase){B, T, NH, NH, C / NH, 0}, ramp, seed);
 }
 
 static void attention_cases(GtDtype act) {
