@@ -380,6 +380,7 @@ void safetensors_close(SafeTensors *st) {
 }
 
 const char *safetensors_path(const SafeTensors *st) { return st->path; }
+uint64_t safetensors_file_size(const SafeTensors *st) { return st->data_start + st->data_size; }
 int safetensors_count(const SafeTensors *st) { return st->n; }
 
 const char *safetensors_name(const SafeTensors *st, int i) {

@@ -68,6 +68,7 @@ int safetensors_open(SafeTensors **out, const char *path, GtError *err);
 void safetensors_close(SafeTensors *st); /* NULL is fine */
 
 const char *safetensors_path(const SafeTensors *st);
+uint64_t safetensors_file_size(const SafeTensors *st); /* bytes, as validated at open */
 int safetensors_count(const SafeTensors *st);
 /* name of tensor i (file order), NULL if i is out of range */
 const char *safetensors_name(const SafeTensors *st, int i);
