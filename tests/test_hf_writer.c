@@ -14,8 +14,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "config.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
+#include "run_util.h"
 #include "test_util.h"
 
 /* element k of the tensor with seed t: exact in fp32 and bf16 (as hf_shards_check.py computes it) */
@@ -463,4 +465,71 @@ Test(hf_writer, python_reads_what_we_wrote, .timeout = 120) {
     }
     unlink(spec);
     test_scratch_remove(dir);
+}
+
+/* ------------------------------------------------------------------ the run config's keys */
+
+Test(hf_writer, config_keys) {
+    RunConfig *c = calloc(1, sizeof *c);
+    cr_assert_not_null(c);
+    GtError err = {0};
+    config_defaults(c);
+    cr_expect_str_eq(c->save_max_shard_size, "5GB");
+    cr_expect_eq(c->save_dtype, SAVE_DTYPE_AUTO);
+    cr_expect_str_eq(config_save_dtype_name(c->save_dtype), "auto");
+    const char *ok[] = {"model=m.json", "data.train=t.txt", "save_max_shard_size=10GiB", "save_dtype=bf16"};
+    cr_assert_eq(config_load(c, NULL, ok, 4, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(c->save_max_shard_size, "10GiB");
+    cr_expect_eq(c->save_dtype, SAVE_DTYPE_BF16);
+    uint64_t bytes = 0;
+    char why[256];
+    cr_expect_eq(hf_parse_size(c->save_max_shard_size, &bytes, why, sizeof why), 0);
+    cr_expect_eq(bytes, 10ULL << 30);
+    const char *bad_size[] = {"model=m.json", "data.train=t.txt", "save_max_shard_size=5Gb"};
+    cr_expect_eq(config_load(c, NULL, bad_size, 3, &err), -1);
+    cr_expect(strstr(err.msg, "--set save_max_shard_size: expected a size") && strstr(err.msg, "ambiguous") &&
+                  err.code == GT_EXIT_BAD_INPUT && !strchr(err.msg, '\n'),
+              "%s", err.msg);
+    const char *bad_dtype[] = {"model=m.json", "data.train=t.txt", "save_dtype=fp16"};
+    cr_expect_eq(config_load(c, NULL, bad_dtype, 3, &err), -1);
+    cr_expect(strstr(err.msg, "save_dtype") && strstr(err.msg, "auto, bf16, fp32"), "%s", err.msg);
+    /* in a file: file:line:col */
+    char dir[256];
+    test_scratch_make(dir, sizeof dir, "gt_hfw");
+    const char *yaml = "model: m.json\ndata:\n  train: t.txt\nsave_max_shard_size: 12 XB\n";
+    test_write_file(test_join(dir, "run.yaml"), yaml, strlen(yaml));
+    cr_expect_eq(config_load(c, test_join(dir, "run.yaml"), NULL, 0, &err), -1);
+    cr_expect(strstr(err.msg, "run.yaml:4:22: save_max_shard_size: expected a size") && strstr(err.msg, "\"12 XB\""),
+              "%s", err.msg);
+    yaml = "model: m.json\ndata:\n  train: t.txt\nsave_max_shard_size: 2000000\n";
+    test_write_file(test_join(dir, "run.yaml"), yaml, strlen(yaml));
+    cr_expect_eq(config_load(c, test_join(dir, "run.yaml"), NULL, 0, &err), 0, "%s", err.msg);
+    cr_expect_str_eq(c->save_max_shard_size, "2000000");
+    test_scratch_remove(dir);
+    free(c);
+}
+
+/* save_dtype: bf16 makes the final weights bf16; the checkpoint a resume reads stays fp32 */
+Test(hf_writer, save_dtype_bf16_final_weights_only, .timeout = 120) {
+    Ws w;
+    ws_init(&w);
+    int st = run(&w, NULL, "bf16", "max_steps=2", "save_steps=2", "save_dtype=bf16", NULL);
+    expect_exit(&w, "bf16", st, 0);
+    const char *files[] = {"model.safetensors", "checkpoint-2/model.safetensors"};
+    for (int f = 0; f < 2; f++) {
+        HfWeights *hw = NULL;
+        GtError err = {0};
+        cr_assert_eq(hf_weights_open(&hw, test_join(w.out, files[f]), &err), 0, "%s", err.msg);
+        cr_assert_gt(hf_weights_count(hw), 0);
+        for (int i = 0; i < hf_weights_count(hw); i++) {
+            HfTensorInfo t;
+            hf_weights_info(hw, i, &t);
+            cr_expect_eq(t.dtype, f == 0 ? ST_BF16 : ST_F32, "%s: %s is %s", files[f], t.name, st_dtype_name(t.dtype));
+        }
+        hf_weights_close(hw);
+    }
+    char *cfg = slurp(test_join(w.out, "config.json"), NULL);
+    cr_expect(strstr(cfg, "\"torch_dtype\":\t\"bfloat16\"") || strstr(cfg, "\"torch_dtype\": \"bfloat16\""), "%s", cfg);
+    free(cfg);
+    ws_fini(&w);
 }
