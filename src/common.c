@@ -189,6 +189,29 @@ long gt_json_nul_at(const char *buf, size_t len) {
     return -1;
 }
 
+long gt_json_too_deep(const char *buf, size_t len, int max_depth) {
+    int depth = 0;
+    bool in_str = false;
+    for (size_t i = 0; i < len; i++) {
+        char ch = buf[i];
+        if (in_str) {
+            if (ch == '\\')
+                i++;
+            else if (ch == '"')
+                in_str = false;
+            continue;
+        }
+        if (ch == '"') {
+            in_str = true;
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > max_depth) return (long)i;
+        } else if (ch == ']' || ch == '}') {
+            if (depth > 0) depth--;
+        }
+    }
+    return -1;
+}
+
 /* ---------------------------------------------------------------- input files: regular files only
  * Any path may come from a hostile config or a shared directory: a FIFO would block open(2) and
  * read(2) forever, /dev/zero never ends, a directory or socket is no file at all. */

@@ -69,6 +69,11 @@ int gt_read_small_file(const char *path, const char *what, size_t max_bytes, cha
  * strings end at a NUL, so "n_embd\u0000x" would be read as "n_embd": such a text is refused. */
 long gt_json_nul_at(const char *buf, size_t len);
 
+/* Offset of the first '[' or '{' (outside strings) that opens a level deeper than max_depth, or
+ * -1. cJSON parses nesting by recursion: checked before parsing, a hostile "[[[[..." is one line
+ * instead of a deep stack. */
+long gt_json_too_deep(const char *buf, size_t len, int max_depth);
+
 /* open(2) for writing that never writes through a symbolic link and never blocks: a link, FIFO,
  * socket or device at path is unlinked first (never followed or opened), then path is opened with
  * flags | O_NOFOLLOW | O_CLOEXEC, mode 0644, and must be a regular file. Returns the descriptor,

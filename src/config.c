@@ -7,6 +7,7 @@
  * (parse, print, bounds) is config_value.c's; the entry's layout is in config_schema.h. */
 #include "config_schema.h"
 
+#include "hf_writer.h"
 #include "model_desc.h"
 #include "sample.h"
 
@@ -31,6 +32,12 @@ static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
+static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
+
+static int check_shard_size(const char *value, char *why, size_t cap) {
+    uint64_t bytes;
+    return hf_parse_size(value, &bytes, why, cap);
+}
 
 #define FIELD(m) .offset = offsetof(RunConfig, m), .size = sizeof(((RunConfig *)0)->m)
 #define BIG 1000000000000LL /* 1e12: bound for step counts */
@@ -119,6 +126,12 @@ static const KeySpec SCHEMA[] = {
      .doc = "Save a checkpoint every this many steps; 0 = none (the final model is always saved)."},
     {.key = "save_total_limit", .type = KT_INT, FIELD(save_total_limit), .def = "0", .imin = 0,
      .imax = 1000000, .doc = "Keep at most this many checkpoints (oldest deleted first); 0 = keep all."},
+    {.key = "save_max_shard_size", .type = KT_STRING, FIELD(save_max_shard_size), .def = "5GB", .check = check_shard_size,
+     .doc = "Largest weights file, as save_pretrained's max_shard_size (\"5GB\" = 5e9, \"10GiB\", \"500MB\", bytes); "
+            "larger weights are split into model-0000k-of-0000N.safetensors and model.safetensors.index.json."},
+    {.key = "save_dtype", .type = KT_ENUM, FIELD(save_dtype), .def = "auto", .names = SAVE_DTYPE_NAMES,
+     .doc = "dtype of the final output_dir/model.safetensors: auto = the master weights' (fp32), bf16 or fp32; "
+            "checkpoint-N/ keeps fp32, so a resume stays exact."},
     {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain", .dir = true,
      .required = "a directory for the run's files",
      .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
@@ -165,6 +178,7 @@ const char *config_precision_name(Precision p) { return cfg_enum_name(PREC_NAMES
 const char *config_device_name(DeviceKind d) { return cfg_enum_name(DEVICE_NAMES, (int)d); }
 const char *config_loss_norm_name(LossNormalization n) { return cfg_enum_name(LOSS_NAMES, (int)n); }
 const char *config_data_format_name(DataFormat f) { return cfg_enum_name(FORMAT_NAMES, (int)f); }
+const char *config_save_dtype_name(SaveDtype d) { return cfg_enum_name(SAVE_DTYPE_NAMES, (int)d); }
 
 
 /* ------------------------------------------------------------------------------------------ */

@@ -15,6 +15,7 @@ typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
 typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL } DataFormat;
 typedef enum { NAN_SKIP = 0, NAN_STOP } NanPolicy;
+typedef enum { SAVE_DTYPE_AUTO = 0, SAVE_DTYPE_BF16, SAVE_DTYPE_FP32 } SaveDtype;
 
 #define GT_CONFIG_MAX_KEYS 96
 
@@ -67,6 +68,9 @@ typedef struct {
     long eval_max_batches; /* 0 = whole val set */
     long save_steps;       /* 0 = no checkpoints */
     int save_total_limit;  /* 0 = keep all */
+    char save_max_shard_size[GT_PATH_MAX]; /* as save_pretrained's max_shard_size ("5GB"); checked at load,
+                                            * bytes through hf_parse_size (hf_writer.h) */
+    SaveDtype save_dtype;  /* auto: the master weights' precision (fp32) */
     char output_dir[GT_PATH_MAX];
     char resume_from_checkpoint[GT_PATH_MAX]; /* "", a directory, or "latest" */
     uint64_t memory_limit; /* bytes; 0 = auto (device free memory / available RAM) */
@@ -116,5 +120,6 @@ const char *config_precision_name(Precision p);
 const char *config_device_name(DeviceKind d);
 const char *config_loss_norm_name(LossNormalization n);
 const char *config_data_format_name(DataFormat f);
+const char *config_save_dtype_name(SaveDtype d);
 
 #endif

@@ -24,6 +24,8 @@ typedef struct {
                             * other than 0 must stay a normal float (no underflow to 0 or a denormal) */
     bool dir;              /* KT_PATH: names a directory; if the path exists it must be one */
     const char *required;  /* KT_PATH: what must be given ("a path to the model JSON"); NULL: optional */
+    /* KT_STRING: checks the value (0 or -1 with "expected ..., found ..." in why) */
+    int (*check)(const char *value, char *why, size_t cap);
     const char *doc;
 } KeySpec;
 

@@ -406,6 +406,10 @@ int cfg_parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, voi
             memset(out, 0, GT_PATH_MAX);
             goto bad;
         }
+        if (k->check && k->check(out, why, cap) != 0) {
+            memset(out, 0, GT_PATH_MAX);
+            return -1;
+        }
         return 0;
     }
     case KT_ENUM: {

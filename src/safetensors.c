@@ -380,6 +380,7 @@ void safetensors_close(SafeTensors *st) {
 }
 
 const char *safetensors_path(const SafeTensors *st) { return st->path; }
+uint64_t safetensors_file_size(const SafeTensors *st) { return st->data_start + st->data_size; }
 int safetensors_count(const SafeTensors *st) { return st->n; }
 
 const char *safetensors_name(const SafeTensors *st, int i) {
@@ -413,16 +414,21 @@ const char *safetensors_metadata(const SafeTensors *st, const char *key) {
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtError *err) {
+int safetensors_read_f32_range(const SafeTensors *st, int i, uint64_t elem_offset, size_t n, float *dst,
+                                GtError *err) {
     if (i < 0 || i >= st->n)
         return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)",
                         st->path, i, st->n);
     const StEntry *e = &st->t[i];
-    if ((uint64_t)e->numel != (uint64_t)n)
-        return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: tensor %.200s: expected %zu elements, found %lld", st->path, e->name,
-                        n, (long long)e->numel);
-    uint64_t off = st->data_start + e->begin;
+    const uint64_t numel = (uint64_t)e->numel;
+    if (elem_offset > numel || (uint64_t)n > numel - elem_offset)
+        return gt_error(err, GT_EXIT_FAILURE,
+                        "%s: tensor %.200s: expected elements within [0, %llu), asked for [%llu, %llu + %zu)",
+                        st->path, e->name, (unsigned long long)numel, (unsigned long long)elem_offset,
+                        (unsigned long long)elem_offset, n);
+    /* in bounds of the tensor, so in bounds of the validated data buffer */
+    const size_t es = st_dtype_size(e->dtype);
+    const uint64_t off = st->data_start + e->begin + elem_offset * es;
     if (e->dtype == ST_F32) {
         ssize_t r = pread_full(st->fd, dst, n * 4, off);
         if (r != (ssize_t)(n * 4))
@@ -449,6 +455,18 @@ int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtE
         done += m;
     }
     return 0;
+}
+
+int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtError *err) {
+    if (i < 0 || i >= st->n)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)",
+                        st->path, i, st->n);
+    const StEntry *e = &st->t[i];
+    if ((uint64_t)e->numel != (uint64_t)n)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: tensor %.200s: expected %zu elements, found %lld", st->path, e->name,
+                        n, (long long)e->numel);
+    return safetensors_read_f32_range(st, i, 0, n, dst, err);
 }
 
 /* ------------------------------------------------------------------ write */
@@ -504,137 +522,221 @@ static void fsync_parent_dir(const char *path) {
     }
 }
 
-int safetensors_write(const char *path, const StTensorOut *tensors, int n,
-                      const char *const *meta_kv, int n_meta, GtError *err) {
+struct StWriter {
+    char *path, *tmp;
+    FILE *f;
+    uint64_t total, done; /* data bytes the header declares, and put so far */
+    bool failed, closed, committed;
+};
+
+/* Validate the tensors (names, dtypes, shapes, duplicates) and the metadata; sizes[i] = bytes of
+ * tensor i, *total their sum. */
+static int check_tensors(const char *path, const StTensorOut *tensors, int n, const char *const *meta_kv,
+                         int n_meta, uint64_t *sizes, uint64_t *total, GtError *err) {
     if (n < 0 || n_meta < 0 || (n > 0 && !tensors) || (n_meta > 0 && !meta_kv))
         return gt_error(err, GT_EXIT_FAILURE, "%s: safetensors_write: bad arguments", path);
-    /* validate and compute sizes */
-    uint64_t total = 0;
-    uint64_t *sizes = gt_xcalloc((size_t)n + 1, sizeof *sizes);
+    *total = 0;
     for (int i = 0; i < n; i++) {
         const StTensorOut *t = &tensors[i];
         if (!t->name || strcmp(t->name, "__metadata__") == 0 || t->ndim < 0 ||
-            t->ndim > ST_MAX_DIMS || (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16)) {
-            free(sizes);
+            t->ndim > ST_MAX_DIMS || (t->dtype != ST_F32 && t->dtype != ST_BF16 && t->dtype != ST_F16))
             return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: bad name, dtype or ndim %d",
                             path, t->name ? t->name : "(null)", t->ndim);
-        }
         uint64_t numel = 1;
         for (int k = 0; k < t->ndim; k++) {
             uint64_t d = (uint64_t)t->shape[k];
-            if (t->shape[k] < 0 || (d != 0 && numel > (UINT64_MAX / 8) / d)) {
-                free(sizes);
+            if (t->shape[k] < 0 || (d != 0 && numel > (UINT64_MAX / 8) / d))
                 return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: bad shape", path, t->name);
-            }
             numel *= d;
         }
         sizes[i] = numel * st_dtype_size(t->dtype);
-        if (sizes[i] > 0 && !t->data) {
-            free(sizes);
-            return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: no data", path, t->name);
-        }
-        if (total > UINT64_MAX - sizes[i]) {
-            free(sizes);
-            return gt_error(err, GT_EXIT_FAILURE, "%s: tensors too large", path);
-        }
-        total += sizes[i];
+        if (*total > UINT64_MAX - sizes[i]) return gt_error(err, GT_EXIT_FAILURE, "%s: tensors too large", path);
+        *total += sizes[i];
     }
-    {
-        const char **names = gt_xcalloc((size_t)n + 1, sizeof *names);
-        for (int i = 0; i < n; i++) names[i] = tensors[i].name;
-        qsort(names, (size_t)n, sizeof *names, cmp_name_ptr);
-        for (int i = 1; i < n; i++)
-            if (strcmp(names[i], names[i - 1]) == 0) {
-                gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: name given twice", path, names[i]);
-                free(names);
-                free(sizes);
-                return -1;
-            }
-        free(names);
-    }
+    const char **names = gt_xcalloc((size_t)n + 1, sizeof *names);
+    for (int i = 0; i < n; i++) names[i] = tensors[i].name;
+    qsort(names, (size_t)n, sizeof *names, cmp_name_ptr);
+    for (int i = 1; i < n; i++)
+        if (strcmp(names[i], names[i - 1]) == 0) {
+            gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: name given twice", path, names[i]);
+            free(names);
+            return -1;
+        }
+    free(names);
     for (int i = 0; i < 2 * n_meta; i++)
-        if (!meta_kv[i]) {
-            free(sizes);
-            return gt_error(err, GT_EXIT_FAILURE, "%s: metadata entry %d is NULL", path, i);
-        }
+        if (!meta_kv[i]) return gt_error(err, GT_EXIT_FAILURE, "%s: metadata entry %d is NULL", path, i);
+    return 0;
+}
 
-    /* header */
-    Buf h = {0};
+/* The header: __metadata__ first, then the tensors in the given order, contiguous; padded with
+ * spaces to a multiple of 8 bytes. */
+static void build_header(Buf *h, const StTensorOut *tensors, int n, const uint64_t *sizes,
+                         const char *const *meta_kv, int n_meta) {
     char num[128];
-    buf_puts(&h, "{");
+    buf_puts(h, "{");
     bool first = true;
     if (n_meta > 0) {
-        buf_puts(&h, "\"__metadata__\":{");
+        buf_puts(h, "\"__metadata__\":{");
         for (int i = 0; i < n_meta; i++) {
-            if (i) buf_puts(&h, ",");
-            buf_json_string(&h, meta_kv[2 * i]);
-            buf_puts(&h, ":");
-            buf_json_string(&h, meta_kv[2 * i + 1]);
+            if (i) buf_puts(h, ",");
+            buf_json_string(h, meta_kv[2 * i]);
+            buf_puts(h, ":");
+            buf_json_string(h, meta_kv[2 * i + 1]);
         }
-        buf_puts(&h, "}");
+        buf_puts(h, "}");
         first = false;
     }
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         const StTensorOut *t = &tensors[i];
-        if (!first) buf_puts(&h, ",");
+        if (!first) buf_puts(h, ",");
         first = false;
-        buf_json_string(&h, t->name);
-        buf_puts(&h, ":{\"dtype\":\"");
-        buf_puts(&h, st_dtype_name(t->dtype));
-        buf_puts(&h, "\",\"shape\":[");
+        buf_json_string(h, t->name);
+        buf_puts(h, ":{\"dtype\":\"");
+        buf_puts(h, st_dtype_name(t->dtype));
+        buf_puts(h, "\",\"shape\":[");
         for (int k = 0; k < t->ndim; k++) {
             snprintf(num, sizeof num, "%s%lld", k ? "," : "", (long long)t->shape[k]);
-            buf_puts(&h, num);
+            buf_puts(h, num);
         }
         snprintf(num, sizeof num, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)off,
                  (unsigned long long)(off + sizes[i]));
-        buf_puts(&h, num);
+        buf_puts(h, num);
         off += sizes[i];
     }
-    buf_puts(&h, "}");
-    while (h.len % 8 != 0) buf_puts(&h, " ");
+    buf_puts(h, "}");
+    while (h->len % 8 != 0) buf_puts(h, " ");
+}
 
-    /* write path.tmp, fsync, rename */
+static int writer_fail(StWriter *w, GtError *err, int e) {
+    w->failed = true;
+    return gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", w->tmp, strerror(e));
+}
+
+int st_writer_open(StWriter **out, const char *path, const StTensorOut *tensors, int n,
+                   const char *const *meta_kv, int n_meta, GtError *err) {
+    *out = NULL;
+    uint64_t total = 0;
+    uint64_t *sizes = gt_xcalloc((size_t)(n > 0 ? n : 0) + 1, sizeof *sizes);
+    if (check_tensors(path, tensors, n, meta_kv, n_meta, sizes, &total, err) != 0) {
+        free(sizes);
+        return -1;
+    }
+    Buf h = {0};
+    build_header(&h, tensors, n, sizes, meta_kv, n_meta);
+    free(sizes);
+
+    StWriter *w = gt_xcalloc(1, sizeof *w);
     size_t plen = strlen(path);
-    char *tmp = gt_xmalloc(plen + 5);
-    memcpy(tmp, path, plen);
-    memcpy(tmp + plen, ".tmp", 5);
-    int rc = -1;
-    int fd = gt_open_for_write(tmp, O_WRONLY | O_CREAT | O_TRUNC); /* never through a link */
-    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-    if (!f) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
-        if (fd >= 0) close(fd);
-        goto done;
+    w->path = gt_xstrdup(path);
+    w->tmp = gt_xmalloc(plen + 5);
+    memcpy(w->tmp, path, plen);
+    memcpy(w->tmp + plen, ".tmp", 5);
+    w->total = total;
+    int fd = gt_open_for_write(w->tmp, O_WRONLY | O_CREAT | O_TRUNC); /* never through a link */
+    w->f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!w->f) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", w->tmp, strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(w->tmp);
+        }
+        free(h.p);
+        free(w->path), free(w->tmp), free(w);
+        return -1;
     }
     unsigned char lenb[8];
     for (int i = 0; i < 8; i++) lenb[i] = (unsigned char)(((uint64_t)h.len >> (8 * i)) & 0xFF);
-    bool ok = fwrite(lenb, 1, 8, f) == 8 && fwrite(h.p, 1, h.len, f) == h.len;
-    for (int i = 0; ok && i < n; i++)
-        if (sizes[i] > 0) ok = fwrite(tensors[i].data, 1, (size_t)sizes[i], f) == (size_t)sizes[i];
-    if (ok) ok = fflush(f) == 0;
-    if (ok) ok = fsync(fileno(f)) == 0;
-    int saved = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    if (!ok) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: write failed: %s", tmp, strerror(saved));
-        unlink(tmp);
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename to %s: %s", tmp, path, strerror(errno));
-        unlink(tmp);
-        goto done;
-    }
-    fsync_parent_dir(path);
-    rc = 0;
-done:
-    free(tmp);
+    bool ok = fwrite(lenb, 1, 8, w->f) == 8 && fwrite(h.p, 1, h.len, w->f) == h.len;
+    int e = errno;
     free(h.p);
-    free(sizes);
+    *out = w;
+    if (!ok) {
+        writer_fail(w, err, e);
+        st_writer_free(w);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int st_writer_put(StWriter *w, const void *data, size_t len, GtError *err) {
+    if (w->failed || w->closed)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: write after an error or after close", w->tmp);
+    if (len > w->total - w->done) {
+        w->failed = true;
+        return gt_error(err, GT_EXIT_FAILURE, "%s: %llu more data bytes put than the header declares (%llu)",
+                        w->tmp, (unsigned long long)(w->done + len - w->total), (unsigned long long)w->total);
+    }
+    if (len > 0 && fwrite(data, 1, len, w->f) != len) return writer_fail(w, err, errno);
+    w->done += len;
+    return 0;
+}
+
+int st_writer_close(StWriter *w, GtError *err) {
+    if (w->failed || w->closed)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: close after an error or a second time", w->tmp);
+    if (w->done != w->total) {
+        w->failed = true;
+        return gt_error(err, GT_EXIT_FAILURE, "%s: %llu data bytes put, the header declares %llu", w->tmp,
+                        (unsigned long long)w->done, (unsigned long long)w->total);
+    }
+    bool ok = fflush(w->f) == 0 && fsync(fileno(w->f)) == 0;
+    int e = errno;
+    if (fclose(w->f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
+    w->f = NULL;
+    if (!ok) return writer_fail(w, err, e);
+    w->closed = true;
+    return 0;
+}
+
+int st_writer_commit(StWriter *w, GtError *err) {
+    if (w->failed || !w->closed || w->committed)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: commit before a successful close", w->tmp);
+    if (rename(w->tmp, w->path) != 0) {
+        w->failed = true;
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename to %s: %s", w->tmp, w->path, strerror(errno));
+    }
+    w->committed = true;
+    fsync_parent_dir(w->path);
+    return 0;
+}
+
+const char *st_writer_path(const StWriter *w) { return w->path; }
+
+void st_writer_free(StWriter *w) {
+    if (!w) return;
+    if (w->f) fclose(w->f);
+    if (!w->committed) unlink(w->tmp);
+    free(w->path), free(w->tmp), free(w);
+}
+
+int safetensors_write(const char *path, const StTensorOut *tensors, int n,
+                      const char *const *meta_kv, int n_meta, GtError *err) {
+    if (n < 0 || n_meta < 0 || (n > 0 && !tensors) || (n_meta > 0 && !meta_kv))
+        return gt_error(err, GT_EXIT_FAILURE, "%s: safetensors_write: bad arguments", path);
+    for (int i = 0; i < n; i++) {
+        const StTensorOut *t = &tensors[i];
+        uint64_t numel = 1;
+        for (int k = 0; k < t->ndim && k < ST_MAX_DIMS; k++) numel *= t->shape[k] > 0 ? (uint64_t)t->shape[k] : 0;
+        if (t->name && t->ndim >= 0 && t->ndim <= ST_MAX_DIMS && numel > 0 && !t->data)
+            return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: no data", path, t->name);
+    }
+    StWriter *w = NULL;
+    if (st_writer_open(&w, path, tensors, n, meta_kv, n_meta, err) != 0) return -1;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const StTensorOut *t = &tensors[i];
+        uint64_t bytes = st_dtype_size(t->dtype);
+        for (int k = 0; k < t->ndim; k++) bytes *= (uint64_t)t->shape[k]; /* checked by st_writer_open */
+        if (bytes > SIZE_MAX) rc = gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: too large", path, t->name);
+        else if (bytes > 0) rc = st_writer_put(w, t->data, (size_t)bytes, err);
+    }
+    if (rc == 0) rc = st_writer_close(w, err);
+    if (rc == 0) rc = st_writer_commit(w, err);
+    st_writer_free(w);
     return rc;
 }

@@ -36,6 +36,30 @@ typedef struct {
 int safetensors_write(const char *path, const StTensorOut *tensors, int n,
                       const char *const *meta_kv, int n_meta, GtError *err);
 
+/* The same file, streamed: the header is written first (every offset follows from the shapes),
+ * then the data arrives through st_writer_put in chunks of any size, tensor after tensor in the
+ * given order (the tensors' data pointers are not used). safetensors_write is this writer fed
+ * from memory, so there is one home for the format.
+ *
+ *   st_writer_open   validate (as safetensors_write: code 1 for a bad argument), create path.tmp
+ *                    (never through a link), write the length and the header
+ *   st_writer_put    append len bytes of data; more than the header declares is an error
+ *   st_writer_close  all declared bytes put? flush, fsync, close: path.tmp is complete
+ *   st_writer_commit rename path.tmp to path, fsync the directory
+ *   st_writer_free   free; path.tmp is unlinked unless committed (so freeing after any error,
+ *                    or without committing, leaves nothing behind and path untouched)
+ * Every call returns 0, or -1 with err filled (code 1: a write error such as ENOSPC or EFBIG,
+ * one line naming path.tmp); after an error only st_writer_free is useful. Splitting close from
+ * commit lets a caller complete several files before renaming any (hf_writer.c's shards). */
+typedef struct StWriter StWriter;
+int st_writer_open(StWriter **out, const char *path, const StTensorOut *tensors, int n,
+                   const char *const *meta_kv, int n_meta, GtError *err);
+int st_writer_put(StWriter *w, const void *data, size_t len, GtError *err);
+int st_writer_close(StWriter *w, GtError *err);
+int st_writer_commit(StWriter *w, GtError *err);
+const char *st_writer_path(const StWriter *w); /* the final path */
+void st_writer_free(StWriter *w);                /* NULL is fine */
+
 typedef struct SafeTensors SafeTensors; /* an opened, fully validated file */
 
 /* Open and validate. Returns 0, or -1 with err filled (code GT_EXIT_BAD_INPUT for a bad file,
@@ -44,6 +68,7 @@ int safetensors_open(SafeTensors **out, const char *path, GtError *err);
 void safetensors_close(SafeTensors *st); /* NULL is fine */
 
 const char *safetensors_path(const SafeTensors *st);
+uint64_t safetensors_file_size(const SafeTensors *st); /* bytes, as validated at open */
 int safetensors_count(const SafeTensors *st);
 /* name of tensor i (file order), NULL if i is out of range */
 const char *safetensors_name(const SafeTensors *st, int i);
@@ -60,6 +85,12 @@ size_t st_dtype_size(StDtype d);      /* 4, 2, 2 */
 /* Copy tensor i converted to fp32 into dst[n]; error if its element count != n, or if the file
  * changed under us (short read). Returns 0 or -1 with err filled. */
 int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtError *err);
+
+/* Elements [elem_offset, elem_offset + n) of tensor i (row-major order) converted to fp32 into
+ * dst[n], with pread at the validated offset: a big tensor streams through a bounded buffer.
+ * A range outside the tensor is the caller's error (code 1); a short read, code 2. */
+int safetensors_read_f32_range(const SafeTensors *st, int i, uint64_t elem_offset, size_t n, float *dst,
+                               GtError *err);
 
 /* value of a "__metadata__" key, NULL if absent */
 const char *safetensors_metadata(const SafeTensors *st, const char *key);

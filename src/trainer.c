@@ -655,7 +655,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSu
         rc = train_loop(&t, summary, err);
     }
     if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
-        rc = checkpoint_save_weights(cfg->output_dir, t.model, false, err);
+        rc = checkpoint_save_weights(cfg->output_dir, t.model, cfg->save_dtype == SAVE_DTYPE_BF16, err);
         if (rc == 0) gt_log("weights: %s/model.safetensors (Hugging Face GPT-2 layout)\n", cfg->output_dir);
         sample_at_end(&t);
     }
