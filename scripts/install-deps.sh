@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Install the Debian packages gtrain needs to build and test (Debian 12; root or sudo).
+# --test-refs adds the independent references the tests compare against: PyTorch (python3-torch,
+# for /usr/bin/python3), whose programs in tests/tools/ write and read Hugging Face checkpoints.
 # Only what is missing is installed, so a second run is quick and needs no network.
 set -euo pipefail
 pkgs=(build-essential make gcc pkg-config libyaml-dev libcjson-dev libcriterion-dev libopenblas-dev
       libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libxml2-utils)
+[ "${1:-}" = "--test-refs" ] && pkgs+=(python3-torch)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

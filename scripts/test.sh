@@ -7,7 +7,7 @@
 # libFuzzer on every reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh --test-refs
 export PATH="$PATH:/usr/local/cuda/bin"
 jobs="$(nproc)"
 echo "== build and test"

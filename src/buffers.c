@@ -4,8 +4,6 @@
 #include "arch.h"
 #include "plan.h"
 
-#define STAGING_MIN_BYTES (16ull << 20)
-
 static const char *const NAMES[BUF_COUNT] = {
     [BUF_PARAMS] = "params", [BUF_GRADS] = "grads", [BUF_ADAM_M] = "adam_m", [BUF_ADAM_V] = "adam_v",
     [BUF_WEIGHTS] = "weights (compute copy)", [BUF_ROPE_COS] = "rope cos", [BUF_ROPE_SIN] = "rope sin",
@@ -46,16 +44,15 @@ static void add(Builder *k, BufferId id, MemCategory cat, uint64_t elems, uint64
 
 uint64_t buffers_staging_bytes(const ModelDesc *d) {
     const ArchSpec *s = arch_spec(d->arch);
-    uint64_t need = STAGING_MIN_BYTES;
+    uint64_t scratch = 0;
     for (int i = 0; i < s->n_tensors; i++) {
         const ArchTensor *t = &s->tensors[i];
         if (!t->transposed || !arch_tensor_present(d, t)) continue;
-        /* the tensor as read and its transpose, fp32 */
-        uint64_t b = 2 * (uint64_t)arch_dim(d, t->dim0) * (uint64_t)arch_dim(d, t->dim1) * sizeof(float);
-        if (b > need) need = b;
+        uint64_t b = (uint64_t)arch_dim(d, t->dim0) * (uint64_t)arch_dim(d, t->dim1) * sizeof(float);
+        if (b > scratch) scratch = b;
     }
-    uint64_t rope_row = 2 * (uint64_t)(d->head_dim / 2 + 1) * sizeof(float); /* one position's cos and sin */
-    return need > rope_row ? need : rope_row;
+    /* (one position's rope row, 2 * head_dim / 2 floats, is far below the streamed part) */
+    return BUFFERS_STAGE_IO_BYTES + scratch;
 }
 
 /* the activations one layer keeps for backward (its input excluded), `count` times in cat */

@@ -77,8 +77,10 @@ typedef struct {
 /* Fill the list; returns 0, or -1 when a size overflows 64 bits (named in out->overflow). */
 int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s);
 
-/* bytes of the host staging buffer for d: 16 MiB, or more when a transposed tensor (GPT-2 Conv1D,
- * converted whole) or a rope-table row needs it */
+/* The host staging buffer: BUFFERS_STAGE_IO_BYTES that loading, saving and initialisation stream
+ * through, then room for the largest transposed tensor of d (GPT-2's Conv1D weights are
+ * transposed whole; 0 for the Llama family). */
+#define BUFFERS_STAGE_IO_BYTES ((size_t)16 << 20)
 uint64_t buffers_staging_bytes(const ModelDesc *d);
 
 const char *buffer_name(BufferId id);

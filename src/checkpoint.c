@@ -1,4 +1,5 @@
-/* checkpoint.c - see checkpoint.h. */
+/* checkpoint.c - run checkpoints (see checkpoint.h): the AdamW state, trainer_state.json, the
+ * atomic checkpoint-N directory; the weights themselves are hf_checkpoint.c's. */
 #include "checkpoint.h"
 
 #include <cJSON.h>
@@ -11,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "buffers.h"
 #include "rundir.h"
 #include "safetensors.h"
 
@@ -32,202 +34,15 @@ static int write_text_atomic(const char *path, const char *text, GtError *err) {
 }
 
 
-/* ---------------------------------------------------------------- weights */
-
-/* HF name of a gtrain tensor in a saved GPT2LMHeadModel */
-static void hf_name(char *buf, size_t cap, const ParamTensor *t, const ModelDesc *d) {
-    arch_block_name(t, 0, buf, cap, d, NULL, NULL);
-}
-
-/* copy the model's params (or any flat buffer of layout.total floats) to the host */
-static float *device_to_host(Model *m, const float *dev, GtError *err) {
-    size_t bytes = m->layout.total * sizeof(float);
-    float *h = malloc(bytes);
-    if (!h) {
-        gt_error(err, GT_EXIT_FAILURE, "out of host memory (%zu bytes) saving a checkpoint", bytes);
-        return NULL;
-    }
-    if (m->be->ops->to_host(m->be, h, dev, bytes, err)) {
-        free(h);
-        return NULL;
-    }
-    return h;
-}
-
-/* HF layout of one tensor: Conv1D weights transposed to [in, out] */
-static void to_hf_layout(const ParamTensor *t, const float *src, float *dst, int64_t shape[2]) {
-    if (t->transposed) {
-        const int64_t out = t->shape[0], in = t->shape[1];
-        for (int64_t o = 0; o < out; o++)
-            for (int64_t i = 0; i < in; i++) dst[i * out + o] = src[o * in + i];
-        shape[0] = in, shape[1] = out;
-    } else {
-        memcpy(dst, src, t->numel * sizeof(float));
-        shape[0] = t->shape[0], shape[1] = t->shape[1];
-    }
-}
-
-static int write_config_json(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
-    cJSON *j = cJSON_CreateObject();
-    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(j, "model_type", "gpt2");
-    cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
-    cJSON_AddNumberToObject(j, "n_head", d->n_head);
-    cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
-    cJSON_AddNumberToObject(j, "n_inner", d->n_inner);
-    cJSON_AddNumberToObject(j, "vocab_size", d->vocab_size);
-    cJSON_AddNumberToObject(j, "n_positions", d->n_positions);
-    cJSON_AddNumberToObject(j, "n_ctx", d->n_positions);
-    cJSON_AddNumberToObject(j, "layer_norm_epsilon", d->layer_norm_epsilon);
-    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
-    cJSON_AddBoolToObject(j, "tie_word_embeddings", d->tie_word_embeddings);
-    /* gtrain trains without dropout */
-    cJSON_AddNumberToObject(j, "attn_pdrop", 0.0);
-    cJSON_AddNumberToObject(j, "embd_pdrop", 0.0);
-    cJSON_AddNumberToObject(j, "resid_pdrop", 0.0);
-    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
-    cJSON_AddBoolToObject(j, "scale_attn_weights", true);
-    cJSON_AddStringToObject(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
-    char *text = cJSON_Print(j);
-    cJSON_Delete(j);
-    if (!text) return gt_error(err, GT_EXIT_FAILURE, "out of memory writing config.json");
-    char path[GT_PATH_MAX * 2 + 32];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    int rc = write_text_atomic(path, text, err);
-    free(text);
-    return rc;
-}
-
-int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err) {
-    const ParamLayout *pl = &m->layout;
-    float *host = device_to_host(m, m->params, err);
-    if (!host) return -1;
-    float *hf = malloc(pl->total * sizeof(float));
-    uint16_t *half = bf16 ? malloc(pl->total * sizeof(uint16_t)) : NULL;
-    StTensorOut *ts = calloc((size_t)pl->n_tensors, sizeof *ts);
-    char(*names)[128] = calloc((size_t)pl->n_tensors, sizeof *names);
-    int rc = -1;
-    if (!hf || !ts || !names || (bf16 && !half)) {
-        gt_error(err, GT_EXIT_FAILURE, "out of host memory saving %s/model.safetensors", dir);
-        goto done;
-    }
-    for (int i = 0; i < pl->n_tensors; i++) {
-        const ParamTensor *t = &pl->tensors[i];
-        hf_name(names[i], sizeof names[i], t, &m->desc);
-        int64_t shape[2];
-        to_hf_layout(t, host + t->offset, hf + t->offset, shape);
-        ts[i].name = names[i];
-        ts[i].ndim = t->ndim;
-        ts[i].shape[0] = shape[0];
-        ts[i].shape[1] = shape[1];
-        if (bf16) {
-            for (size_t k = 0; k < t->numel; k++) half[t->offset + k] = gt_f32_to_bf16(hf[t->offset + k]);
-            ts[i].dtype = ST_BF16;
-            ts[i].data = half + t->offset;
-        } else {
-            ts[i].dtype = ST_F32;
-            ts[i].data = hf + t->offset;
-        }
-    }
-    char path[GT_PATH_MAX * 2 + 32];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    const char *meta[] = {"format", "pt"};
-    if (safetensors_write(path, ts, pl->n_tensors, meta, 1, err)) goto done;
-    rc = write_config_json(dir, &m->desc, bf16, err);
-done:
-    free(host), free(hf), free(half), free(ts), free(names);
-    return rc;
-}
-
-/* find a model tensor in a HF file: "transformer.X", "X", and for lm_head only "lm_head.weight" */
-static int find_hf_tensor(const SafeTensors *st, const ParamTensor *t, const ModelDesc *d) {
-    char name[128];
-    hf_name(name, sizeof name, t, d);
-    int i = safetensors_find(st, name);
-    const char *pre = arch_spec(d->arch)->hf_optional_prefix;
-    if (i < 0 && pre && strncmp(name, pre, strlen(pre)) == 0) i = safetensors_find(st, name + strlen(pre));
-    return i;
-}
-
-int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
-    char file[GT_PATH_MAX * 2 + 32];
-    struct stat sb;
-    if (stat(path, &sb) != 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: cannot open: %s", path, strerror(errno));
-    if (S_ISDIR(sb.st_mode))
-        snprintf(file, sizeof file, "%s/model.safetensors", path);
-    else
-        snprintf(file, sizeof file, "%s", path);
-    SafeTensors *st = NULL;
-    if (safetensors_open(&st, file, err)) return -1;
-    const ParamLayout *pl = &m->layout;
-    float *host = malloc(pl->total * sizeof(float)), *tmp = malloc(pl->total * sizeof(float));
-    int rc = -1;
-    long nonfinite = 0;
-    if (!host || !tmp) {
-        gt_error(err, GT_EXIT_FAILURE, "out of host memory loading %s", file);
-        goto done;
-    }
-    for (int i = 0; i < pl->n_tensors; i++) {
-        const ParamTensor *t = &pl->tensors[i];
-        int k = find_hf_tensor(st, t, &m->desc);
-        if (k < 0) {
-            gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected in the file (with or without the transformer. "
-                     "prefix), not found", file, t->name);
-            goto done;
-        }
-        int64_t shape[4];
-        int nd;
-        safetensors_shape(st, k, shape, &nd);
-        int64_t want0 = t->transposed ? t->shape[1] : t->shape[0], want1 = t->transposed ? t->shape[0] : t->shape[1];
-        bool ok = nd == t->ndim && shape[0] == want0 && (t->ndim == 1 || shape[1] == want1);
-        if (!ok) {
-            if (t->ndim == 1)
-                gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected shape [%lld], found %d dims [%lld%s]", file,
-                         safetensors_name(st, k), (long long)want0, nd, nd > 0 ? (long long)shape[0] : 0LL, nd > 1 ? ", ..." : "");
-            else
-                gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected shape [%lld, %lld], found %d dims [%lld, %lld]",
-                         file, safetensors_name(st, k), (long long)want0, (long long)want1, nd,
-                         nd > 0 ? (long long)shape[0] : 0LL, nd > 1 ? (long long)shape[1] : 0LL);
-            goto done;
-        }
-        if (safetensors_read_f32(st, k, tmp, t->numel, err)) goto done;
-        float *dst = host + t->offset;
-        if (t->transposed) { /* [in, out] -> [out, in] */
-            const int64_t out = t->shape[0], in = t->shape[1];
-            for (int64_t o = 0; o < out; o++)
-                for (int64_t ii = 0; ii < in; ii++) dst[o * in + ii] = tmp[ii * out + o];
-        } else {
-            memcpy(dst, tmp, t->numel * sizeof(float));
-        }
-        for (size_t q = 0; q < t->numel; q++) nonfinite += !isfinite(dst[q]);
-    }
-    if (nonfinite) gt_warn("%s: %ld weights are NaN or infinite\n", file, nonfinite);
-    rc = m->be->ops->to_device(m->be, m->params, host, pl->total * sizeof(float), err);
-    model_params_changed(m);
-done:
-    free(host), free(tmp);
-    safetensors_close(st);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- optimizer state */
 
-/* m_full/v_full: the whole AdamW state on the host (gathered from the ranks under ZeRO-1), or
- * NULL to read it from an unsharded model */
+/* The AdamW state, exp_avg.NAME and exp_avg_sq.NAME per tensor (fp32, flat), streamed through the
+ * model's staging buffer. m_full/v_full: the whole state on the host (gathered from the ranks
+ * under ZeRO-1), or NULL to read it from an unsharded model. */
 static int save_optimizer(const char *dir, Model *m, long adam_t, const float *m_full, const float *v_full,
                           GtError *err) {
     const ParamLayout *pl = &m->layout;
-    float *mh = NULL, *vh = NULL;
-    if (!m_full) {
-        if (!(mh = device_to_host(m, m->adam_m, err))) return -1;
-        if (!(vh = device_to_host(m, m->adam_v, err))) {
-            free(mh);
-            return -1;
-        }
-        m_full = mh, v_full = vh;
-    }
-    int n = 2 * pl->n_tensors, rc;
+    int n = 2 * pl->n_tensors, rc = -1;
     StTensorOut *ts = gt_xcalloc((size_t)n, sizeof *ts);
     char(*names)[128] = gt_xcalloc((size_t)n, sizeof *names);
     for (int i = 0; i < pl->n_tensors; i++) {
@@ -239,18 +54,41 @@ static int save_optimizer(const char *dir, Model *m, long adam_t, const float *m
             o->dtype = ST_F32;
             o->ndim = 1;
             o->shape[0] = (int64_t)t->numel;
-            o->data = (w ? v_full : m_full) + t->offset;
         }
     }
     char path[GT_PATH_MAX * 2 + 32], tbuf[32];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     snprintf(tbuf, sizeof tbuf, "%ld", adam_t);
     const char *meta[] = {"optimizer", "adamw", "step", tbuf};
-    rc = safetensors_write(path, ts, n, meta, 2, err);
-    free(ts), free(names), free(mh), free(vh);
+    StWriter *sw = NULL;
+    const size_t chunk = BUFFERS_STAGE_IO_BYTES / sizeof(float);
+    if (st_writer_open(&sw, path, ts, n, meta, 2, err)) goto done;
+    for (int i = 0; i < pl->n_tensors; i++) {
+        const ParamTensor *t = &pl->tensors[i];
+        for (int w = 0; w < 2; w++)
+            for (size_t k0 = 0; k0 < t->numel; k0 += chunk) {
+                size_t k = t->numel - k0 < chunk ? t->numel - k0 : chunk;
+                const float *src;
+                if (m_full) {
+                    src = (w ? v_full : m_full) + t->offset + k0;
+                } else {
+                    if (m->be->ops->to_host(m->be, m->staging, (w ? m->adam_v : m->adam_m) + t->offset + k0,
+                                            k * sizeof(float), err))
+                        goto done;
+                    src = m->staging;
+                }
+                if (st_writer_put(sw, src, k * sizeof(float), err)) goto done;
+            }
+    }
+    rc = st_writer_close(sw, err) || st_writer_commit(sw, err) ? -1 : 0;
+done:
+    st_writer_free(sw);
+    free(ts), free(names);
     return rc;
 }
 
+/* Into this rank's shard [shard_rank * shard, +shard) of the AdamW state (all of it without
+ * ZeRO), tensor by tensor through the staging buffer; the padding past the parameters stays zero. */
 static int load_optimizer(const char *dir, Model *m, long adam_t, GtError *err) {
     char path[GT_PATH_MAX * 2 + 32];
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
@@ -266,12 +104,10 @@ static int load_optimizer(const char *dir, Model *m, long adam_t, GtError *err) 
         return -1;
     }
     const ParamLayout *pl = &m->layout;
+    const size_t lo = (size_t)m->shard_rank * m->shard, hi = lo + m->shard, chunk = BUFFERS_STAGE_IO_BYTES / sizeof(float);
     int rc = -1;
-    float *mh = malloc(pl->total * sizeof(float)), *vh = malloc(pl->total * sizeof(float));
-    if (!mh || !vh) {
-        gt_error(err, GT_EXIT_FAILURE, "out of host memory loading %s", path);
-        goto done;
-    }
+    m->be->ops->zero(m->be, m->adam_m, m->shard * sizeof(float));
+    m->be->ops->zero(m->be, m->adam_v, m->shard * sizeof(float));
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
         for (int w = 0; w < 2; w++) {
@@ -287,28 +123,32 @@ static int load_optimizer(const char *dir, Model *m, long adam_t, GtError *err) 
                          st_dtype_name(safetensors_dtype(st, k)));
                 goto done;
             }
-            float *x = (w ? vh : mh) + t->offset;
-            if (safetensors_read_f32(st, k, x, t->numel, err)) goto done;
-            /* AdamW divides by sqrt(v): a NaN, an infinity or a negative v poisons every later step */
-            for (size_t q = 0; q < t->numel; q++)
-                if (!isfinite(x[q]) || (w && x[q] < 0)) {
-                    gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: element %zu: expected a finite %s, found %g",
-                             path, name, q, w ? "second moment >= 0" : "first moment", (double)x[q]);
+            if ((uint64_t)safetensors_numel(st, k) != (uint64_t)t->numel) {
+                gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected %zu elements, found %lld", path, name,
+                         t->numel, (long long)safetensors_numel(st, k));
+                goto done;
+            }
+            for (size_t k0 = 0; k0 < t->numel; k0 += chunk) {
+                size_t n = t->numel - k0 < chunk ? t->numel - k0 : chunk;
+                float *x = m->staging;
+                if (safetensors_read_f32_range(st, k, k0, n, x, err)) goto done;
+                /* AdamW divides by sqrt(v): a NaN, an infinity or a negative v poisons every later step */
+                for (size_t q = 0; q < n; q++)
+                    if (!isfinite(x[q]) || (w && x[q] < 0)) {
+                        gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: element %zu: expected a finite %s, found %g",
+                                 path, name, k0 + q, w ? "second moment >= 0" : "first moment", (double)x[q]);
+                        goto done;
+                    }
+                /* the part of [g0, g1) inside this rank's shard */
+                size_t g0 = t->offset + k0, g1 = g0 + n, a = g0 > lo ? g0 : lo, b = g1 < hi ? g1 : hi;
+                if (a < b && m->be->ops->to_device(m->be, (w ? m->adam_v : m->adam_m) + (a - lo), x + (a - g0),
+                                                   (b - a) * sizeof(float), err))
                     goto done;
-                }
+            }
         }
     }
-    /* this rank's shard (all of it without ZeRO); the padding past the parameters stays zero */
-    size_t lo = (size_t)m->shard_rank * m->shard, n = lo < pl->total ? pl->total - lo : 0;
-    if (n > m->shard) n = m->shard;
-    m->be->ops->zero(m->be, m->adam_m, m->shard * sizeof(float));
-    m->be->ops->zero(m->be, m->adam_v, m->shard * sizeof(float));
-    if (n && (m->be->ops->to_device(m->be, m->adam_m, mh + lo, n * sizeof(float), err) ||
-              m->be->ops->to_device(m->be, m->adam_v, vh + lo, n * sizeof(float), err)))
-        goto done;
     rc = 0;
 done:
-    free(mh), free(vh);
     safetensors_close(st);
     return rc;
 }
@@ -432,13 +272,13 @@ done:
 /* ---------------------------------------------------------------- run checkpoints */
 
 int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, const float *adam_m_full,
-                    const float *adam_v_full, GtError *err) {
+                    const float *adam_v_full, uint64_t max_shard_bytes, GtError *err) {
     char tmp[GT_PATH_MAX + 64], final[GT_PATH_MAX + 64], old[GT_PATH_MAX + 80];
     snprintf(tmp, sizeof tmp, "%s/.checkpoint-%ld.tmp", output_dir, st->global_step);
     snprintf(final, sizeof final, "%s/checkpoint-%ld", output_dir, st->global_step);
     rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
     if (mkdir(tmp, 0755) != 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
-    if (checkpoint_save_weights(tmp, m, false, err) || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
+    if (checkpoint_save_weights(tmp, m, false, max_shard_bytes, err) || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
         write_state(tmp, st, &m->desc, err) || fsync_dir(tmp) != 0) {
         rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
         if (!err || !err->msg[0]) gt_error(err, GT_EXIT_FAILURE, "%s: sync failed", tmp);

@@ -1,8 +1,13 @@
-/* checkpoint.h - weights in Hugging Face's format, and run checkpoints with exact resume.
+/* checkpoint.h - weights in Hugging Face's format (hf_checkpoint.c), and run checkpoints with exact
+ * resume (checkpoint.c).
  *
- * Weights: DIR/model.safetensors with HF GPT2LMHeadModel names ("transformer.h.0.attn.c_attn.weight",
- * Conv1D weights stored [in, out] as HF does; lm_head.weight only when untied) plus DIR/config.json,
- * so GPT2LMHeadModel.from_pretrained(DIR) loads a gtrain run.
+ * Weights: DIR/model.safetensors, or shards model-0000k-of-0000N.safetensors and
+ * model.safetensors.index.json past save_max_shard_size (save_pretrained's split), with HF's names
+ * from arch.c's table (GPT2LMHeadModel: "transformer.h.0.attn.c_attn.weight", Conv1D weights stored
+ * [in, out]; LlamaForCausalLM and kin: "model.layers.0.self_attn.q_proj.weight", q/k/v and
+ * gate/up split out of gtrain's fused tensors; lm_head.weight only when untied) plus
+ * DIR/config.json, so AutoModelForCausalLM.from_pretrained(DIR) loads a gtrain run. Every tensor
+ * streams through the model's host staging buffer.
  *
  * A run checkpoint is output_dir/checkpoint-N/ holding model.safetensors, config.json,
  * optimizer.safetensors (AdamW exp_avg / exp_avg_sq per tensor, fp32) and trainer_state.json.
@@ -29,19 +34,22 @@ typedef struct {
     long adam_t;          /* AdamW updates applied (the bias-correction step) */
 } TrainerState;
 
-/* model.safetensors (dtype fp32 or bf16) + config.json into dir (which must exist). */
-int checkpoint_save_weights(const char *dir, Model *m, bool bf16, GtError *err);
+/* The weights (dtype fp32 or bf16), sharded at max_shard_bytes (0: HF's 5GB), + config.json into
+ * dir (which must exist). */
+int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_shard_bytes, GtError *err);
 
-/* Load HF GPT-2 weights: path is a model.safetensors or a directory holding one. Names with or
- * without the "transformer." prefix; fp32, bf16 or fp16; every tensor of the model must be there
- * with HF's shape. Non-finite values are warned about. */
+/* Load HF weights: path is a model directory, a model.safetensors.index.json, or one .safetensors
+ * (hf_weights.h). GPT-2 names with or without the "transformer." prefix; F32, BF16 or F16; every
+ * tensor of the model must be there with HF's shape, and no other (but attention-mask and rotary
+ * buffers, and a tied model's lm_head.weight, which are ignored). Non-finite values are warned
+ * about. */
 int checkpoint_load_weights(Model *m, const char *path, GtError *err);
 
 /* Write output_dir/checkpoint-<step>/ atomically (a checkpoint of that step already there is
  * replaced; rotation and ownership are rundir.c's). adam_m_full/adam_v_full: the whole AdamW state
  * on the host when it is sharded (ZeRO-1; the file format does not depend on sharding), else NULL. */
 int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, const float *adam_m_full,
-                    const float *adam_v_full, GtError *err);
+                    const float *adam_v_full, uint64_t max_shard_bytes, GtError *err);
 
 /* Read checkpoint dir into the model (weights + this rank's shard of the optimizer) and st.
  * Validated: every AdamW moment finite, second moments >= 0, adam_step what the run could reach. */

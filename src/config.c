@@ -47,9 +47,11 @@ _Static_assert(sizeof(long) == sizeof(int64_t), "long fields are stored as 64-bi
 
 static const KeySpec SCHEMA[] = {
     {.key = "model", .type = KT_PATH, FIELD(model), .def = "", .required = "a path to the model JSON",
-     .doc = "Model description (Hugging Face GPT-2 config.json); required."},
+     .doc = "The model: a Hugging Face config.json (gpt2, llama, mistral, qwen2), or a model directory holding one "
+            "(and its weights, loaded unless init_from names others); required."},
     {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
-     .doc = "Initial weights: a model.safetensors or a run directory; empty = random init."},
+     .doc = "Initial weights: a Hugging Face model directory, a model.safetensors.index.json, a .safetensors file or a run "
+            "directory; empty = the weights of model when it is a directory holding them, else random init."},
     {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "", .required = "a path to the training data",
      .doc = "Training data: a text file, token shard(s) (glob allowed) or jsonl; required."},
     {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",

@@ -413,7 +413,7 @@ int hf_save(const char *dir, const StTensorOut *tensors, int n, const HfSaveOpti
     HfShardPlan plan;
     if (hf_plan_shards(&plan, tensors, n, o.max_shard_bytes, err) != 0) return -1;
     const size_t stage_elems = staging / 4;
-    float *stage = malloc(stage_elems * sizeof *stage);
+    float *stage = o.staging ? o.staging : malloc(stage_elems * sizeof *stage);
     StWriter **ws = gt_xcalloc((size_t)plan.n_shards, sizeof *ws);
     StTensorOut *specs = gt_xcalloc((size_t)n, sizeof *specs);
     char path[2 * GT_PATH_MAX + 64], name[64], index_path[2 * GT_PATH_MAX], index_tmp[2 * GT_PATH_MAX + 8];
@@ -470,7 +470,8 @@ int hf_save(const char *dir, const StTensorOut *tensors, int n, const HfSaveOpti
 done:
     for (int s = 0; s < plan.n_shards; s++) st_writer_free(ws[s]); /* unlinks what was not committed */
     if (index_tmp_written) unlink(index_tmp);
-    free(ws), free(specs), free(stage), free(index_json);
+    free(ws), free(specs), free(index_json);
+    if (!o.staging) free(stage);
     hf_shard_plan_free(&plan);
     return rc;
 }

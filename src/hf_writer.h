@@ -79,6 +79,8 @@ typedef int (*HfFillFn)(void *ctx, int tensor, uint64_t elem_offset, size_t n, f
 typedef struct {
     uint64_t max_shard_bytes;   /* 0: HF_DEFAULT_MAX_SHARD_BYTES */
     size_t staging_bytes;       /* fp32 staging buffer; 0: HF_DEFAULT_STAGING_BYTES; at least 4 */
+    float *staging;             /* the caller's buffer of staging_bytes (the model's, which the memory
+                                 * plan counts); NULL: allocated and freed by hf_save */
     const char *const *meta_kv; /* each shard's __metadata__ as k0, v0, k1, v1...; NULL: format=pt */
     int n_meta;
 } HfSaveOptions;

@@ -21,6 +21,8 @@
 #endif
 #include "metrics.h"
 #include "optim.h"
+#include "hf_weights.h"
+#include "hf_writer.h"
 #include "plan.h"
 #include "report.h"
 #include "rundir.h"
@@ -331,6 +333,17 @@ out:
     return rc;
 }
 
+/* a directory holding model.safetensors or model.safetensors.index.json */
+static bool model_dir_with_weights(const char *path) {
+    struct stat sb;
+    char f[GT_PATH_MAX + 64];
+    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
+    snprintf(f, sizeof f, "%s/%s", path, HF_SINGLE_FILE);
+    if (stat(f, &sb) == 0) return true;
+    snprintf(f, sizeof f, "%s/%s", path, HF_INDEX_FILE);
+    return stat(f, &sb) == 0;
+}
+
 static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
@@ -391,9 +404,12 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                    strcmp(t->be->ops->name, "cuda") == 0 ? "driver" : "system", gt_format_bytes(a, sizeof a, total_b - free_b),
                    gt_format_bytes(b, sizeof b, total_b));
     }
-    if (cfg->init_from[0]) {
-        if (checkpoint_load_weights(t->model, cfg->init_from, err)) return -1;
-        gt_log("initialised from %s\n", cfg->init_from);
+    /* model: a Hugging Face model directory brings its weights, unless init_from names others
+     * (model: DIR/config.json takes the architecture alone: random init) */
+    const char *init = cfg->init_from[0] ? cfg->init_from : model_dir_with_weights(cfg->model) ? cfg->model : "";
+    if (init[0]) {
+        if (checkpoint_load_weights(t->model, init, err)) return -1;
+        gt_log("initialised from %s\n", init);
     }
 
     long max_steps = cfg->max_steps;
@@ -443,7 +459,7 @@ static int save_checkpoint(Trainer *t, GtError *err) {
                           t->cfg->output_dir, step);
         /* recorded before it is renamed into place: a kill in between never leaves one that is not ours */
         else if (rundir_record_checkpoint(t->rundir, step, err) ||
-                 checkpoint_save(t->cfg->output_dir, m, &t->state, full[0], full[1], err) ||
+                 checkpoint_save(t->cfg->output_dir, m, &t->state, full[0], full[1], trainer_max_shard_bytes(t->cfg), err) ||
                  rundir_rotate(t->rundir, t->cfg->save_total_limit, err))
             rc = -1;
     }
@@ -640,6 +656,13 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     return 0;
 }
 
+uint64_t trainer_max_shard_bytes(const RunConfig *cfg) {
+    uint64_t bytes = 0;
+    char why[128];
+    /* checked when the config was read: a failure here can only be a default that never fails */
+    return hf_parse_size(cfg->save_max_shard_size, &bytes, why, sizeof why) == 0 ? bytes : HF_DEFAULT_MAX_SHARD_BYTES;
+}
+
 int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSummary *summary, GtError *err) {
     Trainer t = {.cfg = cfg, .desc = desc, .dist = dist, .world = dist_world(dist), .rank = dist_rank(dist)};
     /* a progress bar only for one process on a terminal (mpirun gives every rank a tty) */
@@ -655,8 +678,11 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSu
         rc = train_loop(&t, summary, err);
     }
     if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
-        rc = checkpoint_save_weights(cfg->output_dir, t.model, cfg->save_dtype == SAVE_DTYPE_BF16, err);
-        if (rc == 0) gt_log("weights: %s/model.safetensors (Hugging Face GPT-2 layout)\n", cfg->output_dir);
+        rc = checkpoint_save_weights(cfg->output_dir, t.model, cfg->save_dtype == SAVE_DTYPE_BF16,
+                                     trainer_max_shard_bytes(cfg), err);
+        if (rc == 0)
+            gt_log("weights: %s (Hugging Face %s layout, %s)\n", cfg->output_dir, arch_hf_class(desc),
+                   cfg->save_dtype == SAVE_DTYPE_BF16 ? "bf16" : "fp32");
         sample_at_end(&t);
     }
     GtError cerr = {0};

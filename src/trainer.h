@@ -8,6 +8,8 @@
 
 /* Targets that count: labels != -100. */
 long count_items(const int *targets, size_t n);
+/* save_max_shard_size in bytes */
+uint64_t trainer_max_shard_bytes(const RunConfig *cfg);
 
 /* The forward/backward half of one optimizer step: A micro-batches of B rows x m->T tokens,
  * laid out one after the other in tokens/targets (host). Under LOSS_NORM_TOKENS each micro-batch's

@@ -300,7 +300,7 @@ static void write_checkpoint(const char *dir, Backend *be, Model **m, double **p
     cr_assert_eq(mkdir(ck, 0755), 0);
     cr_assert_eq(model_create_inference(m, &d, be, P, &err), 0, "%s", err.msg);
     *params = set_random_params(*m, 77);
-    cr_assert_eq(checkpoint_save_weights(ck, *m, false, &err), 0, "%s", err.msg);
+    cr_assert_eq(checkpoint_save_weights(ck, *m, false, 0, &err), 0, "%s", err.msg);
 }
 
 Test(sample_cli, greedy_ids_match_the_reference, .timeout = 60) {

@@ -1,0 +1,282 @@
+/* hf_checkpoint.c - a model's weights in Hugging Face's layout, in and out, streamed tensor by
+ * tensor through the model's host staging buffer (never a host copy of the whole model):
+ *   - names, shapes, transposes and row blocks are arch.c's table; the files are hf_weights.c's
+ *     (a model directory, an index.json and its shards, or one .safetensors) and hf_writer.c's
+ *     (save_pretrained's sharding);
+ *   - config.json: GPT-2's is written from the description (as it always was); a Llama-family
+ *     model's is the config.json it was built from, copied with torch_dtype set.
+ * The staging buffer (buffers.c) is STAGE_IO_BYTES for the streamed chunks, then room for the
+ * largest transposed tensor (GPT-2's Conv1D weights, transposed whole). */
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffers.h"
+#include "checkpoint.h"
+#include "hf_weights.h"
+#include "hf_writer.h"
+
+#define CONFIG_MAX_BYTES (1u << 20)
+
+/* the streamed part of the staging buffer, in floats, and the transpose scratch after it */
+static size_t io_floats(const Model *m) { return BUFFERS_STAGE_IO_BYTES / sizeof(float); }
+static float *scratch(const Model *m) { return m->staging + io_floats(m); }
+
+/* ---------------------------------------------------------------- config.json */
+
+static int write_json(const char *dir, cJSON *j, GtError *err) {
+    char *text = cJSON_Print(j);
+    if (!text) return gt_error(err, GT_EXIT_FAILURE, "out of memory writing config.json");
+    char path[GT_PATH_MAX * 2 + 32];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    size_t len = strlen(text);
+    text[len] = '\n'; /* cJSON_Print leaves no newline; its buffer has room for the NUL we replace */
+    int rc = gt_write_file_atomic(path, text, len + 1, err);
+    free(text);
+    return rc;
+}
+
+static cJSON *gpt2_config(const ModelDesc *d) {
+    cJSON *j = cJSON_CreateObject();
+    cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
+    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
+    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
+    cJSON_AddNumberToObject(j, "n_head", d->n_head);
+    cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
+    cJSON_AddNumberToObject(j, "n_inner", d->n_inner);
+    cJSON_AddNumberToObject(j, "vocab_size", d->vocab_size);
+    cJSON_AddNumberToObject(j, "n_positions", d->n_positions);
+    cJSON_AddNumberToObject(j, "n_ctx", d->n_positions);
+    cJSON_AddNumberToObject(j, "layer_norm_epsilon", d->layer_norm_epsilon);
+    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON_AddBoolToObject(j, "tie_word_embeddings", d->tie_word_embeddings);
+    /* gtrain trains without dropout */
+    cJSON_AddNumberToObject(j, "attn_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "embd_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "resid_pdrop", 0.0);
+    cJSON_AddNumberToObject(j, "initializer_range", 0.02);
+    cJSON_AddBoolToObject(j, "scale_attn_weights", true);
+    return j;
+}
+
+static void set_string(cJSON *j, const char *key, const char *value) {
+    if (cJSON_GetObjectItemCaseSensitive(j, key))
+        cJSON_ReplaceItemInObjectCaseSensitive(j, key, cJSON_CreateString(value));
+    else
+        cJSON_AddStringToObject(j, key, value);
+}
+
+/* a Llama-family model's config.json: the one it was read from (already validated by
+ * model_desc.c), with torch_dtype (and transformers 5's dtype, if present) set */
+static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
+    const char *dtype = bf16 ? "bfloat16" : "float32";
+    cJSON *j = NULL;
+    if (d->arch == ARCH_GPT2) {
+        j = gpt2_config(d);
+    } else {
+        char *text = NULL;
+        size_t len = 0;
+        if (gt_read_small_file(d->path, "model config", CONFIG_MAX_BYTES, &text, &len, err)) return -1;
+        j = cJSON_ParseWithLength(text, len);
+        free(text);
+        if (!cJSON_IsObject(j)) {
+            cJSON_Delete(j);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected the JSON object it held when the run started", d->path);
+        }
+        if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) set_string(j, "dtype", dtype);
+    }
+    set_string(j, "torch_dtype", dtype);
+    int rc = write_json(dir, j, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- the HF tensors of a model */
+
+typedef struct {
+    int tensor;         /* in the layout */
+    int64_t row0, rows; /* the gtrain rows this HF tensor holds */
+    char name[128];
+} HfBlock;
+
+static HfBlock *model_blocks(const Model *m, int *n) {
+    const ParamLayout *pl = &m->layout;
+    int cap = 0;
+    for (int i = 0; i < pl->n_tensors; i++) cap += pl->tensors[i].spec->n_blocks;
+    HfBlock *b = gt_xcalloc((size_t)cap, sizeof *b);
+    int k = 0;
+    for (int i = 0; i < pl->n_tensors; i++)
+        for (int j = 0; j < pl->tensors[i].spec->n_blocks; j++, k++) {
+            b[k].tensor = i;
+            arch_block_name(&pl->tensors[i], j, b[k].name, sizeof b[k].name, &m->desc, &b[k].row0, &b[k].rows);
+        }
+    *n = k;
+    return b;
+}
+
+/* the HF shape of a block: [rows, cols], a vector [rows], or transposed [cols, rows] */
+static int block_shape(const ParamTensor *t, const HfBlock *b, int64_t shape[2]) {
+    if (t->ndim == 1) {
+        shape[0] = b->rows;
+        return 1;
+    }
+    shape[0] = t->transposed ? t->shape[1] : b->rows;
+    shape[1] = t->transposed ? b->rows : t->shape[1];
+    return 2;
+}
+
+/* ---------------------------------------------------------------- save */
+
+typedef struct {
+    Model *m;
+    const HfBlock *blocks;
+    int cached; /* the transposed tensor now in the scratch, or -1 */
+} SaveCtx;
+
+/* elements [e0, e0 + n) of HF tensor i (in HF's layout) as fp32 into dst */
+static int save_fill(void *vctx, int i, uint64_t e0, size_t n, float *dst, GtError *err) {
+    SaveCtx *c = vctx;
+    Model *m = c->m;
+    const HfBlock *b = &c->blocks[i];
+    const ParamTensor *t = &m->layout.tensors[b->tensor];
+    const size_t cols = (size_t)t->shape[1];
+    if (!t->transposed)
+        return m->be->ops->to_host(m->be, dst, m->params + t->offset + (size_t)b->row0 * cols + e0, n * sizeof(float),
+                                   err);
+    /* HF [in, out] from gtrain's [out, in]: the whole tensor once, read across */
+    float *s = scratch(m);
+    if (c->cached != b->tensor) {
+        if (m->be->ops->to_host(m->be, s, m->params + t->offset, t->numel * sizeof(float), err)) return -1;
+        c->cached = b->tensor;
+    }
+    const size_t out = (size_t)t->shape[0], in = cols;
+    for (size_t k = 0; k < n; k++) {
+        size_t e = (size_t)e0 + k, ii = e / out, o = e % out;
+        dst[k] = s[o * in + ii];
+    }
+    return 0;
+}
+
+int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_shard_bytes, GtError *err) {
+    int n = 0;
+    HfBlock *blocks = model_blocks(m, &n);
+    StTensorOut *ts = gt_xcalloc((size_t)n, sizeof *ts);
+    for (int i = 0; i < n; i++) {
+        const ParamTensor *t = &m->layout.tensors[blocks[i].tensor];
+        ts[i].name = blocks[i].name;
+        ts[i].dtype = bf16 ? ST_BF16 : ST_F32;
+        ts[i].ndim = block_shape(t, &blocks[i], ts[i].shape);
+    }
+    SaveCtx ctx = {m, blocks, -1};
+    HfSaveOptions opt = {.max_shard_bytes = max_shard_bytes, .staging_bytes = BUFFERS_STAGE_IO_BYTES,
+                         .staging = m->staging};
+    int rc = hf_save(dir, ts, n, &opt, save_fill, &ctx, err);
+    if (rc == 0) rc = write_config(dir, &m->desc, bf16, err);
+    free(ts);
+    free(blocks);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- load */
+
+/* HF tensors a checkpoint may hold that are not parameters: GPT-2's attention mask buffers, old
+ * Llama checkpoints' rotary inverse frequencies */
+static bool ignorable(const char *name) {
+    static const char *const SUFFIXES[] = {".attn.bias", ".attn.masked_bias", ".rotary_emb.inv_freq"};
+    size_t len = strlen(name);
+    for (size_t i = 0; i < sizeof SUFFIXES / sizeof SUFFIXES[0]; i++) {
+        size_t s = strlen(SUFFIXES[i]);
+        if (len > s && strcmp(name + len - s, SUFFIXES[i]) == 0) return true;
+    }
+    return false;
+}
+
+/* index of block b's HF tensor in w: its name, or without the architecture's optional prefix */
+static int find_block(const HfWeights *w, const Model *m, const HfBlock *b) {
+    int k = hf_weights_find(w, b->name);
+    const char *pre = arch_spec(m->desc.arch)->hf_optional_prefix;
+    if (k < 0 && pre && strncmp(b->name, pre, strlen(pre)) == 0) k = hf_weights_find(w, b->name + strlen(pre));
+    return k;
+}
+
+static long count_nonfinite(const float *x, size_t n) {
+    long c = 0;
+    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
+    return c;
+}
+
+/* one block into the params: streamed in chunks, or (transposed) gathered whole in the scratch */
+static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, long *nonfinite, GtError *err) {
+    const ParamTensor *t = &m->layout.tensors[b->tensor];
+    const size_t cols = (size_t)t->shape[1], numel = (size_t)b->rows * cols, chunk = io_floats(m);
+    float *io = m->staging;
+    if (!t->transposed) {
+        float *dst = m->params + t->offset + (size_t)b->row0 * cols;
+        for (size_t e0 = 0; e0 < numel; e0 += chunk) {
+            size_t n = numel - e0 < chunk ? numel - e0 : chunk;
+            if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
+            *nonfinite += count_nonfinite(io, n);
+            if (m->be->ops->to_device(m->be, dst + e0, io, n * sizeof(float), err)) return -1;
+        }
+        return 0;
+    }
+    const size_t out = (size_t)t->shape[0], in = cols; /* HF [in, out] -> gtrain [out, in] */
+    float *s = scratch(m);
+    for (size_t e0 = 0; e0 < numel; e0 += chunk) {
+        size_t n = numel - e0 < chunk ? numel - e0 : chunk;
+        if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
+        *nonfinite += count_nonfinite(io, n);
+        for (size_t q = 0; q < n; q++) {
+            size_t e = e0 + q, ii = e / out, o = e % out;
+            s[o * in + ii] = io[q];
+        }
+    }
+    return m->be->ops->to_device(m->be, m->params + t->offset, s, t->numel * sizeof(float), err);
+}
+
+int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
+    HfWeights *w = NULL;
+    if (hf_weights_open(&w, path, err)) return -1;
+    for (int k = 0; k < hf_weights_warning_count(w); k++) gt_warn("%s\n", hf_weights_warning(w, k));
+    int n = 0, rc = -1;
+    long nonfinite = 0;
+    HfBlock *blocks = model_blocks(m, &n);
+    const int count = hf_weights_count(w);
+    bool *used = gt_xcalloc((size_t)count + 1, sizeof *used);
+    for (int i = 0; i < n; i++) {
+        const ParamTensor *t = &m->layout.tensors[blocks[i].tensor];
+        int k = find_block(w, m, &blocks[i]);
+        if (k < 0) {
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected in the checkpoint (a %s has it), not found",
+                     hf_weights_path(w), blocks[i].name, arch_hf_class(&m->desc));
+            goto done;
+        }
+        int64_t shape[2];
+        int nd = block_shape(t, &blocks[i], shape);
+        if (hf_weights_check_shape(w, k, nd, shape, err)) goto done;
+        used[k] = true;
+        if (load_block(m, w, k, &blocks[i], &nonfinite, err)) goto done;
+    }
+    for (int k = 0; k < count; k++) {
+        HfTensorInfo info;
+        if (used[k] || hf_weights_info(w, k, &info) != 0 || ignorable(info.name)) continue;
+        if (m->desc.tie_word_embeddings && strcmp(info.name, "lm_head.weight") == 0) {
+            gt_warn("%s: lm_head.weight ignored: the model ties it to the token embedding\n",
+                    safetensors_path(info.shard));
+            continue;
+        }
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected only the tensors of a %s with this config.json, "
+                 "found one it does not have", safetensors_path(info.shard), info.name, arch_hf_class(&m->desc));
+        goto done;
+    }
+    if (nonfinite) gt_warn("%s: %ld weights are NaN or infinite\n", hf_weights_path(w), nonfinite);
+    model_params_changed(m);
+    rc = 0;
+done:
+    free(used);
+    free(blocks);
+    hf_weights_close(w);
+    return rc;
+}
