@@ -37,7 +37,7 @@
  *     (<= 2^53) not above the sum of the shards' file sizes (refused otherwise; it never sizes an
  *     allocation). Hugging Face writes the sum of the listed tensors' data bytes: another value is
  *     a warning, not a refusal (the data itself is validated shard by shard). Other keys of
- *     metadata (transformers >= 4.5x adds total_parameters) are ignored.
+ *     metadata (newer transformers add total_parameters) are ignored.
  * Warnings are not printed here: hf_weights_warning() hands them to the caller (gt_warn).
  *
  * Tensor order (hf_weights_info's i): weight_map's order in the index, the file's order for one

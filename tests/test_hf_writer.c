@@ -203,7 +203,7 @@ static const StTensorOut MODEL[] = {
     {.name = "model.layers.0.self_attn.q_proj.weight", .dtype = ST_F32, .ndim = 2, .shape = {24, 24}},
     {.name = "model.layers.0.mlp.up_proj.weight", .dtype = ST_BF16, .ndim = 2, .shape = {64, 24}},
     {.name = "model.layers.0.conv.weight", .dtype = ST_F32, .ndim = 3, .shape = {5, 3, 7}},
-    {.name = "model.scale", .dtype = ST_F32, .ndim = 0},
+    {.name = "model.scale.\xc3\xa9\xf0\x9f\x98\x80", .dtype = ST_F32, .ndim = 0}, /* non-ASCII: escaped as \\uXXXX in the index */
     {.name = "model.empty", .dtype = ST_BF16, .ndim = 2, .shape = {0, 24}},
     {.name = "model.norm.weight", .dtype = ST_BF16, .ndim = 1, .shape = {24}},
     {.name = "lm_head.weight", .dtype = ST_F32, .ndim = 2, .shape = {37, 24}},
