@@ -47,11 +47,26 @@ static long step_of(const char *name, const char *prefix, const char *suffix) {
     return v;
 }
 
+/* The files that stand for model.safetensors when the weights are sharded (hf_writer.h):
+ * model.safetensors.index.json and model-NNNNN-of-MMMMM.safetensors, or their .tmp names. */
+static bool shard_file(const char *name) {
+    static const char INDEX[] = "model.safetensors.index.json";
+    if (strncmp(name, INDEX, sizeof INDEX - 1) == 0 && (!name[sizeof INDEX - 1] || !strcmp(name + sizeof INDEX - 1, ".tmp")))
+        return true;
+    unsigned k, n;
+    int end = 0;
+    if (strlen(name) < 32 || sscanf(name, "model-%5u-of-%5u.safetensors%n", &k, &n, &end) != 2 || end != 32) return false;
+    for (int i = 6; i < 11; i++) /* five digits each, as the writer spells them */
+        if (name[i] < '0' || name[i] > '9' || name[i + 9] < '0' || name[i + 9] > '9') return false;
+    return !name[32] || !strcmp(name + 32, ".tmp");
+}
+
 static bool listed(const char *const *names, const char *name) {
     for (int i = 0; names[i]; i++) {
         size_t n = strlen(names[i]);
         if (strcmp(name, names[i]) == 0) return true;
         if (strncmp(name, names[i], n) == 0 && strcmp(name + n, ".tmp") == 0) return true;
+        if (strcmp(names[i], "model.safetensors") == 0 && shard_file(name)) return true;
     }
     return false;
 }

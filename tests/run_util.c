@@ -20,6 +20,7 @@
 
 #include "checkpoint.h"
 #include "run_util.h"
+#include "hf_weights.h"
 #include "safetensors.h"
 #include "test_backend_select.h"
 
@@ -250,7 +251,7 @@ bool exists(const char *p) {
 }
 
 /* Every directory named checkpoint-N in out is whole: trainer_state.json valid and naming step N,
- * model.safetensors and optimizer.safetensors open. Returns the number of checkpoints; *latest
+ * its weights (model.safetensors, or shards and their index) and optimizer.safetensors open. Returns the number of checkpoints; *latest
  * gets the highest N (-1 when none). */
 int check_checkpoints(const char *out, long *latest) {
     *latest = -1;
@@ -269,14 +270,15 @@ int check_checkpoints(const char *out, long *latest) {
         GtError err = {0};
         cr_assert_eq(checkpoint_read_state(dir, &ts, &err), 0, "incomplete checkpoint %s: %s", dir, err.msg);
         cr_assert_eq(ts.global_step, step, "%s: trainer_state.json names step %ld", dir, ts.global_step);
-        const char *st_files[] = {"model.safetensors", "optimizer.safetensors"};
-        for (int i = 0; i < 2; i++) {
-            snprintf(f, sizeof f, "%s/%s", dir, st_files[i]);
-            SafeTensors *st = NULL;
-            cr_assert_eq(safetensors_open(&st, f, &err), 0, "incomplete checkpoint %s: %s", dir, err.msg);
-            cr_assert_gt(safetensors_count(st), 0);
-            safetensors_close(st);
-        }
+        HfWeights *hw = NULL; /* model.safetensors, or its shards and index */
+        cr_assert_eq(hf_weights_open(&hw, dir, &err), 0, "incomplete checkpoint %s: %s", dir, err.msg);
+        cr_assert_gt(hf_weights_count(hw), 0);
+        hf_weights_close(hw);
+        snprintf(f, sizeof f, "%s/optimizer.safetensors", dir);
+        SafeTensors *st = NULL;
+        cr_assert_eq(safetensors_open(&st, f, &err), 0, "incomplete checkpoint %s: %s", dir, err.msg);
+        cr_assert_gt(safetensors_count(st), 0);
+        safetensors_close(st);
         if (step > *latest) *latest = step;
         n++;
     }

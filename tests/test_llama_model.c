@@ -197,3 +197,45 @@ Test(llama_model, plan_prints_the_published_parameter_counts, .timeout = 60) {
     remove(yaml);
     rmdir(dir);
 }
+
+/* Sampling's incremental forward (keys and values kept, the new positions rotated at their own
+ * offset) gives the logits a full forward of the same prefix gives, on a GQA model with a window
+ * shorter than the prefix. */
+Test(llama_model, incremental_forward_matches_the_full_forward) {
+    ModelDesc d = llama_desc("mistral", 2, 4, 2, 8, 32, 40, 40, 4, false, false, false, false, true);
+    const int T = 12, V = d.vocab_size;
+    Backend *be = test_backend_open();
+    Model *m = NULL, *full = NULL;
+    GtError err = {0};
+    cr_assert_eq(model_create_inference(&m, &d, be, T, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_create_inference(&full, &d, be, T, &err), 0, "%s", err.msg);
+    cr_assert(model_keeps_kv(m));
+    const ParamLayout *pl = &m->layout;
+    float *h = malloc(pl->total * sizeof *h);
+    uint64_t s = 5;
+    for (size_t i = 0; i < pl->total; i++) h[i] = (float)(0.4 * (2 * rng_uniform(&s) - 1));
+    for (int i = 0; i < pl->n_tensors; i++)
+        if (pl->tensors[i].ndim == 1)
+            for (size_t k = 0; k < pl->tensors[i].numel; k++) h[pl->tensors[i].offset + k] += 1.0f;
+    for (int k = 0; k < 2; k++) {
+        Model *x = k ? full : m;
+        cr_assert_eq(be->ops->to_device(be, x->params, h, pl->total * sizeof *h, &err), 0, "%s", err.msg);
+        model_params_changed(x);
+    }
+    int tok[12];
+    for (int t = 0; t < T; t++) tok[t] = (int)(rng_next(&s) % (uint64_t)V);
+    float *a = malloc(V * sizeof *a), *b = malloc(V * sizeof *b);
+    /* a prefix of 5 at once, then one position at a time; against the whole prefix each time */
+    cr_assert_eq(model_forward_rows(m, tok, 0, 5, a, &err), 0, "%s", err.msg);
+    for (int pos = 5; pos <= T; pos++) {
+        if (pos > 5) cr_assert_eq(model_forward_rows(m, tok + pos - 1, pos - 1, 1, a, &err), 0, "%s", err.msg);
+        cr_assert_eq(model_forward_rows(full, tok, 0, pos, b, &err), 0, "%s", err.msg);
+        double diff = 0, big = 0;
+        for (int v = 0; v < V; v++) diff = fmax(diff, fabs((double)a[v] - b[v])), big = fmax(big, fabs(b[v]));
+        cr_assert(diff <= 1e-5 * big, "prefix %d: incremental logits differ by %.3g (largest %.3g)", pos, diff, big);
+    }
+    free(h), free(a), free(b);
+    model_free(m);
+    model_free(full);
+    backend_close(be);
+}
