@@ -218,6 +218,22 @@ void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int 
 void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 
+/* kernels_llama.cu: RMSNorm, RoPE, SwiGLU (backend.h's Llama-family ops) */
+void gtc_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w,
+                         int N, int C, float eps);
+void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                          const act_t *w, const float *rstd, int N, int C);
+/* res = x + y (rounded once), out = rmsnorm(res): bit for bit gtc_add + gtc_rmsnorm_forward */
+void gtc_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x,
+                                  const act_t *y, const act_t *w, int N, int C, float eps);
+void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
+                      int pos0, int NH, int NKV, int hd);
+void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
+                       int NH, int NKV, int hd);
+void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
+void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
+                         int I);
+
 /* kernels_attention.cu */
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */
 int gtc_attention_init(CudaImpl *im, GtError *err);
