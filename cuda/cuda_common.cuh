@@ -181,6 +181,24 @@ __device__ __forceinline__ float gtc_warp_max(float v) {
     return v;
 }
 
+/* ---- attention's head grouping and sliding window (kernels_attention*.cu; backend.h) ----
+ * One definition for every attention kernel, CUDA-core and tensor-core alike. */
+
+/* the kv head that query head h reads: NH / NKV query heads share each kv head (NKV divides NH;
+ * NKV == NH: plain multi-head, kv head h) */
+__host__ __device__ __forceinline__ int gtc_att_kv_head(int h, int NH, int NKV) {
+    return h / (NH / NKV);
+}
+/* the first key position t sees: t - window + 1 with a sliding window (window > 0: keys j with
+ * t - j < window), else 0; never below 0. Position t sees keys gtc_att_first_key(t) .. t. */
+__host__ __device__ __forceinline__ int gtc_att_first_key(int t, int window) {
+    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+}
+/* one past the last query position that sees key j: j + window with a window, else T (<= T) */
+__host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int T) {
+    return window > 0 && j + window < T ? j + window : T;
+}
+
 /* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ----
  * act_t arguments hold b->act_dtype elements (backend.h); float arguments are always fp32. */
 
@@ -251,9 +269,10 @@ bool gtc_attention_tc_supported(Backend *b, int hs);
  * their kernels' shared-memory limits; 0 or -1 */
 int gtc_attention_tc_init(CudaImpl *im, GtError *err);
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
-                              int T, int C, int NH);
+                              int T, int NH, int NKV, int hd, int window);
 /* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */
 void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
-                               const gtc_bf16 *qkv, const float *lse, int B, int T, int C, int NH);
+                               const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
+                               int NKV, int hd, int window);
 
 #endif

@@ -21,7 +21,7 @@ cp -a "$B" "$work/$B"
 mutants() {
   cat <<'EOF'
 causal_mask_tc_forward|cuda/kernels_attention_tc.cu|const int jmax = min(t, T - 1);     /* last key row|const int jmax = min(t + 1, T - 1);     /* last key row|@(ops_bf16|cuda)/*
-causal_mask_dq|cuda/kernels_attention.cu|            if (j <= t) {\n                float p = expf(att_score(|            if (j < t) {\n                float p = expf(att_score(|@(ops|ops_bf16)/*
+causal_mask_dq|cuda/kernels_attention.cu|            if (j <= t && j >= jlo) {\n                float p = expf(att_score(|            if (j < t && j >= jlo) {\n                float p = expf(att_score(|@(ops|ops_bf16)/*
 no_syncthreads_attention_tile|cuda/kernels_attention.cu|        __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */\n||@(ops|ops_bf16)/*
 no_syncthreads_block_sum|cuda/kernels_misc.cu|    if (lane == 0) shared[warp] = v;\n    __syncthreads();\n    if (threadIdx.x == 0) {\n        double s|    if (lane == 0) shared[warp] = v;\n    if (threadIdx.x == 0) {\n        double s|@(ops|ops_bf16|cuda|optim)/*
 no_syncthreads_tc_tile|cuda/kernels_attention_tc.cu|        __syncthreads(); /* every warp is done with the previous K/V tile */\n||@(ops_bf16|cuda)/*
