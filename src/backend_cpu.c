@@ -1,5 +1,8 @@
 /* backend_cpu.c - the CPU backend: GEMM through OpenBLAS (cblas_sgemm), everything else plain C
- * with OpenMP. This is the reference backend every test runs.
+ * with OpenMP. This is the reference backend every test runs. This file holds memory, the GPT-2
+ * ops, the bf16 emulation and the ops table; attention is in backend_cpu_attention.c, the
+ * Llama-family ops (RMSNorm, RoPE, SwiGLU) in backend_cpu_llama.c, what they share in
+ * backend_cpu_internal.h.
  *
  * Determinism: every output element is written by exactly one thread, and every reduction runs
  * in an order fixed by the code, never by thread timing. Parameter-gradient reductions over rows
@@ -11,27 +14,15 @@
  * Threads: one OpenMP pool does everything. OpenBLAS is set to 1 thread and each GEMM is split
  * across the OpenMP threads (sgemm_par); two pools (OpenBLAS pthreads + OpenMP) busy-waiting on
  * the same cores slowed every op down several times on a 2-core machine. */
-#include "backend.h"
+#include "backend_cpu_internal.h"
 
 #include <cblas.h>
 #include <errno.h>
-#include <math.h>
-
-/* glibc's libmvec (>= 2.35) has AVX2/AVX-512 versions of these: declaring them SIMD lets the GELU,
- * softmax and attention loops vectorise without -ffast-math (10x faster GELU, measured). The
- * vector and scalar versions may round differently, but a given element of a given op always takes
- * the same path, so results stay deterministic. */
-extern float tanhf(float) __attribute__((simd("notinbranch")));
-extern float expf(float) __attribute__((simd("notinbranch")));
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define CPU_ALIGN 64
-/* channel block owned by one thread in the parameter-gradient reductions: one cache line */
-#define CH_BLOCK 16
-/* below this many elements an elementwise op runs on one thread (a fork costs more) */
-#define PAR_MIN 16384
 /* sum_squares: number of fixed partial sums (thread-count independent) */
 #define SS_PARTS 256
 
@@ -44,8 +35,6 @@ typedef struct {
     float *wide[WIDE_SLOTS];
     size_t wide_cap[WIDE_SLOTS]; /* floats */
 } CpuImpl;
-
-static inline int nthr(const Backend *b) { return b->num_threads > 0 ? b->num_threads : 1; }
 
 /* ------------------------------------------------------------------ memory */
 
@@ -107,27 +96,6 @@ static void cpu_offload_wait(Backend *b, int slot) {
 
 /* ------------------------------------------------------------------ helpers */
 
-/* dot product with 8 explicit lanes: vectorises without reassociation, fixed order. */
-static inline float dot_f(const float *restrict a, const float *restrict x, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j] * x[i + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i] * x[i];
-    return s;
-}
-
-static inline float sum_f(const float *restrict a, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[i + j];
-    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-    for (; i < n; i++) s += a[i];
-    return s;
-}
-
 /* dst[c] += column sums of src[N, ld] over rows, for c in [0, C); threads own channel blocks,
  * rows are summed in order in double: deterministic and thread-count independent. */
 static void colsum_accumulate(Backend *b, float *dst, const float *src, int N, int C, size_t ld) {
@@ -155,6 +123,10 @@ static void f32_encoder_forward(Backend *b, float *out, const int *tokens, const
         int t = bt % T;
         float *o = out + (size_t)bt * C;
         const float *we = wte + (size_t)tokens[bt] * C;
+        if (!wpe) { /* no position embedding (Llama) */
+            memcpy(o, we, (size_t)C * sizeof(float));
+            continue;
+        }
         const float *pe = wpe + (size_t)t * C;
         for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
     }
@@ -381,183 +353,6 @@ static void f32_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias
     if (dbias) colsum_accumulate(b, dbias, dout, N, OC, (size_t)ldo);
 }
 
-/* ------------------------------------------------------------------ attention */
-
-/* Flash-style, tiled: per head, a block of ATT_BQ query rows meets one tile of keys at a time,
- * and every product of the two (S = Q K^T, P V, and in backward dP = dO V^T, dV += P^T dO,
- * dK += dS^T Q, dQ += dS K) is one single-threaded cblas_sgemm on the tile, reading q/k/v and
- * writing out/dqkv in place through their leading dimensions. Scratch is a tile or two of
- * ATT_BQ x ATT_BK floats on each thread's stack; B*NH*T*T is never formed.
- * Determinism: each work item (forward: a (b, h, query block); backward: a whole (b, h)) is
- * computed by one thread with a fixed sequence of calls whose shapes depend only on (T, hs), so
- * the bits do not depend on which thread runs it, on scheduling, or on the thread count. */
-#define ATT_BQ 64 /* query rows per block */
-#define ATT_BK 64 /* keys per tile */
-
-/* how many of the keys k0..k0+nk-1 query row q may see (causal mask) */
-static inline int att_valid(int q, int k0, int nk) {
-    int v = q - k0 + 1;
-    return v < 0 ? 0 : (v > nk ? nk : v);
-}
-
-static inline float max_f(const float *restrict a, int n) {
-    float m = -INFINITY;
-#pragma omp simd reduction(max : m)
-    for (int i = 0; i < n; i++) m = a[i] > m ? a[i] : m;
-    return m;
-}
-
-/* forward of one block of nq query rows starting at i0 of head h of one sequence */
-static void att_fwd_block(float *restrict o, float *restrict lse_row, const float *base, int C,
-                          int hs, int h, int i0, int nq, float scale) {
-    size_t C3 = (size_t)3 * C;
-    float S[ATT_BQ * ATT_BK] __attribute__((aligned(64)));
-    float m[ATT_BQ], l[ATT_BQ];
-    const float *q = base + (size_t)i0 * C3 + (size_t)h * hs;
-    const float *k = base + C + (size_t)h * hs;
-    const float *v = k + C;
-    int kend = i0 + nq;
-    for (int r = 0; r < nq; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    for (int k0 = 0; k0 < kend; k0 += ATT_BK) {
-        int nk = kend - k0 < ATT_BK ? kend - k0 : ATT_BK;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q, (int)C3,
-                    k + (size_t)k0 * C3, (int)C3, 0.0f, S, ATT_BK);
-        for (int r = 0; r < nq; r++) {
-            float *s = S + (size_t)r * ATT_BK;
-            int nv = att_valid(i0 + r, k0, nk);
-            float mx = nv > 0 ? max_f(s, nv) : -INFINITY;
-            float mnew = mx > m[r] ? mx : m[r];
-            float f = 1.0f;
-            if (mnew > m[r]) {
-                f = expf(m[r] - mnew); /* exp(-inf) = 0 on the first tile */
-                m[r] = mnew;
-            }
-#pragma omp simd
-            for (int j = 0; j < nv; j++) s[j] = expf(s[j] - mnew);
-            for (int j = nv; j < nk; j++) s[j] = 0.0f;
-            l[r] = l[r] * f + sum_f(s, nk);
-            if (k0 > 0 && f != 1.0f) {
-                float *orow = o + (size_t)r * C;
-                for (int i = 0; i < hs; i++) orow[i] *= f;
-            }
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, S, ATT_BK,
-                    v + (size_t)k0 * C3, (int)C3, k0 > 0 ? 1.0f : 0.0f, o, C);
-    }
-    for (int r = 0; r < nq; r++) {
-        float inv = 1.0f / l[r];
-        float *orow = o + (size_t)r * C;
-        for (int i = 0; i < hs; i++) orow[i] *= inv;
-        lse_row[r] = m[r] + logf(l[r]);
-    }
-}
-
-static void f32_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B,
-                                  int T, int C, int NH) {
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    int nqb = (T + ATT_BQ - 1) / ATT_BQ;
-    int items = B * NH * nqb;
-    /* items run largest query block first (causal: later blocks see more keys) */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr(b)) if (items > 1 && (size_t)B * NH * T * T * hs >= PAR_MIN)
-    for (int it = 0; it < items; it++) {
-        int qb = nqb - 1 - it % nqb;
-        int u = it / nqb;
-        int h = u % NH;
-        int bb = u / NH;
-        int i0 = qb * ATT_BQ;
-        int nq = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
-        att_fwd_block(out + ((size_t)bb * T + i0) * C + (size_t)h * hs, lse + (size_t)u * T + i0,
-                      qkv + (size_t)bb * T * C3, C, hs, h, i0, nq, scale);
-    }
-}
-
-/* backward of head h of one sequence: writes (overwrites) its q, k and v columns of dqkv */
-static void att_bwd_head(float *dbase, const float *base, const float *dout, const float *lrow,
-                         const float *Drow, int T, int C, int hs, int h, float scale) {
-    size_t C3 = (size_t)3 * C;
-    float P[ATT_BQ * ATT_BK] __attribute__((aligned(64)));
-    float dS[ATT_BQ * ATT_BK] __attribute__((aligned(64)));
-    size_t hoff = (size_t)h * hs;
-    /* key tiles outer: dK, dV of a tile are finished before the next; dQ of each query block
-     * accumulates over key tiles in increasing order */
-    for (int k0 = 0; k0 < T; k0 += ATT_BK) {
-        int nk = T - k0 < ATT_BK ? T - k0 : ATT_BK;
-        const float *k = base + (size_t)k0 * C3 + C + hoff;
-        const float *v = k + C;
-        float *dk = dbase + (size_t)k0 * C3 + C + hoff;
-        float *dv = dk + C;
-        int first = 1;
-        for (int i0 = k0 / ATT_BQ * ATT_BQ; i0 < T; i0 += ATT_BQ) {
-            int nq = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
-            if (i0 + nq - 1 < k0) continue; /* no row of this block sees the tile */
-            const float *q = base + (size_t)i0 * C3 + hoff;
-            const float *dy = dout + (size_t)i0 * C + hoff;
-            float *dq = dbase + (size_t)i0 * C3 + hoff;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, scale, q, (int)C3, k,
-                        (int)C3, 0.0f, P, ATT_BK);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy, C, v,
-                        (int)C3, 0.0f, dS, ATT_BK);
-            for (int r = 0; r < nq; r++) {
-                float *p = P + (size_t)r * ATT_BK, *ds = dS + (size_t)r * ATT_BK;
-                int nv = att_valid(i0 + r, k0, nk);
-                float l = lrow[i0 + r], Dt = Drow[i0 + r];
-#pragma omp simd
-                for (int j = 0; j < nv; j++) {
-                    float pj = expf(p[j] - l);
-                    p[j] = pj;
-                    ds[j] = pj * (ds[j] - Dt) * scale;
-                }
-                for (int j = nv; j < nk; j++) {
-                    p[j] = 0.0f;
-                    ds[j] = 0.0f;
-                }
-            }
-            float beta = first ? 0.0f : 1.0f;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, P, ATT_BK, dy,
-                        C, beta, dv, (int)C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, dS, ATT_BK, q,
-                        (int)C3, beta, dk, (int)C3);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, dS, ATT_BK,
-                        k, (int)C3, k0 > 0 ? 1.0f : 0.0f, dq, (int)C3);
-            first = 0;
-        }
-    }
-}
-
-static void f32_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout,
-                                   const float *qkv, const float *out, const float *lse, int B,
-                                   int T, int C, int NH) {
-    int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    int rows = B * NH * T;
-    float *D = workspace;
-    /* D[b,h,t] = sum_i dout * out over the head's channels */
-#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)rows * hs >= PAR_MIN)
-    for (int r = 0; r < rows; r++) {
-        int t = r % T;
-        int h = (r / T) % NH;
-        int bb = r / (T * NH);
-        size_t off = ((size_t)bb * T + t) * C + (size_t)h * hs;
-        D[r] = dot_f(dout + off, out + off, hs);
-    }
-    int units = B * NH;
-    /* each (b, h) owns its head's columns of dqkv for batch b: deterministic */
-#pragma omp parallel for schedule(dynamic, 1) num_threads(nthr(b)) if (units > 1 && (size_t)rows * T * hs >= PAR_MIN)
-    for (int u = 0; u < units; u++) {
-        int h = u % NH;
-        int bb = u / NH;
-        att_bwd_head(dqkv + (size_t)bb * T * C3, qkv + (size_t)bb * T * C3,
-                     dout + (size_t)bb * T * C, lse + (size_t)u * T, D + (size_t)u * T, T, C, hs,
-                     h, scale);
-    }
-}
-
 /* ------------------------------------------------------------------ gelu, add, scale */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -716,24 +511,21 @@ static void narrow(Backend *b, uint16_t *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = gt_f32_to_bf16(src[i]);
 }
 
-/* an act_t input as fp32 (NULL stays NULL) */
-static const float *act_in(Backend *b, int slot, const act_t *x, size_t n) {
+const float *cpu_act_in(Backend *b, int slot, const act_t *x, size_t n) {
     if (b->act_dtype == GT_F32 || !x) return x;
     float *w = wide_buf(b, slot, n);
     widen(b, w, x, n);
     return w;
 }
 
-/* an act_t output as fp32; read: the op reads it too (accumulates, or works in place) */
-static float *act_out(Backend *b, int slot, act_t *x, size_t n, bool read) {
+float *cpu_act_out(Backend *b, int slot, act_t *x, size_t n, bool read) {
     if (b->act_dtype == GT_F32 || !x) return x;
     float *w = wide_buf(b, slot, n);
     if (read) widen(b, w, x, n);
     return w;
 }
 
-/* the fp32 result w of act_out back into x */
-static void act_done(Backend *b, act_t *x, const float *w, size_t n) {
+void cpu_act_done(Backend *b, act_t *x, const float *w, size_t n) {
     if (b->act_dtype == GT_F32 || !x) return;
     narrow(b, x, w, n);
 }
@@ -747,98 +539,68 @@ static void cpu_encoder_forward(Backend *b, act_t *out, const int *tokens, const
     if (b->act_dtype != GT_F32)
         for (int i = 0; i < B * T; i++)
             if (tokens[i] + 1 > V) V = tokens[i] + 1;
-    float *o = act_out(b, 0, out, BTC, false);
-    f32_encoder_forward(b, o, tokens, act_in(b, 1, wte, (size_t)V * C), act_in(b, 2, wpe, (size_t)T * C), B, T, C);
-    act_done(b, out, o, BTC);
+    float *o = cpu_act_out(b, 0, out, BTC, false);
+    f32_encoder_forward(b, o, tokens, cpu_act_in(b, 1, wte, (size_t)V * C), cpu_act_in(b, 2, wpe, (size_t)T * C), B, T, C);
+    cpu_act_done(b, out, o, BTC);
 }
 
 static void cpu_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout, const int *tokens, int B,
                                  int T, int C) {
-    f32_encoder_backward(b, dwte, dwpe, act_in(b, 0, dout, (size_t)B * T * C), tokens, B, T, C);
+    f32_encoder_backward(b, dwte, dwpe, cpu_act_in(b, 0, dout, (size_t)B * T * C), tokens, B, T, C);
 }
 
 static void cpu_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp, const act_t *w,
                                   const act_t *bias, int N, int C, float eps) {
     const size_t NC = (size_t)N * C;
-    float *o = act_out(b, 0, out, NC, false);
-    f32_layernorm_forward(b, o, mean, rstd, act_in(b, 1, inp, NC), act_in(b, 2, w, (size_t)C),
-                          act_in(b, 3, bias, (size_t)C), N, C, eps);
-    act_done(b, out, o, NC);
+    float *o = cpu_act_out(b, 0, out, NC, false);
+    f32_layernorm_forward(b, o, mean, rstd, cpu_act_in(b, 1, inp, NC), cpu_act_in(b, 2, w, (size_t)C),
+                          cpu_act_in(b, 3, bias, (size_t)C), N, C, eps);
+    cpu_act_done(b, out, o, NC);
 }
 
 static void cpu_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                                    const act_t *inp, const act_t *w, const float *mean, const float *rstd, int N,
                                    int C) {
     const size_t NC = (size_t)N * C;
-    float *di = act_out(b, 0, dinp, NC, true);
-    f32_layernorm_backward(b, di, dw, dbias, act_in(b, 1, dout, NC), act_in(b, 2, inp, NC),
-                           act_in(b, 3, w, (size_t)C), mean, rstd, N, C);
-    act_done(b, dinp, di, NC);
+    float *di = cpu_act_out(b, 0, dinp, NC, true);
+    f32_layernorm_backward(b, di, dw, dbias, cpu_act_in(b, 1, dout, NC), cpu_act_in(b, 2, inp, NC),
+                           cpu_act_in(b, 3, w, (size_t)C), mean, rstd, N, C);
+    cpu_act_done(b, dinp, di, NC);
 }
 
 /* strided act tensors are widened and rounded whole, padding included (it is unspecified) */
 static void cpu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w, const act_t *bias, int N,
                                int C, int OC, int ldo) {
-    float *o = act_out(b, 0, out, (size_t)N * ldo, false);
-    f32_matmul_forward(b, o, act_in(b, 1, inp, (size_t)N * C), act_in(b, 2, w, (size_t)OC * C),
-                       act_in(b, 3, bias, (size_t)OC), N, C, OC, ldo);
-    act_done(b, out, o, (size_t)N * ldo);
+    float *o = cpu_act_out(b, 0, out, (size_t)N * ldo, false);
+    f32_matmul_forward(b, o, cpu_act_in(b, 1, inp, (size_t)N * C), cpu_act_in(b, 2, w, (size_t)OC * C),
+                       cpu_act_in(b, 3, bias, (size_t)OC), N, C, OC, ldo);
+    cpu_act_done(b, out, o, (size_t)N * ldo);
 }
 
 static void cpu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                                 const act_t *inp, const act_t *w, int N, int C, int OC, int ldo) {
-    float *di = act_out(b, 0, dinp, (size_t)N * C, false);
-    f32_matmul_backward(b, di, dw, dbias, act_in(b, 1, dout, (size_t)N * ldo), act_in(b, 2, inp, (size_t)N * C),
-                        act_in(b, 3, w, (size_t)OC * C), N, C, OC, ldo);
-    act_done(b, dinp, di, (size_t)N * C);
-}
-
-/* until grouped-query heads and the sliding window are in: plain multi-head only */
-static void cpu_attention_check(int NH, int NKV, int window) {
-    if (NKV != NH || window != 0) {
-        fprintf(stderr, "attention: grouped-query heads / sliding window not implemented on the CPU yet\n");
-        exit(GT_EXIT_FAILURE);
-    }
-}
-
-static void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T, int NH,
-                                  int NKV, int hd, int window) {
-    cpu_attention_check(NH, NKV, window);
-    const int C = NH * hd;
-    const size_t BTC = (size_t)B * T * C;
-    float *o = act_out(b, 0, out, BTC, false);
-    f32_attention_forward(b, o, lse, act_in(b, 1, qkv, 3 * BTC), B, T, C, NH);
-    act_done(b, out, o, BTC);
-}
-
-static void cpu_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout, const act_t *qkv,
-                                   const act_t *out, const float *lse, int B, int T, int NH, int NKV, int hd,
-                                   int window) {
-    cpu_attention_check(NH, NKV, window);
-    const int C = NH * hd;
-    const size_t BTC = (size_t)B * T * C;
-    float *dq = act_out(b, 0, dqkv, 3 * BTC, false);
-    f32_attention_backward(b, dq, workspace, act_in(b, 1, dout, BTC), act_in(b, 2, qkv, 3 * BTC),
-                           act_in(b, 3, out, BTC), lse, B, T, C, NH);
-    act_done(b, dqkv, dq, 3 * BTC);
+    float *di = cpu_act_out(b, 0, dinp, (size_t)N * C, false);
+    f32_matmul_backward(b, di, dw, dbias, cpu_act_in(b, 1, dout, (size_t)N * ldo), cpu_act_in(b, 2, inp, (size_t)N * C),
+                        cpu_act_in(b, 3, w, (size_t)OC * C), N, C, OC, ldo);
+    cpu_act_done(b, dinp, di, (size_t)N * C);
 }
 
 static void cpu_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n) {
-    float *o = act_out(b, 0, out, n, false);
-    f32_gelu_forward(b, o, act_in(b, 1, inp, n), n);
-    act_done(b, out, o, n);
+    float *o = cpu_act_out(b, 0, out, n, false);
+    f32_gelu_forward(b, o, cpu_act_in(b, 1, inp, n), n);
+    cpu_act_done(b, out, o, n);
 }
 
 static void cpu_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n) {
-    float *di = act_out(b, 0, dinp, n, false);
-    f32_gelu_backward(b, di, act_in(b, 1, inp, n), act_in(b, 2, dout, n), n);
-    act_done(b, dinp, di, n);
+    float *di = cpu_act_out(b, 0, dinp, n, false);
+    f32_gelu_backward(b, di, cpu_act_in(b, 1, inp, n), cpu_act_in(b, 2, dout, n), n);
+    cpu_act_done(b, dinp, di, n);
 }
 
 static void cpu_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
-    float *o = act_out(b, 0, out, n, false);
-    f32_add(b, o, act_in(b, 1, x, n), act_in(b, 2, y, n), n);
-    act_done(b, out, o, n);
+    float *o = cpu_act_out(b, 0, out, n, false);
+    f32_add(b, o, cpu_act_in(b, 1, x, n), cpu_act_in(b, 2, y, n), n);
+    cpu_act_done(b, out, o, n);
 }
 
 /* fused: widen x and y once, add and layernorm per row (res rounded to bf16 first under bf16),
@@ -847,13 +609,13 @@ static void cpu_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, f
                                            const act_t *x, const act_t *y, const act_t *w, const act_t *bias,
                                            int N, int C, float eps) {
     const size_t NC = (size_t)N * C;
-    const float *xw = act_in(b, 1, x, NC), *yw = act_in(b, 2, y, NC);
-    const float *ww = act_in(b, 3, w, (size_t)C), *bw = act_in(b, 4, bias, (size_t)C);
-    float *r = act_out(b, 0, res, NC, false);
-    float *o = act_out(b, 5, out, NC, false);
+    const float *xw = cpu_act_in(b, 1, x, NC), *yw = cpu_act_in(b, 2, y, NC);
+    const float *ww = cpu_act_in(b, 3, w, (size_t)C), *bw = cpu_act_in(b, 4, bias, (size_t)C);
+    float *r = cpu_act_out(b, 0, res, NC, false);
+    float *o = cpu_act_out(b, 5, out, NC, false);
     f32_residual_layernorm_forward(b, r, o, mean, rstd, xw, yw, ww, bw, N, C, eps, b->act_dtype == GT_BF16);
-    act_done(b, res, r, NC);
-    act_done(b, out, o, NC);
+    cpu_act_done(b, res, r, NC);
+    cpu_act_done(b, out, o, NC);
 }
 
 /* the composition of the two ops: pre (rounded once under bf16) is what the gelu reads */
@@ -866,9 +628,9 @@ static void cpu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, con
 static void cpu_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                              float dloss_scale, int compute_grad) {
     const size_t NV = (size_t)N * ld;
-    float *x = act_out(b, 0, logits, NV, true);
+    float *x = cpu_act_out(b, 0, logits, NV, true);
     f32_crossentropy(b, losses, x, targets, N, V, ld, dloss_scale, compute_grad);
-    if (compute_grad) act_done(b, logits, x, NV);
+    if (compute_grad) cpu_act_done(b, logits, x, NV);
 }
 
 static void cpu_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
@@ -923,6 +685,13 @@ static const BackendOps k_cpu_ops = {
     .add = cpu_add,
     .residual_layernorm_forward = cpu_residual_layernorm_forward,
     .matmul_gelu_forward = cpu_matmul_gelu_forward,
+    .rmsnorm_forward = cpu_rmsnorm_forward,
+    .rmsnorm_backward = cpu_rmsnorm_backward,
+    .residual_rmsnorm_forward = cpu_residual_rmsnorm_forward,
+    .rope_forward = cpu_rope_forward,
+    .rope_backward = cpu_rope_backward,
+    .swiglu_forward = cpu_swiglu_forward,
+    .swiglu_backward = cpu_swiglu_backward,
     .crossentropy = cpu_crossentropy,
     .adamw = cpu_adamw,
     .sum_squares = cpu_sum_squares,

@@ -10,7 +10,7 @@ void ref_encoder_forward(double *out, const int *tokens, const double *wte, cons
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++)
             for (int c = 0; c < C; c++)
-                out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + wpe[t * C + c];
+                out[(b * T + t) * C + c] = wte[tokens[b * T + t] * C + c] + (wpe ? wpe[t * C + c] : 0.0);
 }
 
 void ref_encoder_backward(double *dwte, double *dwpe, const double *dout, const int *tokens, int B,
@@ -20,7 +20,7 @@ void ref_encoder_backward(double *dwte, double *dwpe, const double *dout, const 
             for (int c = 0; c < C; c++) {
                 double g = dout[(b * T + t) * C + c];
                 dwte[tokens[b * T + t] * C + c] += g;
-                dwpe[t * C + c] += g;
+                if (dwpe) dwpe[t * C + c] += g;
             }
 }
 
@@ -108,77 +108,92 @@ void ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *
         }
 }
 
-/* att[t][t2] for one (b, h), t2 <= t; zero above the diagonal. Also returns the scores' lse. */
-static void att_matrix(double *att, double *lse, const double *qkv, int b, int h, int T, int C,
-                       int NH) {
-    int hs = C / NH;
-    double scale = 1.0 / sqrt((double)hs);
+/* Attention with grouped-query heads and a sliding window. qkv rows: [NH q | NKV k | NKV v] heads
+ * of hd each; query head h reads kv head h / (NH / NKV). */
+typedef struct {
+    int B, T, NH, NKV, hd, window;
+} AttShape;
+
+static size_t qkv_at(const AttShape *s, int b, int t, int which, int head) { /* which: 0 q, 1 k, 2 v */
+    size_t R = (size_t)(s->NH + 2 * s->NKV) * s->hd;
+    int col_head = which == 0 ? head : which == 1 ? s->NH + head : s->NH + s->NKV + head;
+    return ((size_t)b * s->T + t) * R + (size_t)col_head * s->hd;
+}
+static size_t out_at(const AttShape *s, int b, int t, int h) {
+    return ((size_t)b * s->T + t) * s->NH * s->hd + (size_t)h * s->hd;
+}
+/* key j is visible to query t: causal, and within the window (t - j < window) when there is one */
+static int att_sees(const AttShape *s, int t, int j) { return j <= t && (s->window <= 0 || t - j < s->window); }
+
+/* att[t][j] for one (b, h), zero where query t does not see key j. Also returns the scores' lse. */
+static void att_matrix(double *att, double *lse, const double *qkv, int b, int h, const AttShape *s) {
+    int T = s->T, hd = s->hd, g = h / (s->NH / s->NKV);
+    double scale = 1.0 / sqrt((double)hd);
     for (int t = 0; t < T; t++) {
-        const double *q = qkv + (b * T + t) * 3 * C + h * hs;
+        const double *q = qkv + qkv_at(s, b, t, 0, h);
         double mx = -INFINITY;
-        for (int t2 = 0; t2 < T; t2++) {
-            double s = 0.0;
-            if (t2 <= t) {
-                const double *k = qkv + (b * T + t2) * 3 * C + C + h * hs;
-                for (int i = 0; i < hs; i++) s += q[i] * k[i];
-                s *= scale;
-                if (s > mx) mx = s;
+        for (int j = 0; j < T; j++) {
+            double sc = 0.0;
+            if (att_sees(s, t, j)) {
+                const double *k = qkv + qkv_at(s, b, j, 1, g);
+                for (int i = 0; i < hd; i++) sc += q[i] * k[i];
+                sc *= scale;
+                if (sc > mx) mx = sc;
             }
-            att[t * T + t2] = s;
+            att[t * T + j] = sc;
         }
         double sum = 0.0;
-        for (int t2 = 0; t2 <= t; t2++) sum += exp(att[t * T + t2] - mx);
-        for (int t2 = 0; t2 < T; t2++)
-            att[t * T + t2] = t2 <= t ? exp(att[t * T + t2] - mx) / sum : 0.0;
-        if (lse) lse[(b * NH + h) * T + t] = mx + log(sum);
+        for (int j = 0; j < T; j++)
+            if (att_sees(s, t, j)) sum += exp(att[t * T + j] - mx);
+        for (int j = 0; j < T; j++) att[t * T + j] = att_sees(s, t, j) ? exp(att[t * T + j] - mx) / sum : 0.0;
+        if (lse) lse[((size_t)b * s->NH + h) * T + t] = mx + log(sum);
     }
 }
 
-void ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C,
-                           int NH) {
-    int hs = C / NH;
+void ref_attention_gqa_forward(double *out, double *lse, const double *qkv, int B, int T, int NH, int NKV, int hd,
+                               int window) {
+    AttShape s = {B, T, NH, NKV, hd, window};
     double *att = malloc(sizeof(double) * (size_t)T * T);
     if (!att) abort();
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            att_matrix(att, lse, qkv, b, h, T, C, NH);
+            int g = h / (NH / NKV);
+            att_matrix(att, lse, qkv, b, h, &s);
             for (int t = 0; t < T; t++)
-                for (int i = 0; i < hs; i++) {
-                    double s = 0.0;
-                    for (int t2 = 0; t2 < T; t2++)
-                        s += att[t * T + t2] * qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
-                    out[(b * T + t) * C + h * hs + i] = s;
+                for (int i = 0; i < hd; i++) {
+                    double sum = 0.0;
+                    for (int j = 0; j < T; j++) sum += att[t * T + j] * qkv[qkv_at(&s, b, j, 2, g) + i];
+                    out[out_at(&s, b, t, h) + i] = sum;
                 }
         }
     free(att);
 }
 
-void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out,
-                            int B, int T, int C, int NH) {
-    int hs = C / NH;
-    double scale = 1.0 / sqrt((double)hs);
+void ref_attention_gqa_backward(double *dqkv, const double *dout, const double *qkv, const double *out, int B, int T,
+                                int NH, int NKV, int hd, int window) {
+    AttShape s = {B, T, NH, NKV, hd, window};
+    double scale = 1.0 / sqrt((double)hd);
     double *att = malloc(sizeof(double) * (size_t)T * T);
     double *datt = malloc(sizeof(double) * (size_t)T * T);
     double *dpre = malloc(sizeof(double) * (size_t)T * T);
     if (!att || !datt || !dpre) abort();
-    memset(dqkv, 0, sizeof(double) * (size_t)B * T * 3 * C);
+    memset(dqkv, 0, sizeof(double) * (size_t)B * T * (NH + 2 * NKV) * hd);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            att_matrix(att, NULL, qkv, b, h, T, C, NH);
-            /* out = att @ v: datt = dout @ v^T, dv = att^T @ dout */
+            int g = h / (NH / NKV); /* dk, dv of kv head g gather every query head of its group */
+            att_matrix(att, NULL, qkv, b, h, &s);
+            /* out = att @ v: datt = dout @ v^T, dv += att^T @ dout */
             for (int t = 0; t < T; t++)
-                for (int t2 = 0; t2 < T; t2++) {
-                    double s = 0.0;
-                    for (int i = 0; i < hs; i++)
-                        s += dout[(b * T + t) * C + h * hs + i] *
-                             qkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i];
-                    datt[t * T + t2] = s;
+                for (int j = 0; j < T; j++) {
+                    double sum = 0.0;
+                    for (int i = 0; i < hd; i++) sum += dout[out_at(&s, b, t, h) + i] * qkv[qkv_at(&s, b, j, 2, g) + i];
+                    datt[t * T + j] = sum;
                 }
-            for (int t2 = 0; t2 < T; t2++)
-                for (int i = 0; i < hs; i++) {
-                    double s = 0.0;
-                    for (int t = 0; t < T; t++) s += att[t * T + t2] * dout[(b * T + t) * C + h * hs + i];
-                    dqkv[(b * T + t2) * 3 * C + 2 * C + h * hs + i] = s;
+            for (int j = 0; j < T; j++)
+                for (int i = 0; i < hd; i++) {
+                    double sum = 0.0;
+                    for (int t = 0; t < T; t++) sum += att[t * T + j] * dout[out_at(&s, b, t, h) + i];
+                    dqkv[qkv_at(&s, b, j, 2, g) + i] += sum;
                 }
             /* softmax Jacobian: dpre[t][j] = sum_k datt[t][k] * att[t][k] * (delta_jk - att[t][j])
              *                             = att[t][j] * (datt[t][j] - D[t]),
@@ -186,24 +201,34 @@ void ref_attention_backward(double *dqkv, const double *dout, const double *qkv,
             for (int t = 0; t < T; t++) {
                 double D = 0.0;
                 if (out)
-                    for (int i = 0; i < hs; i++) D += dout[(b * T + t) * C + h * hs + i] * out[(b * T + t) * C + h * hs + i];
+                    for (int i = 0; i < hd; i++) D += dout[out_at(&s, b, t, h) + i] * out[out_at(&s, b, t, h) + i];
                 else
                     for (int k = 0; k < T; k++) D += datt[t * T + k] * att[t * T + k];
-                for (int j = 0; j < T; j++) dpre[t * T + j] = j <= t ? att[t * T + j] * (datt[t * T + j] - D) : 0.0;
+                for (int j = 0; j < T; j++) dpre[t * T + j] = att_sees(&s, t, j) ? att[t * T + j] * (datt[t * T + j] - D) : 0.0;
             }
             /* pre = scale * q @ k^T */
             for (int t = 0; t < T; t++)
-                for (int t2 = 0; t2 <= t; t2++) {
-                    double g = dpre[t * T + t2] * scale;
-                    for (int i = 0; i < hs; i++) {
-                        dqkv[(b * T + t) * 3 * C + h * hs + i] += g * qkv[(b * T + t2) * 3 * C + C + h * hs + i];
-                        dqkv[(b * T + t2) * 3 * C + C + h * hs + i] += g * qkv[(b * T + t) * 3 * C + h * hs + i];
+                for (int j = 0; j < T; j++) {
+                    if (!att_sees(&s, t, j)) continue;
+                    double gr = dpre[t * T + j] * scale;
+                    for (int i = 0; i < hd; i++) {
+                        dqkv[qkv_at(&s, b, t, 0, h) + i] += gr * qkv[qkv_at(&s, b, j, 1, g) + i];
+                        dqkv[qkv_at(&s, b, j, 1, g) + i] += gr * qkv[qkv_at(&s, b, t, 0, h) + i];
                     }
                 }
         }
     free(att);
     free(datt);
     free(dpre);
+}
+
+void ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C, int NH) {
+    ref_attention_gqa_forward(out, lse, qkv, B, T, NH, NH, C / NH, 0);
+}
+
+void ref_attention_backward(double *dqkv, const double *dout, const double *qkv, const double *out, int B, int T,
+                            int C, int NH) {
+    ref_attention_gqa_backward(dqkv, dout, qkv, out, B, T, NH, NH, C / NH, 0);
 }
 
 static const double k_gelu_k = 0.79788456080286535588; /* sqrt(2/pi) */

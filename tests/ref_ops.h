@@ -9,6 +9,7 @@
 
 #include <stddef.h>
 
+/* wpe / dwpe may be NULL (no position embedding, as Llama) */
 void ref_encoder_forward(double *out, const int *tokens, const double *wte, const double *wpe,
                          int B, int T, int C);
 void ref_encoder_backward(double *dwte, double *dwpe, const double *dout, const int *tokens, int B,
@@ -27,7 +28,18 @@ void ref_matmul_forward(double *out, const double *inp, const double *w, const d
 void ref_matmul_backward(double *dinp, double *dw, double *dbias, const double *dout,
                          const double *inp, const double *w, int N, int C, int OC);
 
-/* lse may be NULL */
+/* Causal attention with grouped-query heads and a sliding window (backend.h's contract):
+ * qkv[B,T,(NH+2*NKV)*hd], out[B,T,NH*hd], lse[B,NH,T] (may be NULL); query head h reads kv head
+ * h / (NH/NKV); window > 0: query t sees keys j with t - j < window, 0: all j <= t. The T x T
+ * scores of each head are materialised. */
+void ref_attention_gqa_forward(double *out, double *lse, const double *qkv, int B, int T, int NH, int NKV, int hd,
+                               int window);
+/* dqkv overwritten (dK, dV of a kv head summed over its query heads); out as for
+ * ref_attention_backward below */
+void ref_attention_gqa_backward(double *dqkv, const double *dout, const double *qkv, const double *out, int B, int T,
+                                int NH, int NKV, int hd, int window);
+
+/* plain multi-head (GPT-2): the above with NKV = NH, hd = C / NH, no window. lse may be NULL */
 void ref_attention_forward(double *out, double *lse, const double *qkv, int B, int T, int C,
                            int NH);
 /* dqkv overwritten. out: the forward output as the op under test holds it (bf16-rounded under

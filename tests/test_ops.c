@@ -32,175 +32,9 @@
 
 #include "backend.h"
 #include "blas_setup.h"
+#include "ops_fixture.h"
 #include "ref_ops.h"
 #include "test_backend_select.h"
-
-#define TOL 1e-5     /* backend fp32 vs double reference, see above */
-#define TOL_BF16 1e-2 /* a bf16 (act dtype) output vs double reference */
-#define FD_TOL 1e-6  /* double reference backward vs central differences (h = 1e-5) */
-#define FD_H 1e-5
-
-/* ------------------------------------------------------------------ fixture */
-
-#define FX_MAX 64
-typedef struct {
-    Backend *be;
-    GtDtype act;   /* the backend's act dtype for this test */
-    double act_tol; /* bound for act-typed outputs */
-    void *dev[FX_MAX];
-    int ndev;
-    void *host[FX_MAX];
-    int nhost;
-} Fx;
-
-static void fx_open_as(Fx *fx, GtDtype act) {
-    memset(fx, 0, sizeof *fx);
-    fx->be = test_backend_open();
-    fx->act = act;
-    fx->act_tol = act == GT_BF16 ? TOL_BF16 : TOL;
-    backend_set_act_dtype(fx->be, act);
-}
-static void fx_open(Fx *fx) { fx_open_as(fx, GT_F32); }
-
-static void fx_close(Fx *fx) {
-    for (int i = 0; i < fx->ndev; i++) fx->be->ops->dev_free(fx->be, fx->dev[i]);
-    for (int i = 0; i < fx->nhost; i++) free(fx->host[i]);
-    backend_close(fx->be);
-    memset(fx, 0, sizeof *fx);
-}
-
-static void *hmem(Fx *fx, size_t bytes) {
-    cr_assert_lt(fx->nhost, FX_MAX, "test fixture: too many host buffers");
-    void *p = calloc(1, bytes ? bytes : 1);
-    cr_assert_not_null(p, "out of host memory (%zu bytes)", bytes);
-    fx->host[fx->nhost++] = p;
-    return p;
-}
-static float *hf(Fx *fx, size_t n) { return hmem(fx, n * sizeof(float)); }
-static double *hd(Fx *fx, size_t n) { return hmem(fx, n * sizeof(double)); }
-
-static void *dmem(Fx *fx, size_t bytes) {
-    cr_assert_lt(fx->ndev, FX_MAX, "test fixture: too many device buffers");
-    void *p = fx->be->ops->dev_alloc(fx->be, bytes ? bytes : 4);
-    cr_assert_not_null(p, "out of device memory (%zu bytes)", bytes);
-    fx->dev[fx->ndev++] = p;
-    return p;
-}
-
-static void up(Fx *fx, void *dev, const void *host, size_t bytes) {
-    GtError err = {0};
-    cr_assert_eq(fx->be->ops->to_device(fx->be, dev, host, bytes, &err), 0, "to_device: %s", err.msg);
-}
-static void down(Fx *fx, void *host, const void *dev, size_t bytes) {
-    GtError err = {0};
-    cr_assert_eq(fx->be->ops->to_host(fx->be, host, dev, bytes, &err), 0, "to_host: %s", err.msg);
-}
-
-/* device copy of host floats */
-static float *dup_f(Fx *fx, const float *h, size_t n) {
-    float *d = dmem(fx, n * sizeof(float));
-    up(fx, d, h, n * sizeof(float));
-    return d;
-}
-static int *dup_i(Fx *fx, const int *h, size_t n) {
-    int *d = dmem(fx, n * sizeof(int));
-    up(fx, d, h, n * sizeof(int));
-    return d;
-}
-/* fetch n floats from the device into a fresh host buffer */
-static float *get_f(Fx *fx, const float *d, size_t n) {
-    float *h = hf(fx, n);
-    down(fx, h, d, n * sizeof(float));
-    return h;
-}
-
-/* act-typed tensors: host values are floats (already representable in the act dtype, see
- * rand_a); on the device they are stored in fx->act */
-static void *dup_a(Fx *fx, const float *h, size_t n) {
-    if (fx->act == GT_F32) return dup_f(fx, h, n);
-    uint16_t *b = malloc(n * sizeof(uint16_t) + 2);
-    cr_assert_not_null(b);
-    for (size_t i = 0; i < n; i++) b[i] = gt_f32_to_bf16(h[i]);
-    void *d = dmem(fx, n * sizeof(uint16_t));
-    up(fx, d, b, n * sizeof(uint16_t));
-    free(b);
-    return d;
-}
-/* n NaNs on the device: fp32 (dnan) or in the act dtype (dnan_a) */
-static void *dnan_as(Fx *fx, size_t n, bool act) {
-    float *h = malloc(n * sizeof(float) + 1);
-    cr_assert_not_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    void *d = act ? dup_a(fx, h, n) : dup_f(fx, h, n);
-    free(h);
-    return d;
-}
-static float *dnan(Fx *fx, size_t n) { return dnan_as(fx, n, false); }
-static void *dnan_a(Fx *fx, size_t n) { return dnan_as(fx, n, true); }
-static float *get_a(Fx *fx, const void *d, size_t n) {
-    float *h = hf(fx, n);
-    GtError err = {0};
-    cr_assert_eq(backend_act_to_host_f32(fx->be, h, d, n, &err), 0, "%s", err.msg);
-    return h;
-}
-
-/* ------------------------------------------------------------------ data */
-
-typedef struct {
-    uint64_t s;
-} Rng;
-
-static uint64_t rng_next(Rng *r) {
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rng_uniform(Rng *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
-static float rng_f(Rng *r, float lo, float hi) { return lo + (hi - lo) * (float)rng_uniform(r); }
-
-static float *rand_f(Fx *fx, Rng *r, size_t n, float lo, float hi) {
-    float *h = hf(fx, n);
-    for (size_t i = 0; i < n; i++) h[i] = rng_f(r, lo, hi);
-    return h;
-}
-/* random values representable in the act dtype (rounded to bf16 under bf16) */
-static float *rand_a(Fx *fx, Rng *r, size_t n, float lo, float hi) {
-    float *h = rand_f(fx, r, n, lo, hi);
-    if (fx->act == GT_BF16)
-        for (size_t i = 0; i < n; i++) h[i] = gt_bf16_to_f32(gt_f32_to_bf16(h[i]));
-    return h;
-}
-static int *rand_i(Fx *fx, Rng *r, size_t n, int hi) {
-    int *h = hmem(fx, n * sizeof(int));
-    for (size_t i = 0; i < n; i++) h[i] = (int)(rng_next(r) % (uint64_t)hi);
-    return h;
-}
-static double *to_d(Fx *fx, const float *f, size_t n) {
-    double *d = hd(fx, n);
-    for (size_t i = 0; i < n; i++) d[i] = f[i];
-    return d;
-}
-
-/* max|a-b| / max(max|b|, 1e-6); infinite when a holds a NaN/Inf */
-static double rel_err(const float *a, const double *b, size_t n) {
-    double num = 0.0, den = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i])) return INFINITY;
-        double d = fabs((double)a[i] - b[i]);
-        if (d > num) num = d;
-        if (fabs(b[i]) > den) den = fabs(b[i]);
-    }
-    return num / den;
-}
-#define CHECK_TOL(tol, what, a, b, n, fmt, ...)                                                           \
-    do {                                                                                                  \
-        double e_ = rel_err((a), (b), (n)), t_ = (tol);                                                   \
-        cr_expect_leq(e_, t_, "%s: rel err %.3g > %.1g (" fmt ")", what, e_, t_, __VA_ARGS__);            \
-    } while (0)
-/* an fp32 output; an act-typed output (fx in scope) */
-#define CHECK(what, a, b, n, fmt, ...) CHECK_TOL(TOL, what, a, b, n, fmt, __VA_ARGS__)
-#define CHECK_A(what, a, b, n, fmt, ...) CHECK_TOL(fx.act_tol, what, a, b, n, fmt, __VA_ARGS__)
 
 /* ------------------------------------------------------------------ encoder */
 
@@ -368,50 +202,9 @@ Test(ops_bf16, matmul) { matmul_cases(GT_BF16); }
 
 /* ------------------------------------------------------------------ attention */
 
-/* ramp: keys grow along the sequence, so later key tiles hold the row's max and the online
- * softmax must rescale what it accumulated. The keys' scale goes as 8 / hs (exactly 1 at
- * hs = 8): the largest scores, about 110 at hs = 8 and 40 at hs = 64, keep rows peaked, while
- * their fp32 rounding error (which exp turns into a relative error of P, and which grows with
- * the score and with hs) stays within the fp32 bound. */
+/* the plain multi-head case of the shared check (ops_fixture.c) */
 static void check_attention(GtDtype act, int B, int T, int C, int NH, bool ramp, uint64_t seed) {
-    Fx fx;
-    fx_open_as(&fx, act);
-    Rng r = {seed};
-    size_t n3 = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nl = (size_t)B * NH * T;
-    /* spread of +-2 gives peaked and flat softmax rows alike */
-    float *qkv = rand_a(&fx, &r, n3, -2, 2), *dout = rand_a(&fx, &r, nout, -1, 1);
-    float ramp_amp = 40.0f * 8.0f / (float)(C / NH);
-    if (ramp)
-        for (int b = 0; b < B; b++)
-            for (int t = 0; t < T; t++)
-                for (int c = 0; c < C; c++) {
-                    float f = (float)t / (float)T;
-                    qkv[((size_t)b * T + t) * 3 * C + c] = rng_f(&r, 0.5f, 1.5f);
-                    qkv[((size_t)b * T + t) * 3 * C + C + c] = ramp_amp * f * f * f * rng_f(&r, 0.5f, 1.5f);
-                }
-    if (act == GT_BF16) /* the ramp's values too must be bf16 values */
-        for (size_t i = 0; i < n3; i++) qkv[i] = gt_bf16_to_f32(gt_f32_to_bf16(qkv[i]));
-
-    void *d_qkv = dup_a(&fx, qkv, n3), *d_out = dnan_a(&fx, nout);
-    float *d_lse = dnan(&fx, nl);
-    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
-    void *d_dqkv = dnan_a(&fx, n3);
-    float *d_ws = dnan(&fx, nl);
-    fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse,
-                                   B, T, NH, NH, C / NH, 0);
-
-    double *rqkv = to_d(&fx, qkv, n3), *ro = hd(&fx, nout), *rl = hd(&fx, nl), *rd = hd(&fx, n3);
-    ref_attention_forward(ro, rl, rqkv, B, T, C, NH);
-    /* The backward's D = dout . out enters as datt - D, which nearly cancels on peaked rows (the
-     * ramp), amplifying any error in out. bf16: the reference takes D from the rounded out the op
-     * was given (the op cannot know better); fp32: the exact D, as the fp32 out is within 2^-24. */
-    const double *out_given = act == GT_BF16 ? to_d(&fx, get_a(&fx, d_out, nout), nout) : NULL;
-    ref_attention_backward(rd, to_d(&fx, dout, nout), rqkv, out_given, B, T, C, NH);
-
-    CHECK_A("attention out", get_a(&fx, d_out, nout), ro, nout, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK("attention lse", get_f(&fx, d_lse, nl), rl, nl, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    CHECK_A("attention dqkv", get_a(&fx, d_dqkv, n3), rd, n3, "B=%d T=%d C=%d NH=%d", B, T, C, NH);
-    fx_close(&fx);
+    check_attention_gqa(act, (AttCase){B, T, NH, NH, C / NH, 0}, ramp, seed);
 }
 
 static void attention_cases(GtDtype act) {
@@ -514,13 +307,6 @@ Test(ops_bf16, add_to_act) {
 }
 
 /* ------------------------------------------------------------------ fused forward ops */
-
-/* raw bytes of a device buffer (for bit-identity checks) */
-static void *get_raw(Fx *fx, const void *d, size_t bytes) {
-    void *h = hmem(fx, bytes);
-    down(fx, h, d, bytes);
-    return h;
-}
 
 /* alias: 0 res is its own buffer, 1 res aliases x, 2 res aliases y */
 static void check_residual_layernorm(GtDtype act, int N, int C, int alias, uint64_t seed) {
@@ -853,40 +639,6 @@ Test(ops, deterministic) {
 }
 
 /* ------------------------------------------------------------------ the reference vs finite differences */
-
-/* Checks grad (analytic, from the reference backward) against central differences of loss()
- * with respect to each element of x. */
-typedef double (*LossFn)(void *ctx);
-
-static double fd_check(double *x, size_t n, const double *grad, LossFn loss, void *ctx) {
-    double num = 0.0, den = 1e-6;
-    for (size_t i = 0; i < n; i++) {
-        double x0 = x[i];
-        x[i] = x0 + FD_H;
-        double lp = loss(ctx);
-        x[i] = x0 - FD_H;
-        double lm = loss(ctx);
-        x[i] = x0;
-        double fd = (lp - lm) / (2 * FD_H);
-        if (fabs(fd - grad[i]) > num) num = fabs(fd - grad[i]);
-        if (fabs(grad[i]) > den) den = fabs(grad[i]);
-    }
-    return num / den;
-}
-
-static double dotd(const double *a, const double *b, size_t n) {
-    double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static double *rand_d(Fx *fx, Rng *r, size_t n, double lo, double hi) {
-    double *d = hd(fx, n);
-    for (size_t i = 0; i < n; i++) d[i] = lo + (hi - lo) * rng_uniform(r);
-    return d;
-}
-
-#define FD_EXPECT(what, e) cr_expect_leq((e), FD_TOL, "%s: reference vs finite differences %.3g", what, (e))
 
 typedef struct {
     double *inp, *w, *bias, *dout, *out;
