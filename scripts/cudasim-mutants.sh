@@ -30,6 +30,8 @@ transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N,
 offload_compute_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->compute, im->done[slot & 1], 0));\n||@(cuda|recompute)/*
 offload_copy_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->copy, im->ready[slot], 0));\n||@(cuda|recompute)/*
 allreduce_skips_compute_wait|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->stream, c->ready, 0));\n||@(nccl|dist_e2e)/*
+gqa_kv_head_mapping|cuda/cuda_common.cuh|    return h / (NH / NKV);|    return h % NKV;|@(ops_llama|ops_llama_bf16|cuda)/*
+sliding_window_off_by_one|cuda/cuda_common.cuh|    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;|    return window > 0 && t - window > 0 ? t - window : 0;|@(ops_llama|ops_llama_bf16|cuda)/*
 EOF
 }
 
