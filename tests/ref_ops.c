@@ -204,7 +204,8 @@ void ref_attention_gqa_backward(double *dqkv, const double *dout, const double *
                     for (int i = 0; i < hd; i++) D += dout[out_at(&s, b, t, h) + i] * out[out_at(&s, b, t, h) + i];
                 else
                     for (int k = 0; k < T; k++) D += datt[t * T + k] * att[t * T + k];
-                for (int j = 0; j < T; j++) dpre[t * T + j] = att_sees(&s, t, j) ? att[t * T + j] * (datt[t * T + j] - D) : 0.0;
+                for (int j = 0; j < T; j++)
+                    dpre[t * T + j] = att_sees(&s, t, j) ? att[t * T + j] * (datt[t * T + j] - D) : 0.0;
             }
             /* pre = scale * q @ k^T */
             for (int t = 0; t < T; t++)

@@ -9,10 +9,11 @@
  * backend leaves NULL skips its test), outputs poisoned with NaN, the rel error metric with
  * TOL = 1e-5 for fp32 outputs and TOL_BF16 = 1e-2 for act outputs under bf16 (suite
  * ops_llama_bf16), where the act inputs are drawn as bf16 values so the reference sees what the
- * op sees. rope is also checked bit for bit against its formula in plain fp32 (each product
- * rounded, no fused multiply-add): backend.h defines it that way, so every backend gives the same
- * bits. Shapes are small (the CUDA simulator runs these too, test_on_cudasim() shrinks the one
- * large case). */
+ * op sees. rope is also checked bit for bit against backend.h's formula evaluated in plain fp32
+ * (each product rounded, then the sum; no fused multiply-add), which the CPU backend computes and
+ * a CUDA kernel can match (__fmul_rn / __fadd_rn, see backend_cpu_llama.c): one rotation, the
+ * same bits on every backend. Shapes are small (the CUDA simulator runs these too;
+ * test_on_cudasim() shortens the two head-size-128 attention cases). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -472,7 +473,8 @@ Test(ops_llama, reference_rmsnorm) {
     Rng r = {170};
     int N = 3, C = 7;
     size_t NC = (size_t)N * C;
-    RowCtx c = {rand_d(&fx, &r, NC, -2, 2), rand_d(&fx, &r, C, 0.5, 1.5), rand_d(&fx, &r, NC, -1, 1), hd(&fx, NC), N, C};
+    RowCtx c = {rand_d(&fx, &r, NC, -2, 2), rand_d(&fx, &r, C, 0.5, 1.5), rand_d(&fx, &r, NC, -1, 1), hd(&fx, NC),
+                N, C};
     double *dinp = hd(&fx, NC), *dw = hd(&fx, C);
     ref_rmsnorm_backward(dinp, dw, c.dout, c.inp, c.w, N, C, 1e-5);
     FD_EXPECT("rmsnorm dinp", fd_check(c.inp, NC, dinp, rmsnorm_loss, &c));
@@ -539,7 +541,8 @@ Test(ops_llama, reference_rope) {
     double want[12] = {1 * cos(a0) - 3 * sin(a0), 2 * cos(a1) - 4 * sin(a1), 3 * cos(a0) + 1 * sin(a0),
                        4 * cos(a1) + 2 * sin(a1), 5 * cos(a0) - 7 * sin(a0), 6 * cos(a1) - 8 * sin(a1),
                        7 * cos(a0) + 5 * sin(a0), 8 * cos(a1) + 6 * sin(a1), 9, 10, 11, 12};
-    for (int i = 0; i < 12; i++) cr_expect(fabs(row[i] - want[i]) < 1e-14, "rope by hand: [%d] %.17g, want %.17g", i, row[i], want[i]);
+    for (int i = 0; i < 12; i++)
+        cr_expect(fabs(row[i] - want[i]) < 1e-14, "rope by hand: [%d] %.17g, want %.17g", i, row[i], want[i]);
     fx_free_host(&fx);
 }
 
