@@ -1,5 +1,6 @@
 /* backend_cuda.cu - the CUDA backend: device, streams, memory, offload, GEMMs, and the ops table.
- * The kernels live in kernels_misc.cu and kernels_attention.cu; see cuda_common.cuh for the error
+ * The kernels live in kernels_misc.cu, kernels_llama.cu (RMSNorm, RoPE, SwiGLU),
+ * kernels_attention.cu and kernels_attention_tc.cu; see cuda_common.cuh for the error
  * policy (ops exit(1) with "file:line: call: error" on a CUDA/cuBLAS failure).
  *
  * Streams: every op runs on one compute stream. Offload copies run on a copy stream, ordered after
@@ -574,13 +575,13 @@ static const BackendOps k_cuda_ops = {
     /* .add = */ gtc_add,
     /* .residual_layernorm_forward = */ gtc_residual_layernorm_forward,
     /* .matmul_gelu_forward = */ cu_matmul_gelu_forward,
-    /* .rmsnorm_forward = */ NULL,
-    /* .rmsnorm_backward = */ NULL,
-    /* .residual_rmsnorm_forward = */ NULL,
-    /* .rope_forward = */ NULL,
-    /* .rope_backward = */ NULL,
-    /* .swiglu_forward = */ NULL,
-    /* .swiglu_backward = */ NULL,
+    /* .rmsnorm_forward = */ gtc_rmsnorm_forward,
+    /* .rmsnorm_backward = */ gtc_rmsnorm_backward,
+    /* .residual_rmsnorm_forward = */ gtc_residual_rmsnorm_forward,
+    /* .rope_forward = */ gtc_rope_forward,
+    /* .rope_backward = */ gtc_rope_backward,
+    /* .swiglu_forward = */ gtc_swiglu_forward,
+    /* .swiglu_backward = */ gtc_swiglu_backward,
     /* .crossentropy = */ gtc_crossentropy,
     /* .adamw = */ gtc_adamw,
     /* .sum_squares = */ gtc_sum_squares,

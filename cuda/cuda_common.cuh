@@ -181,6 +181,24 @@ __device__ __forceinline__ float gtc_warp_max(float v) {
     return v;
 }
 
+/* ---- attention's head grouping and sliding window (kernels_attention*.cu; backend.h) ----
+ * One definition for every attention kernel, CUDA-core and tensor-core alike. */
+
+/* the kv head that query head h reads: NH / NKV query heads share each kv head (NKV divides NH;
+ * NKV == NH: plain multi-head, kv head h) */
+__host__ __device__ __forceinline__ int gtc_att_kv_head(int h, int NH, int NKV) {
+    return h / (NH / NKV);
+}
+/* the first key position t sees: t - window + 1 with a sliding window (window > 0: keys j with
+ * t - j < window), else 0; never below 0. Position t sees keys gtc_att_first_key(t) .. t. */
+__host__ __device__ __forceinline__ int gtc_att_first_key(int t, int window) {
+    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
+}
+/* one past the last query position that sees key j: j + window with a window, else T (<= T) */
+__host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int T) {
+    return window > 0 && j + window < T ? j + window : T;
+}
+
 /* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ----
  * act_t arguments hold b->act_dtype elements (backend.h); float arguments are always fp32. */
 
@@ -218,6 +236,22 @@ void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int 
 void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 
+/* kernels_llama.cu: RMSNorm, RoPE, SwiGLU (backend.h's Llama-family ops) */
+void gtc_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w,
+                         int N, int C, float eps);
+void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                          const act_t *w, const float *rstd, int N, int C);
+/* res = x + y (rounded once), out = rmsnorm(res): bit for bit gtc_add + gtc_rmsnorm_forward */
+void gtc_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x,
+                                  const act_t *y, const act_t *w, int N, int C, float eps);
+void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
+                      int pos0, int NH, int NKV, int hd);
+void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
+                       int NH, int NKV, int hd);
+void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
+void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
+                         int I);
+
 /* kernels_attention.cu */
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */
 int gtc_attention_init(CudaImpl *im, GtError *err);
@@ -235,9 +269,10 @@ bool gtc_attention_tc_supported(Backend *b, int hs);
  * their kernels' shared-memory limits; 0 or -1 */
 int gtc_attention_tc_init(CudaImpl *im, GtError *err);
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
-                              int T, int C, int NH);
+                              int T, int NH, int NKV, int hd, int window);
 /* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */
 void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
-                               const gtc_bf16 *qkv, const float *lse, int B, int T, int C, int NH);
+                               const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
+                               int NKV, int hd, int window);
 
 #endif

@@ -1,8 +1,13 @@
-/* kernels_attention.cu - causal multi-head self-attention, flash-style.
+/* kernels_attention.cu - causal multi-head self-attention with grouped-query heads and an
+ * optional sliding window, flash-style.
  *
- * Layouts (backend.h): qkv[B, T, 3C] with q | k | v, each C = NH heads of hs = C/NH channels;
- * out[B, T, C]; lse[B, NH, T] = log sum_j exp(scale * q_t . k_j) over j <= t, scale = 1/sqrt(hs).
- * Nothing of size B*NH*T*T is ever stored: scores live in registers, one key tile at a time.
+ * Layouts (backend.h): qkv[B, T, (NH + 2 NKV) hs]: NH query heads | NKV key heads | NKV value
+ * heads, hs channels each; query head h reads kv head g = h / (NH / NKV) (gtc_att_kv_head;
+ * NKV = NH: plain multi-head). out[B, T, NH hs]; lse[B, NH, T] = log sum_j exp(scale q_t . k_j)
+ * over the keys j that t sees, scale = 1/sqrt(hs): j in [gtc_att_first_key(t, window), t], i.e.
+ * j <= t and, with window > 0, t - j < window. Key tiles wholly outside a block's band are never
+ * visited; partial ones are masked. Nothing of size B*NH*T*T is ever stored: scores live in
+ * registers, one key tile at a time.
  *
  * Forward: one block per (query tile of ATT_BR rows, head, batch); 4 warps, each owning ATT_BR/4
  * query rows. Key/value tiles of 32 rows go through shared memory; lane j scores key j of the
@@ -12,12 +17,13 @@
  * Backward (no atomics):
  *   D[b,h,t] = sum_d dout * out            (into the caller's workspace)
  *   P_tj = exp(scale * q_t . k_j - lse_t), dP_tj = dout_t . v_j, dS_tj = P_tj (dP_tj - D_t)
- *   dv_j = sum_t P_tj dout_t,  dk_j = scale sum_t dS_tj q_t   (kernel 1: one block per key tile,
- *                                                               looping over query tiles)
- *   dq_t = scale sum_j dS_tj k_j                              (kernel 2: one block per query
- *                                                               tile, looping over key tiles)
+ *   dv_j = sum_h sum_t P_tj dout_t,  dk_j = scale sum_h sum_t dS_tj q_t
+ *            (kernel 1: one block per (key tile, kv head), looping over the query heads h of the
+ *             kv head's group in order, and for each over the query tiles that see the keys)
+ *   dq_t = scale sum_j dS_tj k_j   (kernel 2: one block per query tile, looping over key tiles)
  * Every dq/dk/dv element is written once by one thread, sums run in a fixed order, so the result
- * is deterministic and dqkv is fully overwritten.
+ * is deterministic and dqkv is fully overwritten. With NKV = NH and no window every loop is the
+ * one of plain multi-head attention, so those shapes keep their bits.
  *
  * Precision: qkv, out, dout and dqkv are act_t (fp32 or bf16, b->act_dtype); lse and the
  * workspace D are fp32. The kernels are templated on the act storage type and widen to fp32 as
@@ -121,19 +127,20 @@ __device__ __forceinline__ void att_load_tile(float *dst, int ld, const Act *src
 
 template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
-    attention_forward_kernel(Act *out, float *lse, const Act *qkv, int T, int C, int NH,
-                             float scale) {
+    attention_forward_kernel(Act *out, float *lse, const Act *qkv, int T, int NH, int NKV, int hs,
+                             int window, float scale) {
     extern __shared__ float sm[];
-    int hs = C / NH, ld = att_ld(hs);
+    int ld = att_ld(hs);
     float *Qs = sm;                 /* [ATT_BR][ld] */
     float *Ks = Qs + ATT_BR * ld;   /* [ATT_BC][ld] */
     float *Vs = Ks + ATT_BC * ld;   /* [ATT_BC][hs] */
     int q0 = blockIdx.x * ATT_BR, h = blockIdx.y, bb = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    size_t C3 = (size_t)3 * C;
+    const int g = gtc_att_kv_head(h, NH, NKV);
+    const size_t C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
     const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
-    const Act *kbase = qbase + C;
-    const Act *vbase = qbase + 2 * C;
+    const Act *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * hs;
+    const Act *vbase = kbase + (size_t)NKV * hs;
 
     att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
 
@@ -146,7 +153,9 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int r = 0; r < ATT_DPL; r++) o[i][r] = 0.0f;
     }
     int q_last = min(q0 + ATT_BR, T) - 1;
-    for (int k0 = 0; k0 <= q_last; k0 += ATT_BC) {
+    /* the first key tile holding a key the block's first query sees (0 without a window) */
+    int k_first = gtc_att_first_key(q0, window) / ATT_BC * ATT_BC;
+    for (int k0 = k_first; k0 <= q_last; k0 += ATT_BC) {
         __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */
         att_load_tile(Ks, ld, kbase, C3, k0, ATT_BC, T, hs);
         att_load_tile(Vs, hs, vbase, C3, k0, ATT_BC, T, hs);
@@ -155,21 +164,23 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int i = 0; i < ATT_RPW; i++) {
             int r = warp + ATT_WARPS * i;
             int t = q0 + r;
-            if (t >= T || k0 > t) continue; /* warp-uniform */
+            int jlo = gtc_att_first_key(t, window);
+            /* warp-uniform: no key of the tile in [jlo, t] */
+            if (t >= T || k0 > t || k0 + ATT_BC <= jlo) continue;
             int j = k0 + lane;
             float s = -INFINITY;
-            if (j <= t) {
+            if (j <= t && j >= jlo) {
                 s = att_score(Qs + r * ld, Ks + lane * ld, hs, scale);
             }
-            float mt = gtc_warp_max(s); /* finite: key k0 <= t is in the tile */
+            float mt = gtc_warp_max(s); /* finite: a key of [jlo, t] is in the tile */
             float mnew = fmaxf(m[i], mt);
-            float p = (j <= t) ? expf(s - mnew) : 0.0f;
+            float p = (j <= t && j >= jlo) ? expf(s - mnew) : 0.0f;
             float alpha = expf(m[i] - mnew); /* exp(-inf) = 0 on the first tile */
             l[i] = l[i] * alpha + gtc_warp_sum(p);
             m[i] = mnew;
             #pragma unroll
             for (int r2 = 0; r2 < ATT_DPL; r2++) o[i][r2] *= alpha;
-            att_axpy_rows(o[i], p, Vs, hs, 0, min(ATT_BC, t - k0 + 1), hs, lane);
+            att_axpy_rows(o[i], p, Vs, hs, max(0, jlo - k0), min(ATT_BC, t - k0 + 1), hs, lane);
         }
     }
     #pragma unroll
@@ -188,11 +199,11 @@ __global__ void __launch_bounds__(ATT_THREADS)
 /* D[b,h,t] = sum_d dout[b,t,h,d] * out[b,t,h,d]; one warp per (b, h, t) */
 template <typename Act>
 __global__ void attention_backward_d_kernel(float *D, const Act *dout, const Act *out, int B,
-                                            int T, int C, int NH) {
+                                            int T, int NH, int hs) {
     size_t row = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= (size_t)B * NH * T) return;
-    int hs = C / NH;
+    const size_t C = (size_t)NH * hs;
     int t = (int)(row % T);
     int h = (int)((row / T) % NH);
     size_t bb = row / ((size_t)T * NH);
@@ -203,28 +214,27 @@ __global__ void attention_backward_d_kernel(float *D, const Act *dout, const Act
     if (lane == 0) D[row] = s;
 }
 
-/* dk, dv for one tile of ATT_BK keys; loops over the query tiles that can see them */
+/* dk, dv for one tile of ATT_BK keys of kv head g; loops over the query heads of g's group in
+ * order, and for each over the query tiles that can see the keys */
 template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dkdv_kernel(Act *dqkv, const Act *dout, const Act *qkv, const float *lse,
-                                   const float *D, int T, int C, int NH, float scale) {
+                                   const float *D, int T, int NH, int NKV, int hs, int window,
+                                   float scale) {
     extern __shared__ float sm[];
-    int hs = C / NH, ld = att_ld(hs);
+    int ld = att_ld(hs);
     float *Ks = sm;                  /* [ATT_BK][ld] */
     float *Vs = Ks + ATT_BK * ld;    /* [ATT_BK][ld] */
     float *Qs = Vs + ATT_BK * ld;    /* [ATT_BQ][ld] */
     float *dOs = Qs + ATT_BQ * ld;   /* [ATT_BQ][ld] */
     float *Ls = dOs + ATT_BQ * ld;   /* [ATT_BQ] lse */
     float *Ds = Ls + ATT_BQ;         /* [ATT_BQ] D */
-    int k0 = blockIdx.x * ATT_BK, h = blockIdx.y, bb = blockIdx.z;
+    int k0 = blockIdx.x * ATT_BK, g = blockIdx.y, bb = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    size_t C3 = (size_t)3 * C;
-    const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
-    const Act *kbase = qbase + C;
-    const Act *vbase = qbase + 2 * C;
-    const Act *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
-    const float *lrow = lse + ((size_t)bb * NH + h) * T;
-    const float *drow = D + ((size_t)bb * NH + h) * T;
+    const int G = NH / NKV; /* query heads per kv head */
+    const size_t C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
+    const Act *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * hs;
+    const Act *vbase = kbase + (size_t)NKV * hs;
 
     att_load_tile(Ks, ld, kbase, C3, k0, ATT_BK, T, hs);
     att_load_tile(Vs, ld, vbase, C3, k0, ATT_BK, T, hs);
@@ -235,40 +245,50 @@ __global__ void __launch_bounds__(ATT_THREADS)
         #pragma unroll
         for (int r = 0; r < ATT_DPL; r++) dk[i][r] = dv[i][r] = 0.0f;
 
-    /* queries t >= k0 see this tile; start at the query tile holding k0 */
-    for (int q0 = (k0 / ATT_BQ) * ATT_BQ; q0 < T; q0 += ATT_BQ) {
-        __syncthreads();
-        att_load_tile(Qs, ld, qbase, C3, q0, ATT_BQ, T, hs);
-        att_load_tile(dOs, ld, dobase, (size_t)C, q0, ATT_BQ, T, hs);
-        for (int r = threadIdx.x; r < ATT_BQ; r += blockDim.x) {
-            int t = q0 + r;
-            Ls[r] = t < T ? lrow[t] : 0.0f;
-            Ds[r] = t < T ? drow[t] : 0.0f;
-        }
-        __syncthreads();
-        #pragma unroll
-        for (int i = 0; i < ATT_KPW; i++) {
-            int kr = warp + ATT_WARPS * i;
-            int j = k0 + kr;
-            if (j >= T || q0 + ATT_BQ - 1 < j) continue; /* warp-uniform: no query sees key j */
-            int t = q0 + lane;
-            float p = 0.0f, ds = 0.0f;
-            if (t < T && t >= j) {
-                p = expf(att_score(Qs + lane * ld, Ks + kr * ld, hs, scale) - Ls[lane]);
-                ds = p * (att_dot(dOs + lane * ld, Vs + kr * ld, hs) - Ds[lane]);
+    /* queries t >= k0 (and, with a window, before the last key's query end) see this tile */
+    const int q_end = gtc_att_query_end(min(k0 + ATT_BK, T) - 1, window, T);
+    for (int h = g * G; h < g * G + G; h++) {
+        const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
+        const Act *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
+        const float *lrow = lse + ((size_t)bb * NH + h) * T;
+        const float *drow = D + ((size_t)bb * NH + h) * T;
+        /* start at the query tile holding k0 */
+        for (int q0 = (k0 / ATT_BQ) * ATT_BQ; q0 < q_end; q0 += ATT_BQ) {
+            __syncthreads();
+            att_load_tile(Qs, ld, qbase, C3, q0, ATT_BQ, T, hs);
+            att_load_tile(dOs, ld, dobase, C, q0, ATT_BQ, T, hs);
+            for (int r = threadIdx.x; r < ATT_BQ; r += blockDim.x) {
+                int t = q0 + r;
+                Ls[r] = t < T ? lrow[t] : 0.0f;
+                Ds[r] = t < T ? drow[t] : 0.0f;
             }
-            int ii0 = max(0, j - q0), ii1 = min(ATT_BQ, T - q0);
-            att_axpy_rows(dv[i], p, dOs, ld, ii0, ii1, hs, lane);
-            att_axpy_rows(dk[i], ds, Qs, ld, ii0, ii1, hs, lane);
+            __syncthreads();
+            #pragma unroll
+            for (int i = 0; i < ATT_KPW; i++) {
+                int kr = warp + ATT_WARPS * i;
+                int j = k0 + kr;
+                int tend = gtc_att_query_end(j, window, T); /* queries [j, tend) see key j */
+                /* warp-uniform: no query of the tile sees key j */
+                if (j >= T || q0 + ATT_BQ - 1 < j || q0 >= tend) continue;
+                int t = q0 + lane;
+                float p = 0.0f, ds = 0.0f;
+                if (t < tend && t >= j) {
+                    p = expf(att_score(Qs + lane * ld, Ks + kr * ld, hs, scale) - Ls[lane]);
+                    ds = p * (att_dot(dOs + lane * ld, Vs + kr * ld, hs) - Ds[lane]);
+                }
+                int ii0 = max(0, j - q0), ii1 = min(ATT_BQ, tend - q0);
+                att_axpy_rows(dv[i], p, dOs, ld, ii0, ii1, hs, lane);
+                att_axpy_rows(dk[i], ds, Qs, ld, ii0, ii1, hs, lane);
+            }
         }
     }
     #pragma unroll
     for (int i = 0; i < ATT_KPW; i++) {
         int j = k0 + warp + ATT_WARPS * i;
         if (j >= T) continue;
-        Act *dkrow = dqkv + ((size_t)bb * T + j) * C3 + C + (size_t)h * hs;
+        Act *dkrow = dqkv + ((size_t)bb * T + j) * C3 + C + (size_t)g * hs;
         att_store_row(dkrow, dk[i], scale, hs, lane);
-        att_store_row(dkrow + C, dv[i], 1.0f, hs, lane);
+        att_store_row(dkrow + (size_t)NKV * hs, dv[i], 1.0f, hs, lane);
     }
 }
 
@@ -276,25 +296,27 @@ __global__ void __launch_bounds__(ATT_THREADS)
 template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_kernel(Act *dqkv, const Act *dout, const Act *qkv, const float *lse,
-                                 const float *D, int T, int C, int NH, float scale) {
+                                 const float *D, int T, int NH, int NKV, int hs, int window,
+                                 float scale) {
     extern __shared__ float sm[];
-    int hs = C / NH, ld = att_ld(hs);
+    int ld = att_ld(hs);
     float *Qs = sm;                 /* [ATT_BR][ld] */
     float *dOs = Qs + ATT_BR * ld;  /* [ATT_BR][ld] */
     float *Ks = dOs + ATT_BR * ld;  /* [ATT_BC][ld] */
     float *Vs = Ks + ATT_BC * ld;   /* [ATT_BC][ld] */
     int q0 = blockIdx.x * ATT_BR, h = blockIdx.y, bb = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    size_t C3 = (size_t)3 * C;
+    const int g = gtc_att_kv_head(h, NH, NKV);
+    const size_t C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
     const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
-    const Act *kbase = qbase + C;
-    const Act *vbase = qbase + 2 * C;
+    const Act *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * hs;
+    const Act *vbase = kbase + (size_t)NKV * hs;
     const Act *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
     const float *lrow = lse + ((size_t)bb * NH + h) * T;
     const float *drow = D + ((size_t)bb * NH + h) * T;
 
     att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
-    att_load_tile(dOs, ld, dobase, (size_t)C, q0, ATT_BR, T, hs);
+    att_load_tile(dOs, ld, dobase, C, q0, ATT_BR, T, hs);
 
     float dq[ATT_RPW][ATT_DPL], Lr[ATT_RPW], Dr[ATT_RPW];
     #pragma unroll
@@ -306,7 +328,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int r = 0; r < ATT_DPL; r++) dq[i][r] = 0.0f;
     }
     int q_last = min(q0 + ATT_BR, T) - 1;
-    for (int k0 = 0; k0 <= q_last; k0 += ATT_BC) {
+    int k_first = gtc_att_first_key(q0, window) / ATT_BC * ATT_BC;
+    for (int k0 = k_first; k0 <= q_last; k0 += ATT_BC) {
         __syncthreads();
         att_load_tile(Ks, ld, kbase, C3, k0, ATT_BC, T, hs);
         att_load_tile(Vs, ld, vbase, C3, k0, ATT_BC, T, hs);
@@ -315,14 +338,15 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int i = 0; i < ATT_RPW; i++) {
             int r = warp + ATT_WARPS * i;
             int t = q0 + r;
-            if (t >= T || k0 > t) continue; /* warp-uniform */
+            int jlo = gtc_att_first_key(t, window);
+            if (t >= T || k0 > t || k0 + ATT_BC <= jlo) continue; /* warp-uniform */
             int j = k0 + lane;
             float ds = 0.0f;
-            if (j <= t) {
+            if (j <= t && j >= jlo) {
                 float p = expf(att_score(Qs + r * ld, Ks + lane * ld, hs, scale) - Lr[i]);
                 ds = p * (att_dot(dOs + r * ld, Vs + lane * ld, hs) - Dr[i]);
             }
-            att_axpy_rows(dq[i], ds, Ks, ld, 0, min(ATT_BC, t - k0 + 1), hs, lane);
+            att_axpy_rows(dq[i], ds, Ks, ld, max(0, jlo - k0), min(ATT_BC, t - k0 + 1), hs, lane);
         }
     }
     #pragma unroll
@@ -361,70 +385,67 @@ int gtc_attention_init(CudaImpl *im, GtError *err) {
     return gtc_attention_tc_init(im, err); /* the tensor-core kernels' limits */
 }
 
-static void att_check_shape(int C, int NH, int NKV, int window) {
-    if (NKV != NH || window != 0) { /* until grouped-query heads and the sliding window are in */
-        fprintf(stderr, "%s:%d: attention: grouped-query heads / sliding window not implemented yet\n",
-                __FILE__, __LINE__);
-        exit(GT_EXIT_FAILURE);
-    }
-    if (NH <= 0 || C % NH != 0 || C / NH > ATT_MAX_HS || C / NH < 1) {
-        fprintf(stderr, "%s:%d: attention: head size C/NH = %d/%d unsupported (need 1..%d)\n",
-                __FILE__, __LINE__, C, NH, ATT_MAX_HS);
+/* a shape the kernels cannot run is a bug in the caller (model_desc validates): one line, exit 1 */
+static void att_check_shape(int NH, int NKV, int hd, int window) {
+    if (NH <= 0 || NKV <= 0 || NH % NKV != 0 || hd < 1 || hd > ATT_MAX_HS || window < 0) {
+        fprintf(stderr,
+                "%s:%d: attention: unsupported shape NH=%d NKV=%d hd=%d window=%d (need NKV "
+                "dividing NH, hd 1..%d, window >= 0)\n",
+                __FILE__, __LINE__, NH, NKV, hd, window, ATT_MAX_HS);
         exit(GT_EXIT_FAILURE);
     }
 }
 
 template <typename Act>
 static void attention_forward_t(Backend *b, Act *out, float *lse, const Act *qkv, int B, int T,
-                                int C, int NH) {
-    int hs = C / NH;
+                                int NH, int NKV, int hs, int window) {
     float scale = 1.0f / sqrtf((float)hs);
     dim3 grid((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
     GTC_LAUNCH(attention_forward_kernel<Act>, grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b),
-               out, lse, qkv, T, C, NH, scale);
+               out, lse, qkv, T, NH, NKV, hs, window, scale);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
                            int NH, int NKV, int hd, int window) {
     if (B <= 0 || T <= 0) return;
-    const int C = NH * hd;
-    att_check_shape(C, NH, NKV, window);
-    if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, C / NH))
-        gtc_attention_tc_forward(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
+    att_check_shape(NH, NKV, hd, window);
+    if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, hd))
+        gtc_attention_tc_forward(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, NH, NKV, hd,
+                                 window);
     else if (gtc_act_bf16(b))
-        attention_forward_t(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, C, NH);
+        attention_forward_t(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, NH, NKV, hd,
+                            window);
     else
-        attention_forward_t(b, (float *)out, lse, (const float *)qkv, B, T, C, NH);
+        attention_forward_t(b, (float *)out, lse, (const float *)qkv, B, T, NH, NKV, hd, window);
 }
 
 /* D = rowsum(dout * out) into the workspace (both paths) */
 template <typename Act>
 static void attention_backward_d(Backend *b, float *workspace, const Act *dout, const Act *out,
-                                 int B, int T, int C, int NH) {
+                                 int B, int T, int NH, int hs) {
     size_t rows = (size_t)B * NH * T;
     int rows_per_block = GTC_THREADS / 32;
     GTC_LAUNCH(attention_backward_d_kernel<Act>,
                (unsigned)((rows + rows_per_block - 1) / rows_per_block), GTC_THREADS, 0,
-               gtc_stream(b), workspace, dout, out, B, T, C, NH);
+               gtc_stream(b), workspace, dout, out, B, T, NH, hs);
     CUDA_CHECK_LAUNCH();
 }
 
 template <typename Act>
 static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const Act *dout,
                                  const Act *qkv, const Act *out, const float *lse, int B, int T,
-                                 int C, int NH) {
-    int hs = C / NH;
+                                 int NH, int NKV, int hs, int window) {
     float scale = 1.0f / sqrtf((float)hs);
     cudaStream_t st = gtc_stream(b);
-    attention_backward_d(b, workspace, dout, out, B, T, C, NH);
-    dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NH, (unsigned)B);
+    attention_backward_d(b, workspace, dout, out, B, T, NH, hs);
+    dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NKV, (unsigned)B);
     GTC_LAUNCH(attention_backward_dkdv_kernel<Act>, gk, ATT_THREADS, att_dkdv_smem(hs), st, dqkv,
-               dout, qkv, lse, workspace, T, C, NH, scale);
+               dout, qkv, lse, workspace, T, NH, NKV, hs, window, scale);
     CUDA_CHECK_LAUNCH();
     dim3 gq((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
     GTC_LAUNCH(attention_backward_dq_kernel<Act>, gq, ATT_THREADS, att_dq_smem(hs), st, dqkv, dout,
-               qkv, lse, workspace, T, C, NH, scale);
+               qkv, lse, workspace, T, NH, NKV, hs, window, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -432,17 +453,17 @@ void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
                             int NH, int NKV, int hd, int window) {
     if (B <= 0 || T <= 0) return;
-    const int C = NH * hd;
-    att_check_shape(C, NH, NKV, window);
-    if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, C / NH)) {
-        attention_backward_d(b, workspace, (const gtc_bf16 *)dout, (const gtc_bf16 *)out, B, T, C,
-                             NH);
+    att_check_shape(NH, NKV, hd, window);
+    if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, hd)) {
+        attention_backward_d(b, workspace, (const gtc_bf16 *)dout, (const gtc_bf16 *)out, B, T, NH,
+                             hd);
         gtc_attention_tc_backward(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
-                                  (const gtc_bf16 *)qkv, lse, B, T, C, NH);
+                                  (const gtc_bf16 *)qkv, lse, B, T, NH, NKV, hd, window);
     } else if (gtc_act_bf16(b))
         attention_backward_t(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
-                             (const gtc_bf16 *)qkv, (const gtc_bf16 *)out, lse, B, T, C, NH);
+                             (const gtc_bf16 *)qkv, (const gtc_bf16 *)out, lse, B, T, NH, NKV, hd,
+                             window);
     else
         attention_backward_t(b, (float *)dqkv, workspace, (const float *)dout, (const float *)qkv,
-                             (const float *)out, lse, B, T, C, NH);
+                             (const float *)out, lse, B, T, NH, NKV, hd, window);
 }

@@ -1,9 +1,11 @@
 /* kernels_attention_tc.cu - causal self-attention on tensor cores: bf16 act dtype, head size 64
  * or 128 (kernels_attention.cu dispatches here; it keeps the CUDA-core kernels for fp32, for
  * other head sizes, and for hs 128 on devices without the ~121 KiB of shared memory per block its
- * kernels need, see gtc_attention_tc_init). Same contract as the ops (backend.h): qkv[B, T, 3C]
- * with q | k | v, out[B, T, C], lse[B, NH, T] = log sum_{j <= t} exp(scale * q_t . k_j),
- * scale = 1/sqrt(hs).
+ * kernels need, see gtc_attention_tc_init). Same contract as the ops (backend.h): qkv[B, T,
+ * (NH + 2 NKV) hs] with NH query | NKV key | NKV value heads, query head h reading kv head
+ * gtc_att_kv_head(h); out[B, T, NH hs], lse[B, NH, T] = log sum_j exp(scale * q_t . k_j) over the
+ * keys t sees (j in [gtc_att_first_key(t, window), t]), scale = 1/sqrt(hs). Key tiles (and 16-key
+ * blocks of a warp) wholly outside the band are skipped; partial ones are masked.
  *
  * Products use nvcuda::wmma 16x16x16 tiles, bf16 operands and fp32 accumulators (sm_80 and
  * newer). Tiles: 64 query rows x 64 keys per block step, 4 warps of 16 rows each; shared-memory
@@ -18,7 +20,9 @@
  *   exp(m_old - m_new) with plain loads/stores, then loaded into accumulator fragments, += P V,
  *   stored back. At the end out = O / l (rounded to bf16 once) and lse = m + log l.
  * Backward (no atomics; D = rowsum(dout * out) comes from kernels_attention.cu):
- *   dK/dV kernel, one block per key tile looping over the query tiles that see it:
+ *   dK/dV kernel, one block per (key tile, kv head) looping over the query heads of the kv head's
+ *   group in order (h = g G .. g G + G - 1, G = NH / NKV) and, for each, over the query tiles that
+ *   see the keys, accumulating in the same registers:
  *     S^T = K Q^T, dP^T = V dO^T (fp32), P^T = exp(scale S^T - lse) (0 where j > t),
  *     dS^T = P^T (dP^T - D); P^T and dS^T rounded to bf16; dV += P^T dO, dK += dS^T Q in fp32
  *     accumulator fragments (registers); dK scaled, both rounded once at the end.
@@ -38,12 +42,14 @@
  * outputs stay within the bf16 bound (1e-2 relative), lse within fp32's.
  *
  * Shared memory per block (dynamic): forward 70.25 KiB (hs 64) / 110.25 KiB (hs 128); each
- * backward kernel 88.5 KiB / 120.5 KiB. Registers (ptxas, sm_90): forward 96 / 121, dK/dV 166 /
- * 255 (its dK and dV accumulators are 2 * hs/16 fragments), dQ 72 / 168; no spills.
+ * backward kernel 88.5 KiB / 120.5 KiB. Registers (ptxas, CUDA 13, sm_90): forward 116 / 126,
+ * dK/dV 128 / 254 (its dK and dV accumulators are 2 * hs/16 fragments), dQ 80 / 128; no spills
+ * (sm_80 too).
  *
  * Global loads/stores use 16-byte vectors when every pointer is 16-byte aligned (strides are:
- * C is a multiple of 64), element by element otherwise; both move the same values, so the bits of
- * the result never depend on the buffers' addresses (recompute stays bit-identical). */
+ * every row stride and head offset is a multiple of hs, itself of 64), element by element
+ * otherwise; both move the same values, so the bits of the result never depend on the buffers'
+ * addresses (recompute stays bit-identical). */
 #include "cuda_common.cuh"
 
 #include <limits.h>
@@ -215,11 +221,13 @@ __device__ __forceinline__ void tc_score_products(float *S, float *DP, const bf1
 
 /* ------------------------------------------------------------------ forward */
 
+/* at least 2 blocks per SM (all the shared memory lets sm_80 hold): without a minimum, ptxas
+ * held the hs-64 forward to 96 registers and spilled once the sliding window came in */
 template <int HS>
-__global__ void __launch_bounds__(TC_THREADS)
+__global__ void __launch_bounds__(TC_THREADS, 2)
     attention_tc_forward_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
-                                const bf16 *__restrict__ qkv, int T, int C, int NH, int BH,
-                                int ntiles, float scale, int vec) {
+                                const bf16 *__restrict__ qkv, int T, int NH, int NKV, int window,
+                                int BH, int ntiles, float scale, int vec) {
     typedef TcFwd<HS> L;
     constexpr int LD = L::LD, LDO = L::LDO, NF = HS / 16;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -236,10 +244,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     int qt = ntiles - 1 - (int)(blockIdx.x / (unsigned)BH); /* latest (heaviest) tiles first */
     int h = bh % NH, bb = bh / NH;
     int q0 = qt * TC_TILE;
-    size_t C3 = (size_t)3 * C;
+    const int g = gtc_att_kv_head(h, NH, NKV);
+    const size_t C = (size_t)NH * HS, C3 = (size_t)(NH + 2 * NKV) * HS;
     const bf16 *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * HS;
-    const bf16 *kbase = qbase + C;
-    const bf16 *vbase = qbase + 2 * (size_t)C;
+    const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
+    const bf16 *vbase = kbase + (size_t)NKV * HS;
 
     tc_load_tile<HS, LD>(Qs, qbase, C3, q0, T, vec);
     for (int i = lane; i < TC_WM * LDO; i += 32) Ow[i] = 0.0f;
@@ -248,9 +257,11 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int w0 = q0 + warp * TC_WM;   /* the warp's first row */
     const bool active = w0 < T;         /* warp-uniform: rows past T need no work */
     const int tlim = min(w0 + TC_WM - 1, T - 1); /* last key any valid row of the warp sees */
+    const int wlo = gtc_att_first_key(w0, window); /* first key any row of the warp sees */
     const int r = lane >> 1, half = lane & 1; /* softmax: two lanes per row, even/odd columns */
     const int t = w0 + r;
     const int jmax = min(t, T - 1);     /* last key row t may use (rows past T: finite filler) */
+    const int jmin = gtc_att_first_key(jmax, window); /* first key row t may use */
 
     FragA qa[NF];
     if (active) {
@@ -261,19 +272,22 @@ __global__ void __launch_bounds__(TC_THREADS)
 
     float m = -INFINITY, l = 0.0f; /* identical in both lanes of a row */
     int q_last = min(q0 + TC_TILE, T) - 1;
-    for (int k0 = 0; k0 <= q_last; k0 += TC_TILE) {
+    /* from the key tile holding the first key the block's first row sees (0 without a window) */
+    for (int k0 = gtc_att_first_key(q0, window) / TC_TILE * TC_TILE; k0 <= q_last; k0 += TC_TILE) {
         __syncthreads(); /* every warp is done with the previous K/V tile */
         tc_load_tile<HS, LD>(Ks, kbase, C3, k0, T, vec);
         tc_load_tile<HS, LD>(Vs, vbase, C3, k0, T, vec);
         __syncthreads();
-        if (!active) continue;
-        /* 16-key blocks holding keys some row of the warp sees (k0 <= q0 <= w0 <= tlim) */
+        if (!active || k0 + TC_TILE <= wlo) continue; /* warp-uniform: no key of the warp here */
+        /* 16-key blocks [kb0, nkb) hold the keys some row of the warp sees (k0 <= q0 <= w0 <= tlim;
+         * kb0 is 0 without a window) */
         const int nkb = min(4, (tlim - k0) / 16 + 1);
+        const int kb0 = max(0, (wlo - k0) / 16);
 
-        /* S = Q_w K^T, blocks nb < nkb */
+        /* S = Q_w K^T, blocks kb0 <= nb < nkb */
         #pragma unroll
         for (int nb = 0; nb < 4; nb++) {
-            if (nb < nkb) {
+            if (nb >= kb0 && nb < nkb) {
                 FragC acc;
                 wmma::fill_fragment(acc, 0.0f);
                 #pragma unroll
@@ -287,27 +301,30 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
         __syncwarp();
 
-        /* online softmax of row r over columns c = 2 i + half; valid: key k0 + c <= jmax.
-         * Column 0 is always valid (k0 <= q0 <= min(t, T - 1)), so mt is finite. Valid columns
-         * lie below nkb * 16; P is written (0 where masked) for all 64. */
+        /* online softmax of row r over columns c = 2 i + half; valid: jmin <= key k0 + c <= jmax.
+         * Without a window column 0 is always valid (k0 <= q0 <= min(t, T - 1)), so mt is finite;
+         * with one a row may see no key of this tile (mt = -inf): while its m is -inf too it
+         * keeps alpha = 1 (its O and l are still 0). Valid columns lie in [kb0 * 16, nkb * 16);
+         * P is written (0 where masked) for all 64. */
         {
             const float *srow = Sw + r * TC_LDS;
             bf16 *prow = Pw + r * TC_LDP;
-            const int cl = jmax - k0; /* valid: c <= cl */
+            const int cl = jmax - k0, cl0 = jmin - k0; /* valid: cl0 <= c <= cl */
             float mt = -INFINITY;
             #pragma unroll
             for (int i = 0; i < 32; i++) {
                 int c = 2 * i + half;
-                if (c <= cl) mt = fmaxf(mt, srow[c] * scale);
+                if (c <= cl && c >= cl0) mt = fmaxf(mt, srow[c] * scale);
             }
             mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
             float mnew = fmaxf(m, mt);
-            float alpha = expf(m - mnew); /* exp(-inf) = 0 on the first tile */
+            /* exp(-inf) = 0 on the first tile the row sees */
+            float alpha = mnew == -INFINITY ? 1.0f : expf(m - mnew);
             float sum = 0.0f;
             #pragma unroll
             for (int i = 0; i < 32; i++) {
                 int c = 2 * i + half;
-                float p = c <= cl ? expf(srow[c] * scale - mnew) : 0.0f;
+                float p = c <= cl && c >= cl0 ? expf(srow[c] * scale - mnew) : 0.0f;
                 prow[c] = __float2bfloat16_rn(p);
                 sum += p;
             }
@@ -325,18 +342,18 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
         __syncwarp();
 
-        /* O += P V over key blocks kb < nkb */
+        /* O += P V over key blocks kb0 <= kb < nkb */
         FragA pa[4];
         #pragma unroll
         for (int kb = 0; kb < 4; kb++)
-            if (kb < nkb) wmma::load_matrix_sync(pa[kb], Pw + kb * 16, TC_LDP);
+            if (kb >= kb0 && kb < nkb) wmma::load_matrix_sync(pa[kb], Pw + kb * 16, TC_LDP);
         #pragma unroll
         for (int nb = 0; nb < NF; nb++) {
             FragC acc;
             wmma::load_matrix_sync(acc, Ow + nb * 16, LDO, wmma::mem_row_major);
             #pragma unroll
             for (int kb = 0; kb < 4; kb++) {
-                if (kb < nkb) {
+                if (kb >= kb0 && kb < nkb) {
                     FragB vb;
                     wmma::load_matrix_sync(vb, Vs + kb * 16 * LD + nb * 16, LD);
                     wmma::mma_sync(acc, pa[kb], vb, acc);
@@ -364,13 +381,14 @@ __global__ void __launch_bounds__(TC_THREADS)
 
 /* ------------------------------------------------------------------ backward */
 
-/* dK, dV for one tile of 64 keys (16 per warp); loops over the query tiles that see them */
+/* dK, dV for one tile of 64 keys (16 per warp) of kv head g; loops over the query heads of g's
+ * group in order and, for each, over the query tiles that see the keys */
 template <int HS>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dkdv_kernel(bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout,
                              const bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                             const float *__restrict__ D, int T, int C, int NH, int BH, float scale,
-                             int vec) {
+                             const float *__restrict__ D, int T, int NH, int NKV, int window,
+                             int BKV, float scale, int vec) {
     typedef TcBwd<HS> L;
     constexpr int LD = L::LD, NF = HS / 16;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -386,17 +404,14 @@ __global__ void __launch_bounds__(TC_THREADS)
     bf16 *PTw = reinterpret_cast<bf16 *>(tc_smem + L::B1) + warp * TC_WM * TC_LDP;
     bf16 *DSw = reinterpret_cast<bf16 *>(tc_smem + L::B2) + warp * TC_WM * TC_LDP;
 
-    int bh = (int)(blockIdx.x % (unsigned)BH);
-    int kt = (int)(blockIdx.x / (unsigned)BH); /* earliest (heaviest) key tiles first */
-    int h = bh % NH, bb = bh / NH;
+    int bg = (int)(blockIdx.x % (unsigned)BKV);
+    int kt = (int)(blockIdx.x / (unsigned)BKV); /* earliest (heaviest) key tiles first */
+    int g = bg % NKV, bb = bg / NKV;
     int k0 = kt * TC_TILE;
-    size_t C3 = (size_t)3 * C;
-    const bf16 *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * HS;
-    const bf16 *kbase = qbase + C;
-    const bf16 *vbase = qbase + 2 * (size_t)C;
-    const bf16 *dobase = dout + (size_t)bb * T * C + (size_t)h * HS;
-    const float *lrow = lse + ((size_t)bb * NH + h) * T;
-    const float *drow = D + ((size_t)bb * NH + h) * T;
+    const int G = NH / NKV; /* query heads per kv head */
+    const size_t C = (size_t)NH * HS, C3 = (size_t)(NH + 2 * NKV) * HS;
+    const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
+    const bf16 *vbase = kbase + (size_t)NKV * HS;
 
     tc_load_tile<HS, LD>(Ks, kbase, C3, k0, T, vec);
     tc_load_tile<HS, LD>(Vs, vbase, C3, k0, T, vec);
@@ -405,6 +420,10 @@ __global__ void __launch_bounds__(TC_THREADS)
     const bool active = w0 < T;       /* warp-uniform */
     const int r = lane >> 1, half = lane & 1;
     const int j = w0 + r; /* this lane pair's key */
+    const int jq_end = gtc_att_query_end(j, window, T); /* queries [j, jq_end) see key j */
+    /* one past the last query that sees a key of the warp / of the block (T without a window) */
+    const int wq_end = gtc_att_query_end(min(w0 + TC_WM, T) - 1, window, T);
+    const int q_end = gtc_att_query_end(min(k0 + TC_TILE, T) - 1, window, T);
 
     FragC dk[NF], dv[NF];
     #pragma unroll
@@ -413,71 +432,79 @@ __global__ void __launch_bounds__(TC_THREADS)
         wmma::fill_fragment(dv[nb], 0.0f);
     }
 
-    /* queries t >= k0 see this tile; the first query tile is the one starting at k0 */
-    for (int q0 = k0; q0 < T; q0 += TC_TILE) {
-        __syncthreads(); /* every warp is done with the previous Q/dO tile (K/V loads issued) */
-        tc_load_tile<HS, LD>(Qs, qbase, C3, q0, T, vec);
-        tc_load_tile<HS, LD>(dOs, dobase, (size_t)C, q0, T, vec);
-        tc_load_row_vals(Ls, lrow, q0, T);
-        tc_load_row_vals(Ds, drow, q0, T);
-        __syncthreads();
-        if (!active) continue;
-        /* 16-query blocks [fb, nbe) hold the queries that may see a key of the warp: below fb
-         * every query precedes key w0 (only on the diagonal tile, q0 == k0: fb = warp); from nbe
-         * on every query is past T. fb < nbe since w0 < T. */
-        const int fb = max(0, (w0 - q0) / 16);
-        const int nbe = min(4, (T - 1 - q0) / 16 + 1);
+    for (int h = g * G; h < g * G + G; h++) {
+        const bf16 *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * HS;
+        const bf16 *dobase = dout + (size_t)bb * T * C + (size_t)h * HS;
+        const float *lrow = lse + ((size_t)bb * NH + h) * T;
+        const float *drow = D + ((size_t)bb * NH + h) * T;
+        /* queries t >= k0 see this tile; the first query tile is the one starting at k0 */
+        for (int q0 = k0; q0 < q_end; q0 += TC_TILE) {
+            __syncthreads(); /* every warp is done with the previous Q/dO tile (K/V loads issued) */
+            tc_load_tile<HS, LD>(Qs, qbase, C3, q0, T, vec);
+            tc_load_tile<HS, LD>(dOs, dobase, C, q0, T, vec);
+            tc_load_row_vals(Ls, lrow, q0, T);
+            tc_load_row_vals(Ds, drow, q0, T);
+            __syncthreads();
+            if (!active || q0 >= wq_end) continue; /* warp-uniform */
+            /* 16-query blocks [fb, nbe) hold the queries that may see a key of the warp: below
+             * fb every query precedes key w0 (only on the diagonal tile, q0 == k0: fb = warp);
+             * from nbe on every query is past T or past the window of the warp's last key.
+             * fb < nbe since w0 < wq_end. */
+            const int fb = max(0, (w0 - q0) / 16);
+            const int nbe = min(4, (wq_end - 1 - q0) / 16 + 1);
 
-        /* S^T = K_w Q^T, dP^T = V_w dO^T */
-        tc_score_products<HS, LD>(STw, DPw, Ks + warp * TC_WM * LD, Qs, Vs + warp * TC_WM * LD, dOs, fb, nbe);
-        __syncwarp();
+            /* S^T = K_w Q^T, dP^T = V_w dO^T */
+            tc_score_products<HS, LD>(STw, DPw, Ks + warp * TC_WM * LD, Qs,
+                                      Vs + warp * TC_WM * LD, dOs, fb, nbe);
+            __syncwarp();
 
-        /* P^T, dS^T of key j (row r) against queries t = q0 + c, c = 2 i + half. Valid (t < T,
-         * t >= j) columns lie in [fb * 16, nbe * 16), which were computed above; all 64 columns
-         * are written (0 where masked). */
-        {
-            const float *srow = STw + r * TC_LDS, *dprow = DPw + r * TC_LDS;
-            bf16 *prow = PTw + r * TC_LDP, *dsrow = DSw + r * TC_LDP;
-            #pragma unroll
-            for (int i = 0; i < 32; i++) {
-                int c = 2 * i + half;
-                int t = q0 + c;
-                float p = 0.0f, ds = 0.0f;
-                if (t < T && t >= j) {
-                    p = expf(srow[c] * scale - Ls[c]);
-                    ds = p * (dprow[c] - Ds[c]);
-                }
-                prow[c] = __float2bfloat16_rn(p);
-                dsrow[c] = __float2bfloat16_rn(ds);
-            }
-        }
-        __syncwarp();
-
-        /* dV += P^T dO, dK += dS^T Q over query blocks [fb, nbe) */
-        #pragma unroll
-        for (int kb = 0; kb < 4; kb++) {
-            if (kb >= fb && kb < nbe) {
-                FragA pa, dsa;
-                wmma::load_matrix_sync(pa, PTw + kb * 16, TC_LDP);
-                wmma::load_matrix_sync(dsa, DSw + kb * 16, TC_LDP);
+            /* P^T, dS^T of key j (row r) against queries t = q0 + c, c = 2 i + half. Valid
+             * (j <= t < jq_end <= T) columns lie in [fb * 16, nbe * 16), which were computed
+             * above; all 64 columns are written (0 where masked). */
+            {
+                const float *srow = STw + r * TC_LDS, *dprow = DPw + r * TC_LDS;
+                bf16 *prow = PTw + r * TC_LDP, *dsrow = DSw + r * TC_LDP;
                 #pragma unroll
-                for (int nb = 0; nb < NF; nb++) {
-                    FragB b;
-                    wmma::load_matrix_sync(b, dOs + kb * 16 * LD + nb * 16, LD);
-                    wmma::mma_sync(dv[nb], pa, b, dv[nb]);
-                    wmma::load_matrix_sync(b, Qs + kb * 16 * LD + nb * 16, LD);
-                    wmma::mma_sync(dk[nb], dsa, b, dk[nb]);
+                for (int i = 0; i < 32; i++) {
+                    int c = 2 * i + half;
+                    int t = q0 + c;
+                    float p = 0.0f, ds = 0.0f;
+                    if (t < jq_end && t >= j) {
+                        p = expf(srow[c] * scale - Ls[c]);
+                        ds = p * (dprow[c] - Ds[c]);
+                    }
+                    prow[c] = __float2bfloat16_rn(p);
+                    dsrow[c] = __float2bfloat16_rn(ds);
                 }
             }
+            __syncwarp();
+
+            /* dV += P^T dO, dK += dS^T Q over query blocks [fb, nbe) */
+            #pragma unroll
+            for (int kb = 0; kb < 4; kb++) {
+                if (kb >= fb && kb < nbe) {
+                    FragA pa, dsa;
+                    wmma::load_matrix_sync(pa, PTw + kb * 16, TC_LDP);
+                    wmma::load_matrix_sync(dsa, DSw + kb * 16, TC_LDP);
+                    #pragma unroll
+                    for (int nb = 0; nb < NF; nb++) {
+                        FragB b;
+                        wmma::load_matrix_sync(b, dOs + kb * 16 * LD + nb * 16, LD);
+                        wmma::mma_sync(dv[nb], pa, b, dv[nb]);
+                        wmma::load_matrix_sync(b, Qs + kb * 16 * LD + nb * 16, LD);
+                        wmma::mma_sync(dk[nb], dsa, b, dk[nb]);
+                    }
+                }
+            }
+            /* STw/DPw/PTw/DSw are rewritten only after the next iteration's __syncthreads */
         }
-        /* STw/DPw/PTw/DSw are rewritten only after the next iteration's __syncthreads */
     }
 
     if (!active) return; /* no block-wide barrier below */
     __syncwarp();
-    bf16 *dkbase = dqkv + (size_t)bb * T * C3 + C + (size_t)h * HS;
+    bf16 *dkbase = dqkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
     tc_store_frags<HS>(dkbase, C3, w0, T, dk, STw, scale, vec, lane);
-    tc_store_frags<HS>(dkbase + C, C3, w0, T, dv, STw, 1.0f, vec, lane);
+    tc_store_frags<HS>(dkbase + (size_t)NKV * HS, C3, w0, T, dv, STw, 1.0f, vec, lane);
 }
 
 /* dQ for one tile of 64 queries (16 per warp); loops over the key tiles they see */
@@ -485,8 +512,8 @@ template <int HS>
 __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dq_kernel(bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout,
                            const bf16 *__restrict__ qkv, const float *__restrict__ lse,
-                           const float *__restrict__ D, int T, int C, int NH, int BH, int ntiles,
-                           float scale, int vec) {
+                           const float *__restrict__ D, int T, int NH, int NKV, int window, int BH,
+                           int ntiles, float scale, int vec) {
     typedef TcBwd<HS> L;
     constexpr int LD = L::LD, NF = HS / 16;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -507,54 +534,59 @@ __global__ void __launch_bounds__(TC_THREADS)
     int qt = ntiles - 1 - (int)(blockIdx.x / (unsigned)BH); /* latest (heaviest) tiles first */
     int h = bh % NH, bb = bh / NH;
     int q0 = qt * TC_TILE;
-    size_t C3 = (size_t)3 * C;
+    const int g = gtc_att_kv_head(h, NH, NKV);
+    const size_t C = (size_t)NH * HS, C3 = (size_t)(NH + 2 * NKV) * HS;
     const bf16 *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * HS;
-    const bf16 *kbase = qbase + C;
-    const bf16 *vbase = qbase + 2 * (size_t)C;
+    const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
+    const bf16 *vbase = kbase + (size_t)NKV * HS;
     const bf16 *dobase = dout + (size_t)bb * T * C + (size_t)h * HS;
 
     tc_load_tile<HS, LD>(Qs, qbase, C3, q0, T, vec);
-    tc_load_tile<HS, LD>(dOs, dobase, (size_t)C, q0, T, vec);
+    tc_load_tile<HS, LD>(dOs, dobase, C, q0, T, vec);
     tc_load_row_vals(Ls, lse + ((size_t)bb * NH + h) * T, q0, T);
     tc_load_row_vals(Ds, D + ((size_t)bb * NH + h) * T, q0, T);
 
     const int w0 = q0 + warp * TC_WM;
     const bool active = w0 < T; /* warp-uniform */
     const int tlim = min(w0 + TC_WM - 1, T - 1);
+    const int wlo = gtc_att_first_key(w0, window); /* first key any row of the warp sees */
     const int r = lane >> 1, half = lane & 1;
     const int t = w0 + r;
     const int jmax = min(t, T - 1);
+    const int jmin = gtc_att_first_key(jmax, window);
 
     FragC dq[NF];
     #pragma unroll
     for (int nb = 0; nb < NF; nb++) wmma::fill_fragment(dq[nb], 0.0f);
 
     int q_last = min(q0 + TC_TILE, T) - 1;
-    for (int k0 = 0; k0 <= q_last; k0 += TC_TILE) {
+    for (int k0 = gtc_att_first_key(q0, window) / TC_TILE * TC_TILE; k0 <= q_last; k0 += TC_TILE) {
         __syncthreads(); /* every warp is done with the previous K/V tile (Q/dO/L/D loads issued) */
         tc_load_tile<HS, LD>(Ks, kbase, C3, k0, T, vec);
         tc_load_tile<HS, LD>(Vs, vbase, C3, k0, T, vec);
         __syncthreads();
-        if (!active) continue;
+        if (!active || k0 + TC_TILE <= wlo) continue; /* warp-uniform */
         const int nkb = min(4, (tlim - k0) / 16 + 1);
+        const int kb0 = max(0, (wlo - k0) / 16);
 
-        /* S = Q_w K^T, dP = dO_w V^T, key blocks nb < nkb */
-        tc_score_products<HS, LD>(Sw, DPw, Qs + warp * TC_WM * LD, Ks, dOs + warp * TC_WM * LD, Vs, 0, nkb);
+        /* S = Q_w K^T, dP = dO_w V^T, key blocks kb0 <= nb < nkb */
+        tc_score_products<HS, LD>(Sw, DPw, Qs + warp * TC_WM * LD, Ks, dOs + warp * TC_WM * LD, Vs, kb0, nkb);
         __syncwarp();
 
-        /* dS of row r (query t) against keys k0 + c, c = 2 i + half; valid: t < T, k0 + c <= t,
-         * i.e. c <= jmax - k0, which lies below nkb * 16. All 64 columns written. */
+        /* dS of row r (query t) against keys k0 + c, c = 2 i + half; valid: t < T and
+         * jmin <= k0 + c <= t, i.e. jmin - k0 <= c <= jmax - k0, which lies in
+         * [kb0 * 16, nkb * 16). All 64 columns written. */
         {
             const float *srow = Sw + r * TC_LDS, *dprow = DPw + r * TC_LDS;
             bf16 *dsrow = DSw + r * TC_LDP, *dlrow = DLw + r * TC_LDP;
-            const int cl = jmax - k0;
+            const int cl = jmax - k0, cl0 = jmin - k0;
             const bool row_ok = t < T;
             const float Lr = Ls[warp * TC_WM + r], Dr = Ds[warp * TC_WM + r];
             #pragma unroll
             for (int i = 0; i < 32; i++) {
                 int c = 2 * i + half;
                 float ds = 0.0f;
-                if (row_ok && c <= cl) {
+                if (row_ok && c <= cl && c >= cl0) {
                     float p = expf(srow[c] * scale - Lr);
                     ds = p * (dprow[c] - Dr);
                 }
@@ -565,10 +597,10 @@ __global__ void __launch_bounds__(TC_THREADS)
         }
         __syncwarp();
 
-        /* dQ += dS K over key blocks kb < nkb */
+        /* dQ += dS K over key blocks kb0 <= kb < nkb */
         #pragma unroll
         for (int kb = 0; kb < 4; kb++) {
-            if (kb < nkb) {
+            if (kb >= kb0 && kb < nkb) {
                 FragA a, alo;
                 wmma::load_matrix_sync(a, DSw + kb * 16, TC_LDP);
                 wmma::load_matrix_sync(alo, DLw + kb * 16, TC_LDP);
@@ -651,46 +683,48 @@ static unsigned tc_grid(int ntiles, int B, int NH) {
 
 template <int HS>
 static void tc_forward_t(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B, int T,
-                         int C, int NH) {
+                         int NH, int NKV, int window) {
     float scale = 1.0f / sqrtf((float)HS);
     int ntiles = (T + TC_TILE - 1) / TC_TILE;
     unsigned blocks = tc_grid(ntiles, B, NH);
     int vec = tc_aligned16(out) && tc_aligned16(qkv);
     GTC_LAUNCH(attention_tc_forward_kernel<HS>, blocks, TC_THREADS, TcFwd<HS>::BYTES, gtc_stream(b),
-               out, lse, qkv, T, C, NH, B * NH, ntiles, scale, vec);
+               out, lse, qkv, T, NH, NKV, window, B * NH, ntiles, scale, vec);
     CUDA_CHECK_LAUNCH();
 }
 
+/* dK/dV: one block per (key tile, kv head, batch); dQ: one per (query tile, query head, batch) */
 template <int HS>
 static void tc_backward_t(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
-                          const gtc_bf16 *qkv, const float *lse, int B, int T, int C, int NH) {
+                          const gtc_bf16 *qkv, const float *lse, int B, int T, int NH, int NKV,
+                          int window) {
     float scale = 1.0f / sqrtf((float)HS);
     int ntiles = (T + TC_TILE - 1) / TC_TILE;
-    unsigned blocks = tc_grid(ntiles, B, NH);
     int vec = tc_aligned16(dqkv) && tc_aligned16(dout) && tc_aligned16(qkv);
     cudaStream_t st = gtc_stream(b);
-    GTC_LAUNCH(attention_tc_dkdv_kernel<HS>, blocks, TC_THREADS, TcBwd<HS>::BYTES, st, dqkv, dout,
-               qkv, lse, D, T, C, NH, B * NH, scale, vec);
+    GTC_LAUNCH(attention_tc_dkdv_kernel<HS>, tc_grid(ntiles, B, NKV), TC_THREADS, TcBwd<HS>::BYTES,
+               st, dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NKV, scale, vec);
     CUDA_CHECK_LAUNCH();
-    GTC_LAUNCH(attention_tc_dq_kernel<HS>, blocks, TC_THREADS, TcBwd<HS>::BYTES, st, dqkv, dout,
-               qkv, lse, D, T, C, NH, B * NH, ntiles, scale, vec);
+    GTC_LAUNCH(attention_tc_dq_kernel<HS>, tc_grid(ntiles, B, NH), TC_THREADS, TcBwd<HS>::BYTES, st,
+               dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NH, ntiles, scale, vec);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
-                              int T, int C, int NH) {
+                              int T, int NH, int NKV, int hd, int window) {
     if (B <= 0 || T <= 0) return;
-    if (C / NH == 64)
-        tc_forward_t<64>(b, out, lse, qkv, B, T, C, NH);
+    if (hd == 64)
+        tc_forward_t<64>(b, out, lse, qkv, B, T, NH, NKV, window);
     else
-        tc_forward_t<128>(b, out, lse, qkv, B, T, C, NH);
+        tc_forward_t<128>(b, out, lse, qkv, B, T, NH, NKV, window);
 }
 
 void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
-                               const gtc_bf16 *qkv, const float *lse, int B, int T, int C, int NH) {
+                               const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
+                               int NKV, int hd, int window) {
     if (B <= 0 || T <= 0) return;
-    if (C / NH == 64)
-        tc_backward_t<64>(b, dqkv, D, dout, qkv, lse, B, T, C, NH);
+    if (hd == 64)
+        tc_backward_t<64>(b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window);
     else
-        tc_backward_t<128>(b, dqkv, D, dout, qkv, lse, B, T, C, NH);
+        tc_backward_t<128>(b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window);
 }

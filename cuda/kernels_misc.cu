@@ -62,8 +62,9 @@ __global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *w
         size_t bt = i / C;
         int c = (int)(i % C);
         int t = (int)(bt % T);
-        store_from_f32(out, i,
-                       load_f32(wte, (size_t)tokens[bt] * C + c) + load_f32(wpe, (size_t)t * C + c));
+        float v = load_f32(wte, (size_t)tokens[bt] * C + c);
+        if (wpe) v += load_f32(wpe, (size_t)t * C + c); /* NULL: no position embedding (Llama) */
+        store_from_f32(out, i, v);
     }
 }
 

@@ -21,7 +21,7 @@ cp -a "$B" "$work/$B"
 mutants() {
   cat <<'EOF'
 causal_mask_tc_forward|cuda/kernels_attention_tc.cu|const int jmax = min(t, T - 1);     /* last key row|const int jmax = min(t + 1, T - 1);     /* last key row|@(ops_bf16|cuda)/*
-causal_mask_dq|cuda/kernels_attention.cu|            if (j <= t) {\n                float p = expf(att_score(|            if (j < t) {\n                float p = expf(att_score(|@(ops|ops_bf16)/*
+causal_mask_dq|cuda/kernels_attention.cu|            if (j <= t && j >= jlo) {\n                float p = expf(att_score(|            if (j < t && j >= jlo) {\n                float p = expf(att_score(|@(ops|ops_bf16)/*
 no_syncthreads_attention_tile|cuda/kernels_attention.cu|        __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */\n||@(ops|ops_bf16)/*
 no_syncthreads_block_sum|cuda/kernels_misc.cu|    if (lane == 0) shared[warp] = v;\n    __syncthreads();\n    if (threadIdx.x == 0) {\n        double s|    if (lane == 0) shared[warp] = v;\n    if (threadIdx.x == 0) {\n        double s|@(ops|ops_bf16|cuda|optim)/*
 no_syncthreads_tc_tile|cuda/kernels_attention_tc.cu|        __syncthreads(); /* every warp is done with the previous K/V tile */\n||@(ops_bf16|cuda)/*
@@ -30,6 +30,8 @@ transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N,
 offload_compute_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->compute, im->done[slot & 1], 0));\n||@(cuda|recompute)/*
 offload_copy_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->copy, im->ready[slot], 0));\n||@(cuda|recompute)/*
 allreduce_skips_compute_wait|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->stream, c->ready, 0));\n||@(nccl|dist_e2e)/*
+gqa_kv_head_mapping|cuda/cuda_common.cuh|    return h / (NH / NKV);|    return h % NKV;|@(ops_llama|ops_llama_bf16|cuda)/*
+sliding_window_off_by_one|cuda/cuda_common.cuh|    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;|    return window > 0 && t - window > 0 ? t - window : 0;|@(ops_llama|ops_llama_bf16|cuda)/*
 EOF
 }
 

@@ -11,9 +11,12 @@
 #          (CUDA_ARCH from nvidia-smi's compute capability; override with CUDA_ARCH=...).
 #   (a) ops      each op vs the double-precision reference on fresh random inputs, outputs poisoned
 #                with NaN, in fp32 (rel err <= 1e-5) and bf16 (act outputs <= 1e-2, fp32 outputs
-#                1e-5): GTRAIN_TEST_DEVICE=cuda test_gtrain --filter 'ops*/*'; and the GPU against
-#                the CPU backend in the same process (cuda/*: bf16 ops vs the CPU's bf16, copy-stream
-#                ordering, unaligned GEMMs, large head sizes).
+#                1e-5): GTRAIN_TEST_DEVICE=cuda test_gtrain --filter 'ops*/*' (ops, ops_bf16, and
+#                ops_llama, ops_llama_bf16: rmsnorm, rope, swiglu, grouped-query / sliding-window
+#                attention); and the GPU against the CPU backend in the same process (cuda/*: bf16
+#                ops vs the CPU's bf16, the Llama ops in fp32 and bf16 with rope bit for bit,
+#                grouped-query / sliding-window attention on the CUDA-core and tensor-core kernels,
+#                copy-stream ordering, unaligned GEMMs, large head sizes).
 #   (b) step     a full training step on the GPU vs the CPU: the model tests against the double
 #                reference (model/*, accumulation/*, precision/*), and gtrain runs on device=cpu and
 #                device=cuda whose per-step loss and grad norm (metrics.jsonl, 9 digits) must agree

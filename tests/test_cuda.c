@@ -12,6 +12,9 @@
  *   - bf16 activations: every act_t op against the CPU backend's bf16 emulation (the reference);
  *   - bf16 attention with head size 64 and 128 (the tensor-core path) against the CPU's bf16, on
  *     ragged T, with the same bits from a second run on buffers that are not 16-byte aligned;
+ *   - grouped-query heads and sliding windows in attention (fp32 and bf16, CUDA-core and
+ *     tensor-core kernels) and the Llama-family ops (rmsnorm, residual_rmsnorm, rope, swiglu,
+ *     encoder without wpe) against the CPU backend, rope bit for bit;
  *   - bf16 matmul_gelu (the cuBLASLt GELU epilogue) gives the same bits whatever 16-byte-aligned
  *     buffers it is given. */
 #include <criterion/criterion.h>
@@ -88,9 +91,10 @@ static double rel(const float *a, const float *b, size_t n) {
 
 #define TOL 1e-5
 
-/* attention forward + backward, GPU vs CPU */
-static void check_attention(Pair *p, int B, int T, int C, int NH) {
-    size_t n3 = (size_t)B * T * 3 * C, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
+/* attention forward + backward with NKV kv heads and a window, GPU vs CPU (fp32) */
+static void check_attention_gqa(Pair *p, int B, int T, int NH, int NKV, int hd, int window) {
+    const int C = NH * hd;
+    size_t n3 = (size_t)B * T * (NH + 2 * NKV) * hd, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
     float *qkv = rand_host(n3, -2, 2), *dout = rand_host(nc, -1, 1);
     float *res[2][4];
     Backend *bs[2] = {p->cpu, p->gpu};
@@ -98,8 +102,8 @@ static void check_attention(Pair *p, int B, int T, int C, int NH) {
         Backend *b = bs[k];
         float *d_qkv = dup_to(b, qkv, n3 * sizeof(float)), *d_dout = dup_to(b, dout, nc * sizeof(float));
         float *d_out = dnan_on(b, nc), *d_lse = dnan_on(b, nl), *d_dqkv = dnan_on(b, n3), *d_ws = dnan_on(b, nl);
-        b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
-        b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH, 0);
+        b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, NH, NKV, hd, window);
+        b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, hd, window);
         res[k][0] = fetch(b, d_out, nc);
         res[k][1] = fetch(b, d_lse, nl);
         res[k][2] = fetch(b, d_dqkv, n3);
@@ -111,13 +115,15 @@ static void check_attention(Pair *p, int B, int T, int C, int NH) {
     size_t ns[] = {nc, nl, n3, nl};
     for (int i = 0; i < 4; i++) {
         double e = rel(res[1][i], res[0][i], ns[i]);
-        cr_expect_leq(e, TOL, "attention %s B=%d T=%d C=%d NH=%d: gpu vs cpu rel %.3g", names[i], B, T, C, NH, e);
+        cr_expect_leq(e, TOL, "attention %s B=%d T=%d NH=%d NKV=%d hd=%d window=%d: gpu vs cpu rel %.3g",
+                      names[i], B, T, NH, NKV, hd, window, e);
         free(res[0][i]);
         free(res[1][i]);
     }
     free(qkv);
     free(dout);
 }
+static void check_attention(Pair *p, int B, int T, int C, int NH) { check_attention_gqa(p, B, T, NH, NH, C / NH, 0); }
 
 Test(cuda, attention_head_sizes_and_ragged_tiles, .timeout = 120) {
     Pair p;
@@ -126,6 +132,18 @@ Test(cuda, attention_head_sizes_and_ragged_tiles, .timeout = 120) {
     check_attention(&p, 1, 130, 192, 3);  /* hs 64 */
     check_attention(&p, 2, 33, 60, 2);    /* hs 30: odd channel counts, not a multiple of 32 */
     check_attention(&p, 1, 1, 64, 1);     /* a single position */
+    pair_close(&p);
+}
+
+/* fp32 grouped-query heads and sliding windows (the CUDA-core kernels) against the CPU */
+Test(cuda, attention_gqa_window_match_cpu, .timeout = 120) {
+    Pair p;
+    pair_open(&p);
+    check_attention_gqa(&p, 2, 77, 4, 2, 32, 0);   /* 2 query heads per kv head */
+    check_attention_gqa(&p, 1, 130, 4, 1, 16, 40); /* one kv head, window across tiles */
+    check_attention_gqa(&p, 2, 70, 6, 3, 30, 17);  /* odd head size, window */
+    check_attention_gqa(&p, 1, 100, 2, 1, 128, 33); /* hs 128 (large shared memory), window */
+    check_attention_gqa(&p, 1, 50, 4, 2, 8, 1);    /* window 1: each row sees itself */
     pair_close(&p);
 }
 
@@ -586,8 +604,9 @@ Test(cuda, bf16_ops_match_cpu_bf16, .timeout = 120) {
  * BF16_TOL (the GPU rounds P and dS to bf16 inside its products, the CPU does not), and a second
  * GPU run on buffers offset by one element (2 bytes: no 16-byte vector loads) must give the same
  * bits (determinism, and no dependence on the buffers' addresses, which recompute relies on) */
-static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
-    size_t n3 = (size_t)B * T * 3 * C, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
+static void bf16_attention_gqa_case(Pair *p, int B, int T, int NH, int NKV, int hd, int window) {
+    const int C = NH * hd;
+    size_t n3 = (size_t)B * T * (NH + 2 * NKV) * hd, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
     uint16_t *qkv = rand_bf16(n3, -2, 2), *dout = rand_bf16(nc, -1, 1);
     uint16_t *nan16 = malloc(n3 * sizeof(uint16_t) + 4);
     cr_assert_not_null(nan16);
@@ -605,8 +624,8 @@ static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
         cr_assert_eq(b->ops->to_device(b, bo + o, nan16, nc * 2, &err), 0, "%s", err.msg);
         cr_assert_eq(b->ops->to_device(b, bdq + o, nan16, n3 * 2, &err), 0, "%s", err.msg);
         float *lse = dnan_on(b, nl), *ws = dnan_on(b, nl);
-        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, NH, NH, C / NH, 0);
-        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, NH, NH, C / NH, 0);
+        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, NH, NKV, hd, window);
+        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, NH, NKV, hd, window);
         res[k][0] = fetch_bf16(b, bo + o, nc);
         res[k][1] = fetch(b, lse, nl);
         res[k][2] = fetch_bf16(b, bdq + o, n3);
@@ -618,16 +637,20 @@ static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
     size_t ns[] = {nc, nl, n3, nl};
     for (int i = 0; i < 4; i++) {
         double e = rel(res[1][i], res[0][i], ns[i]);
-        cr_expect_leq(e, BF16_TOL, "bf16 attention %s B=%d T=%d C=%d NH=%d: gpu vs cpu rel %.3g",
-                      names[i], B, T, C, NH, e);
+        cr_expect_leq(e, BF16_TOL, "bf16 attention %s B=%d T=%d NH=%d NKV=%d hd=%d window=%d: gpu vs cpu rel %.3g",
+                      names[i], B, T, NH, NKV, hd, window, e);
         cr_expect(memcmp(res[1][i], res[2][i], ns[i] * sizeof(float)) == 0,
-                  "bf16 attention %s B=%d T=%d C=%d NH=%d: other bits from a second run (unaligned)",
-                  names[i], B, T, C, NH);
+                  "bf16 attention %s B=%d T=%d NH=%d NKV=%d hd=%d window=%d: other bits from a second run "
+                  "(unaligned)",
+                  names[i], B, T, NH, NKV, hd, window);
         for (int k = 0; k < 3; k++) free(res[k][i]);
     }
     free(qkv);
     free(dout);
     free(nan16);
+}
+static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
+    bf16_attention_gqa_case(p, B, T, NH, NH, C / NH, 0);
 }
 
 Test(cuda, bf16_attention_tensor_cores_match_cpu_bf16, .timeout = 120) {
@@ -641,6 +664,189 @@ Test(cuda, bf16_attention_tensor_cores_match_cpu_bf16, .timeout = 120) {
     bf16_attention_case(&p, 1, 16, 64, 1);   /* hs 64, a quarter tile */
     bf16_attention_case(&p, 1, 17, 64, 1);   /* hs 64, a quarter tile and one row */
     bf16_attention_case(&p, 1, 65, 128, 1);  /* hs 128, one row past a tile */
+    pair_close(&p);
+}
+
+/* bf16 grouped-query heads and sliding windows: hs 64 and 128 on the tensor cores (key tiles of
+ * 64, 16-key blocks per warp skipped or masked by the window), hs 16 on the CUDA-core kernels */
+Test(cuda, bf16_attention_gqa_window_match_cpu_bf16, .timeout = 120) {
+    Pair p;
+    pair_open(&p);
+    bf16_attention_gqa_case(&p, 2, 77, 4, 2, 64, 0);    /* hs 64, 2 query heads per kv head */
+    bf16_attention_gqa_case(&p, 1, 200, 4, 1, 64, 40);  /* hs 64, MQA, window: tiles skipped */
+    bf16_attention_gqa_case(&p, 1, 130, 2, 1, 64, 5);   /* hs 64, window inside a 16-key block */
+    bf16_attention_gqa_case(&p, 1, 150, 4, 2, 128, 70); /* hs 128, window across tile edges */
+    bf16_attention_gqa_case(&p, 2, 65, 2, 2, 128, 17);  /* hs 128, plain heads, window */
+    bf16_attention_gqa_case(&p, 1, 140, 2, 1, 64, 129); /* window > one tile */
+    bf16_attention_gqa_case(&p, 2, 37, 4, 2, 16, 9);    /* hs 16: the CUDA-core kernels in bf16 */
+    pair_close(&p);
+}
+
+/* ------------------------------------------------------------------ Llama-family ops
+ *
+ * rmsnorm (forward, backward with dinp and dw accumulated), residual_rmsnorm (res aliasing x),
+ * rope forward (pos0 > 0) and backward on grouped kv heads, swiglu forward and backward, and the
+ * encoder without wpe, on both backends with the same inputs, in fp32 (GPU vs CPU within TOL) and
+ * bf16 (within BF16_TOL). rope is the same plain-float formula on both (backend.h), so its output
+ * must be the CPU's bit for bit in both dtypes, and so must the encoder's (one add, or none). */
+
+typedef struct {
+    int N, C, I, B, T, NH, NKV, hd, pos0, P, V;
+    float *x, *w, *dy, *dx0, *dw0, *y;   /* rmsnorm: [N, C], [C]; dw0 fp32 */
+    float *sw_in, *sw_dout;              /* swiglu: [N, 2I], [N, I] */
+    float *qkv, *cosv, *sinv;            /* rope: [B, T, (NH + 2 NKV) hd], [P, hd/2] fp32 */
+    int *tokens;                         /* encoder: [B * T] of V */
+    float *wte, *enc_dout, *dwte0;       /* [V, hd], [B * T, hd], fp32 [V, hd] */
+} LlIn;
+
+/* n random values in [lo, hi), each a bf16 value (so both dtypes see the same inputs) */
+static float *rand_bfvals(size_t n, float lo, float hi) {
+    float *h = rand_host(n, lo, hi);
+    for (size_t i = 0; i < n; i++) h[i] = gt_bf16_to_f32(gt_f32_to_bf16(h[i]));
+    return h;
+}
+/* a device act_t copy of host floats (rounded to bf16 when the act dtype is bf16: exact here) */
+static void *dup_act(Backend *b, const float *h, size_t n) {
+    if (b->act_dtype == GT_F32) return dup_to(b, h, n * sizeof(float));
+    uint16_t *t = malloc(n * sizeof(uint16_t) + 4);
+    cr_assert_not_null(t);
+    for (size_t i = 0; i < n; i++) t[i] = gt_f32_to_bf16(h[i]);
+    void *d = dup_to(b, t, n * sizeof(uint16_t));
+    free(t);
+    return d;
+}
+static void *dnan_act(Backend *b, size_t n) {
+    return b->act_dtype == GT_F32 ? (void *)dnan_on(b, n) : dnan_bf16_on(b, n);
+}
+static void keep_act(BfRes *r, int k, Backend *b, const char *name, const void *d, size_t n) {
+    if (b->act_dtype == GT_F32)
+        bf_keep_f32(r, k, b, name, d, n);
+    else
+        bf_keep_bf16(r, k, b, name, d, n);
+}
+
+static void llama_run(Backend *b, int k, GtDtype act, const LlIn *in, BfRes *r) {
+    backend_set_act_dtype(b, act);
+    const int N = in->N, C = in->C, I = in->I;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I;
+    /* rmsnorm forward + backward */
+    {
+        void *x = dup_act(b, in->x, NC), *w = dup_act(b, in->w, C), *out = dnan_act(b, NC);
+        float *rstd = dnan_on(b, N);
+        b->ops->rmsnorm_forward(b, out, rstd, x, w, N, C, 1e-6f);
+        void *dy = dup_act(b, in->dy, NC), *dx = dup_act(b, in->dx0, NC);
+        float *dw = dup_to(b, in->dw0, (size_t)C * sizeof(float));
+        b->ops->rmsnorm_backward(b, dx, dw, dy, x, w, rstd, N, C);
+        keep_act(r, k, b, "rmsnorm out", out, NC);
+        bf_keep_f32(r, k, b, "rmsnorm rstd", rstd, N);
+        keep_act(r, k, b, "rmsnorm dinp (accumulated)", dx, NC);
+        bf_keep_f32(r, k, b, "rmsnorm dw (accumulated)", dw, C);
+        void *bufs[] = {x, w, out, rstd, dy, dx, dw};
+        bf_free_all(b, bufs, 7);
+    }
+    /* residual + rmsnorm, res aliasing x */
+    {
+        void *x = dup_act(b, in->x, NC), *y = dup_act(b, in->y, NC), *w = dup_act(b, in->w, C);
+        void *out = dnan_act(b, NC);
+        float *rstd = dnan_on(b, N);
+        b->ops->residual_rmsnorm_forward(b, x, out, rstd, x, y, w, N, C, 1e-6f);
+        keep_act(r, k, b, "residual_rmsnorm res", x, NC);
+        keep_act(r, k, b, "residual_rmsnorm out", out, NC);
+        bf_keep_f32(r, k, b, "residual_rmsnorm rstd", rstd, N);
+        void *bufs[] = {x, y, w, out, rstd};
+        bf_free_all(b, bufs, 5);
+    }
+    /* rope forward at pos0, backward at 0, both in place */
+    {
+        size_t n3 = (size_t)in->B * in->T * (in->NH + 2 * in->NKV) * in->hd, nt = (size_t)in->P * (in->hd / 2);
+        void *q = dup_act(b, in->qkv, n3), *dq = dup_act(b, in->qkv, n3);
+        float *cs = dup_to(b, in->cosv, nt * sizeof(float)), *sn = dup_to(b, in->sinv, nt * sizeof(float));
+        b->ops->rope_forward(b, q, cs, sn, in->B, in->T, in->pos0, in->NH, in->NKV, in->hd);
+        b->ops->rope_backward(b, dq, cs, sn, in->B, in->T, in->NH, in->NKV, in->hd);
+        keep_act(r, k, b, "rope forward", q, n3);
+        keep_act(r, k, b, "rope backward", dq, n3);
+        void *bufs[] = {q, dq, cs, sn};
+        bf_free_all(b, bufs, 4);
+    }
+    /* swiglu forward + backward */
+    {
+        void *inp = dup_act(b, in->sw_in, 2 * NI), *out = dnan_act(b, NI);
+        void *dout = dup_act(b, in->sw_dout, NI), *dinp = dnan_act(b, 2 * NI);
+        b->ops->swiglu_forward(b, out, inp, N, I);
+        b->ops->swiglu_backward(b, dinp, inp, dout, N, I);
+        keep_act(r, k, b, "swiglu out", out, NI);
+        keep_act(r, k, b, "swiglu dinp", dinp, 2 * NI);
+        void *bufs[] = {inp, out, dout, dinp};
+        bf_free_all(b, bufs, 4);
+    }
+    /* encoder without position embedding (wpe, dwpe NULL) */
+    {
+        const size_t BT = (size_t)in->B * in->T, VC = (size_t)in->V * in->hd;
+        int *tok = dup_to(b, in->tokens, BT * sizeof(int));
+        void *wte = dup_act(b, in->wte, VC), *out = dnan_act(b, BT * in->hd);
+        void *dout = dup_act(b, in->enc_dout, BT * in->hd);
+        float *dwte = dup_to(b, in->dwte0, VC * sizeof(float));
+        b->ops->encoder_forward(b, out, tok, wte, NULL, in->B, in->T, in->hd);
+        b->ops->encoder_backward(b, dwte, NULL, dout, tok, in->B, in->T, in->hd);
+        keep_act(r, k, b, "encoder (no wpe) out", out, BT * in->hd);
+        bf_keep_f32(r, k, b, "encoder (no wpe) dwte (accumulated)", dwte, VC);
+        void *bufs[] = {tok, wte, out, dout, dwte};
+        bf_free_all(b, bufs, 5);
+    }
+}
+
+Test(cuda, llama_ops_match_cpu, .timeout = 120) {
+    Pair p;
+    pair_open(&p);
+    LlIn in = {.N = 74, .C = 160, .I = 200, .B = 2, .T = 37, .NH = 4, .NKV = 2, .hd = 64, .pos0 = 5, .V = 29};
+    in.P = in.pos0 + in.T;
+    const size_t NC = (size_t)in.N * in.C, NI = (size_t)in.N * in.I, BT = (size_t)in.B * in.T;
+    const size_t n3 = BT * (in.NH + 2 * in.NKV) * in.hd, half = (size_t)in.hd / 2;
+    in.x = rand_bfvals(NC, -2, 2);
+    in.w = rand_bfvals(in.C, 0.5f, 1.5f);
+    in.dy = rand_bfvals(NC, -1, 1);
+    in.dx0 = rand_bfvals(NC, -1, 1);
+    in.dw0 = rand_host(in.C, -1, 1);
+    in.y = rand_bfvals(NC, -2, 2);
+    in.sw_in = rand_bfvals(2 * NI, -6, 6);
+    in.sw_dout = rand_bfvals(NI, -1, 1);
+    in.qkv = rand_bfvals(n3, -2, 2);
+    in.cosv = malloc(in.P * half * sizeof(float));
+    in.sinv = malloc(in.P * half * sizeof(float));
+    in.tokens = malloc(BT * sizeof(int));
+    cr_assert(in.cosv && in.sinv && in.tokens);
+    for (int pos = 0; pos < in.P; pos++)
+        for (size_t i = 0; i < half; i++) {
+            double th = pos * pow(10000.0, -2.0 * (double)i / in.hd);
+            in.cosv[pos * half + i] = (float)cos(th);
+            in.sinv[pos * half + i] = (float)sin(th);
+        }
+    for (size_t i = 0; i < BT; i++) in.tokens[i] = (int)(frand(0, 1) * in.V) % in.V;
+    in.wte = rand_bfvals((size_t)in.V * in.hd, -1, 1);
+    in.enc_dout = rand_bfvals(BT * in.hd, -1, 1);
+    in.dwte0 = rand_host((size_t)in.V * in.hd, -1, 1);
+
+    for (int a = 0; a < 2; a++) {
+        GtDtype act = a ? GT_BF16 : GT_F32;
+        double tol = a ? BF16_TOL : TOL;
+        BfRes r;
+        memset(&r, 0, sizeof r);
+        llama_run(p.cpu, 0, act, &in, &r);
+        llama_run(p.gpu, 1, act, &in, &r);
+        cr_assert_eq(r.count[0], r.count[1]);
+        for (int i = 0; i < r.count[0]; i++) {
+            double e = rel(r.v[1][i], r.v[0][i], r.len[i]);
+            cr_expect_leq(e, tol, "%s %s: gpu vs cpu rel %.3g", gt_dtype_name(act), r.name[i], e);
+            if (strncmp(r.name[i], "rope", 4) == 0 || strcmp(r.name[i], "encoder (no wpe) out") == 0)
+                cr_expect(memcmp(r.v[0][i], r.v[1][i], r.len[i] * sizeof(float)) == 0,
+                          "%s %s: gpu != cpu bits", gt_dtype_name(act), r.name[i]);
+            free(r.v[0][i]);
+            free(r.v[1][i]);
+        }
+    }
+    void *host[] = {in.x, in.w, in.dy, in.dx0, in.dw0, in.y, in.sw_in, in.sw_dout, in.qkv, in.cosv, in.sinv,
+                    in.tokens, in.wte, in.enc_dout, in.dwte0};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) free(host[i]);
     pair_close(&p);
 }
 

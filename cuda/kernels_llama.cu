@@ -1,0 +1,345 @@
+/* kernels_llama.cu - the CUDA backend's Llama-family ops: RMSNorm (forward, backward, fused
+ * residual + RMSNorm), rotary position embeddings (forward, backward) and SwiGLU (forward,
+ * backward). Contracts: backend.h; the formulas are the CPU backend's (backend_cpu*.c), so the
+ * two agree to rounding (RoPE bit for bit).
+ *
+ * act_t tensors are fp32 or bf16 (b->act_dtype): each op dispatches to a kernel templated on the
+ * storage type (Act = float or __nv_bfloat16), reads through load_f32, computes in fp32 and
+ * rounds each act_t output once through store_from_f32 (cuda_common.cuh). rstd and the RMSNorm
+ * weight gradient are fp32. Determinism: no atomics; the dw column reduction runs in two passes
+ * with a fixed order (double partials over fixed row chunks, then the chunks in order), as
+ * layernorm_backward's in kernels_misc.cu.
+ *
+ * RMSNorm (HF's LlamaRMSNorm): rstd = 1/sqrt(mean(x^2) + eps), out = x * rstd * w. One warp per
+ * row; the squares are summed with explicit fmaf in lane order, so rmsnorm_forward and
+ * residual_rmsnorm_forward (which share rmsnorm_row_finish) compute the same bits whatever the
+ * compiler contracts. Backward, with xhat = x * rstd and dn = dout * w:
+ *   dinp += (dn - xhat * mean(dn * xhat)) * rstd,   dw += sum over rows of dout * xhat.
+ *
+ * RoPE (HF's rotate_half): x[i] <- x[i] c - x[i + hd/2] s, x[i + hd/2] <- x[i + hd/2] c + x[i] s
+ * on the NH query and NKV key heads, in place; one thread per pair (i, i + hd/2). The products
+ * and the sum are rounded separately (__fmul_rn / __fadd_rn), never fused into an FMA, so the
+ * result is the CPU's plain-float x*c - y*s bit for bit. Backward: the inverse rotation.
+ *
+ * SwiGLU: out = silu(g) * u with silu(g) = g / (1 + exp(-g)); backward with sig = 1/(1+exp(-g)):
+ *   dg = dout * u * sig * (1 + g (1 - sig)),   du = dout * silu(g). */
+#include "cuda_common.cuh"
+
+#include <math.h>
+
+/* ------------------------------------------------------------------ RMSNorm */
+
+/* The rest of one row's RMSNorm forward for the calling warp, once each lane has summed the
+ * squares of its elements x[lane], x[lane + 32], ... in that order (fmaf) into s. Shared by
+ * rmsnorm_forward and residual_rmsnorm_forward, so the two compute the same bits. */
+template <typename Act>
+__device__ __forceinline__ void rmsnorm_row_finish(Act *o, float *rstd, int row, const Act *x,
+                                                   const Act *w, int C, float eps, int lane,
+                                                   float s) {
+    float ms = gtc_warp_sum(s) / (float)C;
+    float r = 1.0f / sqrtf(ms + eps);
+    for (int c = lane; c < C; c += 32) store_from_f32(o, c, load_f32(x, c) * r * load_f32(w, c));
+    if (lane == 0 && rstd) rstd[row] = r;
+}
+
+/* one warp per row */
+template <typename Act>
+__global__ void rmsnorm_forward_kernel(Act *out, float *rstd, const Act *inp, const Act *w, int N,
+                                       int C, float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* warp-uniform */
+    const Act *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float v = load_f32(x, c);
+        s = fmaf(v, v, s);
+    }
+    rmsnorm_row_finish(out + (size_t)row * C, rstd, row, x, w, C, eps, lane, s);
+}
+
+/* res = x + y rounded once (add_kernel's arithmetic), then rmsnorm_forward's row on the value
+ * res now holds. res may alias x or y: each element is read, then written, by one thread, and
+ * later passes read only res. */
+template <typename Act>
+__global__ void residual_rmsnorm_forward_kernel(Act *res, Act *out, float *rstd, const Act *x,
+                                                const Act *y, const Act *w, int N, int C,
+                                                float eps) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return; /* warp-uniform */
+    const size_t off = (size_t)row * C;
+    const Act *xr = x + off, *yr = y + off;
+    Act *rr = res + off;
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));
+        float v = load_f32(rr, c);
+        s = fmaf(v, v, s);
+    }
+    rmsnorm_row_finish(out + off, rstd, row, (const Act *)rr, w, C, eps, lane, s);
+}
+
+/* dinp += (dn - xhat * mean(dn * xhat)) * rstd, dn = dout * w; one warp per row. The += is a
+ * read-modify-write in fp32, rounded once per element. */
+template <typename Act>
+__global__ void rmsnorm_backward_dinp_kernel(Act *dinp, const Act *dout, const Act *inp,
+                                             const Act *w, const float *rstd, int N, int C) {
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const Act *x = inp + (size_t)row * C;
+    const Act *dy = dout + (size_t)row * C;
+    Act *dx = dinp + (size_t)row * C;
+    float r = rstd[row];
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += load_f32(dy, c) * load_f32(w, c) * (load_f32(x, c) * r);
+    float mdnx = gtc_warp_sum(s) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        float xh = load_f32(x, c) * r;
+        store_from_f32(dx, c, load_f32(dx, c) + (load_f32(dy, c) * load_f32(w, c) - xh * mdnx) * r);
+    }
+}
+
+/* dw: pw[y, c] = sum over row chunk y of dout[n, c] * xhat[n, c] in double (grid: column tiles x
+ * RS chunks), then dw[c] += sum_y pw[y, c] in order. RS depends only on N. */
+#define RMS_TX 32
+#define RMS_TY 8
+#define RMS_RS_MAX 32
+
+static int rms_row_splits(int N) {
+    int rs = (N + 255) / 256;
+    if (rs < 1) rs = 1;
+    if (rs > RMS_RS_MAX) rs = RMS_RS_MAX;
+    return rs;
+}
+
+template <typename Act>
+__global__ void rmsnorm_dw_partial_kernel(double *pw, const Act *dout, const Act *inp,
+                                          const float *rstd, int N, int C, int RS) {
+    __shared__ double s_w[RMS_TY][RMS_TX];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * RMS_TX + tx;
+    int y = blockIdx.y;
+    int chunk = (N + RS - 1) / RS;
+    int r0 = y * chunk;
+    int r1 = min(N, r0 + chunk);
+    double aw = 0.0;
+    if (c < C)
+        for (int n = r0 + ty; n < r1; n += RMS_TY)
+            aw += load_f32(dout, (size_t)n * C + c) * (load_f32(inp, (size_t)n * C + c) * rstd[n]);
+    s_w[ty][tx] = aw;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        double sw = 0.0;
+        for (int k = 0; k < RMS_TY; k++) sw += s_w[k][tx];
+        pw[(size_t)y * C + c] = sw;
+    }
+}
+
+__global__ void rmsnorm_dw_final_kernel(float *dw, const double *pw, int C, int RS) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    double s = 0.0;
+    for (int y = 0; y < RS; y++) s += pw[(size_t)y * C + c];
+    dw[c] += (float)s;
+}
+
+template <typename Act>
+static void rmsnorm_forward_t(Backend *b, Act *out, float *rstd, const Act *inp, const Act *w,
+                              int N, int C, float eps) {
+    int rows_per_block = GTC_THREADS / 32;
+    GTC_LAUNCH(rmsnorm_forward_kernel<Act>, (N + rows_per_block - 1) / rows_per_block, GTC_THREADS,
+               0, gtc_stream(b), out, rstd, inp, w, N, C, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w,
+                         int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    if (gtc_act_bf16(b))
+        rmsnorm_forward_t(b, (gtc_bf16 *)out, rstd, (const gtc_bf16 *)inp, (const gtc_bf16 *)w, N,
+                          C, eps);
+    else
+        rmsnorm_forward_t(b, (float *)out, rstd, (const float *)inp, (const float *)w, N, C, eps);
+}
+
+template <typename Act>
+static void residual_rmsnorm_forward_t(Backend *b, Act *res, Act *out, float *rstd, const Act *x,
+                                       const Act *y, const Act *w, int N, int C, float eps) {
+    int rows_per_block = GTC_THREADS / 32;
+    GTC_LAUNCH(residual_rmsnorm_forward_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
+               GTC_THREADS, 0, gtc_stream(b), res, out, rstd, x, y, w, N, C, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x,
+                                  const act_t *y, const act_t *w, int N, int C, float eps) {
+    if (N <= 0 || C <= 0) return;
+    if (gtc_act_bf16(b))
+        residual_rmsnorm_forward_t(b, (gtc_bf16 *)res, (gtc_bf16 *)out, rstd, (const gtc_bf16 *)x,
+                                   (const gtc_bf16 *)y, (const gtc_bf16 *)w, N, C, eps);
+    else
+        residual_rmsnorm_forward_t(b, (float *)res, (float *)out, rstd, (const float *)x,
+                                   (const float *)y, (const float *)w, N, C, eps);
+}
+
+template <typename Act>
+static void rmsnorm_backward_t(Backend *b, Act *dinp, float *dw, const Act *dout, const Act *inp,
+                               const Act *w, const float *rstd, int N, int C) {
+    cudaStream_t st = gtc_stream(b);
+    if (dinp) {
+        int rows_per_block = GTC_THREADS / 32;
+        GTC_LAUNCH(rmsnorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
+                   GTC_THREADS, 0, st, dinp, dout, inp, w, rstd, N, C);
+        CUDA_CHECK_LAUNCH();
+    }
+    if (dw) {
+        int RS = rms_row_splits(N);
+        double *pw = (double *)gtc_scratch(b, (size_t)RS * C * sizeof(double));
+        dim3 grid((unsigned)((C + RMS_TX - 1) / RMS_TX), (unsigned)RS);
+        dim3 block(RMS_TX, RMS_TY);
+        GTC_LAUNCH(rmsnorm_dw_partial_kernel<Act>, grid, block, 0, st, pw, dout, inp, rstd, N, C,
+                   RS);
+        CUDA_CHECK_LAUNCH();
+        GTC_LAUNCH(rmsnorm_dw_final_kernel, (C + 255) / 256, 256, 0, st, dw, pw, C, RS);
+        CUDA_CHECK_LAUNCH();
+    }
+}
+
+void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                          const act_t *w, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    if (gtc_act_bf16(b))
+        rmsnorm_backward_t(b, (gtc_bf16 *)dinp, dw, (const gtc_bf16 *)dout, (const gtc_bf16 *)inp,
+                           (const gtc_bf16 *)w, rstd, N, C);
+    else
+        rmsnorm_backward_t(b, (float *)dinp, dw, (const float *)dout, (const float *)inp,
+                           (const float *)w, rstd, N, C);
+}
+
+/* ------------------------------------------------------------------ RoPE */
+
+/* One thread per (b, t, head, i), heads 0 .. NH+NKV-1 (q then k) of the row, i < hd/2.
+ * dir = +1: forward rotation; -1: the inverse (backward). pos0: the first position of t = 0. */
+template <typename Act>
+__global__ void rope_kernel(Act *qkv, const float *cosv, const float *sinv, int BT, int T,
+                            int pos0, int NH, int NKV, int hd, int dir) {
+    const int half = hd / 2, nheads = NH + NKV;
+    const size_t stride = (size_t)(NH + 2 * NKV) * hd;
+    const size_t n = (size_t)BT * nheads * half;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(idx % half);
+        size_t rest = idx / half;
+        int head = (int)(rest % nheads);
+        size_t bt = rest / nheads;
+        int p = pos0 + (int)(bt % T);
+        float c = cosv[(size_t)p * half + i], s = sinv[(size_t)p * half + i];
+        size_t o = bt * stride + (size_t)head * hd + i;
+        float x0 = load_f32(qkv, o), x1 = load_f32(qkv, o + half);
+        float y0, y1;
+        if (dir > 0) {
+            y0 = __fadd_rn(__fmul_rn(x0, c), -__fmul_rn(x1, s));
+            y1 = __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s));
+        } else {
+            y0 = __fadd_rn(__fmul_rn(x0, c), __fmul_rn(x1, s));
+            y1 = __fadd_rn(__fmul_rn(x1, c), -__fmul_rn(x0, s));
+        }
+        store_from_f32(qkv, o, y0);
+        store_from_f32(qkv, o + half, y1);
+    }
+}
+
+static void rope_check(int NH, int NKV, int hd) {
+    if (NH <= 0 || NKV <= 0 || hd <= 0 || hd % 2 != 0) {
+        fprintf(stderr, "%s:%d: rope: unsupported shape NH=%d NKV=%d hd=%d (hd must be even)\n",
+                __FILE__, __LINE__, NH, NKV, hd);
+        exit(GT_EXIT_FAILURE);
+    }
+}
+
+static void rope_launch(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B,
+                        int T, int pos0, int NH, int NKV, int hd, int dir) {
+    if (B <= 0 || T <= 0) return;
+    rope_check(NH, NKV, hd);
+    size_t n = (size_t)B * T * (NH + NKV) * (hd / 2);
+    unsigned blocks = gtc_blocks(n, GTC_THREADS);
+    if (gtc_act_bf16(b))
+        GTC_LAUNCH(rope_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b), (gtc_bf16 *)qkv,
+                   cosv, sinv, B * T, T, pos0, NH, NKV, hd, dir);
+    else
+        GTC_LAUNCH(rope_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)qkv, cosv,
+                   sinv, B * T, T, pos0, NH, NKV, hd, dir);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
+                      int pos0, int NH, int NKV, int hd) {
+    rope_launch(b, qkv, cosv, sinv, B, T, pos0, NH, NKV, hd, 1);
+}
+
+void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
+                       int NH, int NKV, int hd) {
+    rope_launch(b, dqkv, cosv, sinv, B, T, 0, NH, NKV, hd, -1);
+}
+
+/* ------------------------------------------------------------------ SwiGLU */
+
+template <typename Act>
+__global__ void swiglu_forward_kernel(Act *out, const Act *inp, int N, int I) {
+    size_t n = (size_t)N * I;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t row = idx / I;
+        int i = (int)(idx % I);
+        const Act *in = inp + row * 2 * (size_t)I;
+        float g = load_f32(in, i), u = load_f32(in, (size_t)I + i);
+        store_from_f32(out, idx, g / (1.0f + expf(-g)) * u);
+    }
+}
+
+/* dinp[n, i] = d gate, dinp[n, I + i] = d up; each thread reads its inputs before writing */
+template <typename Act>
+__global__ void swiglu_backward_kernel(Act *dinp, const Act *inp, const Act *dout, int N, int I) {
+    size_t n = (size_t)N * I;
+    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t row = idx / I;
+        int i = (int)(idx % I);
+        const Act *in = inp + row * 2 * (size_t)I;
+        Act *din = dinp + row * 2 * (size_t)I;
+        float g = load_f32(in, i), u = load_f32(in, (size_t)I + i), dy = load_f32(dout, idx);
+        float sig = 1.0f / (1.0f + expf(-g));
+        float silu = g * sig;
+        float dg = dy * u * (sig * (1.0f + g * (1.0f - sig)));
+        float du = dy * silu;
+        store_from_f32(din, i, dg);
+        store_from_f32(din, (size_t)I + i, du);
+    }
+}
+
+void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I) {
+    if (N <= 0 || I <= 0) return;
+    unsigned blocks = gtc_blocks((size_t)N * I, GTC_THREADS);
+    if (gtc_act_bf16(b))
+        GTC_LAUNCH(swiglu_forward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, N, I);
+    else
+        GTC_LAUNCH(swiglu_forward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (float *)out, (const float *)inp, N, I);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
+                         int I) {
+    if (N <= 0 || I <= 0) return;
+    unsigned blocks = gtc_blocks((size_t)N * I, GTC_THREADS);
+    if (gtc_act_bf16(b))
+        GTC_LAUNCH(swiglu_backward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, N, I);
+    else
+        GTC_LAUNCH(swiglu_backward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
+                   (float *)dinp, (const float *)inp, (const float *)dout, N, I);
+    CUDA_CHECK_LAUNCH();
+}
