@@ -360,8 +360,9 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     }
     const int T = cfg->data.seq_len;
     gt_log("gtrain: device %s\n", t->be->device_name);
-    gt_log("model: %d layers, %d heads, %d wide, vocab %d, %llu parameters\n", desc->n_layer, desc->n_head,
-           desc->n_embd, desc->vocab_size, (unsigned long long)t->plan.n_params);
+    gt_log("model: %s (%s), %d layers, %d heads (%d kv), %d wide, vocab %d, %llu parameters\n", desc->model_type,
+           arch_hf_class(desc), desc->n_layer, desc->n_head, desc->n_kv_head, desc->n_embd, desc->vocab_size,
+           (unsigned long long)t->plan.n_params);
     gt_log("effective batch size = %d x %d x %d = %ld (per_device_train_batch_size x world x "
            "gradient_accumulation_steps), %ld tokens per step, loss normalised by %s\n",
            t->plan.B, t->world, t->plan.A, t->plan.effective_batch, t->plan.tokens_per_step,
