@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # make bench: gtrain's CPU training step beside PyTorch's on the same shapes, same machine, one run.
-# fp32, B=4, T=64: (a) 4 layers / 4 heads / 256 wide / vocab 50257, (b) GPT-2 124M.
+# fp32, B=4, T=64: (a) 4 layers / 4 heads / 256 wide / vocab 50257, (b) GPT-2 124M; fp32, B=4,
+# T=128: (c) a 34M-parameter Llama (6 layers, 384 wide, 6 heads / 2 kv heads, SwiGLU 1024, vocab
+# 32000, untied), against tests/tools/hf_llama.py's PyTorch implementation of the same block.
 # Then the time of `gtrain sample` for 200 tokens of GPT-2 124M.
 # PyTorch comes from Debian's python3-torch (apt-get install python3-torch), run by /usr/bin/python3
 # (the system interpreter, which that package serves); skipped if absent.
@@ -18,6 +20,13 @@ for model in configs/bench-4l256.json configs/gpt2-124m.json; do
     echo "pytorch: not installed (apt-get install python3-torch) - skipped"
   fi
 done
+"$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"
+if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+  core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
+  OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" /usr/bin/python3 tests/tools/hf_llama.py bench configs/bench-llama-34m.json 4 128 "$steps"
+else
+  echo "pytorch: not installed (apt-get install python3-torch) - skipped"
+fi
 
 # gtrain sample: 200 new tokens (greedy) after a 6-byte prompt, GPT-2 124M shapes, weights from one
 # training step; loading the checkpoint is timed alone too (--max-new-tokens 0).
