@@ -98,6 +98,16 @@ typedef struct {
 } CudaImpl;
 
 static inline CudaImpl *gtc_impl(Backend *b) { return (CudaImpl *)b->impl; }
+
+/* Row chunks of the deterministic column reductions (layernorm/rmsnorm dw, bias gradients): the
+ * partial sums over RS contiguous chunks of rows are added in order, so RS depends only on N. */
+#define GTC_ROW_SPLITS_MAX 32
+static inline int gtc_row_splits(int N) {
+    int rs = (N + 255) / 256;
+    if (rs < 1) rs = 1;
+    if (rs > GTC_ROW_SPLITS_MAX) rs = GTC_ROW_SPLITS_MAX;
+    return rs;
+}
 static inline cudaStream_t gtc_stream(Backend *b) { return gtc_impl(b)->compute; }
 
 /* Scratch of at least `bytes` on the device (backend_cuda.cu). Growing it synchronises the

@@ -105,14 +105,7 @@ __global__ void rmsnorm_backward_dinp_kernel(Act *dinp, const Act *dout, const A
  * RS chunks), then dw[c] += sum_y pw[y, c] in order. RS depends only on N. */
 #define RMS_TX 32
 #define RMS_TY 8
-#define RMS_RS_MAX 32
-
-static int rms_row_splits(int N) {
-    int rs = (N + 255) / 256;
-    if (rs < 1) rs = 1;
-    if (rs > RMS_RS_MAX) rs = RMS_RS_MAX;
-    return rs;
-}
+#define rms_row_splits gtc_row_splits
 
 template <typename Act>
 __global__ void rmsnorm_dw_partial_kernel(double *pw, const Act *dout, const Act *inp,

@@ -184,14 +184,7 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
  * one thread per column adds the RS partials in order. RS depends only on N. */
 #define COL_TX 32
 #define COL_TY 8
-#define COL_RS_MAX 32
-
-static int col_row_splits(int N) {
-    int rs = (N + 255) / 256;
-    if (rs < 1) rs = 1;
-    if (rs > COL_RS_MAX) rs = COL_RS_MAX;
-    return rs;
-}
+#define col_row_splits gtc_row_splits
 
 /* pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c]
  * (dout, inp: act dtype; mean, rstd: fp32) */

@@ -216,10 +216,7 @@ static void f32_residual_layernorm_forward(Backend *b, float *res, float *out, f
     for (int n = 0; n < N; n++) {
         float *r = res + (size_t)n * C;
         const float *xr = x + (size_t)n * C, *yr = y + (size_t)n * C;
-        if (round_bf16)
-            for (int c = 0; c < C; c++) r[c] = gt_bf16_to_f32(gt_f32_to_bf16(xr[c] + yr[c]));
-        else
-            for (int c = 0; c < C; c++) r[c] = xr[c] + yr[c];
+        residual_row(r, xr, yr, C, round_bf16);
         float m, s;
         ln_row(out + (size_t)n * C, &m, &s, r, w, bias, C, invC, eps);
         if (mean) mean[n] = m;

@@ -23,6 +23,15 @@ extern float expf(float) __attribute__((simd("notinbranch")));
 
 static inline int nthr(const Backend *b) { return b->num_threads > 0 ? b->num_threads : 1; }
 
+/* r = x + y over a row of C, rounded to bf16 when round_bf16 (as the bf16 add would store it): the
+ * residual half of the fused residual + norm ops. r may alias x or y. */
+static inline void residual_row(float *r, const float *x, const float *y, int C, bool round_bf16) {
+    if (round_bf16)
+        for (int c = 0; c < C; c++) r[c] = gt_bf16_to_f32(gt_f32_to_bf16(x[c] + y[c]));
+    else
+        for (int c = 0; c < C; c++) r[c] = x[c] + y[c];
+}
+
 /* dot product with 8 explicit lanes: vectorises without reassociation, fixed order. */
 static inline float dot_f(const float *restrict a, const float *restrict x, int n) {
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};

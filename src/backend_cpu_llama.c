@@ -42,10 +42,7 @@ static void f32_residual_rmsnorm_forward(Backend *b, float *res, float *out, flo
     for (int n = 0; n < N; n++) {
         float *r = res + (size_t)n * C;
         const float *xr = x + (size_t)n * C, *yr = y + (size_t)n * C;
-        if (round_bf16)
-            for (int c = 0; c < C; c++) r[c] = gt_bf16_to_f32(gt_f32_to_bf16(xr[c] + yr[c]));
-        else
-            for (int c = 0; c < C; c++) r[c] = xr[c] + yr[c];
+        residual_row(r, xr, yr, C, round_bf16);
         float s = rms_row(out + (size_t)n * C, r, w, C, invC, eps);
         if (rstd) rstd[n] = s;
     }

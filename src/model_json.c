@@ -138,29 +138,10 @@ int mj_get_number(const cJSON *obj, const char *name, const char *label, bool nu
 }
 
 int mj_check_nesting(const char *json, size_t len, const char *path, GtError *err) {
-    int depth = 0;
-    bool in_str = false;
-    for (size_t i = 0; i < len; i++) {
-        char ch = json[i];
-        if (in_str) {
-            if (ch == '\\')
-                i++;
-            else if (ch == '"')
-                in_str = false;
-            continue;
-        }
-        if (ch == '"') {
-            in_str = true;
-        } else if (ch == '[' || ch == '{') {
-            if (++depth > MODEL_JSON_MAX_DEPTH) {
-                int line, col;
-                mj_line_col(json, len, i, &line, &col);
-                return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected JSON nested at most %d deep, found deeper nesting",
-                                path, line, col, MODEL_JSON_MAX_DEPTH);
-            }
-        } else if (ch == ']' || ch == '}') {
-            if (depth > 0) depth--;
-        }
-    }
-    return 0;
+    long at = gt_json_too_deep(json, len, MODEL_JSON_MAX_DEPTH);
+    if (at < 0) return 0;
+    int line, col;
+    mj_line_col(json, len, (size_t)at, &line, &col);
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: expected JSON nested at most %d deep, found deeper nesting", path,
+                    line, col, MODEL_JSON_MAX_DEPTH);
 }
