@@ -42,6 +42,19 @@ static void add(Builder *k, BufferId id, MemCategory cat, uint64_t elems, uint64
     s->count = count;
 }
 
+uint64_t buffers_stage_io_bytes(const ModelDesc *d) {
+    const ArchSpec *s = arch_spec(d->arch);
+    uint64_t need = 2 * (uint64_t)(d->head_dim / 2 + 1) * sizeof(float); /* one position's rope row */
+    for (int i = 0; i < s->n_tensors && need < BUFFERS_STAGE_IO_MAX; i++) {
+        const ArchTensor *t = &s->tensors[i];
+        if (!arch_tensor_present(d, t)) continue;
+        uint64_t b = (uint64_t)arch_dim(d, t->dim0) * (uint64_t)arch_dim(d, t->dim1) * sizeof(float);
+        if (b > need) need = b;
+    }
+    need = need < BUFFERS_STAGE_IO_MAX ? need : BUFFERS_STAGE_IO_MAX;
+    return (need + 63) / 64 * 64;
+}
+
 uint64_t buffers_staging_bytes(const ModelDesc *d) {
     const ArchSpec *s = arch_spec(d->arch);
     uint64_t scratch = 0;
@@ -51,8 +64,7 @@ uint64_t buffers_staging_bytes(const ModelDesc *d) {
         uint64_t b = (uint64_t)arch_dim(d, t->dim0) * (uint64_t)arch_dim(d, t->dim1) * sizeof(float);
         if (b > scratch) scratch = b;
     }
-    /* (one position's rope row, 2 * head_dim / 2 floats, is far below the streamed part) */
-    return BUFFERS_STAGE_IO_BYTES + scratch;
+    return buffers_stage_io_bytes(d) + scratch;
 }
 
 /* the activations one layer keeps for backward (its input excluded), `count` times in cat */

@@ -77,10 +77,12 @@ typedef struct {
 /* Fill the list; returns 0, or -1 when a size overflows 64 bits (named in out->overflow). */
 int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s);
 
-/* The host staging buffer: BUFFERS_STAGE_IO_BYTES that loading, saving and initialisation stream
- * through, then room for the largest transposed tensor of d (GPT-2's Conv1D weights are
- * transposed whole; 0 for the Llama family). */
-#define BUFFERS_STAGE_IO_BYTES ((size_t)16 << 20)
+/* The host staging buffer: buffers_stage_io_bytes that loading, saving and initialisation stream
+ * through (the largest tensor, at most BUFFERS_STAGE_IO_MAX: a small model's is small), then room
+ * for the largest transposed tensor of d (GPT-2's Conv1D weights are transposed whole; 0 for the
+ * Llama family). */
+#define BUFFERS_STAGE_IO_MAX ((uint64_t)16 << 20)
+uint64_t buffers_stage_io_bytes(const ModelDesc *d);
 uint64_t buffers_staging_bytes(const ModelDesc *d);
 
 const char *buffer_name(BufferId id);

@@ -61,7 +61,7 @@ static int save_optimizer(const char *dir, Model *m, long adam_t, const float *m
     snprintf(tbuf, sizeof tbuf, "%ld", adam_t);
     const char *meta[] = {"optimizer", "adamw", "step", tbuf};
     StWriter *sw = NULL;
-    const size_t chunk = BUFFERS_STAGE_IO_BYTES / sizeof(float);
+    const size_t chunk = m->stage_io_bytes / sizeof(float);
     if (st_writer_open(&sw, path, ts, n, meta, 2, err)) goto done;
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
@@ -104,7 +104,7 @@ static int load_optimizer(const char *dir, Model *m, long adam_t, GtError *err) 
         return -1;
     }
     const ParamLayout *pl = &m->layout;
-    const size_t lo = (size_t)m->shard_rank * m->shard, hi = lo + m->shard, chunk = BUFFERS_STAGE_IO_BYTES / sizeof(float);
+    const size_t lo = (size_t)m->shard_rank * m->shard, hi = lo + m->shard, chunk = m->stage_io_bytes / sizeof(float);
     int rc = -1;
     m->be->ops->zero(m->be, m->adam_m, m->shard * sizeof(float));
     m->be->ops->zero(m->be, m->adam_v, m->shard * sizeof(float));

@@ -20,7 +20,7 @@
 #define CONFIG_MAX_BYTES (1u << 20)
 
 /* the streamed part of the staging buffer, in floats, and the transpose scratch after it */
-static size_t io_floats(const Model *m) { return BUFFERS_STAGE_IO_BYTES / sizeof(float); }
+static size_t io_floats(const Model *m) { return m->stage_io_bytes / sizeof(float); }
 static float *scratch(const Model *m) { return m->staging + io_floats(m); }
 
 /* ---------------------------------------------------------------- config.json */
@@ -170,7 +170,7 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_s
         ts[i].ndim = block_shape(t, &blocks[i], ts[i].shape);
     }
     SaveCtx ctx = {m, blocks, -1};
-    HfSaveOptions opt = {.max_shard_bytes = max_shard_bytes, .staging_bytes = BUFFERS_STAGE_IO_BYTES,
+    HfSaveOptions opt = {.max_shard_bytes = max_shard_bytes, .staging_bytes = m->stage_io_bytes,
                          .staging = m->staging};
     int rc = hf_save(dir, ts, n, &opt, save_fill, &ctx, err);
     if (rc == 0) rc = write_config(dir, &m->desc, bf16, err);

@@ -19,18 +19,31 @@ void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t 
         arch_init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
 }
 
-/* the table's initialisation, tensor by tensor through the staging buffer */
+/* the table's initialisation through the staging buffer: consecutive tensors (contiguous in the
+ * flat buffer) gathered into one copy while they fit, a larger one in chunks of its own */
 static int init_params(Model *m, uint64_t seed, GtError *err) {
-    const size_t chunk = m->staging_bytes / sizeof(float) / 2 * 2; /* even: arch_init_tensor's k0 */
+    const size_t cap = m->staging_bytes / sizeof(float) / 2 * 2; /* even: arch_init_tensor's k0 */
+    size_t fill = 0, base = 0;
     for (int i = 0; i < m->layout.n_tensors; i++) {
         const ParamTensor *t = &m->layout.tensors[i];
-        for (size_t k0 = 0; k0 < t->numel; k0 += chunk) {
-            size_t n = t->numel - k0 < chunk ? t->numel - k0 : chunk;
-            arch_init_tensor(&m->layout, &m->desc, seed, i, k0, n, m->staging);
-            if (m->be->ops->to_device(m->be, m->params + t->offset + k0, m->staging, n * sizeof(float), err)) return -1;
+        if (fill && (fill + t->numel > cap || t->numel > cap)) {
+            if (m->be->ops->to_device(m->be, m->params + base, m->staging, fill * sizeof(float), err)) return -1;
+            fill = 0;
         }
+        if (t->numel > cap) {
+            for (size_t k0 = 0; k0 < t->numel; k0 += cap) {
+                size_t n = t->numel - k0 < cap ? t->numel - k0 : cap;
+                arch_init_tensor(&m->layout, &m->desc, seed, i, k0, n, m->staging);
+                if (m->be->ops->to_device(m->be, m->params + t->offset + k0, m->staging, n * sizeof(float), err))
+                    return -1;
+            }
+            continue;
+        }
+        if (fill == 0) base = t->offset;
+        arch_init_tensor(&m->layout, &m->desc, seed, i, 0, t->numel, m->staging + fill);
+        fill += t->numel;
     }
-    return 0;
+    return fill ? m->be->ops->to_device(m->be, m->params + base, m->staging, fill * sizeof(float), err) : 0;
 }
 
 /* the rotary table, positions in chunks through the staging buffer */
@@ -188,6 +201,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
         }
     }
     m->staging_bytes = (size_t)buffers_staging_bytes(desc);
+    m->stage_io_bytes = (size_t)buffers_stage_io_bytes(desc);
     if (m->act == GT_F32) m->weights = m->params;
     for (int l = 0; l < L; l++) {
         if (!recompute_layer(&policy, l)) continue;

@@ -51,7 +51,8 @@ typedef struct Model {
     float *rope_cos, *rope_sin; /* Llama: the rotary table [T, head_dim / 2] */
     int window;                 /* the attention's sliding window (0: none, or not shorter than T) */
     float *staging;             /* host buffer init, loading and saving stream through */
-    size_t staging_bytes;
+    size_t staging_bytes;       /* all of it (init uses all) */
+    size_t stage_io_bytes;      /* the streamed part (buffers.h), before the transpose scratch */
 
     LayerActs *acts;      /* per layer; recomputed layers point into the scratch */
     act_t **input;        /* per layer: device buffer holding the layer's input */
