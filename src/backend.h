@@ -167,11 +167,12 @@ typedef struct BackendOps {
      * x[i] <- x[i]*c + x[i+hd/2]*s, x[i+hd/2] <- x[i+hd/2]*c - x[i]*s of the q and k heads */
     void (*rope_backward)(Backend *b, act_t *dqkv, const float *cos, const float *sin, int B, int T,
                           int NH, int NKV, int hd);
-    /* SwiGLU: inp[N,2I] = gate | up per row; out[N,I] = silu(gate) * up, silu(g) = g/(1+exp(-g)) */
-    void (*swiglu_forward)(Backend *b, act_t *out, const act_t *inp, int N, int I);
+    /* SwiGLU: inp[N,2I] = gate | up per row; out[N,I] = silu(gate) * up, silu(g) = g/(1+exp(-g))
+     * (I = n_inner; the parameter is not called I, which complex.h defines) */
+    void (*swiglu_forward)(Backend *b, act_t *out, const act_t *inp, int N, int n_inner);
     /* dinp[N,2I] overwritten (d gate | d up) from dout[N,I] */
     void (*swiglu_backward)(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
-                            int I);
+                            int n_inner);
 
     /* Per row of logits[N,V] (row stride ld >= V; columns V..ld-1 are not read and are left
      * unspecified):
