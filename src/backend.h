@@ -100,7 +100,8 @@ typedef struct BackendOps {
      * is a multiple of 8 keeps a GEMM with an odd OC (the vocabulary) on the fast aligned path. */
     void (*matmul_forward)(Backend *b, act_t *out, const act_t *inp, const act_t *w,
                            const act_t *bias, int N, int C, int OC, int ldo);
-    /* dinp[N,C] = dout @ w (overwritten; skipped if NULL); dw[OC,C] += dout^T @ inp;
+    /* dinp[N,C] = dout @ w (overwritten; skipped if NULL); dw[OC,C] += dout^T @ inp (skipped if
+     * NULL: a frozen weight);
      * dbias[OC] += colsum(dout) (skipped if NULL). ldo >= OC: the row stride of dout (its
      * columns OC..ldo-1 are never read); with dbias, ldo must be OC. */
     void (*matmul_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,

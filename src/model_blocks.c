@@ -15,6 +15,22 @@
 
 static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
 
+/* One projection of layer l, by the roles of its weight and bias: out[N, OC] = inp[N, IC] W^T + b.
+ * Every projection of a block goes through this pair, so what a projection is (a base weight, and
+ * later its adapters) lives here once. */
+static void linear_forward(Model *m, int l, TensorRole w, TensorRole b, act_t *out, const act_t *inp, int N, int IC,
+                           int OC) {
+    m->be->ops->matmul_forward(m->be, out, inp, model_w(m, l, w), model_w(m, l, b), N, IC, OC, OC);
+}
+
+/* dinp[N, IC] = dout W (overwritten), dW += dout^T inp, db += colsum(dout); a NULL gradient (no
+ * gradients, or a frozen tensor) skips its GEMM */
+static void linear_backward(Model *m, int l, TensorRole w, TensorRole b, act_t *dinp, const act_t *dout,
+                            const act_t *inp, int N, int IC, int OC) {
+    m->be->ops->matmul_backward(m->be, dinp, model_g(m, l, w), model_g(m, l, b), dout, inp, model_w(m, l, w), N, IC, OC,
+                                OC);
+}
+
 /* the first norm of a block (and the final one): LayerNorm for GPT-2, RMSNorm for the Llama family */
 static void norm_forward(Model *m, act_t *out, float *mean, float *rstd, const act_t *x, const act_t *w,
                          const act_t *b, int N) {
@@ -53,14 +69,14 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     act_t *fch_act = model_at(m, a->fch_act, r * I), *x = model_at(m, in, r * C);
     norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, x, model_w(m, l, ROLE_NORM1_W),
                  model_w(m, l, ROLE_NORM1_B), N);
-    op->matmul_forward(be, qkv, ln1, model_w(m, l, ROLE_QKV_W), model_w(m, l, ROLE_QKV_B), N, C, QKV, QKV);
+    linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
     if (!is_gpt2(m)) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd);
     /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
      * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
      * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
      * forward is followed by backward. */
     op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window);
-    op->matmul_forward(be, res2, atty, model_w(m, l, ROLE_O_W), model_w(m, l, ROLE_O_B), N, Q, C, C);
+    linear_forward(m, l, ROLE_O_W, ROLE_O_B, res2, atty, N, Q, C);
     /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
     if (is_gpt2(m)) {
         op->residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
@@ -69,12 +85,12 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
         op->matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
     } else {
         op->residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
-        op->matmul_forward(be, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, 2 * I, 2 * I);
+        linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, 2 * I);
         op->swiglu_forward(be, fch_act, fch, N, I);
     }
     if (out) {
         act_t *y = model_at(m, out, r * C);
-        op->matmul_forward(be, y, fch_act, model_w(m, l, ROLE_DOWN_W), model_w(m, l, ROLE_DOWN_B), N, I, C, C);
+        linear_forward(m, l, ROLE_DOWN_W, ROLE_DOWN_B, y, fch_act, N, I, C);
         op->add(be, y, y, res2, (size_t)N * C);
     }
 }
@@ -88,28 +104,22 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     const int BT = B * T, QKV = model_desc_qkv_dim(d), Q = model_desc_attn_dim(d);
     /* out = res2 + act(norm2(res2) Wfc) Wdown */
     if (is_gpt2(m)) {
-        op->matmul_backward(be, m->dfch, model_g(m, l, ROLE_DOWN_W), model_g(m, l, ROLE_DOWN_B), m->dres, a->fch_act,
-                            model_w(m, l, ROLE_DOWN_W), BT, I, C, C);
+        linear_backward(m, l, ROLE_DOWN_W, ROLE_DOWN_B, m->dfch, m->dres, a->fch_act, BT, I, C);
         op->gelu_backward(be, m->dfch, a->fch, m->dfch, (size_t)BT * I);
-        op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_FC_W), model_g(m, l, ROLE_FC_B), m->dfch, a->ln2,
-                            model_w(m, l, ROLE_FC_W), BT, C, I, I);
+        linear_backward(m, l, ROLE_FC_W, ROLE_FC_B, m->dbtc, m->dfch, a->ln2, BT, C, I);
     } else { /* dfch: d(gate | up) [2I], then d(fch_act) [I] after it */
         act_t *dact = model_at(m, m->dfch, (size_t)BT * 2 * I);
-        op->matmul_backward(be, dact, model_g(m, l, ROLE_DOWN_W), model_g(m, l, ROLE_DOWN_B), m->dres, a->fch_act,
-                            model_w(m, l, ROLE_DOWN_W), BT, I, C, C);
+        linear_backward(m, l, ROLE_DOWN_W, ROLE_DOWN_B, dact, m->dres, a->fch_act, BT, I, C);
         op->swiglu_backward(be, m->dfch, a->fch, dact, BT, I);
-        op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_FC_W), model_g(m, l, ROLE_FC_B), m->dfch, a->ln2,
-                            model_w(m, l, ROLE_FC_W), BT, C, 2 * I, 2 * I);
+        linear_backward(m, l, ROLE_FC_W, ROLE_FC_B, m->dbtc, m->dfch, a->ln2, BT, C, 2 * I);
     }
     norm_backward(m, m->dres, model_g(m, l, ROLE_NORM2_W), model_g(m, l, ROLE_NORM2_B), m->dbtc, a->res2,
                   model_w(m, l, ROLE_NORM2_W), a->ln2_mean, a->ln2_rstd, BT);
     /* res2 = in + attn(norm1(in) Wqkv) Wo */
-    op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_O_W), model_g(m, l, ROLE_O_B), m->dres, a->atty,
-                        model_w(m, l, ROLE_O_W), BT, Q, C, C);
+    linear_backward(m, l, ROLE_O_W, ROLE_O_B, m->dbtc, m->dres, a->atty, BT, Q, C);
     op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NKV, hd, m->window);
     if (!is_gpt2(m)) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd);
-    op->matmul_backward(be, m->dbtc, model_g(m, l, ROLE_QKV_W), model_g(m, l, ROLE_QKV_B), m->dqkv, a->ln1,
-                        model_w(m, l, ROLE_QKV_W), BT, C, QKV, QKV);
+    linear_backward(m, l, ROLE_QKV_W, ROLE_QKV_B, m->dbtc, m->dqkv, a->ln1, BT, C, QKV);
     norm_backward(m, m->dres, model_g(m, l, ROLE_NORM1_W), model_g(m, l, ROLE_NORM1_B), m->dbtc, in,
                   model_w(m, l, ROLE_NORM1_W), a->ln1_mean, a->ln1_rstd, BT);
 }
