@@ -1,7 +1,7 @@
 /* test_hf_llama_io.c - Llama, Mistral and Qwen2 checkpoints written by an independent PyTorch
  * program (tests/tools/hf_llama.py: its own model code, its own safetensors writer, HF's names,
- * sharded, BF16 and F32) loaded by gtrain: the same loss to 1e-5; 5 AdamW steps against that
- * program's float64 AdamW (losses to 1e-5, saved weights to 1e-4 of the largest weight); and the
+ * sharded, BF16, F16 and F32) loaded by gtrain: the same loss to 1e-5; 5 AdamW steps against that
+ * program's float64 AdamW (losses to 1e-5, saved weights to 1e-4 in L2 norm); and the
  * weights gtrain saves (sharded, HF layout) read back by that program with gtrain's loss. Skips
  * where Debian's python3-torch is absent. */
 #include <criterion/criterion.h>
@@ -188,3 +188,5 @@ Test(hf_llama, mistral_window_f32_shards_load_train_and_save_like_pytorch, .time
 Test(hf_llama, qwen2_biases_tied_bf16_shards_load_train_and_save_like_pytorch, .timeout = 180) {
     round_trip("tiny-qwen2.json", "bf16");
 }
+
+Test(hf_llama, llama_f16_shards_load_train_and_save_like_pytorch, .timeout = 180) { round_trip("tiny-llama.json", "f16"); }
