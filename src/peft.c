@@ -1,0 +1,592 @@
+/* peft.c - Hugging Face PEFT LoRA adapter directories (adapter_config.json and
+ * adapter_model.safetensors), read as hostile input and written as PEFT's save_pretrained writes
+ * them. See peft.h for the rules. */
+#include "peft.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hf_weights.h"
+#include "model_desc_internal.h"
+
+static const struct {
+    const char *name, *path;
+    ModelArch arch;
+} MODULES[PEFT_MODULE_COUNT] = {
+    {"q_proj", "self_attn.q_proj", ARCH_LLAMA},  {"k_proj", "self_attn.k_proj", ARCH_LLAMA},
+    {"v_proj", "self_attn.v_proj", ARCH_LLAMA},  {"o_proj", "self_attn.o_proj", ARCH_LLAMA},
+    {"gate_proj", "mlp.gate_proj", ARCH_LLAMA},  {"up_proj", "mlp.up_proj", ARCH_LLAMA},
+    {"down_proj", "mlp.down_proj", ARCH_LLAMA},  {"c_attn", "attn.c_attn", ARCH_GPT2},
+    {"c_proj", "attn.c_proj", ARCH_GPT2},        {"c_fc", "mlp.c_fc", ARCH_GPT2},
+    {"c_proj", "mlp.c_proj", ARCH_GPT2},
+};
+
+const char *peft_module_name(PeftModule m) { return (unsigned)m < PEFT_MODULE_COUNT ? MODULES[m].name : "?"; }
+const char *peft_module_path(PeftModule m) { return (unsigned)m < PEFT_MODULE_COUNT ? MODULES[m].path : "?"; }
+ModelArch peft_module_arch(PeftModule m) { return (unsigned)m < PEFT_MODULE_COUNT ? MODULES[m].arch : ARCH_COUNT; }
+
+static const char *layer_prefix(ModelArch arch) { return arch == ARCH_GPT2 ? "transformer.h." : "model.layers."; }
+#define KEY_ROOT "base_model.model."
+
+void peft_config_defaults(PeftConfig *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->r = 8;
+    cfg->lora_alpha = 8;
+    snprintf(cfg->init, sizeof cfg->init, "true");
+}
+
+double peft_scaling(const PeftConfig *cfg) {
+    return cfg->use_rslora ? cfg->lora_alpha / sqrt((double)cfg->r) : cfg->lora_alpha / cfg->r;
+}
+
+int peft_pissa_niter(const PeftConfig *cfg) {
+    if (strcmp(cfg->init, "pissa") == 0) return 0;
+    if (strncmp(cfg->init, "pissa_niter_", 12) == 0) return atoi(cfg->init + 12);
+    return -1;
+}
+
+/* a target name (bare or qualified by its parent) matches module m: PEFT's suffix match */
+static bool target_matches(const char *t, PeftModule m) {
+    return strcmp(t, MODULES[m].name) == 0 || strcmp(t, MODULES[m].path) == 0;
+}
+
+static bool target_known(const char *t) {
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+        if (target_matches(t, (PeftModule)m)) return true;
+    return false;
+}
+
+/* "pissa_niter_N", N in [1, 1000] without sign or leading zero */
+static bool valid_niter(const char *s) {
+    if (strncmp(s, "pissa_niter_", 12) != 0) return false;
+    s += 12;
+    size_t n = strlen(s);
+    if (n < 1 || n > 4 || s[0] == '0') return false;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return false;
+    return atoi(s) <= 1000;
+}
+
+/* null, false, "", {} or []: a feature left at its default */
+static bool default_like(const cJSON *j) {
+    if (cJSON_IsNull(j) || cJSON_IsFalse(j)) return true;
+    if (cJSON_IsString(j)) return j->valuestring[0] == '\0';
+    if (cJSON_IsObject(j) || cJSON_IsArray(j)) return j->child == NULL;
+    return false;
+}
+
+/* bookkeeping keys with no effect on the adapter's values */
+static bool inert_key(const char *k) {
+    static const char *const inert[] = {"revision", "auto_mapping", "megatron_core", "peft_version",
+                                        "qalora_group_size", "runtime_config"};
+    for (size_t i = 0; i < sizeof inert / sizeof *inert; i++)
+        if (strcmp(k, inert[i]) == 0) return true;
+    return false;
+}
+
+#define BAD(...) gt_error(err, GT_EXIT_BAD_INPUT, __VA_ARGS__)
+
+static int parse_targets(PeftConfig *cfg, const cJSON *j, const char *path, GtError *err) {
+    char f[MJ_FOUND_MAX];
+    if (cJSON_IsString(j)) {
+        if (strcmp(j->valuestring, "all-linear") == 0) {
+            cfg->all_linear = true;
+            cfg->n_targets = 1;
+            snprintf(cfg->target_modules[0], sizeof cfg->target_modules[0], "all-linear");
+            return 0;
+        }
+        return BAD("%s: target_modules: expected a list of module names or \"all-linear\", found the string %s "
+                   "(PEFT reads it as a regular expression over full module names; gtrain does not)",
+                   path, mj_found(j, f, sizeof f));
+    }
+    if (!cJSON_IsArray(j) || !j->child)
+        return BAD("%s: target_modules: expected a non-empty list of module names or \"all-linear\", found %s", path,
+                   mj_found(j, f, sizeof f));
+    cfg->n_targets = 0;
+    for (const cJSON *it = j->child; it; it = it->next) {
+        if (!cJSON_IsString(it))
+            return BAD("%s: target_modules: expected module names (strings), found %s", path, mj_found(it, f, sizeof f));
+        if (!target_known(it->valuestring))
+            return BAD("%s: target_modules: expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
+                       "(Llama family) or c_attn, c_proj, c_fc (GPT-2), found %s",
+                       path, mj_found(it, f, sizeof f));
+        bool dup = false;
+        for (int k = 0; k < cfg->n_targets; k++) dup |= strcmp(cfg->target_modules[k], it->valuestring) == 0;
+        if (dup) continue; /* PEFT keeps a set */
+        if (cfg->n_targets == PEFT_MAX_TARGETS)
+            return BAD("%s: target_modules: expected at most %d names, found more", path, PEFT_MAX_TARGETS);
+        snprintf(cfg->target_modules[cfg->n_targets++], sizeof cfg->target_modules[0], "%s", it->valuestring);
+    }
+    return 0;
+}
+
+static int parse_member(PeftConfig *cfg, const cJSON *j, const char *k, bool *seen_type, bool *seen_targets,
+                        const char *path, GtError *err) {
+    char f[MJ_FOUND_MAX];
+    if (strcmp(k, "peft_type") == 0) {
+        if (!cJSON_IsString(j) || strcmp(j->valuestring, "LORA") != 0)
+            return BAD("%s: peft_type: expected \"LORA\", found %s", path, mj_found(j, f, sizeof f));
+        *seen_type = true;
+    } else if (strcmp(k, "task_type") == 0) {
+        if (!cJSON_IsNull(j) && !(cJSON_IsString(j) && strcmp(j->valuestring, "CAUSAL_LM") == 0))
+            return BAD("%s: task_type: expected \"CAUSAL_LM\", found %s", path, mj_found(j, f, sizeof f));
+    } else if (strcmp(k, "r") == 0) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 1 && j->valuedouble <= PEFT_MAX_R) ||
+            j->valuedouble != floor(j->valuedouble))
+            return BAD("%s: r: expected an integer in [1, %d], found %s", path, PEFT_MAX_R, mj_found(j, f, sizeof f));
+        cfg->r = (int)j->valuedouble;
+    } else if (strcmp(k, "lora_alpha") == 0) {
+        if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || !(j->valuedouble > 0) || j->valuedouble > 1e9)
+            return BAD("%s: lora_alpha: expected a number in (0, 1e9], found %s", path, mj_found(j, f, sizeof f));
+        cfg->lora_alpha = j->valuedouble;
+    } else if (strcmp(k, "lora_dropout") == 0) {
+        if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble < 1))
+            return BAD("%s: lora_dropout: expected a number in [0, 1), found %s", path, mj_found(j, f, sizeof f));
+        cfg->lora_dropout = j->valuedouble;
+    } else if (strcmp(k, "use_rslora") == 0 || strcmp(k, "fan_in_fan_out") == 0 || strcmp(k, "inference_mode") == 0) {
+        if (!cJSON_IsBool(j)) return BAD("%s: %s: expected true or false, found %s", path, k, mj_found(j, f, sizeof f));
+        bool v = cJSON_IsTrue(j);
+        if (k[0] == 'u') cfg->use_rslora = v;
+        else if (k[0] == 'f') cfg->fan_in_fan_out = v;
+        else cfg->inference_mode = v;
+    } else if (strcmp(k, "init_lora_weights") == 0) {
+        if (cJSON_IsBool(j))
+            snprintf(cfg->init, sizeof cfg->init, "%s", cJSON_IsTrue(j) ? "true" : "false");
+        else if (cJSON_IsString(j) && (strcmp(j->valuestring, "gaussian") == 0 || strcmp(j->valuestring, "pissa") == 0 ||
+                                       valid_niter(j->valuestring)))
+            snprintf(cfg->init, sizeof cfg->init, "%s", j->valuestring);
+        else
+            return BAD("%s: init_lora_weights: expected true, false, \"gaussian\", \"pissa\" or \"pissa_niter_N\" "
+                       "(N in [1, 1000]), found %s", path, mj_found(j, f, sizeof f));
+    } else if (strcmp(k, "target_modules") == 0) {
+        if (parse_targets(cfg, j, path, err)) return -1;
+        *seen_targets = true;
+    } else if (strcmp(k, "base_model_name_or_path") == 0) {
+        if (cJSON_IsNull(j)) cfg->base_model[0] = '\0';
+        else if (!cJSON_IsString(j) || strlen(j->valuestring) >= sizeof cfg->base_model)
+            return BAD("%s: base_model_name_or_path: expected a string of at most %d bytes or null, found %s", path,
+                       GT_PATH_MAX - 1, mj_found(j, f, sizeof f));
+        else snprintf(cfg->base_model, sizeof cfg->base_model, "%s", j->valuestring);
+    } else if (strcmp(k, "bias") == 0) {
+        if (!cJSON_IsString(j) || strcmp(j->valuestring, "none") != 0)
+            return BAD("%s: bias: expected \"none\" (gtrain trains no biases), found %s", path, mj_found(j, f, sizeof f));
+    } else if (!inert_key(k) && !default_like(j)) {
+        /* modules_to_save, layers_to_transform, rank_pattern, use_dora, ... or a newer PEFT's feature */
+        return BAD("%s: %s: expected null, false or empty (gtrain does not implement it), found %s", path, k,
+                   mj_found(j, f, sizeof f));
+    }
+    return 0;
+}
+
+int peft_config_parse(PeftConfig *cfg, const char *json, size_t len, const char *path, GtError *err) {
+    peft_config_defaults(cfg);
+    if (len > PEFT_CONFIG_MAX_BYTES)
+        return BAD("%s: expected at most %u bytes, found %zu", path, PEFT_CONFIG_MAX_BYTES, len);
+    if (memchr(json, '\0', len) || gt_json_nul_at(json, len) >= 0)
+        return BAD("%s: expected JSON text without NUL, found a NUL byte or \\u0000", path);
+    long deep = gt_json_too_deep(json, len, PEFT_CONFIG_MAX_DEPTH);
+    if (deep >= 0)
+        return BAD("%s: expected JSON nested at most %d deep, found deeper nesting at byte %ld", path,
+                   PEFT_CONFIG_MAX_DEPTH, deep);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, false);
+    if (!root) {
+        long off = end ? (long)(end - json) : 0;
+        return BAD("%s: expected valid JSON, found an error near byte %ld", path, off);
+    }
+    size_t rest = end ? (size_t)(end - json) : len;
+    while (rest < len && (json[rest] == ' ' || json[rest] == '\n' || json[rest] == '\r' || json[rest] == '\t')) rest++;
+    int rc = -1;
+    bool seen_type = false, seen_targets = false;
+    if (rest < len && json[rest] != '\0') {
+        BAD("%s: expected nothing after the JSON object, found more at byte %zu", path, rest);
+        goto out;
+    }
+    if (!cJSON_IsObject(root)) {
+        BAD("%s: expected a JSON object, found %s", path, mj_type_name(root));
+        goto out;
+    }
+    int count = 0;
+    for (const cJSON *it = root->child; it; it = it->next, count++) {
+        if (count >= 256) {
+            BAD("%s: expected at most 256 keys, found more", path);
+            goto out;
+        }
+        for (const cJSON *p = root->child; p != it; p = p->next)
+            if (strcmp(p->string, it->string) == 0) {
+                char q[64];
+                BAD("%s: %s: expected the key once, found it twice", path, mj_quote(it->string, q, sizeof q));
+                goto out;
+            }
+        if (parse_member(cfg, it, it->string, &seen_type, &seen_targets, path, err)) goto out;
+    }
+    if (!seen_type) {
+        BAD("%s: peft_type: expected \"LORA\", found nothing", path);
+        goto out;
+    }
+    if (!seen_targets) {
+        BAD("%s: target_modules: expected a list of module names or \"all-linear\", found nothing (PEFT's "
+            "per-model default is not implemented)", path);
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(root);
+    return rc;
+}
+
+static int join(char *buf, size_t cap, const char *dir, const char *name, GtError *err) {
+    if (snprintf(buf, cap, "%s/%s", dir, name) >= (int)cap)
+        return BAD("%.200s...: expected a path of at most %zu bytes", dir, cap - 1);
+    return 0;
+}
+
+int peft_config_read(const char *path, PeftConfig *cfg, GtError *err) {
+    char file[GT_PATH_MAX];
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        if (join(file, sizeof file, path, PEFT_CONFIG_FILE, err)) return -1;
+    } else if (snprintf(file, sizeof file, "%s", path) >= (int)sizeof file) {
+        return BAD("%.200s...: expected a path of at most %d bytes", path, GT_PATH_MAX - 1);
+    }
+    char *buf;
+    size_t n;
+    if (gt_read_small_file(file, "adapter config", PEFT_CONFIG_MAX_BYTES, &buf, &n, err)) return -1;
+    int rc = peft_config_parse(cfg, buf, n, file, err);
+    free(buf);
+    return rc;
+}
+
+/* a growing text buffer; on out of memory it exits (gt_xrealloc) */
+typedef struct {
+    char *s;
+    size_t len, cap;
+} Text;
+
+static void put(Text *t, const char *s, size_t n) {
+    if (t->len + n + 1 > t->cap) {
+        t->cap = (t->len + n + 1) * 2;
+        t->s = gt_xrealloc(t->s, t->cap);
+    }
+    memcpy(t->s + t->len, s, n);
+    t->len += n;
+    t->s[t->len] = '\0';
+}
+static void puts_(Text *t, const char *s) { put(t, s, strlen(s)); }
+
+static void put_string(Text *t, const char *s) {
+    puts_(t, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char e[8];
+        if (*p == '"' || *p == '\\') snprintf(e, sizeof e, "\\%c", *p);
+        else if (*p == '\n') snprintf(e, sizeof e, "\\n");
+        else if (*p == '\t') snprintf(e, sizeof e, "\\t");
+        else if (*p < 0x20 || *p == 0x7f) snprintf(e, sizeof e, "\\u%04x", *p);
+        else snprintf(e, sizeof e, "%c", *p);
+        puts_(t, e);
+    }
+    puts_(t, "\"");
+}
+
+/* Python's repr of a float: shortest round trip, ".0" on an integral value */
+static void put_float(Text *t, double v) {
+    char b[40];
+    mj_num(v, b, sizeof b);
+    puts_(t, b);
+    if (!strpbrk(b, ".eEn")) puts_(t, ".0");
+}
+
+char *peft_config_to_json(const PeftConfig *cfg) {
+    Text t = {0};
+    char b[64];
+    puts_(&t, "{\n  \"alpha_pattern\": {},\n  \"auto_mapping\": null,\n  \"base_model_name_or_path\": ");
+    if (cfg->base_model[0]) put_string(&t, cfg->base_model);
+    else puts_(&t, "null");
+    puts_(&t, ",\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": ");
+    puts_(&t, cfg->fan_in_fan_out ? "true" : "false");
+    puts_(&t, ",\n  \"inference_mode\": ");
+    puts_(&t, cfg->inference_mode ? "true" : "false");
+    puts_(&t, ",\n  \"init_lora_weights\": ");
+    if (strcmp(cfg->init, "true") == 0 || strcmp(cfg->init, "false") == 0) puts_(&t, cfg->init);
+    else put_string(&t, cfg->init);
+    puts_(&t, ",\n  \"layer_replication\": null,\n  \"layers_pattern\": null,\n  \"layers_to_transform\": null,\n"
+              "  \"loftq_config\": {},\n  \"lora_alpha\": ");
+    if (cfg->lora_alpha == floor(cfg->lora_alpha) && fabs(cfg->lora_alpha) < 1e15) {
+        snprintf(b, sizeof b, "%.0f", cfg->lora_alpha);
+        puts_(&t, b);
+    } else {
+        put_float(&t, cfg->lora_alpha);
+    }
+    puts_(&t, ",\n  \"lora_dropout\": ");
+    put_float(&t, cfg->lora_dropout);
+    puts_(&t, ",\n  \"megatron_config\": null,\n  \"megatron_core\": \"megatron.core\",\n  \"modules_to_save\": null,\n"
+              "  \"peft_type\": \"LORA\",\n  \"r\": ");
+    snprintf(b, sizeof b, "%d", cfg->r);
+    puts_(&t, b);
+    puts_(&t, ",\n  \"rank_pattern\": {},\n  \"revision\": null,\n  \"target_modules\": ");
+    if (cfg->all_linear) {
+        puts_(&t, "\"all-linear\"");
+    } else {
+        puts_(&t, "[");
+        for (int i = 0; i < cfg->n_targets; i++) {
+            puts_(&t, i ? ",\n    " : "\n    ");
+            put_string(&t, cfg->target_modules[i]);
+        }
+        puts_(&t, cfg->n_targets ? "\n  ]" : "]");
+    }
+    puts_(&t, ",\n  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n  \"use_rslora\": ");
+    puts_(&t, cfg->use_rslora ? "true" : "false");
+    puts_(&t, "\n}");
+    return t.s;
+}
+
+int peft_config_write(const char *dir, const PeftConfig *cfg, GtError *err) {
+    char file[GT_PATH_MAX];
+    if (join(file, sizeof file, dir, PEFT_CONFIG_FILE, err)) return -1;
+    char *text = peft_config_to_json(cfg);
+    PeftConfig back;
+    int rc = peft_config_parse(&back, text, strlen(text), file, err); /* never write what would not read back */
+    if (rc == 0) rc = gt_write_file_atomic(file, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int peft_config_targets(const PeftConfig *cfg, ModelArch arch, bool mask[PEFT_MODULE_COUNT], const char *path,
+                        GtError *err) {
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = cfg->all_linear && MODULES[m].arch == arch;
+    if (cfg->all_linear) return 0;
+    if (cfg->n_targets < 1)
+        return BAD("%s: target_modules: expected at least one module name, found none", path);
+    for (int i = 0; i < cfg->n_targets; i++) {
+        bool any = false;
+        for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+            if (MODULES[m].arch == arch && target_matches(cfg->target_modules[i], (PeftModule)m)) mask[m] = any = true;
+        if (!any)
+            return BAD("%s: target_modules: expected modules of a %s model, found \"%s\"", path,
+                       arch == ARCH_GPT2 ? "GPT-2 (c_attn, c_proj, c_fc)" : "Llama-family (q_proj ... down_proj)",
+                       cfg->target_modules[i]);
+    }
+    return 0;
+}
+
+void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]) {
+    cfg->all_linear = false;
+    cfg->n_targets = 0;
+    bool one_c_proj = mask[PEFT_ATTN_C_PROJ] != mask[PEFT_MLP_C_PROJ];
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) {
+        if (!mask[m]) continue;
+        /* GPT-2's two c_proj share PEFT's name: one without the other is named by its parent */
+        const char *name = one_c_proj && (m == PEFT_ATTN_C_PROJ || m == PEFT_MLP_C_PROJ) ? MODULES[m].path : MODULES[m].name;
+        bool dup = false;
+        for (int k = 0; k < cfg->n_targets; k++) dup |= strcmp(cfg->target_modules[k], name) == 0;
+        if (!dup && cfg->n_targets < PEFT_MAX_TARGETS)
+            snprintf(cfg->target_modules[cfg->n_targets++], sizeof cfg->target_modules[0], "%s", name);
+    }
+}
+
+int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, bool lora_B) {
+    if ((unsigned)module >= PEFT_MODULE_COUNT || MODULES[module].arch != arch || layer < 0) return -1;
+    int n = snprintf(buf, cap, KEY_ROOT "%s%d.%s.lora_%c.weight", layer_prefix(arch), layer, MODULES[module].path,
+                     lora_B ? 'B' : 'A');
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *module, bool *lora_B) {
+    const char *p = key, *pre = layer_prefix(arch);
+    if (strncmp(p, KEY_ROOT, strlen(KEY_ROOT)) != 0) return -1;
+    p += strlen(KEY_ROOT);
+    if (strncmp(p, pre, strlen(pre)) != 0) return -1;
+    p += strlen(pre);
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return -1;
+    long l = 0;
+    while (*p >= '0' && *p <= '9') {
+        l = l * 10 + (*p++ - '0');
+        if (l > PEFT_MAX_LAYER) return -1;
+    }
+    if (*p++ != '.') return -1;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) {
+        size_t n = strlen(MODULES[m].path);
+        if (MODULES[m].arch != arch || strncmp(p, MODULES[m].path, n) != 0) continue;
+        const char *s = p + n;
+        if (strcmp(s, ".lora_A.weight") != 0 && strcmp(s, ".lora_B.weight") != 0) continue;
+        *layer = (int)l;
+        *module = (PeftModule)m;
+        *lora_B = s[6] == 'B';
+        return 0;
+    }
+    return -1;
+}
+
+int peft_entries_for(const ModelDesc *d, const bool mask[PEFT_MODULE_COUNT], PeftEntry **out) {
+    int64_t C = d->n_embd, Q = model_desc_attn_dim(d), KV = (int64_t)d->n_kv_head * d->head_dim, I = d->n_inner;
+    int64_t dims[PEFT_MODULE_COUNT][2] = {{C, Q}, {C, KV}, {C, KV}, {Q, C}, {C, I}, {C, I}, {I, C},
+                                          {C, model_desc_qkv_dim(d)}, {Q, C}, {C, I}, {I, C}};
+    int per = 0;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) per += mask[m] && MODULES[m].arch == d->arch;
+    PeftEntry *e = gt_xcalloc((size_t)(per * d->n_layer) + 1, sizeof *e);
+    int n = 0;
+    for (int l = 0; l < d->n_layer; l++)
+        for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+            if (mask[m] && MODULES[m].arch == d->arch)
+                e[n++] = (PeftEntry){l, (PeftModule)m, dims[m][0], dims[m][1]};
+    *out = e;
+    return n;
+}
+
+struct PeftAdapter {
+    HfWeights *w;
+    int n, r;
+    int *idx; /* [2n]: lora_A, lora_B of each entry */
+    int64_t *numel;
+};
+
+void peft_adapter_close(PeftAdapter *a) {
+    if (!a) return;
+    hf_weights_close(a->w);
+    free(a->idx);
+    free(a->numel);
+    free(a);
+}
+
+int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const PeftEntry *entries, int n,
+                      PeftConfig *cfg, GtError *err) {
+    *out = NULL;
+    char cfile[GT_PATH_MAX], wfile[GT_PATH_MAX];
+    if (join(cfile, sizeof cfile, dir, PEFT_CONFIG_FILE, err) || join(wfile, sizeof wfile, dir, PEFT_WEIGHTS_FILE, err))
+        return -1;
+    if (peft_config_read(cfile, cfg, err)) return -1;
+    bool mask[PEFT_MODULE_COUNT];
+    if (peft_config_targets(cfg, arch, mask, cfile, err)) return -1;
+    if (n < 1) return gt_error(err, GT_EXIT_FAILURE, "%s: no adapted modules given", dir);
+    for (int e = 0; e < n; e++)
+        if ((unsigned)entries[e].module >= PEFT_MODULE_COUNT || !mask[entries[e].module])
+            return BAD("%s: target_modules: expected %s (the adapter to continue adapts it), found it missing", cfile,
+                       peft_module_path(entries[e].module));
+    struct stat sb;
+    if (stat(wfile, &sb) != 0) {
+        char bin[GT_PATH_MAX];
+        if (join(bin, sizeof bin, dir, "adapter_model.bin", err)) return -1;
+        if (stat(bin, &sb) == 0)
+            return BAD("%s: expected adapter_model.safetensors, found only a pickled adapter_model.bin (not read)", bin);
+        return BAD("%s: expected the adapter's weights, found no such file", wfile);
+    }
+    PeftAdapter *a = gt_xcalloc(1, sizeof *a);
+    a->n = n;
+    a->r = cfg->r;
+    a->idx = gt_xmalloc(2 * (size_t)n * sizeof *a->idx);
+    a->numel = gt_xmalloc(2 * (size_t)n * sizeof *a->numel);
+    for (int i = 0; i < 2 * n; i++) a->idx[i] = -1;
+    if (hf_weights_open(&a->w, wfile, err)) goto fail;
+    const char *file = hf_weights_path(a->w);
+    int count = hf_weights_count(a->w);
+    for (int i = 0; i < count; i++) {
+        HfTensorInfo t;
+        hf_weights_info(a->w, i, &t);
+        int layer;
+        PeftModule m;
+        bool B;
+        if (peft_key_parse(t.name, arch, &layer, &m, &B)) {
+            BAD("%s: tensor %s: expected only lora_A/lora_B weights of %s modules (base_model.model.%s...), found a "
+                "tensor that is not one", file, t.name, arch == ARCH_GPT2 ? "GPT-2" : "Llama-family", layer_prefix(arch));
+            goto fail;
+        }
+        if (!mask[m]) {
+            BAD("%s: tensor %s: expected only modules %s's target_modules selects, found %s", file, t.name,
+                PEFT_CONFIG_FILE, peft_module_path(m));
+            goto fail;
+        }
+        int e = 0;
+        while (e < n && !(entries[e].layer == layer && entries[e].module == m)) e++;
+        if (e == n) {
+            BAD("%s: tensor %s: expected only the model's layers and modules, found layer %d's %s, which the model "
+                "does not have", file, t.name, layer, peft_module_path(m));
+            goto fail;
+        }
+        int64_t want[2] = {B ? entries[e].out : cfg->r, B ? cfg->r : entries[e].in};
+        if (t.ndim != 2 || t.shape[0] != want[0] || t.shape[1] != want[1]) {
+            char found[64] = "[";
+            for (int d = 0; d < t.ndim; d++)
+                snprintf(found + strlen(found), sizeof found - strlen(found), "%s%lld", d ? ", " : "",
+                         (long long)t.shape[d]);
+            BAD("%s: tensor %s: expected shape [%lld, %lld] (r = %d from %s, %s [out, in] = [%lld, %lld]), found %s]",
+                file, t.name, (long long)want[0], (long long)want[1], cfg->r, PEFT_CONFIG_FILE,
+                peft_module_path(m), (long long)entries[e].out, (long long)entries[e].in, found);
+            goto fail;
+        }
+        a->idx[2 * e + B] = i;
+        a->numel[2 * e + B] = t.numel;
+    }
+    for (int i = 0; i < 2 * n; i++)
+        if (a->idx[i] < 0) {
+            char key[PEFT_KEY_MAX];
+            if (peft_key(key, sizeof key, arch, entries[i / 2].layer, entries[i / 2].module, i % 2))
+                snprintf(key, sizeof key, "(layer %d, %s)", entries[i / 2].layer, peft_module_path(entries[i / 2].module));
+            BAD("%s: tensor %s: expected it (target_modules of %s selects it), found nothing", file, key,
+                PEFT_CONFIG_FILE);
+            goto fail;
+        }
+    *out = a;
+    return 0;
+fail:
+    peft_adapter_close(a);
+    return -1;
+}
+
+int peft_adapter_read(const PeftAdapter *a, int e, bool lora_B, float *dst, size_t n, GtError *err) {
+    if (e < 0 || e >= a->n) return gt_error(err, GT_EXIT_FAILURE, "peft_adapter_read: entry %d out of range", e);
+    return hf_weights_read_f32(a->w, a->idx[2 * e + lora_B], dst, n, err);
+}
+
+int peft_adapter_write(const char *dir, const PeftConfig *cfg, ModelArch arch, const PeftEntry *entries, int n,
+                       StDtype dtype, size_t staging_floats, PeftFillFn fill, void *ctx, GtError *err) {
+    char wfile[GT_PATH_MAX];
+    if (join(wfile, sizeof wfile, dir, PEFT_WEIGHTS_FILE, err)) return -1;
+    if (n < 1 || (dtype != ST_F32 && dtype != ST_BF16) || cfg->r < 1)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: expected at least one entry, F32 or BF16 and r >= 1", wfile);
+    if (staging_floats == 0) staging_floats = (size_t)1 << 20;
+    StTensorOut *t = gt_xcalloc(2 * (size_t)n, sizeof *t);
+    char *names = gt_xmalloc(2 * (size_t)n * PEFT_KEY_MAX);
+    float *stage = gt_xmalloc(staging_floats * sizeof *stage);
+    StWriter *w = NULL;
+    int rc = -1;
+    for (int i = 0; i < 2 * n; i++) {
+        const PeftEntry *e = &entries[i / 2];
+        char *name = names + (size_t)i * PEFT_KEY_MAX;
+        if (e->in < 1 || e->out < 1 || peft_key(name, PEFT_KEY_MAX, arch, e->layer, e->module, i % 2)) {
+            gt_error(err, GT_EXIT_FAILURE, "%s: entry %d: expected a module of this architecture, a layer >= 0 and "
+                     "dimensions >= 1", wfile, i / 2);
+            goto out;
+        }
+        t[i] = (StTensorOut){name, dtype, 2, {i % 2 ? e->out : cfg->r, i % 2 ? cfg->r : e->in, 0, 0}, NULL};
+    }
+    static const char *const meta[] = {"format", "pt"};
+    if (st_writer_open(&w, wfile, t, 2 * n, meta, 1, err)) goto out;
+    for (int i = 0; i < 2 * n; i++) {
+        uint64_t numel = (uint64_t)t[i].shape[0] * (uint64_t)t[i].shape[1];
+        for (uint64_t off = 0; off < numel;) {
+            size_t c = numel - off < staging_floats ? (size_t)(numel - off) : staging_floats;
+            if (fill(ctx, i / 2, i % 2, off, c, stage, err)) goto out;
+            if (dtype == ST_BF16) { /* in place: element k's 2 bytes land at or before its 4 */
+                uint16_t *h = (uint16_t *)(void *)stage;
+                for (size_t k = 0; k < c; k++) {
+                    uint16_t b = gt_f32_to_bf16(stage[k]);
+                    memcpy(h + k, &b, 2);
+                }
+            }
+            if (st_writer_put(w, stage, c * st_dtype_size(dtype), err)) goto out;
+            off += c;
+        }
+    }
+    if (st_writer_close(w, err) || st_writer_commit(w, err)) goto out;
+    rc = peft_config_write(dir, cfg, err);
+out:
+    st_writer_free(w);
+    free(stage);
+    free(names);
+    free(t);
+    return rc;
+}
