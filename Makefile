@@ -117,8 +117,8 @@ $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard s
 # The test binary finds gtrain and the repo through these variables.
 # GOMP_SPINCOUNT: Criterion runs tests in parallel, so OpenMP threads share the cores (see
 # cpu_runtime_setup in src/blas_setup.c).
-# bench_step is built (not run) so that a change that breaks the benchmark fails the tests
-test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step
+# bench_step and bench_svd are built (not run) so that a change that breaks the benchmark fails the tests
+test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd
 	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) $(BUILD)/test_gtrain $(TEST_ARGS)
 
 # The whole suite under AddressSanitizer + UBSan with leaks fatal (CPU backend only: sanitizers and
@@ -142,8 +142,12 @@ demo: $(BUILD)/gtrain
 $(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes (not a test).
-bench: $(BUILD)/gtrain $(BUILD)/bench_step
+$(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) $(CU_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
+# Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, and the time of
+# the SVD PiSSA needs (not a test).
+bench: $(BUILD)/gtrain $(BUILD)/bench_step $(BUILD)/bench_svd
 	scripts/bench.sh $(BUILD)
 
 clean:

@@ -3,7 +3,8 @@
 # fp32, B=4, T=64: (a) 4 layers / 4 heads / 256 wide / vocab 50257, (b) GPT-2 124M; fp32, B=4,
 # T=128: (c) a 34M-parameter Llama (6 layers, 384 wide, 6 heads / 2 kv heads, SwiGLU 1024, vocab
 # 32000, untied), against tests/tools/hf_llama.py's PyTorch implementation of the same block.
-# Then the time of `gtrain sample` for 200 tokens of GPT-2 124M.
+# Then the time of `gtrain sample` for 200 tokens of GPT-2 124M, and of the SVD PiSSA needs
+# (svd_topr, r = 128: exact and niter 4 on 4096 x 1024, niter 4 on Mistral-7B's 14336 x 4096 MLP).
 # PyTorch comes from Debian's python3-torch (apt-get install python3-torch), run by /usr/bin/python3
 # (the system interpreter, which that package serves); skipped if absent.
 set -uo pipefail
@@ -52,3 +53,8 @@ if "$build/gtrain" --config "$tmp/run.yaml" >"$tmp/train.log" 2>&1; then
 else
   echo "gtrain sample: the 124M checkpoint could not be made (see below)"; tail -3 "$tmp/train.log"
 fi
+
+# PiSSA's SVD (src/svd.c) on a uniform random matrix (flat spectrum: the randomised values are
+# the hardest case here, not a measure of accuracy), r = 128
+"$build/bench_svd" 4096 1024 128 -1 4
+"$build/bench_svd" 14336 4096 128 4
