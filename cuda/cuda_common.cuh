@@ -239,6 +239,10 @@ void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);
 /* dst[c] += sum_n src[n * C + c] (src act dtype, dst fp32), rows summed in a fixed order (bias
  * gradients) */
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C);
+/* a norm's parameter gradients, deterministic: dw[c] += sum_n dout * (inp - mean) * rstd and
+ * db[c] += sum_n dout (db NULL: skipped; mean NULL: 0, RMSNorm's dw) */
+void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, const act_t *inp,
+                          const float *mean, const float *rstd, int N, int C);
 /* GEMM helpers with the element type given (out and bias both of type t):
  * out[n, c] += bias[c] (the fp32 fallback when the GEMM has no bias epilogue), and
  * out[n, c] = bias[c] (the bf16 fallback's prefill: the GEMM then adds with beta = 1, so the

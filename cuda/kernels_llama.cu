@@ -101,43 +101,6 @@ __global__ void rmsnorm_backward_dinp_kernel(Act *dinp, const Act *dout, const A
     }
 }
 
-/* dw: pw[y, c] = sum over row chunk y of dout[n, c] * xhat[n, c] in double (grid: column tiles x
- * RS chunks), then dw[c] += sum_y pw[y, c] in order. RS depends only on N. */
-#define RMS_TX 32
-#define RMS_TY 8
-#define rms_row_splits gtc_row_splits
-
-template <typename Act>
-__global__ void rmsnorm_dw_partial_kernel(double *pw, const Act *dout, const Act *inp,
-                                          const float *rstd, int N, int C, int RS) {
-    __shared__ double s_w[RMS_TY][RMS_TX];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int c = blockIdx.x * RMS_TX + tx;
-    int y = blockIdx.y;
-    int chunk = (N + RS - 1) / RS;
-    int r0 = y * chunk;
-    int r1 = min(N, r0 + chunk);
-    double aw = 0.0;
-    if (c < C)
-        for (int n = r0 + ty; n < r1; n += RMS_TY)
-            aw += load_f32(dout, (size_t)n * C + c) * (load_f32(inp, (size_t)n * C + c) * rstd[n]);
-    s_w[ty][tx] = aw;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        double sw = 0.0;
-        for (int k = 0; k < RMS_TY; k++) sw += s_w[k][tx];
-        pw[(size_t)y * C + c] = sw;
-    }
-}
-
-__global__ void rmsnorm_dw_final_kernel(float *dw, const double *pw, int C, int RS) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    double s = 0.0;
-    for (int y = 0; y < RS; y++) s += pw[(size_t)y * C + c];
-    dw[c] += (float)s;
-}
-
 template <typename Act>
 static void rmsnorm_forward_t(Backend *b, Act *out, float *rstd, const Act *inp, const Act *w,
                               int N, int C, float eps) {
@@ -187,17 +150,8 @@ static void rmsnorm_backward_t(Backend *b, Act *dinp, float *dw, const Act *dout
                    GTC_THREADS, 0, st, dinp, dout, inp, w, rstd, N, C);
         CUDA_CHECK_LAUNCH();
     }
-    if (dw) {
-        int RS = rms_row_splits(N);
-        double *pw = (double *)gtc_scratch(b, (size_t)RS * C * sizeof(double));
-        dim3 grid((unsigned)((C + RMS_TX - 1) / RMS_TX), (unsigned)RS);
-        dim3 block(RMS_TX, RMS_TY);
-        GTC_LAUNCH(rmsnorm_dw_partial_kernel<Act>, grid, block, 0, st, pw, dout, inp, rstd, N, C,
-                   RS);
-        CUDA_CHECK_LAUNCH();
-        GTC_LAUNCH(rmsnorm_dw_final_kernel, (C + 255) / 256, 256, 0, st, dw, pw, C, RS);
-        CUDA_CHECK_LAUNCH();
-    }
+    /* dw: the column reduction layernorm uses, with no mean (kernels_misc.cu) */
+    if (dw) gtc_norm_param_grads(b, dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,

@@ -186,8 +186,9 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
 #define COL_TY 8
 #define col_row_splits gtc_row_splits
 
-/* pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c]
- * (dout, inp: act dtype; mean, rstd: fp32) */
+/* if pb: pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c]
+ * with xhat = (inp - mean) * rstd, mean NULL: 0 (RMSNorm; x - 0 is x exactly, so the bits are
+ * those of x * rstd) (dout, inp: act dtype; mean, rstd: fp32) */
 template <typename Act>
 __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, const Act *inp,
                                       const float *mean, const float *rstd, int N, int C, int RS) {
@@ -204,7 +205,7 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, c
         for (int n = r0 + ty; n < r1; n += COL_TY) {
             float dy = load_f32(dout, (size_t)n * C + c);
             ab += dy;
-            if (inp) aw += dy * ((load_f32(inp, (size_t)n * C + c) - mean[n]) * rstd[n]);
+            if (inp) aw += dy * ((load_f32(inp, (size_t)n * C + c) - (mean ? mean[n] : 0.0f)) * rstd[n]);
         }
     }
     s_w[ty][tx] = aw;
@@ -216,7 +217,7 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, c
             sw += s_w[k][tx];
             sb += s_b[k][tx];
         }
-        pb[(size_t)y * C + c] = sb;
+        if (pb) pb[(size_t)y * C + c] = sb;
         if (inp) pw[(size_t)y * C + c] = sw;
     }
 }
@@ -248,12 +249,20 @@ static void colreduce(Backend *b, float *dw, float *db, const Act *dout, const A
     cudaStream_t st = gtc_stream(b);
     dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
     dim3 block(COL_TX, COL_TY);
-    GTC_LAUNCH(colsum_partial_kernel<Act>, grid, block, 0, st, pw, pb, dout, inp, mean, rstd, N, C,
-               RS);
+    GTC_LAUNCH(colsum_partial_kernel<Act>, grid, block, 0, st, pw, db ? pb : NULL, dout, inp, mean, rstd, N,
+               C, RS);
     CUDA_CHECK_LAUNCH();
     GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, inp ? dw : NULL, db, pw, pb, C,
                RS);
     CUDA_CHECK_LAUNCH();
+}
+
+void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, const act_t *inp,
+                          const float *mean, const float *rstd, int N, int C) {
+    if (gtc_act_bf16(b))
+        colreduce<gtc_bf16>(b, dw, db, (const gtc_bf16 *)dout, (const gtc_bf16 *)inp, mean, rstd, N, C);
+    else
+        colreduce<float>(b, dw, db, (const float *)dout, (const float *)inp, mean, rstd, N, C);
 }
 
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C) {

@@ -258,28 +258,32 @@ static void f32_layernorm_backward(Backend *b, float *dinp, float *dw, float *db
             }
         }
     }
-    /* 2. dw, dbias: threads own channel blocks, rows summed in order (double) */
-    if (dw || dbias) {
-        int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
+    /* 2. dw, dbias */
+    if (dw || dbias) cpu_norm_param_grads(b, dw, dbias, dout, inp, mean, rstd, N, C);
+}
+
+void cpu_norm_param_grads(Backend *b, float *dw, float *dbias, const float *dout, const float *inp, const float *mean,
+                          const float *rstd, int N, int C) {
+    /* threads own channel blocks, rows summed in order (double) */
+    int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)N * C >= PAR_MIN)
-        for (int blk = 0; blk < nblk; blk++) {
-            int c0 = blk * CH_BLOCK;
-            int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
-            double aw[CH_BLOCK] = {0}, ab[CH_BLOCK] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + c0;
-                const float *dy = dout + (size_t)n * C + c0;
-                float m = mean[n], s = rstd[n];
-                for (int j = 0; j < cn; j++) {
-                    aw[j] += dy[j] * ((x[j] - m) * s);
-                    ab[j] += dy[j];
-                }
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * CH_BLOCK;
+        int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+        double aw[CH_BLOCK] = {0}, ab[CH_BLOCK] = {0};
+        for (int n = 0; n < N; n++) {
+            const float *x = inp + (size_t)n * C + c0;
+            const float *dy = dout + (size_t)n * C + c0;
+            float m = mean ? mean[n] : 0.0f, s = rstd[n];
+            for (int j = 0; j < cn; j++) {
+                aw[j] += dy[j] * ((x[j] - m) * s);
+                ab[j] += dy[j];
             }
-            if (dw)
-                for (int j = 0; j < cn; j++) dw[c0 + j] += (float)aw[j];
-            if (dbias)
-                for (int j = 0; j < cn; j++) dbias[c0 + j] += (float)ab[j];
         }
+        if (dw)
+            for (int j = 0; j < cn; j++) dw[c0 + j] += (float)aw[j];
+        if (dbias)
+            for (int j = 0; j < cn; j++) dbias[c0 + j] += (float)ab[j];
     }
 }
 

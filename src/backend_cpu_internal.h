@@ -23,6 +23,13 @@ extern float expf(float) __attribute__((simd("notinbranch")));
 
 static inline int nthr(const Backend *b) { return b->num_threads > 0 ? b->num_threads : 1; }
 
+/* A norm's parameter gradients over rows of C, deterministic (each thread owns a block of
+ * channels; rows summed in order, in double): dw[c] += sum_n dout * (inp - mean) * rstd,
+ * dbias[c] += sum_n dout; either may be NULL, and mean NULL is 0 (RMSNorm; x - 0 is x exactly).
+ * backend_cpu.c. */
+void cpu_norm_param_grads(Backend *b, float *dw, float *dbias, const float *dout, const float *inp, const float *mean,
+                          const float *rstd, int N, int C);
+
 /* r = x + y over a row of C, rounded to bf16 when round_bf16 (as the bf16 add would store it): the
  * residual half of the fused residual + norm ops. r may alias x or y. */
 static inline void residual_row(float *r, const float *x, const float *y, int C, bool round_bf16) {

@@ -72,23 +72,8 @@ static void f32_rmsnorm_backward(Backend *b, float *dinp, float *dw, const float
             for (int c = 0; c < C; c++) dx[c] += s * (dy[c] * w[c]) - x[c] * k;
         }
     }
-    /* 2. dw: threads own channel blocks, rows summed in order (double) */
-    if (dw) {
-        int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)N * C >= PAR_MIN)
-        for (int blk = 0; blk < nblk; blk++) {
-            int c0 = blk * CH_BLOCK;
-            int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
-            double aw[CH_BLOCK] = {0};
-            for (int n = 0; n < N; n++) {
-                const float *x = inp + (size_t)n * C + c0;
-                const float *dy = dout + (size_t)n * C + c0;
-                float s = rstd[n];
-                for (int j = 0; j < cn; j++) aw[j] += dy[j] * (x[j] * s);
-            }
-            for (int j = 0; j < cn; j++) dw[c0 + j] += (float)aw[j];
-        }
-    }
+    /* 2. dw: layernorm's deterministic column reduction with no mean */
+    if (dw) cpu_norm_param_grads(b, dw, NULL, dout, inp, NULL, rstd, N, C);
 }
 
 /* ------------------------------------------------------------------ rope */
