@@ -352,6 +352,12 @@ peak_flops() { # PRECISION
     *) echo unknown ;;
   esac
 }
+# MFU of TOKENS_PER_S at FLOPS_PER_TOKEN against the device's dense peak in PRECISION, or "unknown"
+mfu_of() {
+  local peak
+  peak="$(peak_flops "$3")"
+  if [ "$peak" = unknown ]; then echo unknown; else awk -v t="$1" -v f="$2" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * t * f / p }'; fi
+}
 if [ "$GPU_OK" = 1 ] && have_time 60; then
   prec=bf16
   # the largest micro-batch that fits without recompute, up to BENCH_MAX_BATCH rows (auto-fit
@@ -370,12 +376,11 @@ if [ "$GPU_OK" = 1 ] && have_time 60; then
   B="$(grep -a -o -E 'effective batch size = [0-9]+' "$WORK/run-bench.out" 2>/dev/null | head -1 | grep -o -E '[0-9]+$' || echo "${BENCH_BATCH:-?}")"
   tps="$(median_of bench tokens_per_sec || true)"
   if [ -n "$tps" ]; then
-    peak="$(peak_flops "$prec")"
     # FLOPs per token as llm.c counts them (so the MFU figures compare): 6 N for the matmuls
     # forward + backward, N = all 124,439,808 parameters, + 12 L T C for attention (the PaLM
     # formula, not halved for the causal mask)
     fpt="$(awk 'BEGIN { N = 124439808; L = 12; T = 1024; C = 768; printf "%.0f", 6 * N + 12 * L * T * C }')"
-    if [ "$peak" = unknown ]; then mfu=unknown; else mfu="$(awk -v t="$tps" -v f="$fpt" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * t * f / p }')"; fi
+    mfu="$(mfu_of "$tps" "$fpt" "$prec")"
     dev_ms="$(median_of bench device_time_ms || true)"
     record e-bench PASS "GPT-2 124M $prec B=$B T=1024: $(printf '%.0f' "$tps") tok/s, MFU $mfu, step ${dev_ms:-?} ms by CUDA events (llm.c: ~218k tok/s/A100 bf16)"
   else
@@ -438,10 +443,9 @@ if [ "$GPU_OK" = 1 ]; then
            --set save_steps=0 --set warmup_steps=0 --set sample_max_new_tokens=0 --set output_dir="$WORK/run-l-bench")
     if run_to "$WORK/run-l-bench.out" 150 "$GT" --config configs/gpt2-124m.yaml "${lsets[@]}"; then
       tps="$(median_of l-bench tokens_per_sec || true)"
-      peak="$(peak_flops bf16)"
       fpt="$(awk 'BEGIN { N = 1235814400; L = 16; T = 2048; D = 2048; printf "%.0f", 6 * N + 12 * L * T * D }')"
       if [ -n "$tps" ]; then
-        if [ "$peak" = unknown ]; then mfu=unknown; else mfu="$(awk -v t="$tps" -v f="$fpt" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * t * f / p }')"; fi
+        mfu="$(mfu_of "$tps" "$fpt" bf16)"
         record g-llama-bench PASS "Llama-3.2-1B shape bf16 T=2048 batch ${LLAMA_BENCH_BATCH:-8}: $(printf '%.0f' "$tps") tok/s, MFU $mfu, step $(median_of l-bench device_time_ms || echo ?) ms"
       else
         record g-llama-bench FAIL "no tokens_per_sec in the Llama benchmark's metrics - see log"
