@@ -103,8 +103,10 @@ typedef struct {
     bool decay;
     bool transposed;  /* HF stores it [in, out] */
     int layer;        /* -1 for non-layer tensors */
-    TensorRole role;
-    const ArchTensor *spec;
+    TensorRole role;   /* an adapter: the role of the base weight it adapts */
+    const ArchTensor *spec; /* NULL for an adapter */
+    int peft_module;   /* an adapter (lora.c): its PeftModule; -1 for the architecture's tensors */
+    bool lora_B;       /* an adapter: lora_B [rows, r] (else lora_A [r, in]) */
 } ParamTensor;
 
 typedef struct {

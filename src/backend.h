@@ -203,6 +203,20 @@ typedef struct BackendOps {
     /* the driver's (CUDA: cudaMemGetInfo) or the system's (CPU: /proc/meminfo) view of memory
      * now, beside the tracking allocator's: free and total bytes (0 when unknown) */
     void (*memory_info)(Backend *b, uint64_t *free_bytes, uint64_t *total_bytes);
+
+    /* ---- LoRA ops (model_blocks.c builds an adapter's forward and backward from these and the
+     * GEMMs above) ---- */
+    /* dst[n*ldd + j] = beta * dst[n*ldd + j] + alpha * src[n*lds + j] for n < N, j < cols: fp32
+     * arithmetic on the act values, rounded to the act dtype once; beta 0: dst is not read (a
+     * scaled copy). ldd >= cols, lds >= cols. dst and src do not overlap (but dst == src with
+     * ldd == lds, in place, is allowed). */
+    void (*axpby_rows)(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, int N, int cols,
+                       float alpha, float beta);
+    /* Dropout with a counter-based mask (dropout.h): out[i] = gt_dropout_keep(key, i, threshold) ?
+     * inp[i] * scale : 0 for i < n, the product in fp32 rounded once. out may alias inp. The mask
+     * is a pure function of (key, i), so the same call gives the same bits on every backend. */
+    void (*dropout)(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key,
+                    uint32_t threshold, float scale);
 } BackendOps;
 
 struct Backend {

@@ -83,6 +83,18 @@ typedef struct {
     char dist_init_file[GT_PATH_MAX]; /* NCCL id exchange file for srun-only launches */
     double dist_timeout;         /* seconds a collective may wait for the other ranks */
 
+    /* LoRA / PiSSA (PEFT LoraConfig's names). enabled: the config has a lora: section (or a
+     * lora.* --set); otherwise full fine-tuning. lora.c applies it to the model description. */
+    struct {
+        bool enabled;
+        int r;
+        double lora_alpha, lora_dropout;
+        char target_modules[GT_PATH_MAX]; /* names separated by commas, "all-linear", or "" (PEFT's default) */
+        bool use_rslora;
+        char init_lora_weights[GT_PATH_MAX]; /* true, false, gaussian, pissa, pissa_niter_N */
+        char init_from[GT_PATH_MAX];         /* a PEFT adapter directory to continue from, or "" */
+    } lora;
+
     /* where each schema key's value came from, indexed like the schema table */
     ConfigSource source[GT_CONFIG_MAX_KEYS];
     int source_line[GT_CONFIG_MAX_KEYS]; /* 1-based line in the file (0 if not from the file) */

@@ -37,6 +37,12 @@ typedef struct ModelDesc {
     bool qkv_bias;       /* q/k/v projections have biases (Qwen2; Llama attention_bias) */
     bool o_bias;         /* o_proj has a bias (Llama attention_bias) */
     bool mlp_bias;       /* gate/up/down have biases (Llama mlp_bias) */
+    /* LoRA adapters (the run config's lora: section, lora.c). lora_r 0: none (full fine-tuning);
+     * otherwise the base weights are frozen and only the adapters train. Not part of config.json. */
+    int lora_r;
+    uint32_t lora_targets; /* bit (1u << PeftModule) for each adapted module of the architecture */
+    double lora_scale;     /* alpha / r, or alpha / sqrt(r) with use_rslora (peft_scaling) */
+    double lora_dropout;   /* PEFT's lora_dropout on each adapter's input, in [0, 1) */
 } ModelDesc;
 
 /* For a description filled by hand (tests): n_kv_head 0 -> n_head, head_dim 0 -> n_embd / n_head. */

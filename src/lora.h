@@ -1,0 +1,45 @@
+/* lora.h - LoRA and PiSSA adapters on a model: PEFT's LoraConfig (the run config's lora: section,
+ * or an adapter's adapter_config.json) applied to a ModelDesc, and the adapters as data.
+ *
+ * A LoRA model trains only its adapters: for each adapted module of each layer, lora_A [r, in]
+ * and lora_B [rows, r] (PEFT's shapes), and the module's output gains
+ *     y += scale * (dropout(x) A^T) B^T
+ * The adapters are the model's trainable layout (params, grads, AdamW state, ZeRO-1 shards,
+ * clipping and the all-reduce all run over them alone); the base weights are frozen, held once in
+ * the compute dtype (MEM_FROZEN), with no gradient and no optimizer state.
+ *
+ * Modules map onto gtrain's fused tensors: q_proj, k_proj and v_proj are row blocks of the fused
+ * q|k|v weight, gate_proj and up_proj of gate|up (the arch table's HF blocks say which rows). */
+#ifndef GT_LORA_H
+#define GT_LORA_H
+
+#include "arch.h"
+#include "config.h"
+#include "peft.h"
+
+/* Where an adapted module sits in its layer. */
+typedef struct {
+    PeftModule module;
+    TensorRole role;   /* the base weight: ROLE_QKV_W, ROLE_O_W, ROLE_FC_W or ROLE_DOWN_W */
+    int64_t row0, rows; /* the output rows of that weight the module is (a block of a fused weight) */
+    int64_t in;        /* its input width */
+} LoraSite;
+
+/* The adapted modules of d (d->lora_targets), in the order of the layer's forward. Returns the count. */
+int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]);
+
+/* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows). */
+uint64_t lora_num_params(const ModelDesc *d);
+
+/* The adapters' layout (the model's trainable layout under LoRA): for each layer, for each site,
+ * lora_A [r, in] then lora_B [rows, r], named by their PEFT keys
+ * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), weight decay on (as HF's
+ * Trainer decays every non-bias, non-norm weight). layer_begin brackets each layer's adapters;
+ * there are no globals. */
+void lora_layout_init(ParamLayout *pl, const ModelDesc *d);
+
+/* The dropout key (dropout.h) of one adapter application: a pure function of the run's seed,
+ * the optimizer step, the micro-batch within it, the layer and the module. */
+uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module);
+
+#endif
