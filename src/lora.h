@@ -17,6 +17,14 @@
 #include "config.h"
 #include "peft.h"
 
+/* init_lora_weights as model_create applies it (PiSSA starts from LORA_INIT_TRUE and is then
+ * lora_pissa_init's, once the base weights are loaded):
+ *   LORA_INIT_TRUE     PEFT's default: A Kaiming-uniform (a = sqrt(5): U(-1/sqrt(in), 1/sqrt(in))), B zero
+ *   LORA_INIT_GAUSSIAN A normal(0, 1/r), B zero
+ *   LORA_INIT_FALSE    A and B both Kaiming-uniform (nn.Linear's default; the adapter is not a no-op)
+ * Deterministic in (seed, tensor, element) as arch_init_tensor. */
+typedef enum { LORA_INIT_TRUE = 0, LORA_INIT_GAUSSIAN, LORA_INIT_FALSE } LoraInit;
+
 /* Where an adapted module sits in its layer. */
 typedef struct {
     PeftModule module;
@@ -41,5 +49,24 @@ void lora_layout_init(ParamLayout *pl, const ModelDesc *d);
 /* The dropout key (dropout.h) of one adapter application: a pure function of the run's seed,
  * the optimizer step, the micro-batch within it, the layer and the module. */
 uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module);
+
+struct Model;
+/* PiSSA (init_lora_weights pissa / pissa_niter_N; niter -1: exact SVD): for every adapted block
+ * of the loaded base weights W (read in the act dtype, as PEFT reads a bf16 model's weights),
+ * A = diag(sqrt(S_r/s)) Vh_r, B = U_r diag(sqrt(S_r/s)) into the adapters and W - s B A into the
+ * frozen base (svd.h's pissa_init). init_dir non-NULL: the initial adapter is also written there
+ * as a PEFT adapter directory (PEFT's pissa_init save, which the rank-2r conversion reads). */
+int lora_pissa_init(struct Model *m, int niter, uint64_t seed, const char *init_dir, GtError *err);
+
+/* Read a PEFT adapter directory into the model's adapters (its config's r, modules and dtype
+ * checked against the model's; code 2 naming the file and key otherwise). */
+int lora_load_adapter(struct Model *m, const char *dir, GtError *err);
+
+/* Write the model's adapters as a PEFT adapter directory (adapter_model.safetensors,
+ * adapter_config.json with base_model_name_or_path = base). pissa_init_dir non-NULL: the run is a
+ * PiSSA run whose initial adapter is there; what is written is PEFT's conversion to a plain LoRA
+ * of rank 2r relative to the original base (svd.h's pissa_to_lora_2r). */
+int lora_save_adapter(const char *dir, struct Model *m, const char *base, const char *pissa_init_dir, bool bf16,
+                      GtError *err);
 
 #endif

@@ -25,6 +25,9 @@ typedef struct {
  * all-reduce can start while the rest of backward runs. */
 typedef void (*GradReadyFn)(void *ctx, float *grads, size_t n);
 
+/* slots per layer in lora_idx: at least PEFT_MODULE_COUNT (lora.c checks) */
+#define MODEL_LORA_SLOTS 16
+
 typedef struct Model {
     ModelDesc desc;
     Backend *be;
@@ -32,7 +35,21 @@ typedef struct Model {
     int logits_rows;   /* rows of the LM head processed at a time */
     GtDtype act;       /* the backend's act dtype when the model was created (precision) */
     RecomputePolicy policy;
-    ParamLayout layout;
+    /* layout: what trains (params, grads, AdamW state): the architecture's tensors, or under
+     * LoRA (desc.lora_r > 0) the adapters alone (lora_layout_init). base_layout: always the
+     * architecture's tensors, in base: the weights the forward reads (== weights without LoRA; the
+     * frozen base, MEM_FROZEN, in the act dtype, with LoRA). */
+    ParamLayout layout, base_layout;
+    act_t *base;
+    /* LoRA: lora_idx[l][module] = index in layout of that adapter's lora_A (lora_B is the next
+     * one), -1 when the module is not adapted; NULL without LoRA */
+    int (*lora_idx)[MODEL_LORA_SLOTS];
+    /* LoRA dropout: the key of each application is lora_dropout_key(dropout_seed, dropout_step,
+     * dropout_micro, layer, module) (lora.h); only a model_step with compute_grad drops. The
+     * trainer sets dropout_step before each optimizer step and dropout_micro per micro-batch. */
+    uint64_t dropout_seed;
+    long dropout_step;
+    int dropout_micro;
 
     float *params, *grads, *adam_m, *adam_v; /* fp32: master weights, their gradients, AdamW */
     /* The weights forward and backward read, in the act dtype: params itself under fp32, a bf16

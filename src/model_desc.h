@@ -43,6 +43,7 @@ typedef struct ModelDesc {
     uint32_t lora_targets; /* bit (1u << PeftModule) for each adapted module of the architecture */
     double lora_scale;     /* alpha / r, or alpha / sqrt(r) with use_rslora (peft_scaling) */
     double lora_dropout;   /* PEFT's lora_dropout on each adapter's input, in [0, 1) */
+    int lora_init;         /* LoraInit (lora.h): how model_create initialises the adapters */
 } ModelDesc;
 
 /* For a description filled by hand (tests): n_kv_head 0 -> n_head, head_dim 0 -> n_embd / n_head. */
