@@ -86,6 +86,10 @@ int lora_pissa_init(struct Model *m, int niter, uint64_t seed, bool write, GtErr
  * bit for bit what lora_pissa_init made. */
 int lora_load_adapter(struct Model *m, const char *dir, GtError *err);
 
+/* A PiSSA run resumed into an output_dir without its initial adapter: write m->pissa_init_dir
+ * from the second halves of the rank-2r conversion in conv_dir (the checkpoint resumed from). */
+int lora_write_pissa_init(struct Model *m, const char *conv_dir, GtError *err);
+
 /* Write the model's adapters as a PEFT adapter directory (adapter_model.safetensors and
  * adapter_config.json; F32, or BF16 with bf16). On a PiSSA run: PEFT's conversion to a plain LoRA
  * of rank 2r relative to the original base (svd.h's pissa_to_lora_2r), streamed. */

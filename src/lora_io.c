@@ -197,6 +197,56 @@ done:
 
 /* ---------------------------------------------------------------- PiSSA */
 
+/* A converted adapter's second halves are the initial adapter: A0 = A2[r:2r], B0 = -B2[:, r:2r]. */
+typedef struct {
+    PeftAdapter *conv;
+    const PeftEntry *ent;
+    int r;
+    float *tmp; /* rows of B2 */
+} InitCtx;
+
+static int init_fill(void *vctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
+    InitCtx *c = vctx;
+    const size_t r = (size_t)c->r;
+    if (!lora_B) return peft_adapter_read_range(c->conv, e, false, r * (size_t)c->ent[e].in + off, n, dst, err);
+    const size_t o0 = (size_t)(off / r), rows = n / r; /* whole rows: the staging is a multiple of r */
+    if (peft_adapter_read_range(c->conv, e, true, o0 * 2 * r, rows * 2 * r, c->tmp, err)) return -1;
+    for (size_t o = 0; o < rows; o++)
+        for (size_t k = 0; k < r; k++) dst[o * r + k] = -c->tmp[o * 2 * r + r + k];
+    return 0;
+}
+
+int lora_write_pissa_init(Model *m, const char *conv_dir, GtError *err) {
+    PeftEntry *ent = NULL;
+    const int n = model_entries(m, &ent);
+    if (n < 0 || !m->pissa_init_dir) {
+        free(ent);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: not a PiSSA run's adapters", conv_dir);
+    }
+    PeftConfig cc, pc = run_config(m);
+    InitCtx c = {NULL, ent, m->desc.lora_r, NULL};
+    const size_t staging = ((size_t)1 << 20) / (size_t)c.r * (size_t)c.r;
+    int rc = -1;
+    if (peft_adapter_open(&c.conv, conv_dir, m->desc.arch, ent, n, &cc, err)) goto done;
+    if (cc.r != 2 * c.r) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: r: expected %d (a PiSSA run's rank-2r conversion), found %d", conv_dir,
+                 PEFT_CONFIG_FILE, 2 * c.r, cc.r);
+        goto done;
+    }
+    c.tmp = gt_xmalloc(2 * staging * sizeof *c.tmp);
+    if (mkdir(m->pissa_init_dir, 0755) != 0 && errno != EEXIST) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", m->pissa_init_dir, strerror(errno));
+        goto done;
+    }
+    pc.inference_mode = true;
+    rc = peft_adapter_write(m->pissa_init_dir, &pc, m->desc.arch, ent, n, ST_F32, staging, init_fill, &c, err);
+done:
+    peft_adapter_close(c.conv);
+    free(c.tmp);
+    free(ent);
+    return rc;
+}
+
 int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err) {
     if (!m->pissa_init_dir) return gt_error(err, GT_EXIT_FAILURE, "pissa: no directory for the initial adapter");
     const int r = m->desc.lora_r, L = m->desc.n_layer;

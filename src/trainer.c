@@ -86,6 +86,7 @@ typedef struct {
     GtError sync_err; /* an all-reduce started from backward that failed */
     int sync_failed;
     int *tok, *tgt;
+    char resumed_from[GT_PATH_MAX + 64]; /* the checkpoint resumed from, or "" */
     bool tty;
     double t_start;
     long start_step;
@@ -106,6 +107,11 @@ static char *run_identity(const Trainer *t) {
     cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
     cJSON_AddNumberToObject(j, "vocab_size", d->vocab_size);
     cJSON_AddNumberToObject(j, "effective_batch", (double)t->plan.effective_batch);
+    if (d->lora_r > 0) { /* a LoRA run: its adapters' shape and initialisation too (absent otherwise, as before) */
+        cJSON_AddNumberToObject(j, "lora_r", d->lora_r);
+        cJSON_AddNumberToObject(j, "lora_targets", d->lora_targets);
+        cJSON_AddStringToObject(j, "lora_init", t->cfg->lora.init_from[0] ? t->cfg->lora.init_from : t->cfg->lora.init_lora_weights);
+    }
     char *s = cJSON_PrintUnformatted(j);
     cJSON_Delete(j);
     return s;
@@ -306,6 +312,7 @@ static int claim_output_dir(Trainer *t, GtError *err) {
         t->state.empty_steps = st.empty_steps;
         t->state.adam_t = st.adam_t;
         resumed_at = st.global_step;
+        snprintf(t->resumed_from, sizeof t->resumed_from, "%s", dir);
         gt_log("resumed from %s at step %ld\n", dir, st.global_step);
     }
     t->start_step = t->state.global_step;
@@ -460,6 +467,12 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
 
     if (claim_output_dir(t, err)) return -1;
     if (desc->lora_r > 0 && t->start_step == 0 && init_adapters(t, err)) return -1;
+    struct stat sb;
+    if (t->model->pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->pissa_init_dir, &sb) != 0) {
+        /* resumed into another output_dir: its initial adapter, which the conversion reads, from the checkpoint */
+        if (lora_write_pissa_init(t->model, t->resumed_from, err)) return -1;
+        gt_log("adapters: the initial PiSSA adapter rebuilt in %s from %s\n", t->model->pissa_init_dir, t->resumed_from);
+    }
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));
     t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
