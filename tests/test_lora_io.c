@@ -357,3 +357,39 @@ Test(lora_io, full_fine_tuning_on_the_same_rows_matches_hf_llama, .timeout = 240
               l.eval_loss[0], ref.final);
     ws_done(&w);
 }
+
+/* PEFT's defaults otherwise: init_lora_weights true (B = 0: step 1 is the base's loss; A is
+ * gtrain's own random numbers, so no loss-for-loss comparison), target_modules unset (PEFT's
+ * default for Llama: q_proj and v_proj, which the program reads from the saved config and checks
+ * against the saved keys), and lora_dropout 0.1 while training: the final eval runs without dropout,
+ * so the saved adapter over the base still gives gtrain's final eval loss. */
+Test(lora_io, default_init_and_targets_with_dropout_save_what_was_evaluated, .timeout = 240) {
+    Ws w;
+    ws_make(&w, "tiny-llama.json", "bf16");
+    Losses l;
+    gtrain_run(&w, "run", "  r: 4\n  lora_alpha: 8\n  lora_dropout: 0.1\n", &l);
+    double b = base_loss(&w);
+    cr_assert(fabs(l.loss[0] - b) <= 1e-5 * b, "init true (B = 0) step 1: gtrain's loss %.9g, the base's %.9g", l.loss[0], b);
+    cr_assert(fabs(l.eval_loss[0] - b) > 1e-4, "the adapters should have moved the loss (%.9g, base %.9g)", l.eval_loss[0], b);
+    char out[256];
+    snprintf(out, sizeof out, "%s/run", w.dir);
+    expect_adapter_dir(out, 4, 8, false);
+    FILE *f = fopen(test_join(out, "adapter_config.json"), "rb");
+    cr_assert(f);
+    char buf[1 << 16];
+    buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+    fclose(f);
+    cJSON *j = cJSON_Parse(buf);
+    const cJSON *tm = cJSON_GetObjectItemCaseSensitive(j, "target_modules");
+    bool q = false, v = false;
+    int n = cJSON_IsArray(tm) ? cJSON_GetArraySize(tm) : -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *e = cJSON_GetArrayItem(tm, i);
+        q |= cJSON_IsString(e) && strcmp(e->valuestring, "q_proj") == 0;
+        v |= cJSON_IsString(e) && strcmp(e->valuestring, "v_proj") == 0;
+    }
+    cr_assert(n == 2 && q && v, "target_modules should be PEFT's default [q_proj, v_proj]:\n%s", buf);
+    cJSON_Delete(j);
+    expect_saved_adapter_loss(&w, "tiny-llama init true, dropout 0.1", out, &l);
+    ws_done(&w);
+}
