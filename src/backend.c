@@ -5,6 +5,7 @@
 
 static const char *const k_mem_category_names[MEM_COUNT] = {
     [MEM_PARAMS] = "params",
+    [MEM_FROZEN] = "frozen",
     [MEM_GRADS] = "grads",
     [MEM_OPTIMIZER] = "optimizer",
     [MEM_ACTIVATIONS] = "activations",

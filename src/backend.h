@@ -26,6 +26,7 @@
 
 typedef enum {
     MEM_PARAMS = 0,
+    MEM_FROZEN,            /* LoRA: the frozen base weights, in the compute dtype (no gradient, no optimizer state) */
     MEM_GRADS,
     MEM_OPTIMIZER,
     MEM_ACTIVATIONS,       /* kept for backward (and the step's inputs/targets/losses) */

@@ -1,8 +1,8 @@
 /* backend_cpu.c - the CPU backend: GEMM through OpenBLAS (cblas_sgemm), everything else plain C
  * with OpenMP. This is the reference backend every test runs. This file holds memory, the GPT-2
  * ops, the bf16 emulation and the ops table; attention is in backend_cpu_attention.c, the
- * Llama-family ops (RMSNorm, RoPE, SwiGLU) in backend_cpu_llama.c, what they share in
- * backend_cpu_internal.h.
+ * Llama-family ops (RMSNorm, RoPE, SwiGLU) in backend_cpu_llama.c, the LoRA ops (axpby_rows,
+ * dropout) in backend_cpu_lora.c, what they share in backend_cpu_internal.h.
  *
  * Determinism: every output element is written by exactly one thread, and every reduction runs
  * in an order fixed by the code, never by thread timing. Parameter-gradient reductions over rows
@@ -701,6 +701,8 @@ static const BackendOps k_cpu_ops = {
     .timer_start = cpu_timer_start,
     .timer_elapsed_ms = cpu_timer_elapsed_ms,
     .memory_info = cpu_memory_info,
+    .axpby_rows = cpu_axpby_rows,
+    .dropout = cpu_dropout,
 };
 
 /* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */

@@ -1,6 +1,7 @@
 /* backend_cpu_internal.h - what the CPU backend's source files share, not an API of its own:
  * backend_cpu.c (memory, the GPT-2 ops, the bf16 emulation, the ops table), backend_cpu_attention.c
- * (flash-style attention) and backend_cpu_llama.c (RMSNorm, RoPE, SwiGLU). The determinism rules
+ * (flash-style attention), backend_cpu_llama.c (RMSNorm, RoPE, SwiGLU) and backend_cpu_lora.c
+ * (axpby_rows, dropout). The determinism rules
  * all of them follow are in backend_cpu.c's header comment. */
 #ifndef GT_BACKEND_CPU_INTERNAL_H
 #define GT_BACKEND_CPU_INTERNAL_H
@@ -88,5 +89,9 @@ void cpu_rope_backward(Backend *b, act_t *dqkv, const float *cos, const float *s
                        int hd);
 void cpu_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
 void cpu_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N, int I);
+/* backend_cpu_lora.c */
+void cpu_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, int N, int cols, float alpha,
+                    float beta);
+void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint32_t threshold, float scale);
 
 #endif

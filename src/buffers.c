@@ -2,6 +2,7 @@
 #include "buffers.h"
 
 #include "arch.h"
+#include "lora.h"
 #include "plan.h"
 
 static const char *const NAMES[BUF_COUNT] = {
@@ -17,6 +18,8 @@ static const char *const NAMES[BUF_COUNT] = {
     [BUF_LNF_RSTD] = "final norm rstd", [BUF_TOKENS] = "tokens", [BUF_TARGETS] = "targets", [BUF_LOSSES] = "losses",
     [BUF_LOGITS] = "logits chunk", [BUF_DRES] = "d residual", [BUF_DBTC] = "d norm / attention output",
     [BUF_DQKV] = "d qkv", [BUF_DFCH] = "d mlp", [BUF_ATT_WS] = "attention row sums", [BUF_HOST_STAGING] = "host staging",
+    [BUF_FROZEN] = "frozen base weights", [BUF_LORA_XD] = "lora input after dropout", [BUF_LORA_H] = "lora x A^T",
+    [BUF_LORA_Y] = "lora h B^T / d output", [BUF_LORA_DH] = "lora d h", [BUF_LORA_DX] = "lora d input",
 };
 
 const char *buffer_name(BufferId id) { return id >= 0 && id < BUF_COUNT && NAMES[id] ? NAMES[id] : "?"; }
@@ -91,7 +94,10 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     out->overflow = NULL;
     Builder k = {out, "params"};
     const uint64_t f = sizeof(float), a = gt_dtype_size(s->act), C = (uint64_t)d->n_embd;
-    const uint64_t NP = arch_num_params(d), world = (uint64_t)(s->shard_world > 0 ? s->shard_world : 1);
+    /* what trains: every weight, or under LoRA the adapters (the base then frozen, once, in the act dtype) */
+    const bool lora = d->lora_r > 0;
+    const uint64_t NP = lora ? lora_num_params(d) : arch_num_params(d);
+    const uint64_t world = (uint64_t)(s->shard_world > 0 ? s->shard_world : 1);
     const uint64_t shard = (NP + world - 1) / world;
     const bool gpt2 = d->arch == ARCH_GPT2;
     const RecomputePolicy *pol = &s->policy;
@@ -99,6 +105,8 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
 
     add(&k, BUF_PARAMS, MEM_PARAMS, mul(&k, shard, world), f, 1);
     if (s->act != GT_F32) add(&k, BUF_WEIGHTS, MEM_PARAMS, NP, a, 1);
+    k.cur = "frozen";
+    if (lora) add(&k, BUF_FROZEN, MEM_FROZEN, arch_num_params(d), a, 1);
     k.cur = "grads";
     if (s->train) add(&k, BUF_GRADS, MEM_GRADS, mul(&k, shard, world), f, 1);
     k.cur = "optimizer";
@@ -141,6 +149,23 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         add(&k, BUF_DQKV, MEM_WORKSPACE, mul(&k, BT, (uint64_t)model_desc_qkv_dim(d)), a, 1);
         add(&k, BUF_DFCH, MEM_WORKSPACE, mul(&k, BT, gpt2 ? I : 3 * I), a, 1);
         add(&k, BUF_ATT_WS, MEM_WORKSPACE, mul(&k, BT, (uint64_t)d->n_head), f, 1);
+    }
+    if (lora) { /* one adapter at a time: the widest input and output block */
+        LoraSite site[PEFT_MODULE_COUNT];
+        const int n = lora_sites(d, site);
+        uint64_t in = 0, rows = 0;
+        for (int i = 0; i < n; i++) {
+            if ((uint64_t)site[i].in > in) in = (uint64_t)site[i].in;
+            if ((uint64_t)site[i].rows > rows) rows = (uint64_t)site[i].rows;
+        }
+        const uint64_t r = (uint64_t)d->lora_r;
+        if (s->train && d->lora_dropout > 0) add(&k, BUF_LORA_XD, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
+        add(&k, BUF_LORA_H, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
+        add(&k, BUF_LORA_Y, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
+        if (s->train) {
+            add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
+            add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
+        }
     }
     k.cur = "host_staging";
     add(&k, BUF_HOST_STAGING, MEM_HOST_STAGING, buffers_staging_bytes(d), 1, 1);

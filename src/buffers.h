@@ -8,6 +8,8 @@
 #include "model_desc.h"
 #include "recompute.h"
 
+/* Under LoRA (d->lora_r > 0) params, grads, the AdamW state and the compute copy hold the
+ * adapters alone (lora.h) and BUF_FROZEN the base. */
 typedef enum {
     BUF_PARAMS = 0,   /* fp32 master weights, padded to whole ZeRO-1 shards */
     BUF_GRADS,
@@ -47,6 +49,12 @@ typedef enum {
     BUF_DFCH,         /* GPT-2 [I]; Llama gate|up [2I] then swiglu output [I] */
     BUF_ATT_WS,       /* attention row sums (fp32) */
     BUF_HOST_STAGING, /* bounded host buffer that initialisation, loading and saving stream through */
+    BUF_FROZEN,       /* LoRA: the frozen base weights (act dtype) */
+    BUF_LORA_XD,      /* LoRA workspace: an adapter's input after dropout [BT, widest input] (dropout > 0) */
+    BUF_LORA_H,       /* x A^T [BT, r] */
+    BUF_LORA_Y,       /* h B^T, or the scaled output gradient [BT, widest output block] */
+    BUF_LORA_DH,      /* [BT, r] */
+    BUF_LORA_DX,      /* the adapter's input gradient [BT, widest input] */
     BUF_COUNT
 } BufferId;
 

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "buffers.h"
+#include "lora.h"
 #include "rundir.h"
 #include "safetensors.h"
 
@@ -278,7 +279,10 @@ int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, co
     snprintf(final, sizeof final, "%s/checkpoint-%ld", output_dir, st->global_step);
     rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
     if (mkdir(tmp, 0755) != 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
-    if (checkpoint_save_weights(tmp, m, false, max_shard_bytes, err) || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
+    /* the weights: every one, or a LoRA run's adapters (its base is the model's, unchanged) */
+    int wrc = m->desc.lora_r > 0 ? lora_save_adapter(tmp, m, false, err)
+                                 : checkpoint_save_weights(tmp, m, false, max_shard_bytes, err);
+    if (wrc || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
         write_state(tmp, st, &m->desc, err) || fsync_dir(tmp) != 0) {
         rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
         if (!err || !err->msg[0]) gt_error(err, GT_EXIT_FAILURE, "%s: sync failed", tmp);
@@ -305,6 +309,6 @@ int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, co
 
 int checkpoint_load(const char *dir, Model *m, TrainerState *st, GtError *err) {
     if (checkpoint_read_state(dir, st, err)) return -1;
-    if (checkpoint_load_weights(m, dir, err)) return -1;
+    if (m->desc.lora_r > 0 ? lora_load_adapter(m, dir, err) : checkpoint_load_weights(m, dir, err)) return -1;
     return load_optimizer(dir, m, st->adam_t, err);
 }

@@ -8,6 +8,7 @@
 #include "config_schema.h"
 
 #include "hf_writer.h"
+#include "lora.h"
 #include "model_desc.h"
 #include "sample.h"
 
@@ -33,6 +34,30 @@ static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
+
+/* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone */
+static int check_target_modules(const char *value, char *why, size_t cap) {
+    if (strcmp(value, "all-linear") == 0 || value[0] == '\0') return 0;
+    int n = 0;
+    for (const char *p = value; *p; n++) {
+        size_t len = strcspn(p, ",");
+        bool ok = len > 0 && len < 32;
+        for (size_t i = 0; i < len && ok; i++)
+            ok = (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= '0' && p[i] <= '9') || p[i] == '_' || p[i] == '.';
+        if (!ok || n == PEFT_MAX_TARGETS) {
+            snprintf(why, cap, "expected at most %d module names (letters, digits, _ and .) or all-linear, found \"%.60s\"",
+                     PEFT_MAX_TARGETS, value);
+            return -1;
+        }
+        p += len;
+        if (*p == ',' && p[1] == '\0') {
+            snprintf(why, cap, "expected a module name after the last comma, found \"%.60s\"", value);
+            return -1;
+        }
+        if (*p == ',') p++;
+    }
+    return 0;
+}
 
 static int check_shard_size(const char *value, char *why, size_t cap) {
     uint64_t bytes;
@@ -157,6 +182,26 @@ static const KeySpec SCHEMA[] = {
      .doc = "File on a shared filesystem for the NCCL id exchange when launched by srun without MPI."},
     {.key = "dist_timeout", .type = KT_FLOAT, FIELD(dist_timeout), .def = "300", .fmin = 0, .fmax = 1e6,
      .fmin_open = true, .doc = "Seconds a collective waits for the other ranks before the job is aborted."},
+    /* LoRA / PiSSA: PEFT LoraConfig's names; a lora: section turns it on */
+    {.key = "lora.r", .type = KT_INT, FIELD(lora.r), .def = "8", .imin = 1, .imax = PEFT_MAX_R,
+     .doc = "LoRA rank (a lora: section trains adapters on a frozen base instead of every weight)."},
+    {.key = "lora.lora_alpha", .type = KT_FLOAT, FIELD(lora.lora_alpha), .def = "8", .fmin = 0, .fmin_open = true,
+     .fmax = 1e9, .doc = "LoRA alpha: the adapters' output is scaled by lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."},
+    {.key = "lora.lora_dropout", .type = KT_FLOAT, FIELD(lora.lora_dropout), .def = "0", .fmin = 0, .fmax = 1,
+     .fmax_open = true, .doc = "Dropout on each adapter's input while training; the mask is a function of (seed, step, "
+                               "micro-batch, layer, module, element)."},
+    {.key = "lora.target_modules", .type = KT_STRING, FIELD(lora.target_modules), .def = "", .list = true,
+     .check = check_target_modules,
+     .doc = "Modules to adapt: a list of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (GPT-2: c_attn c_proj "
+            "c_fc), or all-linear; empty = PEFT's default (q_proj, v_proj; GPT-2 c_attn)."},
+    {.key = "lora.use_rslora", .type = KT_BOOL, FIELD(lora.use_rslora), .def = "false",
+     .doc = "Rank-stabilised LoRA: scale by lora_alpha / sqrt(r)."},
+    {.key = "lora.init_lora_weights", .type = KT_STRING, FIELD(lora.init_lora_weights), .def = "true",
+     .check = lora_check_init,
+     .doc = "true (A Kaiming-uniform, B zero), gaussian, false, pissa (exact SVD of each base weight) or pissa_niter_N "
+            "(randomised SVD, N subspace iterations)."},
+    {.key = "lora.init_from", .type = KT_PATH, FIELD(lora.init_from), .def = "", .dir = true,
+     .doc = "A PEFT adapter directory to continue training (its adapter_config.json gives r, alpha and the modules)."},
 };
 
 #define N_KEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
@@ -423,6 +468,40 @@ static Scalar scalar_of(const yaml_event_t *e) {
     return v;
 }
 
+/* After SEQUENCE_START of a list key: plain scalars up to SEQUENCE_END, joined by commas and
+ * applied as one value (its check says what the names may be). */
+static int read_list(Ctx *c, int idx, const char *shown, int vl, int vc) {
+    char joined[GT_PATH_MAX];
+    size_t o = 0;
+    joined[0] = '\0';
+    for (;;) {
+        yaml_event_t ie;
+        if (next_event(c, &ie)) return -1;
+        if (ie.type == YAML_SEQUENCE_END_EVENT) {
+            yaml_event_delete(&ie);
+            break;
+        }
+        Scalar v = ie.type == YAML_SCALAR_EVENT ? scalar_of(&ie) : (Scalar){"", 0, true};
+        bool ok = ie.type == YAML_SCALAR_EVENT && v.n > 0 && !memchr(v.s, ',', v.n) && !memchr(v.s, '\0', v.n) &&
+                  o + v.n + 2 < sizeof joined;
+        if (!ok) {
+            char found[128];
+            if (ie.type == YAML_SCALAR_EVENT)
+                cfg_show(v.s, v.n, v.quoted, found, sizeof found);
+            else
+                snprintf(found, sizeof found, "%s", event_what(&ie));
+            int il = (int)ie.start_mark.line + 1, ic = (int)ie.start_mark.column + 1;
+            yaml_event_delete(&ie);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a list of names, found %s in it", c->file,
+                            il, ic, shown, found);
+        }
+        o += (size_t)snprintf(joined + o, sizeof joined - o, "%s%.*s", o ? "," : "", (int)v.n, v.s);
+        yaml_event_delete(&ie);
+    }
+    Scalar v = {joined, o, true};
+    return apply(c, idx, &v, vl, vc);
+}
+
 /* After MAPPING_START: read key/value pairs into cfg. prefix: "" or the section name. */
 static int parse_mapping(Ctx *c, const char *prefix, int depth) {
     const char *sections_seen[8];
@@ -464,6 +543,12 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
                 return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected each key once, found a duplicate (first at line %d)",
                                 c->file, kl, kc, shown, c->line[idx]);
             }
+            if (ve.type == YAML_SEQUENCE_START_EVENT && SCHEMA[idx].list) {
+                yaml_event_delete(&ve);
+                int rc = read_list(c, idx, shown, vl, vc);
+                if (rc) return -1;
+                continue;
+            }
             if (ve.type != YAML_SCALAR_EVENT) {
                 char exp[256];
                 cfg_expected_text(&SCHEMA[idx], exp, sizeof exp);
@@ -492,6 +577,7 @@ static int parse_mapping(Ctx *c, const char *prefix, int depth) {
             if (n_sections < (int)(sizeof sections_seen / sizeof sections_seen[0])) sections_seen[n_sections++] = sec;
             if (ve.type == YAML_MAPPING_START_EVENT) {
                 yaml_event_delete(&ve);
+                if (strcmp(full, "lora") == 0) c->cfg->lora.enabled = true; /* even lora: {} (PEFT's defaults) */
                 if (depth + 1 >= CONFIG_MAX_DEPTH)
                     return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected at most %d levels, found deeper nesting",
                                     c->file, vl, vc, shown, CONFIG_MAX_DEPTH);
@@ -716,6 +802,8 @@ static int check_path(const Ctx *c, int i, const char *path) {
 static int validate(Ctx *c) {
     RunConfig *cfg = c->cfg;
     char msg[256];
+    for (int i = 0; i < N_KEYS; i++) /* any lora.* key, in the file or by --set, is a lora: section */
+        if (strncmp(SCHEMA[i].key, "lora.", 5) == 0 && cfg->source[i] != CFG_SRC_DEFAULT) cfg->lora.enabled = true;
     for (int i = 0; i < N_KEYS; i++) /* required paths first: they are the first thing to fix */
         if (SCHEMA[i].required && !((const char *)cfg + SCHEMA[i].offset)[0]) {
             snprintf(msg, sizeof msg, "expected %s (required), found nothing", SCHEMA[i].required);

@@ -102,7 +102,7 @@ typedef struct {
 } HfBlock;
 
 static HfBlock *model_blocks(const Model *m, int *n) {
-    const ParamLayout *pl = &m->layout;
+    const ParamLayout *pl = &m->base_layout;
     int cap = 0;
     for (int i = 0; i < pl->n_tensors; i++) cap += pl->tensors[i].spec->n_blocks;
     HfBlock *b = gt_xcalloc((size_t)cap, sizeof *b);
@@ -140,15 +140,13 @@ static int save_fill(void *vctx, int i, uint64_t e0, size_t n, float *dst, GtErr
     SaveCtx *c = vctx;
     Model *m = c->m;
     const HfBlock *b = &c->blocks[i];
-    const ParamTensor *t = &m->layout.tensors[b->tensor];
+    const ParamTensor *t = &m->base_layout.tensors[b->tensor];
     const size_t cols = (size_t)t->shape[1];
-    if (!t->transposed)
-        return m->be->ops->to_host(m->be, dst, m->params + t->offset + (size_t)b->row0 * cols + e0, n * sizeof(float),
-                                   err);
+    if (!t->transposed) return model_download_base(m, t->offset + (size_t)b->row0 * cols + e0, dst, n, err);
     /* HF [in, out] from gtrain's [out, in]: the whole tensor once, read across */
     float *s = scratch(m);
     if (c->cached != b->tensor) {
-        if (m->be->ops->to_host(m->be, s, m->params + t->offset, t->numel * sizeof(float), err)) return -1;
+        if (model_download_base(m, t->offset, s, t->numel, err)) return -1;
         c->cached = b->tensor;
     }
     const size_t out = (size_t)t->shape[0], in = cols;
@@ -164,7 +162,7 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_s
     HfBlock *blocks = model_blocks(m, &n);
     StTensorOut *ts = gt_xcalloc((size_t)n, sizeof *ts);
     for (int i = 0; i < n; i++) {
-        const ParamTensor *t = &m->layout.tensors[blocks[i].tensor];
+        const ParamTensor *t = &m->base_layout.tensors[blocks[i].tensor];
         ts[i].name = blocks[i].name;
         ts[i].dtype = bf16 ? ST_BF16 : ST_F32;
         ts[i].ndim = block_shape(t, &blocks[i], ts[i].shape);
@@ -209,16 +207,16 @@ static long count_nonfinite(const float *x, size_t n) {
 
 /* one block into the params: streamed in chunks, or (transposed) gathered whole in the scratch */
 static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, long *nonfinite, GtError *err) {
-    const ParamTensor *t = &m->layout.tensors[b->tensor];
+    const ParamTensor *t = &m->base_layout.tensors[b->tensor];
     const size_t cols = (size_t)t->shape[1], numel = (size_t)b->rows * cols, chunk = io_floats(m);
     float *io = m->staging;
     if (!t->transposed) {
-        float *dst = m->params + t->offset + (size_t)b->row0 * cols;
+        const size_t dst = t->offset + (size_t)b->row0 * cols;
         for (size_t e0 = 0; e0 < numel; e0 += chunk) {
             size_t n = numel - e0 < chunk ? numel - e0 : chunk;
             if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
             *nonfinite += count_nonfinite(io, n);
-            if (m->be->ops->to_device(m->be, dst + e0, io, n * sizeof(float), err)) return -1;
+            if (model_upload_base(m, dst + e0, io, n, err)) return -1;
         }
         return 0;
     }
@@ -233,7 +231,7 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, lon
             s[o * in + ii] = io[q];
         }
     }
-    return m->be->ops->to_device(m->be, m->params + t->offset, s, t->numel * sizeof(float), err);
+    return model_upload_base(m, t->offset, s, t->numel, err);
 }
 
 int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
@@ -246,7 +244,7 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
     const int count = hf_weights_count(w);
     bool *used = gt_xcalloc((size_t)count + 1, sizeof *used);
     for (int i = 0; i < n; i++) {
-        const ParamTensor *t = &m->layout.tensors[blocks[i].tensor];
+        const ParamTensor *t = &m->base_layout.tensors[blocks[i].tensor];
         int k = find_block(w, m, &blocks[i]);
         if (k < 0) {
             gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected in the checkpoint (a %s has it), not found",

@@ -50,23 +50,45 @@ void lora_layout_init(ParamLayout *pl, const ModelDesc *d);
  * the optimizer step, the micro-batch within it, the layer and the module. */
 uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module);
 
+/* The adapter tensor i of the layout (t = &pl->tensors[i]): elements [k0, k0 + n) of its initial
+ * values per d->lora_init, deterministic in (seed, i, element) (arch_init_tensor calls it). */
+void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
+                      float *dst);
+
+/* Apply the run config's lora: section to d (lora_r 0 without one), and fill pc with the PEFT
+ * config the run's adapter files will carry. With lora.init_from the adapter's
+ * adapter_config.json gives r, lora_alpha, use_rslora and the modules (keys also given in the run
+ * config must agree; lora_dropout may differ). Errors name the file and key (code 2). */
+int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err);
+
+/* config.c's check of lora.init_lora_weights (0, or -1 with "expected ..." in why) */
+int lora_check_init(const char *value, char *why, size_t cap);
+/* init_lora_weights: -1 "pissa" (exact SVD), N "pissa_niter_N", -2 not PiSSA */
+int lora_pissa_niter_of(const char *init);
+
 struct Model;
+/* Give the model the PEFT config its adapter files carry (copied), and for a PiSSA run the
+ * directory its initial adapter is (to be) written to (NULL otherwise). */
+void lora_set_run(struct Model *m, const PeftConfig *pc, const char *pissa_init_dir);
+
 /* PiSSA (init_lora_weights pissa / pissa_niter_N; niter -1: exact SVD): for every adapted block
  * of the loaded base weights W (read in the act dtype, as PEFT reads a bf16 model's weights),
  * A = diag(sqrt(S_r/s)) Vh_r, B = U_r diag(sqrt(S_r/s)) into the adapters and W - s B A into the
- * frozen base (svd.h's pissa_init). init_dir non-NULL: the initial adapter is also written there
- * as a PEFT adapter directory (PEFT's pissa_init save, which the rank-2r conversion reads). */
-int lora_pissa_init(struct Model *m, int niter, uint64_t seed, const char *init_dir, GtError *err);
+ * frozen base (svd.h's pissa_init); then (write) the initial adapter is written to m->pissa_init_dir as a
+ * PEFT adapter directory (PEFT's pissa_init save, which the rank-2r conversion reads). Host
+ * memory: one block of W and the SVD's workspace (svd.h) at a time. */
+int lora_pissa_init(struct Model *m, int niter, uint64_t seed, bool write, GtError *err);
 
-/* Read a PEFT adapter directory into the model's adapters (its config's r, modules and dtype
- * checked against the model's; code 2 naming the file and key otherwise). */
+/* Read a PEFT adapter directory into the model's adapters: its r, modules and scale checked
+ * against the model's (code 2 naming the file and key otherwise). On a PiSSA run
+ * (m->pissa_init_dir) the directory holds the rank-2r conversion (a run checkpoint): A and B are
+ * its first halves, and the base, freshly loaded, becomes W - s B0 A0 from the second halves,
+ * bit for bit what lora_pissa_init made. */
 int lora_load_adapter(struct Model *m, const char *dir, GtError *err);
 
-/* Write the model's adapters as a PEFT adapter directory (adapter_model.safetensors,
- * adapter_config.json with base_model_name_or_path = base). pissa_init_dir non-NULL: the run is a
- * PiSSA run whose initial adapter is there; what is written is PEFT's conversion to a plain LoRA
- * of rank 2r relative to the original base (svd.h's pissa_to_lora_2r). */
-int lora_save_adapter(const char *dir, struct Model *m, const char *base, const char *pissa_init_dir, bool bf16,
-                      GtError *err);
+/* Write the model's adapters as a PEFT adapter directory (adapter_model.safetensors and
+ * adapter_config.json; F32, or BF16 with bf16). On a PiSSA run: PEFT's conversion to a plain LoRA
+ * of rank 2r relative to the original base (svd.h's pissa_to_lora_2r), streamed. */
+int lora_save_adapter(const char *dir, struct Model *m, bool bf16, GtError *err);
 
 #endif

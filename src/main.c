@@ -12,6 +12,7 @@
 #include "blas_setup.h"
 #include "config.h"
 #include "dist.h"
+#include "lora.h"
 #include "model_desc.h"
 #include "plan.h"
 #include "report.h"
@@ -230,8 +231,9 @@ int main(int argc, char **argv) {
 
     RunConfig *cfg = gt_xcalloc(1, sizeof *cfg);
     ModelDesc desc;
+    PeftConfig peft;
     if (config_load(cfg, config_path, sets, n_sets, &err) || model_desc_load(&desc, cfg->model, &err) ||
-        config_check_model(cfg, &desc, &err)) {
+        config_check_model(cfg, &desc, &err) || lora_configure(&desc, &peft, cfg, &err)) {
         rc = fail(&err);
         free(cfg);
         goto out;
@@ -243,6 +245,16 @@ int main(int argc, char **argv) {
         printf("model: %s (%s), %d layers, hidden %d, %d heads (%d kv), vocab %d\n", desc.model_type,
                arch_hf_class(&desc), desc.n_layer, desc.n_embd, desc.n_head, desc.n_kv_head, desc.vocab_size);
         printf("parameters: %llu\n", (unsigned long long)model_desc_num_params(&desc));
+        if (desc.lora_r > 0) {
+            uint64_t n = lora_num_params(&desc);
+            printf("trainable parameters: %llu (LoRA r %d, lora_alpha %g, scale %g, init %s), %.4f%% of %llu; the base "
+                   "is frozen\n", (unsigned long long)n, peft.r, peft.lora_alpha, desc.lora_scale,
+                   cfg->lora.init_from[0] ? cfg->lora.init_from : peft.init,
+                   100.0 * (double)n / (double)model_desc_num_params(&desc), (unsigned long long)model_desc_num_params(&desc));
+            printf("target modules:");
+            for (int i = 0; i < peft.n_targets; i++) printf(" %s", peft.target_modules[i]);
+            printf("\n");
+        }
         /* memory_limit auto: on the CPU, the RAM available now (what a run would check); a GPU's free
          * memory is read only by a run (asking the driver costs a context), so no limit here */
         uint64_t limit = cfg->memory_limit;
@@ -276,6 +288,9 @@ int main(int argc, char **argv) {
                    "gradient_accumulation_steps)\n",
                    plan.B, plan.world, plan.A, plan.effective_batch);
             printf("tokens per optimizer step: %ld\n", plan.tokens_per_step);
+            char layout[96];
+            printf("layout: micro-batch %d x accumulation %d, recompute %s\n", plan.B, plan.A,
+                   recompute_describe(&plan.policy, layout, sizeof layout));
             plan_print(&plan, NULL, stdout);
         }
     } else {

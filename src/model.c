@@ -19,31 +19,52 @@ void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t 
         arch_init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
 }
 
-/* the table's initialisation through the staging buffer: consecutive tensors (contiguous in the
- * flat buffer) gathered into one copy while they fit, a larger one in chunks of its own */
-static int init_params(Model *m, uint64_t seed, GtError *err) {
+/* n fp32 values at float offset off of the trainable params (upload false) or the base weights */
+static int put_values(Model *m, bool base, size_t off, float *host, size_t n, GtError *err) {
+    if (base) return model_upload_base(m, off, host, n, err);
+    return m->be->ops->to_device(m->be, m->params + off, host, n * sizeof(float), err);
+}
+
+/* the table's initialisation of a layout (the trainable params, or with base the frozen base)
+ * through the staging buffer: consecutive tensors (contiguous in the flat buffer) gathered into
+ * one copy while they fit, a larger one in chunks of its own */
+static int init_layout(Model *m, const ParamLayout *pl, bool base, uint64_t seed, GtError *err) {
     const size_t cap = m->staging_bytes / sizeof(float) / 2 * 2; /* even: arch_init_tensor's k0 */
-    size_t fill = 0, base = 0;
-    for (int i = 0; i < m->layout.n_tensors; i++) {
-        const ParamTensor *t = &m->layout.tensors[i];
+    size_t fill = 0, start = 0;
+    for (int i = 0; i < pl->n_tensors; i++) {
+        const ParamTensor *t = &pl->tensors[i];
         if (fill && (fill + t->numel > cap || t->numel > cap)) {
-            if (m->be->ops->to_device(m->be, m->params + base, m->staging, fill * sizeof(float), err)) return -1;
+            if (put_values(m, base, start, m->staging, fill, err)) return -1;
             fill = 0;
         }
         if (t->numel > cap) {
             for (size_t k0 = 0; k0 < t->numel; k0 += cap) {
                 size_t n = t->numel - k0 < cap ? t->numel - k0 : cap;
-                arch_init_tensor(&m->layout, &m->desc, seed, i, k0, n, m->staging);
-                if (m->be->ops->to_device(m->be, m->params + t->offset + k0, m->staging, n * sizeof(float), err))
-                    return -1;
+                arch_init_tensor(pl, &m->desc, seed, i, k0, n, m->staging);
+                if (put_values(m, base, t->offset + k0, m->staging, n, err)) return -1;
             }
             continue;
         }
-        if (fill == 0) base = t->offset;
-        arch_init_tensor(&m->layout, &m->desc, seed, i, 0, t->numel, m->staging + fill);
+        if (fill == 0) start = t->offset;
+        arch_init_tensor(pl, &m->desc, seed, i, 0, t->numel, m->staging + fill);
         fill += t->numel;
     }
-    return fill ? m->be->ops->to_device(m->be, m->params + base, m->staging, fill * sizeof(float), err) : 0;
+    return fill ? put_values(m, base, start, m->staging, fill, err) : 0;
+}
+
+int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
+    if (m->base == (act_t *)m->params || m->desc.lora_r == 0)
+        return m->be->ops->to_device(m->be, m->params + off, host, n * sizeof(float), err);
+    if (m->act == GT_BF16) { /* narrowed in place, front to back (element k's 2 bytes land before k's 4) */
+        uint16_t *h = (uint16_t *)host;
+        for (size_t k = 0; k < n; k++) h[k] = gt_f32_to_bf16(host[k]);
+    }
+    return m->be->ops->to_device(m->be, model_at(m, m->base, off), host, n * gt_dtype_size(m->act), err);
+}
+
+int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
+    if (m->desc.lora_r == 0) return m->be->ops->to_host(m->be, host, m->params + off, n * sizeof(float), err);
+    return backend_act_to_host_f32(m->be, host, model_at(m, m->base, off), n, err);
 }
 
 /* the rotary table, positions in chunks through the staging buffer */
@@ -158,6 +179,12 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_DFCH: return (void **)&m->dfch;
     case BUF_ATT_WS: return (void **)&m->att_ws;
     case BUF_HOST_STAGING: return (void **)&m->staging;
+    case BUF_FROZEN: return (void **)&m->base;
+    case BUF_LORA_XD: return (void **)&m->lora_xd;
+    case BUF_LORA_H: return (void **)&m->lora_h;
+    case BUF_LORA_Y: return (void **)&m->lora_y;
+    case BUF_LORA_DH: return (void **)&m->lora_dh;
+    case BUF_LORA_DX: return (void **)&m->lora_dx;
     default: return NULL;
     }
 }
@@ -175,8 +202,23 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->act = be->act_dtype;
     m->logits_rows = train ? plan_logits_rows(desc, B, T, m->act) : 1;
     m->window = desc->sliding_window > 0 && desc->sliding_window < T ? desc->sliding_window : 0;
-    param_layout_init(&m->layout, desc);
+    const bool lora = desc->lora_r > 0;
+    param_layout_init(&m->base_layout, desc);
+    if (lora)
+        lora_layout_init(&m->layout, desc);
+    else
+        param_layout_init(&m->layout, desc);
     const int L = desc->n_layer;
+    if (lora) {
+        m->n_lora_sites = lora_sites(desc, m->lora_sites);
+        m->lora_idx = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *m->lora_idx);
+        for (int l = 0; l < L; l++)
+            for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->lora_idx[l][k] = -1;
+        for (int i = 0; i < m->layout.n_tensors; i++) {
+            const ParamTensor *t = &m->layout.tensors[i];
+            if (!t->lora_B) m->lora_idx[t->layer][t->peft_module] = i;
+        }
+    }
     const size_t NP = m->layout.total;
     m->shard_world = shard_world;
     m->shard_rank = shard_rank;
@@ -203,6 +245,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->staging_bytes = (size_t)buffers_staging_bytes(desc);
     m->stage_io_bytes = (size_t)buffers_stage_io_bytes(desc);
     if (m->act == GT_F32) m->weights = m->params;
+    if (!lora) m->base = m->weights;
     for (int l = 0; l < L; l++) {
         if (!recompute_layer(&policy, l)) continue;
         m->acts[l] = scratch;
@@ -228,7 +271,9 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
         m->dlnfb = model_g(m, -1, ROLE_NORMF_B);
         m->dlm_head = pl->global[ROLE_LM_HEAD] >= 0 ? model_g(m, -1, ROLE_LM_HEAD) : m->dwte;
         /* the padding, grads and AdamW state stay as allocated: zero */
-        if (init_params(m, seed, err)) goto fail;
+        if (init_layout(m, &m->layout, false, seed, err)) goto fail;
+        /* a frozen base the table initialises too, when nothing is loaded into it */
+        if (lora && init_layout(m, &m->base_layout, true, seed, err)) goto fail;
     }
     model_params_changed(m);
     be->ops->synchronize(be);
@@ -250,6 +295,10 @@ void model_free(Model *m) {
     free(m->host_stash);
     free(m->losses_host);
     param_layout_free(&m->layout);
+    param_layout_free(&m->base_layout);
+    free(m->lora_idx);
+    free(m->peft);
+    free(m->pissa_init_dir);
     free(m);
 }
 
@@ -282,6 +331,7 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     if (upload_batch(m, tokens, targets, rows, err)) return -1;
     refresh_weights(m);
     m->kv_len = 0; /* the activations are this batch's now */
+    m->training = compute_grad;
     model_forward_blocks(m, rows, 0, m->T, compute_grad && m->policy.offload);
     /* LM head + loss, chunked over rows; dlogits formed in place and consumed at once */
     for (int r0 = 0; r0 < BT; r0 += m->logits_rows) {
@@ -311,6 +361,7 @@ int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logi
         return gt_error(err, GT_EXIT_FAILURE, "model: continuing at position %d, but only %d are kept", pos0, m->kv_len);
     if (m->be->ops->to_device(m->be, m->tokens + pos0, tokens, (size_t)n * sizeof *tokens, err)) return -1;
     refresh_weights(m);
+    m->training = false;
     model_forward_blocks(m, 1, pos0, n, false);
     m->kv_len = model_keeps_kv(m) ? pos0 + n : 0;
     m->be->ops->matmul_forward(m->be, m->logits, model_at(m, m->lnf, (size_t)(pos0 + n - 1) * C), m->lm_head, NULL, 1, C,

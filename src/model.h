@@ -8,6 +8,7 @@
 
 #include "arch.h"
 #include "backend.h"
+#include "lora.h"
 #include "model_desc.h"
 #include "recompute.h"
 
@@ -50,6 +51,16 @@ typedef struct Model {
     uint64_t dropout_seed;
     long dropout_step;
     int dropout_micro;
+    bool training;            /* the model_step in flight computes gradients (dropout applies) */
+    LoraSite lora_sites[MODEL_LORA_SLOTS]; /* the adapted modules of a layer (lora_sites) */
+    int n_lora_sites;
+    act_t *lora_xd, *lora_h, *lora_y, *lora_dh, *lora_dx; /* the adapters' workspace (buffers.h) */
+    /* LoRA: the PEFT config the adapter files carry (lora_configure's; NULL: none set, the
+     * defaults from the description are written), and for a PiSSA run the directory of its
+     * initial adapter (NULL otherwise): then what is saved is the rank-2r conversion, and what is
+     * loaded from a run checkpoint is one (lora.h). Owned. */
+    PeftConfig *peft;
+    char *pissa_init_dir;
 
     float *params, *grads, *adam_m, *adam_v; /* fp32: master weights, their gradients, AdamW */
     /* The weights forward and backward read, in the act dtype: params itself under fp32, a bf16
@@ -127,6 +138,12 @@ int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logi
 bool model_keeps_kv(const Model *m);
 
 void model_zero_grads(Model *m);
+
+/* The base weights (base_layout), n fp32 values at float offset off: written from / read into a
+ * host buffer. Without LoRA these are params (model_params_changed is the caller's); with LoRA the
+ * frozen base in the act dtype (rounded to it on the way in; host is used as scratch). */
+int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err);
+int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err);
 
 /* Say that m->params were written (optimizer step, checkpoint load, gather): the bf16 compute
  * copy is refreshed before the next forward (not needed under fp32), and the kept keys and values

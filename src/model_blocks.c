@@ -13,22 +13,88 @@
  * (without the output) into the scratch first. */
 #include "model_internal.h"
 
+#include "dropout.h"
+
 static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
 
-/* One projection of layer l, by the roles of its weight and bias: out[N, OC] = inp[N, IC] W^T + b.
- * Every projection of a block goes through this pair, so what a projection is (a base weight, and
- * later its adapters) lives here once. */
+/* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped
+ * copy in lora_xd (the mask a pure function of the key: backward regenerates the same one). */
+static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, size_t n) {
+    if (!m->training || m->desc.lora_dropout <= 0) return inp;
+    const double p = m->desc.lora_dropout;
+    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
+    m->be->ops->dropout(m->be, m->lora_xd, inp, n, key, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
+    return m->lora_xd;
+}
+
+/* The adapters on weight role w of layer l: out[:, block] += scale * (x A^T) B^T per site */
+static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC) {
+    const BackendOps *op = m->be->ops;
+    const int r = m->desc.lora_r;
+    for (int k = 0; k < m->n_lora_sites; k++) {
+        const LoraSite *s = &m->lora_sites[k];
+        const int ia = m->lora_idx[l][s->module], rows = (int)s->rows;
+        if (s->role != w || ia < 0) continue;
+        const act_t *x = lora_input(m, l, s, inp, (size_t)N * IC);
+        op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
+        op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+        op->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->lora_y, rows, N, rows, (float)m->desc.lora_scale,
+                       1.0f);
+    }
+}
+
+/* Their backward, after the base's (which overwrote dinp): with g = scale * dout[:, block],
+ * h = x A^T (recomputed: one small GEMM instead of keeping h per layer),
+ *   dB += g^T h,  dh = g B,  dA += dh^T x,  dinp += dropout'(dh A) */
+static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_t *dout, const act_t *inp, int N,
+                          int IC, int OC) {
+    const BackendOps *op = m->be->ops;
+    const int r = m->desc.lora_r;
+    for (int k = 0; k < m->n_lora_sites; k++) {
+        const LoraSite *s = &m->lora_sites[k];
+        const int ia = m->lora_idx[l][s->module], rows = (int)s->rows;
+        if (s->role != w || ia < 0) continue;
+        const act_t *x = lora_input(m, l, s, inp, (size_t)N * IC);
+        op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
+        op->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
+                       (float)m->desc.lora_scale, 0.0f);
+        op->matmul_backward(m->be, m->lora_dh, model_adapter_g(m, ia + 1), NULL, m->lora_y, m->lora_h,
+                            model_adapter_w(m, ia + 1), N, r, rows, rows);
+        op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC,
+                            r, r);
+        if (x != inp) { /* through the dropout: the same mask, the same scale */
+            const double p = m->desc.lora_dropout;
+            const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
+            op->dropout(m->be, m->lora_dx, m->lora_dx, (size_t)N * IC, key, gt_dropout_threshold(p),
+                        (float)(1.0 / (1.0 - p)));
+        }
+        op->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
+    }
+}
+
+/* One projection of layer l, by the roles of its weight and bias: out[N, OC] = inp[N, IC] W^T + b,
+ * plus its adapters under LoRA. Every projection of a block goes through this pair, so what a
+ * projection is lives here once. */
 static void linear_forward(Model *m, int l, TensorRole w, TensorRole b, act_t *out, const act_t *inp, int N, int IC,
                            int OC) {
     m->be->ops->matmul_forward(m->be, out, inp, model_w(m, l, w), model_w(m, l, b), N, IC, OC, OC);
+    if (m->n_lora_sites) lora_forward(m, l, w, out, inp, N, IC, OC);
 }
 
 /* dinp[N, IC] = dout W (overwritten), dW += dout^T inp, db += colsum(dout); a NULL gradient (no
- * gradients, or a frozen tensor) skips its GEMM */
+ * gradients, or a frozen tensor) skips its GEMM; then the adapters' */
 static void linear_backward(Model *m, int l, TensorRole w, TensorRole b, act_t *dinp, const act_t *dout,
                             const act_t *inp, int N, int IC, int OC) {
     m->be->ops->matmul_backward(m->be, dinp, model_g(m, l, w), model_g(m, l, b), dout, inp, model_w(m, l, w), N, IC, OC,
                                 OC);
+    if (m->n_lora_sites) lora_backward(m, l, w, dinp, dout, inp, N, IC, OC);
+}
+
+/* whether layer l's role w has an adapter */
+static bool adapted(const Model *m, int l, TensorRole w) {
+    for (int k = 0; k < m->n_lora_sites; k++)
+        if (m->lora_sites[k].role == w && m->lora_idx[l][m->lora_sites[k].module] >= 0) return true;
+    return false;
 }
 
 /* the first norm of a block (and the final one): LayerNorm for GPT-2, RMSNorm for the Llama family */
@@ -81,8 +147,14 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     if (is_gpt2(m)) {
         op->residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
                                        model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
-        /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU epilogue) */
-        op->matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
+        /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU
+         * epilogue), or the pair when an adapter adds to fch before the gelu */
+        if (adapted(m, l, ROLE_FC_W)) {
+            linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, I);
+            op->gelu_forward(be, fch_act, fch, (size_t)N * I);
+        } else {
+            op->matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
+        }
     } else {
         op->residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
         linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, 2 * I);
@@ -180,7 +252,7 @@ void model_backward_blocks(Model *m, int B) {
         if (m->grad_ready) /* layer l's tensors are contiguous */
             m->grad_ready(m->grad_ready_ctx, m->grads + pl->layer_begin[l], pl->layer_begin[l + 1] - pl->layer_begin[l]);
     }
-    op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C);
+    if (m->dwte) op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C); /* none: frozen (LoRA) */
     if (m->grad_ready) { /* the globals before the layers (wte, wpe); then those after (final norm, lm_head) */
         m->grad_ready(m->grad_ready_ctx, m->grads, pl->layer_begin[0]);
         m->grad_ready(m->grad_ready_ctx, m->grads + pl->layer_begin[L], m->padded_total - pl->layer_begin[L]);

@@ -10,16 +10,24 @@ static inline act_t *model_at(const Model *m, const act_t *p, size_t n) {
     return (char *)p + n * gt_dtype_size(m->act);
 }
 
-/* a tensor's compute weights (act dtype) by role (layer -1: a global), NULL when the model has none */
+/* a base tensor's compute weights (act dtype) by role (layer -1: a global), NULL when the model has none */
 static inline const act_t *model_w(const Model *m, int layer, TensorRole role) {
-    int i = param_layout_role(&m->layout, layer, role);
-    return i < 0 ? NULL : model_at(m, m->weights, m->layout.tensors[i].offset);
+    int i = param_layout_role(&m->base_layout, layer, role);
+    return i < 0 ? NULL : model_at(m, m->base, m->base_layout.tensors[i].offset);
 }
 
-/* its gradient (fp32), NULL when the model has none or no gradients */
+/* its gradient (fp32), NULL when the model has none, no gradients, or the base is frozen (LoRA) */
 static inline float *model_g(const Model *m, int layer, TensorRole role) {
-    int i = param_layout_role(&m->layout, layer, role);
-    return i < 0 || !m->grads ? NULL : m->grads + m->layout.tensors[i].offset;
+    int i = param_layout_role(&m->base_layout, layer, role);
+    return i < 0 || !m->grads || m->desc.lora_r > 0 ? NULL : m->grads + m->base_layout.tensors[i].offset;
+}
+
+/* adapter tensor i of the layout: its compute weights and gradient (NULL without gradients) */
+static inline const act_t *model_adapter_w(const Model *m, int i) {
+    return model_at(m, m->weights, m->layout.tensors[i].offset);
+}
+static inline float *model_adapter_g(const Model *m, int i) {
+    return m->grads ? m->grads + m->layout.tensors[i].offset : NULL;
 }
 
 /* model_blocks.c */

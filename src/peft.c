@@ -541,6 +541,13 @@ int peft_adapter_read(const PeftAdapter *a, int e, bool lora_B, float *dst, size
     return hf_weights_read_f32(a->w, a->idx[2 * e + lora_B], dst, n, err);
 }
 
+int peft_adapter_read_range(const PeftAdapter *a, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
+    if (e < 0 || e >= a->n) return gt_error(err, GT_EXIT_FAILURE, "peft_adapter_read_range: entry %d out of range", e);
+    return hf_weights_read_range_f32(a->w, a->idx[2 * e + lora_B], off, n, dst, err);
+}
+
+int peft_adapter_r(const PeftAdapter *a) { return a->r; }
+
 int peft_adapter_write(const char *dir, const PeftConfig *cfg, ModelArch arch, const PeftEntry *entries, int n,
                        StDtype dtype, size_t staging_floats, PeftFillFn fill, void *ctx, GtError *err) {
     char wfile[GT_PATH_MAX];

@@ -130,6 +130,11 @@ void peft_adapter_close(PeftAdapter *a); /* NULL is fine */
 /* Entry e's lora_A (lora_B false) or lora_B as fp32 into dst[n] (n = r*in or out*r). */
 int peft_adapter_read(const PeftAdapter *a, int e, bool lora_B, float *dst, size_t n, GtError *err);
 
+/* Elements [off, off + n) of entry e's lora_A / lora_B (row-major) as fp32 into dst. */
+int peft_adapter_read_range(const PeftAdapter *a, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err);
+/* The adapter's rank (its config's r, which every tensor's shape was checked against). */
+int peft_adapter_r(const PeftAdapter *a);
+
 /* Fill dst[n] with elements [off, off + n) of entry e's lora_A / lora_B (row-major, [r, in] /
  * [out, r]) as fp32. Return 0, or -1 with err (stops the write, nothing left behind). */
 typedef int (*PeftFillFn)(void *ctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err);

@@ -1,6 +1,8 @@
 /* plan.c - the memory plan (see plan.h): the sum of buffers.c's list, which model_create allocates. */
 #include "plan.h"
 
+#include "lora.h"
+
 #include "buffers.h"
 
 #include <limits.h>
@@ -58,6 +60,7 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
     p->policy = pol;
     p->act = act;
     p->n_params = model_desc_num_params(d);
+    p->n_trainable = d->lora_r > 0 ? lora_num_params(d) : p->n_params;
     p->logits_rows = plan_logits_rows(d, B, T, act);
 
     /* the model's buffers, as model_create allocates them (buffers.c) */
@@ -90,9 +93,12 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     fprintf(out, "memory plan (per rank): micro-batch %d x seq_len %d, %s activations, recompute %s%s\n", p->B,
             p->T, gt_dtype_name(p->act), recompute_describe(&p->policy, desc, sizeof desc),
             p->zero1 ? ", ZeRO-1 optimizer shards" : "");
+    if (p->n_trainable != p->n_params)
+        fprintf(out, "  LoRA: %llu trainable parameters (fp32 master, gradients, AdamW state), %llu frozen (%s, once)\n",
+                (unsigned long long)p->n_trainable, (unsigned long long)p->n_params, gt_dtype_name(p->act));
     if (p->zero1)
         fprintf(out, "  ZeRO-1 saves %s of optimizer state per rank (%d shards)\n",
-                gt_format_bytes(a, sizeof a, 2 * p->n_params * sizeof(float) - p->bytes[MEM_OPTIMIZER]), p->world);
+                gt_format_bytes(a, sizeof a, 2 * p->n_trainable * sizeof(float) - p->bytes[MEM_OPTIMIZER]), p->world);
     if (measured)
         fprintf(out, "  %-18s %14s %14s\n", "category", "planned", "measured");
     else

@@ -14,7 +14,8 @@ typedef struct {
     long effective_batch; /* B * world * A */
     long tokens_per_step; /* effective_batch * T */
     RecomputePolicy policy;
-    uint64_t n_params;
+    uint64_t n_params;    /* the architecture's (tied embeddings once) */
+    uint64_t n_trainable; /* what trains: n_params, or the LoRA adapters' (the rest frozen) */
     int logits_rows;
     bool zero1; /* AdamW state sharded over the world (ZeRO-1) */
     GtDtype act; /* activation dtype (precision) */

@@ -13,9 +13,13 @@
 #include <unistd.h>
 
 const char *const RUNDIR_CHECKPOINT_FILES[] = {"model.safetensors", "config.json", "optimizer.safetensors",
-                                               "trainer_state.json", NULL};
-/* the files a run writes at the top of output_dir (besides checkpoints and event files) */
-static const char *const RUN_FILES[] = {"metrics.jsonl", "model.safetensors", "config.json", "report.svg", NULL};
+                                               "trainer_state.json", "adapter_model.safetensors",
+                                               "adapter_config.json", NULL};
+/* the files a run writes at the top of output_dir (besides checkpoints and event files); a LoRA
+ * run's adapter, and a PiSSA run's initial adapter in RUNDIR_PISSA_INIT/ */
+static const char *const RUN_FILES[] = {"metrics.jsonl", "model.safetensors", "config.json", "report.svg",
+                                        "adapter_model.safetensors", "adapter_config.json", NULL};
+static const char *const ADAPTER_FILES[] = {"adapter_model.safetensors", "adapter_config.json", NULL};
 
 struct RunDir {
     char dir[GT_PATH_MAX];
@@ -82,7 +86,7 @@ static bool owned_entry(const RunDir *rd, const char *name) {
     /* the lock, and the identity's temporary name (a run killed while writing its first one) */
     if (strcmp(name, RUNDIR_LOCK) == 0 || strcmp(name, RUNDIR_IDENTITY ".tmp") == 0) return true;
     if (!rd->has_identity) return false;
-    if (strcmp(name, RUNDIR_IDENTITY) == 0 || listed(RUN_FILES, name)) return true;
+    if (strcmp(name, RUNDIR_IDENTITY) == 0 || listed(RUN_FILES, name) || strcmp(name, RUNDIR_PISSA_INIT) == 0) return true;
     if (step_of(name, ".checkpoint-", ".tmp") >= 0 || strncmp(name, ".checkpoint-", 12) == 0) return true;
     long s = step_of(name, "checkpoint-", "");
     if (s >= 0) return recorded(rd, s);
@@ -490,6 +494,9 @@ int rundir_commit(RunDir *rd, const char *identity_json, bool wipe, long keep_up
         rd->n_ckpts = 0;
         for (int i = 0; i < rd->n_events; i++) remove_top(rd, rd->events[i]);
         for (int i = 0; RUN_FILES[i]; i++) remove_top(rd, RUN_FILES[i]);
+        char pissa[GT_PATH_MAX + 300];
+        snprintf(pissa, sizeof pissa, "%s/%s", rd->dir, RUNDIR_PISSA_INIT);
+        rundir_remove_owned(pissa, ADAPTER_FILES);
         for (int i = 0; i < rd->n_events; i++) free(rd->events[i]);
         rd->n_events = 0;
     } else if (wipe) {

@@ -67,5 +67,7 @@ int rundir_remove_owned(const char *path, const char *const *names);
 
 /* The file names inside a checkpoint directory (for rundir_remove_owned). */
 extern const char *const RUNDIR_CHECKPOINT_FILES[];
+/* a PiSSA run's initial adapter, under output_dir */
+#define RUNDIR_PISSA_INIT "pissa_init"
 
 #endif

@@ -272,7 +272,7 @@ int pissa_init(const float *W, int rows, int cols, int r, double scale, int nite
     if (!(scale > 0.0) || !isfinite(scale))
         return gt_error(err, GT_EXIT_BAD_INPUT, "pissa: the LoRA scale (lora_alpha / r) must be finite and > 0, found %g", scale);
     if (check_args(W, rows, cols, r, niter, err)) return -1;
-    double *u, *s, *vh, *ad = NULL, *bd = NULL, *tmp = NULL;
+    double *u, *s, *vh;
     if (alloc_triplets(rows, cols, r, &u, &s, &vh, err)) return -1;
     int rc = svd_topr_d(W, rows, cols, r, niter, seed, u, s, vh, err);
     if (rc) goto done;
@@ -284,14 +284,19 @@ int pissa_init(const float *W, int rows, int cols, int r, double scale, int nite
     #pragma omp parallel for schedule(static)
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < r; j++) B[(size_t)i * r + j] = (float)(u[(size_t)i * r + j] * s[j]);
-    free(u); free(vh);
-    u = vh = NULL;
+    rc = pissa_residual(W, rows, cols, r, scale, A, B, W_res, err);
+done:
+    free(u); free(s); free(vh);
+    return rc;
+}
 
-    /* W_res = W - scale * B @ A from the fp32 A, B as stored: double GEMM over blocks of rows,
-     * one rounding to fp32 per entry. Memory: A in double plus one block. */
+int pissa_residual(const float *W, int rows, int cols, int r, double scale, const float *A, const float *B,
+                   float *W_res, GtError *err) {
+    /* a double GEMM over blocks of rows, one rounding to fp32 per entry. Memory: A in double plus
+     * one block. */
     enum { BLOCK = 256 };
-    int nb = rows < BLOCK ? rows : BLOCK;
-    rc = -1;
+    int nb = rows < BLOCK ? rows : BLOCK, rc = -1;
+    double *ad = NULL, *bd = NULL, *tmp = NULL;
     if (!(ad = alloc_d((size_t)r * (size_t)cols, "A in double", err))) goto done;
     if (!(bd = alloc_d((size_t)nb * (size_t)r, "a block of B in double", err))) goto done;
     if (!(tmp = alloc_d((size_t)nb * (size_t)cols, "a block of B @ A", err))) goto done;
@@ -306,7 +311,7 @@ int pissa_init(const float *W, int rows, int cols, int r, double scale, int nite
     }
     rc = 0;
 done:
-    free(u); free(s); free(vh); free(ad); free(bd); free(tmp);
+    free(ad); free(bd); free(tmp);
     return rc;
 }
 

@@ -45,6 +45,12 @@ double lora_scale(double lora_alpha, int r, bool use_rslora);
 int pissa_init(const float *W, int rows, int cols, int r, double scale, int niter, uint64_t seed,
                float *A, float *B, float *W_res, GtError *err);
 
+/* W_res = W - scale * B @ A (A [r, cols], B [rows, r] as stored in fp32), in double, rounded to fp32
+ * once per entry; what pissa_init forms, so a resumed run rebuilds the same bits from the saved
+ * initial adapter. W_res may alias W. 0, or -1 (code 1: out of memory). */
+int pissa_residual(const float *W, int rows, int cols, int r, double scale, const float *A, const float *B,
+                   float *W_res, GtError *err);
+
 /* PEFT's conversion of a trained PiSSA adapter to a plain LoRA of rank 2r relative to the
  * original W (save_pretrained(path_initial_model_for_weight_conversion=...), through
  * subtract_mutated_init): with A0, B0 the adapter pissa_init made and A, B the trained one,

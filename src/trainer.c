@@ -23,6 +23,7 @@
 #include "optim.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
+#include "lora.h"
 #include "plan.h"
 #include "report.h"
 #include "rundir.h"
@@ -45,6 +46,7 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
     m->grad_ready = NULL;
     for (int a = 0; a < A; a++) {
         if (a == A - 1) m->grad_ready = hook;
+        m->dropout_micro = a;
         const int *tk = tokens + (size_t)a * rows, *tg = targets + (size_t)a * rows;
         float scale;
         if (norm == LOSS_NORM_TOKENS) {
@@ -344,6 +346,25 @@ static bool model_dir_with_weights(const char *path) {
     return stat(f, &sb) == 0;
 }
 
+/* A fresh LoRA run's adapters: continued from lora.init_from, or PiSSA's from the loaded base (the
+ * others are model_create's). Every rank computes the same; rank 0 writes the initial adapter. */
+static int init_adapters(Trainer *t, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    Model *m = t->model;
+    if (cfg->lora.init_from[0]) {
+        if (lora_load_adapter(m, cfg->lora.init_from, err)) return -1;
+        gt_log("adapters: continued from %s\n", cfg->lora.init_from);
+        return 0;
+    }
+    const int niter = lora_pissa_niter_of(cfg->lora.init_lora_weights);
+    if (niter == -2) return 0;
+    double t0 = gt_now_seconds();
+    if (lora_pissa_init(m, niter, cfg->seed, t->rank == 0, err)) return -1;
+    gt_log("adapters: PiSSA (%s) from the base weights in %.1f s; initial adapter in %s\n",
+           niter < 0 ? "exact SVD" : "randomised SVD", gt_now_seconds() - t0, m->pissa_init_dir);
+    return 0;
+}
+
 static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
@@ -412,6 +433,15 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         if (checkpoint_load_weights(t->model, init, err)) return -1;
         gt_log("initialised from %s\n", init);
     }
+    t->model->dropout_seed = cfg->seed;
+    if (desc->lora_r > 0) { /* the adapter files' config; a PiSSA run's initial adapter goes to output_dir/pissa_init */
+        PeftConfig pc;
+        ModelDesc again = *desc;
+        if (lora_configure(&again, &pc, cfg, err)) return -1;
+        char dir[GT_PATH_MAX + 32];
+        snprintf(dir, sizeof dir, "%s/%s", cfg->output_dir, RUNDIR_PISSA_INIT);
+        lora_set_run(t->model, &pc, lora_pissa_niter_of(cfg->lora.init_lora_weights) != -2 ? dir : NULL);
+    }
 
     long max_steps = cfg->max_steps;
     if (max_steps <= 0) {
@@ -429,6 +459,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                               .gradient_accumulation_steps = t->plan.A};
 
     if (claim_output_dir(t, err)) return -1;
+    if (desc->lora_r > 0 && t->start_step == 0 && init_adapters(t, err)) return -1;
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));
     t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
@@ -563,6 +594,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         /* no target token in any micro-batch on any rank: nothing to learn from, and no 0/0 loss */
         const bool empty = num_items == 0;
         t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
+        m->dropout_step = step;
         if (!empty && trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization,
                                          num_items, &loss_sum, err))
             return -1;
@@ -679,11 +711,20 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSu
         rc = train_loop(&t, summary, err);
     }
     if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
-        rc = checkpoint_save_weights(cfg->output_dir, t.model, cfg->save_dtype == SAVE_DTYPE_BF16,
-                                     trainer_max_shard_bytes(cfg), err);
-        if (rc == 0)
-            gt_log("weights: %s (Hugging Face %s layout, %s)\n", cfg->output_dir, arch_hf_class(desc),
-                   cfg->save_dtype == SAVE_DTYPE_BF16 ? "bf16" : "fp32");
+        const bool bf16 = cfg->save_dtype == SAVE_DTYPE_BF16;
+        if (desc->lora_r > 0) { /* the adapter alone, never a copy of the base */
+            rc = lora_save_adapter(cfg->output_dir, t.model, bf16, err);
+            if (rc == 0)
+                gt_log("adapter: %s (PEFT LoRA, r %d%s, %s; base %s)\n", cfg->output_dir,
+                       t.model->pissa_init_dir ? 2 * desc->lora_r : desc->lora_r,
+                       t.model->pissa_init_dir ? ": PiSSA converted to a plain LoRA of rank 2r" : "",
+                       bf16 ? "bf16" : "fp32", cfg->model);
+        } else {
+            rc = checkpoint_save_weights(cfg->output_dir, t.model, bf16, trainer_max_shard_bytes(cfg), err);
+            if (rc == 0)
+                gt_log("weights: %s (Hugging Face %s layout, %s)\n", cfg->output_dir, arch_hf_class(desc),
+                       bf16 ? "bf16" : "fp32");
+        }
         sample_at_end(&t);
     }
     GtError cerr = {0};

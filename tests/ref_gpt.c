@@ -2,6 +2,8 @@
  * equations with no shared code beyond the parameter names. Slow and simple on purpose. */
 #include "ref_gpt.h"
 
+#include "ref_lora.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,8 +35,9 @@ static void linear(double *y, const double *x, const double *W, const double *b,
 
 static double gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
 
-double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double *params, const int *tokens,
-                        const int *targets, int B, int T, long *count) {
+double ref_gpt_loss_sum_lora(const ModelDesc *d, const ParamLayout *pl, const double *params, const RefLora *lora,
+                             const int *tokens, const int *targets, int B, int T, long *count) {
+    if (lora && lora->layers != d->n_layer) abort();
     const int C = d->n_embd, NH = d->n_head, hs = C / NH, I = d->n_inner, V = d->vocab_size;
     double *x = calloc((size_t)T * C, sizeof *x), *h = calloc((size_t)T * C, sizeof *h);
     double *qkv = calloc((size_t)T * 3 * C, sizeof *qkv), *y = calloc((size_t)T * C, sizeof *y);
@@ -54,6 +57,7 @@ double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double 
             for (int t = 0; t < T; t++) {
                 ln(h + t * C, x + t * C, LP("ln_1.weight"), LP("ln_1.bias"), C, d->layer_norm_epsilon);
                 linear(qkv + (size_t)t * 3 * C, h + t * C, LP("attn.c_attn.weight"), LP("attn.c_attn.bias"), C, 3 * C);
+                ref_lora_apply(lora, l, REF_LORA_C_ATTN, h + t * C, 1, (long)b * T + t, C, qkv + (size_t)t * 3 * C, 3 * C);
             }
             for (int hd = 0; hd < NH; hd++)
                 for (int t = 0; t < T; t++) {
@@ -74,12 +78,16 @@ double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double 
                     }
                 }
             for (int t = 0; t < T; t++) {
+                const long row = (long)b * T + t; /* the row in the micro-batch (dropout's index) */
                 linear(tmp, y + t * C, LP("attn.c_proj.weight"), LP("attn.c_proj.bias"), C, C);
+                ref_lora_apply(lora, l, REF_LORA_ATTN_C_PROJ, y + t * C, 1, row, C, tmp, C);
                 for (int c = 0; c < C; c++) x[t * C + c] += tmp[c];
                 ln(h + t * C, x + t * C, LP("ln_2.weight"), LP("ln_2.bias"), C, d->layer_norm_epsilon);
                 linear(f, h + t * C, LP("mlp.c_fc.weight"), LP("mlp.c_fc.bias"), C, I);
+                ref_lora_apply(lora, l, REF_LORA_C_FC, h + t * C, 1, row, C, f, I);
                 for (int i = 0; i < I; i++) f[i] = gelu_tanh(f[i]);
                 linear(tmp, f, LP("mlp.c_proj.weight"), LP("mlp.c_proj.bias"), I, C);
+                ref_lora_apply(lora, l, REF_LORA_MLP_C_PROJ, f, 1, row, I, tmp, C);
                 for (int c = 0; c < C; c++) x[t * C + c] += tmp[c];
             }
         }
@@ -99,4 +107,9 @@ double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double 
     free(x), free(h), free(qkv), free(y), free(tmp), free(f), free(att);
     *count = n;
     return total;
+}
+
+double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double *params, const int *tokens,
+                        const int *targets, int B, int T, long *count) {
+    return ref_gpt_loss_sum_lora(d, pl, params, NULL, tokens, targets, B, T, count);
 }

@@ -4,6 +4,8 @@
  * parameters by HF name). Slow and simple on purpose: a check, not a kernel. */
 #include "ref_llama.h"
 
+#include "ref_lora.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -260,9 +262,14 @@ static double *dalloc(size_t n) {
     return p;
 }
 
-double ref_llama_loss(const RefLlamaCfg *c, RefTensor *tensors, int n, const int *tokens, const int *targets, int B,
-                      int T, bool want_grad) {
+/* lora: adapters on the forward (ref_lora.h); then no backward (want_grad false) */
+static double loss_impl(const RefLlamaCfg *c, RefTensor *tensors, int n, const RefLora *lora, const int *tokens,
+                        const int *targets, int B, int T, bool want_grad) {
     if (!cfg_ok(c) || B <= 0 || T <= 0) return NAN;
+    if (lora && (want_grad || lora->layers != c->layers)) {
+        fprintf(stderr, "ref_llama: adapters need want_grad false and one entry per layer\n");
+        return NAN;
+    }
     const int C = c->hidden, I = c->inter, L = c->layers, NH = c->heads, NKV = c->kv_heads, hd = c->head_dim;
     const int V = c->vocab, QD = NH * hd, KD = NKV * hd, rep = NH / NKV, half = hd / 2;
     const double scale = 1.0 / sqrt((double)hd);
@@ -341,6 +348,10 @@ double ref_llama_loss(const RefLlamaCfg *c, RefTensor *tensors, int n, const int
             lin_fwd(a->q, a->h1, &P->q, &P->bq, T, C, QD);
             lin_fwd(a->k, a->h1, &P->k, &P->bk, T, C, KD);
             lin_fwd(a->v, a->h1, &P->v, &P->bv, T, C, KD);
+            const long row0 = (long)b * T; /* the sequence's first row in the micro-batch (dropout's index) */
+            ref_lora_apply(lora, l, REF_LORA_Q_PROJ, a->h1, T, row0, C, a->q, QD);
+            ref_lora_apply(lora, l, REF_LORA_K_PROJ, a->h1, T, row0, C, a->k, KD);
+            ref_lora_apply(lora, l, REF_LORA_V_PROJ, a->h1, T, row0, C, a->v, KD);
             rope_apply(a->q, T, NH, hd, cs, sn, false);
             rope_apply(a->k, T, NKV, hd, cs, sn, false);
             memset(a->p, 0, (size_t)NH * T * T * sizeof *a->p);
@@ -368,12 +379,16 @@ double ref_llama_loss(const RefLlamaCfg *c, RefTensor *tensors, int n, const int
                 }
             }
             lin_fwd(tmp, a->y, &P->o, &P->bo, T, QD, C);
+            ref_lora_apply(lora, l, REF_LORA_O_PROJ, a->y, T, row0, QD, tmp, C);
             for (size_t i = 0; i < (size_t)T * C; i++) a->x2[i] = a->xin[i] + tmp[i];
             rms_fwd(a->h2, a->r2, a->x2, &P->post_norm, T, C, c->eps);
             lin_fwd(a->g, a->h2, &P->gate, &P->bgate, T, C, I);
             lin_fwd(a->u, a->h2, &P->up, &P->bup, T, C, I);
+            ref_lora_apply(lora, l, REF_LORA_GATE_PROJ, a->h2, T, row0, C, a->g, I);
+            ref_lora_apply(lora, l, REF_LORA_UP_PROJ, a->h2, T, row0, C, a->u, I);
             for (size_t i = 0; i < (size_t)T * I; i++) a->a[i] = a->g[i] * sigmoid(a->g[i]) * a->u[i];
             lin_fwd(tmp, a->a, &P->down, &P->bdown, T, I, C);
+            ref_lora_apply(lora, l, REF_LORA_DOWN_PROJ, a->a, T, row0, I, tmp, C);
             for (size_t i = 0; i < (size_t)T * C; i++) x[i] = a->x2[i] + tmp[i];
         }
         rms_fwd(hf, rf, x, &fnorm, T, C, c->eps);
@@ -465,4 +480,14 @@ double ref_llama_loss(const RefLlamaCfg *c, RefTensor *tensors, int n, const int
     free(cs), free(sn), free(x), free(rf), free(hf), free(prob), free(tmp);
     free(dx), free(dh), free(dq), free(dk), free(dv), free(dy), free(dg), free(du), free(da), free(dlog), free(dp);
     return count ? total / (double)count : 0.0;
+}
+
+double ref_llama_loss(const RefLlamaCfg *c, RefTensor *tensors, int n, const int *tokens, const int *targets, int B,
+                      int T, bool want_grad) {
+    return loss_impl(c, tensors, n, NULL, tokens, targets, B, T, want_grad);
+}
+
+double ref_llama_loss_lora(const RefLlamaCfg *c, RefTensor *tensors, int n, const struct RefLora *lora,
+                           const int *tokens, const int *targets, int B, int T) {
+    return loss_impl(c, tensors, n, lora, tokens, targets, B, T, false);
 }

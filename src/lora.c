@@ -1,0 +1,267 @@
+/* lora.c - LoRA adapters as data (see lora.h): where each PEFT module sits in gtrain's fused
+ * tensors (read from the arch table's HF blocks, not a second table), the adapters' layout and
+ * parameter count, their initialisation, the dropout key, and the run config's lora: section
+ * applied to a model description. */
+#include "lora.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dropout.h"
+#include "model.h"
+
+_Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "Model.lora_idx has a slot per module");
+_Static_assert(PEFT_MODULE_COUNT <= 32, "ModelDesc.lora_targets has a bit per module");
+
+/* the arch tensor and block whose HF name is module's weight ("...self_attn.q_proj.weight") */
+static bool find_block(const ModelDesc *d, PeftModule module, LoraSite *s) {
+    const ArchSpec *spec = arch_spec(d->arch);
+    char want[64];
+    snprintf(want, sizeof want, ".%s.weight", peft_module_path(module));
+    const size_t wl = strlen(want);
+    for (int i = 0; i < spec->n_tensors; i++) {
+        const ArchTensor *t = &spec->tensors[i];
+        if (!t->per_layer || t->dim1 == DIM_1 || !arch_tensor_present(d, t)) continue;
+        int64_t row0 = 0;
+        for (int b = 0; b < t->n_blocks; b++) {
+            const size_t hl = strlen(t->blocks[b].hf);
+            const int64_t rows = arch_dim(d, t->blocks[b].rows);
+            if (hl >= wl && strcmp(t->blocks[b].hf + hl - wl, want) == 0) {
+                *s = (LoraSite){module, t->role, row0, rows, arch_dim(d, t->dim1)};
+                return true;
+            }
+            row0 += rows;
+        }
+    }
+    return false;
+}
+
+int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]) {
+    int n = 0;
+    if (d->lora_r <= 0) return 0;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+        if ((d->lora_targets >> m & 1u) && peft_module_arch((PeftModule)m) == d->arch && find_block(d, (PeftModule)m, &out[n]))
+            n++;
+    return n;
+}
+
+uint64_t lora_num_params(const ModelDesc *d) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = lora_sites(d, s);
+    uint64_t per_layer = 0;
+    for (int k = 0; k < n; k++) per_layer += (uint64_t)d->lora_r * (uint64_t)(s[k].in + s[k].rows);
+    return per_layer * (uint64_t)d->n_layer;
+}
+
+static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const LoraSite *s, int layer, bool lora_B) {
+    if (pl->n_tensors == *cap) {
+        *cap = *cap ? 2 * *cap : 64;
+        pl->tensors = gt_xrealloc(pl->tensors, (size_t)*cap * sizeof *pl->tensors);
+    }
+    ParamTensor *t = &pl->tensors[pl->n_tensors];
+    memset(t, 0, sizeof *t);
+    if (peft_key(t->name, sizeof t->name, d->arch, layer, s->module, lora_B) != 0)
+        snprintf(t->name, sizeof t->name, "lora.%d.%d.%c", layer, (int)s->module, lora_B ? 'B' : 'A');
+    t->ndim = 2;
+    t->shape[0] = lora_B ? s->rows : d->lora_r;
+    t->shape[1] = lora_B ? d->lora_r : s->in;
+    t->numel = (size_t)t->shape[0] * (size_t)t->shape[1];
+    t->offset = pl->total;
+    t->decay = true;
+    t->layer = layer;
+    t->role = s->role;
+    t->peft_module = (int)s->module;
+    t->lora_B = lora_B;
+    pl->n_tensors++;
+    pl->total += t->numel;
+}
+
+void lora_layout_init(ParamLayout *pl, const ModelDesc *d) {
+    memset(pl, 0, sizeof *pl);
+    const int L = d->n_layer;
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = lora_sites(d, s);
+    int cap = 0;
+    pl->n_layer = L;
+    pl->layer = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *pl->layer);
+    pl->layer_begin = gt_xcalloc((size_t)L + 1, sizeof *pl->layer_begin);
+    for (int r = 0; r < ROLE_COUNT; r++) pl->global[r] = -1;
+    for (int l = 0; l < L; l++) {
+        for (int r = 0; r < ROLE_COUNT; r++) pl->layer[l][r] = -1;
+        pl->layer_begin[l] = pl->total;
+        for (int k = 0; k < n; k++) {
+            add_adapter(pl, &cap, d, &s[k], l, false);
+            add_adapter(pl, &cap, d, &s[k], l, true);
+        }
+    }
+    pl->layer_begin[L] = pl->total;
+}
+
+uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module) {
+    uint64_t k = gt_mix64(seed ^ 0x4c6f5241ull); /* "LoRA": apart from every other use of the seed */
+    k = gt_mix64(k ^ (uint64_t)step);
+    k = gt_mix64(k ^ (uint64_t)(uint32_t)micro);
+    k = gt_mix64(k ^ (uint64_t)(uint32_t)layer);
+    return gt_mix64(k ^ (uint64_t)module);
+}
+
+/* uniform in (0, 1) from the counter (seed, tensor, element, draw) */
+static double draw01(uint64_t seed, int i, size_t e, int draw) {
+    uint64_t z = gt_mix64(seed ^ gt_mix64(0x6c6f7261ull + (uint64_t)i));
+    z = gt_mix64(z ^ ((uint64_t)e * 2 + (uint64_t)draw));
+    return ((double)(z >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+
+void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
+                      float *dst) {
+    const LoraInit init = (LoraInit)d->lora_init;
+    if (t->lora_B && init != LORA_INIT_FALSE) {
+        memset(dst, 0, n * sizeof *dst);
+        return;
+    }
+    const double fan_in = (double)t->shape[1];
+    for (size_t k = 0; k < n; k++) {
+        const size_t e = k0 + k;
+        if (init == LORA_INIT_GAUSSIAN) { /* nn.init.normal_(std = 1 / r) */
+            double u1 = draw01(seed, i, e, 0), u2 = draw01(seed, i, e, 1);
+            dst[k] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2) / d->lora_r);
+        } else { /* kaiming_uniform_(a = sqrt(5)): bound = sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in) */
+            dst[k] = (float)((2.0 * draw01(seed, i, e, 0) - 1.0) / sqrt(fan_in));
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- the run config's lora: */
+
+static int init_kind(const char *s, LoraInit *kind, int *niter) {
+    *niter = -2; /* not PiSSA */
+    if (strcmp(s, "true") == 0) return *kind = LORA_INIT_TRUE, 0;
+    if (strcmp(s, "gaussian") == 0) return *kind = LORA_INIT_GAUSSIAN, 0;
+    if (strcmp(s, "false") == 0) return *kind = LORA_INIT_FALSE, 0;
+    *kind = LORA_INIT_TRUE;
+    if (strcmp(s, "pissa") == 0) return *niter = -1, 0;
+    char *end = NULL;
+    if (strncmp(s, "pissa_niter_", 12) == 0 && s[12] >= '0' && s[12] <= '9') {
+        long v = strtol(s + 12, &end, 10);
+        if (*end == '\0' && v >= 0 && v <= 1000) return *niter = (int)v, 0;
+    }
+    return -1;
+}
+
+int lora_check_init(const char *value, char *why, size_t cap) {
+    LoraInit k;
+    int niter;
+    if (init_kind(value, &k, &niter) == 0) return 0;
+    snprintf(why, cap, "expected true, false, gaussian, pissa or pissa_niter_N (N in [0, 1000]), found \"%.40s\"", value);
+    return -1;
+}
+
+int lora_pissa_niter_of(const char *init) {
+    LoraInit k;
+    int niter;
+    return init_kind(init, &k, &niter) == 0 ? niter : -2;
+}
+
+/* PEFT's default targets when target_modules is None (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) */
+static const char *default_targets(ModelArch arch) { return arch == ARCH_GPT2 ? "c_attn" : "q_proj,v_proj"; }
+
+/* cfg's comma-separated target_modules into PeftConfig form */
+static int set_targets(PeftConfig *pc, const char *list, const char *where, GtError *err) {
+    pc->n_targets = 0;
+    pc->all_linear = false;
+    if (strcmp(list, "all-linear") == 0) {
+        pc->all_linear = true;
+        snprintf(pc->target_modules[0], sizeof pc->target_modules[0], "all-linear");
+        pc->n_targets = 1;
+        return 0;
+    }
+    const char *p = list;
+    while (*p) {
+        const char *q = strchr(p, ',');
+        size_t len = q ? (size_t)(q - p) : strlen(p);
+        if (len == 0 || len >= sizeof pc->target_modules[0] || pc->n_targets == PEFT_MAX_TARGETS)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.target_modules: expected at most %d module names, found \"%.60s\"",
+                            where, PEFT_MAX_TARGETS, list);
+        memcpy(pc->target_modules[pc->n_targets], p, len);
+        pc->target_modules[pc->n_targets++][len] = '\0';
+        p = q ? q + 1 : p + len;
+    }
+    return 0;
+}
+
+static void apply_peft(ModelDesc *d, const PeftConfig *pc, const bool mask[PEFT_MODULE_COUNT]) {
+    d->lora_r = pc->r;
+    d->lora_scale = peft_scaling(pc);
+    d->lora_dropout = pc->lora_dropout;
+    d->lora_targets = 0;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+        if (mask[m]) d->lora_targets |= 1u << m;
+}
+
+/* the key's value came from the run config (file or --set) rather than its default */
+static bool given(const RunConfig *cfg, const char *key) {
+    int i = config_schema_index(key);
+    return i >= 0 && cfg->source[i] != CFG_SRC_DEFAULT;
+}
+
+int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err) {
+    d->lora_r = 0;
+    d->lora_targets = 0;
+    peft_config_defaults(pc);
+    if (!cfg->lora.enabled) return 0;
+    const char *where = cfg->config_path[0] ? cfg->config_path : "config";
+    LoraInit kind;
+    int niter;
+    if (init_kind(cfg->lora.init_lora_weights, &kind, &niter) != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.init_lora_weights: expected true, false, gaussian, pissa or "
+                        "pissa_niter_N, found \"%.40s\"", where, cfg->lora.init_lora_weights);
+    bool mask[PEFT_MODULE_COUNT];
+    if (cfg->lora.init_from[0]) {
+        /* continuing an adapter: its config says what the adapter is; keys given here must agree */
+        if (peft_config_read(cfg->lora.init_from, pc, err)) return -1;
+        char cfile[GT_PATH_MAX + 32];
+        snprintf(cfile, sizeof cfile, "%s/%s", cfg->lora.init_from, PEFT_CONFIG_FILE);
+        if (peft_config_targets(pc, d->arch, mask, cfile, err)) return -1;
+        if (given(cfg, "lora.r") && cfg->lora.r != pc->r)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.r: expected the adapter's r %d (%s), found %d", where, pc->r,
+                            cfile, cfg->lora.r);
+        if (given(cfg, "lora.lora_alpha") && cfg->lora.lora_alpha != pc->lora_alpha)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.lora_alpha: expected the adapter's %g (%s), found %g", where,
+                            pc->lora_alpha, cfile, cfg->lora.lora_alpha);
+        if (given(cfg, "lora.use_rslora") && cfg->lora.use_rslora != pc->use_rslora)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.use_rslora: expected the adapter's %s (%s), found %s", where,
+                            pc->use_rslora ? "true" : "false", cfile, cfg->lora.use_rslora ? "true" : "false");
+        if (given(cfg, "lora.target_modules")) {
+            PeftConfig mine = *pc;
+            bool m2[PEFT_MODULE_COUNT];
+            if (set_targets(&mine, cfg->lora.target_modules, where, err) ||
+                peft_config_targets(&mine, d->arch, m2, where, err))
+                return -1;
+            if (memcmp(m2, mask, sizeof mask) != 0)
+                return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.target_modules: expected the adapter's modules (%s), "
+                                "found others", where, cfile);
+        }
+        if (given(cfg, "lora.lora_dropout")) pc->lora_dropout = cfg->lora.lora_dropout;
+        if (niter != -2)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.init_lora_weights: expected no PiSSA initialisation with "
+                            "lora.init_from (the adapter is the initialisation), found %s", where,
+                            cfg->lora.init_lora_weights);
+        pc->inference_mode = false;
+    } else {
+        pc->r = cfg->lora.r;
+        pc->lora_alpha = cfg->lora.lora_alpha;
+        pc->lora_dropout = cfg->lora.lora_dropout;
+        pc->use_rslora = cfg->lora.use_rslora;
+        snprintf(pc->init, sizeof pc->init, "%.31s", cfg->lora.init_lora_weights); /* checked: short */
+        if (set_targets(pc, cfg->lora.target_modules[0] ? cfg->lora.target_modules : default_targets(d->arch), where, err) ||
+            peft_config_targets(pc, d->arch, mask, where, err))
+            return -1;
+        /* PEFT saves "all-linear" resolved to the module names */
+        peft_config_set_targets(pc, mask);
+    }
+    snprintf(pc->base_model, sizeof pc->base_model, "%s", cfg->model);
+    apply_peft(d, pc, mask);
+    d->lora_init = (int)kind;
+    return 0;
+}

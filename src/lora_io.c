@@ -1,0 +1,244 @@
+/* lora_io.c - a LoRA model's adapters in and out as PEFT adapter directories (peft.c's files),
+ * and PiSSA: the SVD initialisation of the adapters from the loaded base, the rank-2r conversion
+ * of what a PiSSA run saves, and the rebuilding of its residual base on resume (lora.h).
+ *
+ * The adapters' layout (lora_layout_init) and peft_entries_for's list are in the same order
+ * (layer-major, modules in PeftModule order), so entry e is layout tensors 2e (lora_A) and 2e+1
+ * (lora_B). Everything streams through bounded host buffers: an adapter tensor is r x width. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lora.h"
+#include "model_internal.h"
+#include "svd.h"
+
+void lora_set_run(Model *m, const PeftConfig *pc, const char *pissa_init_dir) {
+    free(m->peft);
+    m->peft = gt_xmalloc(sizeof *m->peft);
+    *m->peft = *pc;
+    free(m->pissa_init_dir);
+    m->pissa_init_dir = pissa_init_dir ? gt_xstrdup(pissa_init_dir) : NULL;
+}
+
+/* the entries of the model's adapters, in layout order */
+static int model_entries(const Model *m, PeftEntry **out) {
+    bool mask[PEFT_MODULE_COUNT];
+    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = m->desc.lora_targets >> k & 1u;
+    int n = peft_entries_for(&m->desc, mask, out);
+    if (2 * n != m->layout.n_tensors) { /* a module the architecture lacks in the mask: lora_sites skipped it */
+        free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return n;
+}
+
+/* the config the files carry: the run's, or one from the description */
+static PeftConfig run_config(const Model *m) {
+    PeftConfig pc;
+    if (m->peft) return *m->peft;
+    peft_config_defaults(&pc);
+    pc.r = m->desc.lora_r;
+    pc.lora_alpha = m->desc.lora_scale * m->desc.lora_r;
+    pc.lora_dropout = m->desc.lora_dropout;
+    bool mask[PEFT_MODULE_COUNT];
+    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = m->desc.lora_targets >> k & 1u;
+    peft_config_set_targets(&pc, mask);
+    return pc;
+}
+
+/* the same scale, allowing for the rounding of a converted config's alpha (sqrt(2) alpha / sqrt(2r)) */
+static bool same_scale(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
+
+/* ---------------------------------------------------------------- load */
+
+int lora_load_adapter(Model *m, const char *dir, GtError *err) {
+    if (m->desc.lora_r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
+    PeftEntry *ent = NULL;
+    const int n = model_entries(m, &ent);
+    if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", dir);
+    PeftConfig pc;
+    PeftAdapter *a = NULL;
+    const bool pissa = m->pissa_init_dir != NULL;
+    const int r = m->desc.lora_r, want_r = pissa ? 2 * r : r;
+    float *buf = NULL, *w = NULL, *a0 = NULL, *b0 = NULL;
+    int rc = -1;
+    if (peft_adapter_open(&a, dir, m->desc.arch, ent, n, &pc, err)) goto done;
+    if (pc.r != want_r) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: r: expected %d (%s), found %d", dir, PEFT_CONFIG_FILE, want_r,
+                 pissa ? "twice the run's r: a PiSSA run saves its rank-2r conversion" : "the run's lora.r", pc.r);
+        goto done;
+    }
+    if (!same_scale(peft_scaling(&pc), m->desc.lora_scale)) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: lora_alpha: expected the scale %g of the run (lora_alpha / r%s), found "
+                 "lora_alpha %g, r %d, use_rslora %s", dir, PEFT_CONFIG_FILE, m->desc.lora_scale,
+                 pc.use_rslora ? " under rslora: / sqrt(r)" : "", pc.lora_alpha, pc.r, pc.use_rslora ? "true" : "false");
+        goto done;
+    }
+    size_t widest = 0;
+    for (int e = 0; e < n; e++) {
+        const size_t wd = (size_t)(ent[e].in > ent[e].out ? ent[e].in : ent[e].out);
+        if (wd > widest) widest = wd;
+    }
+    buf = gt_xmalloc((size_t)want_r * widest * sizeof *buf);
+    for (int e = 0; e < n; e++) {
+        const ParamTensor *ta = &m->layout.tensors[2 * e], *tb = &m->layout.tensors[2 * e + 1];
+        const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
+        /* lora_A [want_r, in]: its first r rows */
+        if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err) ||
+            m->be->ops->to_device(m->be, m->params + ta->offset, buf, (size_t)r * in * sizeof(float), err))
+            goto done;
+        if (pissa) {
+            a0 = gt_xrealloc(a0, (size_t)r * in * sizeof *a0);
+            memcpy(a0, buf + (size_t)r * in, (size_t)r * in * sizeof *a0);
+        }
+        /* lora_B [out, want_r]: the first r columns of each row (in place, front to back) */
+        if (peft_adapter_read(a, e, true, buf, out * want_r, err)) goto done;
+        if (pissa) {
+            b0 = gt_xrealloc(b0, out * r * sizeof *b0);
+            for (size_t o = 0; o < out; o++)
+                for (int k = 0; k < r; k++) b0[o * r + k] = -buf[o * want_r + r + k];
+        }
+        for (size_t o = 1; o < out && pissa; o++) memmove(buf + o * r, buf + o * want_r, r * sizeof *buf);
+        if (m->be->ops->to_device(m->be, m->params + tb->offset, buf, out * r * sizeof(float), err)) goto done;
+        if (pissa) { /* the residual base W - s B0 A0, from the base as loaded */
+            const LoraSite *s = NULL;
+            for (int k = 0; k < m->n_lora_sites; k++)
+                if (m->lora_sites[k].module == ent[e].module) s = &m->lora_sites[k];
+            const ParamTensor *bt = &m->base_layout.tensors[param_layout_role(&m->base_layout, ent[e].layer, s->role)];
+            const size_t off = bt->offset + (size_t)s->row0 * in;
+            w = gt_xrealloc(w, out * in * sizeof *w);
+            if (model_download_base(m, off, w, out * in, err) ||
+                pissa_residual(w, (int)out, (int)in, r, m->desc.lora_scale, a0, b0, w, err) ||
+                model_upload_base(m, off, w, out * in, err))
+                goto done;
+        }
+    }
+    model_params_changed(m);
+    rc = 0;
+done:
+    free(buf), free(w), free(a0), free(b0);
+    peft_adapter_close(a);
+    free(ent);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- save */
+
+typedef struct {
+    Model *m;
+    PeftAdapter *init; /* a PiSSA run's initial adapter (A0, B0), or NULL */
+    int r;
+    float *tmp;        /* B and B0 rows of one chunk */
+} SaveCtx;
+
+/* elements [off, off + n) of entry e's tensor as saved: the adapter, or its rank-2r conversion
+ * A2 = [A ; A0] (row blocks), B2 = [B | -B0] (column blocks) */
+static int save_fill(void *vctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
+    SaveCtx *c = vctx;
+    Model *m = c->m;
+    const ParamTensor *t = &m->layout.tensors[2 * e + lora_B];
+    if (!c->init) return m->be->ops->to_host(m->be, dst, m->params + t->offset + off, n * sizeof(float), err);
+    const uint64_t own = t->numel; /* A: r * in elements of A before A0's; B: see below */
+    if (!lora_B) {
+        size_t k = off < own ? (size_t)(own - off < n ? own - off : n) : 0;
+        if (k && m->be->ops->to_host(m->be, dst, m->params + t->offset + off, k * sizeof(float), err)) return -1;
+        return k < n ? peft_adapter_read_range(c->init, e, false, off + k - own, n - k, dst + k, err) : 0;
+    }
+    /* B2 rows [o0, o0 + rows): chunks are whole rows (the staging is a multiple of 2r) */
+    const size_t r = (size_t)c->r, o0 = (size_t)(off / (2 * r)), rows = n / (2 * r);
+    float *b = c->tmp, *b0 = c->tmp + rows * r;
+    if (m->be->ops->to_host(m->be, b, m->params + t->offset + o0 * r, rows * r * sizeof(float), err) ||
+        peft_adapter_read_range(c->init, e, true, o0 * r, rows * r, b0, err))
+        return -1;
+    for (size_t o = 0; o < rows; o++)
+        for (size_t k = 0; k < r; k++) {
+            dst[o * 2 * r + k] = b[o * r + k];
+            dst[o * 2 * r + r + k] = -b0[o * r + k];
+        }
+    return 0;
+}
+
+int lora_save_adapter(const char *dir, Model *m, bool bf16, GtError *err) {
+    PeftEntry *ent = NULL;
+    const int n = model_entries(m, &ent);
+    if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", dir);
+    PeftConfig pc = run_config(m);
+    SaveCtx c = {m, NULL, m->desc.lora_r, NULL};
+    size_t staging = (size_t)1 << 20;
+    int rc = -1;
+    if (m->pissa_init_dir) {
+        PeftConfig ic;
+        if (peft_adapter_open(&c.init, m->pissa_init_dir, m->desc.arch, ent, n, &ic, err)) goto done;
+        if (ic.r != c.r) {
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: r: expected the run's %d (its initial PiSSA adapter), found %d",
+                     m->pissa_init_dir, PEFT_CONFIG_FILE, c.r, ic.r);
+            goto done;
+        }
+        staging = staging / (2 * (size_t)c.r) * 2 * (size_t)c.r;
+        if (staging == 0) staging = 2 * (size_t)c.r;
+        c.tmp = gt_xmalloc(staging * sizeof *c.tmp);
+        /* PEFT's converted config: rank 2r, the same scale, a plain LoRA */
+        pc.lora_alpha = pissa_lora_alpha_2r(pc.lora_alpha, pc.use_rslora);
+        pc.r = 2 * c.r;
+        snprintf(pc.init, sizeof pc.init, "true");
+    }
+    pc.inference_mode = true; /* what save_pretrained writes */
+    rc = peft_adapter_write(dir, &pc, m->desc.arch, ent, n, bf16 ? ST_BF16 : ST_F32, staging, save_fill, &c, err);
+done:
+    peft_adapter_close(c.init);
+    free(c.tmp);
+    free(ent);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- PiSSA */
+
+int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err) {
+    if (!m->pissa_init_dir) return gt_error(err, GT_EXIT_FAILURE, "pissa: no directory for the initial adapter");
+    const int r = m->desc.lora_r, L = m->desc.n_layer;
+    float *w = NULL, *A = NULL, *B = NULL;
+    int rc = -1;
+    for (int l = 0; l < L; l++)
+        for (int k = 0; k < m->n_lora_sites; k++) {
+            const LoraSite *s = &m->lora_sites[k];
+            const int ia = m->lora_idx[l][s->module];
+            const size_t rows = (size_t)s->rows, in = (size_t)s->in;
+            const ParamTensor *bt = &m->base_layout.tensors[param_layout_role(&m->base_layout, l, s->role)];
+            const size_t off = bt->offset + (size_t)s->row0 * in;
+            w = gt_xrealloc(w, rows * in * sizeof *w);
+            A = gt_xrealloc(A, (size_t)r * in * sizeof *A);
+            B = gt_xrealloc(B, rows * r * sizeof *B);
+            const uint64_t key = seed ^ ((uint64_t)(l + 1) << 20) ^ (uint64_t)s->module;
+            if (model_download_base(m, off, w, rows * in, err)) goto done;
+            if (pissa_init(w, (int)rows, (int)in, r, m->desc.lora_scale, niter, key, A, B, w, err)) {
+                char msg[GT_ERR_MAX];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                gt_error(err, err->code, "pissa: layer %d %s: %s", l, peft_module_path(s->module), msg);
+                goto done;
+            }
+            if (m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia].offset, A, (size_t)r * in * sizeof(float), err) ||
+                m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia + 1].offset, B, rows * r * sizeof(float), err) ||
+                model_upload_base(m, off, w, rows * in, err))
+                goto done;
+        }
+    model_params_changed(m);
+    rc = 0;
+    if (!write) goto done;
+    rc = -1;
+    /* the initial adapter, as PEFT's workflow saves it before training (and as the conversion reads it) */
+    if (mkdir(m->pissa_init_dir, 0755) != 0 && errno != EEXIST) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", m->pissa_init_dir, strerror(errno));
+        goto done;
+    }
+    char *keep = m->pissa_init_dir;
+    m->pissa_init_dir = NULL; /* written as it is: a plain rank-r adapter */
+    rc = lora_save_adapter(keep, m, false, err);
+    m->pissa_init_dir = keep;
+done:
+    free(w), free(A), free(B);
+    return rc;
+}

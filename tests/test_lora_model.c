@@ -1,0 +1,497 @@
+/* test_lora_model.c - LoRA models (a GQA Llama with biases and a GPT-2) against the independent
+ * double-precision references with adapters (tests/ref_lora.c through ref_llama.c / ref_gpt.c):
+ * the loss and every adapter gradient against central finite differences of the reference, for
+ * every target module alone and all together, with and without use_rslora, with and without
+ * dropout (the mask a pure function of lora_dropout_key's ingredients, indexed over the
+ * micro-batch); evaluation does not drop; the frozen base gets no gradient and stays bit-identical
+ * through optimizer steps; init_lora_weights true (B zero) gives the base model's loss; recompute
+ * drops the same elements. The reference knows tensors only by HF names and PEFT's [r, in] /
+ * [out, r] shapes, so a misplaced block, a wrong input or a transposed adapter shows up. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lora.h"
+#include "model.h"
+#include "optim.h"
+#include "peft.h"
+#include "ref_gpt.h"
+#include "ref_llama.h"
+#include "ref_lora.h"
+#include "test_backend_select.h"
+#include "trainer.h"
+
+_Static_assert((int)REF_LORA_Q_PROJ == (int)PEFT_Q_PROJ && (int)REF_LORA_K_PROJ == (int)PEFT_K_PROJ &&
+               (int)REF_LORA_V_PROJ == (int)PEFT_V_PROJ && (int)REF_LORA_O_PROJ == (int)PEFT_O_PROJ &&
+               (int)REF_LORA_GATE_PROJ == (int)PEFT_GATE_PROJ && (int)REF_LORA_UP_PROJ == (int)PEFT_UP_PROJ &&
+               (int)REF_LORA_DOWN_PROJ == (int)PEFT_DOWN_PROJ && (int)REF_LORA_C_ATTN == (int)PEFT_C_ATTN &&
+               (int)REF_LORA_ATTN_C_PROJ == (int)PEFT_ATTN_C_PROJ && (int)REF_LORA_C_FC == (int)PEFT_C_FC &&
+               (int)REF_LORA_MLP_C_PROJ == (int)PEFT_MLP_C_PROJ && (int)REF_LORA_MODULES == (int)PEFT_MODULE_COUNT,
+               "ref_lora.h numbers modules as peft.h");
+
+static uint64_t key_fn(uint64_t seed, long step, int micro, int layer, int module) {
+    return lora_dropout_key(seed, step, micro, layer, (PeftModule)module);
+}
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
+
+enum { R = 3, BATCH = 2, SEQ = 6 };
+static const double ALPHA = 6.0;
+#define LLAMA_ALL 0x7fu
+#define GPT_ALL (0xfu << PEFT_C_ATTN)
+
+/* a GQA Llama with q/k/v and o biases, untied; a tied GPT-2 */
+static ModelDesc base_desc(bool llama) {
+    ModelDesc d;
+    if (llama)
+        d = (ModelDesc){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .head_dim = 4, .n_embd = 16,
+                        .n_inner = 24, .vocab_size = 32, .n_positions = 64, .layer_norm_epsilon = 1e-5,
+                        .rope_theta = 10000.0, .qkv_bias = true, .o_bias = true};
+    else
+        d = (ModelDesc){.arch = ARCH_GPT2, .n_layer = 2, .n_head = 2, .n_embd = 16, .n_inner = 64, .vocab_size = 32,
+                        .n_positions = 16, .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    snprintf(d.model_type, sizeof d.model_type, "%s", llama ? "llama" : "gpt2");
+    model_desc_defaults(&d);
+    return d;
+}
+
+static ModelDesc lora_desc(bool llama, uint32_t targets, bool rslora, double p, LoraInit init) {
+    ModelDesc d = base_desc(llama);
+    PeftConfig pc;
+    peft_config_defaults(&pc);
+    pc.r = R, pc.lora_alpha = ALPHA, pc.use_rslora = rslora, pc.lora_dropout = p;
+    d.lora_r = R, d.lora_targets = targets, d.lora_scale = peft_scaling(&pc), d.lora_dropout = p;
+    d.lora_init = (int)init;
+    return d;
+}
+
+/* the module's input and output widths, from the model's dims (not from gtrain's layout) */
+static void module_dims(const ModelDesc *d, int module, int *in, int *out) {
+    const int C = d->n_embd, I = d->n_inner, QD = d->n_head * d->head_dim, KD = d->n_kv_head * d->head_dim;
+    switch (module) {
+    case PEFT_Q_PROJ: *in = C, *out = QD; break;
+    case PEFT_K_PROJ: case PEFT_V_PROJ: *in = C, *out = KD; break;
+    case PEFT_O_PROJ: *in = QD, *out = C; break;
+    case PEFT_GATE_PROJ: case PEFT_UP_PROJ: *in = C, *out = I; break;
+    case PEFT_DOWN_PROJ: *in = I, *out = C; break;
+    case PEFT_C_ATTN: *in = C, *out = 3 * C; break;
+    case PEFT_ATTN_C_PROJ: *in = C, *out = C; break;
+    case PEFT_C_FC: *in = C, *out = I; break;
+    default: *in = I, *out = C; break; /* mlp.c_proj */
+    }
+}
+
+static RefLlamaCfg ref_cfg(const ModelDesc *d) {
+    return (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
+                         .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
+                         .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
+                         .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
+                         .tie = d->tie_word_embeddings};
+}
+
+/* ---------------------------------------------------------------- a model and its reference */
+
+typedef struct {
+    ModelDesc d;
+    Backend *be;
+    Model *m;
+    float *base_h;    /* the base weights written into m->base (base_layout) */
+    float *params_h;  /* the adapters in m->params (layout) */
+    int *tok, *tgt;   /* BATCH x SEQ */
+    long items;
+    /* the reference */
+    bool llama, init_true; /* init_true: the adapters are the model's own LORA_INIT_TRUE ones (B zero) */
+    RefLlamaCfg rc;
+    RefTensor *ref;
+    int n_ref;
+    double *base_d;   /* GPT-2: the base weights in base_layout, double */
+    RefLora lo;
+} Fix;
+
+static void fill_tokens(Fix *f, uint64_t seed) {
+    const size_t n = (size_t)BATCH * SEQ;
+    uint64_t s = seed;
+    f->tok = malloc(n * sizeof *f->tok), f->tgt = malloc(n * sizeof *f->tgt);
+    for (size_t i = 0; i < n; i++) {
+        f->tok[i] = (int)(rng_next(&s) % (uint64_t)f->d.vocab_size);
+        f->tgt[i] = i % 5 == 3 ? -100 : (int)(rng_next(&s) % (uint64_t)f->d.vocab_size);
+    }
+    f->items = count_items(f->tgt, n);
+}
+
+/* every base weight uniform(-0.3, 0.3) (norm weights around 1, biases +-0.2), into m->base */
+static void load_random_base(Model *m, Backend *be, float *h, uint64_t seed) {
+    const ParamLayout *bl = &m->base_layout;
+    uint64_t s = seed;
+    for (int i = 0; i < bl->n_tensors; i++) {
+        const ParamTensor *t = &bl->tensors[i];
+        cr_assert_eq(t->peft_module, -1, "base tensor %s is marked an adapter", t->name);
+        const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
+        const double a = t->ndim == 1 && !norm ? 0.2 : 0.3;
+        for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * rng_uniform(&s) - 1));
+    }
+    GtError err = {0};
+    cr_assert_not_null(m->base, "a LoRA model has no frozen base");
+    cr_assert_eq(be->ops->to_device(be, m->base, h, bl->total * sizeof *h, &err), 0, "%s", err.msg);
+    model_params_changed(m);
+}
+
+/* the model's adapters: checked against the targets (index, flags, PEFT shapes), and the model's
+ * values (random ones first when randomise) into the reference */
+static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
+    Model *m = f->m;
+    const ParamLayout *pl = &m->layout;
+    GtError err = {0};
+    cr_assert_eq(pl->total, (size_t)lora_num_params(&f->d), "the trainable layout is not the adapters alone");
+    cr_assert_not_null(m->lora_idx);
+    f->params_h = malloc(pl->total * sizeof *f->params_h);
+    cr_assert_eq(f->be->ops->to_host(f->be, f->params_h, m->params, pl->total * sizeof(float), &err), 0, "%s", err.msg);
+    if (randomise) {
+        uint64_t s = seed;
+        for (size_t k = 0; k < pl->total; k++) f->params_h[k] = (float)(0.3 * (2 * rng_uniform(&s) - 1));
+        cr_assert_eq(f->be->ops->to_device(f->be, m->params, f->params_h, pl->total * sizeof(float), &err), 0, "%s",
+                     err.msg);
+        model_params_changed(m);
+    }
+    /* the reference's own scale: a model that ignored lora_scale, or peft_scaling wrong, shows up */
+    ref_lora_init(&f->lo, f->d.n_layer, R, ref_lora_scaling(ALPHA, R, rslora));
+    int seen = 0;
+    for (int l = 0; l < f->d.n_layer; l++)
+        for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
+            const int idx = m->lora_idx[l][mod];
+            if (!(f->d.lora_targets & (1u << mod))) {
+                cr_assert_eq(idx, -1, "layer %d: %s is not a target but has an adapter", l, peft_module_name(mod));
+                continue;
+            }
+            cr_assert(idx >= 0 && idx + 1 < pl->n_tensors, "layer %d: %s has no adapter", l, peft_module_name(mod));
+            const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[idx + 1];
+            int in, out;
+            module_dims(&f->d, mod, &in, &out);
+            cr_assert(ta->peft_module == mod && !ta->lora_B && ta->layer == l, "%s: not layer %d's %s lora_A", ta->name,
+                      l, peft_module_name(mod));
+            cr_assert(tb->peft_module == mod && tb->lora_B && tb->layer == l, "%s: not layer %d's %s lora_B", tb->name,
+                      l, peft_module_name(mod));
+            cr_assert(ta->numel == (size_t)R * in && ta->shape[0] == R && ta->shape[1] == in,
+                      "%s: [%lld, %lld], PEFT's lora_A is [%d, %d]", ta->name, (long long)ta->shape[0],
+                      (long long)ta->shape[1], R, in);
+            cr_assert(tb->numel == (size_t)out * R && tb->shape[0] == out && tb->shape[1] == R,
+                      "%s: [%lld, %lld], PEFT's lora_B is [%d, %d]", tb->name, (long long)tb->shape[0],
+                      (long long)tb->shape[1], out, R);
+            RefLoraAdapter *a = ref_lora_add(&f->lo, l, mod, in, out);
+            for (size_t k = 0; k < ta->numel; k++) a->A[k] = f->params_h[ta->offset + k];
+            for (size_t k = 0; k < tb->numel; k++) a->B[k] = f->params_h[tb->offset + k];
+            seen += 2;
+        }
+    cr_assert_eq(seen, pl->n_tensors, "the layout has %d tensors, the targets %d adapters", pl->n_tensors, seen);
+    for (int i = 0; i < pl->n_tensors; i++) cr_assert(pl->tensors[i].peft_module >= 0, "%s", pl->tensors[i].name);
+}
+
+/* gtrain tensor t of base_layout as the Llama reference's HF tensors (arch.c's blocks) */
+static void llama_to_ref(Fix *f, const ParamTensor *t) {
+    for (int b = 0; b < t->spec->n_blocks; b++) {
+        char name[128];
+        int64_t row0, rows;
+        arch_block_name(t, b, name, sizeof name, &f->d, &row0, &rows);
+        RefTensor *r = ref_llama_find(f->ref, f->n_ref, name);
+        cr_assert(r, "reference has no tensor %s (gtrain %s block %d)", name, t->name, b);
+        const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+        cr_assert_eq(r->rows * r->cols, rows * cols, "%s", name);
+        for (int64_t k = 0; k < rows * cols; k++) r->data[k] = f->base_h[t->offset + (size_t)(row0 * cols + k)];
+    }
+}
+
+static Fix fix_open(ModelDesc d, bool rslora, bool randomise_adapters, RecomputePolicy pol, uint64_t seed) {
+    Fix f = {.d = d, .llama = d.arch == ARCH_LLAMA, .init_true = !randomise_adapters && d.lora_init == LORA_INIT_TRUE};
+    f.be = test_backend_open();
+    backend_set_act_dtype(f.be, GT_F32);
+    GtError err = {0};
+    cr_assert_eq(model_create(&f.m, &d, f.be, BATCH, SEQ, pol, 7, &err), 0, "%s", err.msg);
+    f.base_h = malloc(f.m->base_layout.total * sizeof *f.base_h);
+    load_random_base(f.m, f.be, f.base_h, seed);
+    bind_adapters(&f, randomise_adapters, rslora, seed + 1);
+    f.m->dropout_seed = 1234 + seed, f.m->dropout_step = 5, f.m->dropout_micro = 1;
+    f.lo.p = d.lora_dropout, f.lo.key = key_fn;
+    f.lo.seed = f.m->dropout_seed, f.lo.step = f.m->dropout_step, f.lo.micro = f.m->dropout_micro;
+    fill_tokens(&f, seed + 2);
+    const ParamLayout *bl = &f.m->base_layout;
+    if (f.llama) {
+        f.rc = ref_cfg(&d);
+        f.ref = ref_llama_alloc(&f.rc, &f.n_ref);
+        cr_assert(f.ref);
+        int64_t elems = 0;
+        for (int i = 0; i < f.n_ref; i++) elems += f.ref[i].rows * f.ref[i].cols;
+        cr_assert_eq((uint64_t)elems, (uint64_t)bl->total, "reference has %lld base parameters, gtrain %zu",
+                     (long long)elems, bl->total);
+        for (int i = 0; i < bl->n_tensors; i++) llama_to_ref(&f, &bl->tensors[i]);
+    } else {
+        f.base_d = malloc(bl->total * sizeof *f.base_d);
+        for (size_t k = 0; k < bl->total; k++) f.base_d[k] = f.base_h[k];
+    }
+    return f;
+}
+
+static void fix_close(Fix *f) {
+    ref_lora_free(&f->lo);
+    if (f->ref) ref_llama_free(f->ref, f->n_ref);
+    free(f->base_d), free(f->base_h), free(f->params_h), free(f->tok), free(f->tgt);
+    model_free(f->m);
+    backend_close(f->be);
+}
+
+/* the reference's mean loss with the adapters as f->lo has them (lo: f->lo or a variant) */
+static double ref_loss(void *vf, const RefLora *lo) {
+    Fix *f = vf;
+    if (f->llama) return ref_llama_loss_lora(&f->rc, f->ref, f->n_ref, lo, f->tok, f->tgt, BATCH, SEQ);
+    long cnt = 0;
+    const double s = ref_gpt_loss_sum_lora(&f->d, &f->m->base_layout, f->base_d, lo, f->tok, f->tgt, BATCH, SEQ, &cnt);
+    return cnt ? s / (double)cnt : 0.0;
+}
+
+static float *grads_host(Fix *f) {
+    GtError err = {0};
+    const size_t n = f->m->layout.total;
+    float *g = malloc(n * sizeof *g);
+    cr_assert_eq(f->be->ops->to_host(f->be, g, f->m->grads, n * sizeof *g, &err), 0, "%s", err.msg);
+    return g;
+}
+
+/* one training micro-batch: model loss and gradients against the reference's loss and its
+ * finite-difference gradients; then an evaluation step against the reference without dropout */
+static void check_model(Fix *f, const char *what) {
+    GtError err = {0};
+    double loss_sum = 0;
+    model_zero_grads(f->m);
+    cr_assert_eq(model_step(f->m, f->tok, f->tgt, BATCH, (float)(1.0 / f->items), true, &loss_sum, &err), 0, "%s",
+                 err.msg);
+    const double want = ref_loss(f, &f->lo), got = loss_sum / f->items;
+    cr_assert(isfinite(want));
+    cr_assert(fabs(got - want) <= 1e-5 * fabs(want), "%s: loss %.9g vs reference %.9g", what, got, want);
+
+    const double gmax = ref_lora_fd_grads(&f->lo, ref_loss, f, 1e-6);
+    cr_assert(isfinite(gmax) && gmax > 1e-3, "%s: gradients are all tiny (%g): the test would prove nothing", what, gmax);
+    float *g = grads_host(f);
+    for (int l = 0; l < f->d.n_layer; l++)
+        for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
+            const RefLoraAdapter *a = &f->lo.ad[l][mod];
+            if (!a->A) continue;
+            const int idx = f->m->lora_idx[l][mod];
+            for (int w = 0; w < 2; w++) {
+                const ParamTensor *t = &f->m->layout.tensors[idx + w];
+                const double *fd = w ? a->dB : a->dA;
+                double diff = 0, big = 0;
+                size_t worst = 0;
+                for (size_t k = 0; k < t->numel; k++) {
+                    const double e = fabs((double)g[t->offset + k] - fd[k]);
+                    if (e > diff) diff = e, worst = k;
+                    big = fmax(big, fabs(fd[k]));
+                }
+                /* fp32 gradients against a double central difference: ~1e-6 of the largest */
+                cr_assert(diff <= 1e-4 * gmax, "%s: %s[%zu]: gradient %.8g, reference %.8g (largest %.3g)", what,
+                          t->name, worst, g[t->offset + worst], fd[worst], gmax);
+                /* every tensor carries signal (B = 0 leaves A's gradient 0: checked exactly) */
+                if (w == 1 || big > 0)
+                    cr_assert(big > 1e-3 * gmax, "%s: %s: gradient nearly zero (%.3g of %.3g)", what, t->name, big, gmax);
+            }
+        }
+    free(g);
+
+    /* evaluation (no compute_grad) does not drop */
+    RefLora nodrop = f->lo;
+    nodrop.p = 0;
+    double eval_sum = 0;
+    cr_assert_eq(model_step(f->m, f->tok, f->tgt, BATCH, 1.0f, false, &eval_sum, &err), 0, "%s", err.msg);
+    const double want_eval = ref_loss(f, &nodrop);
+    cr_assert(fabs(eval_sum / f->items - want_eval) <= 1e-5 * fabs(want_eval), "%s: eval loss %.9g vs reference %.9g",
+              what, eval_sum / f->items, want_eval);
+    /* and dropout moves the training loss well beyond the tolerance, so the check above saw it */
+    if (f->lo.p > 0 && !f->init_true)
+        cr_assert(fabs(want - want_eval) > 1e-3 * fabs(want_eval), "%s: dropout changes the reference loss only by %.3g",
+                  what, fabs(want - want_eval));
+}
+
+/* the targets with and without use_rslora and dropout */
+static void check_targets(bool llama, uint32_t targets) {
+    for (int v = 0; v < 4; v++) {
+        const bool rslora = v & 1;
+        const double p = v & 2 ? 0.1 : 0.0;
+        char what[96];
+        snprintf(what, sizeof what, "%s targets %#x%s, dropout %g", llama ? "llama" : "gpt2", targets,
+                 rslora ? " rslora" : "", p);
+        Fix f = fix_open(lora_desc(llama, targets, rslora, p, LORA_INIT_TRUE), rslora, true,
+                         recompute_policy(false, 1, false, 2), 100 + 10 * v + targets % 7);
+        check_model(&f, what);
+        fix_close(&f);
+    }
+}
+
+Test(lora_model, llama_q_proj) { check_targets(true, 1u << PEFT_Q_PROJ); }
+Test(lora_model, llama_k_proj) { check_targets(true, 1u << PEFT_K_PROJ); }
+Test(lora_model, llama_v_proj) { check_targets(true, 1u << PEFT_V_PROJ); }
+Test(lora_model, llama_o_proj) { check_targets(true, 1u << PEFT_O_PROJ); }
+Test(lora_model, llama_gate_proj) { check_targets(true, 1u << PEFT_GATE_PROJ); }
+Test(lora_model, llama_up_proj) { check_targets(true, 1u << PEFT_UP_PROJ); }
+Test(lora_model, llama_down_proj) { check_targets(true, 1u << PEFT_DOWN_PROJ); }
+Test(lora_model, gpt2_c_attn) { check_targets(false, 1u << PEFT_C_ATTN); }
+Test(lora_model, gpt2_attn_c_proj) { check_targets(false, 1u << PEFT_ATTN_C_PROJ); }
+Test(lora_model, gpt2_c_fc) { check_targets(false, 1u << PEFT_C_FC); }
+Test(lora_model, gpt2_mlp_c_proj) { check_targets(false, 1u << PEFT_MLP_C_PROJ); }
+
+Test(lora_model, llama_all_seven_modules) { check_targets(true, LLAMA_ALL); }
+Test(lora_model, gpt2_all_four_modules) { check_targets(false, GPT_ALL); }
+
+/* init_lora_weights true: A Kaiming-uniform, B zero, so the adapted model is the base model (the
+ * same loss as a model without LoRA holding the same weights, with dropout too); A's gradient is
+ * zero and B's the reference's */
+static void check_init_true(bool llama) {
+    const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
+    Fix f = fix_open(lora_desc(llama, targets, false, 0.1, LORA_INIT_TRUE), false, false,
+                     recompute_policy(false, 1, false, 2), 300);
+    for (int i = 0; i < f.m->layout.n_tensors; i++) {
+        const ParamTensor *t = &f.m->layout.tensors[i];
+        int in, out;
+        module_dims(&f.d, t->peft_module, &in, &out);
+        const double bound = 1.0 / sqrt((double)in);
+        double big = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            const double x = f.params_h[t->offset + k];
+            if (t->lora_B) cr_assert_eq(x, 0.0, "%s[%zu] = %g: lora_B starts at zero", t->name, k, x);
+            else cr_assert(fabs(x) <= bound * (1 + 1e-6), "%s[%zu] = %g outside U(-1/sqrt(%d), ..)", t->name, k, x, in);
+            big = fmax(big, fabs(x));
+        }
+        if (!t->lora_B) cr_assert(big > 0.5 * bound, "%s: largest %g of bound %g", t->name, big, bound);
+    }
+    /* the base model itself: no LoRA, the same weights as its params */
+    ModelDesc d0 = base_desc(llama);
+    Model *m0 = NULL;
+    GtError err = {0};
+    cr_assert_eq(model_create(&m0, &d0, f.be, BATCH, SEQ, recompute_policy(false, 1, false, 2), 7, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(m0->layout.total, f.m->base_layout.total);
+    cr_assert_eq(f.be->ops->to_device(f.be, m0->params, f.base_h, m0->layout.total * sizeof(float), &err), 0, "%s",
+                 err.msg);
+    model_params_changed(m0);
+    double l0 = 0, l1 = 0, l2 = 0;
+    cr_assert_eq(model_step(m0, f.tok, f.tgt, BATCH, 1.0f, false, &l0, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_step(f.m, f.tok, f.tgt, BATCH, 1.0f, false, &l1, &err), 0, "%s", err.msg);
+    model_zero_grads(f.m);
+    cr_assert_eq(model_step(f.m, f.tok, f.tgt, BATCH, (float)(1.0 / f.items), true, &l2, &err), 0, "%s", err.msg);
+    cr_assert(fabs(l1 - l0) <= 1e-6 * fabs(l0), "eval loss %.9g, the base model's %.9g", l1, l0);
+    cr_assert(fabs(l2 - l0) <= 1e-6 * fabs(l0), "training loss (dropout 0.1) %.9g, the base model's %.9g", l2, l0);
+    const double base_ref = ref_loss(&f, NULL);
+    cr_assert(fabs(l0 / f.items - base_ref) <= 1e-5 * base_ref, "base loss %.9g, reference %.9g", l0 / f.items, base_ref);
+    float *g = grads_host(&f);
+    for (int i = 0; i < f.m->layout.n_tensors; i++) {
+        const ParamTensor *t = &f.m->layout.tensors[i];
+        if (t->lora_B) continue;
+        for (size_t k = 0; k < t->numel; k++)
+            cr_assert_eq(g[t->offset + k], 0.0f, "%s[%zu]: gradient %g with B = 0", t->name, k, g[t->offset + k]);
+    }
+    free(g);
+    model_free(m0);
+    check_model(&f, llama ? "llama init true" : "gpt2 init true");
+    fix_close(&f);
+}
+
+Test(lora_model, llama_init_true_is_the_base_model) { check_init_true(true); }
+Test(lora_model, gpt2_init_true_is_the_base_model) { check_init_true(false); }
+
+/* the frozen base: m->grads is adapter-sized, and a few optimizer steps (trainer_accumulate over
+ * two micro-batches with dropout, AdamW with weight decay) leave the base bit for bit as loaded
+ * while the adapters move. The accumulated gradient is the sum of the micro-batches', micro-batch
+ * i dropping with dropout_micro i. */
+static void check_frozen(bool llama) {
+    const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
+    Fix f = fix_open(lora_desc(llama, targets, true, 0.1, LORA_INIT_FALSE), true, true,
+                     recompute_policy(false, 1, false, 2), 400);
+    Model *m = f.m;
+    cr_assert(m->layout.total < m->base_layout.total / 2, "trainable %zu of base %zu", m->layout.total,
+              m->base_layout.total);
+    const size_t nb = m->base_layout.total, np = m->layout.total, n = (size_t)2 * BATCH * SEQ;
+    int *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
+    uint64_t s = 77;
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = (int)(rng_next(&s) % (uint64_t)f.d.vocab_size);
+        tgt[i] = i % 7 == 2 ? -100 : (int)(rng_next(&s) % (uint64_t)f.d.vocab_size);
+    }
+    const long items = count_items(tgt, n);
+    RunConfig cfg;
+    config_defaults(&cfg);
+    cfg.weight_decay = 0.1;
+    GtError err = {0};
+    float *before = malloc(nb * sizeof *before), *after = malloc(nb * sizeof *after);
+    cr_assert_eq(f.be->ops->to_host(f.be, before, m->base, nb * sizeof(float), &err), 0, "%s", err.msg);
+    cr_assert(memcmp(before, f.base_h, nb * sizeof(float)) == 0, "m->base does not read back as loaded");
+    for (int step = 1; step <= 3; step++) {
+        m->dropout_step = step;
+        /* the two micro-batches one at a time, as the trainer must drop them */
+        model_zero_grads(m);
+        for (int mi = 0; mi < 2; mi++) {
+            double ls = 0;
+            m->dropout_micro = mi;
+            cr_assert_eq(model_step(m, tok + (size_t)mi * BATCH * SEQ, tgt + (size_t)mi * BATCH * SEQ, BATCH,
+                                    (float)(1.0 / items), true, &ls, &err), 0, "%s", err.msg);
+        }
+        float *g1 = grads_host(&f);
+        model_zero_grads(m);
+        double loss = 0;
+        m->dropout_micro = 9; /* the trainer's to set */
+        cr_assert_eq(trainer_accumulate(m, tok, tgt, BATCH, 2, 1, LOSS_NORM_TOKENS, items, &loss, &err), 0, "%s",
+                     err.msg);
+        float *g2 = grads_host(&f);
+        double diff = 0, big = 0;
+        for (size_t k = 0; k < np; k++) diff = fmax(diff, fabs((double)g1[k] - g2[k])), big = fmax(big, fabs(g1[k]));
+        cr_assert(big > 0 && diff <= 1e-6 * big,
+                  "step %d: trainer_accumulate's gradient differs from micro-batches 0 and 1 (dropout_micro 0 and 1) "
+                  "by %.3g (largest %.3g): it must set m->dropout_micro to each micro-batch's index", step, diff, big);
+        free(g1), free(g2);
+        adamw_step(m, 1e-2, &cfg, step);
+        model_params_changed(m);
+    }
+    cr_assert_eq(f.be->ops->to_host(f.be, after, m->base, nb * sizeof(float), &err), 0, "%s", err.msg);
+    cr_assert(memcmp(before, after, nb * sizeof(float)) == 0, "the frozen base changed in training");
+    float *p = malloc(np * sizeof *p);
+    cr_assert_eq(f.be->ops->to_host(f.be, p, m->params, np * sizeof(float), &err), 0, "%s", err.msg);
+    size_t moved = 0;
+    for (size_t k = 0; k < np; k++) moved += p[k] != f.params_h[k];
+    cr_assert(moved > np / 2, "only %zu of %zu adapter values moved", moved, np);
+    free(p), free(before), free(after), free(tok), free(tgt);
+    fix_close(&f);
+}
+
+Test(lora_model, llama_base_is_frozen) { check_frozen(true); }
+Test(lora_model, gpt2_base_is_frozen) { check_frozen(false); }
+
+/* recompute (every layer, offloaded or not) re-runs the forward with the same dropout masks: the
+ * gradients are bit for bit those without recompute */
+static void check_recompute(bool llama) {
+    const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
+    const RecomputePolicy pols[3] = {recompute_policy(false, 1, false, 2), recompute_policy(true, 1, false, 2),
+                                     recompute_policy(true, 1, true, 2)};
+    float *g0 = NULL;
+    double l0 = 0;
+    for (int k = 0; k < 3; k++) {
+        Fix f = fix_open(lora_desc(llama, targets, false, 0.1, LORA_INIT_FALSE), false, true, pols[k], 500);
+        GtError err = {0};
+        double ls = 0;
+        model_zero_grads(f.m);
+        cr_assert_eq(model_step(f.m, f.tok, f.tgt, BATCH, (float)(1.0 / f.items), true, &ls, &err), 0, "%s", err.msg);
+        float *g = grads_host(&f);
+        if (k == 0) {
+            g0 = g, l0 = ls;
+        } else {
+            cr_assert_eq(ls, l0, "policy %d: loss %.9g, without recompute %.9g", k, ls, l0);
+            cr_assert(memcmp(g, g0, f.m->layout.total * sizeof *g) == 0, "policy %d: gradients differ", k);
+            free(g);
+        }
+        fix_close(&f);
+    }
+    free(g0);
+}
+
+Test(lora_model, llama_recompute_drops_the_same_elements) { check_recompute(true); }
+Test(lora_model, gpt2_recompute_drops_the_same_elements) { check_recompute(false); }
