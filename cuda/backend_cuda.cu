@@ -1,6 +1,6 @@
 /* backend_cuda.cu - the CUDA backend: device, streams, memory, offload, GEMMs, and the ops table.
- * The kernels live in kernels_misc.cu, kernels_llama.cu (RMSNorm, RoPE, SwiGLU),
- * kernels_attention.cu and kernels_attention_tc.cu; see cuda_common.cuh for the error
+ * The kernels live in kernels_misc.cu, kernels_llama.cu (RMSNorm, RoPE, SwiGLU), kernels_lora.cu
+ * (axpby_rows, dropout), kernels_attention.cu and kernels_attention_tc.cu; see cuda_common.cuh for the error
  * policy (ops exit(1) with "file:line: call: error" on a CUDA/cuBLAS failure).
  *
  * Streams: every op runs on one compute stream. Offload copies run on a copy stream, ordered after
@@ -590,6 +590,8 @@ static const BackendOps k_cuda_ops = {
     /* .timer_start = */ cu_timer_start,
     /* .timer_elapsed_ms = */ cu_timer_elapsed_ms,
     /* .memory_info = */ cu_memory_info,
+    /* .axpby_rows = */ gtc_axpby_rows,
+    /* .dropout = */ gtc_dropout,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

@@ -256,8 +256,8 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     }
     m->losses_host = gt_xmalloc((size_t)B * T * sizeof(float));
 
-    /* named parameter pointers */
-    const ParamLayout *pl = &m->layout;
+    /* named parameter pointers (of the base: the architecture's tensors) */
+    const ParamLayout *pl = &m->base_layout;
     m->wte = model_w(m, -1, ROLE_WTE);
     m->wpe = model_w(m, -1, ROLE_WPE);
     m->lnfw = model_w(m, -1, ROLE_NORMF_W);

@@ -308,9 +308,10 @@ static void check_model(Fix *f, const char *what) {
     const double want_eval = ref_loss(f, &nodrop);
     cr_assert(fabs(eval_sum / f->items - want_eval) <= 1e-5 * fabs(want_eval), "%s: eval loss %.9g vs reference %.9g",
               what, eval_sum / f->items, want_eval);
-    /* and dropout moves the training loss well beyond the tolerance, so the check above saw it */
+    /* and dropout moves the training loss well beyond the tolerance (1e-5), so the check above saw
+     * it (measured: 4e-4 to 7e-4 relative for a single module) */
     if (f->lo.p > 0 && !f->init_true)
-        cr_assert(fabs(want - want_eval) > 1e-3 * fabs(want_eval), "%s: dropout changes the reference loss only by %.3g",
+        cr_assert(fabs(want - want_eval) > 2e-4 * fabs(want_eval), "%s: dropout changes the reference loss only by %.3g",
                   what, fabs(want - want_eval));
 }
 

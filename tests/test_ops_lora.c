@@ -25,7 +25,9 @@
  *     element bit for bit; p = 0.1 and 0.5 drop a fraction within 4 standard deviations of p over
  *     131,073 elements; the same key twice gives the same bits, a different key (one bit
  *     flipped) a different mask; out == inp in place gives the out-of-place bits.
- *   Both: the same bits for 1 and 2 CPU threads (CPU backend only). */
+ *   Both: the same bits for 1 and 2 CPU threads (CPU backend only), and the CUDA backend the
+ *   CPU's bits (when the build has CUDA and a device: a GPU, or the simulator under make
+ *   test-cudasim; skipped otherwise). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -433,4 +435,31 @@ Test(lora_ops, same_bits_for_1_and_2_threads) {
     free(xdrop);
     fx_close(&f1);
     fx_close(&f2);
+}
+
+/* the CUDA backend gives the CPU backend's bits (a GPU, or the simulator) */
+Test(lora_ops, cuda_bits_match_cpu, .timeout = 120) {
+#ifdef GT_HAVE_CUDA
+    if (cuda_device_count() <= 0) cr_skip_test("no CUDA device visible");
+    GtError err = {0};
+    Backend *cpu = NULL, *gpu = NULL;
+    cr_assert_eq(cuda_backend_create(&gpu, 0, &err), 0, "cuda backend: %s", err.msg);
+    cr_assert_eq(cpu_backend_create(&cpu, 0, &err), 0, "cpu backend: %s", err.msg);
+    float *xd, *xs, *xdrop;
+    lora_inputs(&xd, &xs, &xdrop);
+    for (int a = 0; a < 2; a++) {
+        GtDtype act = a ? GT_BF16 : GT_F32;
+        LoraOut oc = lora_run(cpu, act, xd, xs, xdrop), og = lora_run(gpu, act, xd, xs, xdrop);
+        expect_same(&og, &oc, act, "cuda vs cpu");
+        lora_free(&oc);
+        lora_free(&og);
+    }
+    free(xd);
+    free(xs);
+    free(xdrop);
+    backend_close(gpu);
+    backend_close(cpu);
+#else
+    cr_skip_test("this build has no CUDA backend (built: %s)", backend_built_list());
+#endif
 }
