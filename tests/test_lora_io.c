@@ -393,3 +393,22 @@ Test(lora_io, default_init_and_targets_with_dropout_save_what_was_evaluated, .ti
     expect_saved_adapter_loss(&w, "tiny-llama init true, dropout 0.1", out, &l);
     ws_done(&w);
 }
+
+/* peft_lora.py's own checks: B = 0 is the base, the adapter forward equals the merged weights (and
+ * hf_llama.py's naive loops on them), PiSSA's identity W_res + s B A = W (exact and randomised) and
+ * spectrum, adapter files round trip, the rank-2r conversion over the original base gives the
+ * trained loss (with and without rslora), training moves only the adapters */
+Test(lora_io, pytorch_reference_selftest, .timeout = 120) {
+    const char *root = need_torch();
+    char cmd[1024], line[512], fails[2048] = "";
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/peft_lora.py' selftest 2>&1", root);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    bool passed = false;
+    while (fgets(line, sizeof line, p)) {
+        if (!strncmp(line, "FAIL", 4) && strlen(fails) + strlen(line) < sizeof fails) strcat(fails, line);
+        if (!strcmp(line, "selftest: all passed\n")) passed = true;
+    }
+    const int rc = pclose(p);
+    cr_assert(passed && rc == 0, "%s: exit status %d\n%s", cmd, rc, fails);
+}
