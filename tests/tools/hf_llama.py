@@ -328,8 +328,10 @@ def keep_mask(T, window):
     return keep & (t - j < window) if window is not None else keep
 
 
-def forward(c, P, idx, cos, sin):
-    """logits [B, T, V] of token ids idx [B, T]; P: {HF name: tensor}, all one dtype."""
+def forward(c, P, idx, cos, sin, lora=None):
+    """logits [B, T, V] of token ids idx [B, T]; P: {HF name: tensor}, all one dtype.
+    lora(module, h): None, or a term added to the output of the linear module ("model.layers.0.self_attn.q_proj")
+    applied to h (the hook of tests/tools/peft_lora.py's adapters)."""
     B, T = idx.shape
     NH, NKV, hd = c.heads, c.kv_heads, c.head_dim
     x = F.embedding(idx, P[EMBED])
@@ -337,7 +339,11 @@ def forward(c, P, idx, cos, sin):
     cs, sn = cos[:T].to(dt)[None, None], sin[:T].to(dt)[None, None]
     for i in range(c.layers):
         p = f"model.layers.{i}."
-        L = lambda nm, h: F.linear(h, P[p + nm + ".weight"], P.get(p + nm + ".bias"))
+
+        def L(nm, h):
+            y = F.linear(h, P[p + nm + ".weight"], P.get(p + nm + ".bias"))
+            d = lora(p + nm, h) if lora else None
+            return y if d is None else y + d
         h = rms_norm(x, P[p + "input_layernorm.weight"], c.eps)
         q = L("self_attn.q_proj", h).view(B, T, NH, hd).transpose(1, 2)
         k = L("self_attn.k_proj", h).view(B, T, NKV, hd).transpose(1, 2)
@@ -355,9 +361,9 @@ def forward(c, P, idx, cos, sin):
     return F.linear(x, P[EMBED] if c.tie else P[HEAD])
 
 
-def loss_sum(c, P, idx, tgt, cos, sin):
+def loss_sum(c, P, idx, tgt, cos, sin, lora=None):
     """(sum of cross-entropies over targets != -100, their count)"""
-    logits = forward(c, P, idx, cos, sin)
+    logits = forward(c, P, idx, cos, sin, lora)
     logits = logits.to(wide(logits.dtype))
     s = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100, reduction="sum")
     return s, int((tgt != -100).sum())
