@@ -55,6 +55,7 @@ typedef struct {
     LrSchedule lr_scheduler_type;
     double min_lr_rate; /* cosine_with_min_lr: the floor, as a fraction of learning_rate */
     long warmup_steps;
+    double warmup_ratio; /* HF's: warmup_steps = ceil(warmup_ratio * max_steps) when warmup_steps is 0 */
     double weight_decay;
     double adam_beta1, adam_beta2, adam_epsilon;
     double max_grad_norm; /* 0 disables clipping */

@@ -593,6 +593,8 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         return 0;
     }
     long skipped_in_a_row = 0;
+    /* HF's get_warmup_steps: warmup_steps when > 0, else ceil(warmup_ratio * steps) */
+    const long warmup = cfg->warmup_steps > 0 ? cfg->warmup_steps : (long)ceil(cfg->warmup_ratio * (double)max_steps);
     t->t_start = gt_now_seconds();
     double tokens_done = 0;
     for (long step = t->state.global_step; step < max_steps; step++) {
@@ -613,7 +615,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             return -1;
         if (sum_f64(t, &loss_sum, 1, err)) return -1;
         double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;
-        double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, cfg->warmup_steps, max_steps, cfg->min_lr_rate);
+        double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, warmup, max_steps, cfg->min_lr_rate);
         double norm = NAN;
         bool skip = false;
         if (empty) {
