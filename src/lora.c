@@ -199,6 +199,17 @@ static void apply_peft(ModelDesc *d, const PeftConfig *pc, const bool mask[PEFT_
         if (mask[m]) d->lora_targets |= 1u << m;
 }
 
+int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtError *err) {
+    if (peft_config_read(dir, pc, err)) return -1;
+    char cfile[GT_PATH_MAX + 32];
+    snprintf(cfile, sizeof cfile, "%s/%s", dir, PEFT_CONFIG_FILE);
+    bool mask[PEFT_MODULE_COUNT];
+    if (peft_config_targets(pc, d->arch, mask, cfile, err)) return -1;
+    apply_peft(d, pc, mask);
+    d->lora_init = LORA_INIT_TRUE;
+    return 0;
+}
+
 /* the key's value came from the run config (file or --set) rather than its default */
 static bool given(const RunConfig *cfg, const char *key) {
     int i = config_schema_index(key);
@@ -219,10 +230,10 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     bool mask[PEFT_MODULE_COUNT];
     if (cfg->lora.init_from[0]) {
         /* continuing an adapter: its config says what the adapter is; keys given here must agree */
-        if (peft_config_read(cfg->lora.init_from, pc, err)) return -1;
+        if (lora_desc_from_adapter(d, cfg->lora.init_from, pc, err)) return -1;
         char cfile[GT_PATH_MAX + 32];
         snprintf(cfile, sizeof cfile, "%s/%s", cfg->lora.init_from, PEFT_CONFIG_FILE);
-        if (peft_config_targets(pc, d->arch, mask, cfile, err)) return -1;
+        for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->lora_targets >> m & 1u;
         if (given(cfg, "lora.r") && cfg->lora.r != pc->r)
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.r: expected the adapter's r %d (%s), found %d", where, pc->r,
                             cfile, cfg->lora.r);

@@ -8,8 +8,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "lora.h"
 
 static uint64_t next_u64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -106,10 +108,22 @@ int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double
 }
 
 int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
-    char cfg_path[GT_PATH_MAX + 32];
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", o->checkpoint);
+    char cfg_path[GT_PATH_MAX + 32], adapter[GT_PATH_MAX + 32];
+    /* a PEFT adapter directory (a LoRA run's output): its base model, with the adapter on it */
+    snprintf(adapter, sizeof adapter, "%s/%s", o->checkpoint, PEFT_CONFIG_FILE);
+    struct stat sb;
+    const bool lora = stat(adapter, &sb) == 0;
+    PeftConfig pc;
+    if (lora) {
+        if (peft_config_read(adapter, &pc, err)) return -1;
+        if (!pc.base_model[0])
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: base_model_name_or_path: expected the base model's directory, "
+                            "found null", adapter);
+    }
+    const char *model_dir = lora ? pc.base_model : o->checkpoint;
+    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);
     ModelDesc d;
-    if (model_desc_load(&d, cfg_path, err)) return -1;
+    if (model_desc_load(&d, cfg_path, err) || (lora && lora_desc_from_adapter(&d, o->checkpoint, &pc, err))) return -1;
     int top_k = o->top_k < 0 ? (d.vocab_size < 40 ? 0 : 40) : o->top_k;
     if (o->top_k > d.vocab_size)
         return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
@@ -139,7 +153,7 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     /* positions beyond prompt + new tokens are never reached: the same window as n_positions */
     long T = (long)n_prompt + o->max_new_tokens;
     if (model_create_inference(&m, &d, be, T < d.n_positions ? (int)T : d.n_positions, err)) goto done;
-    if (checkpoint_load_weights(m, o->checkpoint, err)) goto done;
+    if (checkpoint_load_weights(m, model_dir, err) || (lora && lora_load_adapter(m, o->checkpoint, err))) goto done;
     uint64_t rng = o->seed;
     if (text && o->prompt) fputs(o->prompt, out);
     rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, top_k, &rng, text, out, err);
