@@ -38,6 +38,12 @@ typedef struct {
  * dir (which must exist). */
 int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_shard_bytes, GtError *err);
 
+/* dir/config.json (atomically): the config.json at src, copied with torch_dtype ("float32" or
+ * "bfloat16", and transformers 5's dtype when src has it) set. What checkpoint_save_weights writes
+ * for the Llama family, and gtrain merge for both architectures. 0, or -1 (code 1; code 2 when
+ * src is no longer a JSON object). */
+int checkpoint_copy_config(const char *dir, const char *src, bool bf16, GtError *err);
+
 /* Load HF weights: path is a model directory, a model.safetensors.index.json, or one .safetensors
  * (hf_weights.h). GPT-2 names with or without the "transformer." prefix; F32, BF16 or F16; every
  * tensor of the model must be there with HF's shape, and no other (but attention-mask and rotary

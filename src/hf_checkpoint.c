@@ -68,26 +68,38 @@ static void set_string(cJSON *j, const char *key, const char *value) {
         cJSON_AddStringToObject(j, key, value);
 }
 
-/* a Llama-family model's config.json: the one it was read from (already validated by
- * model_desc.c), with torch_dtype (and transformers 5's dtype, if present) set */
-static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
-    const char *dtype = bf16 ? "bfloat16" : "float32";
-    cJSON *j = NULL;
-    if (d->arch == ARCH_GPT2) {
-        j = gpt2_config(d);
-    } else {
-        char *text = NULL;
-        size_t len = 0;
-        if (gt_read_small_file(d->path, "model config", CONFIG_MAX_BYTES, &text, &len, err)) return -1;
-        j = cJSON_ParseWithLength(text, len);
-        free(text);
-        if (!cJSON_IsObject(j)) {
-            cJSON_Delete(j);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected the JSON object it held when the run started", d->path);
-        }
-        if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) set_string(j, "dtype", dtype);
+/* src (a config.json already validated by model_desc.c) with torch_dtype (and transformers 5's
+ * dtype, if present) set; NULL with err when it no longer reads as a JSON object */
+static cJSON *config_with_dtype(const char *src, const char *dtype, GtError *err) {
+    char *text = NULL;
+    size_t len = 0;
+    if (gt_read_small_file(src, "model config", CONFIG_MAX_BYTES, &text, &len, err)) return NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(j)) {
+        cJSON_Delete(j);
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: expected the JSON object it held when it was first read", src);
+        return NULL;
     }
+    if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) set_string(j, "dtype", dtype);
     set_string(j, "torch_dtype", dtype);
+    return j;
+}
+
+int checkpoint_copy_config(const char *dir, const char *src, bool bf16, GtError *err) {
+    cJSON *j = config_with_dtype(src, bf16 ? "bfloat16" : "float32", err);
+    if (!j) return -1;
+    int rc = write_json(dir, j, err);
+    cJSON_Delete(j);
+    return rc;
+}
+
+/* GPT-2's config.json from the description; a Llama-family model's: the one it was read from,
+ * copied with torch_dtype set */
+static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
+    if (d->arch != ARCH_GPT2) return checkpoint_copy_config(dir, d->path, bf16, err);
+    cJSON *j = gpt2_config(d);
+    set_string(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
     int rc = write_json(dir, j, err);
     cJSON_Delete(j);
     return rc;

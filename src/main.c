@@ -12,7 +12,9 @@
 #include "blas_setup.h"
 #include "config.h"
 #include "dist.h"
+#include "hf_writer.h"
 #include "lora.h"
+#include "merge.h"
 #include "model_desc.h"
 #include "plan.h"
 #include "report.h"
@@ -35,6 +37,10 @@ static void print_usage(FILE *out) {
             "                    (N <= 1048576, default 200; T >= 0, 0 greedy, default 0.8; K <= vocab, 0 all,\n"
             "                    default 40; S default 1)\n"
             "  report DIR        write DIR/report.svg from DIR/metrics.jsonl\n"
+            "  merge             merge a PEFT LoRA adapter into its base (PEFT's merge_and_unload) and write\n"
+            "                    a Hugging Face model directory: --base DIR --adapter DIR --out DIR\n"
+            "                    [--max-shard-size 5GB] [--dtype fp32|bf16] (default: the base's dtype when\n"
+            "                    all its tensors are F32 or all BF16, else fp32; --out new or empty)\n"
             "\n"
             "options:\n"
             "  -c, --config FILE     run config (YAML); see --help-config for every key\n"
@@ -91,7 +97,9 @@ int main(int argc, char **argv) {
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;
     SampleOptions so = {.max_new_tokens = 200, .temperature = 0.8, .top_k = -1, .seed = 1};
-    enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_SEED };
+    MergeOptions mo = {0};
+    enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_SEED,
+           OPT_BASE, OPT_ADAPTER, OPT_OUT, OPT_MAX_SHARD, OPT_DTYPE };
     static const struct option long_opts[] = {
         {"config", required_argument, NULL, 'c'},       {"set", required_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},               {"version", no_argument, NULL, 'V'},
@@ -99,7 +107,10 @@ int main(int argc, char **argv) {
         {"checkpoint", required_argument, NULL, OPT_CHECKPOINT}, {"prompt", required_argument, NULL, OPT_PROMPT},
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS}, {"max-new-tokens", required_argument, NULL, OPT_NEW},
         {"temperature", required_argument, NULL, OPT_TEMP},   {"top-k", required_argument, NULL, OPT_TOPK},
-        {"seed", required_argument, NULL, OPT_SEED},         {NULL, 0, NULL, 0}};
+        {"seed", required_argument, NULL, OPT_SEED},         {"base", required_argument, NULL, OPT_BASE},
+        {"adapter", required_argument, NULL, OPT_ADAPTER},   {"out", required_argument, NULL, OPT_OUT},
+        {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD}, {"dtype", required_argument, NULL, OPT_DTYPE},
+        {NULL, 0, NULL, 0}};
     int c, rc = GT_EXIT_OK;
     int given[sizeof long_opts / sizeof *long_opts] = {0}; /* times each option was given */
     opterr = 0; /* one line of our own for a bad option, not getopt's */
@@ -119,6 +130,25 @@ int main(int argc, char **argv) {
         case OPT_CHECKPOINT: so.checkpoint = optarg; break;
         case OPT_PROMPT: so.prompt = optarg; break;
         case OPT_PROMPT_IDS: so.prompt_ids = optarg; break;
+        case OPT_BASE: mo.base = optarg; break;
+        case OPT_ADAPTER: mo.adapter = optarg; break;
+        case OPT_OUT: mo.out = optarg; break;
+        case OPT_MAX_SHARD: {
+            char why[256];
+            if (hf_parse_size(optarg, &mo.max_shard_bytes, why, sizeof why)) {
+                rc = bad_input("--max-shard-size: %s", why);
+                goto out;
+            }
+            break;
+        }
+        case OPT_DTYPE:
+            if (strcmp(optarg, "fp32") == 0 || strcmp(optarg, "float32") == 0) mo.dtype = MERGE_DTYPE_FP32;
+            else if (strcmp(optarg, "bf16") == 0 || strcmp(optarg, "bfloat16") == 0) mo.dtype = MERGE_DTYPE_BF16;
+            else {
+                rc = bad_input("--dtype: expected fp32 or bf16, found \"%s\"", optarg);
+                goto out;
+            }
+            break;
         case OPT_TEMP: {
             char *end;
             errno = 0;
@@ -174,15 +204,21 @@ int main(int argc, char **argv) {
     /* options that belong to another command are errors, not silently ignored (an unknown
      * command is named below) */
     bool sampling = strcmp(command, "sample") == 0, reporting = strcmp(command, "report") == 0;
-    bool known = sampling || reporting || strcmp(command, "train") == 0 || strcmp(command, "plan") == 0;
+    bool merging = strcmp(command, "merge") == 0;
+    bool known = sampling || reporting || merging || strcmp(command, "train") == 0 || strcmp(command, "plan") == 0;
     for (int k = 0; known && long_opts[k].name; k++) {
-        int v = long_opts[k].val; /* sample's own options are OPT_CHECKPOINT..OPT_SEED */
+        int v = long_opts[k].val; /* sample's own options are OPT_CHECKPOINT..OPT_SEED, merge's OPT_BASE..OPT_DTYPE */
         bool sample_only = v >= OPT_CHECKPOINT && v <= OPT_SEED, config_only = v == 'c' || v == 's';
+        bool merge_only = v >= OPT_BASE && v <= OPT_DTYPE;
         if (given[k] && sample_only && !sampling) {
             rc = bad_input("--%s: only for gtrain sample", long_opts[k].name);
             goto out;
         }
-        if (given[k] && config_only && (sampling || reporting)) {
+        if (given[k] && merge_only && !merging) {
+            rc = bad_input("--%s: only for gtrain merge", long_opts[k].name);
+            goto out;
+        }
+        if (given[k] && config_only && (sampling || reporting || merging)) {
             rc = bad_input("--%s: not for gtrain %s (only train and plan read a run config)", long_opts[k].name, command);
             goto out;
         }
@@ -195,6 +231,28 @@ int main(int argc, char **argv) {
             rc = fail(&err);
         } else {
             printf("%s/report.svg\n", argv[optind]);
+        }
+        goto out;
+    }
+    if (merging) {
+        if (optind < argc)
+            rc = bad_input("merge: unexpected argument '%s' (see gtrain --help)", argv[optind]);
+        else if (!mo.base || !*mo.base)
+            rc = bad_input("merge: --base DIR is required (the model directory the adapter was trained on)%s",
+                           mo.base ? "; found \"\"" : "");
+        else if (!mo.adapter || !*mo.adapter)
+            rc = bad_input("merge: --adapter DIR is required (a PEFT LoRA adapter directory)%s", mo.adapter ? "; found \"\"" : "");
+        else if (!mo.out || !*mo.out)
+            rc = bad_input("merge: --out DIR is required (a new or empty directory for the merged model)%s",
+                           mo.out ? "; found \"\"" : "");
+        else {
+            MergeSummary ms;
+            if (merge_run(&mo, &ms, &err))
+                rc = fail(&err);
+            else
+                printf("%s: %d tensors (%d merged with the adapter: r %d, scale %g), %s, %d weight file%s\n", mo.out,
+                       ms.n_tensors, ms.n_adapted, ms.r, ms.scale, ms.bf16 ? "bf16" : "fp32", ms.n_shards,
+                       ms.n_shards == 1 ? "" : "s");
         }
         goto out;
     }
@@ -219,7 +277,7 @@ int main(int argc, char **argv) {
         goto out;
     }
     if (strcmp(command, "train") != 0 && strcmp(command, "plan") != 0) {
-        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample or report; see gtrain --help)\n", command);
+        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample, report or merge; see gtrain --help)\n", command);
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }

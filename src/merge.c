@@ -1,0 +1,357 @@
+/* merge.c - gtrain merge: W + scale * B @ A for every adapted module of a base model, streamed
+ * from the base's shards into save_pretrained's shards a staging buffer at a time. See merge.h. */
+#include "merge.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "arch.h"
+#include "checkpoint.h"
+#include "hf_weights.h"
+#include "hf_writer.h"
+#include "model_desc.h"
+#include "peft.h"
+
+#define BAD(...) gt_error(err, GT_EXIT_BAD_INPUT, __VA_ARGS__)
+
+/* PEFT's key of a module's lora_A: "base_model.model." + module + ".lora_A.weight" (peft.h) */
+#define PEFT_KEY_ROOT "base_model.model."
+#define PEFT_KEY_A_SUFFIX ".lora_A.weight"
+
+float merge_round_bf16(double x) {
+    if (isnan(x) || isinf(x) || x == 0) return (float)x;
+    int e;
+    (void)frexp(x, &e);   /* |x| in [2^(e-1), 2^e) */
+    int qe = e - 8;       /* 8 significant bits: the spacing of bf16 values there */
+    if (qe < -133) qe = -133; /* below 2^-126 the subnormal spacing 2^-133 */
+    double y = ldexp(nearbyint(ldexp(x, -qe)), qe); /* exact scalings; nearbyint: ties to even */
+    if (fabs(y) > 0x1.fep127) return x > 0 ? INFINITY : -INFINITY; /* past bf16's largest finite value */
+    return (float)y; /* exact: y has at most 8 significant bits */
+}
+
+/* ---------------------------------------------------------------- the plan: which base tensor each entry adapts */
+
+typedef struct {
+    int tensor;      /* in the base's hf_weights */
+    bool transposed; /* HF stores it [in, out] (Conv1D) */
+} Target;
+
+/* the HF tensor name of entry e's weight, from PEFT's key: "<module>.weight" */
+static int entry_weight_name(const ModelDesc *d, const PeftEntry *e, char *buf, size_t cap, GtError *err) {
+    char key[PEFT_KEY_MAX];
+    size_t root = strlen(PEFT_KEY_ROOT), suf = strlen(PEFT_KEY_A_SUFFIX);
+    if (peft_key(key, sizeof key, d->arch, e->layer, e->module, false))
+        return gt_error(err, GT_EXIT_FAILURE, "merge: no PEFT key for layer %d's %s", e->layer, peft_module_path(e->module));
+    size_t n = strlen(key);
+    if (n <= root + suf || strncmp(key, PEFT_KEY_ROOT, root) != 0 || strcmp(key + n - suf, PEFT_KEY_A_SUFFIX) != 0)
+        return gt_error(err, GT_EXIT_FAILURE, "merge: PEFT key %s is not %s<module>%s", key, PEFT_KEY_ROOT,
+                        PEFT_KEY_A_SUFFIX);
+    if (snprintf(buf, cap, "%.*s.weight", (int)(n - root - suf), key + root) >= (int)cap)
+        return gt_error(err, GT_EXIT_FAILURE, "merge: tensor name of %s too long", key);
+    return 0;
+}
+
+/* the arch table's HF tensor called name in layer: whether it is stored transposed, and its HF
+ * shape [rows, cols] (transposed: [cols, rows]) for d. -1 when the table has no such tensor. */
+static int arch_hf_tensor(const ModelDesc *d, int layer, const char *name, bool *transposed, int64_t shape[2]) {
+    const ArchSpec *s = arch_spec(d->arch);
+    char buf[160];
+    for (int i = 0; i < s->n_tensors; i++) {
+        const ArchTensor *t = &s->tensors[i];
+        if (!t->per_layer || t->dim1 == DIM_1 || !arch_tensor_present(d, t)) continue;
+        for (int b = 0; b < t->n_blocks; b++) {
+            snprintf(buf, sizeof buf, t->blocks[b].hf, layer);
+            if (strcmp(buf, name) != 0) continue;
+            int64_t rows = arch_dim(d, t->blocks[b].rows), cols = arch_dim(d, t->dim1);
+            *transposed = t->transposed;
+            shape[0] = t->transposed ? cols : rows;
+            shape[1] = t->transposed ? rows : cols;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* name in the base, or without the architecture's optional prefix ("transformer." of GPT-2) */
+static int find_base(const HfWeights *w, const ModelDesc *d, const char *name) {
+    int k = hf_weights_find(w, name);
+    const char *pre = arch_spec(d->arch)->hf_optional_prefix;
+    if (k < 0 && pre && strncmp(name, pre, strlen(pre)) == 0) k = hf_weights_find(w, name + strlen(pre));
+    return k;
+}
+
+static int plan_targets(const ModelDesc *d, const HfWeights *w, const PeftEntry *entries, int n, const char *adapter_file,
+                        Target *tg, int *entry_of, GtError *err) {
+    for (int k = 0; k < hf_weights_count(w); k++) entry_of[k] = -1;
+    for (int e = 0; e < n; e++) {
+        char name[PEFT_KEY_MAX];
+        int64_t shape[2];
+        if (entry_weight_name(d, &entries[e], name, sizeof name, err)) return -1;
+        if (arch_hf_tensor(d, entries[e].layer, name, &tg[e].transposed, shape))
+            return gt_error(err, GT_EXIT_FAILURE, "merge: %s (adapted by %s) is not a weight of arch.c's %s table", name,
+                            adapter_file, arch_hf_class(d));
+        int64_t out = tg[e].transposed ? shape[1] : shape[0], in = tg[e].transposed ? shape[0] : shape[1];
+        if (out != entries[e].out || in != entries[e].in)
+            return gt_error(err, GT_EXIT_FAILURE, "merge: %s: the arch table's [out, in] = [%lld, %lld], PEFT's [%lld, %lld]",
+                            name, (long long)out, (long long)in, (long long)entries[e].out, (long long)entries[e].in);
+        int k = find_base(w, d, name);
+        if (k < 0)
+            return BAD("%s: tensor %s: expected in the base (%s adapts it), found no such tensor", hf_weights_path(w), name,
+                       adapter_file);
+        if (hf_weights_check_shape(w, k, 2, shape, err)) return -1;
+        tg[e].tensor = k;
+        entry_of[k] = e;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- streaming */
+
+typedef struct {
+    const HfWeights *w;
+    const PeftAdapter *a;
+    const PeftEntry *entries;
+    const Target *tg;
+    const int *entry_of; /* [base tensors]: the entry adapting it, or -1 */
+    int r;
+    double scale;
+    bool bf16;
+    int cached;          /* the entry whose A and B are in At, Bd; -1 */
+    double *At, *Bd;     /* A transposed [in, r], B [out, r] */
+} FillCtx;
+
+static void free_cached(FillCtx *c) {
+    free(c->At), free(c->Bd);
+    c->At = c->Bd = NULL;
+    c->cached = -1;
+}
+
+/* entry e's A (as At [in, r]) and B [out, r], in double */
+static int load_entry(FillCtx *c, int e, GtError *err) {
+    if (c->cached == e) return 0;
+    free_cached(c);
+    const size_t r = (size_t)c->r, in = (size_t)c->entries[e].in, out = (size_t)c->entries[e].out;
+    size_t na = r * in, nb = out * r;
+    float *f = malloc((na > nb ? na : nb) * sizeof *f);
+    c->At = malloc(na * sizeof *c->At);
+    c->Bd = malloc(nb * sizeof *c->Bd);
+    int rc = -1;
+    if (!f || !c->At || !c->Bd) {
+        gt_error(err, GT_EXIT_FAILURE, "merge: out of host memory for an adapter of %zu + %zu values", na, nb);
+        goto out;
+    }
+    if (peft_adapter_read(c->a, e, false, f, na, err)) goto out;
+    for (size_t k = 0; k < r; k++)
+        for (size_t i = 0; i < in; i++) c->At[i * r + k] = f[k * in + i];
+    if (peft_adapter_read(c->a, e, true, f, nb, err)) goto out;
+    for (size_t q = 0; q < nb; q++) c->Bd[q] = f[q];
+    c->cached = e;
+    rc = 0;
+out:
+    free(f);
+    if (rc) free_cached(c);
+    return rc;
+}
+
+/* elements [e0, e0 + n) of base tensor t, merged, in the output's layout (the base's) */
+static int merge_fill(void *vctx, int t, uint64_t e0, size_t n, float *dst, GtError *err) {
+    FillCtx *c = vctx;
+    int sig = gt_stop_signal();
+    if (sig) return gt_error(err, GT_EXIT_FAILURE, "merge: stopped by signal %d; nothing was written", sig);
+    if (hf_weights_read_range_f32(c->w, t, e0, n, dst, err)) return -1;
+    const int e = c->entry_of[t];
+    if (e < 0) return 0; /* copied: hf_save rounds it to the output dtype */
+    if (load_entry(c, e, err)) return -1;
+    const size_t r = (size_t)c->r, in = (size_t)c->entries[e].in, out = (size_t)c->entries[e].out;
+    const bool tr = c->tg[e].transposed, bf16 = c->bf16;
+    const double scale = c->scale, *At = c->At, *Bd = c->Bd;
+#pragma omp parallel for schedule(static) if (n * r > 65536)
+    for (size_t k = 0; k < n; k++) {
+        const size_t idx = (size_t)e0 + k;
+        const size_t o = tr ? idx % out : idx / in, i = tr ? idx / out : idx % in; /* [in, out] or [out, in] */
+        const double *b = Bd + o * r, *a = At + i * r;
+        double s = 0;
+        for (size_t q = 0; q < r; q++) s += b[q] * a[q];
+        const double v = (double)dst[k] + scale * s;
+        dst[k] = bf16 ? merge_round_bf16(v) : (float)v;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the output directory */
+
+/* out, checked: absent, or an empty directory (never a link). 0, or -1 (code 2 / 1). */
+static int check_out(const char *out, GtError *err) {
+    struct stat sb;
+    if (lstat(out, &sb) != 0) {
+        if (errno == ENOENT) return 0;
+        return gt_error(err, errno == ENOTDIR ? GT_EXIT_BAD_INPUT : GT_EXIT_FAILURE, "%s: cannot inspect --out: %s", out,
+                        strerror(errno));
+    }
+    if (S_ISLNK(sb.st_mode)) return BAD("%s: expected a new or empty directory for --out, found a symbolic link (not followed)", out);
+    if (!S_ISDIR(sb.st_mode)) return BAD("%s: expected a new or empty directory for --out, found a file that is not a directory", out);
+    DIR *dir = opendir(out);
+    if (!dir) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot list --out: %s", out, strerror(errno));
+    const char *first = NULL;
+    for (struct dirent *de; (de = readdir(dir));)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) {
+            first = de->d_name;
+            break;
+        }
+    int rc = 0;
+    if (first)
+        rc = BAD("%s: expected a new or empty directory for --out, found one holding %.200s (merge never writes over "
+                 "files; remove it or choose another --out)", out, first);
+    closedir(dir);
+    return rc;
+}
+
+/* tmp = "<parent of out>/.<name of out>.merge-XXXXXX", created (mode 0777 & ~umask) */
+static int make_tmp(const char *out, char *tmp, size_t cap, GtError *err) {
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') len--; /* "merged/" is "merged" */
+    size_t name0 = len;
+    while (name0 > 0 && out[name0 - 1] != '/') name0--;
+    const char *name = out + name0;
+    size_t nlen = len - name0;
+    if (nlen == 0 || (nlen == 1 && name[0] == '.') || (nlen == 2 && name[0] == '.' && name[1] == '.'))
+        return BAD("%s: expected a directory name for --out (not /, . or ..)", out);
+    int k = name0 == 0 ? snprintf(tmp, cap, ".%.*s.merge-XXXXXX", (int)nlen, name)
+                       : snprintf(tmp, cap, "%.*s.%.*s.merge-XXXXXX", (int)name0, out, (int)nlen, name);
+    if (k < 0 || (size_t)k >= cap) return BAD("%.200s...: expected a shorter path for --out", out);
+    if (!mkdtemp(tmp)) {
+        int e = errno;
+        if (e == ENOENT || e == ENOTDIR)
+            return BAD("%s: expected the directory that holds --out to exist, found none", out);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create a directory beside --out: %s", out, strerror(e));
+    }
+    mode_t mask = umask(0);
+    umask(mask);
+    (void)chmod(tmp, 0777 & ~mask);
+    return 0;
+}
+
+/* tmp and every entry in it (only files of this merge: hf_save's and config.json), links unlinked */
+static void remove_tmp(const char *tmp) {
+    DIR *dir = opendir(tmp);
+    if (dir) {
+        int fd = dirfd(dir);
+        for (struct dirent *de; (de = readdir(dir));)
+            if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) (void)unlinkat(fd, de->d_name, 0);
+        closedir(dir);
+    }
+    (void)rmdir(tmp);
+}
+
+static void fsync_parent(const char *path) {
+    char dir[GT_PATH_MAX + 8];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = '\0';
+    else *slash = '\0';
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd); /* best effort */
+        close(fd);
+    }
+}
+
+/* ---------------------------------------------------------------- merge */
+
+int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
+    if (!opt || !opt->base || !opt->adapter || !opt->out || !*opt->base || !*opt->adapter || !*opt->out)
+        return BAD("merge: expected --base DIR, --adapter DIR and --out DIR");
+    if (strlen(opt->out) >= GT_PATH_MAX - 64) return BAD("%.200s...: expected a shorter path for --out", opt->out);
+    ModelDesc d;
+    if (model_desc_load(&d, opt->base, err)) return -1;
+
+    char cfile[GT_PATH_MAX + 32], wfile[GT_PATH_MAX + 32], tmp[GT_PATH_MAX + 64];
+    snprintf(cfile, sizeof cfile, "%s/%s", opt->adapter, PEFT_CONFIG_FILE);
+    snprintf(wfile, sizeof wfile, "%s/%s", opt->adapter, PEFT_WEIGHTS_FILE);
+    PeftConfig cfg;
+    bool mask[PEFT_MODULE_COUNT];
+    if (peft_config_read(cfile, &cfg, err) || peft_config_targets(&cfg, d.arch, mask, cfile, err)) return -1;
+    PeftEntry *entries = NULL;
+    int n_entries = peft_entries_for(&d, mask, &entries);
+    HfWeights *w = NULL;
+    PeftAdapter *a = NULL;
+    Target *tg = NULL;
+    int *entry_of = NULL;
+    StTensorOut *ts = NULL;
+    FillCtx ctx = {.cached = -1};
+    bool tmp_made = false;
+    int rc = -1;
+    if (n_entries < 1) {
+        BAD("%s: target_modules: expected modules of the base's %d layers, found none to adapt", cfile, d.n_layer);
+        goto done;
+    }
+    if (peft_adapter_open(&a, opt->adapter, d.arch, entries, n_entries, &cfg, err)) goto done;
+    if (peft_pissa_niter(&cfg) >= 0)
+        gt_warn("%s: init_lora_weights is \"%s\": a PiSSA adapter not converted to LoRA applies to PiSSA's residual "
+                "base, not to the original one; merged as given\n", cfile, cfg.init);
+
+    if (hf_weights_open(&w, opt->base, err)) goto done;
+    for (int k = 0; k < hf_weights_warning_count(w); k++) gt_warn("%s\n", hf_weights_warning(w, k));
+    const int n = hf_weights_count(w);
+    if (n < 1) {
+        BAD("%s: expected the base's tensors, found none", hf_weights_path(w));
+        goto done;
+    }
+    tg = gt_xcalloc((size_t)n_entries, sizeof *tg);
+    entry_of = gt_xcalloc((size_t)n, sizeof *entry_of);
+    if (plan_targets(&d, w, entries, n_entries, wfile, tg, entry_of, err)) goto done;
+
+    /* the output dtype: the base's when all its tensors share F32 or BF16, else F32 */
+    bool bf16 = opt->dtype == MERGE_DTYPE_BF16;
+    ts = gt_xcalloc((size_t)n, sizeof *ts);
+    int n_bf16 = 0;
+    for (int k = 0; k < n; k++) {
+        HfTensorInfo info;
+        hf_weights_info(w, k, &info);
+        n_bf16 += info.dtype == ST_BF16;
+        ts[k].name = info.name;
+        ts[k].ndim = info.ndim;
+        for (int q = 0; q < info.ndim; q++) ts[k].shape[q] = info.shape[q];
+    }
+    if (opt->dtype == MERGE_DTYPE_AUTO) bf16 = n_bf16 == n;
+    for (int k = 0; k < n; k++) ts[k].dtype = bf16 ? ST_BF16 : ST_F32;
+
+    if (check_out(opt->out, err) || make_tmp(opt->out, tmp, sizeof tmp, err)) goto done;
+    tmp_made = true;
+    ctx = (FillCtx){w, a, entries, tg, entry_of, cfg.r, peft_scaling(&cfg), bf16, -1, NULL, NULL};
+    HfSaveOptions so = {.max_shard_bytes = opt->max_shard_bytes, .staging_bytes = opt->staging_bytes};
+    HfShardPlan plan;
+    if (hf_plan_shards(&plan, ts, n, opt->max_shard_bytes, err)) goto done;
+    int n_shards = plan.n_shards;
+    hf_shard_plan_free(&plan);
+    if (hf_save(tmp, ts, n, &so, merge_fill, &ctx, err) || checkpoint_copy_config(tmp, d.path, bf16, err)) goto done;
+    if (rename(tmp, opt->out) != 0) {
+        gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename the merged model %s to it: %s", opt->out, tmp, strerror(errno));
+        goto done;
+    }
+    tmp_made = false;
+    fsync_parent(opt->out);
+    if (summary) {
+        int adapted = 0;
+        for (int k = 0; k < n; k++) adapted += entry_of[k] >= 0;
+        *summary = (MergeSummary){n, adapted, n_shards, bf16, ctx.scale, cfg.r};
+    }
+    rc = 0;
+done:
+    if (tmp_made) remove_tmp(tmp);
+    free_cached(&ctx);
+    free(ts);
+    free(entry_of);
+    free(tg);
+    hf_weights_close(w);
+    peft_adapter_close(a);
+    free(entries);
+    return rc;
+}
