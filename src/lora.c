@@ -4,6 +4,7 @@
  * applied to a model description. */
 #include "lora.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,7 +272,9 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         /* PEFT saves "all-linear" resolved to the module names */
         peft_config_set_targets(pc, mask);
     }
-    snprintf(pc->base_model, sizeof pc->base_model, "%s", cfg->model);
+    /* base_model_name_or_path: the model's directory, absolute, so the adapter finds it from anywhere */
+    char abs[PATH_MAX];
+    snprintf(pc->base_model, sizeof pc->base_model, "%s", realpath(cfg->model, abs) ? abs : cfg->model);
     apply_peft(d, pc, mask);
     d->lora_init = (int)kind;
     return 0;
