@@ -273,7 +273,7 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         peft_config_set_targets(pc, mask);
     }
     /* base_model_name_or_path: the model's directory, absolute, so the adapter finds it from anywhere */
-    char abs[PATH_MAX];
+    char abs[GT_PATH_MAX];
     snprintf(pc->base_model, sizeof pc->base_model, "%s", realpath(cfg->model, abs) ? abs : cfg->model);
     apply_peft(d, pc, mask);
     d->lora_init = (int)kind;
