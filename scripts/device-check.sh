@@ -39,6 +39,12 @@
 #                planned = measured device total, and a benchmark of Llama-3.2-1B's shape
 #                (tests/fixtures/hf_configs/llama-3.2-1b.json, random weights) in bf16 at T = 2048:
 #                tokens/s and MFU (6 N + 12 L T d_attn FLOPs per token, N = 1,235,814,400).
+#   (h) lora     LoRA on the GPU: lora_ops/*, lora_model/* (every module's adapter gradients against
+#                finite differences of the double reference, with rslora and dropout) and
+#                lora_train/*; the small Llama with adapters on all seven projections and dropout 0.1
+#                on device=cpu and device=cuda (per-step loss and grad norm, 1e-5 at step 1),
+#                recompute/offload bit-identity with dropout (fp32 and bf16), planned = measured,
+#                and a LoRA r 16 benchmark on Llama-3.2-1B's shape beside (g)'s full fine-tuning.
 #   (f) nccl     with 2+ GPUs (nvidia-smi -L): the (e) benchmark on N = min(GPUs, 8) ranks over NCCL
 #                (mpirun -np N; without mpirun, N processes with RANK/WORLD_SIZE/LOCAL_RANK and the id
 #                through dist_init_file, as srun alone would), and the scaling efficiency
@@ -458,6 +464,62 @@ if [ "$GPU_OK" = 1 ]; then
   fi
 else
   record g-llama SKIP "no working GPU backend"
+fi
+
+# ------------------------------------------------------------------ (h) LoRA and PiSSA
+# The small Llama's own random weights as the frozen base (model: its config.json), adapters on all
+# seven projections with dropout: the tests against the double reference with finite differences,
+# CPU against GPU per step, recompute/offload bit-identity with dropout, planned = measured; then a
+# LoRA r 16 benchmark on Llama-3.2-1B's shape (bf16, T = 2048, frozen bf16 base).
+if [ "$GPU_OK" = 1 ]; then
+  crit "h-lora-model" 'lora_@(ops|model|train)/*' 150 || true
+  export SMALL_CONFIG=configs/llama-shakespeare.yaml
+  lora=(lora.r=8 lora.lora_alpha=16 lora.lora_dropout=0.1 lora.target_modules=all-linear)
+  if have_time 60 && small_run h-cpu cpu 60 "${lora[@]}" && small_run h-gpu "$DEV" 60 "${lora[@]}"; then
+    compare_runs h-lora-step h-cpu h-gpu 1e-5 1e-3
+  else
+    record h-lora-step FAIL "a LoRA gtrain run failed - see log"
+  fi
+  if have_time 60; then
+    ok=1
+    small_run h-none "$DEV" 40 "${lora[@]}" gradient_checkpointing=false || ok=0
+    small_run h-offload "$DEV" 40 "${lora[@]}" gradient_checkpointing=true every_n_layers=1 offload=true || ok=0
+    small_run h-bf16-none "$DEV" 40 "${lora[@]}" precision=bf16 gradient_checkpointing=false || ok=0
+    small_run h-bf16-every2 "$DEV" 40 "${lora[@]}" precision=bf16 gradient_checkpointing=true every_n_layers=2 || ok=0
+    diffs=""
+    if [ "$ok" = 1 ]; then
+      same_metrics h-none h-offload
+      same_metrics h-bf16-none h-bf16-every2
+      [ -z "$diffs" ] && record h-lora-bitident PASS "none = offload; bf16: none = every 2 (dropout 0.1)" ||
+        record h-lora-bitident FAIL "differs from no-recompute:$diffs"
+    else
+      record h-lora-bitident FAIL "a LoRA recompute run failed - see log"
+    fi
+    row="$(grep -a -E '^ *device total' "$WORK/run-h-bf16-every2.out" 2>/dev/null | head -1 || true)"
+    read -r planned measured <<<"$(echo "$row" | sed -E 's/^ *device total +//' | awk '{ print $1 $2, $3 $4 }')"
+    [ -n "$measured" ] && [ "$planned" = "$measured" ] && record h-lora-mem PASS "planned $planned = measured $measured" ||
+      record h-lora-mem FAIL "planned ${planned:-?}, measured ${measured:-?}"
+  fi
+  unset SMALL_CONFIG
+  if have_time 90; then
+    hsets=(--set device="$DEV" --set model="$ROOT/tests/fixtures/hf_configs/llama-3.2-1b.json"
+           --set data.train="$ROOT/data/tinyshakespeare.txt" --set data.format=text --set data.val= --set data.seq_len=2048
+           --set precision=bf16 --set per_device_train_batch_size=auto --set train_batch_size="${LLAMA_BENCH_BATCH:-8}"
+           --set max_steps="$BENCH_STEPS" --set logging_steps=1 --set eval_steps=0 --set eval_max_batches=1
+           --set save_steps=0 --set warmup_steps=0 --set sample_max_new_tokens=0 --set output_dir="$WORK/run-h-bench"
+           --set lora.r=16 --set lora.lora_alpha=32 --set lora.target_modules=all-linear)
+    if run_to "$WORK/run-h-bench.out" 150 "$GT" --config configs/gpt2-124m.yaml "${hsets[@]}"; then
+      tps="$(median_of h-bench tokens_per_sec || true)"
+      [ -n "$tps" ] && record h-lora-bench PASS "LoRA r 16 all-linear on Llama-3.2-1B's shape, bf16 T=2048 batch ${LLAMA_BENCH_BATCH:-8}: $(printf '%.0f' "$tps") tok/s, step $(median_of h-bench device_time_ms || echo ?) ms (full fine-tuning: g-llama-bench)" ||
+        record h-lora-bench FAIL "no tokens_per_sec in the LoRA benchmark's metrics - see log"
+    else
+      record h-lora-bench FAIL "the LoRA benchmark run failed - see log"
+    fi
+  else
+    record h-lora-bench SKIP "out of time budget"
+  fi
+else
+  record h-lora SKIP "no working GPU backend"
 fi
 
 # ------------------------------------------------------------------ (f) data parallel over NCCL
