@@ -1,0 +1,1265 @@
+/* test_lora_train.c - training a LoRA / PiSSA model, each check against an independent reference
+ * or an exact invariant (suite lora_train):
+ *   accumulation   (B, A) = (8, 1), (4, 2), (2, 4), (1, 8) over the same 8 rows: without dropout
+ *                  the accumulated adapter gradients agree with each other within test_model.c's
+ *                  bounds for full fine-tuning (and the big batch with the double reference's
+ *                  finite differences); with dropout micro-batch a drops with dropout_micro a, so
+ *                  each split is a sum over different masks: each is checked against the sum of
+ *                  the double reference's per-micro-batch gradients, with those masks
+ *   recompute      loss, every adapter gradient and the adapters after AdamW bit for bit the same
+ *                  under every recompute / offload setting, fp32 and bf16, dropout 0.1
+ *   plan           plan_memory per category == what model_create allocated, with the frozen base
+ *                  and the trainable bytes also computed here from the dims alone
+ *   PiSSA          the initialised model is the base model (loss), W_res + s B A = W per block,
+ *                  A and B are a Jacobi SVD's (written here) singular pairs, pissa_niter_4
+ *                  captures a known decaying spectrum, the rank-2r conversion over the original
+ *                  base gives the trained PiSSA model's loss
+ *   init           lora_init_tensor's distributions (gaussian, false, true) by statistics */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "lora.h"
+#include "model.h"
+#include "optim.h"
+#include "peft.h"
+#include "plan.h"
+#include "ref_gpt.h"
+#include "ref_llama.h"
+#include "ref_lora.h"
+#include "test_backend_select.h"
+#include "test_util.h"
+#include "trainer.h"
+
+/* ---------------------------------------------------------------- helpers (the test's own) */
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return *s;
+}
+static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
+static double rng_normal(uint64_t *s) {
+    const double u1 = (rng_uniform(s) * 9007199254740991.0 + 1.0) / 9007199254740992.0, u2 = rng_uniform(s);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+static uint64_t key_fn(uint64_t seed, long step, int micro, int layer, int module) {
+    return lora_dropout_key(seed, step, micro, layer, (PeftModule)module);
+}
+
+#define LLAMA_ALL 0x7fu
+#define GPT_ALL (0xfu << PEFT_C_ATTN)
+#define BIT(m) (1u << (m))
+
+/* a GQA Llama with q/k/v and o biases, untied (test_lora_model's); a tied GPT-2 */
+static ModelDesc base_desc(bool llama, int L) {
+    ModelDesc d;
+    if (llama)
+        d = (ModelDesc){.arch = ARCH_LLAMA, .n_layer = L, .n_head = 4, .n_kv_head = 2, .head_dim = 4, .n_embd = 16,
+                        .n_inner = 24, .vocab_size = 32, .n_positions = 64, .layer_norm_epsilon = 1e-5,
+                        .rope_theta = 10000.0, .qkv_bias = true, .o_bias = true};
+    else
+        d = (ModelDesc){.arch = ARCH_GPT2, .n_layer = L, .n_head = 2, .n_embd = 16, .n_inner = 64, .vocab_size = 32,
+                        .n_positions = 32, .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    snprintf(d.model_type, sizeof d.model_type, "%s", llama ? "llama" : "gpt2");
+    model_desc_defaults(&d);
+    return d;
+}
+
+/* PEFT's scaling, written here: alpha / r, or alpha / sqrt(r) with rslora */
+static double scaling(double alpha, int r, bool rslora) { return rslora ? alpha / sqrt((double)r) : alpha / r; }
+
+/* the other Llama: tied embeddings, MQA, MLP biases and none on the attention */
+static ModelDesc tied_llama(ModelDesc d) {
+    d.tie_word_embeddings = true, d.n_kv_head = 1, d.qkv_bias = false, d.o_bias = false, d.mlp_bias = true;
+    return d;
+}
+
+static ModelDesc lora_desc(bool llama, int L, int r, double alpha, uint32_t targets, bool rslora, double p,
+                           LoraInit init) {
+    ModelDesc d = base_desc(llama, L);
+    d.lora_r = r, d.lora_targets = targets, d.lora_scale = scaling(alpha, r, rslora), d.lora_dropout = p;
+    d.lora_init = (int)init;
+    return d;
+}
+
+/* the module's input and output widths, from the model's dims */
+static void module_dims(const ModelDesc *d, int module, int *in, int *out) {
+    const int C = d->n_embd, I = d->n_inner, QD = d->n_head * d->head_dim, KD = d->n_kv_head * d->head_dim;
+    switch (module) {
+    case PEFT_Q_PROJ: *in = C, *out = QD; break;
+    case PEFT_K_PROJ: case PEFT_V_PROJ: *in = C, *out = KD; break;
+    case PEFT_O_PROJ: *in = QD, *out = C; break;
+    case PEFT_GATE_PROJ: case PEFT_UP_PROJ: *in = C, *out = I; break;
+    case PEFT_DOWN_PROJ: *in = I, *out = C; break;
+    case PEFT_C_ATTN: *in = C, *out = 3 * C; break;
+    case PEFT_ATTN_C_PROJ: *in = C, *out = C; break;
+    case PEFT_C_FC: *in = C, *out = I; break;
+    default: *in = I, *out = C; break; /* mlp.c_proj */
+    }
+}
+
+static bool module_of(const ModelDesc *d, int mod) {
+    return d->arch == ARCH_GPT2 ? mod >= PEFT_C_ATTN : mod < PEFT_C_ATTN;
+}
+
+/* where the module's weight sits in gtrain's fused base tensors (q | k | v, gate | up), from the
+ * dims: the tensor's role and the first of its rows */
+static TensorRole module_site(const ModelDesc *d, int mod, int64_t *row0) {
+    const int QD = d->n_head * d->head_dim, KD = d->n_kv_head * d->head_dim;
+    *row0 = 0;
+    switch (mod) {
+    case PEFT_Q_PROJ: return ROLE_QKV_W;
+    case PEFT_K_PROJ: *row0 = QD; return ROLE_QKV_W;
+    case PEFT_V_PROJ: *row0 = QD + KD; return ROLE_QKV_W;
+    case PEFT_O_PROJ: return ROLE_O_W;
+    case PEFT_GATE_PROJ: return ROLE_FC_W;
+    case PEFT_UP_PROJ: *row0 = d->n_inner; return ROLE_FC_W;
+    case PEFT_DOWN_PROJ: return ROLE_DOWN_W;
+    case PEFT_C_ATTN: return ROLE_QKV_W;
+    case PEFT_ATTN_C_PROJ: return ROLE_O_W;
+    case PEFT_C_FC: return ROLE_FC_W;
+    default: return ROLE_DOWN_W;
+    }
+}
+
+/* the architecture's parameter count, from the dims (HF's tensors, a tied head once) */
+static uint64_t base_params_from_dims(const ModelDesc *d) {
+    const uint64_t C = (uint64_t)d->n_embd, I = (uint64_t)d->n_inner, V = (uint64_t)d->vocab_size;
+    const uint64_t L = (uint64_t)d->n_layer;
+    if (d->arch == ARCH_GPT2) {
+        const uint64_t layer = 2 * C + (3 * C * C + 3 * C) + (C * C + C) + 2 * C + (I * C + I) + (C * I + C);
+        return V * C + (uint64_t)d->n_positions * C + L * layer + 2 * C + (d->tie_word_embeddings ? 0 : V * C);
+    }
+    const uint64_t QD = (uint64_t)(d->n_head * d->head_dim), KD = (uint64_t)(d->n_kv_head * d->head_dim);
+    const uint64_t layer = C + (QD + 2 * KD) * C + (d->qkv_bias ? QD + 2 * KD : 0) + C * QD + (d->o_bias ? C : 0) + C +
+                           2 * I * C + (d->mlp_bias ? 2 * I : 0) + C * I + (d->mlp_bias ? C : 0);
+    return V * C + L * layer + C + (d->tie_word_embeddings ? 0 : V * C);
+}
+
+/* the adapters' parameter count, from the dims: r (in + out) per adapted module and layer */
+static uint64_t lora_params_from_dims(const ModelDesc *d) {
+    uint64_t n = 0;
+    for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
+        if (!(d->lora_targets & BIT(mod)) || !module_of(d, mod)) continue;
+        int in, out;
+        module_dims(d, mod, &in, &out);
+        n += (uint64_t)d->lora_r * (uint64_t)(in + out);
+    }
+    return n * (uint64_t)d->n_layer;
+}
+
+static float *dev_floats(Backend *be, const float *dev, size_t n) {
+    float *h = malloc((n ? n : 1) * sizeof *h);
+    GtError err = {0};
+    cr_assert(h);
+    cr_assert_eq(be->ops->to_host(be, h, dev, n * sizeof *h, &err), 0, "%s", err.msg);
+    return h;
+}
+
+/* every base weight uniform(-0.3, 0.3), norm weights around 1, biases +-0.2 */
+static float *random_base(const ParamLayout *bl, uint64_t seed) {
+    float *h = malloc(bl->total * sizeof *h);
+    uint64_t s = seed;
+    for (int i = 0; i < bl->n_tensors; i++) {
+        const ParamTensor *t = &bl->tensors[i];
+        const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
+        const double a = t->ndim == 1 && !norm ? 0.2 : 0.3;
+        for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * rng_uniform(&s) - 1));
+    }
+    return h;
+}
+
+static float *random_floats(size_t n, double amp, uint64_t seed) {
+    float *h = malloc(n * sizeof *h);
+    uint64_t s = seed;
+    for (size_t k = 0; k < n; k++) h[k] = (float)(amp * (2 * rng_uniform(&s) - 1));
+    return h;
+}
+
+/* the base weights into the model (the frozen base under LoRA, narrowed to the act dtype; the
+ * params of a plain model) */
+static void put_base(Model *m, const float *h) {
+    const size_t n = m->base_layout.total;
+    float *tmp = malloc(n * sizeof *tmp);
+    memcpy(tmp, h, n * sizeof *tmp);
+    GtError err = {0};
+    cr_assert_eq(model_upload_base(m, 0, tmp, n, &err), 0, "%s", err.msg);
+    free(tmp);
+    model_params_changed(m);
+}
+
+static void put_params(Model *m, const float *h) {
+    GtError err = {0};
+    cr_assert_eq(m->be->ops->to_device(m->be, m->params, h, m->layout.total * sizeof *h, &err), 0, "%s", err.msg);
+    model_params_changed(m);
+}
+
+static float *get_base(Model *m) {
+    const size_t n = m->base_layout.total;
+    float *h = malloc(n * sizeof *h);
+    GtError err = {0};
+    cr_assert_eq(model_download_base(m, 0, h, n, &err), 0, "%s", err.msg);
+    return h;
+}
+
+static double max_abs(const float *x, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
+    return m;
+}
+static double max_diff(const float *x, const float *y, size_t n) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - y[i]));
+    return m;
+}
+
+static double eval_loss(Model *m, const int *tok, const int *tgt, int rows) {
+    GtError err = {0};
+    double s = 0;
+    cr_assert_eq(model_step(m, tok, tgt, rows, 1.0f, false, &s, &err), 0, "%s", err.msg);
+    const long n = count_items(tgt, (size_t)rows * m->T);
+    cr_assert(n > 0);
+    return s / (double)n;
+}
+
+static void random_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, int mask_every) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = (int)(rng_next(&s) % (uint64_t)V);
+        tgt[i] = mask_every && i % (size_t)mask_every == 3 ? -100 : (int)(rng_next(&s) % (uint64_t)V);
+    }
+}
+
+/* ---------------------------------------------------------------- the double reference */
+
+typedef struct {
+    ModelDesc d;
+    bool llama;
+    RefLlamaCfg rc;
+    RefTensor *ref;
+    int n_ref;
+    ParamLayout bl; /* GPT-2: the base, double, in gtrain's layout */
+    double *base_d;
+    RefLora lo;
+    const int *tok, *tgt; /* A micro-batches of B rows of T */
+    int B, A, T;
+    long items;           /* over all of them: LOSS_NORM_TOKENS */
+} Ref;
+
+/* the reference for base weights base_h (gtrain's base layout) and adapters ad_h (gtrain's adapter
+ * layout, bound by each tensor's layer, module and A/B, their shapes checked against PEFT's) */
+static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const float *ad_h, double alpha, bool rslora) {
+    memset(r, 0, sizeof *r);
+    r->d = *d;
+    r->llama = d->arch == ARCH_LLAMA;
+    param_layout_init(&r->bl, d);
+    if (r->llama) {
+        r->rc = (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
+                              .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
+                              .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
+                              .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
+                              .tie = d->tie_word_embeddings};
+        r->ref = ref_llama_alloc(&r->rc, &r->n_ref);
+        cr_assert(r->ref);
+        for (int i = 0; i < r->bl.n_tensors; i++) {
+            const ParamTensor *t = &r->bl.tensors[i];
+            for (int b = 0; b < t->spec->n_blocks; b++) {
+                char name[128];
+                int64_t row0, rows;
+                arch_block_name(t, b, name, sizeof name, d, &row0, &rows);
+                RefTensor *rt = ref_llama_find(r->ref, r->n_ref, name);
+                cr_assert(rt, "reference has no tensor %s", name);
+                const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+                cr_assert_eq(rt->rows * rt->cols, rows * cols, "%s", name);
+                for (int64_t k = 0; k < rows * cols; k++) rt->data[k] = base_h[t->offset + (size_t)(row0 * cols + k)];
+            }
+        }
+    } else {
+        r->base_d = malloc(r->bl.total * sizeof *r->base_d);
+        for (size_t k = 0; k < r->bl.total; k++) r->base_d[k] = base_h[k];
+    }
+    ref_lora_init(&r->lo, d->n_layer, d->lora_r, ref_lora_scaling(alpha, d->lora_r, rslora));
+    ParamLayout pl;
+    lora_layout_init(&pl, d);
+    cr_assert_eq((uint64_t)pl.total, lora_params_from_dims(d));
+    for (int i = 0; i < pl.n_tensors; i += 2) {
+        const ParamTensor *ta = &pl.tensors[i], *tb = &pl.tensors[i + 1];
+        cr_assert(!ta->lora_B && tb->lora_B && ta->peft_module == tb->peft_module && ta->layer == tb->layer, "%s, %s",
+                  ta->name, tb->name);
+        int in, out;
+        module_dims(d, ta->peft_module, &in, &out);
+        cr_assert(ta->shape[0] == d->lora_r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->lora_r,
+                  "%s: not PEFT's shapes", ta->name);
+        RefLoraAdapter *a = ref_lora_add(&r->lo, ta->layer, ta->peft_module, in, out);
+        for (size_t k = 0; k < ta->numel; k++) a->A[k] = ad_h[ta->offset + k];
+        for (size_t k = 0; k < tb->numel; k++) a->B[k] = ad_h[tb->offset + k];
+    }
+    param_layout_free(&pl);
+}
+
+static void ref_close(Ref *r) {
+    ref_lora_free(&r->lo);
+    if (r->ref) ref_llama_free(r->ref, r->n_ref);
+    free(r->base_d);
+    param_layout_free(&r->bl);
+}
+
+/* the accumulated loss as trainer_accumulate defines it (LOSS_NORM_TOKENS): the sum over the
+ * micro-batches of their summed token losses, micro-batch a dropping with micro a (its rows
+ * indexed from 0), over the items of all of them */
+static double ref_accum_loss(void *vr, const RefLora *lo) {
+    Ref *r = vr;
+    double total = 0;
+    const size_t rows = (size_t)r->B * r->T;
+    for (int a = 0; a < r->A; a++) {
+        RefLora la = *lo;
+        la.micro = a;
+        const int *tk = r->tok + a * rows, *tg = r->tgt + a * rows;
+        if (r->llama) {
+            const long n = count_items(tg, rows);
+            if (n) total += ref_llama_loss_lora(&r->rc, r->ref, r->n_ref, &la, tk, tg, r->B, r->T) * (double)n;
+        } else {
+            long cnt = 0;
+            total += ref_gpt_loss_sum_lora(&r->d, &r->bl, r->base_d, &la, tk, tg, r->B, r->T, &cnt);
+        }
+    }
+    return total / (double)r->items;
+}
+
+/* the model's gradient (layout order) against the reference's finite differences, every tensor;
+ * returns the largest reference gradient */
+static double expect_grads_match_ref(Ref *r, const float *g, const ModelDesc *d, const char *what) {
+    const double gmax = ref_lora_fd_grads(&r->lo, ref_accum_loss, r, 1e-6);
+    cr_assert(isfinite(gmax) && gmax > 1e-3, "%s: reference gradients all tiny (%g)", what, gmax);
+    ParamLayout pl;
+    lora_layout_init(&pl, d);
+    double worst = 0;
+    for (int i = 0; i < pl.n_tensors; i++) {
+        const ParamTensor *t = &pl.tensors[i];
+        const RefLoraAdapter *a = &r->lo.ad[t->layer][t->peft_module];
+        const double *fd = t->lora_B ? a->dB : a->dA;
+        double diff = 0, big = 0;
+        size_t at = 0;
+        for (size_t k = 0; k < t->numel; k++) {
+            const double e = fabs((double)g[t->offset + k] - fd[k]);
+            if (e > diff) diff = e, at = k;
+            big = fmax(big, fabs(fd[k]));
+        }
+        /* test_lora_model's bound: fp32 gradients against a double central difference */
+        cr_assert(diff <= 1e-4 * gmax, "%s: %s[%zu]: gradient %.8g, reference %.8g (largest %.3g)", what, t->name, at,
+                  g[t->offset + at], fd[at], gmax);
+        cr_assert(big > 1e-3 * gmax, "%s: %s: reference gradient nearly zero (%.3g of %.3g)", what, t->name, big, gmax);
+        worst = fmax(worst, diff);
+    }
+    param_layout_free(&pl);
+    cr_log_info("%s: gradients within %.3g of the reference's (largest %.3g)", what, worst / gmax, gmax);
+    return gmax;
+}
+
+/* ---------------------------------------------------------------- 1. accumulation */
+
+enum { AR = 3, AT = 8 };
+static const double AALPHA = 6.0;
+static const uint64_t DROP_SEED = 4242;
+static const long DROP_STEP = 3;
+
+typedef struct {
+    float *grads, *params;
+    double loss;
+} Split;
+
+static Split run_split(const ModelDesc *d, int B, int A, const int *tok, const int *tgt, const float *base_h,
+                       const float *ad_h) {
+    Backend *be = test_backend_open();
+    backend_set_act_dtype(be, GT_F32);
+    Model *m = NULL;
+    GtError err = {0};
+    cr_assert_eq(model_create(&m, d, be, B, AT, recompute_policy(false, 1, false, d->n_layer), 11, &err), 0, "%s",
+                 err.msg);
+    put_base(m, base_h);
+    put_params(m, ad_h);
+    m->dropout_seed = DROP_SEED, m->dropout_step = DROP_STEP;
+    const long items = count_items(tgt, (size_t)8 * AT);
+    double loss_sum = 0;
+    cr_assert_eq(trainer_accumulate(m, tok, tgt, B, A, 1, LOSS_NORM_TOKENS, items, &loss_sum, &err), 0, "%s", err.msg);
+    Split s = {.loss = loss_sum / (double)items};
+    s.grads = dev_floats(be, m->grads, m->layout.total);
+    RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
+    adamw_step(m, 1e-3, &cfg, 1);
+    s.params = dev_floats(be, m->params, m->layout.total);
+    model_free(m);
+    backend_close(be);
+    return s;
+}
+
+static void check_accumulation(bool llama, bool tied, uint32_t targets, double p) {
+    ModelDesc d = lora_desc(llama, 2, AR, AALPHA, targets, false, p, LORA_INIT_FALSE);
+    if (tied) d = tied_llama(d);
+    int tok[8 * AT], tgt[8 * AT];
+    random_tokens(tok, tgt, 8 * AT, d.vocab_size, 1234 + targets, 0);
+    for (int r = 0; r < 8; r++) /* row r has r of its targets masked: the counts differ, every row counts */
+        for (int t = 0; t < r; t++) tgt[r * AT + t] = -100;
+    const long items = count_items(tgt, 8 * AT);
+    ParamLayout bl, pl;
+    param_layout_init(&bl, &d);
+    lora_layout_init(&pl, &d);
+    const size_t n = pl.total;
+    float *base_h = random_base(&bl, 50 + targets), *ad_h = random_floats(n, 0.3, 60 + targets);
+    const int splits[4][2] = {{8, 1}, {4, 2}, {2, 4}, {1, 8}};
+    Split s[4];
+    for (int k = 0; k < 4; k++) s[k] = run_split(&d, splits[k][0], splits[k][1], tok, tgt, base_h, ad_h);
+    char what[128];
+    Ref r;
+    ref_open(&r, &d, base_h, ad_h, AALPHA, false);
+    r.lo.p = p, r.lo.key = key_fn, r.lo.seed = DROP_SEED, r.lo.step = DROP_STEP;
+    r.tok = tok, r.tgt = tgt, r.T = AT, r.items = items;
+    if (p == 0) {
+        /* one reference: the big batch */
+        r.B = 8, r.A = 1;
+        snprintf(what, sizeof what, "%s targets %#x (8,1)", llama ? (tied ? "tied llama" : "llama") : "gpt2", targets);
+        const double want = ref_accum_loss(&r, &r.lo);
+        cr_assert(fabs(s[0].loss - want) <= 1e-5 * fabs(want), "%s: loss %.9g, reference %.9g", what, s[0].loss, want);
+        expect_grads_match_ref(&r, s[0].grads, &d, what);
+        const double gmax = max_abs(s[0].grads, n);
+        for (int k = 1; k < 4; k++) {
+            /* test_model.c's bounds for full fine-tuning: the same sums in another order */
+            const double dg = max_diff(s[k].grads, s[0].grads, n);
+            cr_assert(dg <= 1e-5 * gmax, "%s (%d,%d): grads differ by %g (max %g)", what, splits[k][0], splits[k][1], dg,
+                      gmax);
+            cr_log_info("%s (%d,%d): grads within %.3g of the big batch's (relative to the largest)", what, splits[k][0],
+                        splits[k][1], dg / gmax);
+            for (size_t i = 0; i < n; i++) {
+                const double e = fabs((double)s[k].grads[i] - s[0].grads[i]);
+                const double g = fmax(fabs(s[k].grads[i]), fabs(s[0].grads[i]));
+                const double bound = 2e-3 * e / (g + 1e-8) + 2.4e-7 * (fabs(s[0].params[i]) + 1e-3);
+                cr_assert(fabs((double)s[k].params[i] - s[0].params[i]) <= bound,
+                          "%s (%d,%d): AdamW update of adapter value %zu differs by %g (bound %g)", what, splits[k][0],
+                          splits[k][1], i, fabs((double)s[k].params[i] - s[0].params[i]), bound);
+            }
+            cr_assert(fabs(s[k].loss - s[0].loss) <= 1e-6 * fabs(s[0].loss), "%s (%d,%d): loss %.9g vs %.9g", what,
+                      splits[k][0], splits[k][1], s[k].loss, s[0].loss);
+        }
+    } else {
+        /* each split sums over its own masks: against the reference with those masks */
+        double gmax = 0;
+        for (int k = 0; k < 4; k++) {
+            r.B = splits[k][0], r.A = splits[k][1];
+            snprintf(what, sizeof what, "%s targets %#x dropout %g (%d,%d)",
+                     llama ? (tied ? "tied llama" : "llama") : "gpt2", targets, p, r.B, r.A);
+            const double want = ref_accum_loss(&r, &r.lo);
+            cr_assert(fabs(s[k].loss - want) <= 1e-5 * fabs(want), "%s: loss %.9g, reference %.9g", what, s[k].loss,
+                      want);
+            gmax = fmax(gmax, expect_grads_match_ref(&r, s[k].grads, &d, what));
+        }
+        /* and the masks do differ between the splits, far beyond the bounds above: a trainer that
+         * dropped every micro-batch alike (or the big batch's mask) would fail the references */
+        const double dg = max_diff(s[3].grads, s[0].grads, n);
+        cr_assert(dg > 1e-2 * gmax, "dropout: (1,8) and (8,1) gradients differ only by %.3g of %.3g", dg, gmax);
+        cr_log_info("%s: (1,8) vs (8,1) differ by %.3g of the largest gradient (other masks)", what, dg / gmax);
+    }
+    ref_close(&r);
+    for (int k = 0; k < 4; k++) free(s[k].grads), free(s[k].params);
+    free(base_h), free(ad_h);
+    param_layout_free(&bl), param_layout_free(&pl);
+}
+
+Test(lora_train, llama_accumulation_matches_the_big_batch, .timeout = 60) {
+    const uint32_t sets[3] = {BIT(PEFT_Q_PROJ) | BIT(PEFT_V_PROJ), BIT(PEFT_O_PROJ) | BIT(PEFT_DOWN_PROJ), LLAMA_ALL};
+    for (int k = 0; k < 3; k++) check_accumulation(true, false, sets[k], 0.0);
+    check_accumulation(true, true, LLAMA_ALL, 0.0);
+}
+Test(lora_train, gpt2_accumulation_matches_the_big_batch, .timeout = 60) {
+    const uint32_t sets[3] = {BIT(PEFT_C_ATTN), BIT(PEFT_ATTN_C_PROJ) | BIT(PEFT_C_FC), GPT_ALL};
+    for (int k = 0; k < 3; k++) check_accumulation(false, false, sets[k], 0.0);
+}
+Test(lora_train, llama_accumulation_with_dropout_sums_each_micro_batchs_mask, .timeout = 60) {
+    check_accumulation(true, false, BIT(PEFT_K_PROJ) | BIT(PEFT_UP_PROJ), 0.1);
+    check_accumulation(true, true, LLAMA_ALL, 0.1);
+}
+Test(lora_train, gpt2_accumulation_with_dropout_sums_each_micro_batchs_mask, .timeout = 60) {
+    /* one target set: the GPT-2 reference is the slow one (~1 ms a loss, 2 per adapter value) */
+    check_accumulation(false, false, BIT(PEFT_C_ATTN) | BIT(PEFT_MLP_C_PROJ), 0.1);
+}
+
+/* ---------------------------------------------------------------- 2. recompute and offload */
+
+typedef struct {
+    double losses[3];
+    float *grads1, *params3; /* the gradient of step 1, the adapters after 3 steps */
+} RcRun;
+
+/* 3 optimizer steps of 2 micro-batches (trainer_accumulate, clipping at 1, AdamW), dropout 0.1 */
+static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const float *base_h, const float *ad_h) {
+    enum { B = 2, T = 8 };
+    Backend *be = test_backend_open();
+    backend_set_act_dtype(be, act);
+    Model *m = NULL;
+    GtError err = {0};
+    cr_assert_eq(model_create(&m, d, be, B, T, pol, 5, &err), 0, "%s", err.msg);
+    cr_assert_eq(m->act, act);
+    put_base(m, base_h);
+    put_params(m, ad_h);
+    m->dropout_seed = 99;
+    RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
+    RcRun r = {.grads1 = NULL};
+    int tok[2 * B * T], tgt[2 * B * T];
+    for (int step = 1; step <= 3; step++) {
+        random_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
+        const long items = count_items(tgt, 2 * B * T);
+        m->dropout_step = step;
+        double s = 0;
+        cr_assert_eq(trainer_accumulate(m, tok, tgt, B, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
+        r.losses[step - 1] = s / (double)items;
+        if (step == 1) r.grads1 = dev_floats(be, m->grads, m->layout.total);
+        clip_grads(m, grad_global_norm(m), 1.0);
+        adamw_step(m, 1e-2, &cfg, step);
+        model_zero_grads(m);
+    }
+    r.params3 = dev_floats(be, m->params, m->layout.total);
+    model_free(m);
+    backend_close(be);
+    return r;
+}
+
+/* every recompute setting of 4 layers (every_n_layers 1 and 2, offload off and on) against none,
+ * bit for bit: the recomputed forward re-draws the same masks (a pure function of the key), and
+ * nothing else may differ. fp32 and bf16 (the bf16 run must differ from the fp32 one: in effect). */
+static void check_recompute(bool llama) {
+    const ModelDesc d = lora_desc(llama, 4, AR, AALPHA, llama ? LLAMA_ALL : GPT_ALL, false, 0.1, LORA_INIT_FALSE);
+    ParamLayout bl;
+    param_layout_init(&bl, &d);
+    float *base_h = random_base(&bl, 7), *ad_h = random_floats(lora_params_from_dims(&d), 0.3, 8);
+    const size_t n = lora_params_from_dims(&d);
+    const RecomputePolicy pols[4] = {recompute_policy(true, 1, false, 4), recompute_policy(true, 2, false, 4),
+                                     recompute_policy(true, 1, true, 4), recompute_policy(true, 2, true, 4)};
+    double loss_f32 = 0;
+    for (int act = GT_F32; act <= GT_BF16; act++) {
+        RcRun base = run_rc(&d, (GtDtype)act, recompute_policy(false, 1, false, 4), base_h, ad_h);
+        cr_assert(max_abs(base.grads1, n) > 1e-3, "gradients all tiny");
+        for (int k = 0; k < 4; k++) {
+            RcRun r = run_rc(&d, (GtDtype)act, pols[k], base_h, ad_h);
+            const char *dt = gt_dtype_name((GtDtype)act);
+            const int every = k % 2 ? 2 : 1, off = k >= 2;
+            cr_assert(memcmp(r.losses, base.losses, sizeof base.losses) == 0,
+                      "%s every_n_layers %d offload %d: losses %.9g %.9g %.9g, without recompute %.9g %.9g %.9g", dt,
+                      every, off, r.losses[0], r.losses[1], r.losses[2], base.losses[0], base.losses[1],
+                      base.losses[2]);
+            cr_assert(memcmp(r.grads1, base.grads1, n * sizeof(float)) == 0,
+                      "%s every_n_layers %d offload %d: adapter gradients not bit-identical (max diff %.3g)", dt, every,
+                      off, max_diff(r.grads1, base.grads1, n));
+            cr_assert(memcmp(r.params3, base.params3, n * sizeof(float)) == 0,
+                      "%s every_n_layers %d offload %d: adapters after 3 steps not bit-identical", dt, every, off);
+            free(r.grads1), free(r.params3);
+        }
+        if (act == GT_F32) loss_f32 = base.losses[0];
+        else cr_assert(base.losses[0] != loss_f32, "bf16's loss equals fp32's bit for bit: bf16 is not in effect");
+        cr_log_info("%s %s: step-1 loss %.9g, recompute and offload bit-identical", llama ? "llama" : "gpt2",
+                    gt_dtype_name((GtDtype)act), base.losses[0]);
+        free(base.grads1), free(base.params3);
+    }
+    free(base_h), free(ad_h);
+    param_layout_free(&bl);
+}
+
+Test(lora_train, llama_recompute_and_offload_are_bit_identical_fp32_and_bf16, .timeout = 60) { check_recompute(true); }
+Test(lora_train, gpt2_recompute_and_offload_are_bit_identical_fp32_and_bf16, .timeout = 60) { check_recompute(false); }
+
+/* ---------------------------------------------------------------- 3. the memory plan */
+
+/* plan_memory per category == what model_create(_sharded) allocated (the backend's tracker), over
+ * B, T, recompute, the act dtype, dropout and ZeRO-1 shards; and the categories LoRA changes,
+ * computed here from the dims alone: the frozen base is the architecture's parameters once in
+ * the act dtype; params, grads and AdamW state are the adapters only (ZeRO-1: padded to world
+ * shards, AdamW per shard; bf16 adds a bf16 copy of the adapters); the workspace is the full
+ * model's plus one adapter application's (x A^T and its gradient [BT, r] each, the output block
+ * [BT, widest output], the input gradient [BT, widest input], and with dropout the dropped input
+ * [BT, widest input]); every other category is the full model's (no activation is kept per adapter). */
+Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeout = 60) {
+    const int Bs[2] = {1, 3}, Ts[2] = {8, 24}, L = 3;
+    /* world, rank: world 11 divides none of these adapter counts (r L = 15 times 56, 72, 232, 64, 32, 256):
+     * padded shards */
+    const int shards[5][2] = {{1, 0}, {2, 0}, {2, 1}, {11, 0}, {11, 10}};
+    /* target sets whose widest input and widest output block differ both ways, and agree */
+    const uint32_t sets[2][3] = {
+        {BIT(PEFT_Q_PROJ) | BIT(PEFT_V_PROJ), BIT(PEFT_O_PROJ) | BIT(PEFT_DOWN_PROJ), LLAMA_ALL},
+        {BIT(PEFT_C_ATTN), BIT(PEFT_ATTN_C_PROJ), GPT_ALL}};
+    int cases = 0, padded = 0;
+    for (int variant = 0; variant < 3; variant++) /* GPT-2, the Llama with biases, the tied MQA one */
+    for (int ts = 0; ts < 3; ts++)
+    for (int act = GT_F32; act <= GT_BF16; act++)
+    for (int bi = 0; bi < 2; bi++)
+    for (int ti = 0; ti < 2; ti++)
+    for (int pk = 0; pk < 4; pk++)
+    for (int drop = 0; drop <= 1; drop++)
+    for (int sh = 0; sh < 5; sh++) {
+        const int B = Bs[bi], T = Ts[ti], world = shards[sh][0], rank = shards[sh][1];
+        const bool llama = variant > 0;
+        const uint32_t targets = sets[!llama][ts];
+        const RecomputePolicy pol = recompute_policy(pk > 0, pk == 2 ? 2 : 1, pk == 3, L);
+        ModelDesc d = lora_desc(llama, L, 5, 10.0, targets, false, drop ? 0.1 : 0.0, LORA_INIT_TRUE);
+        ModelDesc d0 = base_desc(llama, L);
+        if (variant == 2) d = tied_llama(d), d0 = tied_llama(d0);
+        const GtDtype a = (GtDtype)act;
+        char what[160];
+        snprintf(what, sizeof what, "%s targets %#x %s B%d T%d recompute %d dropout %d world %d rank %d",
+                 variant == 2 ? "tied llama" : llama ? "llama" : "gpt2", targets, gt_dtype_name(a), B, T, pk, drop, world,
+                 rank);
+        MemPlan p, p0;
+        cr_assert_eq(plan_memory(&p, &d, B, 1, world, T, pol, world > 1, a), 0, "%s", what);
+        cr_assert_eq(plan_memory(&p0, &d0, B, 1, 1, T, pol, false, a), 0, "%s", what);
+        Backend *be = test_backend_open();
+        backend_set_act_dtype(be, a);
+        Model *m = NULL;
+        GtError err = {0};
+        cr_assert_eq(model_create_sharded(&m, &d, be, B, T, pol, 1, world, rank, &err), 0, "%s: %s", what, err.msg);
+        for (int c = 0; c < MEM_COUNT; c++)
+            cr_assert_eq(p.bytes[c], be->mem.peak[c], "%s: %s planned %llu, measured %llu", what,
+                         mem_category_name((MemCategory)c), (unsigned long long)p.bytes[c],
+                         (unsigned long long)be->mem.peak[c]);
+        cr_assert_eq(p.device_total, be->mem.device_peak, "%s", what);
+
+        /* from the dims */
+        const uint64_t nb = base_params_from_dims(&d), np = lora_params_from_dims(&d);
+        const uint64_t ab = a == GT_BF16 ? 2 : 4, shard = (np + (uint64_t)world - 1) / (uint64_t)world;
+        cr_assert_eq(arch_num_params(&d), nb, "%s: arch_num_params %llu, from the dims %llu", what,
+                     (unsigned long long)arch_num_params(&d), (unsigned long long)nb);
+        cr_assert_eq(p.n_params, nb, "%s: %llu base parameters, from the dims %llu", what,
+                     (unsigned long long)p.n_params, (unsigned long long)nb);
+        cr_assert_eq(p.n_trainable, np, "%s", what);
+        cr_assert_eq((uint64_t)m->layout.total, np, "%s", what);
+        cr_assert_eq((uint64_t)m->base_layout.total, nb, "%s", what);
+        cr_assert_eq((uint64_t)m->shard, shard, "%s", what);
+        padded += shard * world > np;
+        cr_assert_eq(be->mem.peak[MEM_FROZEN], nb * ab, "%s: frozen %llu, want %llu", what,
+                     (unsigned long long)be->mem.peak[MEM_FROZEN], (unsigned long long)(nb * ab));
+        cr_assert_eq(be->mem.peak[MEM_PARAMS], shard * world * 4 + (a == GT_BF16 ? np * 2 : 0), "%s: params %llu", what,
+                     (unsigned long long)be->mem.peak[MEM_PARAMS]);
+        cr_assert_eq(be->mem.peak[MEM_GRADS], shard * world * 4, "%s: grads %llu", what,
+                     (unsigned long long)be->mem.peak[MEM_GRADS]);
+        cr_assert_eq(be->mem.peak[MEM_OPTIMIZER], 2 * shard * 4, "%s: optimizer %llu", what,
+                     (unsigned long long)be->mem.peak[MEM_OPTIMIZER]);
+        uint64_t in_max = 0, out_max = 0;
+        for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++)
+            if (targets & BIT(mod)) {
+                int in, out;
+                module_dims(&d, mod, &in, &out);
+                in_max = in > (int)in_max ? (uint64_t)in : in_max;
+                out_max = out > (int)out_max ? (uint64_t)out : out_max;
+            }
+        const uint64_t BT = (uint64_t)B * T, lora_ws = BT * ab * (2 * 5 + out_max + in_max + (drop ? in_max : 0));
+        cr_assert_eq(be->mem.peak[MEM_WORKSPACE], p0.bytes[MEM_WORKSPACE] + lora_ws, "%s: workspace %llu, the full "
+                     "model's %llu + the adapters' %llu", what, (unsigned long long)be->mem.peak[MEM_WORKSPACE],
+                     (unsigned long long)p0.bytes[MEM_WORKSPACE], (unsigned long long)lora_ws);
+        const MemCategory same[] = {MEM_ACTIVATIONS, MEM_RECOMPUTE_STASH, MEM_RECOMPUTE_SCRATCH, MEM_LOGITS,
+                                    MEM_HOST_OFFLOAD, MEM_HOST_STAGING};
+        for (size_t c = 0; c < sizeof same / sizeof same[0]; c++)
+            cr_assert_eq(be->mem.peak[same[c]], p0.bytes[same[c]], "%s: %s %llu, the full model's %llu", what,
+                         mem_category_name(same[c]), (unsigned long long)be->mem.peak[same[c]],
+                         (unsigned long long)p0.bytes[same[c]]);
+        model_free(m);
+        for (int c = 0; c < MEM_COUNT; c++)
+            cr_assert_eq(be->mem.current[c], 0, "%s: leaked %s", what, mem_category_name((MemCategory)c));
+        backend_close(be);
+        cases++;
+    }
+    cr_assert(padded == 2 * cases / 5, "only %d of %d configurations have padded shards", padded, cases);
+    cr_log_info("plan: %d configurations (%d with padded ZeRO-1 shards), planned == measured, frozen and trainable "
+                "bytes from the dims", cases, padded);
+}
+
+/* ---------------------------------------------------------------- 4. PiSSA on a model */
+
+/* One-sided Jacobi (Hestenes) in double on A [m, n] row-major, m >= n: A = U diag(S) V^T, U [m, n],
+ * V [n, n], S descending (test_svd.c's reference, written independently of src/svd.c). */
+static void jacobi_tall(const double *A, int m, int n, double *U, double *S, double *V) {
+    memcpy(U, A, sizeof(double) * (size_t)m * n);
+    for (int i = 0; i < n * n; i++) V[i] = (i / n == i % n);
+    for (int sweep = 0, rotated = 1; rotated && sweep < 100; sweep++) {
+        rotated = 0;
+        for (int p = 0; p < n - 1; p++)
+            for (int q = p + 1; q < n; q++) {
+                double al = 0, be = 0, ga = 0;
+                for (int i = 0; i < m; i++) {
+                    const double x = U[i * n + p], y = U[i * n + q];
+                    al += x * x, be += y * y, ga += x * y;
+                }
+                if (fabs(ga) <= 1e-15 * sqrt(al * be)) continue;
+                rotated = 1;
+                const double zeta = (be - al) / (2 * ga);
+                const double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1 + zeta * zeta));
+                const double c = 1 / sqrt(1 + t * t), s = c * t;
+                for (int i = 0; i < m; i++) {
+                    const double x = U[i * n + p], y = U[i * n + q];
+                    U[i * n + p] = c * x - s * y, U[i * n + q] = s * x + c * y;
+                }
+                for (int i = 0; i < n; i++) {
+                    const double x = V[i * n + p], y = V[i * n + q];
+                    V[i * n + p] = c * x - s * y, V[i * n + q] = s * x + c * y;
+                }
+            }
+    }
+    for (int j = 0; j < n; j++) {
+        double nrm = 0;
+        for (int i = 0; i < m; i++) nrm += U[i * n + j] * U[i * n + j];
+        S[j] = sqrt(nrm);
+        for (int i = 0; i < m; i++) U[i * n + j] /= S[j];
+    }
+    for (int j = 0; j < n; j++) {
+        int b = j;
+        for (int l = j + 1; l < n; l++)
+            if (S[l] > S[b]) b = l;
+        if (b == j) continue;
+        double t = S[j];
+        S[j] = S[b], S[b] = t;
+        for (int i = 0; i < m; i++) t = U[i * n + j], U[i * n + j] = U[i * n + b], U[i * n + b] = t;
+        for (int i = 0; i < n; i++) t = V[i * n + j], V[i * n + j] = V[i * n + b], V[i * n + b] = t;
+    }
+}
+
+/* thin SVD of W [rows, cols] (fp32): U [rows, k], S [k], Vh [k, cols], k = min(rows, cols) */
+static void ref_svd(const float *W, int rows, int cols, double *U, double *S, double *Vh) {
+    const int tall = rows >= cols, m = tall ? rows : cols, n = tall ? cols : rows;
+    double *a = malloc(sizeof(double) * (size_t)m * n), *u = malloc(sizeof(double) * (size_t)m * n),
+           *v = malloc(sizeof(double) * (size_t)n * n);
+    for (int i = 0; i < rows; i++)
+        for (int c = 0; c < cols; c++) a[tall ? i * cols + c : c * rows + i] = W[i * cols + c];
+    jacobi_tall(a, m, n, u, S, v);
+    for (int j = 0; j < n; j++) {
+        if (tall) {
+            for (int i = 0; i < rows; i++) U[i * n + j] = u[i * n + j];
+            for (int c = 0; c < cols; c++) Vh[j * cols + c] = v[c * n + j];
+        } else {
+            for (int i = 0; i < rows; i++) U[i * n + j] = v[i * n + j];
+            for (int c = 0; c < cols; c++) Vh[j * cols + c] = u[c * n + j];
+        }
+    }
+    free(a), free(u), free(v);
+}
+
+enum { PB = 2, PT = 8 };
+
+typedef struct {
+    ModelDesc d;
+    bool llama;
+    Backend *be;
+    Model *m;
+    float *base_h; /* the original base (base_layout) */
+    char dir[256], init_dir[300];
+    int tok[PB * PT], tgt[PB * PT];
+} Pissa;
+
+/* a LoRA model of the original base base_h, its PiSSA run set (lora_set_run) with the initial
+ * adapter's directory in a fresh scratch directory */
+static void pissa_open(Pissa *f, bool llama, uint32_t targets, int r, double alpha, bool rslora, double p,
+                       uint64_t seed) {
+    memset(f, 0, sizeof *f);
+    f->llama = llama;
+    f->d = lora_desc(llama, 2, r, alpha, targets, rslora, p, LORA_INIT_TRUE);
+    f->be = test_backend_open();
+    backend_set_act_dtype(f->be, GT_F32);
+    GtError err = {0};
+    cr_assert_eq(model_create(&f->m, &f->d, f->be, PB, PT, recompute_policy(false, 1, false, 2), 3, &err), 0, "%s",
+                 err.msg);
+    f->base_h = random_base(&f->m->base_layout, seed);
+    put_base(f->m, f->base_h);
+    PeftConfig pc;
+    peft_config_defaults(&pc);
+    pc.r = r, pc.lora_alpha = alpha, pc.use_rslora = rslora, pc.lora_dropout = p;
+    snprintf(pc.init, sizeof pc.init, "pissa");
+    bool mask[PEFT_MODULE_COUNT];
+    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = targets >> k & 1u;
+    peft_config_set_targets(&pc, mask);
+    test_scratch_make(f->dir, sizeof f->dir, "gt_lora_train");
+    snprintf(f->init_dir, sizeof f->init_dir, "%s/pissa_init", f->dir);
+    lora_set_run(f->m, &pc, f->init_dir);
+    random_tokens(f->tok, f->tgt, PB * PT, f->d.vocab_size, seed + 1, 5);
+}
+
+static void pissa_close(Pissa *f) {
+    model_free(f->m);
+    backend_close(f->be);
+    test_scratch_remove(f->dir);
+    free(f->base_h);
+}
+
+/* the loss of a plain model (no LoRA) holding base_h */
+static double base_model_loss(const ModelDesc *d_lora, const float *base_h, const int *tok, const int *tgt) {
+    ModelDesc d0 = *d_lora;
+    d0.lora_r = 0, d0.lora_targets = 0, d0.lora_dropout = 0;
+    Backend *be = test_backend_open();
+    backend_set_act_dtype(be, GT_F32);
+    Model *m0 = NULL;
+    GtError err = {0};
+    cr_assert_eq(model_create(&m0, &d0, be, PB, PT, recompute_policy(false, 1, false, d0.n_layer), 3, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(m0->layout.total, (size_t)base_params_from_dims(&d0));
+    put_base(m0, base_h);
+    const double l = eval_loss(m0, tok, tgt, PB);
+    model_free(m0);
+    backend_close(be);
+    return l;
+}
+
+/* the adapter tensor of (layer, module, B?) in the model's layout */
+static const ParamTensor *adapter(const Model *m, int layer, int mod, bool lora_B) {
+    for (int i = 0; i < m->layout.n_tensors; i++) {
+        const ParamTensor *t = &m->layout.tensors[i];
+        if (t->layer == layer && t->peft_module == mod && t->lora_B == lora_B) return t;
+    }
+    cr_assert_fail("no adapter for layer %d module %d", layer, mod);
+    return NULL;
+}
+
+/* the float offset of (layer, module)'s weight block [rows, in] in the base layout (from the dims) */
+static size_t block_offset(const Model *m, int layer, int mod) {
+    int64_t row0;
+    const TensorRole role = module_site(&m->desc, mod, &row0);
+    const int ti = param_layout_role(&m->base_layout, layer, role);
+    cr_assert(ti >= 0);
+    int in, out;
+    module_dims(&m->desc, mod, &in, &out);
+    const ParamTensor *t = &m->base_layout.tensors[ti];
+    cr_assert(t->shape[1] == in && row0 + out <= t->shape[0], "%s: [%lld, %lld] cannot hold module %d's block", t->name,
+              (long long)t->shape[0], (long long)t->shape[1], mod);
+    return t->offset + (size_t)row0 * (size_t)in;
+}
+
+/* (a) the initialised model is the base model, (b) W_res + s B A = W per adapted block and every
+ * other base value untouched, (c) A's rows and B's columns are sqrt(S_j / s) times the reference
+ * SVD's singular vectors (one sign per pair), and the initial adapter written is the model's */
+static void check_pissa_init(bool llama, bool rslora) {
+    const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
+    const int r = 3;
+    Pissa f;
+    pissa_open(&f, llama, targets, r, 6.0, rslora, 0.0, 700 + rslora);
+    Model *m = f.m;
+    const double s = scaling(6.0, r, rslora);
+    const double l0 = base_model_loss(&f.d, f.base_h, f.tok, f.tgt);
+    GtError err = {0};
+    cr_assert_eq(lora_pissa_init(m, -1, 31, true, &err), 0, "%s", err.msg);
+    /* (a) evaluation and a training step (dropout 0) */
+    const double l1 = eval_loss(m, f.tok, f.tgt, PB);
+    double ls = 0;
+    model_zero_grads(m);
+    cr_assert_eq(model_step(m, f.tok, f.tgt, PB, 1.0f, true, &ls, &err), 0, "%s", err.msg);
+    const double l2 = ls / (double)count_items(f.tgt, PB * PT);
+    cr_assert(fabs(l1 - l0) <= 1e-5 * fabs(l0), "PiSSA model's loss %.9g, the base model's %.9g", l1, l0);
+    cr_assert(fabs(l2 - l0) <= 1e-5 * fabs(l0), "PiSSA model's training loss %.9g, the base model's %.9g", l2, l0);
+
+    float *wres = get_base(m), *ad = dev_floats(f.be, m->params, m->layout.total);
+    const size_t nb = m->base_layout.total;
+    bool *covered = calloc(nb, sizeof *covered);
+    double worst_rec = 0, worst_vec = 0;
+    for (int l = 0; l < f.d.n_layer; l++)
+        for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
+            if (!(targets & BIT(mod))) continue;
+            int in, rows;
+            module_dims(&f.d, mod, &in, &rows);
+            const size_t off = block_offset(m, l, mod);
+            const float *W = f.base_h + off, *Wr = wres + off;
+            const float *A = ad + adapter(m, l, mod, false)->offset, *B = ad + adapter(m, l, mod, true)->offset;
+            /* (b) to the rounding of W_res (test_svd.c's bound: W_res = fl32(W - s B A)) */
+            double wmax = 0, dmax = 0, sba = 0, wn = 0;
+            for (int i = 0; i < rows; i++)
+                for (int c = 0; c < in; c++) {
+                    double t = 0, ta = 0;
+                    for (int j = 0; j < r; j++) {
+                        const double pj = s * (double)B[i * r + j] * (double)A[j * in + c];
+                        t += pj, ta += fabs(pj);
+                    }
+                    const double w = W[(size_t)i * in + c], wr = Wr[(size_t)i * in + c], e = fabs(wr + t - w);
+                    const double bound = 0x1p-24 * fabs(wr) * (1 + 0x1p-23) + (2.0 * r + 2) * 0x1p-53 * (ta + fabs(w));
+                    cr_assert(e <= bound, "layer %d %s [%d, %d]: |W_res + sBA - W| = %.3g > %.3g", l,
+                              peft_module_path(mod), i, c, e, bound);
+                    wmax = fmax(wmax, fabs(w)), dmax = fmax(dmax, e), sba += t * t, wn += w * w;
+                    covered[off + (size_t)i * in + c] = true;
+                }
+            worst_rec = fmax(worst_rec, dmax / wmax);
+            /* the adapter carries the block's principal part: W_res is not W */
+            cr_assert(sba > 0.2 * wn, "layer %d %s: ||s B A||^2 = %.3g of ||W||^2 = %.3g", l, peft_module_path(mod), sba,
+                      wn);
+            /* (c) against the Jacobi SVD of the original block */
+            const int k = rows < in ? rows : in;
+            double *U = malloc(sizeof(double) * rows * k), *S = malloc(sizeof(double) * k),
+                   *Vh = malloc(sizeof(double) * k * in);
+            ref_svd(W, rows, in, U, S, Vh);
+            for (int j = 0; j < r; j++) {
+                double gap = INFINITY;
+                if (j > 0) gap = fmin(gap, S[j - 1] - S[j]);
+                if (j + 1 < k) gap = fmin(gap, S[j] - S[j + 1]);
+                gap /= S[0];
+                /* an fp32 output (6e-8 per entry) and a singular vector's sensitivity 1 / gap (Wedin) to
+                 * the double computations' ~1e-15 S_0 */
+                const double fj = sqrt(S[j] / s), tol = (1e-6 + 1e-12 / gap) * fj;
+                double da = 0, db = 0, ea = 0, eb = 0;
+                for (int c = 0; c < in; c++) da += A[j * in + c] * Vh[j * in + c];
+                for (int i = 0; i < rows; i++) db += B[i * r + j] * U[i * k + j];
+                cr_assert((da > 0) == (db > 0), "layer %d %s pair %d: A and B carry different signs", l,
+                          peft_module_path(mod), j);
+                const double sg = da < 0 ? -1 : 1;
+                for (int c = 0; c < in; c++) ea = fmax(ea, fabs(A[j * in + c] - sg * fj * Vh[j * in + c]));
+                for (int i = 0; i < rows; i++) eb = fmax(eb, fabs(B[i * r + j] - sg * fj * U[i * k + j]));
+                cr_assert(ea <= tol && eb <= tol, "layer %d %s pair %d (S %.6g, gap %.3g): |dA| %.3g |dB| %.3g > %.3g", l,
+                          peft_module_path(mod), j, S[j], gap, ea, eb, tol);
+                worst_vec = fmax(worst_vec, fmax(ea, eb) / fj);
+            }
+            free(U), free(S), free(Vh);
+        }
+    for (size_t k = 0; k < nb; k++)
+        if (!covered[k])
+            cr_assert(memcmp(&wres[k], &f.base_h[k], sizeof(float)) == 0, "base value %zu (not adapted) changed: %g -> %g",
+                      k, f.base_h[k], wres[k]);
+    /* the initial adapter written: the model's adapters bit for bit, rank r */
+    bool mask[PEFT_MODULE_COUNT];
+    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = targets >> k & 1u;
+    PeftEntry *ent = NULL;
+    const int ne = peft_entries_for(&f.d, mask, &ent);
+    cr_assert_eq(2 * ne, m->layout.n_tensors);
+    PeftAdapter *pa = NULL;
+    PeftConfig ic;
+    cr_assert_eq(peft_adapter_open(&pa, f.init_dir, f.d.arch, ent, ne, &ic, &err), 0, "%s", err.msg);
+    cr_assert(ic.r == r && ic.use_rslora == rslora && fabs(ic.lora_alpha - 6.0) < 1e-12, "initial adapter: r %d alpha %g",
+              ic.r, ic.lora_alpha);
+    for (int e = 0; e < ne; e++)
+        for (int b = 0; b <= 1; b++) {
+            const ParamTensor *t = adapter(m, ent[e].layer, ent[e].module, b);
+            float *x = malloc(t->numel * sizeof *x);
+            cr_assert_eq(peft_adapter_read(pa, e, b, x, t->numel, &err), 0, "%s", err.msg);
+            cr_assert(memcmp(x, ad + t->offset, t->numel * sizeof *x) == 0, "%s: the initial adapter's differs", t->name);
+            free(x);
+        }
+    peft_adapter_close(pa);
+    free(ent);
+    cr_log_info("%s%s: PiSSA loss %.9g, base %.9g; max |W_res + sBA - W| %.3g of max |W|; A, B within %.3g of the "
+                "reference singular vectors", llama ? "llama" : "gpt2", rslora ? " rslora" : "", l1, l0, worst_rec,
+                worst_vec);
+    free(covered), free(wres), free(ad);
+    pissa_close(&f);
+}
+
+Test(lora_train, llama_pissa_init_is_the_base_model_and_the_top_singular_pairs) {
+    check_pissa_init(true, false);
+    check_pissa_init(true, true);
+}
+Test(lora_train, gpt2_pissa_init_is_the_base_model_and_the_top_singular_pairs) { check_pissa_init(false, false); }
+
+/* Q [m, n] with orthonormal columns (modified Gram-Schmidt twice on a Gaussian matrix) */
+static double *random_orthonormal(int m, int n, uint64_t seed) {
+    double *q = malloc(sizeof(double) * (size_t)m * n);
+    uint64_t st = seed;
+    for (size_t i = 0; i < (size_t)m * n; i++) q[i] = rng_normal(&st);
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < n; j++) {
+            for (int l = 0; l < j; l++) {
+                double d = 0;
+                for (int i = 0; i < m; i++) d += q[i * n + j] * q[i * n + l];
+                for (int i = 0; i < m; i++) q[i * n + j] -= d * q[i * n + l];
+            }
+            double nrm = 0;
+            for (int i = 0; i < m; i++) nrm += q[i * n + j] * q[i * n + j];
+            nrm = sqrt(nrm);
+            for (int i = 0; i < m; i++) q[i * n + j] /= nrm;
+        }
+    return q;
+}
+
+/* (d) every adapted block W = Q1 diag(s) Q2^T with s_i = 2 * 0.5^i: the singular values PiSSA
+ * captures, S_j = scale ||B[:, j]|| ||A[j, :]|| (A = diag(sqrt(S / s)) Vh, B = U diag(sqrt(S / s))),
+ * against the exact ones. Randomised subspace iteration with p iterations and no oversampling
+ * (test_svd.c's theory: Halko et al. 2009, Gu 2015): 0 <= 1 - S_j / s_j <~ C (s_r / s_j)^(2(2p+1)).
+ * Stated tolerance for pissa_niter_4: 1e-5 (fp32 rounding of A, B and W) + 1000 (s_r / s_j)^18,
+ * i.e. 1e-5 for the top two (1.5e-8 at most for j = 1), 3.8e-3 for the third (ratio 1/2); and
+ * never above the true value beyond 1e-5. The exact SVD ("pissa") gets all three within 1e-5. */
+Test(lora_train, pissa_niter_4_captures_a_decaying_spectrum) {
+    const int r = 3;
+    for (int exact = 0; exact <= 1; exact++) {
+        Pissa f;
+        pissa_open(&f, true, LLAMA_ALL, r, 6.0, false, 0.0, 900);
+        Model *m = f.m;
+        const double sc = scaling(6.0, r, false);
+        int nblock = 0;
+        for (int l = 0; l < f.d.n_layer; l++)
+            for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
+                if (!(LLAMA_ALL & BIT(mod))) continue;
+                int in, rows;
+                module_dims(&f.d, mod, &in, &rows);
+                const int k = rows < in ? rows : in;
+                double *q1 = random_orthonormal(rows, k, 1000 + nblock), *q2 = random_orthonormal(in, k, 2000 + nblock);
+                float *W = f.base_h + block_offset(m, l, mod);
+                for (int i = 0; i < rows; i++)
+                    for (int c = 0; c < in; c++) {
+                        double a = 0;
+                        for (int j = 0; j < k; j++) a += q1[i * k + j] * 2.0 * pow(0.5, j) * q2[c * k + j];
+                        W[(size_t)i * in + c] = (float)a;
+                    }
+                free(q1), free(q2);
+                nblock++;
+            }
+        put_base(m, f.base_h);
+        GtError err = {0};
+        cr_assert_eq(lora_pissa_init(m, exact ? -1 : 4, 77, false, &err), 0, "%s", err.msg);
+        float *ad = dev_floats(f.be, m->params, m->layout.total);
+        double worst[3] = {0};
+        for (int l = 0; l < f.d.n_layer; l++)
+            for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
+                if (!(LLAMA_ALL & BIT(mod))) continue;
+                int in, rows;
+                module_dims(&f.d, mod, &in, &rows);
+                const float *A = ad + adapter(m, l, mod, false)->offset, *B = ad + adapter(m, l, mod, true)->offset;
+                for (int j = 0; j < r; j++) {
+                    double na = 0, nbj = 0;
+                    for (int c = 0; c < in; c++) na += (double)A[j * in + c] * A[j * in + c];
+                    for (int i = 0; i < rows; i++) nbj += (double)B[i * r + j] * B[i * r + j];
+                    const double S = sc * sqrt(na) * sqrt(nbj), sv = 2.0 * pow(0.5, j), e = 1 - S / sv;
+                    const double tol = 1e-5 + (exact ? 0 : 1000 * pow(0.5, 18.0 * (r - j)));
+                    cr_assert(e >= -1e-5 && e <= tol, "%s layer %d %s: S_%d = %.9g, exact %.9g (relative error %.3g, "
+                              "tolerance %.3g)", exact ? "pissa" : "pissa_niter_4", l, peft_module_path(mod), j, S, sv,
+                              e, tol);
+                    worst[j] = fmax(worst[j], fabs(e));
+                }
+            }
+        cr_log_info("%s: %d blocks, worst relative error of S_0, S_1, S_2: %.3g %.3g %.3g", exact ? "pissa" : "pissa_niter_4",
+                    nblock, worst[0], worst[1], worst[2]);
+        free(ad);
+        pissa_close(&f);
+    }
+}
+
+/* ---------------------------------------------------------------- 5. the rank-2r conversion */
+
+/* A PiSSA run trains a few AdamW steps (dropout 0.1, two micro-batches, clipping at 1) and saves
+ * (lora_save_adapter: PEFT's conversion to a plain LoRA of rank 2r relative to the ORIGINAL base).
+ * A plain LoRA model of rank 2r with the same scale (lora_alpha 2 alpha, or sqrt(2) alpha under
+ * rslora: alpha / r and alpha / sqrt(r) kept), holding the original base, loads the directory: its
+ * loss is the trained PiSSA model's, to 1e-5, while both are well away from the base model's. Its
+ * adapters are [A ; A0] and [B | -B0] bit for bit (A, B the trained adapters, A0, B0 the initial
+ * adapter written by lora_pissa_init). And a PiSSA model resuming from the same directory over
+ * the original base rebuilds W_res bit for bit and the trained loss exactly. */
+static void check_conversion(bool llama, bool rslora) {
+    const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
+    const int r = 3;
+    const double alpha = 6.0;
+    Pissa f;
+    pissa_open(&f, llama, targets, r, alpha, rslora, 0.1, 800 + 2 * llama + rslora);
+    Model *m = f.m;
+    const char *what = llama ? (rslora ? "llama rslora" : "llama") : (rslora ? "gpt2 rslora" : "gpt2");
+    GtError err = {0};
+    cr_assert_eq(lora_pissa_init(m, -1, 5, true, &err), 0, "%s", err.msg);
+    const double l_base = base_model_loss(&f.d, f.base_h, f.tok, f.tgt);
+    RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.95, .adam_epsilon = 1e-8, .weight_decay = 0.1};
+    int tok[2 * PB * PT], tgt[2 * PB * PT];
+    m->dropout_seed = 17;
+    for (int step = 1; step <= 4; step++) {
+        random_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
+        const long items = count_items(tgt, 2 * PB * PT);
+        double s = 0;
+        m->dropout_step = step;
+        cr_assert_eq(trainer_accumulate(m, tok, tgt, PB, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
+        clip_grads(m, grad_global_norm(m), 1.0);
+        adamw_step(m, 1e-2, &cfg, step);
+        model_zero_grads(m);
+    }
+    const double l_trained = eval_loss(m, f.tok, f.tgt, PB);
+    cr_assert(fabs(l_trained - l_base) > 1e-3 * fabs(l_base), "%s: training moved the loss only from %.9g to %.9g", what,
+              l_base, l_trained);
+    char conv[320];
+    snprintf(conv, sizeof conv, "%s/converted", f.dir);
+    cr_assert_eq(mkdir(conv, 0755), 0);
+    cr_assert_eq(lora_save_adapter(conv, m, false, &err), 0, "%s", err.msg);
+
+    /* the saved config: a plain LoRA of rank 2r with PEFT's converted alpha */
+    PeftConfig cc;
+    cr_assert_eq(peft_config_read(conv, &cc, &err), 0, "%s", err.msg);
+    const double alpha2 = rslora ? sqrt(2.0) * alpha : 2 * alpha;
+    cr_assert(cc.r == 2 * r && fabs(cc.lora_alpha - alpha2) <= 1e-12 * alpha2 && cc.use_rslora == rslora &&
+              strcmp(cc.init, "true") == 0, "%s: converted config r %d lora_alpha %.17g use_rslora %d init %s", what,
+              cc.r, cc.lora_alpha, cc.use_rslora, cc.init);
+    cr_assert(fabs(scaling(alpha2, 2 * r, rslora) - scaling(alpha, r, rslora)) <= 1e-15 * scaling(alpha, r, rslora));
+
+    /* the plain rank-2r model on the original base */
+    const ModelDesc d2 = lora_desc(llama, 2, 2 * r, alpha2, targets, rslora, 0.0, LORA_INIT_TRUE);
+    Model *m2 = NULL;
+    cr_assert_eq(model_create(&m2, &d2, f.be, PB, PT, recompute_policy(false, 1, false, 2), 9, &err), 0, "%s", err.msg);
+    put_base(m2, f.base_h);
+    cr_assert_eq(lora_load_adapter(m2, conv, &err), 0, "%s: %s", what, err.msg);
+    const double l_conv = eval_loss(m2, f.tok, f.tgt, PB);
+    cr_assert(fabs(l_conv - l_trained) <= 1e-5 * fabs(l_trained),
+              "%s: the converted adapter over the original base gives %.9g, the trained PiSSA model %.9g (base %.9g)",
+              what, l_conv, l_trained, l_base);
+
+    /* its adapters: [A ; A0] and [B | -B0] */
+    float *ad = dev_floats(f.be, m->params, m->layout.total), *ad2 = dev_floats(f.be, m2->params, m2->layout.total);
+    bool mask[PEFT_MODULE_COUNT];
+    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = targets >> k & 1u;
+    PeftEntry *ent = NULL;
+    const int ne = peft_entries_for(&f.d, mask, &ent);
+    PeftAdapter *pa = NULL;
+    PeftConfig ic;
+    cr_assert_eq(peft_adapter_open(&pa, f.init_dir, f.d.arch, ent, ne, &ic, &err), 0, "%s", err.msg);
+    for (int e = 0; e < ne; e++) {
+        const int in = (int)ent[e].in, out = (int)ent[e].out;
+        float *a0 = malloc(sizeof(float) * r * in), *b0 = malloc(sizeof(float) * out * r);
+        cr_assert_eq(peft_adapter_read(pa, e, false, a0, (size_t)r * in, &err), 0, "%s", err.msg);
+        cr_assert_eq(peft_adapter_read(pa, e, true, b0, (size_t)out * r, &err), 0, "%s", err.msg);
+        const float *A = ad + adapter(m, ent[e].layer, ent[e].module, false)->offset;
+        const float *B = ad + adapter(m, ent[e].layer, ent[e].module, true)->offset;
+        const float *A2 = ad2 + adapter(m2, ent[e].layer, ent[e].module, false)->offset;
+        const float *B2 = ad2 + adapter(m2, ent[e].layer, ent[e].module, true)->offset;
+        cr_assert(memcmp(A2, A, sizeof(float) * r * in) == 0 && memcmp(A2 + r * in, a0, sizeof(float) * r * in) == 0,
+                  "%s entry %d: lora_A is not [A ; A0]", what, e);
+        size_t moved = 0;
+        for (int i = 0; i < out; i++)
+            for (int j = 0; j < r; j++) {
+                cr_assert(B2[i * 2 * r + j] == B[i * r + j] && B2[i * 2 * r + r + j] == -b0[i * r + j],
+                          "%s entry %d: lora_B[%d] is not [B | -B0]", what, e, i);
+                moved += B[i * r + j] != b0[i * r + j];
+            }
+        cr_assert(moved > 0, "%s entry %d: B did not train", what, e);
+        free(a0), free(b0);
+    }
+    peft_adapter_close(pa);
+    free(ent);
+
+    /* resuming the PiSSA run from the directory: the residual base bit for bit, the same loss */
+    Model *m3 = NULL;
+    cr_assert_eq(model_create(&m3, &f.d, f.be, PB, PT, recompute_policy(false, 1, false, 2), 9, &err), 0, "%s", err.msg);
+    put_base(m3, f.base_h);
+    lora_set_run(m3, m->peft, f.init_dir);
+    cr_assert_eq(lora_load_adapter(m3, conv, &err), 0, "%s: %s", what, err.msg);
+    float *w1 = get_base(m), *w3 = get_base(m3), *ad3 = dev_floats(f.be, m3->params, m3->layout.total);
+    cr_assert(memcmp(w1, w3, m->base_layout.total * sizeof(float)) == 0, "%s: the resumed residual base differs", what);
+    cr_assert(memcmp(ad, ad3, m->layout.total * sizeof(float)) == 0, "%s: the resumed adapters differ", what);
+    const double l_resumed = eval_loss(m3, f.tok, f.tgt, PB);
+    cr_assert_eq(l_resumed, l_trained, "%s: resumed loss %.9g, trained %.9g", what, l_resumed, l_trained);
+    cr_log_info("%s: base %.9g, trained PiSSA %.9g, converted rank-%d LoRA on the original base %.9g (relative %.3g)",
+                what, l_base, l_trained, 2 * r, l_conv, fabs(l_conv - l_trained) / l_trained);
+    free(w1), free(w3), free(ad), free(ad2), free(ad3);
+    model_free(m2), model_free(m3);
+    pissa_close(&f);
+}
+
+Test(lora_train, llama_pissa_converted_to_rank_2r_keeps_the_trained_loss) {
+    check_conversion(true, false);
+    check_conversion(true, true);
+}
+Test(lora_train, gpt2_pissa_converted_to_rank_2r_keeps_the_trained_loss) {
+    check_conversion(false, false);
+    check_conversion(false, true);
+}
+
+/* ---------------------------------------------------------------- 6. lora_init_tensor */
+
+typedef struct {
+    double mean, sd, m4, within1; /* within1: the fraction with |x - mean| < sd */
+} Moments;
+
+static Moments moments(const float *x, size_t n) {
+    Moments mo = {0};
+    for (size_t i = 0; i < n; i++) mo.mean += x[i];
+    mo.mean /= (double)n;
+    double m2 = 0;
+    for (size_t i = 0; i < n; i++) {
+        const double d = x[i] - mo.mean;
+        m2 += d * d, mo.m4 += d * d * d * d;
+    }
+    m2 /= (double)n, mo.m4 /= (double)n;
+    mo.sd = sqrt(m2);
+    for (size_t i = 0; i < n; i++) mo.within1 += fabs(x[i] - mo.mean) < mo.sd;
+    mo.within1 /= (double)n;
+    return mo;
+}
+
+/* the tensor [rows, cols] of a layout (i its index): lora_A [r, in] or lora_B [out, r] */
+static ParamTensor init_tensor(int64_t rows, int64_t cols, bool lora_B) {
+    ParamTensor t;
+    memset(&t, 0, sizeof t);
+    t.ndim = 2, t.shape[0] = rows, t.shape[1] = cols, t.numel = (size_t)(rows * cols), t.lora_B = lora_B;
+    t.peft_module = PEFT_Q_PROJ, t.role = ROLE_QKV_W;
+    return t;
+}
+
+/* values of tensor i from seed, whole; and checked against chunked calls (deterministic in the
+ * element: a chunk of the staging buffer gets the same values as the whole tensor) */
+static float *init_values(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i) {
+    float *x = malloc(t->numel * sizeof *x), *y = malloc(t->numel * sizeof *y);
+    lora_init_tensor(t, d, seed, i, 0, t->numel, x);
+    for (size_t k0 = 0; k0 < t->numel; k0 += 1000) {
+        const size_t n = t->numel - k0 < 1000 ? t->numel - k0 : 1000;
+        lora_init_tensor(t, d, seed, i, k0, n, y + k0);
+    }
+    cr_assert(memcmp(x, y, t->numel * sizeof *x) == 0, "chunked initialisation differs from the whole tensor's");
+    free(y);
+    return x;
+}
+
+/* gaussian: A ~ normal(0, 1/r) (nn.init.normal_(std = 1 / r), PEFT's "gaussian"), B zero. Over
+ * n = 32768 values, each bound 5 standard errors of the statistic: the mean within 5 sigma / sqrt(n),
+ * the sample sd within 5 sigma / sqrt(2n) of sigma, the fraction within one sd 0.6827 within
+ * 5 sqrt(0.2166 / n), the kurtosis 3 within 5 sqrt(24 / n). r = 4 and 16: std 1/r, not 1/sqrt(r). */
+Test(lora_train, init_gaussian_is_normal_with_std_1_over_r_and_b_zero) {
+    for (int r = 4; r <= 16; r *= 4) {
+        ModelDesc d = base_desc(true, 2);
+        d.lora_r = r, d.lora_init = LORA_INIT_GAUSSIAN;
+        const int in = 32768 / r;
+        const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(in, r, true);
+        float *a = init_values(&ta, &d, 12345, 2), *b = init_values(&tb, &d, 12345, 3);
+        const size_t n = ta.numel;
+        const double sigma = 1.0 / r;
+        const Moments mo = moments(a, n);
+        const double kurt = mo.m4 / (mo.sd * mo.sd * mo.sd * mo.sd);
+        cr_assert(fabs(mo.mean) <= 5 * sigma / sqrt((double)n), "r %d: mean %.4g (sigma %.4g)", r, mo.mean, sigma);
+        cr_assert(fabs(mo.sd - sigma) <= 5 * sigma / sqrt(2.0 * n), "r %d: sd %.6g, want %.6g", r, mo.sd, sigma);
+        cr_assert(fabs(mo.within1 - 0.682689) <= 5 * sqrt(0.2166 / n), "r %d: %.4f within one sd", r, mo.within1);
+        cr_assert(fabs(kurt - 3) <= 5 * sqrt(24.0 / n), "r %d: kurtosis %.4f", r, kurt);
+        for (size_t k = 0; k < tb.numel; k++) cr_assert_eq(b[k], 0.0f, "r %d: lora_B[%zu] = %g", r, k, b[k]);
+        /* another tensor index or seed: other values (correlation ~ 1/sqrt(n)) */
+        float *a2 = init_values(&ta, &d, 12345, 4), *a3 = init_values(&ta, &d, 12346, 2);
+        double c2 = 0, c3 = 0;
+        for (size_t k = 0; k < n; k++) c2 += (double)a[k] * a2[k], c3 += (double)a[k] * a3[k];
+        c2 /= n * sigma * sigma, c3 /= n * sigma * sigma;
+        cr_assert(fabs(c2) < 5 / sqrt((double)n) && fabs(c3) < 5 / sqrt((double)n),
+                  "r %d: correlation %.4f with another tensor, %.4f with another seed", r, c2, c3);
+        cr_log_info("gaussian r %d: mean %.3g, sd %.6g (1/r %.6g), within 1 sd %.4f, kurtosis %.3f", r, mo.mean, mo.sd,
+                    sigma, mo.within1, kurt);
+        free(a), free(b), free(a2), free(a3);
+    }
+}
+
+/* uniform(-b, b) with b = 1 / sqrt(fan_in) (kaiming_uniform_(a = sqrt(5))): every |x| <= b, the
+ * largest within 1e-3 b of it (n = 32768: the chance of none in the top 1e-3 is e^-16), mean
+ * within 5 b / sqrt(3n), mean square b^2 / 3 within 5 b^2 sqrt(4 / (45 n)) */
+static void expect_uniform(const float *x, size_t n, double bound, const char *what) {
+    double big = 0, mean = 0, ms = 0;
+    for (size_t k = 0; k < n; k++) {
+        cr_assert(fabs(x[k]) <= bound * (1 + 1e-6), "%s[%zu] = %g outside (-%g, %g)", what, k, x[k], bound, bound);
+        big = fmax(big, fabs(x[k])), mean += x[k], ms += (double)x[k] * x[k];
+    }
+    mean /= (double)n, ms /= (double)n;
+    cr_assert(big >= bound * (1 - 1e-3), "%s: largest %g of bound %g", what, big, bound);
+    cr_assert(fabs(mean) <= 5 * bound / sqrt(3.0 * n), "%s: mean %g", what, mean);
+    cr_assert(fabs(ms - bound * bound / 3) <= 5 * bound * bound * sqrt(4.0 / (45.0 * n)), "%s: mean square %g, want %g",
+              what, ms, bound * bound / 3);
+    cr_log_info("%s: bound %.6g, largest %.6g, mean %.3g, mean square / (b^2/3) %.5f", what, bound, big, mean,
+                ms / (bound * bound / 3));
+}
+
+/* false: both A and B Kaiming-uniform (A's fan_in in, B's fan_in r: nn.Linear(r, out)'s default),
+ * so the adapter is not a no-op; true: A the same, B zero */
+Test(lora_train, init_false_is_uniform_for_both_and_true_zeroes_b) {
+    const int r = 4, in = 8192, out = 8192;
+    ModelDesc d = base_desc(true, 2);
+    d.lora_r = r;
+    const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(out, r, true);
+    d.lora_init = LORA_INIT_FALSE;
+    float *a = init_values(&ta, &d, 99, 0), *b = init_values(&tb, &d, 99, 1);
+    expect_uniform(a, ta.numel, 1 / sqrt((double)in), "false lora_A");
+    expect_uniform(b, tb.numel, 1 / sqrt((double)r), "false lora_B");
+    d.lora_init = LORA_INIT_TRUE;
+    float *a1 = init_values(&ta, &d, 99, 0), *b1 = init_values(&tb, &d, 99, 1);
+    expect_uniform(a1, ta.numel, 1 / sqrt((double)in), "true lora_A");
+    for (size_t k = 0; k < tb.numel; k++) cr_assert_eq(b1[k], 0.0f, "true: lora_B[%zu] = %g", k, b1[k]);
+    free(a), free(b), free(a1), free(b1);
+}
