@@ -213,6 +213,34 @@ metrics_of() {
   grep '"type":"train"' "$f" | sed -E 's/.*"step":([0-9]+).*"loss":([^,]+).*"grad_norm":([^,]+).*/\1 \2 \3/'
 }
 
+# Recompute/offload bit-identity and planned = measured, on SMALL_CONFIG with the extra SETS:
+# STEP names the records (STEP-bitident, STEP-mem), P the runs. gradient_checkpointing off, every
+# layer, every layer offloaded, and bf16 off / every 2nd layer must give the same metrics digit for
+# digit; the offloaded bf16 run's device total, planned = measured.
+bitident_checks() { # STEP P SETS...
+  local step="$1" p="$2" ok=1
+  shift 2
+  small_run "$p-none" "$DEV" 40 "$@" gradient_checkpointing=false || ok=0
+  small_run "$p-every1" "$DEV" 40 "$@" gradient_checkpointing=true every_n_layers=1 || ok=0
+  small_run "$p-offload" "$DEV" 40 "$@" gradient_checkpointing=true every_n_layers=1 offload=true || ok=0
+  small_run "$p-bf16-none" "$DEV" 40 "$@" precision=bf16 gradient_checkpointing=false || ok=0
+  small_run "$p-bf16-every2" "$DEV" 40 "$@" precision=bf16 gradient_checkpointing=true every_n_layers=2 || ok=0
+  diffs=""
+  if [ "$ok" = 1 ]; then
+    same_metrics "$p-none" "$p-every1" "$p-offload"
+    same_metrics "$p-bf16-none" "$p-bf16-every2"
+    [ -z "$diffs" ] && record "$step-bitident" PASS "none = every 1 = offload; bf16: none = every 2" ||
+      record "$step-bitident" FAIL "differs from no-recompute:$diffs"
+  else
+    record "$step-bitident" FAIL "a recompute run failed - see log"
+  fi
+  local row planned measured
+  row="$(grep -a -E '^ *device total' "$WORK/run-$p-offload.out" 2>/dev/null | head -1 || true)"
+  read -r planned measured <<<"$(echo "$row" | sed -E 's/^ *device total +//' | awk '{ print $1 $2, $3 $4 }')"
+  [ -n "$measured" ] && [ "$planned" = "$measured" ] && record "$step-mem" PASS "planned $planned = measured $measured" ||
+    record "$step-mem" FAIL "planned ${planned:-?}, measured ${measured:-?}"
+}
+
 # ------------------------------------------------------------------ (a) ops
 if [ "$GPU_OK" = 1 ]; then
   crit "a-ops" 'ops*/*' 90 || true
@@ -418,27 +446,7 @@ if [ "$GPU_OK" = 1 ]; then
   else
     record g-llama-step FAIL "a Llama gtrain run failed - see log"
   fi
-  if have_time 60; then
-    ok=1
-    small_run l-none "$DEV" 40 gradient_checkpointing=false || ok=0
-    small_run l-every1 "$DEV" 40 gradient_checkpointing=true every_n_layers=1 || ok=0
-    small_run l-offload "$DEV" 40 gradient_checkpointing=true every_n_layers=1 offload=true || ok=0
-    small_run l-bf16-none "$DEV" 40 precision=bf16 gradient_checkpointing=false || ok=0
-    small_run l-bf16-every2 "$DEV" 40 precision=bf16 gradient_checkpointing=true every_n_layers=2 || ok=0
-    diffs=""
-    if [ "$ok" = 1 ]; then
-      same_metrics l-none l-every1 l-offload
-      same_metrics l-bf16-none l-bf16-every2
-      [ -z "$diffs" ] && record g-llama-bitident PASS "none = every 1 = offload; bf16: none = every 2" ||
-        record g-llama-bitident FAIL "differs from no-recompute:$diffs"
-    else
-      record g-llama-bitident FAIL "a Llama recompute run failed - see log"
-    fi
-    row="$(grep -a -E '^ *device total' "$WORK/run-l-offload.out" 2>/dev/null | head -1 || true)"
-    read -r planned measured <<<"$(echo "$row" | sed -E 's/^ *device total +//' | awk '{ print $1 $2, $3 $4 }')"
-    [ -n "$measured" ] && [ "$planned" = "$measured" ] && record g-llama-mem PASS "planned $planned = measured $measured" ||
-      record g-llama-mem FAIL "planned ${planned:-?}, measured ${measured:-?}"
-  fi
+  have_time 60 && bitident_checks g-llama l
   unset SMALL_CONFIG
   # Llama-3.2-1B's shape, random weights (model: the config.json file), bf16, T = 2048
   if have_time 90; then
@@ -480,26 +488,7 @@ if [ "$GPU_OK" = 1 ]; then
   else
     record h-lora-step FAIL "a LoRA gtrain run failed - see log"
   fi
-  if have_time 60; then
-    ok=1
-    small_run h-none "$DEV" 40 "${lora[@]}" gradient_checkpointing=false || ok=0
-    small_run h-offload "$DEV" 40 "${lora[@]}" gradient_checkpointing=true every_n_layers=1 offload=true || ok=0
-    small_run h-bf16-none "$DEV" 40 "${lora[@]}" precision=bf16 gradient_checkpointing=false || ok=0
-    small_run h-bf16-every2 "$DEV" 40 "${lora[@]}" precision=bf16 gradient_checkpointing=true every_n_layers=2 || ok=0
-    diffs=""
-    if [ "$ok" = 1 ]; then
-      same_metrics h-none h-offload
-      same_metrics h-bf16-none h-bf16-every2
-      [ -z "$diffs" ] && record h-lora-bitident PASS "none = offload; bf16: none = every 2 (dropout 0.1)" ||
-        record h-lora-bitident FAIL "differs from no-recompute:$diffs"
-    else
-      record h-lora-bitident FAIL "a LoRA recompute run failed - see log"
-    fi
-    row="$(grep -a -E '^ *device total' "$WORK/run-h-bf16-every2.out" 2>/dev/null | head -1 || true)"
-    read -r planned measured <<<"$(echo "$row" | sed -E 's/^ *device total +//' | awk '{ print $1 $2, $3 $4 }')"
-    [ -n "$measured" ] && [ "$planned" = "$measured" ] && record h-lora-mem PASS "planned $planned = measured $measured" ||
-      record h-lora-mem FAIL "planned ${planned:-?}, measured ${measured:-?}"
-  fi
+  have_time 60 && bitident_checks h-lora h "${lora[@]}"
   unset SMALL_CONFIG
   if have_time 90; then
     hsets=(--set device="$DEV" --set model="$ROOT/tests/fixtures/hf_configs/llama-3.2-1b.json"

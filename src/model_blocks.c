@@ -17,24 +17,41 @@
 
 static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
 
+/* LoRA dropout on n elements (dst may be src), with the key of (step, micro-batch, layer, module) */
+static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, size_t n) {
+    const double p = m->desc.lora_dropout;
+    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
+    m->be->ops->dropout(m->be, dst, src, n, key, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
+}
+
 /* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped
  * copy in lora_xd (the mask a pure function of the key: backward regenerates the same one). */
 static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, size_t n) {
     if (!m->training || m->desc.lora_dropout <= 0) return inp;
-    const double p = m->desc.lora_dropout;
-    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
-    m->be->ops->dropout(m->be, m->lora_xd, inp, n, key, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
+    lora_dropout(m, l, s, m->lora_xd, inp, n);
     return m->lora_xd;
+}
+
+/* The adapters of layer l on base weight w, one per call: the next site from *k on, with its
+ * lora_A's index in the layout (lora_B is the next), or NULL when there are no more */
+static const LoraSite *next_adapter(const Model *m, int l, TensorRole w, int *k, int *ia) {
+    for (; *k < m->n_lora_sites; (*k)++) {
+        const LoraSite *s = &m->lora_sites[*k];
+        if (s->role == w && (*ia = m->lora_idx[l][s->module]) >= 0) {
+            (*k)++;
+            return s;
+        }
+    }
+    return NULL;
 }
 
 /* The adapters on weight role w of layer l: out[:, block] += scale * (x A^T) B^T per site */
 static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC) {
     const BackendOps *op = m->be->ops;
     const int r = m->desc.lora_r;
-    for (int k = 0; k < m->n_lora_sites; k++) {
-        const LoraSite *s = &m->lora_sites[k];
-        const int ia = m->lora_idx[l][s->module], rows = (int)s->rows;
-        if (s->role != w || ia < 0) continue;
+    int k = 0, ia;
+    for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));) {
+        const int rows = (int)s->rows;
         const act_t *x = lora_input(m, l, s, inp, (size_t)N * IC);
         op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
         op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
@@ -50,10 +67,9 @@ static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_
                           int IC, int OC) {
     const BackendOps *op = m->be->ops;
     const int r = m->desc.lora_r;
-    for (int k = 0; k < m->n_lora_sites; k++) {
-        const LoraSite *s = &m->lora_sites[k];
-        const int ia = m->lora_idx[l][s->module], rows = (int)s->rows;
-        if (s->role != w || ia < 0) continue;
+    int k = 0, ia;
+    for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));) {
+        const int rows = (int)s->rows;
         const act_t *x = lora_input(m, l, s, inp, (size_t)N * IC);
         op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
         op->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
@@ -62,12 +78,7 @@ static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_
                             model_adapter_w(m, ia + 1), N, r, rows, rows);
         op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC,
                             r, r);
-        if (x != inp) { /* through the dropout: the same mask, the same scale */
-            const double p = m->desc.lora_dropout;
-            const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
-            op->dropout(m->be, m->lora_dx, m->lora_dx, (size_t)N * IC, key, gt_dropout_threshold(p),
-                        (float)(1.0 / (1.0 - p)));
-        }
+        if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, (size_t)N * IC); /* the same mask and scale */
         op->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
     }
 }
@@ -92,9 +103,8 @@ static void linear_backward(Model *m, int l, TensorRole w, TensorRole b, act_t *
 
 /* whether layer l's role w has an adapter */
 static bool adapted(const Model *m, int l, TensorRole w) {
-    for (int k = 0; k < m->n_lora_sites; k++)
-        if (m->lora_sites[k].role == w && m->lora_idx[l][m->lora_sites[k].module] >= 0) return true;
-    return false;
+    int k = 0, ia;
+    return next_adapter(m, l, w, &k, &ia) != NULL;
 }
 
 /* the first norm of a block (and the final one): LayerNorm for GPT-2, RMSNorm for the Llama family */

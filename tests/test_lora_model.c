@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "lora.h"
+#include "lora_fixture.h"
 #include "model.h"
 #include "optim.h"
 #include "peft.h"
@@ -30,60 +31,15 @@ _Static_assert((int)REF_LORA_Q_PROJ == (int)PEFT_Q_PROJ && (int)REF_LORA_K_PROJ 
                (int)REF_LORA_MLP_C_PROJ == (int)PEFT_MLP_C_PROJ && (int)REF_LORA_MODULES == (int)PEFT_MODULE_COUNT,
                "ref_lora.h numbers modules as peft.h");
 
-static uint64_t key_fn(uint64_t seed, long step, int micro, int layer, int module) {
-    return lora_dropout_key(seed, step, micro, layer, (PeftModule)module);
-}
-
-static uint64_t rng_next(uint64_t *s) {
-    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-    return *s;
-}
-static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
-
 enum { R = 3, BATCH = 2, SEQ = 6 };
 static const double ALPHA = 6.0;
-#define LLAMA_ALL 0x7fu
-#define GPT_ALL (0xfu << PEFT_C_ATTN)
+#define LLAMA_ALL LORA_FIX_LLAMA_ALL
+#define GPT_ALL LORA_FIX_GPT_ALL
 
-/* a GQA Llama with q/k/v and o biases, untied; a tied GPT-2 */
-static ModelDesc base_desc(bool llama) {
-    ModelDesc d;
-    if (llama)
-        d = (ModelDesc){.arch = ARCH_LLAMA, .n_layer = 2, .n_head = 4, .n_kv_head = 2, .head_dim = 4, .n_embd = 16,
-                        .n_inner = 24, .vocab_size = 32, .n_positions = 64, .layer_norm_epsilon = 1e-5,
-                        .rope_theta = 10000.0, .qkv_bias = true, .o_bias = true};
-    else
-        d = (ModelDesc){.arch = ARCH_GPT2, .n_layer = 2, .n_head = 2, .n_embd = 16, .n_inner = 64, .vocab_size = 32,
-                        .n_positions = 16, .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
-    snprintf(d.model_type, sizeof d.model_type, "%s", llama ? "llama" : "gpt2");
-    model_desc_defaults(&d);
-    return d;
-}
+static ModelDesc base_desc(bool llama) { return lora_fix_base(llama, 2); }
 
 static ModelDesc lora_desc(bool llama, uint32_t targets, bool rslora, double p, LoraInit init) {
-    ModelDesc d = base_desc(llama);
-    PeftConfig pc;
-    peft_config_defaults(&pc);
-    pc.r = R, pc.lora_alpha = ALPHA, pc.use_rslora = rslora, pc.lora_dropout = p;
-    d.lora_r = R, d.lora_targets = targets, d.lora_scale = peft_scaling(&pc), d.lora_dropout = p;
-    d.lora_init = (int)init;
-    return d;
-}
-
-/* the module's input and output widths, from the model's dims (not from gtrain's layout) */
-static void module_dims(const ModelDesc *d, int module, int *in, int *out) {
-    const int C = d->n_embd, I = d->n_inner, QD = d->n_head * d->head_dim, KD = d->n_kv_head * d->head_dim;
-    switch (module) {
-    case PEFT_Q_PROJ: *in = C, *out = QD; break;
-    case PEFT_K_PROJ: case PEFT_V_PROJ: *in = C, *out = KD; break;
-    case PEFT_O_PROJ: *in = QD, *out = C; break;
-    case PEFT_GATE_PROJ: case PEFT_UP_PROJ: *in = C, *out = I; break;
-    case PEFT_DOWN_PROJ: *in = I, *out = C; break;
-    case PEFT_C_ATTN: *in = C, *out = 3 * C; break;
-    case PEFT_ATTN_C_PROJ: *in = C, *out = C; break;
-    case PEFT_C_FC: *in = C, *out = I; break;
-    default: *in = I, *out = C; break; /* mlp.c_proj */
-    }
+    return lora_fix_desc(llama, 2, R, ALPHA, targets, rslora, p, init);
 }
 
 static RefLlamaCfg ref_cfg(const ModelDesc *d) {
@@ -118,8 +74,8 @@ static void fill_tokens(Fix *f, uint64_t seed) {
     uint64_t s = seed;
     f->tok = malloc(n * sizeof *f->tok), f->tgt = malloc(n * sizeof *f->tgt);
     for (size_t i = 0; i < n; i++) {
-        f->tok[i] = (int)(rng_next(&s) % (uint64_t)f->d.vocab_size);
-        f->tgt[i] = i % 5 == 3 ? -100 : (int)(rng_next(&s) % (uint64_t)f->d.vocab_size);
+        f->tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)f->d.vocab_size);
+        f->tgt[i] = i % 5 == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)f->d.vocab_size);
     }
     f->items = count_items(f->tgt, n);
 }
@@ -133,7 +89,7 @@ static void load_random_base(Model *m, Backend *be, float *h, uint64_t seed) {
         cr_assert_eq(t->peft_module, -1, "base tensor %s is marked an adapter", t->name);
         const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
         const double a = t->ndim == 1 && !norm ? 0.2 : 0.3;
-        for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * rng_uniform(&s) - 1));
+        for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * lora_fix_rng_uniform(&s) - 1));
     }
     GtError err = {0};
     cr_assert_not_null(m->base, "a LoRA model has no frozen base");
@@ -153,7 +109,7 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
     cr_assert_eq(f->be->ops->to_host(f->be, f->params_h, m->params, pl->total * sizeof(float), &err), 0, "%s", err.msg);
     if (randomise) {
         uint64_t s = seed;
-        for (size_t k = 0; k < pl->total; k++) f->params_h[k] = (float)(0.3 * (2 * rng_uniform(&s) - 1));
+        for (size_t k = 0; k < pl->total; k++) f->params_h[k] = (float)(0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
         cr_assert_eq(f->be->ops->to_device(f->be, m->params, f->params_h, pl->total * sizeof(float), &err), 0, "%s",
                      err.msg);
         model_params_changed(m);
@@ -171,7 +127,7 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
             cr_assert(idx >= 0 && idx + 1 < pl->n_tensors, "layer %d: %s has no adapter", l, peft_module_name(mod));
             const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[idx + 1];
             int in, out;
-            module_dims(&f->d, mod, &in, &out);
+            lora_fix_module_dims(&f->d, mod, &in, &out);
             cr_assert(ta->peft_module == mod && !ta->lora_B && ta->layer == l, "%s: not layer %d's %s lora_A", ta->name,
                       l, peft_module_name(mod));
             cr_assert(tb->peft_module == mod && tb->lora_B && tb->layer == l, "%s: not layer %d's %s lora_B", tb->name,
@@ -215,7 +171,7 @@ static Fix fix_open(ModelDesc d, bool rslora, bool randomise_adapters, Recompute
     load_random_base(f.m, f.be, f.base_h, seed);
     bind_adapters(&f, randomise_adapters, rslora, seed + 1);
     f.m->dropout_seed = 1234 + seed, f.m->dropout_step = 5, f.m->dropout_micro = 1;
-    f.lo.p = d.lora_dropout, f.lo.key = key_fn;
+    f.lo.p = d.lora_dropout, f.lo.key = lora_fix_key;
     f.lo.seed = f.m->dropout_seed, f.lo.step = f.m->dropout_step, f.lo.micro = f.m->dropout_micro;
     fill_tokens(&f, seed + 2);
     const ParamLayout *bl = &f.m->base_layout;
@@ -355,7 +311,7 @@ static void check_init_true(bool llama) {
     for (int i = 0; i < f.m->layout.n_tensors; i++) {
         const ParamTensor *t = &f.m->layout.tensors[i];
         int in, out;
-        module_dims(&f.d, t->peft_module, &in, &out);
+        lora_fix_module_dims(&f.d, t->peft_module, &in, &out);
         const double bound = 1.0 / sqrt((double)in);
         double big = 0;
         for (size_t k = 0; k < t->numel; k++) {
@@ -416,8 +372,8 @@ static void check_frozen(bool llama) {
     int *tok = malloc(n * sizeof *tok), *tgt = malloc(n * sizeof *tgt);
     uint64_t s = 77;
     for (size_t i = 0; i < n; i++) {
-        tok[i] = (int)(rng_next(&s) % (uint64_t)f.d.vocab_size);
-        tgt[i] = i % 7 == 2 ? -100 : (int)(rng_next(&s) % (uint64_t)f.d.vocab_size);
+        tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)f.d.vocab_size);
+        tgt[i] = i % 7 == 2 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)f.d.vocab_size);
     }
     const long items = count_items(tgt, n);
     RunConfig cfg;

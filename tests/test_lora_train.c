@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include "lora.h"
+#include "lora_fixture.h"
 #include "model.h"
 #include "optim.h"
 #include "peft.h"
@@ -35,70 +36,14 @@
 
 /* ---------------------------------------------------------------- helpers (the test's own) */
 
-static uint64_t rng_next(uint64_t *s) {
-    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-    return *s;
-}
-static double rng_uniform(uint64_t *s) { return (double)(rng_next(s) >> 11) / 9007199254740992.0; }
-static double rng_normal(uint64_t *s) {
-    const double u1 = (rng_uniform(s) * 9007199254740991.0 + 1.0) / 9007199254740992.0, u2 = rng_uniform(s);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-static uint64_t key_fn(uint64_t seed, long step, int micro, int layer, int module) {
-    return lora_dropout_key(seed, step, micro, layer, (PeftModule)module);
-}
-
-#define LLAMA_ALL 0x7fu
-#define GPT_ALL (0xfu << PEFT_C_ATTN)
+#define LLAMA_ALL LORA_FIX_LLAMA_ALL
+#define GPT_ALL LORA_FIX_GPT_ALL
 #define BIT(m) (1u << (m))
-
-/* a GQA Llama with q/k/v and o biases, untied (test_lora_model's); a tied GPT-2 */
-static ModelDesc base_desc(bool llama, int L) {
-    ModelDesc d;
-    if (llama)
-        d = (ModelDesc){.arch = ARCH_LLAMA, .n_layer = L, .n_head = 4, .n_kv_head = 2, .head_dim = 4, .n_embd = 16,
-                        .n_inner = 24, .vocab_size = 32, .n_positions = 64, .layer_norm_epsilon = 1e-5,
-                        .rope_theta = 10000.0, .qkv_bias = true, .o_bias = true};
-    else
-        d = (ModelDesc){.arch = ARCH_GPT2, .n_layer = L, .n_head = 2, .n_embd = 16, .n_inner = 64, .vocab_size = 32,
-                        .n_positions = 32, .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
-    snprintf(d.model_type, sizeof d.model_type, "%s", llama ? "llama" : "gpt2");
-    model_desc_defaults(&d);
-    return d;
-}
-
-/* PEFT's scaling, written here: alpha / r, or alpha / sqrt(r) with rslora */
-static double scaling(double alpha, int r, bool rslora) { return rslora ? alpha / sqrt((double)r) : alpha / r; }
 
 /* the other Llama: tied embeddings, MQA, MLP biases and none on the attention */
 static ModelDesc tied_llama(ModelDesc d) {
     d.tie_word_embeddings = true, d.n_kv_head = 1, d.qkv_bias = false, d.o_bias = false, d.mlp_bias = true;
     return d;
-}
-
-static ModelDesc lora_desc(bool llama, int L, int r, double alpha, uint32_t targets, bool rslora, double p,
-                           LoraInit init) {
-    ModelDesc d = base_desc(llama, L);
-    d.lora_r = r, d.lora_targets = targets, d.lora_scale = scaling(alpha, r, rslora), d.lora_dropout = p;
-    d.lora_init = (int)init;
-    return d;
-}
-
-/* the module's input and output widths, from the model's dims */
-static void module_dims(const ModelDesc *d, int module, int *in, int *out) {
-    const int C = d->n_embd, I = d->n_inner, QD = d->n_head * d->head_dim, KD = d->n_kv_head * d->head_dim;
-    switch (module) {
-    case PEFT_Q_PROJ: *in = C, *out = QD; break;
-    case PEFT_K_PROJ: case PEFT_V_PROJ: *in = C, *out = KD; break;
-    case PEFT_O_PROJ: *in = QD, *out = C; break;
-    case PEFT_GATE_PROJ: case PEFT_UP_PROJ: *in = C, *out = I; break;
-    case PEFT_DOWN_PROJ: *in = I, *out = C; break;
-    case PEFT_C_ATTN: *in = C, *out = 3 * C; break;
-    case PEFT_ATTN_C_PROJ: *in = C, *out = C; break;
-    case PEFT_C_FC: *in = C, *out = I; break;
-    default: *in = I, *out = C; break; /* mlp.c_proj */
-    }
 }
 
 static bool module_of(const ModelDesc *d, int mod) {
@@ -145,7 +90,7 @@ static uint64_t lora_params_from_dims(const ModelDesc *d) {
     for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
         if (!(d->lora_targets & BIT(mod)) || !module_of(d, mod)) continue;
         int in, out;
-        module_dims(d, mod, &in, &out);
+        lora_fix_module_dims(d, mod, &in, &out);
         n += (uint64_t)d->lora_r * (uint64_t)(in + out);
     }
     return n * (uint64_t)d->n_layer;
@@ -167,7 +112,7 @@ static float *random_base(const ParamLayout *bl, uint64_t seed) {
         const ParamTensor *t = &bl->tensors[i];
         const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
         const double a = t->ndim == 1 && !norm ? 0.2 : 0.3;
-        for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * rng_uniform(&s) - 1));
+        for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * lora_fix_rng_uniform(&s) - 1));
     }
     return h;
 }
@@ -175,7 +120,7 @@ static float *random_base(const ParamLayout *bl, uint64_t seed) {
 static float *random_floats(size_t n, double amp, uint64_t seed) {
     float *h = malloc(n * sizeof *h);
     uint64_t s = seed;
-    for (size_t k = 0; k < n; k++) h[k] = (float)(amp * (2 * rng_uniform(&s) - 1));
+    for (size_t k = 0; k < n; k++) h[k] = (float)(amp * (2 * lora_fix_rng_uniform(&s) - 1));
     return h;
 }
 
@@ -228,8 +173,8 @@ static double eval_loss(Model *m, const int *tok, const int *tgt, int rows) {
 static void random_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, int mask_every) {
     uint64_t s = seed;
     for (size_t i = 0; i < n; i++) {
-        tok[i] = (int)(rng_next(&s) % (uint64_t)V);
-        tgt[i] = mask_every && i % (size_t)mask_every == 3 ? -100 : (int)(rng_next(&s) % (uint64_t)V);
+        tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)V);
+        tgt[i] = mask_every && i % (size_t)mask_every == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)V);
     }
 }
 
@@ -290,7 +235,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
         cr_assert(!ta->lora_B && tb->lora_B && ta->peft_module == tb->peft_module && ta->layer == tb->layer, "%s, %s",
                   ta->name, tb->name);
         int in, out;
-        module_dims(d, ta->peft_module, &in, &out);
+        lora_fix_module_dims(d, ta->peft_module, &in, &out);
         cr_assert(ta->shape[0] == d->lora_r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->lora_r,
                   "%s: not PEFT's shapes", ta->name);
         RefLoraAdapter *a = ref_lora_add(&r->lo, ta->layer, ta->peft_module, in, out);
@@ -396,7 +341,7 @@ static Split run_split(const ModelDesc *d, int B, int A, const int *tok, const i
 }
 
 static void check_accumulation(bool llama, bool tied, uint32_t targets, double p) {
-    ModelDesc d = lora_desc(llama, 2, AR, AALPHA, targets, false, p, LORA_INIT_FALSE);
+    ModelDesc d = lora_fix_desc(llama, 2, AR, AALPHA, targets, false, p, LORA_INIT_FALSE);
     if (tied) d = tied_llama(d);
     int tok[8 * AT], tgt[8 * AT];
     random_tokens(tok, tgt, 8 * AT, d.vocab_size, 1234 + targets, 0);
@@ -414,7 +359,7 @@ static void check_accumulation(bool llama, bool tied, uint32_t targets, double p
     char what[128];
     Ref r;
     ref_open(&r, &d, base_h, ad_h, AALPHA, false);
-    r.lo.p = p, r.lo.key = key_fn, r.lo.seed = DROP_SEED, r.lo.step = DROP_STEP;
+    r.lo.p = p, r.lo.key = lora_fix_key, r.lo.seed = DROP_SEED, r.lo.step = DROP_STEP;
     r.tok = tok, r.tgt = tgt, r.T = AT, r.items = items;
     if (p == 0) {
         /* one reference: the big batch */
@@ -528,7 +473,7 @@ static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const 
  * bit for bit: the recomputed forward re-draws the same masks (a pure function of the key), and
  * nothing else may differ. fp32 and bf16 (the bf16 run must differ from the fp32 one: in effect). */
 static void check_recompute(bool llama) {
-    const ModelDesc d = lora_desc(llama, 4, AR, AALPHA, llama ? LLAMA_ALL : GPT_ALL, false, 0.1, LORA_INIT_FALSE);
+    const ModelDesc d = lora_fix_desc(llama, 4, AR, AALPHA, llama ? LLAMA_ALL : GPT_ALL, false, 0.1, LORA_INIT_FALSE);
     ParamLayout bl;
     param_layout_init(&bl, &d);
     float *base_h = random_base(&bl, 7), *ad_h = random_floats(lora_params_from_dims(&d), 0.3, 8);
@@ -599,8 +544,8 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
         const bool llama = variant > 0;
         const uint32_t targets = sets[!llama][ts];
         const RecomputePolicy pol = recompute_policy(pk > 0, pk == 2 ? 2 : 1, pk == 3, L);
-        ModelDesc d = lora_desc(llama, L, 5, 10.0, targets, false, drop ? 0.1 : 0.0, LORA_INIT_TRUE);
-        ModelDesc d0 = base_desc(llama, L);
+        ModelDesc d = lora_fix_desc(llama, L, 5, 10.0, targets, false, drop ? 0.1 : 0.0, LORA_INIT_TRUE);
+        ModelDesc d0 = lora_fix_base(llama, L);
         if (variant == 2) d = tied_llama(d), d0 = tied_llama(d0);
         const GtDtype a = (GtDtype)act;
         char what[160];
@@ -645,7 +590,7 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
         for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++)
             if (targets & BIT(mod)) {
                 int in, out;
-                module_dims(&d, mod, &in, &out);
+                lora_fix_module_dims(&d, mod, &in, &out);
                 in_max = in > (int)in_max ? (uint64_t)in : in_max;
                 out_max = out > (int)out_max ? (uint64_t)out : out_max;
             }
@@ -757,7 +702,7 @@ static void pissa_open(Pissa *f, bool llama, uint32_t targets, int r, double alp
                        uint64_t seed) {
     memset(f, 0, sizeof *f);
     f->llama = llama;
-    f->d = lora_desc(llama, 2, r, alpha, targets, rslora, p, LORA_INIT_TRUE);
+    f->d = lora_fix_desc(llama, 2, r, alpha, targets, rslora, p, LORA_INIT_TRUE);
     f->be = test_backend_open();
     backend_set_act_dtype(f->be, GT_F32);
     GtError err = {0};
@@ -820,7 +765,7 @@ static size_t block_offset(const Model *m, int layer, int mod) {
     const int ti = param_layout_role(&m->base_layout, layer, role);
     cr_assert(ti >= 0);
     int in, out;
-    module_dims(&m->desc, mod, &in, &out);
+    lora_fix_module_dims(&m->desc, mod, &in, &out);
     const ParamTensor *t = &m->base_layout.tensors[ti];
     cr_assert(t->shape[1] == in && row0 + out <= t->shape[0], "%s: [%lld, %lld] cannot hold module %d's block", t->name,
               (long long)t->shape[0], (long long)t->shape[1], mod);
@@ -836,7 +781,7 @@ static void check_pissa_init(bool llama, bool rslora) {
     Pissa f;
     pissa_open(&f, llama, targets, r, 6.0, rslora, 0.0, 700 + rslora);
     Model *m = f.m;
-    const double s = scaling(6.0, r, rslora);
+    const double s = lora_fix_scaling(6.0, r, rslora);
     const double l0 = base_model_loss(&f.d, f.base_h, f.tok, f.tgt);
     GtError err = {0};
     cr_assert_eq(lora_pissa_init(m, -1, 31, true, &err), 0, "%s", err.msg);
@@ -857,7 +802,7 @@ static void check_pissa_init(bool llama, bool rslora) {
         for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
             if (!(targets & BIT(mod))) continue;
             int in, rows;
-            module_dims(&f.d, mod, &in, &rows);
+            lora_fix_module_dims(&f.d, mod, &in, &rows);
             const size_t off = block_offset(m, l, mod);
             const float *W = f.base_h + off, *Wr = wres + off;
             const float *A = ad + adapter(m, l, mod, false)->offset, *B = ad + adapter(m, l, mod, true)->offset;
@@ -946,25 +891,6 @@ Test(lora_train, llama_pissa_init_is_the_base_model_and_the_top_singular_pairs) 
 }
 Test(lora_train, gpt2_pissa_init_is_the_base_model_and_the_top_singular_pairs) { check_pissa_init(false, false); }
 
-/* Q [m, n] with orthonormal columns (modified Gram-Schmidt twice on a Gaussian matrix) */
-static double *random_orthonormal(int m, int n, uint64_t seed) {
-    double *q = malloc(sizeof(double) * (size_t)m * n);
-    uint64_t st = seed;
-    for (size_t i = 0; i < (size_t)m * n; i++) q[i] = rng_normal(&st);
-    for (int pass = 0; pass < 2; pass++)
-        for (int j = 0; j < n; j++) {
-            for (int l = 0; l < j; l++) {
-                double d = 0;
-                for (int i = 0; i < m; i++) d += q[i * n + j] * q[i * n + l];
-                for (int i = 0; i < m; i++) q[i * n + j] -= d * q[i * n + l];
-            }
-            double nrm = 0;
-            for (int i = 0; i < m; i++) nrm += q[i * n + j] * q[i * n + j];
-            nrm = sqrt(nrm);
-            for (int i = 0; i < m; i++) q[i * n + j] /= nrm;
-        }
-    return q;
-}
 
 /* (d) every adapted block W = Q1 diag(s) Q2^T with s_i = 2 * 0.5^i: the singular values PiSSA
  * captures, S_j = scale ||B[:, j]|| ||A[j, :]|| (A = diag(sqrt(S / s)) Vh, B = U diag(sqrt(S / s))),
@@ -979,15 +905,15 @@ Test(lora_train, pissa_niter_4_captures_a_decaying_spectrum) {
         Pissa f;
         pissa_open(&f, true, LLAMA_ALL, r, 6.0, false, 0.0, 900);
         Model *m = f.m;
-        const double sc = scaling(6.0, r, false);
+        const double sc = lora_fix_scaling(6.0, r, false);
         int nblock = 0;
         for (int l = 0; l < f.d.n_layer; l++)
             for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
                 if (!(LLAMA_ALL & BIT(mod))) continue;
                 int in, rows;
-                module_dims(&f.d, mod, &in, &rows);
+                lora_fix_module_dims(&f.d, mod, &in, &rows);
                 const int k = rows < in ? rows : in;
-                double *q1 = random_orthonormal(rows, k, 1000 + nblock), *q2 = random_orthonormal(in, k, 2000 + nblock);
+                double *q1 = test_random_orthonormal(rows, k, 1000 + nblock), *q2 = test_random_orthonormal(in, k, 2000 + nblock);
                 float *W = f.base_h + block_offset(m, l, mod);
                 for (int i = 0; i < rows; i++)
                     for (int c = 0; c < in; c++) {
@@ -1007,7 +933,7 @@ Test(lora_train, pissa_niter_4_captures_a_decaying_spectrum) {
             for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
                 if (!(LLAMA_ALL & BIT(mod))) continue;
                 int in, rows;
-                module_dims(&f.d, mod, &in, &rows);
+                lora_fix_module_dims(&f.d, mod, &in, &rows);
                 const float *A = ad + adapter(m, l, mod, false)->offset, *B = ad + adapter(m, l, mod, true)->offset;
                 for (int j = 0; j < r; j++) {
                     double na = 0, nbj = 0;
@@ -1077,10 +1003,10 @@ static void check_conversion(bool llama, bool rslora) {
     cr_assert(cc.r == 2 * r && fabs(cc.lora_alpha - alpha2) <= 1e-12 * alpha2 && cc.use_rslora == rslora &&
               strcmp(cc.init, "true") == 0, "%s: converted config r %d lora_alpha %.17g use_rslora %d init %s", what,
               cc.r, cc.lora_alpha, cc.use_rslora, cc.init);
-    cr_assert(fabs(scaling(alpha2, 2 * r, rslora) - scaling(alpha, r, rslora)) <= 1e-15 * scaling(alpha, r, rslora));
+    cr_assert(fabs(lora_fix_scaling(alpha2, 2 * r, rslora) - lora_fix_scaling(alpha, r, rslora)) <= 1e-15 * lora_fix_scaling(alpha, r, rslora));
 
     /* the plain rank-2r model on the original base */
-    const ModelDesc d2 = lora_desc(llama, 2, 2 * r, alpha2, targets, rslora, 0.0, LORA_INIT_TRUE);
+    const ModelDesc d2 = lora_fix_desc(llama, 2, 2 * r, alpha2, targets, rslora, 0.0, LORA_INIT_TRUE);
     Model *m2 = NULL;
     cr_assert_eq(model_create(&m2, &d2, f.be, PB, PT, recompute_policy(false, 1, false, 2), 9, &err), 0, "%s", err.msg);
     put_base(m2, f.base_h);
@@ -1201,7 +1127,7 @@ static float *init_values(const ParamTensor *t, const ModelDesc *d, uint64_t see
  * 5 sqrt(0.2166 / n), the kurtosis 3 within 5 sqrt(24 / n). r = 4 and 16: std 1/r, not 1/sqrt(r). */
 Test(lora_train, init_gaussian_is_normal_with_std_1_over_r_and_b_zero) {
     for (int r = 4; r <= 16; r *= 4) {
-        ModelDesc d = base_desc(true, 2);
+        ModelDesc d = lora_fix_base(true, 2);
         d.lora_r = r, d.lora_init = LORA_INIT_GAUSSIAN;
         const int in = 32768 / r;
         const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(in, r, true);
@@ -1250,7 +1176,7 @@ static void expect_uniform(const float *x, size_t n, double bound, const char *w
  * so the adapter is not a no-op; true: A the same, B zero */
 Test(lora_train, init_false_is_uniform_for_both_and_true_zeroes_b) {
     const int r = 4, in = 8192, out = 8192;
-    ModelDesc d = base_desc(true, 2);
+    ModelDesc d = lora_fix_base(true, 2);
     d.lora_r = r;
     const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(out, r, true);
     d.lora_init = LORA_INIT_FALSE;

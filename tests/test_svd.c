@@ -12,15 +12,6 @@
 
 /* ---- the test's own helpers (none from src/svd.c) ---- */
 
-/* a 64-bit LCG (Knuth's MMIX constants) and Box-Muller: a generator unlike the module's */
-static double test_normal(uint64_t *st) {
-    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
-    double u1 = ((double)(*st >> 11) + 1.0) / 9007199254740993.0;
-    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
-    double u2 = (double)(*st >> 11) / 9007199254740992.0;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
 static float *random_matrix(int rows, int cols, uint64_t seed) {
     float *w = malloc(sizeof(float) * (size_t)rows * cols);
     cr_assert(w);
@@ -282,25 +273,6 @@ Test(svd, pissa_converted_to_rank_2r_lora_on_the_original_w) {
 /* ---- (d) randomised on a known spectrum ---- */
 
 /* Q [m, n] row-major with orthonormal columns: modified Gram-Schmidt twice on a Gaussian matrix */
-static double *random_orthonormal(int m, int n, uint64_t seed) {
-    double *q = malloc(sizeof(double) * (size_t)m * n);
-    cr_assert(q);
-    uint64_t st = seed;
-    for (size_t i = 0; i < (size_t)m * n; i++) q[i] = test_normal(&st);
-    for (int pass = 0; pass < 2; pass++)
-        for (int j = 0; j < n; j++) {
-            for (int l = 0; l < j; l++) {
-                double d = 0;
-                for (int i = 0; i < m; i++) d += q[i * n + j] * q[i * n + l];
-                for (int i = 0; i < m; i++) q[i * n + j] -= d * q[i * n + l];
-            }
-            double nrm = 0;
-            for (int i = 0; i < m; i++) nrm += q[i * n + j] * q[i * n + j];
-            nrm = sqrt(nrm);
-            for (int i = 0; i < m; i++) q[i * n + j] /= nrm;
-        }
-    return q;
-}
 
 /* W = Q1 diag(s) Q2^T, s_i = 0.7^i, 300 x 200, r = 10. Theory (Halko et al. 2009 sec. 10.4;
  * Gu 2015, "Subspace iteration randomization and singular value problems", thm 4.3): with p
@@ -316,7 +288,7 @@ static double *random_orthonormal(int m, int n, uint64_t seed) {
  * exceed the true ones beyond rounding (they are singular values of a projection of W). And niter 4's summed error is below niter 0's. */
 Test(svd, randomised_captures_the_top_singular_values_of_a_known_spectrum) {
     const int rows = 300, cols = 200, r = 10;
-    double *q1 = random_orthonormal(rows, cols, 21), *q2 = random_orthonormal(cols, cols, 22), sv[200];
+    double *q1 = test_random_orthonormal(rows, cols, 21), *q2 = test_random_orthonormal(cols, cols, 22), sv[200];
     for (int i = 0; i < cols; i++) sv[i] = pow(0.7, i);
     float *W = malloc(sizeof(float) * rows * cols), *U = malloc(sizeof(float) * rows * r), *S = malloc(sizeof(float) * r),
           *Vh = malloc(sizeof(float) * r * cols), *U2 = malloc(sizeof(float) * rows * r), *S2 = malloc(sizeof(float) * r),

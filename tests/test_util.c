@@ -3,6 +3,7 @@
 
 #include <cJSON.h>
 #include <ftw.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -81,4 +82,33 @@ void test_write_file(const char *path, const void *buf, size_t n) {
     cr_assert_not_null(f, "cannot write %s", path);
     if (n) cr_assert_eq(fwrite(buf, 1, n, f), n);
     cr_assert_eq(fclose(f), 0);
+}
+
+/* a 64-bit LCG (Knuth's MMIX constants) and Box-Muller: a generator unlike the module's */
+double test_normal(uint64_t *st) {
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    double u1 = ((double)(*st >> 11) + 1.0) / 9007199254740993.0;
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    double u2 = (double)(*st >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+double *test_random_orthonormal(int m, int n, uint64_t seed) {
+    double *q = malloc(sizeof(double) * (size_t)m * n);
+    cr_assert(q);
+    uint64_t st = seed;
+    for (size_t i = 0; i < (size_t)m * n; i++) q[i] = test_normal(&st);
+    for (int pass = 0; pass < 2; pass++)
+        for (int j = 0; j < n; j++) {
+            for (int l = 0; l < j; l++) {
+                double d = 0;
+                for (int i = 0; i < m; i++) d += q[i * n + j] * q[i * n + l];
+                for (int i = 0; i < m; i++) q[i * n + j] -= d * q[i * n + l];
+            }
+            double nrm = 0;
+            for (int i = 0; i < m; i++) nrm += q[i * n + j] * q[i * n + j];
+            nrm = sqrt(nrm);
+            for (int i = 0; i < m; i++) q[i * n + j] /= nrm;
+        }
+    return q;
 }

@@ -3,6 +3,7 @@
 #define GT_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define MAX_STEPS 64
 
@@ -30,5 +31,12 @@ void test_write_file(const char *path, const void *buf, size_t n);
 
 /* The "train" and "eval" records of dir/metrics.jsonl (asserts it parses). */
 void read_train_metrics(const char *dir, Losses *l);
+
+/* A normal deviate from a 64-bit LCG (Knuth's MMIX constants) and Box-Muller: a generator unlike
+ * the modules' (splitmix64). */
+double test_normal(uint64_t *st);
+/* Q [m, n] (row-major, fresh malloc) with orthonormal columns: modified Gram-Schmidt, twice, on a
+ * Gaussian matrix from seed. */
+double *test_random_orthonormal(int m, int n, uint64_t seed);
 
 #endif

@@ -5,35 +5,20 @@
  * safetensors, a FIFO and a directory named like shards. Must hold: a refusal has a code and a
  * one-line message; an accepted index gives a table whose every tensor is found by its name and
  * reads back, whole and by rows, from a shard it names; at most HF_MAX_WARNINGS warnings. */
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
 #include "hf_weights.h"
 
 static char g_dir[64]; /* the scratch directory, made on the first input */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    remove(p);
-    return 0;
-}
+static void cleanup(void) { fuzz_rm_tree(g_dir); }
 
-static void cleanup(void) {
-    if (g_dir[0]) nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void put(const char *name, const void *data, size_t n) {
-    char p[128];
-    snprintf(p, sizeof p, "%s/%s", g_dir, name);
-    FILE *f = fopen(p, "wb");
-    if (!f) abort();
-    if (n && fwrite(data, 1, n, f) != n) abort();
-    fclose(f);
-}
+static void put(const char *name, const void *data, size_t n) { fuzz_put(g_dir, name, data, n); }
 
 static void setup(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/gtrain-fuzz-hfindex-XXXXXX");

@@ -5,7 +5,6 @@
  * v_proj of a 2-layer Llama with hidden 8, kv width 4). Must hold: a refusal has a code and a
  * one-line message; an accepted adapter has exactly the model's entries with PEFT's shapes, and
  * each reads back whole and by ranges, the same values both ways. */
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,28 +12,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "fuzz_util.h"
 #include "peft.h"
 
 static char g_dir[64]; /* the scratch adapter directory, made on the first input */
 
-static int rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    remove(p);
-    return 0;
-}
+static void cleanup(void) { fuzz_rm_tree(g_dir); }
 
-static void cleanup(void) {
-    if (g_dir[0]) nftw(g_dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
-static void put(const char *name, const void *data, size_t n) {
-    char p[128];
-    snprintf(p, sizeof p, "%s/%s", g_dir, name);
-    FILE *f = fopen(p, "wb");
-    if (!f) abort();
-    if (n && fwrite(data, 1, n, f) != n) abort();
-    fclose(f);
-}
+static void put(const char *name, const void *data, size_t n) { fuzz_put(g_dir, name, data, n); }
 
 static void setup(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/gtrain-fuzz-peft-XXXXXX");

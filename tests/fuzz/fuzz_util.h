@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <ftw.h>
+#include <sys/stat.h>
 
 #include "data.h"
 
@@ -43,6 +45,27 @@ static inline void fuzz_check_rows(DataSource *d, int seq_len, int vocab, long e
     free(tok);
     free(tgt);
     data_close(d);
+}
+
+static inline int fuzz_rm_entry(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    remove(p);
+    return 0;
+}
+
+/* Remove a scratch directory and everything in it (never following links). */
+static inline void fuzz_rm_tree(const char *dir) {
+    if (dir[0]) nftw(dir, fuzz_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* Write dir/name with n bytes of data (aborts on failure: the harness, not the input, is wrong). */
+static inline void fuzz_put(const char *dir, const char *name, const void *data, size_t n) {
+    char p[256];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "wb");
+    if (!f) abort();
+    if (n && fwrite(data, 1, n, f) != n) abort();
+    fclose(f);
 }
 
 #endif
