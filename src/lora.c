@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "dropout.h"
+#include "svd.h"
 #include "model.h"
 
 _Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "Model.lora_idx has a slot per module");
@@ -97,6 +98,18 @@ void lora_layout_init(ParamLayout *pl, const ModelDesc *d) {
         }
     }
     pl->layer_begin[L] = pl->total;
+}
+
+uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = lora_sites(d, s);
+    uint64_t most = 0;
+    for (int k = 0; k < n; k++) { /* the block in fp32, A and B, and the SVD's own */
+        const uint64_t rows = (uint64_t)s[k].rows, in = (uint64_t)s[k].in, r = (uint64_t)d->lora_r;
+        const uint64_t b = 4 * (rows * in + r * (rows + in)) + pissa_host_bytes((int)rows, (int)in, d->lora_r, niter);
+        if (b > most) most = b;
+    }
+    return most;
 }
 
 uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module) {

@@ -46,6 +46,11 @@ uint64_t lora_num_params(const ModelDesc *d);
  * there are no globals. */
 void lora_layout_init(ParamLayout *pl, const ModelDesc *d);
 
+/* PiSSA's initialisation runs on the host before step 1, one adapted block at a time: about how
+ * many bytes it needs at its peak (the largest block's fp32 copy, A, B and pissa_host_bytes);
+ * freed before training, not part of the plan's categories. niter as lora_pissa_niter_of. */
+uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter);
+
 /* The dropout key (dropout.h) of one adapter application: a pure function of the run's seed,
  * the optimizer step, the micro-batch within it, the layer and the module. */
 uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module);

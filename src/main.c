@@ -312,6 +312,13 @@ int main(int argc, char **argv) {
             printf("target modules:");
             for (int i = 0; i < peft.n_targets; i++) printf(" %s", peft.target_modules[i]);
             printf("\n");
+            const int niter = cfg->lora.init_from[0] ? -2 : lora_pissa_niter_of(cfg->lora.init_lora_weights);
+            if (niter != -2) {
+                char b[32];
+                printf("PiSSA initialisation (%s): on the host before step 1, a block at a time, about %s at its "
+                       "peak, freed before training\n", niter < 0 ? "exact SVD" : "randomised SVD",
+                       gt_format_bytes(b, sizeof b, lora_pissa_host_bytes(&desc, niter)));
+            }
         }
         /* memory_limit auto: on the CPU, the RAM available now (what a run would check); a GPU's free
          * memory is read only by a run (asking the driver costs a context), so no limit here */

@@ -330,3 +330,15 @@ void pissa_to_lora_2r(const float *A, const float *B, const float *A0, const flo
 double pissa_lora_alpha_2r(double lora_alpha, bool use_rslora) {
     return use_rslora ? lora_alpha * sqrt(2.0) : lora_alpha * 2.0;
 }
+
+uint64_t pissa_host_bytes(int rows, int cols, int r, int niter) {
+    const uint64_t m = (uint64_t)rows, n = (uint64_t)cols, q = (uint64_t)r, k = m < n ? m : n, mx = m > n ? m : n;
+    uint64_t d = m * n; /* the double copy of W */
+    if (niter < 0) /* dgesdd's outputs and its documented workspace for JOBZ = 'S' */
+        d += k * (m + n) + k + 4 * k * k + 6 * k + mx;
+    else /* the bases, the small SVD, and the larger of the QR (blocked: 64 columns) and dgesdd workspaces */
+        d += q * n + 2 * q * m + q * q + q + (64 * mx > 4 * q * q + 6 * q + m ? 64 * mx : 4 * q * q + 6 * q + m);
+    d += q * (m + n) + q;                 /* U, S, Vh */
+    const uint64_t residual = q * n + 256 * q + 256 * n; /* pissa_residual, after the SVD's are freed */
+    return 8 * (d > residual ? d : residual) + 8 * (uint64_t)k * 4;
+}

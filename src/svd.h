@@ -45,6 +45,10 @@ double lora_scale(double lora_alpha, int r, bool use_rslora);
 int pissa_init(const float *W, int rows, int cols, int r, double scale, int niter, uint64_t seed,
                float *A, float *B, float *W_res, GtError *err);
 
+/* About how many host bytes pissa_init allocates at its peak for W [rows, cols] (the LAPACK
+ * workspace is queried at run time, so this uses LAPACK's documented sizes): what a plan shows. */
+uint64_t pissa_host_bytes(int rows, int cols, int r, int niter);
+
 /* W_res = W - scale * B @ A (A [r, cols], B [rows, r] as stored in fp32), in double, rounded to fp32
  * once per entry; what pissa_init forms, so a resumed run rebuilds the same bits from the saved
  * initial adapter. W_res may alias W. 0, or -1 (code 1: out of memory). */
