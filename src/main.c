@@ -73,6 +73,18 @@ static bool parse_count(const char *s, long long max, long long *out) {
 }
 
 /* one line "gtrain: ..." on stderr; returns the bad-input exit status */
+/* n with thousands separators: 41,943,040 */
+static const char *group_digits(char *buf, size_t cap, uint64_t n) {
+    char d[32];
+    int len = snprintf(d, sizeof d, "%llu", (unsigned long long)n), o = 0;
+    for (int i = 0; i < len && o + 2 < (int)cap; i++) {
+        if (i && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = d[i];
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 static int bad_input(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int bad_input(const char *fmt, ...) {
     va_list ap;
@@ -305,8 +317,10 @@ int main(int argc, char **argv) {
         printf("parameters: %llu\n", (unsigned long long)model_desc_num_params(&desc));
         if (desc.lora_r > 0) {
             uint64_t n = lora_num_params(&desc);
-            printf("trainable parameters: %llu (LoRA r %d, lora_alpha %g, scale %g, init %s), %.4f%% of %llu; the base "
-                   "is frozen\n", (unsigned long long)n, peft.r, peft.lora_alpha, desc.lora_scale,
+            char grouped[40];
+            printf("trainable parameters: %llu (%s; LoRA r %d, lora_alpha %g, scale %g, init %s), %.4f%% of %llu; the "
+                   "base is frozen\n", (unsigned long long)n, group_digits(grouped, sizeof grouped, n), peft.r,
+                   peft.lora_alpha, desc.lora_scale,
                    cfg->lora.init_from[0] ? cfg->lora.init_from : peft.init,
                    100.0 * (double)n / (double)model_desc_num_params(&desc), (unsigned long long)model_desc_num_params(&desc));
             printf("target modules:");
