@@ -140,20 +140,15 @@ static int init_kind(const char *s, LoraInit *kind, int *niter) {
     if (strcmp(s, "gaussian") == 0) return *kind = LORA_INIT_GAUSSIAN, 0;
     if (strcmp(s, "false") == 0) return *kind = LORA_INIT_FALSE, 0;
     *kind = LORA_INIT_TRUE;
-    if (strcmp(s, "pissa") == 0) return *niter = -1, 0;
-    char *end = NULL;
-    if (strncmp(s, "pissa_niter_", 12) == 0 && s[12] >= '0' && s[12] <= '9') {
-        long v = strtol(s + 12, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= 1000) return *niter = (int)v, 0;
-    }
-    return -1;
+    *niter = peft_init_pissa_niter(s); /* the rule adapter_config.json is read by: what the run writes reads back */
+    return *niter == -2 ? -1 : 0;
 }
 
 int lora_check_init(const char *value, char *why, size_t cap) {
     LoraInit k;
     int niter;
     if (init_kind(value, &k, &niter) == 0) return 0;
-    snprintf(why, cap, "expected true, false, gaussian, pissa or pissa_niter_N (N in [0, 1000]), found \"%.40s\"", value);
+    snprintf(why, cap, "expected true, false, gaussian, pissa or pissa_niter_N (N in [0, 1000], no leading zero), found \"%.40s\"", value);
     return -1;
 }
 
