@@ -63,7 +63,7 @@ static bool target_matches(const char *t, PeftModule m) {
     return strcmp(t, MODULES[m].name) == 0 || strcmp(t, MODULES[m].path) == 0;
 }
 
-static bool target_known(const char *t) {
+bool peft_target_known(const char *t) {
     for (int m = 0; m < PEFT_MODULE_COUNT; m++)
         if (target_matches(t, (PeftModule)m)) return true;
     return false;
@@ -108,7 +108,7 @@ static int parse_targets(PeftConfig *cfg, const cJSON *j, const char *path, GtEr
     for (const cJSON *it = j->child; it; it = it->next) {
         if (!cJSON_IsString(it))
             return BAD("%s: target_modules: expected module names (strings), found %s", path, mj_found(it, f, sizeof f));
-        if (!target_known(it->valuestring))
+        if (!peft_target_known(it->valuestring))
             return BAD("%s: target_modules: expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
                        "(Llama family) or c_attn, c_proj, c_fc (GPT-2), found %s",
                        path, mj_found(it, f, sizeof f));

@@ -96,6 +96,9 @@ const char *peft_module_name(PeftModule m);
 const char *peft_module_path(PeftModule m);
 ModelArch peft_module_arch(PeftModule m);
 
+/* A target_modules entry naming a module of some architecture (bare, or qualified by its parent). */
+bool peft_target_known(const char *name);
+
 /* Which modules of arch the config targets (PEFT's suffix match; "all-linear": every one, the
  * output layer excluded as PEFT does). A target naming no module of arch is refused (code 2,
  * naming adapter_config.json's target_modules), as PEFT refuses targets not found in the model. */
