@@ -466,7 +466,9 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                               .gradient_accumulation_steps = t->plan.A};
 
     if (claim_output_dir(t, err)) return -1;
-    if (desc->lora_r > 0 && t->start_step == 0 && init_adapters(t, err)) return -1;
+    /* a resumed run's adapters (and a PiSSA run's residual base) are the checkpoint's, checkpoint-0 included:
+     * initialising them again would take PiSSA's SVD of the residual base */
+    if (desc->lora_r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
     struct stat sb;
     if (t->model->pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->pissa_init_dir, &sb) != 0) {
         /* resumed into another output_dir: its initial adapter, which the conversion reads, from the checkpoint */
