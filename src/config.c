@@ -49,6 +49,14 @@ static int check_target_modules(const char *value, char *why, size_t cap) {
                      PEFT_MAX_TARGETS, value);
             return -1;
         }
+        char name[32];
+        memcpy(name, p, len);
+        name[len] = '\0';
+        if (!peft_target_known(name)) { /* which of them the model has is checked against the model (lora.c) */
+            snprintf(why, cap, "expected module names of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
+                     "(Llama family), c_attn, c_proj, c_fc (GPT-2) or all-linear, found \"%s\" in \"%.60s\"", name, value);
+            return -1;
+        }
         p += len;
         if (*p == ',' && p[1] == '\0') {
             snprintf(why, cap, "expected a module name after the last comma, found \"%.60s\"", value);
@@ -500,6 +508,9 @@ static int read_list(Ctx *c, int idx, const char *shown, int vl, int vc) {
         o += (size_t)snprintf(joined + o, sizeof joined - o, "%s%.*s", o ? "," : "", (int)v.n, v.s);
         yaml_event_delete(&ie);
     }
+    if (o == 0) /* not the default: PEFT's target_modules=[] adapts nothing */
+        return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a non-empty list of names (or no value for "
+                        "the default), found an empty list", c->file, vl, vc, shown);
     Scalar v = {joined, o, true};
     return apply(c, idx, &v, vl, vc);
 }
@@ -823,6 +834,11 @@ static int validate(Ctx *c) {
         return key_error(c, i, "expected gradient_checkpointing: true (offload moves the inputs kept by gradient "
                                "checkpointing to host memory), found gradient_checkpointing: false");
     }
+    if (cfg->lora.init_from[0] && lora_pissa_niter_of(cfg->lora.init_lora_weights) != -2) {
+        snprintf(msg, sizeof msg, "expected no PiSSA initialisation with lora.init_from (the adapter is the "
+                 "initialisation), found %.40s", cfg->lora.init_lora_weights);
+        return key_error(c, config_schema_index("lora.init_lora_weights"), msg);
+    }
     if (cfg->per_device_train_batch_size == 0 && cfg->train_batch_size == 0)
         return key_error(c, config_schema_index("per_device_train_batch_size"),
                          "expected train_batch_size (the effective batch) to be set with \"auto\", found none");
@@ -908,7 +924,7 @@ int config_load(RunConfig *cfg, const char *path, const char *const *sets, int n
 /* ------------------------------------------------------------------------------------------ */
 /* checks against the model */
 
-static int model_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg) {
+int config_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg) {
     int i = config_schema_index(key);
     const char *file = cfg->config_path[0] ? cfg->config_path : "config";
     if (cfg->source[i] == CFG_SRC_FILE)
@@ -923,17 +939,17 @@ int config_check_model(const RunConfig *cfg, const struct ModelDesc *desc, GtErr
         snprintf(msg, sizeof msg, "expected at most n_layer = %d of %s, found %d", desc->n_layer, desc->path,
                  cfg->every_n_layers);
         int i = config_schema_index("every_n_layers");
-        return model_key_error(cfg, SCHEMA[i].key, err, msg);
+        return config_key_error(cfg, SCHEMA[i].key, err, msg);
     }
     if (cfg->data.seq_len > desc->n_positions) {
         snprintf(msg, sizeof msg, "expected at most n_positions = %d of %s, found %d", desc->n_positions, desc->path,
                  cfg->data.seq_len);
-        return model_key_error(cfg, "data.seq_len", err, msg);
+        return config_key_error(cfg, "data.seq_len", err, msg);
     }
     if (cfg->data.format == DATA_TEXT && desc->vocab_size < 256) {
         snprintf(msg, sizeof msg, "expected a model with vocab_size >= 256 for byte-level text, found vocab_size %d in %s",
                  desc->vocab_size, desc->path);
-        return model_key_error(cfg, "data.format", err, msg);
+        return config_key_error(cfg, "data.format", err, msg);
     }
     return 0;
 }

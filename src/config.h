@@ -114,6 +114,11 @@ int config_load(RunConfig *cfg, const char *path, const char *const *sets, int n
 struct ModelDesc;
 int config_check_model(const RunConfig *cfg, const struct ModelDesc *desc, GtError *err);
 
+/* A check of key's value made after loading (against the model or an adapter): one line
+ * "file:line: key: msg", "--set key: msg" or "file: key: msg (the default)" by where the value
+ * came from, code 2. Returns -1. */
+int config_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg);
+
 /* Print every key with its resolved value and where it came from (default / file:line / --set). */
 void config_print_resolved(const RunConfig *cfg, FILE *out);
 

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -154,20 +155,15 @@ static int init_kind(const char *s, LoraInit *kind, int *niter) {
     if (strcmp(s, "gaussian") == 0) return *kind = LORA_INIT_GAUSSIAN, 0;
     if (strcmp(s, "false") == 0) return *kind = LORA_INIT_FALSE, 0;
     *kind = LORA_INIT_TRUE;
-    if (strcmp(s, "pissa") == 0) return *niter = -1, 0;
-    char *end = NULL;
-    if (strncmp(s, "pissa_niter_", 12) == 0 && s[12] >= '0' && s[12] <= '9') {
-        long v = strtol(s + 12, &end, 10);
-        if (*end == '\0' && v >= 0 && v <= 1000) return *niter = (int)v, 0;
-    }
-    return -1;
+    *niter = peft_init_pissa_niter(s); /* the rule adapter_config.json is read by: what the run writes reads back */
+    return *niter == -2 ? -1 : 0;
 }
 
 int lora_check_init(const char *value, char *why, size_t cap) {
     LoraInit k;
     int niter;
     if (init_kind(value, &k, &niter) == 0) return 0;
-    snprintf(why, cap, "expected true, false, gaussian, pissa or pissa_niter_N (N in [0, 1000]), found \"%.40s\"", value);
+    snprintf(why, cap, "expected true, false, gaussian, pissa or pissa_niter_N (N in [0, 1000], no leading zero), found \"%.40s\"", value);
     return -1;
 }
 
@@ -230,6 +226,26 @@ static bool given(const RunConfig *cfg, const char *key) {
     return i >= 0 && cfg->source[i] != CFG_SRC_DEFAULT;
 }
 
+/* a run-config key's value refused after loading: config.c's "file:line: key: ..." or "--set key: ..." */
+static int key_error(const RunConfig *cfg, const char *key, GtError *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int key_error(const RunConfig *cfg, const char *key, GtError *err, const char *fmt, ...) {
+    char msg[GT_ERR_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return config_key_error(cfg, key, err, msg);
+}
+
+/* the run config's targets against the model: peft_config_targets, its refusal as lora.target_modules' */
+static int run_targets(const PeftConfig *pc, const RunConfig *cfg, ModelArch arch, bool mask[PEFT_MODULE_COUNT],
+                       GtError *err) {
+    if (peft_config_targets(pc, arch, mask, "", err) == 0) return 0;
+    const char *why = strstr(err->msg, "expected"); /* ": target_modules: expected ..." without the path */
+    return key_error(cfg, "lora.target_modules", err, "%s", why ? why : err->msg);
+}
+
 int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err) {
     d->lora_r = 0;
     d->lora_targets = 0;
@@ -249,29 +265,26 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         snprintf(cfile, sizeof cfile, "%s/%s", cfg->lora.init_from, PEFT_CONFIG_FILE);
         for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->lora_targets >> m & 1u;
         if (given(cfg, "lora.r") && cfg->lora.r != pc->r)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.r: expected the adapter's r %d (%s), found %d", where, pc->r,
-                            cfile, cfg->lora.r);
+            return key_error(cfg, "lora.r", err, "expected the adapter's r %d (%s), found %d", pc->r, cfile, cfg->lora.r);
         if (given(cfg, "lora.lora_alpha") && cfg->lora.lora_alpha != pc->lora_alpha)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.lora_alpha: expected the adapter's %g (%s), found %g", where,
-                            pc->lora_alpha, cfile, cfg->lora.lora_alpha);
+            return key_error(cfg, "lora.lora_alpha", err, "expected the adapter's %g (%s), found %g", pc->lora_alpha, cfile,
+                             cfg->lora.lora_alpha);
         if (given(cfg, "lora.use_rslora") && cfg->lora.use_rslora != pc->use_rslora)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.use_rslora: expected the adapter's %s (%s), found %s", where,
-                            pc->use_rslora ? "true" : "false", cfile, cfg->lora.use_rslora ? "true" : "false");
+            return key_error(cfg, "lora.use_rslora", err, "expected the adapter's %s (%s), found %s",
+                             pc->use_rslora ? "true" : "false", cfile, cfg->lora.use_rslora ? "true" : "false");
         if (given(cfg, "lora.target_modules")) {
             PeftConfig mine = *pc;
             bool m2[PEFT_MODULE_COUNT];
-            if (set_targets(&mine, cfg->lora.target_modules, where, err) ||
-                peft_config_targets(&mine, d->arch, m2, where, err))
+            if (set_targets(&mine, cfg->lora.target_modules, where, err) || run_targets(&mine, cfg, d->arch, m2, err))
                 return -1;
             if (memcmp(m2, mask, sizeof mask) != 0)
-                return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.target_modules: expected the adapter's modules (%s), "
-                                "found others", where, cfile);
+                return key_error(cfg, "lora.target_modules", err, "expected the adapter's modules (%s), found others",
+                                 cfile);
         }
         if (given(cfg, "lora.lora_dropout")) pc->lora_dropout = cfg->lora.lora_dropout;
-        if (niter != -2)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.init_lora_weights: expected no PiSSA initialisation with "
-                            "lora.init_from (the adapter is the initialisation), found %s", where,
-                            cfg->lora.init_lora_weights);
+        if (niter != -2) /* config_load refuses it first; kept for a RunConfig made otherwise */
+            return key_error(cfg, "lora.init_lora_weights", err, "expected no PiSSA initialisation with lora.init_from "
+                             "(the adapter is the initialisation), found %s", cfg->lora.init_lora_weights);
         pc->inference_mode = false;
     } else {
         pc->r = cfg->lora.r;
@@ -280,7 +293,7 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         pc->use_rslora = cfg->lora.use_rslora;
         snprintf(pc->init, sizeof pc->init, "%.31s", cfg->lora.init_lora_weights); /* checked: short */
         if (set_targets(pc, cfg->lora.target_modules[0] ? cfg->lora.target_modules : default_targets(d->arch), where, err) ||
-            peft_config_targets(pc, d->arch, mask, where, err))
+            run_targets(pc, cfg, d->arch, mask, err))
             return -1;
         /* PEFT saves "all-linear" resolved to the module names */
         peft_config_set_targets(pc, mask);

@@ -55,6 +55,12 @@ static bool same_scale(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(
 
 /* ---------------------------------------------------------------- load */
 
+static long count_nonfinite(const float *x, size_t n) {
+    long c = 0;
+    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
+    return c;
+}
+
 int lora_load_adapter(Model *m, const char *dir, GtError *err) {
     if (m->desc.lora_r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
     PeftEntry *ent = NULL;
@@ -84,19 +90,21 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         if (wd > widest) widest = wd;
     }
     buf = gt_xmalloc((size_t)want_r * widest * sizeof *buf);
+    long nonfinite = 0; /* warned as a model's weights are (hf_checkpoint.c): the run then skips and stops */
     for (int e = 0; e < n; e++) {
         const ParamTensor *ta = &m->layout.tensors[2 * e], *tb = &m->layout.tensors[2 * e + 1];
         const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
         /* lora_A [want_r, in]: its first r rows */
-        if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err) ||
-            m->be->ops->to_device(m->be, m->params + ta->offset, buf, (size_t)r * in * sizeof(float), err))
-            goto done;
+        if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err)) goto done;
+        nonfinite += count_nonfinite(buf, (size_t)want_r * in);
+        if (m->be->ops->to_device(m->be, m->params + ta->offset, buf, (size_t)r * in * sizeof(float), err)) goto done;
         if (pissa) {
             a0 = gt_xrealloc(a0, (size_t)r * in * sizeof *a0);
             memcpy(a0, buf + (size_t)r * in, (size_t)r * in * sizeof *a0);
         }
         /* lora_B [out, want_r]: the first r columns of each row (in place, front to back) */
         if (peft_adapter_read(a, e, true, buf, out * want_r, err)) goto done;
+        nonfinite += count_nonfinite(buf, out * want_r);
         if (pissa) {
             b0 = gt_xrealloc(b0, out * r * sizeof *b0);
             for (size_t o = 0; o < out; o++)
@@ -117,6 +125,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
                 goto done;
         }
     }
+    if (nonfinite) gt_warn("%s/%s: %ld adapter weights are NaN or infinite\n", dir, PEFT_WEIGHTS_FILE, nonfinite);
     model_params_changed(m);
     rc = 0;
 done:

@@ -43,32 +43,30 @@ double peft_scaling(const PeftConfig *cfg) {
     return cfg->use_rslora ? cfg->lora_alpha / sqrt((double)cfg->r) : cfg->lora_alpha / cfg->r;
 }
 
-int peft_pissa_niter(const PeftConfig *cfg) {
-    if (strcmp(cfg->init, "pissa") == 0) return 0;
-    if (strncmp(cfg->init, "pissa_niter_", 12) == 0) return atoi(cfg->init + 12);
-    return -1;
+int peft_init_pissa_niter(const char *init) {
+    if (strcmp(init, "pissa") == 0) return -1;
+    if (strncmp(init, "pissa_niter_", 12) != 0) return -2;
+    const char *s = init + 12;
+    size_t n = strlen(s);
+    /* N in [0, 1000], decimal digits only, no sign and no leading zero (PEFT writes the string back as given) */
+    if (n < 1 || n > 4 || (s[0] == '0' && n > 1)) return -2;
+    for (size_t i = 0; i < n; i++)
+        if (s[i] < '0' || s[i] > '9') return -2;
+    int v = atoi(s);
+    return v <= 1000 ? v : -2;
 }
+
+int peft_pissa_niter(const PeftConfig *cfg) { return peft_init_pissa_niter(cfg->init); }
 
 /* a target name (bare or qualified by its parent) matches module m: PEFT's suffix match */
 static bool target_matches(const char *t, PeftModule m) {
     return strcmp(t, MODULES[m].name) == 0 || strcmp(t, MODULES[m].path) == 0;
 }
 
-static bool target_known(const char *t) {
+bool peft_target_known(const char *t) {
     for (int m = 0; m < PEFT_MODULE_COUNT; m++)
         if (target_matches(t, (PeftModule)m)) return true;
     return false;
-}
-
-/* "pissa_niter_N", N in [1, 1000] without sign or leading zero */
-static bool valid_niter(const char *s) {
-    if (strncmp(s, "pissa_niter_", 12) != 0) return false;
-    s += 12;
-    size_t n = strlen(s);
-    if (n < 1 || n > 4 || s[0] == '0') return false;
-    for (size_t i = 0; i < n; i++)
-        if (s[i] < '0' || s[i] > '9') return false;
-    return atoi(s) <= 1000;
 }
 
 /* null, false, "", {} or []: a feature left at its default */
@@ -110,7 +108,7 @@ static int parse_targets(PeftConfig *cfg, const cJSON *j, const char *path, GtEr
     for (const cJSON *it = j->child; it; it = it->next) {
         if (!cJSON_IsString(it))
             return BAD("%s: target_modules: expected module names (strings), found %s", path, mj_found(it, f, sizeof f));
-        if (!target_known(it->valuestring))
+        if (!peft_target_known(it->valuestring))
             return BAD("%s: target_modules: expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
                        "(Llama family) or c_attn, c_proj, c_fc (GPT-2), found %s",
                        path, mj_found(it, f, sizeof f));
@@ -156,12 +154,11 @@ static int parse_member(PeftConfig *cfg, const cJSON *j, const char *k, bool *se
     } else if (strcmp(k, "init_lora_weights") == 0) {
         if (cJSON_IsBool(j))
             snprintf(cfg->init, sizeof cfg->init, "%s", cJSON_IsTrue(j) ? "true" : "false");
-        else if (cJSON_IsString(j) && (strcmp(j->valuestring, "gaussian") == 0 || strcmp(j->valuestring, "pissa") == 0 ||
-                                       valid_niter(j->valuestring)))
+        else if (cJSON_IsString(j) && (strcmp(j->valuestring, "gaussian") == 0 || peft_init_pissa_niter(j->valuestring) != -2))
             snprintf(cfg->init, sizeof cfg->init, "%s", j->valuestring);
         else
             return BAD("%s: init_lora_weights: expected true, false, \"gaussian\", \"pissa\" or \"pissa_niter_N\" "
-                       "(N in [1, 1000]), found %s", path, mj_found(j, f, sizeof f));
+                       "(N in [0, 1000]), found %s", path, mj_found(j, f, sizeof f));
     } else if (strcmp(k, "target_modules") == 0) {
         if (parse_targets(cfg, j, path, err)) return -1;
         *seen_targets = true;

@@ -18,7 +18,7 @@
  * valid JSON object, every key once. Accepted: peft_type "LORA"; task_type "CAUSAL_LM" (or null:
  * the keys are the same for PeftModel); r an integer in [1, PEFT_MAX_R]; lora_alpha a finite
  * number > 0; lora_dropout in [0, 1); use_rslora, fan_in_fan_out, inference_mode booleans;
- * init_lora_weights true, false, "gaussian", "pissa", "pissa_niter_N" (N in [1, 1000]);
+ * init_lora_weights true, false, "gaussian", "pissa", "pissa_niter_N" (N in [0, 1000]);
  * target_modules a list of module names (q_proj k_proj v_proj o_proj gate_proj up_proj
  * down_proj c_attn c_proj c_fc, or one qualified by its parent as PEFT's suffix match allows:
  * "self_attn.q_proj", "attn.c_proj", "mlp.c_proj"...) or the string "all-linear". PEFT reads any
@@ -83,7 +83,11 @@ char *peft_config_to_json(const PeftConfig *cfg);
 
 /* lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora. */
 double peft_scaling(const PeftConfig *cfg);
-/* pissa_niter_N: N; "pissa": 0 (exact SVD); otherwise -1. */
+/* init_lora_weights "pissa": -1 (exact SVD); "pissa_niter_N" (N in [0, 1000], digits without sign
+ * or leading zero): N; anything else: -2. The one rule for the run config's lora.init_lora_weights
+ * and adapter_config.json's, so a run never writes an init it would not read back. */
+int peft_init_pissa_niter(const char *init);
+/* peft_init_pissa_niter of cfg->init */
 int peft_pissa_niter(const PeftConfig *cfg);
 
 /* Module tables: PEFT's target name ("q_proj", "c_proj"), the path inside a layer
@@ -91,6 +95,9 @@ int peft_pissa_niter(const PeftConfig *cfg);
 const char *peft_module_name(PeftModule m);
 const char *peft_module_path(PeftModule m);
 ModelArch peft_module_arch(PeftModule m);
+
+/* A target_modules entry naming a module of some architecture (bare, or qualified by its parent). */
+bool peft_target_known(const char *name);
 
 /* Which modules of arch the config targets (PEFT's suffix match; "all-linear": every one, the
  * output layer excluded as PEFT does). A target naming no module of arch is refused (code 2,

@@ -353,16 +353,13 @@ static bool model_dir_with_weights(const char *path) {
     return stat(f, &sb) == 0;
 }
 
-/* A fresh LoRA run's adapters: continued from lora.init_from, or PiSSA's from the loaded base (the
- * others are model_create's). Every rank computes the same; rank 0 writes the initial adapter. */
+/* A fresh LoRA run's PiSSA adapters, from the loaded base (lora.init_from's are loaded before
+ * output_dir is claimed; the others are model_create's). Every rank computes the same; rank 0
+ * writes the initial adapter. */
 static int init_adapters(Trainer *t, GtError *err) {
     const RunConfig *cfg = t->cfg;
     Model *m = t->model;
-    if (cfg->lora.init_from[0]) {
-        if (lora_load_adapter(m, cfg->lora.init_from, err)) return -1;
-        gt_log("adapters: continued from %s\n", cfg->lora.init_from);
-        return 0;
-    }
+    if (cfg->lora.init_from[0]) return 0; /* loaded before output_dir was claimed (open_run) */
     const int niter = lora_pissa_niter_of(cfg->lora.init_lora_weights);
     if (niter == -2) return 0;
     double t0 = gt_now_seconds();
@@ -465,8 +462,16 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                               .world_size = t->world, .per_device_train_batch_size = t->plan.B,
                               .gradient_accumulation_steps = t->plan.A};
 
+    /* lora.init_from is read and checked before output_dir is claimed: a refused adapter leaves the
+     * directory as it was (a resumed run's adapters are its checkpoint's) */
+    if (desc->lora_r > 0 && cfg->lora.init_from[0] && !cfg->resume_from_checkpoint[0]) {
+        if (lora_load_adapter(t->model, cfg->lora.init_from, err)) return -1;
+        gt_log("adapters: continued from %s\n", cfg->lora.init_from);
+    }
     if (claim_output_dir(t, err)) return -1;
-    if (desc->lora_r > 0 && t->start_step == 0 && init_adapters(t, err)) return -1;
+    /* a resumed run's adapters (and a PiSSA run's residual base) are the checkpoint's, checkpoint-0 included:
+     * initialising them again would take PiSSA's SVD of the residual base */
+    if (desc->lora_r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
     struct stat sb;
     if (t->model->pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->pissa_init_dir, &sb) != 0) {
         /* resumed into another output_dir: its initial adapter, which the conversion reads, from the checkpoint */

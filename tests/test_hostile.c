@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "lora.h"
 #include "model_desc.h"
 #include "plan.h"
 #include "test_backend_select.h"
@@ -338,6 +339,39 @@ static const Hostile CASES[] = {
                                             "per_device_train_batch_size: 64776\nmemory_limit: 1024TiB\n",
      "{\"n_layer\": 64, \"n_head\": 1024, \"n_embd\": 65536, \"vocab_size\": 256, \"n_positions\": 1048576}", NULL,
      NULL, "run.yaml", "overflow", 0},
+    /* the lora: section (m.json is GPT-2): file:line:col where the value is read, file:line where it
+     * is checked against the model */
+    {"lora init_lora_weights pissa_niter_x", BASE "lora:\n  init_lora_weights: pissa_niter_x\n", NULL, NULL, NULL,
+     "run.yaml:6:22", "lora.init_lora_weights", 0},
+    {"lora init_lora_weights with a leading zero", BASE "lora:\n  init_lora_weights: pissa_niter_01\n", NULL, NULL, NULL,
+     "run.yaml:6:22", "lora.init_lora_weights", 0},
+    {"lora target_modules with a number", BASE "lora:\n  target_modules: [c_attn, 3]\n", NULL, NULL, NULL,
+     "run.yaml:6:19", "lora.target_modules", 0},
+    {"lora target_modules with a mapping in it", BASE "lora:\n  target_modules: [c_attn, {a: 1}]\n", NULL, NULL, NULL,
+     "run.yaml:6:28", "lora.target_modules", 0},
+    {"lora target_modules with a list in it", BASE "lora:\n  target_modules: [c_attn, [c_fc]]\n", NULL, NULL, NULL,
+     "run.yaml:6:28", "lora.target_modules", 0},
+    {"lora target_modules a nested mapping", BASE "lora:\n  target_modules: {c_attn: {x: 1}}\n", NULL, NULL, NULL,
+     "run.yaml:6:19", "lora.target_modules", 0},
+    {"lora target_modules an empty list", BASE "lora:\n  target_modules: []\n", NULL, NULL, NULL, "run.yaml:6:19",
+     "lora.target_modules", 0},
+    {"lora target_modules unknown", BASE "lora:\n  target_modules: [c_attn, foo_proj]\n", NULL, NULL, NULL,
+     "run.yaml:6:19", "foo_proj", 0},
+    {"lora target_modules of another architecture", BASE "lora:\n  target_modules: [q_proj, v_proj]\n", NULL, NULL, NULL,
+     "run.yaml:6: lora.target_modules", "q_proj", 0},
+    {"lora_dropout 1.0", BASE "lora:\n  lora_dropout: 1.0\n", NULL, NULL, NULL, "run.yaml:6:17", "lora.lora_dropout", 0},
+    {"lora r 0", BASE "lora:\n  r: 0\n", NULL, NULL, NULL, "run.yaml:6:6", "lora.r", 0},
+    {"lora r over PEFT's bound", BASE "lora:\n  r: 65537\n", NULL, NULL, NULL, "run.yaml:6:6", "lora.r", 0},
+    {"lora_alpha 0", BASE "lora:\n  lora_alpha: 0\n", NULL, NULL, NULL, "run.yaml:6:15", "lora.lora_alpha", 0},
+    {"lora use_rslora yes", BASE "lora:\n  use_rslora: yes\n", NULL, NULL, NULL, "run.yaml:6:15", "lora.use_rslora", 0},
+    {"lora init_from with PiSSA", BASE "lora:\n  init_from: adapter\n  init_lora_weights: pissa\n", NULL, NULL, NULL,
+     "run.yaml:7:22", "lora.init_from", 0},
+    {"lora init_from a file", BASE "lora:\n  init_from: t.txt\n", NULL, NULL, NULL, "run.yaml:6:14", "lora.init_from", 0},
+    {"lora init_from missing", BASE "lora:\n  init_from: nothere\n", NULL, NULL, NULL, "nothere", NULL, 0},
+    {"lora section a list", BASE "lora: [1, 2]\n", NULL, NULL, NULL, "run.yaml:5:7", "lora", 0},
+    {"lora: {} is PEFT's defaults", BASE "lora: {}\n", NULL, NULL, NULL, NULL, NULL, 1},
+    {"lora pissa_niter_0 on every module", BASE "lora:\n  target_modules: all-linear\n  init_lora_weights: pissa_niter_0\n",
+     NULL, NULL, NULL, NULL, NULL, 1},
     /* must succeed: HF's GPT-2 small config.json with every extra field it writes */
     {"real HF config.json", "model: hf.json\ndata:\n  train: t.txt\n  seq_len: 1024\noutput_dir: out\n"
                             "per_device_train_batch_size: 1\n",
@@ -399,6 +433,8 @@ ParameterizedTest(int *i, hostile, in_process) {
     int rc = config_load(cfg, cfg_path, NULL, 0, &err);
     if (rc == 0) rc = model_desc_load(&desc, cfg->model, &err);
     if (rc == 0) rc = config_check_model(cfg, &desc, &err);
+    PeftConfig peft; /* main.c's order: the lora: section is applied to the model before the plan */
+    if (rc == 0) rc = lora_configure(&desc, &peft, cfg, &err);
     MemPlan plan;
     if (rc == 0) rc = plan_resolve(&plan, &desc, cfg, 1, cfg->memory_limit, &err);
     free(cfg);
@@ -488,6 +524,10 @@ Test(hostile, set_values) {
         {"data.train=\xc0\xaf", "--set data.train"},
         {"adam_beta2=0.99999999", "--set adam_beta2"},
         {"memory_limit=0", "--set memory_limit"},
+        {"lora.r=0", "--set lora.r"},
+        {"lora.target_modules=c_attn,foo_proj", "--set lora.target_modules"},
+        {"lora.target_modules=q_proj", "--set lora.target_modules"}, /* GPT-2 has none: checked against the model */
+        {"lora.init_lora_weights=pissa_niter_01", "--set lora.init_lora_weights"},
     };
     /* the same config with a harmless --set passes, so each exit 2 below is the --set's */
     Hostile good = {"good config", GOOD_CFG, NULL, NULL, NULL, NULL, NULL, 1};

@@ -44,6 +44,13 @@ Test(peft_config, round_trip_and_python_json_layout) {
     cr_assert(back.use_rslora);
     cr_assert_str_eq(back.init, "pissa_niter_4");
     cr_assert_eq(peft_pissa_niter(&back), 4);
+    /* exact and randomised PiSSA apart, niter 0 included */
+    cr_assert_eq(peft_init_pissa_niter("pissa"), -1);
+    cr_assert_eq(peft_init_pissa_niter("pissa_niter_0"), 0);
+    cr_assert_eq(peft_init_pissa_niter("pissa_niter_1000"), 1000);
+    cr_assert_eq(peft_init_pissa_niter("pissa_niter_01"), -2);
+    cr_assert_eq(peft_init_pissa_niter("pissa_niter_"), -2);
+    cr_assert_eq(peft_init_pissa_niter("gaussian"), -2);
     cr_assert_str_eq(back.base_model, c.base_model);
     cr_assert_eq(back.n_targets, 3);
     cr_assert_str_eq(back.target_modules[2], "down_proj");
@@ -82,6 +89,8 @@ Test(peft_config, accepts_what_peft_writes) {
         "{" MIN_OK ", \"r\": 8.0, \"lora_alpha\": 0.5, \"init_lora_weights\": false, \"bias\": \"none\"}",
         "{" MIN_OK ", \"init_lora_weights\": \"gaussian\", \"revision\": \"main\", \"peft_version\": \"0.18.1\"}",
         "{" MIN_OK ", \"init_lora_weights\": \"pissa\", \"modules_to_save\": null, \"rank_pattern\": {}}",
+        /* PEFT: "[number of iters] ... must be a nonnegative integer"; a gtrain run with pissa_niter_0 writes it */
+        "{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_0\"}",
         "{" MIN_OK ", \"use_dora\": false, \"layers_to_transform\": null, \"some_new_feature\": null}",
         "{" MIN_OK ", \"runtime_config\": {\"ephemeral_gpu_offload\": false}, \"qalora_group_size\": 16}",
         "{\"peft_type\": \"LORA\", \"target_modules\": [\"self_attn.q_proj\", \"mlp.c_proj\", \"q_proj\"]}",
@@ -114,7 +123,9 @@ Test(peft_config, hostile_configs_are_one_line_naming_the_key) {
         {"{" MIN_OK ", \"use_rslora\": 1}", "use_rslora"},
         {"{" MIN_OK ", \"fan_in_fan_out\": \"yes\"}", "fan_in_fan_out"},
         {"{" MIN_OK ", \"init_lora_weights\": \"olora\"}", "init_lora_weights"},
-        {"{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_0\"}", "init_lora_weights"},
+        {"{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_01\"}", "init_lora_weights"},
+        {"{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_1001\"}", "init_lora_weights"},
+        {"{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_-1\"}", "init_lora_weights"},
         {"{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_x\"}", "init_lora_weights"},
         {"{" MIN_OK ", \"init_lora_weights\": \"loftq\"}", "init_lora_weights"},
         {"{\"peft_type\": \"LORA\", \"target_modules\": [\"qkv\"]}", "target_modules"},
