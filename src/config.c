@@ -1,6 +1,6 @@
 /* config.c - the run config: YAML (libyaml event API) -> RunConfig, driven by ONE schema table.
  *
- * Everything about a key lives in SCHEMA below: its dotted name, type, where it is stored, its
+ * Everything about a key lives in the schema table (config_table.c): its dotted name, type, where it is stored, its
  * default (as text, parsed by the same code as the file), bounds, enum names and one-line doc.
  * The same table parses the file, applies --set, validates, prints the resolved config, prints
  * `gtrain --help-config` and the README's config reference (--markdown). One value by its entry
@@ -27,195 +27,9 @@
 #define CONFIG_MAX_DEPTH 4          /* sections are one level deep; anything deeper is refused */
 #define KEY_MAX 256
 
-static const char *const LR_NAMES[] = {"constant", "linear", "cosine", "cosine_with_min_lr", NULL};
-static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
-static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
-static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
-static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
-static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
-static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
 
-/* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone */
-static int check_target_modules(const char *value, char *why, size_t cap) {
-    if (strcmp(value, "all-linear") == 0 || value[0] == '\0') return 0;
-    int n = 0;
-    for (const char *p = value; *p; n++) {
-        size_t len = strcspn(p, ",");
-        bool ok = len > 0 && len < 32;
-        for (size_t i = 0; i < len && ok; i++)
-            ok = (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= '0' && p[i] <= '9') || p[i] == '_' || p[i] == '.';
-        if (!ok || n == PEFT_MAX_TARGETS) {
-            snprintf(why, cap, "expected at most %d module names (letters, digits, _ and .) or all-linear, found \"%.60s\"",
-                     PEFT_MAX_TARGETS, value);
-            return -1;
-        }
-        char name[32];
-        memcpy(name, p, len);
-        name[len] = '\0';
-        if (!peft_target_known(name)) { /* which of them the model has is checked against the model (lora.c) */
-            snprintf(why, cap, "expected module names of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
-                     "(Llama family), c_attn, c_proj, c_fc (GPT-2) or all-linear, found \"%s\" in \"%.60s\"", name, value);
-            return -1;
-        }
-        p += len;
-        if (*p == ',' && p[1] == '\0') {
-            snprintf(why, cap, "expected a module name after the last comma, found \"%.60s\"", value);
-            return -1;
-        }
-        if (*p == ',') p++;
-    }
-    return 0;
-}
-
-static int check_shard_size(const char *value, char *why, size_t cap) {
-    uint64_t bytes;
-    return hf_parse_size(value, &bytes, why, cap);
-}
-
-#define FIELD(m) .offset = offsetof(RunConfig, m), .size = sizeof(((RunConfig *)0)->m)
-#define BIG 1000000000000LL /* 1e12: bound for step counts */
-
-_Static_assert(sizeof(LrSchedule) == sizeof(int32_t), "enums are stored as 32-bit ints");
-_Static_assert(sizeof(long) == sizeof(int64_t), "long fields are stored as 64-bit ints");
-
-static const KeySpec SCHEMA[] = {
-    {.key = "model", .type = KT_PATH, FIELD(model), .def = "", .required = "a path to the model JSON",
-     .doc = "The model: a Hugging Face config.json (gpt2, llama, mistral, qwen2), or a model directory holding one "
-            "(and its weights, loaded unless init_from names others); required."},
-    {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
-     .doc = "Initial weights: a Hugging Face model directory, a model.safetensors.index.json, a .safetensors file or a run "
-            "directory; empty = the weights of model when it is a directory holding them, else random init."},
-    {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "", .required = "a path to the training data",
-     .doc = "Training data: a text file, token shard(s) (glob allowed) or jsonl; required."},
-    {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",
-     .doc = "Validation data; empty = for text, the last data.val_fraction of data.train; else none."},
-    {.key = "data.format", .type = KT_ENUM, FIELD(data.format), .def = "text", .names = FORMAT_NAMES,
-     .doc = "How the data files are read: byte-level text, uint16 token shards, or jsonl."},
-    {.key = "data.seq_len", .type = KT_INT, FIELD(data.seq_len), .def = "1024", .imin = 1, .imax = 1 << 20,
-     .doc = "Tokens per training sequence; at most the model's n_positions."},
-    {.key = "data.val_fraction", .type = KT_FLOAT, FIELD(data.val_fraction), .def = "0.1", .fmin = 0,
-     .fmax = 0.9,
-     .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
-    {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
-     .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
-    {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
-     .def = "8", .imin = 1, .imax = GT_MAX_MICRO_BATCH,
-     .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},
-    {.key = "train_batch_size", .type = KT_INT, FIELD(train_batch_size), .def = "0", .imin = 0,
-     .imax = 1 << 24, .doc = "Effective batch (sequences per optimizer step) to reach with auto micro-batch; 0 = unset."},
-    {.key = "per_device_eval_batch_size", .type = KT_INT, FIELD(per_device_eval_batch_size), .def = "8",
-     .imin = 1, .imax = 65536, .doc = "Sequences per evaluation batch on each device."},
-    {.key = "gradient_accumulation_steps", .type = KT_INT, FIELD(gradient_accumulation_steps), .def = "1",
-     .imin = 1, .imax = GT_MAX_ACCUM_STEPS, .doc = "Micro-batches accumulated into one optimizer step."},
-    {.key = "gradient_checkpointing", .type = KT_BOOL, FIELD(gradient_checkpointing), .def = "false",
-     .doc = "Recompute checkpointed layers in backward instead of keeping their activations."},
-    {.key = "every_n_layers", .type = KT_INT, FIELD(every_n_layers), .def = "1", .imin = 1, .imax = 1024,
-     .doc = "With gradient_checkpointing: checkpoint layer 0 and every n-th layer after it."},
-    {.key = "offload", .type = KT_BOOL, FIELD(offload), .def = "false",
-     .doc = "Keep the inputs of checkpointed layers in pinned host memory (needs gradient_checkpointing)."},
-    {.key = "gradient_checkpointing_kwargs.every_n_layers", .type = KT_INT, FIELD(every_n_layers), .def = "1",
-     .imin = 1, .imax = 1024, .alias_of = "every_n_layers", .doc = "Hugging Face spelling of every_n_layers."},
-    {.key = "gradient_checkpointing_kwargs.offload", .type = KT_BOOL, FIELD(offload), .def = "false",
-     .alias_of = "offload", .doc = "Hugging Face spelling of offload."},
-    /* at most INT_MAX: AdamW's step count (its bias correction) reaches the backends as an int */
-    {.key = "max_steps", .type = KT_INT, FIELD(max_steps), .def = "-1", .imin = -1, .imax = INT_MAX,
-     .doc = "Optimizer steps to run; -1 = derived from num_train_epochs."},
-    {.key = "num_train_epochs", .type = KT_FLOAT, FIELD(num_train_epochs), .def = "3", .fmin = 0,
-     .fmax = 1e6, .fmin_open = true, .doc = "Passes over the training data (used when max_steps is -1)."},
-    {.key = "learning_rate", .type = KT_FLOAT, FIELD(learning_rate), .def = "5e-5", .fmin = 0, .fmax = 10,
-     .f32 = true, .doc = "Peak learning rate of AdamW."},
-    {.key = "lr_scheduler_type", .type = KT_ENUM, FIELD(lr_scheduler_type), .def = "linear",
-     .names = LR_NAMES,
-     .doc = "Learning-rate decay after warmup: constant, linear to 0, cosine to 0, or cosine to min_lr_rate."},
-    {.key = "lr_scheduler_kwargs.min_lr_rate", .type = KT_FLOAT, FIELD(min_lr_rate), .def = "0", .fmin = 0, .fmax = 1,
-     .doc = "cosine_with_min_lr: the final learning rate as a fraction of learning_rate (HF's min_lr_rate)."},
-    {.key = "warmup_steps", .type = KT_INT, FIELD(warmup_steps), .def = "0", .imin = 0, .imax = BIG,
-     .doc = "Steps of linear warmup from 0 to learning_rate (when > 0 it overrides warmup_ratio, as HF's)."},
-    {.key = "warmup_ratio", .type = KT_FLOAT, FIELD(warmup_ratio), .def = "0", .fmin = 0, .fmax = 1,
-     .doc = "Warmup as a fraction of the optimizer steps: ceil(warmup_ratio * max_steps) steps, when warmup_steps is 0."},
-    {.key = "weight_decay", .type = KT_FLOAT, FIELD(weight_decay), .def = "0", .fmin = 0, .fmax = 10,
-     .f32 = true, .doc = "AdamW decoupled weight decay."},
-    {.key = "adam_beta1", .type = KT_FLOAT, FIELD(adam_beta1), .def = "0.9", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .f32 = true, .doc = "AdamW first-moment decay."},
-    {.key = "adam_beta2", .type = KT_FLOAT, FIELD(adam_beta2), .def = "0.999", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .f32 = true, .doc = "AdamW second-moment decay."},
-    {.key = "adam_epsilon", .type = KT_FLOAT, FIELD(adam_epsilon), .def = "1e-8", .fmin = 0, .fmax = 1,
-     .fmin_open = true, .f32 = true, .doc = "AdamW denominator epsilon."},
-    /* compared in double, but the clip coefficient max_grad_norm / norm is applied as a float */
-    {.key = "max_grad_norm", .type = KT_FLOAT, FIELD(max_grad_norm), .def = "1.0", .fmin = 0, .fmax = 1e6, .f32 = true,
-     .doc = "Clip the global gradient norm to this; 0 disables clipping."},
-    {.key = "precision", .type = KT_ENUM, FIELD(precision), .def = "fp32", .names = PREC_NAMES,
-     .doc = "fp32 (TF32 off), or bf16 activations and weight copy with fp32 master weights, gradients and AdamW state."},
-    {.key = "seed", .type = KT_INT, FIELD(seed), .def = "42", .imin = 0, .imax = LLONG_MAX,
-     .doc = "Seed for initialization and data sampling."},
-    {.key = "device", .type = KT_ENUM, FIELD(device), .def = "auto", .names = DEVICE_NAMES,
-     .doc = "Where to train: cuda if a GPU is present (auto), or cpu / cuda explicitly."},
-    {.key = "loss_normalization", .type = KT_ENUM, FIELD(loss_normalization), .def = "tokens",
-     .names = LOSS_NAMES,
-     .doc = "Divide the summed loss by the step's predicted tokens (tokens) or by the accumulation count (steps)."},
-    {.key = "logging_steps", .type = KT_INT, FIELD(logging_steps), .def = "10", .imin = 1, .imax = BIG,
-     .doc = "Print a log line and a metrics record every this many optimizer steps."},
-    {.key = "eval_steps", .type = KT_INT, FIELD(eval_steps), .def = "0", .imin = 0, .imax = BIG,
-     .doc = "Evaluate every this many steps; 0 = only at the end (when there is validation data)."},
-    {.key = "eval_max_batches", .type = KT_INT, FIELD(eval_max_batches), .def = "0", .imin = 0, .imax = BIG,
-     .doc = "Evaluation batches per evaluation; 0 = the whole validation set."},
-    {.key = "save_steps", .type = KT_INT, FIELD(save_steps), .def = "500", .imin = 0, .imax = BIG,
-     .doc = "Save a checkpoint every this many steps; 0 = none (the final model is always saved)."},
-    {.key = "save_total_limit", .type = KT_INT, FIELD(save_total_limit), .def = "0", .imin = 0,
-     .imax = 1000000, .doc = "Keep at most this many checkpoints (oldest deleted first); 0 = keep all."},
-    {.key = "save_max_shard_size", .type = KT_STRING, FIELD(save_max_shard_size), .def = "5GB", .check = check_shard_size,
-     .doc = "Largest weights file, as save_pretrained's max_shard_size (\"5GB\" = 5e9, \"10GiB\", \"500MB\", bytes); "
-            "larger weights are split into model-0000k-of-0000N.safetensors and model.safetensors.index.json."},
-    {.key = "save_dtype", .type = KT_ENUM, FIELD(save_dtype), .def = "auto", .names = SAVE_DTYPE_NAMES,
-     .doc = "dtype of the final output_dir/model.safetensors: auto = the master weights' (fp32), bf16 or fp32; "
-            "checkpoint-N/ keeps fp32, so a resume stays exact."},
-    {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain", .dir = true,
-     .required = "a directory for the run's files",
-     .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
-    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "", .dir = true,
-     .literal = "latest", .doc = "Resume from this checkpoint directory, or \"latest\" in output_dir; empty = fresh."},
-    {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 1,
-     .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
-    {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
-     .doc = "CPU threads; 0 = all cores."},
-    {.key = "overwrite_output_dir", .type = KT_BOOL, FIELD(overwrite_output_dir), .def = "false",
-     .doc = "Allow output_dir to hold an earlier or different run (its checkpoints are then replaced)."},
-    {.key = "nan_policy", .type = KT_ENUM, FIELD(nan_policy), .def = "skip", .names = NAN_NAMES,
-     .doc = "A non-finite loss or gradient norm: skip the step (no update) or stop the run."},
-    {.key = "max_skipped_steps", .type = KT_INT, FIELD(max_skipped_steps), .def = "10", .imin = 0, .imax = BIG,
-     .doc = "Stop after this many skipped (non-finite) steps in a row; 0 = never."},
-    {.key = "sample_max_new_tokens", .type = KT_INT, FIELD(sample_max_new_tokens), .def = "0", .imin = 0,
-     .imax = SAMPLE_MAX_NEW_TOKENS, .doc = "At the end, print a sample of this many tokens (byte-level models); 0 = none."},
-    {.key = "zero_stage", .type = KT_INT, FIELD(zero_stage), .def = "0", .imin = 0, .imax = 1,
-     .doc = "0: plain data parallel; 1: AdamW state sharded across ranks (ZeRO-1)."},
-    {.key = "dist_init_file", .type = KT_PATH, FIELD(dist_init_file), .def = "",
-     .doc = "File on a shared filesystem for the NCCL id exchange when launched by srun without MPI."},
-    {.key = "dist_timeout", .type = KT_FLOAT, FIELD(dist_timeout), .def = "300", .fmin = 0, .fmax = 1e6,
-     .fmin_open = true, .doc = "Seconds a collective waits for the other ranks before the job is aborted."},
-    /* LoRA / PiSSA: PEFT LoraConfig's names; a lora: section turns it on */
-    {.key = "lora.r", .type = KT_INT, FIELD(lora.r), .def = "8", .imin = 1, .imax = PEFT_MAX_R,
-     .doc = "LoRA rank (a lora: section trains adapters on a frozen base instead of every weight)."},
-    {.key = "lora.lora_alpha", .type = KT_FLOAT, FIELD(lora.lora_alpha), .def = "8", .fmin = 0, .fmin_open = true,
-     .fmax = 1e9, .doc = "LoRA alpha: the adapters' output is scaled by lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."},
-    {.key = "lora.lora_dropout", .type = KT_FLOAT, FIELD(lora.lora_dropout), .def = "0", .fmin = 0, .fmax = 1,
-     .fmax_open = true, .doc = "Dropout on each adapter's input while training; the mask is a function of (seed, step, "
-                               "micro-batch, layer, module, element)."},
-    {.key = "lora.target_modules", .type = KT_STRING, FIELD(lora.target_modules), .def = "", .list = true,
-     .check = check_target_modules,
-     .doc = "Modules to adapt: a list of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (GPT-2: c_attn c_proj "
-            "c_fc), or all-linear; empty = PEFT's default (q_proj, v_proj; GPT-2 c_attn)."},
-    {.key = "lora.use_rslora", .type = KT_BOOL, FIELD(lora.use_rslora), .def = "false",
-     .doc = "Rank-stabilised LoRA: scale by lora_alpha / sqrt(r)."},
-    {.key = "lora.init_lora_weights", .type = KT_STRING, FIELD(lora.init_lora_weights), .def = "true",
-     .check = lora_check_init,
-     .doc = "true (A Kaiming-uniform, B zero), gaussian, false, pissa (exact SVD of each base weight) or pissa_niter_N "
-            "(randomised SVD, N subspace iterations)."},
-    {.key = "lora.init_from", .type = KT_PATH, FIELD(lora.init_from), .def = "", .dir = true,
-     .doc = "A PEFT adapter directory to continue training (its adapter_config.json gives r, alpha and the modules)."},
-};
-
-#define N_KEYS ((int)(sizeof SCHEMA / sizeof SCHEMA[0]))
-_Static_assert(sizeof SCHEMA / sizeof SCHEMA[0] <= GT_CONFIG_MAX_KEYS, "raise GT_CONFIG_MAX_KEYS");
+#define SCHEMA CONFIG_SCHEMA
+#define N_KEYS CONFIG_N_KEYS
 
 /* ------------------------------------------------------------------------------------------ */
 /* small helpers */
@@ -229,13 +43,6 @@ int config_schema_index(const char *key) {
         if (strcmp(SCHEMA[i].key, key) == 0) return i;
     return -1;
 }
-
-const char *config_lr_schedule_name(LrSchedule s) { return cfg_enum_name(LR_NAMES, (int)s); }
-const char *config_precision_name(Precision p) { return cfg_enum_name(PREC_NAMES, (int)p); }
-const char *config_device_name(DeviceKind d) { return cfg_enum_name(DEVICE_NAMES, (int)d); }
-const char *config_loss_norm_name(LossNormalization n) { return cfg_enum_name(LOSS_NAMES, (int)n); }
-const char *config_data_format_name(DataFormat f) { return cfg_enum_name(FORMAT_NAMES, (int)f); }
-const char *config_save_dtype_name(SaveDtype d) { return cfg_enum_name(SAVE_DTYPE_NAMES, (int)d); }
 
 
 /* ------------------------------------------------------------------------------------------ */
@@ -327,8 +134,8 @@ typedef struct {
     const char *buf;
     size_t len;
     yaml_parser_t parser;
-    bool file_seen[N_KEYS];
-    int line[N_KEYS], col[N_KEYS];
+    bool file_seen[GT_CONFIG_MAX_KEYS];
+    int line[GT_CONFIG_MAX_KEYS], col[GT_CONFIG_MAX_KEYS];
     GtError *err;
 } Ctx;
 

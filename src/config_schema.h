@@ -36,6 +36,10 @@ typedef struct {
     bool quoted; /* quoted or block scalar: always a string */
 } Scalar;
 
+/* The schema table (config_table.c) and its length. */
+extern const KeySpec CONFIG_SCHEMA[];
+extern const int CONFIG_N_KEYS;
+
 /* "int", "float32", ... as --help-config shows a key's type */
 const char *cfg_type_name(const KeySpec *k);
 /* the name of enum value v, "?" if out of range */
