@@ -1,6 +1,6 @@
 #!/bin/sh
 # gen-config-doc.sh - the README's config reference, generated from the schema table in
-# src/config.c through `gtrain --help-config --markdown` (nothing about a key is written twice).
+# src/config_table.c through `gtrain --help-config --markdown` (nothing about a key is written twice).
 #
 #   scripts/gen-config-doc.sh [--print | --check | --update] [GTRAIN_BIN]
 #

@@ -1,6 +1,6 @@
 /* config.h - the run config (YAML) and its one schema table.
  *
- * Every key lives in the schema table in config.c: its name (dotted for nested keys), type,
+ * Every key lives in the schema table in config_table.c: its name (dotted for nested keys), type,
  * default, bounds and one-line doc. The same table parses the YAML, applies --set overrides,
  * validates, prints `gtrain --help-config` and generates the README's config reference. */
 #ifndef GT_CONFIG_H

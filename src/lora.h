@@ -70,7 +70,7 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
  * lora_configure does for lora.init_from; pc gets the config. Code 2 for a bad or foreign one. */
 int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtError *err);
 
-/* config.c's check of lora.init_lora_weights (0, or -1 with "expected ..." in why) */
+/* the schema's check of lora.init_lora_weights (0, or -1 with "expected ..." in why) */
 int lora_check_init(const char *value, char *why, size_t cap);
 /* init_lora_weights: -1 "pissa" (exact SVD), N "pissa_niter_N", -2 not PiSSA */
 int lora_pissa_niter_of(const char *init);
