@@ -172,6 +172,7 @@ static int write_state(const char *dir, const TrainerState *s, const ModelDesc *
     cJSON_AddNumberToObject(j, "empty_steps", (double)s->empty_steps);
     cJSON_AddNumberToObject(j, "adam_step", (double)s->adam_t);
     cJSON_AddNumberToObject(j, "num_parameters", (double)model_desc_num_params(d));
+    if (d->lora_r > 0) cJSON_AddNumberToObject(j, "num_trainable_parameters", (double)lora_num_params(d)); /* the adapters */
     /* the data position: rows of step s are a pure function of (seed, s, row) */
     cJSON *data = cJSON_AddObjectToObject(j, "data");
     cJSON_AddStringToObject(data, "sampler", "splitmix64(seed, step, row); resumes at global_step");

@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dropout.h"
 #include "svd.h"
@@ -260,6 +261,11 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     bool mask[PEFT_MODULE_COUNT];
     if (cfg->lora.init_from[0]) {
         /* continuing an adapter: its config says what the adapter is; keys given here must agree */
+        struct stat sb;
+        if (stat(cfg->lora.init_from, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return key_error(cfg, "lora.init_from", err, "expected a PEFT adapter directory (adapter_config.json and "
+                             "adapter_model.safetensors), found %s %s", stat(cfg->lora.init_from, &sb) != 0 ? "nothing at" :
+                             "the file", cfg->lora.init_from);
         if (lora_desc_from_adapter(d, cfg->lora.init_from, pc, err)) return -1;
         char cfile[GT_PATH_MAX + 32];
         snprintf(cfile, sizeof cfile, "%s/%s", cfg->lora.init_from, PEFT_CONFIG_FILE);
