@@ -1,6 +1,7 @@
 /* bench_step.c - time a gtrain training step (make bench; not a test).
  * usage: bench_step MODEL.json B T [steps] [every_n_layers|0] [offload 0|1]
  * BENCH_PRECISION=bf16: bf16 activations (on the CPU an emulation, see backend_cpu.c).
+ * BENCH_LORA_R=R: LoRA of rank R on every linear module (all-linear, alpha 2R), the base frozen.
  * Prints one line: model, shapes, median ms/step, tokens/s, sgemm GFLOP/s, peak RSS. */
 #include <cblas.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 #include <sys/resource.h>
 
 #include "blas_setup.h"
+#include "lora.h"
 #include "optim.h"
 #include "plan.h"
 #include "trainer.h"
@@ -49,6 +51,12 @@ int main(int argc, char **argv) {
     if (model_desc_load(&d, argv[1], &err)) {
         fprintf(stderr, "bench_step: %s\n", err.msg);
         return 2;
+    }
+    if (getenv("BENCH_LORA_R")) { /* all-linear adapters, as lora_configure applies them */
+        d.lora_r = atoi(getenv("BENCH_LORA_R"));
+        d.lora_scale = 2.0;
+        for (int k = 0; k < PEFT_MODULE_COUNT; k++)
+            if (peft_module_arch((PeftModule)k) == d.arch) d.lora_targets |= 1u << k;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = argc > 4 ? atoi(argv[4]) : 10;
     int every = argc > 5 ? atoi(argv[5]) : 0, off = argc > 6 ? atoi(argv[6]) : 0;
@@ -108,10 +116,12 @@ int main(int argc, char **argv) {
     }
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("gtrain  %-28s %s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "
+    char lora[32] = "";
+    if (d.lora_r > 0) snprintf(lora, sizeof lora, " lora r%d", d.lora_r);
+    printf("gtrain  %-28s %s%s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "
            "peak RSS %.0f MiB  (%s, blas core %s)\n",
-           argv[1], gt_dtype_name(m->act), B, T, every, off, med * 1e3, B * T / med, sgemm_gflops(1024), ru.ru_maxrss / 1024.0,
-           be->device_name, blas_core_name());
+           argv[1], gt_dtype_name(m->act), lora, B, T, every, off, med * 1e3, B * T / med, sgemm_gflops(1024),
+           ru.ru_maxrss / 1024.0, be->device_name, blas_core_name());
     free(t), free(tok), free(tgt);
     model_free(m);
     backend_close(be);

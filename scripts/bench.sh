@@ -22,6 +22,9 @@ for model in configs/bench-4l256.json configs/gpt2-124m.json; do
   fi
 done
 "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"
+# the same model fine-tuned with LoRA r 16 on every projection: the base frozen, its weight
+# gradients and the embedding's never computed
+BENCH_LORA_R=16 "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"
 if /usr/bin/python3 -c "import torch" 2>/dev/null; then
   core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
   OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" /usr/bin/python3 tests/tools/hf_llama.py bench configs/bench-llama-34m.json 4 128 "$steps"
