@@ -269,7 +269,7 @@ void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t 
 /* kernels_lora.cu: the LoRA ops (backend.h's axpby_rows and dropout), bit for bit the CPU's */
 void gtc_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, int N, int cols,
                     float alpha, float beta);
-void gtc_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key,
+void gtc_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base,
                  uint32_t threshold, float scale);
 
 /* kernels_attention.cu */

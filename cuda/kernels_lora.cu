@@ -5,7 +5,7 @@
  *   axpby_rows: dst = beta * d + alpha * s, each product rounded to fp32 and then the sum
  *     (__fmul_rn / __fadd_rn: nvcc would otherwise fuse one product and the sum into an FMA);
  *     beta == 0: alpha * s alone, dst never read. One rounding to the act dtype at the store.
- *   dropout: out[i] = gt_dropout_keep(key, i, threshold) ? inp[i] * scale : 0, the product one
+ *   dropout: out[i] = gt_dropout_keep(key, base + i, threshold) ? inp[i] * scale : 0, the product one
  *     fp32 __fmul_rn; the mask is dropout.h's own function (GT_HD: __host__ __device__), so the
  *     host and the device drop the same elements.
  *
@@ -60,25 +60,25 @@ void gtc_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, 
 /* ------------------------------------------------------------------ dropout */
 
 template <typename Act>
-__global__ void dropout_kernel(Act *out, const Act *inp, size_t n, uint64_t key,
+__global__ void dropout_kernel(Act *out, const Act *inp, size_t n, uint64_t key, uint64_t base,
                                uint32_t threshold, float scale) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         float x = load_f32(inp, i); /* read before out (which may alias inp) is written */
         store_from_f32(out, i,
-                       gt_dropout_keep(key, (uint64_t)i, threshold) ? __fmul_rn(x, scale) : 0.0f);
+                       gt_dropout_keep(key, base + (uint64_t)i, threshold) ? __fmul_rn(x, scale) : 0.0f);
     }
 }
 
-void gtc_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key,
+void gtc_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base,
                  uint32_t threshold, float scale) {
     if (n == 0) return;
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (gtc_act_bf16(b))
         GTC_LAUNCH(dropout_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, n, key, threshold, scale);
+                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, n, key, base, threshold, scale);
     else
         GTC_LAUNCH(dropout_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
-                   (const float *)inp, n, key, threshold, scale);
+                   (const float *)inp, n, key, base, threshold, scale);
     CUDA_CHECK_LAUNCH();
 }

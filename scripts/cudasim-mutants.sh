@@ -33,7 +33,8 @@ allreduce_skips_compute_wait|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEven
 gqa_kv_head_mapping|cuda/cuda_common.cuh|    return h / (NH / NKV);|    return h % NKV;|@(ops_llama|ops_llama_bf16|cuda)/*
 sliding_window_off_by_one|cuda/cuda_common.cuh|    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;|    return window > 0 && t - window > 0 ? t - window : 0;|@(ops_llama|ops_llama_bf16|cuda)/*
 lora_src_stride_ignored|cuda/kernels_lora.cu|load_f32(src, row * (size_t)lds + j)|load_f32(src, row * (size_t)ldd + j)|@(lora_ops|lora_model)/*
-lora_dropout_mask_shifted|cuda/kernels_lora.cu|gt_dropout_keep(key, (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i + 1, threshold)|@(lora_ops|lora_model)/*
+lora_dropout_mask_shifted|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, base + (uint64_t)i + 1, threshold)|@(lora_ops|lora_model)/*
+lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 EOF
 }
 

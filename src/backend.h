@@ -213,10 +213,13 @@ typedef struct BackendOps {
      * ldd == lds, in place, is allowed). */
     void (*axpby_rows)(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, int N, int cols,
                        float alpha, float beta);
-    /* Dropout with a counter-based mask (dropout.h): out[i] = gt_dropout_keep(key, i, threshold) ?
-     * inp[i] * scale : 0 for i < n, the product in fp32 rounded once. out may alias inp. The mask
-     * is a pure function of (key, i), so the same call gives the same bits on every backend. */
-    void (*dropout)(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key,
+    /* Dropout with a counter-based mask (dropout.h): out[i] = gt_dropout_keep(key, base + i,
+     * threshold) ? inp[i] * scale : 0 for i < n, the product in fp32 rounded once. out may alias
+     * inp. base is the global index of element 0 (LoRA: the micro-batch's first row in the step's
+     * batch times T times the input width), so a call over elements [base, base + n) drops what
+     * one over more elements drops there. The mask is a pure function of (key, base + i), so the
+     * same call gives the same bits on every backend. */
+    void (*dropout)(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base,
                     uint32_t threshold, float scale);
 } BackendOps;
 

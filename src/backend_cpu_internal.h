@@ -92,6 +92,7 @@ void cpu_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t 
 /* backend_cpu_lora.c */
 void cpu_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, int N, int cols, float alpha,
                     float beta);
-void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint32_t threshold, float scale);
+void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base, uint32_t threshold,
+                 float scale);
 
 #endif

@@ -1,5 +1,6 @@
 /* backend_cpu_lora.c - the CPU backend's LoRA ops (backend.h): axpby_rows (a scaled update of
- * strided rows) and dropout with the counter-based mask of dropout.h.
+ * strided rows) and dropout with the counter-based mask of dropout.h (element i of a call is mask
+ * index base + i).
  *
  * Both work on the act_t values directly, fp32 or bf16 (uint16 bit patterns), without the
  * widening slots of backend_cpu.c: axpby_rows is strided (the widening helpers are contiguous) and
@@ -63,7 +64,8 @@ void cpu_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, 
 
 /* ------------------------------------------------------------------ dropout */
 
-void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint32_t threshold, float scale) {
+void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base, uint32_t threshold,
+                 float scale) {
     if (n == 0) return;
     const long long nn = (long long)n;
     if (b->act_dtype == GT_BF16) {
@@ -71,11 +73,11 @@ void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t ke
         const uint16_t *x = inp;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
         for (long long i = 0; i < nn; i++)
-            o[i] = gt_dropout_keep(key, (uint64_t)i, threshold) ? gt_f32_to_bf16(gt_bf16_to_f32(x[i]) * scale) : 0;
+            o[i] = gt_dropout_keep(key, base + (uint64_t)i, threshold) ? gt_f32_to_bf16(gt_bf16_to_f32(x[i]) * scale) : 0;
     } else {
         float *o = out;
         const float *x = inp;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
-        for (long long i = 0; i < nn; i++) o[i] = gt_dropout_keep(key, (uint64_t)i, threshold) ? x[i] * scale : 0.0f;
+        for (long long i = 0; i < nn; i++) o[i] = gt_dropout_keep(key, base + (uint64_t)i, threshold) ? x[i] * scale : 0.0f;
     }
 }

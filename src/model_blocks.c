@@ -21,7 +21,7 @@ static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
 static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, size_t n) {
     const double p = m->desc.lora_dropout;
     const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
-    m->be->ops->dropout(m->be, dst, src, n, key, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
+    m->be->ops->dropout(m->be, dst, src, n, key, 0, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
 }
 
 /* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped

@@ -19,12 +19,15 @@
  *       ulp of the small result).
  *     - the columns cols..ldd-1 of dst are left untouched (bit for bit); beta 0 never reads dst
  *       (dst poisoned with NaN, which 0 * NaN would spread); in place (dst == src, ldd == lds).
- *   dropout: out[i] = keep(key, i) ? inp[i] * scale : +0, the mask re-derived here from the test's
- *     own splitmix64 finaliser (Steele, Lea & Flood's published constants, written out below, not
- *     dropout.h's gt_mix64), the product in fp32 rounded once; bits compared. p = 0 keeps every
- *     element bit for bit; p = 0.1 and 0.5 drop a fraction within 4 standard deviations of p over
- *     131,073 elements; the same key twice gives the same bits, a different key (one bit
- *     flipped) a different mask; out == inp in place gives the out-of-place bits.
+ *   dropout: out[i] = keep(key, base + i) ? inp[i] * scale : +0, the mask re-derived here from the
+ *     test's own splitmix64 finaliser (Steele, Lea & Flood's published constants, written out
+ *     below, not dropout.h's gt_mix64), the product in fp32 rounded once; bits compared, with
+ *     base 0 and bases past 2^32. p = 0 keeps every element bit for bit; p = 0.1 and 0.5 drop a
+ *     fraction within 4 standard deviations of p over 131,073 elements; the same key twice gives
+ *     the same bits, a different key (one bit flipped) a different mask; out == inp in place gives
+ *     the out-of-place bits. A call with base b over n elements gives elements [b, b + n) of one
+ *     with base 0 over b + n elements, bit for bit (how LoRA drops a micro-batch's rows of the
+ *     step's batch), and another base another mask.
  *   Both: the same bits for 1 and 2 CPU threads (CPU backend only), and the CUDA backend the
  *   CPU's bits (when the build has CUDA and a device: a GPU, or the simulator under make
  *   test-cudasim; skipped otherwise). */
@@ -231,13 +234,13 @@ static float *drop_inputs(Fx *fx, Rng *r, size_t n) {
 
 /* out (as fp32) against the reference: bits, and the dropped count; returns the number of
  * elements whose bits differ, *dropped the op's zeros, *ref_dropped the reference mask's drops */
-static size_t drop_compare(GtDtype act, const float *got, const float *x, size_t n, uint64_t key, uint32_t thr,
-                           float scale, size_t *dropped, size_t *ref_dropped, size_t *first) {
+static size_t drop_compare(GtDtype act, const float *got, const float *x, size_t n, uint64_t key, uint64_t base,
+                           uint32_t thr, float scale, size_t *dropped, size_t *ref_dropped, size_t *first) {
     size_t bad = 0;
     *dropped = *ref_dropped = 0;
     *first = (size_t)-1;
     for (size_t i = 0; i < n; i++) {
-        int keep = ref_keep(key, i, thr);
+        int keep = ref_keep(key, base + i, thr);
         volatile float prod = x[i] * scale;
         float want = keep ? ref_round(act, prod) : 0.0f;
         if (!keep) (*ref_dropped)++;
@@ -250,7 +253,7 @@ static size_t drop_compare(GtDtype act, const float *got, const float *x, size_t
     return bad;
 }
 
-static void check_dropout(GtDtype act, double p, uint64_t key, uint64_t seed) {
+static void check_dropout(GtDtype act, double p, uint64_t key, uint64_t base, uint64_t seed) {
     Fx fx;
     fx_open_as(&fx, act);
     NEED_OP(fx, dropout);
@@ -262,17 +265,17 @@ static void check_dropout(GtDtype act, double p, uint64_t key, uint64_t seed) {
     const float scale = (float)(1.0 / (1.0 - p));
     float *x = drop_inputs(&fx, &r, n);
     void *d_x = dup_a(&fx, x, n), *d_out = dnan_a(&fx, n);
-    fx.be->ops->dropout(fx.be, d_out, d_x, n, key, thr, scale);
+    fx.be->ops->dropout(fx.be, d_out, d_x, n, key, base, thr, scale);
     float *got = get_a(&fx, d_out, n);
     size_t dropped, ref_dropped, first;
-    size_t bad = drop_compare(act, got, x, n, key, thr, scale, &dropped, &ref_dropped, &first);
+    size_t bad = drop_compare(act, got, x, n, key, base, thr, scale, &dropped, &ref_dropped, &first);
     const char *dt = gt_dtype_name(act);
     cr_expect_eq(bad, 0,
-                 "%s dropout p=%g key=%#llx: %zu of %zu elements differ from the reference mask * scale (first %zu: "
-                 "got %.9g, input %.9g, reference keeps it: %d)",
-                 dt, p, (unsigned long long)key, bad, n, first == (size_t)-1 ? 0 : first,
+                 "%s dropout p=%g key=%#llx base %llu: %zu of %zu elements differ from the reference mask * scale "
+                 "(first %zu: got %.9g, input %.9g, reference keeps it: %d)",
+                 dt, p, (unsigned long long)key, (unsigned long long)base, bad, n, first == (size_t)-1 ? 0 : first,
                  first == (size_t)-1 ? 0.0 : got[first], first == (size_t)-1 ? 0.0 : x[first],
-                 first == (size_t)-1 ? 0 : ref_keep(key, first, thr));
+                 first == (size_t)-1 ? 0 : ref_keep(key, base + first, thr));
     /* the dropped fraction: binomial(n, p) within 4 standard deviations */
     double frac = (double)dropped / (double)n, sd = sqrt(p * (1.0 - p) / (double)n);
     if (p == 0.0)
@@ -289,12 +292,12 @@ static void check_dropout(GtDtype act, double p, uint64_t key, uint64_t seed) {
 
     /* the same key again: the same bits; one key bit flipped: a different mask */
     void *d_out2 = dnan_a(&fx, n);
-    fx.be->ops->dropout(fx.be, d_out2, d_x, n, key, thr, scale);
+    fx.be->ops->dropout(fx.be, d_out2, d_x, n, key, base, thr, scale);
     const size_t bytes = backend_act_bytes(fx.be, n);
     void *raw1 = get_raw(&fx, d_out, bytes), *raw2 = get_raw(&fx, d_out2, bytes);
     cr_expect(memcmp(raw1, raw2, bytes) == 0, "%s dropout p=%g: the same key twice gave different bits", dt, p);
     if (p > 0.0) {
-        fx.be->ops->dropout(fx.be, d_out2, d_x, n, key ^ 1u, thr, scale);
+        fx.be->ops->dropout(fx.be, d_out2, d_x, n, key ^ 1u, base, thr, scale);
         float *got2 = get_a(&fx, d_out2, n);
         size_t differ = 0;
         for (size_t i = 0; i < n; i++) differ += (got[i] == 0.0f) != (got2[i] == 0.0f);
@@ -304,26 +307,79 @@ static void check_dropout(GtDtype act, double p, uint64_t key, uint64_t seed) {
                       "%s dropout p=%g: keys %#llx and %#llx give masks differing in %zu places (expected about %.0f)",
                       dt, p, (unsigned long long)key, (unsigned long long)(key ^ 1u), differ, expect);
         size_t d2, rd2, f2;
-        cr_expect_eq(drop_compare(act, got2, x, n, key ^ 1u, thr, scale, &d2, &rd2, &f2), 0,
+        cr_expect_eq(drop_compare(act, got2, x, n, key ^ 1u, base, thr, scale, &d2, &rd2, &f2), 0,
                      "%s dropout p=%g: the second key's output differs from the reference", dt, p);
     }
 
     /* in place: out == inp gives the out-of-place bits */
     void *d_io = dup_a(&fx, x, n);
-    fx.be->ops->dropout(fx.be, d_io, d_io, n, key, thr, scale);
+    fx.be->ops->dropout(fx.be, d_io, d_io, n, key, base, thr, scale);
     cr_expect(memcmp(get_raw(&fx, d_io, bytes), raw1, bytes) == 0,
               "%s dropout p=%g in place: not the out-of-place bits", dt, p);
     fx_close(&fx);
 }
 
 static void dropout_cases(GtDtype act) {
-    check_dropout(act, 0.0, UINT64_C(0x0123456789ABCDEF), 7);
-    check_dropout(act, 0.1, UINT64_C(0xD1B54A32D192ED03), 8);
-    check_dropout(act, 0.5, UINT64_C(42), 9);
+    check_dropout(act, 0.0, UINT64_C(0x0123456789ABCDEF), 0, 7);
+    check_dropout(act, 0.1, UINT64_C(0xD1B54A32D192ED03), 0, 8);
+    check_dropout(act, 0.5, UINT64_C(42), 0, 9);
+    /* bases past 2^32: the index is 64-bit on every backend */
+    check_dropout(act, 0.1, UINT64_C(0xD1B54A32D192ED03), UINT64_C(0x100000003), 10);
+    check_dropout(act, 0.5, UINT64_C(42), UINT64_C(0xFFFFFFFFFFF00000), 11);
 }
 
 Test(lora_ops, dropout_fp32, .timeout = 120) { dropout_cases(GT_F32); }
 Test(lora_ops, dropout_bf16, .timeout = 120) { dropout_cases(GT_BF16); }
+
+/* a call with base b over n elements is elements [b, b + n) of one with base 0 over b + n, bit for
+ * bit (LoRA drops each micro-batch's rows with the step's whole-batch index); base b + 1 drops
+ * another mask (the base is not ignored, nor its rows shifted onto the same ones) */
+static void check_dropout_slices(GtDtype act, double p) {
+    Fx fx;
+    fx_open_as(&fx, act);
+    NEED_OP(fx, dropout);
+    Rng r = {31};
+    const size_t n = 20011, bases[] = {1, 4096, 20011, 3 * 20011 + 5};
+    const size_t big = bases[3] + n;
+    const uint64_t key = UINT64_C(0x5DEECE66D1234567);
+    const uint32_t thr = gt_dropout_threshold(p);
+    const float scale = (float)(1.0 / (1.0 - p));
+    const char *dt = gt_dtype_name(act);
+    float *x = drop_inputs(&fx, &r, big);
+    void *d_x = dup_a(&fx, x, big), *d_all = dnan_a(&fx, big);
+    fx.be->ops->dropout(fx.be, d_all, d_x, big, key, 0, thr, scale);
+    const size_t es = backend_act_bytes(fx.be, 1);
+    unsigned char *all = get_raw(&fx, d_all, backend_act_bytes(fx.be, big));
+    for (size_t k = 0; k < sizeof bases / sizeof *bases; k++) {
+        const size_t b = bases[k];
+        void *d_part = dup_a(&fx, x + b, n), *d_out = dnan_a(&fx, n);
+        fx.be->ops->dropout(fx.be, d_out, d_part, n, key, b, thr, scale);
+        unsigned char *part = get_raw(&fx, d_out, backend_act_bytes(fx.be, n));
+        size_t bad = 0, first = (size_t)-1;
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(part + i * es, all + (b + i) * es, es) != 0) {
+                if (first == (size_t)-1) first = i;
+                bad++;
+            }
+        cr_expect_eq(bad, 0, "%s dropout p=%g base %zu over %zu: %zu elements differ from elements [%zu, %zu) of one "
+                     "over %zu (first %zu)", dt, p, b, n, bad, b, b + n, b + n, first);
+        /* base b + 1 on the same inputs: about 2 p (1 - p) n elements change */
+        fx.be->ops->dropout(fx.be, d_out, d_part, n, key, b + 1, thr, scale);
+        float *got = get_a(&fx, d_out, n), *want = get_a(&fx, d_all, big);
+        size_t differ = 0;
+        for (size_t i = 0; i < n; i++) differ += (got[i] == 0.0f) != (want[b + i] == 0.0f);
+        cr_expect_geq((double)differ, p * (1.0 - p) * (double)n,
+                      "%s dropout p=%g: bases %zu and %zu drop masks differing in only %zu of %zu places", dt, p, b,
+                      b + 1, differ, n);
+    }
+    fx_close(&fx);
+}
+
+Test(lora_ops, dropout_with_base_is_a_slice_of_the_longer_call, .timeout = 120) {
+    check_dropout_slices(GT_F32, 0.1);
+    check_dropout_slices(GT_BF16, 0.1);
+    check_dropout_slices(GT_F32, 0.5);
+}
 
 /* the reference finaliser is splitmix64's: its first outputs from seed 0 (Vigna's splitmix64.c,
  * state += gamma then the mix of the new state, i.e. ref_mix64(k * gamma) for k = 0, 1, ...) */
@@ -380,7 +436,7 @@ static LoraOut lora_run(Backend *b, GtDtype act, const float *xd, const float *x
     b->ops->axpby_rows(b, d_ip, XLDD, d_ip, XLDD, XN, XC, -0.3f, 0.0f);
     o.ax_ip = host_copy_of(b, d_ip, nd * es);
     void *d_x = dev_copy_of(b, hx, (size_t)XDN * es);
-    b->ops->dropout(b, d_x, d_x, XDN, UINT64_C(0xFEEDFACECAFEBEEF), gt_dropout_threshold(0.3),
+    b->ops->dropout(b, d_x, d_x, XDN, UINT64_C(0xFEEDFACECAFEBEEF), UINT64_C(0x2000000007), gt_dropout_threshold(0.3),
                     (float)(1.0 / (1.0 - 0.3)));
     o.drop = host_copy_of(b, d_x, (size_t)XDN * es);
     void *dev[] = {d_dst, d_src, d_ip, d_x};
