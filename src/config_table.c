@@ -182,7 +182,8 @@ const KeySpec CONFIG_SCHEMA[] = {
      .fmax = 1e9, .doc = "LoRA alpha: the adapters' output is scaled by lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."},
     {.key = "lora.lora_dropout", .type = KT_FLOAT, FIELD(lora.lora_dropout), .def = "0", .fmin = 0, .fmax = 1,
      .fmax_open = true, .doc = "Dropout on each adapter's input while training; the mask is a function of (seed, step, "
-                               "micro-batch, layer, module, element)."},
+                               "the row's place in the step's batch, layer, module, element): the accumulation "
+                               "split and the number of ranks change nothing."},
     {.key = "lora.target_modules", .type = KT_STRING, FIELD(lora.target_modules), .def = "", .list = true,
      .check = check_target_modules,
      .doc = "Modules to adapt: a list of q_proj k_proj v_proj o_proj gate_proj up_proj down_proj (GPT-2: c_attn c_proj "

@@ -114,10 +114,9 @@ uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter) {
     return most;
 }
 
-uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module) {
+uint64_t lora_dropout_key(uint64_t seed, long step, int layer, PeftModule module) {
     uint64_t k = gt_mix64(seed ^ 0x4c6f5241ull); /* "LoRA": apart from every other use of the seed */
     k = gt_mix64(k ^ (uint64_t)step);
-    k = gt_mix64(k ^ (uint64_t)(uint32_t)micro);
     k = gt_mix64(k ^ (uint64_t)(uint32_t)layer);
     return gt_mix64(k ^ (uint64_t)module);
 }

@@ -52,8 +52,11 @@ void lora_layout_init(ParamLayout *pl, const ModelDesc *d);
 uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter);
 
 /* The dropout key (dropout.h) of one adapter application: a pure function of the run's seed,
- * the optimizer step, the micro-batch within it, the layer and the module. */
-uint64_t lora_dropout_key(uint64_t seed, long step, int micro, int layer, PeftModule module);
+ * the optimizer step, the layer and the module. Not of the micro-batch or the rank: the element
+ * index within the key counts over the step's whole batch (dropout.h), so the mask is a function
+ * of (seed, step, the row's place in the step's batch, layer, module, element) and the
+ * accumulation split and the number of ranks change nothing. */
+uint64_t lora_dropout_key(uint64_t seed, long step, int layer, PeftModule module);
 
 /* The adapter tensor i of the layout (t = &pl->tensors[i]): elements [k0, k0 + n) of its initial
  * values per d->lora_init, deterministic in (seed, i, element) (arch_init_tensor calls it). */

@@ -46,11 +46,18 @@ typedef struct Model {
      * one), -1 when the module is not adapted; NULL without LoRA */
     int (*lora_idx)[MODEL_LORA_SLOTS];
     /* LoRA dropout: the key of each application is lora_dropout_key(dropout_seed, dropout_step,
-     * dropout_micro, layer, module) (lora.h); only a model_step with compute_grad drops. The
-     * trainer sets dropout_step before each optimizer step and dropout_micro per micro-batch. */
+     * layer, module) (lora.h) and element (n, c) of the adapter's [B*T, in] input has the mask
+     * index (dropout_row0 * T + n) * in + c (dropout.h): a function of (seed, step, the row's
+     * place in the step's batch, layer, module, element), so the accumulation split and the
+     * number of ranks change nothing. Only a model_step with compute_grad drops. The trainer sets
+     * dropout_step before each optimizer step and, per micro-batch a (trainer_accumulate),
+     * dropout_row0 = (a * world + data_rank) * B, the micro-batch's first row in the step's batch
+     * (the rows fill_step draws). data_rank: this rank in the data-parallel world (0 alone),
+     * set by the trainer when it creates the model. */
     uint64_t dropout_seed;
     long dropout_step;
-    int dropout_micro;
+    long dropout_row0;
+    int data_rank;
     bool training;            /* the model_step in flight computes gradients (dropout applies) */
     LoraSite lora_sites[MODEL_LORA_SLOTS]; /* the adapted modules of a layer (lora_sites) */
     int n_lora_sites;

@@ -17,18 +17,21 @@
 
 static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
 
-/* LoRA dropout on n elements (dst may be src), with the key of (step, micro-batch, layer, module) */
-static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, size_t n) {
+/* LoRA dropout on an adapter's input [N, IC] (dst may be src), with the key of (step, layer,
+ * module) and the elements indexed over the step's whole batch (dropout.h): the micro-batch's
+ * first row is row dropout_row0 of the step's batch, so its element 0 is dropout_row0 * T * IC */
+static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, int N, int IC) {
     const double p = m->desc.lora_dropout;
-    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, m->dropout_micro, l, s->module);
-    m->be->ops->dropout(m->be, dst, src, n, key, 0, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
+    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, l, s->module);
+    const uint64_t base = (uint64_t)m->dropout_row0 * (uint64_t)m->T * (uint64_t)IC;
+    m->be->ops->dropout(m->be, dst, src, (size_t)N * IC, key, base, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
 }
 
 /* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped
  * copy in lora_xd (the mask a pure function of the key: backward regenerates the same one). */
-static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, size_t n) {
+static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, int N, int IC) {
     if (!m->training || m->desc.lora_dropout <= 0) return inp;
-    lora_dropout(m, l, s, m->lora_xd, inp, n);
+    lora_dropout(m, l, s, m->lora_xd, inp, N, IC);
     return m->lora_xd;
 }
 
@@ -52,7 +55,7 @@ static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t 
     int k = 0, ia;
     for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));) {
         const int rows = (int)s->rows;
-        const act_t *x = lora_input(m, l, s, inp, (size_t)N * IC);
+        const act_t *x = lora_input(m, l, s, inp, N, IC);
         op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
         op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
         op->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->lora_y, rows, N, rows, (float)m->desc.lora_scale,
@@ -70,7 +73,7 @@ static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_
     int k = 0, ia;
     for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));) {
         const int rows = (int)s->rows;
-        const act_t *x = lora_input(m, l, s, inp, (size_t)N * IC);
+        const act_t *x = lora_input(m, l, s, inp, N, IC);
         op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
         op->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
                        (float)m->desc.lora_scale, 0.0f);
@@ -78,7 +81,7 @@ static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_
                             model_adapter_w(m, ia + 1), N, r, rows, rows);
         op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC,
                             r, r);
-        if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, (size_t)N * IC); /* the same mask and scale */
+        if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, N, IC); /* the same mask and scale */
         op->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
     }
 }

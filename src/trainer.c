@@ -46,7 +46,7 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
     m->grad_ready = NULL;
     for (int a = 0; a < A; a++) {
         if (a == A - 1) m->grad_ready = hook;
-        m->dropout_micro = a;
+        m->dropout_row0 = ((long)a * world + m->data_rank) * B; /* fill_step's rows: dropout.h's index */
         const int *tk = tokens + (size_t)a * rows, *tg = targets + (size_t)a * rows;
         float scale;
         if (norm == LOSS_NORM_TOKENS) {
@@ -438,6 +438,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         gt_log("initialised from %s\n", init);
     }
     t->model->dropout_seed = cfg->seed;
+    t->model->data_rank = t->rank; /* dropout's rows of the step's batch (trainer_accumulate) */
     if (desc->lora_r > 0) { /* the adapter files' config; a PiSSA run's initial adapter goes to output_dir/pissa_init */
         PeftConfig pc;
         ModelDesc again = *desc;

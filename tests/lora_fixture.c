@@ -42,8 +42,8 @@ void lora_fix_module_dims(const ModelDesc *d, int module, int *in, int *out) {
     }
 }
 
-uint64_t lora_fix_key(uint64_t seed, long step, int micro, int layer, int module) {
-    return lora_dropout_key(seed, step, micro, layer, (PeftModule)module);
+uint64_t lora_fix_key(uint64_t seed, long step, int layer, int module) {
+    return lora_dropout_key(seed, step, layer, (PeftModule)module);
 }
 
 uint64_t lora_fix_rng_next(uint64_t *s) {

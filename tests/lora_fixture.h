@@ -19,7 +19,7 @@ double lora_fix_scaling(double alpha, int r, bool rslora);
 /* a module's input and output widths */
 void lora_fix_module_dims(const ModelDesc *d, int module, int *in, int *out);
 /* the key function the reference (ref_lora.h) is given */
-uint64_t lora_fix_key(uint64_t seed, long step, int micro, int layer, int module);
+uint64_t lora_fix_key(uint64_t seed, long step, int layer, int module);
 
 uint64_t lora_fix_rng_next(uint64_t *s);
 double lora_fix_rng_uniform(uint64_t *s); /* [0, 1) */

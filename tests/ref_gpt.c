@@ -78,7 +78,7 @@ double ref_gpt_loss_sum_lora(const ModelDesc *d, const ParamLayout *pl, const do
                     }
                 }
             for (int t = 0; t < T; t++) {
-                const long row = (long)b * T + t; /* the row in the micro-batch (dropout's index) */
+                const long row = (long)b * T + t; /* the row in the micro-batch (ref_lora adds row_base) */
                 linear(tmp, y + t * C, LP("attn.c_proj.weight"), LP("attn.c_proj.bias"), C, C);
                 ref_lora_apply(lora, l, REF_LORA_ATTN_C_PROJ, y + t * C, 1, row, C, tmp, C);
                 for (int c = 0; c < C; c++) x[t * C + c] += tmp[c];

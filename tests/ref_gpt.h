@@ -13,7 +13,7 @@ double ref_gpt_loss_sum(const ModelDesc *d, const ParamLayout *pl, const double 
 /* The same with LoRA adapters (tests/ref_lora.h; lora->layers == n_layer, NULL: none): c_attn's
  * and mlp.c_fc's read the normed hidden state, attn.c_proj's the attention output, mlp.c_proj's the
  * GELU output; B, A are PEFT's [out, r], [r, in] whatever Conv1D's storage. Dropout's element
- * index counts rows over the whole micro-batch (row b*T + t). */
+ * index counts rows over the step's whole batch (row lora->row_base + b*T + t). */
 struct RefLora;
 double ref_gpt_loss_sum_lora(const ModelDesc *d, const ParamLayout *pl, const double *params,
                              const struct RefLora *lora, const int *tokens, const int *targets, int B, int T,

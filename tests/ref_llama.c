@@ -348,7 +348,7 @@ static double loss_impl(const RefLlamaCfg *c, RefTensor *tensors, int n, const R
             lin_fwd(a->q, a->h1, &P->q, &P->bq, T, C, QD);
             lin_fwd(a->k, a->h1, &P->k, &P->bk, T, C, KD);
             lin_fwd(a->v, a->h1, &P->v, &P->bv, T, C, KD);
-            const long row0 = (long)b * T; /* the sequence's first row in the micro-batch (dropout's index) */
+            const long row0 = (long)b * T; /* the sequence's first row in the micro-batch (ref_lora adds row_base) */
             ref_lora_apply(lora, l, REF_LORA_Q_PROJ, a->h1, T, row0, C, a->q, QD);
             ref_lora_apply(lora, l, REF_LORA_K_PROJ, a->h1, T, row0, C, a->k, KD);
             ref_lora_apply(lora, l, REF_LORA_V_PROJ, a->h1, T, row0, C, a->v, KD);

@@ -67,8 +67,8 @@ double ref_llama_loss(const RefLlamaCfg *cfg, RefTensor *tensors, int n, const i
 /* The same loss (forward only) with LoRA adapters (tests/ref_lora.h; lora->layers == cfg->layers):
  * q/k/v_proj's adapters add to the projections before the rotary embedding, o_proj's read the
  * attention output, gate/up_proj's the post-attention norm's output, down_proj's silu(g) * u.
- * Dropout's element index counts rows over the whole micro-batch (row b*T + t). lora NULL: the
- * base model. Gradients: ref_lora_fd_grads over this. */
+ * Dropout's element index counts rows over the step's whole batch (row lora->row_base + b*T + t).
+ * lora NULL: the base model. Gradients: ref_lora_fd_grads over this. */
 struct RefLora;
 double ref_llama_loss_lora(const RefLlamaCfg *cfg, RefTensor *tensors, int n, const struct RefLora *lora,
                            const int *tokens, const int *targets, int B, int T);

@@ -69,12 +69,12 @@ void ref_lora_apply(const RefLora *lo, int layer, int module, const double *x, i
         fprintf(stderr, "ref_lora: dropout without a key function\n");
         abort();
     }
-    const uint64_t key = drop ? lo->key(lo->seed, lo->step, lo->micro, layer, module) : 0;
+    const uint64_t key = drop ? lo->key(lo->seed, lo->step, layer, module) : 0;
     const uint32_t thr = gt_dropout_threshold(lo->p);
     const double keep_scale = drop ? 1.0 / (1.0 - lo->p) : 1.0;
     double *xd = zalloc((size_t)in), *z = zalloc((size_t)r);
     for (int n = 0; n < rows; n++) {
-        const uint64_t base = (uint64_t)(row0 + n) * (uint64_t)in;
+        const uint64_t base = (uint64_t)(lo->row_base + row0 + n) * (uint64_t)in; /* the step's whole batch */
         for (int c = 0; c < in; c++) {
             const double v = x[(size_t)n * in + c];
             xd[c] = !drop ? v : gt_dropout_keep(key, base + (uint64_t)c, thr) ? v * keep_scale : 0.0;

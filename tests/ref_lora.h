@@ -5,10 +5,13 @@
  * For each adapted module of each layer, with the module's input x [N, in] (N = B*T rows of the
  * micro-batch, row n = b*T + t), lora_A [r, in] and lora_B [out, r] (PEFT's nn.Linear shapes):
  *     y = x W^T (+ b) + scale * (dropout(x) A^T) B^T
- * where dropout (only when p > 0) keeps element i = n*in + c of x iff
- *     gt_dropout_keep(key(seed, step, micro, layer, module), i, gt_dropout_threshold(p))
+ * where dropout (only when p > 0) keeps element (n, c) of x iff
+ *     gt_dropout_keep(key(seed, step, layer, module), (row_base + n)*in + c, gt_dropout_threshold(p))
  * (src/dropout.h, the mask's definition) and multiplies kept elements by 1/(1-p) exactly (double).
- * Each module has its own key, so the same x is dropped separately per module.
+ * row_base is the micro-batch's first row of x in the step's whole batch: g0 * T when its first
+ * sequence is row g0 of the step's batch (the trainer's g = (a * world + rank) * B + b), so the
+ * mask of a row does not depend on how the step is split into micro-batches or ranks. Each module
+ * has its own key, so the same x is dropped separately per module.
  *
  * Which input each module reads is the reference model's business (ref_llama.c, ref_gpt.c):
  * Llama q/k/v/gate/up the normed hidden state, o_proj the attention output, down_proj the SwiGLU
@@ -39,7 +42,7 @@ typedef struct {
 } RefLoraAdapter;
 
 /* The dropout key of one application (lora.h's lora_dropout_key, module as an int) */
-typedef uint64_t (*RefLoraKeyFn)(uint64_t seed, long step, int micro, int layer, int module);
+typedef uint64_t (*RefLoraKeyFn)(uint64_t seed, long step, int layer, int module);
 
 typedef struct RefLora {
     int layers, r;
@@ -47,7 +50,7 @@ typedef struct RefLora {
     double p;     /* lora_dropout in [0, 1); 0: none (evaluation, or no dropout) */
     uint64_t seed;
     long step;
-    int micro;
+    long row_base;    /* the micro-batch's first row of x in the step's batch (g0 * T): dropout's index */
     RefLoraKeyFn key; /* needed when p > 0 */
     RefLoraAdapter (*ad)[REF_LORA_MODULES]; /* [layers] */
 } RefLora;
@@ -61,8 +64,9 @@ RefLoraAdapter *ref_lora_add(RefLora *lo, int layer, int module, int in, int out
 double ref_lora_scaling(double lora_alpha, int r, bool use_rslora);
 
 /* y[rows, out] += scale * (dropout(x) A^T) B^T for rows row0 .. row0 + rows - 1 of the micro-batch
- * (x [rows, in]); nothing when lo is NULL or the module is not adapted. A module whose in / out
- * are not the given widths aborts (message on stderr): the caller's dims are wrong. */
+ * (x [rows, in]; row0 within the micro-batch, b*T + t: the mask's row is lo->row_base + row0 + n);
+ * nothing when lo is NULL or the module is not adapted. A module whose in / out are not the given
+ * widths aborts (message on stderr): the caller's dims are wrong. */
 void ref_lora_apply(const RefLora *lo, int layer, int module, const double *x, int rows, long row0, int in, double *y,
                     int out);
 

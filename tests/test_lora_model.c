@@ -2,8 +2,8 @@
  * double-precision references with adapters (tests/ref_lora.c through ref_llama.c / ref_gpt.c):
  * the loss and every adapter gradient against central finite differences of the reference, for
  * every target module alone and all together, with and without use_rslora, with and without
- * dropout (the mask a pure function of lora_dropout_key's ingredients, indexed over the
- * micro-batch); evaluation does not drop; the frozen base gets no gradient and stays bit-identical
+ * dropout (the mask a pure function of lora_dropout_key's ingredients, indexed over the step's
+ * whole batch: the micro-batch starts at row dropout_row0 of it); evaluation does not drop; the frozen base gets no gradient and stays bit-identical
  * through optimizer steps; init_lora_weights true (B zero) gives the base model's loss; recompute
  * drops the same elements. The reference knows tensors only by HF names and PEFT's [r, in] /
  * [out, r] shapes, so a misplaced block, a wrong input or a transposed adapter shows up. */
@@ -170,9 +170,10 @@ static Fix fix_open(ModelDesc d, bool rslora, bool randomise_adapters, Recompute
     f.base_h = malloc(f.m->base_layout.total * sizeof *f.base_h);
     load_random_base(f.m, f.be, f.base_h, seed);
     bind_adapters(&f, randomise_adapters, rslora, seed + 1);
-    f.m->dropout_seed = 1234 + seed, f.m->dropout_step = 5, f.m->dropout_micro = 1;
+    /* a micro-batch that starts at row 5 of the step's batch: its mask rows are 5 * SEQ on */
+    f.m->dropout_seed = 1234 + seed, f.m->dropout_step = 5, f.m->dropout_row0 = 5;
     f.lo.p = d.lora_dropout, f.lo.key = lora_fix_key;
-    f.lo.seed = f.m->dropout_seed, f.lo.step = f.m->dropout_step, f.lo.micro = f.m->dropout_micro;
+    f.lo.seed = f.m->dropout_seed, f.lo.step = f.m->dropout_step, f.lo.row_base = f.m->dropout_row0 * SEQ;
     fill_tokens(&f, seed + 2);
     const ParamLayout *bl = &f.m->base_layout;
     if (f.llama) {
@@ -360,7 +361,9 @@ Test(lora_model, gpt2_init_true_is_the_base_model) { check_init_true(false); }
 /* the frozen base: m->grads is adapter-sized, and a few optimizer steps (trainer_accumulate over
  * two micro-batches with dropout, AdamW with weight decay) leave the base bit for bit as loaded
  * while the adapters move. The accumulated gradient is the sum of the micro-batches', micro-batch
- * i dropping with dropout_micro i. */
+ * a dropping from row dropout_row0 = (a * world + data_rank) * B of the step's batch (the rows the
+ * trainer's fill_step gives it): alone (world 1, rank 0) rows 0 and B, as rank 1 of 2 rows B and
+ * 3B, so a trainer_accumulate that ignored the micro-batch, world or rank would drop other rows. */
 static void check_frozen(bool llama) {
     const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
     Fix f = fix_open(lora_desc(llama, targets, true, 0.1, LORA_INIT_FALSE), true, true,
@@ -385,27 +388,45 @@ static void check_frozen(bool llama) {
     cr_assert(memcmp(before, f.base_h, nb * sizeof(float)) == 0, "m->base does not read back as loaded");
     for (int step = 1; step <= 3; step++) {
         m->dropout_step = step;
-        /* the two micro-batches one at a time, as the trainer must drop them */
-        model_zero_grads(m);
-        for (int mi = 0; mi < 2; mi++) {
-            double ls = 0;
-            m->dropout_micro = mi;
-            cr_assert_eq(model_step(m, tok + (size_t)mi * BATCH * SEQ, tgt + (size_t)mi * BATCH * SEQ, BATCH,
-                                    (float)(1.0 / items), true, &ls, &err), 0, "%s", err.msg);
+        float *by_hand[2] = {NULL, NULL};
+        /* rank 1 of 2 first, then alone: the optimizer steps on the lone rank's gradient */
+        for (int pass = 0; pass < 2; pass++) {
+            const int world = pass == 0 ? 2 : 1, rank = pass == 0 ? 1 : 0;
+            /* the two micro-batches one at a time, as the trainer must drop them */
+            model_zero_grads(m);
+            for (int a = 0; a < 2; a++) {
+                double ls = 0;
+                m->dropout_row0 = ((long)a * world + rank) * BATCH;
+                cr_assert_eq(model_step(m, tok + (size_t)a * BATCH * SEQ, tgt + (size_t)a * BATCH * SEQ, BATCH,
+                                        (float)(1.0 / items), true, &ls, &err), 0, "%s", err.msg);
+            }
+            float *g1 = grads_host(&f);
+            model_zero_grads(m);
+            double loss = 0;
+            m->dropout_row0 = 99; /* the trainer's to set */
+            m->data_rank = rank;  /* the trainer's when it creates the model */
+            cr_assert_eq(trainer_accumulate(m, tok, tgt, BATCH, 2, world, LOSS_NORM_TOKENS, items, &loss, &err), 0,
+                         "%s", err.msg);
+            float *g2 = grads_host(&f);
+            double diff = 0, big = 0;
+            for (size_t k = 0; k < np; k++) diff = fmax(diff, fabs((double)g1[k] - g2[k])), big = fmax(big, fabs(g1[k]));
+            cr_assert(big > 0 && diff <= 1e-6 * big,
+                      "step %d, rank %d of %d: trainer_accumulate's gradient differs from micro-batches 0 and 1 dropped "
+                      "from rows %d and %d by %.3g (largest %.3g): it must set m->dropout_row0 to (a * world + "
+                      "data_rank) * B for micro-batch a", step, rank, world, rank * BATCH, (world + rank) * BATCH, diff,
+                      big);
+            cr_assert_eq(m->dropout_row0, (long)(world + rank) * BATCH, "step %d: dropout_row0 after micro-batch 1",
+                         step);
+            by_hand[pass] = g1;
+            free(g2);
         }
-        float *g1 = grads_host(&f);
-        model_zero_grads(m);
-        double loss = 0;
-        m->dropout_micro = 9; /* the trainer's to set */
-        cr_assert_eq(trainer_accumulate(m, tok, tgt, BATCH, 2, 1, LOSS_NORM_TOKENS, items, &loss, &err), 0, "%s",
-                     err.msg);
-        float *g2 = grads_host(&f);
+        /* and the two sets of rows drop differently (far beyond the bound above) */
         double diff = 0, big = 0;
-        for (size_t k = 0; k < np; k++) diff = fmax(diff, fabs((double)g1[k] - g2[k])), big = fmax(big, fabs(g1[k]));
-        cr_assert(big > 0 && diff <= 1e-6 * big,
-                  "step %d: trainer_accumulate's gradient differs from micro-batches 0 and 1 (dropout_micro 0 and 1) "
-                  "by %.3g (largest %.3g): it must set m->dropout_micro to each micro-batch's index", step, diff, big);
-        free(g1), free(g2);
+        for (size_t k = 0; k < np; k++)
+            diff = fmax(diff, fabs((double)by_hand[0][k] - by_hand[1][k])), big = fmax(big, fabs(by_hand[1][k]));
+        cr_assert(diff > 1e-3 * big, "step %d: rows {B, 3B} and {0, B} give the same gradient (%.3g of %.3g)", step,
+                  diff, big);
+        free(by_hand[0]), free(by_hand[1]);
         adamw_step(m, 1e-2, &cfg, step);
         model_params_changed(m);
     }

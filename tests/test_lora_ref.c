@@ -3,7 +3,8 @@
  * definition and ref_lora_apply's element index, B = 0 gives the base model's loss, the adapted
  * loss without dropout is the base model's with the merged weights W + scale B A (each module
  * alone and all together, Llama family and GPT-2), the finite-difference gradients against the
- * chain rule through the Llama reference's hand-written weight gradient, and dropout's keys. */
+ * chain rule through the Llama reference's hand-written weight gradient, and dropout's keys and
+ * its whole-batch row index (a batch cut into micro-batches at their row_base is the batch). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -37,10 +38,9 @@ static void make_tokens(int *tok, int *tgt, int n, int V, uint64_t seed) {
 /* a key function that is not lora_dropout_key (this suite checks the reference, not lora.c), and
  * records which (layer, module) asked */
 static int g_key_calls[4][REF_LORA_MODULES];
-static uint64_t test_key(uint64_t seed, long step, int micro, int layer, int module) {
+static uint64_t test_key(uint64_t seed, long step, int layer, int module) {
     if (layer >= 0 && layer < 4) g_key_calls[layer][module]++;
-    return gt_mix64(seed ^ gt_mix64((uint64_t)step * 1000003u + (uint64_t)micro * 7919u + (uint64_t)layer * 131u +
-                                    (uint64_t)module));
+    return gt_mix64(seed ^ gt_mix64((uint64_t)step * 1000003u + (uint64_t)layer * 131u + (uint64_t)module));
 }
 
 /* ---------------------------------------------------------------- the mask */
@@ -73,30 +73,42 @@ Test(lora_ref, mask_is_its_documented_definition) {
 }
 
 /* A = B = identity, scale 1: the adapter's output is dropout(x) itself, element by element, at
- * index (row0 + n) * in + c, kept ones times 1/(1-p) */
+ * index (row_base + row0 + n) * in + c, kept ones times 1/(1-p); only the sum row_base + row0
+ * counts (where the micro-batch starts in the step's batch, plus the row within it) */
 Test(lora_ref, apply_drops_the_elements_of_its_index) {
     enum { IN = 5, ROWS = 7 };
     RefLora lo;
     ref_lora_init(&lo, 2, IN, 1.0);
     RefLoraAdapter *a = ref_lora_add(&lo, 1, REF_LORA_O_PROJ, IN, IN);
     for (int k = 0; k < IN; k++) a->A[k * IN + k] = a->B[k * IN + k] = 1.0;
-    lo.p = 0.25, lo.seed = 42, lo.step = 3, lo.micro = 2, lo.key = test_key;
+    lo.p = 0.25, lo.seed = 42, lo.step = 3, lo.row_base = 40, lo.key = test_key;
     double x[ROWS * IN], y[ROWS * IN] = {0};
     g_rng = 5;
     for (int i = 0; i < ROWS * IN; i++) x[i] = sym(1.0) + 2.0;
     const long row0 = 11;
     ref_lora_apply(&lo, 1, REF_LORA_O_PROJ, x, ROWS, row0, IN, y, IN);
-    const uint64_t key = test_key(42, 3, 2, 1, REF_LORA_O_PROJ);
+    const uint64_t key = test_key(42, 3, 1, REF_LORA_O_PROJ);
     int dropped = 0;
     for (int n = 0; n < ROWS; n++)
         for (int c = 0; c < IN; c++) {
             const int i = n * IN + c;
-            const bool keep = gt_dropout_keep(key, (uint64_t)((row0 + n) * IN + c), gt_dropout_threshold(0.25));
+            const bool keep = gt_dropout_keep(key, (uint64_t)((40 + row0 + n) * IN + c), gt_dropout_threshold(0.25));
             dropped += !keep;
             cr_assert(fabs(y[i] - (keep ? x[i] / 0.75 : 0.0)) <= 1e-15 * fabs(x[i]), "row %d col %d: %.17g (x %.17g)",
                       n, c, y[i], x[i]);
         }
     cr_assert(dropped > 0 && dropped < ROWS * IN, "dropped %d of %d: the check would prove little", dropped, ROWS * IN);
+    /* the same rows seen from a micro-batch starting 11 rows later: the same output, bit for bit;
+     * one row later: another mask */
+    double ys[ROWS * IN] = {0};
+    lo.row_base = 40 + row0;
+    ref_lora_apply(&lo, 1, REF_LORA_O_PROJ, x, ROWS, 0, IN, ys, IN);
+    cr_assert(memcmp(ys, y, sizeof y) == 0, "row_base 40 + row0 11 and row_base 51 + row0 0 drop differently");
+    memset(ys, 0, sizeof ys);
+    lo.row_base = 40 + row0 + 1;
+    ref_lora_apply(&lo, 1, REF_LORA_O_PROJ, x, ROWS, 0, IN, ys, IN);
+    cr_assert(memcmp(ys, y, sizeof y) != 0, "row_base one row later drops the same elements");
+    lo.row_base = 40;
     /* another module, layer or step: another mask; an unadapted module: nothing */
     double y2[ROWS * IN] = {0};
     ref_lora_apply(&lo, 0, REF_LORA_O_PROJ, x, ROWS, row0, IN, y2, IN);
@@ -276,7 +288,7 @@ Test(lora_ref, dropout_uses_one_key_per_layer_and_module) {
     ref_lora_init(&lo, c.layers, 3, 2.0);
     add_adapters(&lo, &c, 0x7f, 0.3, false, 33);
     const double plain = ref_llama_loss_lora(&c, t, n, &lo, tok, tgt, B, T);
-    lo.p = 0.1, lo.key = test_key, lo.seed = 5, lo.step = 2, lo.micro = 1;
+    lo.p = 0.1, lo.key = test_key, lo.seed = 5, lo.step = 2, lo.row_base = 3 * T;
     memset(g_key_calls, 0, sizeof g_key_calls);
     const double dropped = ref_llama_loss_lora(&c, t, n, &lo, tok, tgt, B, T);
     for (int l = 0; l < c.layers; l++)
@@ -285,12 +297,44 @@ Test(lora_ref, dropout_uses_one_key_per_layer_and_module) {
                       g_key_calls[l][m]);
     cr_assert(fabs(dropped - plain) > 1e-6, "dropout leaves the loss %.12g", plain);
     cr_assert_eq(ref_llama_loss_lora(&c, t, n, &lo, tok, tgt, B, T), dropped, "not a function of its key");
-    const double ingredients[3][3] = {{6, 2, 1}, {5, 3, 1}, {5, 2, 0}}; /* seed, step, micro changed */
+    const double ingredients[3][3] = {{6, 2, 3 * T}, {5, 3, 3 * T}, {5, 2, 2 * T}}; /* seed, step, row_base changed */
     for (int k = 0; k < 3; k++) {
-        lo.seed = (uint64_t)ingredients[k][0], lo.step = (long)ingredients[k][1], lo.micro = (int)ingredients[k][2];
+        lo.seed = (uint64_t)ingredients[k][0], lo.step = (long)ingredients[k][1], lo.row_base = (long)ingredients[k][2];
         const double other = ref_llama_loss_lora(&c, t, n, &lo, tok, tgt, B, T);
         cr_assert(fabs(other - dropped) > 1e-9, "changing key ingredient %d leaves the loss", k);
     }
+    ref_lora_free(&lo);
+    ref_llama_free(t, n);
+}
+
+/* dropout's rows count over the step's whole batch: the B sequences as one micro-batch at
+ * row_base 0 and as B micro-batches of one sequence at row_base b * T give the same summed token
+ * loss (to double rounding); at row_base 0 each, the masks repeat and the sum differs */
+Test(lora_ref, dropout_rows_count_over_the_steps_batch) {
+    const RefLlamaCfg c = llama_cfg();
+    int n;
+    RefTensor *t = llama_tensors(&c, &n, 41);
+    int tok[B * T], tgt[B * T];
+    make_tokens(tok, tgt, B * T, c.vocab, 42);
+    RefLora lo;
+    ref_lora_init(&lo, c.layers, 3, 2.0);
+    add_adapters(&lo, &c, 0x7f, 0.3, false, 43);
+    lo.p = 0.2, lo.key = test_key, lo.seed = 9, lo.step = 4, lo.row_base = 0;
+    long items = 0;
+    for (int i = 0; i < B * T; i++) items += tgt[i] != -100;
+    const double whole = ref_llama_loss_lora(&c, t, n, &lo, tok, tgt, B, T) * (double)items;
+    double split = 0, repeated = 0;
+    for (int b = 0; b < B; b++) {
+        long nb = 0;
+        for (int i = 0; i < T; i++) nb += tgt[b * T + i] != -100;
+        lo.row_base = (long)b * T;
+        split += ref_llama_loss_lora(&c, t, n, &lo, tok + b * T, tgt + b * T, 1, T) * (double)nb;
+        lo.row_base = 0;
+        repeated += ref_llama_loss_lora(&c, t, n, &lo, tok + b * T, tgt + b * T, 1, T) * (double)nb;
+    }
+    cr_assert(fabs(split - whole) <= 1e-12 * fabs(whole), "split %.17g, whole %.17g", split, whole);
+    cr_assert(fabs(repeated - whole) > 1e-6 * fabs(whole), "row_base 0 for every sequence gives the whole batch's %.12g",
+              whole);
     ref_lora_free(&lo);
     ref_llama_free(t, n);
 }

@@ -8,7 +8,9 @@
  *    loading saves. Checkpoints and output_dir hold the adapter alone: optimizer.safetensors holds
  *    exp_avg. / exp_avg_sq. of every PEFT adapter key (shapes from config.json's dimensions) and
  *    nothing of the base; there is no model.safetensors anywhere.
- * 2. data parallel: 2 MPI ranks x B against 1 rank x 2B (plain and ZeRO-1): the same losses and
+ * 2. data parallel: 2 MPI ranks x B against 1 rank x 2B (plain and ZeRO-1), without dropout and
+ *    with lora_dropout 0.1 (the mask follows each row's place in the step's batch, so the ranks
+ *    drop what the one rank drops; also 2 ranks x B/2 x 2 accumulation steps): the same losses and
  *    gradient norms (test_dist.c's bound) and the same adapter; a 2-rank ZeRO-1 run with dropout
  *    resumed from a checkpoint is bit-exact. Skipped without mpirun or an MPI build.
  * 3. hostile lora.init_from adapter directories: exit 2, one line naming the file and the key or
@@ -640,43 +642,76 @@ static void expect_same_adapter(const char *what, const char *da, const char *db
     cr_log_info("%s: adapters differ by at most %.3g (largest element %.3g)", what, d, scale);
 }
 
-/* lora_dropout 0: a rank's mask is keyed by its micro-batch, so with dropout the split of a step
- * over ranks changes the masks (as every rank of a DDP job draws its own), never the data */
+/* 1 rank x 4 against 2 ranks x 2 (plain) and a second 2-rank layout (ZeRO-1: 2 x 2, or with
+ * accumulate 2 x 1 x 2 accumulation steps), drop the --set of lora.lora_dropout:
+ * the same losses, gradient norms, final eval loss and adapter (the one rank's in w/one) */
+static void two_ranks_match_one(Ws *w, const Mpi *m, const char *drop, bool accumulate) {
+    const char *one[] = {kv("output_dir", wpath(w, "one")), drop, "per_device_train_batch_size=4", "save_steps=0"};
+    expect_exit(w, "one", run_cfg(w, w->cfg, "one", one, 4), 0);
+    const char *two[] = {kv("output_dir", wpath(w, "two")), drop, "per_device_train_batch_size=2", "save_steps=0",
+                         "zero_stage=0", "gradient_accumulation_steps=1"};
+    expect_exit(w, "two", run_mpi(w, m, "two", two, 6, 120), 0);
+    two[0] = kv("output_dir", wpath(w, "zero1"));
+    two[4] = "zero_stage=1";
+    if (accumulate) two[2] = "per_device_train_batch_size=1", two[5] = "gradient_accumulation_steps=2";
+    expect_exit(w, "zero1", run_mpi(w, m, "zero1", two, 6, 120), 0);
+    char *o = read_log(w, "zero1", "out");
+    const char *layout = accumulate ? "= 1 x 2 x 2 = 4" : "= 2 x 2 x 1 = 4";
+    cr_assert_not_null(strstr(o, layout), "not %s: %s", layout, o);
+    cr_assert_not_null(strstr(o, "ZeRO-1"), "no ZeRO-1 optimizer shards: %s", o);
+    free(o);
+    char what[2][160];
+    snprintf(what[0], sizeof what[0], "1 rank x 4 vs 2 ranks x 2, %s", drop);
+    snprintf(what[1], sizeof what[1], "1 rank x 4 vs 2 ranks x %s, ZeRO-1, %s", accumulate ? "1 x 2 steps" : "2", drop);
+    Losses l1, l2, lz;
+    read_train_metrics(wpath(w, "one"), &l1);
+    read_train_metrics(wpath(w, "two"), &l2);
+    read_train_metrics(wpath(w, "zero1"), &lz);
+    cr_assert_eq(l1.n, STEPS);
+    expect_same_losses(what[0], &l1, &l2);
+    expect_same_losses(what[1], &l1, &lz);
+    double worst = 0;
+    for (int s = 0; s < l1.n; s++)
+        worst = fmax(worst, fmax(fabs(l1.loss[s] - l2.loss[s]), fabs(l1.loss[s] - lz.loss[s])) / fabs(l1.loss[s]));
+    cr_log_info("%s: losses within %.3g (relative) over %d steps", what[1], worst, l1.n);
+    /* the final eval: what the saved adapter does, over the same validation windows */
+    cr_assert(l1.n_eval == 1 && l2.n_eval == 1 && lz.n_eval == 1, "one eval at the end of each run");
+    cr_assert_leq(fabs(l1.eval_loss[0] - l2.eval_loss[0]), LOSS_RTOL * l1.eval_loss[0], "%s: eval loss %.9g vs %.9g",
+                  what[0], l1.eval_loss[0], l2.eval_loss[0]);
+    cr_assert_leq(fabs(l1.eval_loss[0] - lz.eval_loss[0]), LOSS_RTOL * l1.eval_loss[0], "%s: eval loss %.9g vs %.9g",
+                  what[1], l1.eval_loss[0], lz.eval_loss[0]);
+    expect_adapter_dir(wpath(w, "two"));
+    expect_adapter_dir(wpath(w, "zero1"));
+    expect_same_adapter(what[0], wpath(w, "one"), wpath(w, "two"));
+    expect_same_adapter(what[1], wpath(w, "one"), wpath(w, "zero1"));
+}
+
 Test(lora_runs, two_ranks_equal_one_rank_with_the_same_effective_batch, .timeout = 180) {
     Mpi m;
     need_mpi(&m);
     Ws w;
     lws_init(&w);
-    const char *one[] = {kv("output_dir", wpath(&w, "one")), "lora.lora_dropout=0", "per_device_train_batch_size=4",
-                         "save_steps=0"};
-    expect_exit(&w, "one", run_cfg(&w, w.cfg, "one", one, 4), 0);
-    const char *two[] = {kv("output_dir", wpath(&w, "two")), "lora.lora_dropout=0", "per_device_train_batch_size=2",
-                         "save_steps=0", "zero_stage=0"};
-    expect_exit(&w, "two", run_mpi(&w, &m, "two", two, 5, 120), 0);
-    two[0] = kv("output_dir", wpath(&w, "zero1"));
-    two[4] = "zero_stage=1";
-    expect_exit(&w, "zero1", run_mpi(&w, &m, "zero1", two, 5, 120), 0);
-    char *o = read_log(&w, "zero1", "out");
-    cr_assert_not_null(strstr(o, "= 2 x 2 x 1 = 4"), "not 2 ranks x 2: %s", o);
-    cr_assert_not_null(strstr(o, "ZeRO-1"), "no ZeRO-1 optimizer shards: %s", o);
-    free(o);
-    Losses l1, l2, lz;
-    read_train_metrics(wpath(&w, "one"), &l1);
-    read_train_metrics(wpath(&w, "two"), &l2);
-    read_train_metrics(wpath(&w, "zero1"), &lz);
-    cr_assert_eq(l1.n, STEPS);
-    expect_same_losses("1 rank x 4 vs 2 ranks x 2", &l1, &l2);
-    expect_same_losses("1 rank x 4 vs 2 ranks x 2, ZeRO-1", &l1, &lz);
-    /* the final eval: what the saved adapter does, over the same validation windows */
-    cr_assert(l1.n_eval == 1 && l2.n_eval == 1 && lz.n_eval == 1, "one eval at the end of each run");
-    cr_assert_leq(fabs(l1.eval_loss[0] - l2.eval_loss[0]), LOSS_RTOL * l1.eval_loss[0], "eval loss %.9g vs %.9g",
-                  l1.eval_loss[0], l2.eval_loss[0]);
-    cr_assert_leq(fabs(l1.eval_loss[0] - lz.eval_loss[0]), LOSS_RTOL * l1.eval_loss[0], "eval loss %.9g vs %.9g (ZeRO-1)",
-                  l1.eval_loss[0], lz.eval_loss[0]);
-    expect_adapter_dir(wpath(&w, "two"));
-    expect_adapter_dir(wpath(&w, "zero1"));
-    expect_same_adapter("1 rank x 4 vs 2 ranks x 2", wpath(&w, "one"), wpath(&w, "two"));
-    expect_same_adapter("1 rank x 4 vs 2 ranks x 2, ZeRO-1", wpath(&w, "one"), wpath(&w, "zero1"));
+    two_ranks_match_one(&w, &m, "lora.lora_dropout=0", false);
+    ws_fini(&w);
+}
+
+/* with dropout: rank r's micro-batch a drops its rows as rows (a * world + r) * B .. of the step's
+ * batch, which the one rank's micro-batch holds at the same place, so the masks are the one
+ * rank's; and the dropout is live (the adapter differs from the dropout-0 run's, far beyond the
+ * bound) */
+Test(lora_runs, two_ranks_equal_one_rank_with_dropout, .timeout = 240) {
+    Mpi m;
+    need_mpi(&m);
+    Ws w;
+    lws_init(&w);
+    two_ranks_match_one(&w, &m, "lora.lora_dropout=0.1", true);
+    const char *nodrop[] = {kv("output_dir", wpath(&w, "nodrop")), "lora.lora_dropout=0",
+                            "per_device_train_batch_size=4", "save_steps=0"};
+    expect_exit(&w, "nodrop", run_cfg(&w, w.cfg, "nodrop", nodrop, 4), 0);
+    double scale, d = adapter_diff(J(wpath(&w, "one"), "adapter_model.safetensors"),
+                                   J(wpath(&w, "nodrop"), "adapter_model.safetensors"), &scale);
+    cr_assert_gt(d, 100 * ADAPTER_RTOL * scale, "lora_dropout 0.1 and 0 trained adapters within %.3g (largest %.3g): "
+                 "dropout is not applied", d, scale);
     ws_fini(&w);
 }
 
