@@ -537,6 +537,10 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
     for (int pk = 0; pk < 4; pk++)
     for (int drop = 0; drop <= 1; drop++)
     for (int sh = 0; sh < 5; sh++) {
+        /* the simulator: one shape and target set, no recompute or every layer offloaded, world 1 or
+         * 11 (padded shards): 48 configurations (each costs ~0.2 s of mprotect there; the whole grid
+         * would take ten minutes) */
+        if (test_on_cudasim() && (bi || ti || ts != 2 || (pk != 0 && pk != 3) || (sh != 0 && sh != 3))) continue;
         const int B = Bs[bi], T = Ts[ti], world = shards[sh][0], rank = shards[sh][1];
         const bool llama = variant > 0;
         const uint32_t targets = sets[!llama][ts];
@@ -607,7 +611,9 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
         backend_close(be);
         cases++;
     }
-    cr_assert(padded == 2 * cases / 5, "only %d of %d configurations have padded shards", padded, cases);
+    /* world 11 is two of the five shardings (one of the simulator's two) */
+    cr_assert(padded == (test_on_cudasim() ? cases / 2 : 2 * cases / 5), "only %d of %d configurations have padded shards",
+              padded, cases);
     cr_log_info("plan: %d configurations (%d with padded ZeRO-1 shards), planned == measured, frozen and trainable "
                 "bytes from the dims", cases, padded);
 }
