@@ -150,16 +150,6 @@ static float *get_base(Model *m) {
     return h;
 }
 
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-static double max_diff(const float *x, const float *y, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - y[i]));
-    return m;
-}
 
 static double eval_loss(Model *m, const int *tok, const int *tgt, int rows) {
     GtError err = {0};
@@ -378,11 +368,11 @@ static void check_accumulation(bool llama, bool tied, uint32_t targets, double p
     }
     r.B = 8, r.A = 1;
     expect_grads_match_ref(&r, s[0].grads, &d, what);
-    const double gmax = max_abs(s[0].grads, n);
+    const double gmax = test_max_abs(s[0].grads, n);
     for (int k = 1; k < 4; k++) {
         /* test_model.c's bounds for full fine-tuning: the same sums in another order (with
          * dropout too: every row has its own mask whatever micro-batch holds it) */
-        const double dg = max_diff(s[k].grads, s[0].grads, n);
+        const double dg = test_max_diff(s[k].grads, s[0].grads, n);
         cr_assert(dg <= 1e-5 * gmax, "%s vs (%d,%d): grads differ by %g (max %g)", what, splits[k][0], splits[k][1], dg,
                   gmax);
         cr_log_info("%s vs (%d,%d): grads within %.3g of the big batch's (relative to the largest)", what, splits[k][0],
@@ -480,7 +470,7 @@ static void check_recompute(bool llama) {
     double loss_f32 = 0;
     for (int act = GT_F32; act <= GT_BF16; act++) {
         RcRun base = run_rc(&d, (GtDtype)act, recompute_policy(false, 1, false, 4), base_h, ad_h);
-        cr_assert(max_abs(base.grads1, n) > 1e-3, "gradients all tiny");
+        cr_assert(test_max_abs(base.grads1, n) > 1e-3, "gradients all tiny");
         for (int k = 0; k < 4; k++) {
             RcRun r = run_rc(&d, (GtDtype)act, pols[k], base_h, ad_h);
             const char *dt = gt_dtype_name((GtDtype)act);
@@ -491,7 +481,7 @@ static void check_recompute(bool llama) {
                       base.losses[2]);
             cr_assert(memcmp(r.grads1, base.grads1, n * sizeof(float)) == 0,
                       "%s every_n_layers %d offload %d: adapter gradients not bit-identical (max diff %.3g)", dt, every,
-                      off, max_diff(r.grads1, base.grads1, n));
+                      off, test_max_diff(r.grads1, base.grads1, n));
             cr_assert(memcmp(r.params3, base.params3, n * sizeof(float)) == 0,
                       "%s every_n_layers %d offload %d: adapters after 3 steps not bit-identical", dt, every, off);
             free(r.grads1), free(r.params3);
@@ -620,52 +610,6 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
 
 /* ---------------------------------------------------------------- 4. PiSSA on a model */
 
-/* One-sided Jacobi (Hestenes) in double on A [m, n] row-major, m >= n: A = U diag(S) V^T, U [m, n],
- * V [n, n], S descending (test_svd.c's reference, written independently of src/svd.c). */
-static void jacobi_tall(const double *A, int m, int n, double *U, double *S, double *V) {
-    memcpy(U, A, sizeof(double) * (size_t)m * n);
-    for (int i = 0; i < n * n; i++) V[i] = (i / n == i % n);
-    for (int sweep = 0, rotated = 1; rotated && sweep < 100; sweep++) {
-        rotated = 0;
-        for (int p = 0; p < n - 1; p++)
-            for (int q = p + 1; q < n; q++) {
-                double al = 0, be = 0, ga = 0;
-                for (int i = 0; i < m; i++) {
-                    const double x = U[i * n + p], y = U[i * n + q];
-                    al += x * x, be += y * y, ga += x * y;
-                }
-                if (fabs(ga) <= 1e-15 * sqrt(al * be)) continue;
-                rotated = 1;
-                const double zeta = (be - al) / (2 * ga);
-                const double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1 + zeta * zeta));
-                const double c = 1 / sqrt(1 + t * t), s = c * t;
-                for (int i = 0; i < m; i++) {
-                    const double x = U[i * n + p], y = U[i * n + q];
-                    U[i * n + p] = c * x - s * y, U[i * n + q] = s * x + c * y;
-                }
-                for (int i = 0; i < n; i++) {
-                    const double x = V[i * n + p], y = V[i * n + q];
-                    V[i * n + p] = c * x - s * y, V[i * n + q] = s * x + c * y;
-                }
-            }
-    }
-    for (int j = 0; j < n; j++) {
-        double nrm = 0;
-        for (int i = 0; i < m; i++) nrm += U[i * n + j] * U[i * n + j];
-        S[j] = sqrt(nrm);
-        for (int i = 0; i < m; i++) U[i * n + j] /= S[j];
-    }
-    for (int j = 0; j < n; j++) {
-        int b = j;
-        for (int l = j + 1; l < n; l++)
-            if (S[l] > S[b]) b = l;
-        if (b == j) continue;
-        double t = S[j];
-        S[j] = S[b], S[b] = t;
-        for (int i = 0; i < m; i++) t = U[i * n + j], U[i * n + j] = U[i * n + b], U[i * n + b] = t;
-        for (int i = 0; i < n; i++) t = V[i * n + j], V[i * n + j] = V[i * n + b], V[i * n + b] = t;
-    }
-}
 
 /* thin SVD of W [rows, cols] (fp32): U [rows, k], S [k], Vh [k, cols], k = min(rows, cols) */
 static void ref_svd(const float *W, int rows, int cols, double *U, double *S, double *Vh) {
@@ -674,7 +618,7 @@ static void ref_svd(const float *W, int rows, int cols, double *U, double *S, do
            *v = malloc(sizeof(double) * (size_t)n * n);
     for (int i = 0; i < rows; i++)
         for (int c = 0; c < cols; c++) a[tall ? i * cols + c : c * rows + i] = W[i * cols + c];
-    jacobi_tall(a, m, n, u, S, v);
+    test_jacobi_svd(a, m, n, u, S, v);
     for (int j = 0; j < n; j++) {
         if (tall) {
             for (int i = 0; i < rows; i++) U[i * n + j] = u[i * n + j];

@@ -9,6 +9,7 @@
 #include "plan.h"
 #include "ref_gpt.h"
 #include "test_backend_select.h"
+#include "test_util.h"
 #include "trainer.h"
 
 static ModelDesc tiny_desc(int L, int NH, int C, int V, int P) {
@@ -161,16 +162,6 @@ static StepResult run_split(const ModelDesc *d, int B, int A, LossNormalization 
     return r;
 }
 
-static double max_abs(const float *x, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(x[i]));
-    return m;
-}
-static double max_diff(const float *x, const float *y, size_t n) {
-    double m = 0;
-    for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i] - y[i]));
-    return m;
-}
 
 static void tokens_normalisation_equals_big_batch(ModelDesc d) {
     const int T = 8;
@@ -185,14 +176,14 @@ static void tokens_normalisation_equals_big_batch(ModelDesc d) {
     }
     StepResult big = run_split(&d, 8, 1, LOSS_NORM_TOKENS, tok, tgt, T);
     const int splits[3][2] = {{4, 2}, {2, 4}, {1, 8}};
-    double gmax = max_abs(big.grads, n);
+    double gmax = test_max_abs(big.grads, n);
     for (int s = 0; s < 3; s++) {
         StepResult r = run_split(&d, splits[s][0], splits[s][1], LOSS_NORM_TOKENS, tok, tgt, T);
         /* Same sums in a different order: each gradient element is a sum of 8*T float terms split
          * into A partial GEMM sums, so they differ by a few float32 ulps of the largest partial
          * sum: 1e-5 of the largest gradient is ~100 ulps of headroom. */
-        cr_assert(max_diff(r.grads, big.grads, n) <= 1e-5 * gmax, "(%d,%d): grads differ by %g (max %g)",
-                  splits[s][0], splits[s][1], max_diff(r.grads, big.grads, n), gmax);
+        cr_assert(test_max_diff(r.grads, big.grads, n) <= 1e-5 * gmax, "(%d,%d): grads differ by %g (max %g)",
+                  splits[s][0], splits[s][1], test_max_diff(r.grads, big.grads, n), gmax);
         /* AdamW's first step moves each weight by lr*g/(|g|+eps) (plus decay, the same for all):
          * its sensitivity to g is lr/(|g|+eps), so an element's update may differ by at most
          * lr*|dg|/(|g|+eps) (x2 for the rounding of the update itself). Gradients that are zero
@@ -232,18 +223,18 @@ Test(accumulation, steps_normalisation_differs_when_counts_differ_and_agrees_whe
     accumulation_batch(tok, tgt, T, 32, false);
     StepResult big = run_split(&d, 8, 1, LOSS_NORM_TOKENS, tok, tgt, T);
     StepResult steps = run_split(&d, 2, 4, LOSS_NORM_STEPS, tok, tgt, T);
-    double gmax = max_abs(big.grads, n);
-    cr_assert(max_diff(steps.grads, big.grads, n) > 1e-2 * gmax,
+    double gmax = test_max_abs(big.grads, n);
+    cr_assert(test_max_diff(steps.grads, big.grads, n) > 1e-2 * gmax,
               "steps normalisation should differ from the big batch when counts differ (diff %g, max %g)",
-              max_diff(steps.grads, big.grads, n), gmax);
+              test_max_diff(steps.grads, big.grads, n), gmax);
     free(big.grads), free(big.params), free(steps.grads), free(steps.params);
 
     accumulation_batch(tok, tgt, T, 32, true);
     big = run_split(&d, 8, 1, LOSS_NORM_TOKENS, tok, tgt, T);
     steps = run_split(&d, 2, 4, LOSS_NORM_STEPS, tok, tgt, T);
-    gmax = max_abs(big.grads, n);
-    cr_assert(max_diff(steps.grads, big.grads, n) <= 1e-5 * gmax, "equal counts: steps and tokens should agree (%g)",
-              max_diff(steps.grads, big.grads, n));
+    gmax = test_max_abs(big.grads, n);
+    cr_assert(test_max_diff(steps.grads, big.grads, n) <= 1e-5 * gmax, "equal counts: steps and tokens should agree (%g)",
+              test_max_diff(steps.grads, big.grads, n));
     free(big.grads), free(big.params), free(steps.grads), free(steps.params);
 }
 

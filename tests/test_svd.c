@@ -20,50 +20,6 @@ static float *random_matrix(int rows, int cols, uint64_t seed) {
     return w;
 }
 
-/* One-sided Jacobi (Hestenes) on A [m, n] row-major, m >= n: A = U diag(S) V^T with U [m, n],
- * V [n, n] row-major, S descending. Rotations until every column pair is orthogonal to 1e-15. */
-static void jacobi_tall(const double *A, int m, int n, double *U, double *S, double *V) {
-    memcpy(U, A, sizeof(double) * (size_t)m * n);
-    for (int i = 0; i < n * n; i++) V[i] = (i / n == i % n);
-    for (int sweep = 0, rotated = 1; rotated && sweep < 100; sweep++) {
-        rotated = 0;
-        for (int p = 0; p < n - 1; p++)
-            for (int q = p + 1; q < n; q++) {
-                double al = 0, be = 0, ga = 0;
-                for (int i = 0; i < m; i++) {
-                    double x = U[i * n + p], y = U[i * n + q];
-                    al += x * x, be += y * y, ga += x * y;
-                }
-                if (fabs(ga) <= 1e-15 * sqrt(al * be)) continue;
-                rotated = 1;
-                double zeta = (be - al) / (2 * ga);
-                double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1 + zeta * zeta));
-                double c = 1 / sqrt(1 + t * t), s = c * t;
-                for (int i = 0; i < m; i++) {
-                    double x = U[i * n + p], y = U[i * n + q];
-                    U[i * n + p] = c * x - s * y, U[i * n + q] = s * x + c * y;
-                }
-                for (int i = 0; i < n; i++) {
-                    double x = V[i * n + p], y = V[i * n + q];
-                    V[i * n + p] = c * x - s * y, V[i * n + q] = s * x + c * y;
-                }
-            }
-    }
-    for (int j = 0; j < n; j++) {
-        double nrm = 0;
-        for (int i = 0; i < m; i++) nrm += U[i * n + j] * U[i * n + j];
-        S[j] = sqrt(nrm);
-        for (int i = 0; i < m; i++) U[i * n + j] /= S[j];
-    }
-    for (int j = 0; j < n; j++) { /* selection sort, descending, columns moved along */
-        int b = j;
-        for (int l = j + 1; l < n; l++) if (S[l] > S[b]) b = l;
-        if (b == j) continue;
-        double t = S[j]; S[j] = S[b]; S[b] = t;
-        for (int i = 0; i < m; i++) t = U[i * n + j], U[i * n + j] = U[i * n + b], U[i * n + b] = t;
-        for (int i = 0; i < n; i++) t = V[i * n + j], V[i * n + j] = V[i * n + b], V[i * n + b] = t;
-    }
-}
 
 /* Reference thin SVD of W [rows, cols]: U [rows, k], S [k], Vh [k, cols], k = min. */
 static void ref_svd(const float *W, int rows, int cols, double *U, double *S, double *Vh) {
@@ -73,7 +29,7 @@ static void ref_svd(const float *W, int rows, int cols, double *U, double *S, do
     cr_assert(a && u && v);
     for (int i = 0; i < rows; i++)
         for (int c = 0; c < cols; c++) a[tall ? i * cols + c : c * rows + i] = W[i * cols + c];
-    jacobi_tall(a, m, n, u, S, v);
+    test_jacobi_svd(a, m, n, u, S, v);
     for (int j = 0; j < n; j++) {
         if (tall) { /* W = u S v^T */
             for (int i = 0; i < rows; i++) U[i * n + j] = u[i * n + j];
