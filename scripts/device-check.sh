@@ -5,6 +5,7 @@
 #
 #   scripts/device-check.sh              # from anywhere; works in the repository root
 #   DEVICE_CHECK_BUDGET=420 scripts/device-check.sh   # seconds for everything after the build
+#   DEVICE_CHECK_ONLY=g,h scripts/device-check.sh     # only those steps (after the build)
 #
 # Steps
 #   build  make CUDA=1 BUILD=build-device (gtrain + test_gtrain), for this GPU's architecture only
@@ -213,6 +214,23 @@ metrics_of() {
   grep '"type":"train"' "$f" | sed -E 's/.*"step":([0-9]+).*"loss":([^,]+).*"grad_norm":([^,]+).*/\1 \2 \3/'
 }
 
+# compare_runs NAME CPU-RUN GPU-RUN TOL-STEP1 TOL-LATER: per-step loss and grad norm, CPU vs GPU
+compare_runs() {
+  if metrics_of "$2" >"$WORK/m-$2" && metrics_of "$3" >"$WORK/m-$3" && [ -s "$WORK/m-$2" ]; then
+    verdict="$(paste "$WORK/m-$2" "$WORK/m-$3" | awk -v t1="$4" -v tn="$5" '
+      function rel(a, b) { d = a - b; if (d < 0) d = -d; m = (b < 0 ? -b : b); if (m < 1e-6) m = 1e-6; return d / m }
+      { rl = rel($5, $2); rg = rel($6, $3); tl = ($1 == 1 ? t1 : tn); tg = ($1 == 1 ? 10 * t1 : tn);
+        if (rl > ml) ml = rl; if (rg > mg) mg = rg; if (rl > tl || rg > tg || $2 == "null" || $5 == "null") bad = 1; n++ }
+      END { printf "%s %d steps, max rel diff loss %.2e grad norm %.2e", (bad || n == 0) ? "FAIL" : "PASS", n, ml, mg }')"
+    record "$1" "${verdict%% *}" "${verdict#* }"
+  else
+    record "$1" SKIP "no metrics.jsonl train records to compare"
+  fi
+}
+
+# DEVICE_CHECK_ONLY=h (or a,c,h ...): run only those steps (the build always); default all
+want() { [ -z "${DEVICE_CHECK_ONLY:-}" ] || [[ ",$DEVICE_CHECK_ONLY," == *",$1,"* ]]; }
+
 # Recompute/offload bit-identity and planned = measured, on SMALL_CONFIG with the extra SETS:
 # STEP names the records (STEP-bitident, STEP-mem), P the runs. gradient_checkpointing off, every
 # layer, every layer offloaded, and bf16 off / every 2nd layer must give the same metrics digit for
@@ -242,7 +260,9 @@ bitident_checks() { # STEP P SETS...
 }
 
 # ------------------------------------------------------------------ (a) ops
-if [ "$GPU_OK" = 1 ]; then
+if ! want a; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ]; then
   crit "a-ops" 'ops*/*' 90 || true
   crit "a-gpu-vs-cpu" 'cuda/*' 90 || true
 else
@@ -250,23 +270,12 @@ else
 fi
 
 # ------------------------------------------------------------------ (b) training step vs CPU
-if [ "$GPU_OK" = 1 ]; then
+if ! want b; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ]; then
   crit "b-model" 'model/*' 90 || true
   crit "b-accum" 'accumulation/*' 90 || true
   crit "b-bf16" 'precision/*' 60 || true
-  # compare_runs NAME CPU-RUN GPU-RUN TOL-STEP1 TOL-LATER: per-step loss and grad norm, CPU vs GPU
-  compare_runs() {
-    if metrics_of "$2" >"$WORK/m-$2" && metrics_of "$3" >"$WORK/m-$3" && [ -s "$WORK/m-$2" ]; then
-      verdict="$(paste "$WORK/m-$2" "$WORK/m-$3" | awk -v t1="$4" -v tn="$5" '
-        function rel(a, b) { d = a - b; if (d < 0) d = -d; m = (b < 0 ? -b : b); if (m < 1e-6) m = 1e-6; return d / m }
-        { rl = rel($5, $2); rg = rel($6, $3); tl = ($1 == 1 ? t1 : tn); tg = ($1 == 1 ? 10 * t1 : tn);
-          if (rl > ml) ml = rl; if (rg > mg) mg = rg; if (rl > tl || rg > tg || $2 == "null" || $5 == "null") bad = 1; n++ }
-        END { printf "%s %d steps, max rel diff loss %.2e grad norm %.2e", (bad || n == 0) ? "FAIL" : "PASS", n, ml, mg }')"
-      record "$1" "${verdict%% *}" "${verdict#* }"
-    else
-      record "$1" SKIP "no metrics.jsonl train records to compare"
-    fi
-  }
   # fp32: step 1 must agree to 1e-5 (loss) / 1e-4 (grad norm); later steps drift with Adam, 1e-3
   if have_time 60 && small_run cpu cpu 60 && small_run gpu "$DEV" 60; then
     compare_runs b-step-cli cpu gpu 1e-5 1e-3
@@ -294,7 +303,9 @@ same_metrics() {
     [ -s "$WORK/c-$base" ] && cmp -s "$WORK/c-$base" "$WORK/c-$v" || diffs="$diffs $v"
   done
 }
-if [ "$GPU_OK" = 1 ]; then
+if ! want c; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ]; then
   crit "c-recompute" 'recompute/*' 120 || true
   if have_time 60; then
     ok=1
@@ -325,7 +336,9 @@ else
 fi
 
 # ------------------------------------------------------------------ (d) planned vs measured memory
-if [ "$GPU_OK" = 1 ]; then
+if ! want d; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ]; then
   crit "d-plan" 'plan/*' 60 || true
   # gtrain prints its plan beside what was measured; the "device total" row has both numbers
   for v in r-none r-every1 r-offload r-bf16-none r-bf16-offload; do
@@ -392,7 +405,9 @@ mfu_of() {
   peak="$(peak_flops "$3")"
   if [ "$peak" = unknown ]; then echo unknown; else awk -v t="$1" -v f="$2" -v p="$peak" 'BEGIN { printf "%.1f%%", 100 * t * f / p }'; fi
 }
-if [ "$GPU_OK" = 1 ] && have_time 60; then
+if ! want e; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ] && have_time 60; then
   prec=bf16
   # the largest micro-batch that fits without recompute, up to BENCH_MAX_BATCH rows (auto-fit
   # prefers no recompute, then the largest micro-batch); BENCH_BATCH=N fixes it instead
@@ -438,10 +453,14 @@ else
 fi
 
 # ------------------------------------------------------------------ (g) the Llama family
-if [ "$GPU_OK" = 1 ]; then
+if ! want g; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ]; then
   crit "g-llama-model" 'llama_model/*' 120 || true
   export SMALL_CONFIG=configs/llama-shakespeare.yaml
-  if have_time 60 && small_run l-cpu cpu 60 && small_run l-gpu "$DEV" 60; then
+  if ! have_time 60; then
+    record g-llama-step SKIP "out of time budget"
+  elif small_run l-cpu cpu 60 && small_run l-gpu "$DEV" 60; then
     compare_runs g-llama-step l-cpu l-gpu 1e-5 1e-3
   else
     record g-llama-step FAIL "a Llama gtrain run failed - see log"
@@ -479,11 +498,15 @@ fi
 # seven projections with dropout: the tests against the double reference with finite differences,
 # CPU against GPU per step, recompute/offload bit-identity with dropout, planned = measured; then a
 # LoRA r 16 benchmark on Llama-3.2-1B's shape (bf16, T = 2048, frozen bf16 base).
-if [ "$GPU_OK" = 1 ]; then
+if ! want h; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" = 1 ]; then
   crit "h-lora-model" 'lora_@(ops|model|train)/*' 150 || true
   export SMALL_CONFIG=configs/llama-shakespeare.yaml
   lora=(lora.r=8 lora.lora_alpha=16 lora.lora_dropout=0.1 lora.target_modules=all-linear)
-  if have_time 60 && small_run h-cpu cpu 60 "${lora[@]}" && small_run h-gpu "$DEV" 60 "${lora[@]}"; then
+  if ! have_time 60; then
+    record h-lora-step SKIP "out of time budget"
+  elif small_run h-cpu cpu 60 "${lora[@]}" && small_run h-gpu "$DEV" 60 "${lora[@]}"; then
     compare_runs h-lora-step h-cpu h-gpu 1e-5 1e-3
   else
     record h-lora-step FAIL "a LoRA gtrain run failed - see log"
@@ -541,7 +564,9 @@ dp_run() { # NAME N SECONDS SETS...
     return $rc
   fi
 }
-if [ "$GPU_OK" != 1 ]; then
+if ! want f; then
+  : # not asked for (DEVICE_CHECK_ONLY)
+elif [ "$GPU_OK" != 1 ]; then
   record f-nccl SKIP "no working GPU backend"
 elif [ "$NGPU" -lt 2 ]; then
   record f-nccl SKIP "$NGPU GPU on this machine: data parallel over NCCL needs 2 or more"
