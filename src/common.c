@@ -1,6 +1,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "common.h"
 
+#include <math.h>
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,4 +355,10 @@ int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError
 done:
     free(tmp);
     return rc;
+}
+
+long gt_count_nonfinite(const float *x, size_t n) {
+    long c = 0;
+    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
+    return c;
 }

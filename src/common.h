@@ -99,6 +99,9 @@ static inline float gt_bf16_to_f32(uint16_t h) {
     return f;
 }
 
+/* how many of x[n] are NaN or infinite (loaded weights are warned about) */
+long gt_count_nonfinite(const float *x, size_t n);
+
 /* SIGTERM/SIGINT (Slurm preemption, Ctrl-C) from process start: the first one sets a flag that
  * long loops poll (the training step in flight finishes, a checkpoint is written, exit 0) and
  * restores the default action, so a second one ends the process at once. SIGXFSZ is ignored, so

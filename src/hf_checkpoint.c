@@ -203,19 +203,6 @@ static bool ignorable(const char *name) {
     return false;
 }
 
-/* index of block b's HF tensor in w: its name, or without the architecture's optional prefix */
-static int find_block(const HfWeights *w, const Model *m, const HfBlock *b) {
-    int k = hf_weights_find(w, b->name);
-    const char *pre = arch_spec(m->desc.arch)->hf_optional_prefix;
-    if (k < 0 && pre && strncmp(b->name, pre, strlen(pre)) == 0) k = hf_weights_find(w, b->name + strlen(pre));
-    return k;
-}
-
-static long count_nonfinite(const float *x, size_t n) {
-    long c = 0;
-    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
-    return c;
-}
 
 /* one block into the params: streamed in chunks, or (transposed) gathered whole in the scratch */
 static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, long *nonfinite, GtError *err) {
@@ -227,7 +214,7 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, lon
         for (size_t e0 = 0; e0 < numel; e0 += chunk) {
             size_t n = numel - e0 < chunk ? numel - e0 : chunk;
             if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
-            *nonfinite += count_nonfinite(io, n);
+            *nonfinite += gt_count_nonfinite(io, n);
             if (model_upload_base(m, dst + e0, io, n, err)) return -1;
         }
         return 0;
@@ -237,7 +224,7 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, lon
     for (size_t e0 = 0; e0 < numel; e0 += chunk) {
         size_t n = numel - e0 < chunk ? numel - e0 : chunk;
         if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
-        *nonfinite += count_nonfinite(io, n);
+        *nonfinite += gt_count_nonfinite(io, n);
         for (size_t q = 0; q < n; q++) {
             size_t e = e0 + q, ii = e / out, o = e % out;
             s[o * in + ii] = io[q];
@@ -257,7 +244,7 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
     bool *used = gt_xcalloc((size_t)count + 1, sizeof *used);
     for (int i = 0; i < n; i++) {
         const ParamTensor *t = &m->base_layout.tensors[blocks[i].tensor];
-        int k = find_block(w, m, &blocks[i]);
+        int k = hf_weights_find_prefixed(w, blocks[i].name, arch_spec(m->desc.arch)->hf_optional_prefix);
         if (k < 0) {
             gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %s: expected in the checkpoint (a %s has it), not found",
                      hf_weights_path(w), blocks[i].name, arch_hf_class(&m->desc));

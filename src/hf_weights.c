@@ -441,6 +441,13 @@ const char *hf_weights_path(const HfWeights *w) { return w->path; }
 bool hf_weights_is_sharded(const HfWeights *w) { return w->index != NULL; }
 int hf_weights_count(const HfWeights *w) { return w->n; }
 int hf_weights_find(const HfWeights *w, const char *name) { return name ? map_get(&w->by_name, name) : -1; }
+
+int hf_weights_find_prefixed(const HfWeights *w, const char *name, const char *optional_prefix) {
+    int k = hf_weights_find(w, name);
+    const size_t n = optional_prefix ? strlen(optional_prefix) : 0;
+    if (k < 0 && n && strncmp(name, optional_prefix, n) == 0) k = hf_weights_find(w, name + n);
+    return k;
+}
 int hf_weights_shard_count(const HfWeights *w) { return w->n_shards; }
 const SafeTensors *hf_weights_shard(const HfWeights *w, int s) {
     return (s >= 0 && s < w->n_shards) ? w->shards[s] : NULL;

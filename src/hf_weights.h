@@ -83,6 +83,9 @@ bool hf_weights_is_sharded(const HfWeights *w); /* true when read through an ind
 int hf_weights_count(const HfWeights *w);
 int hf_weights_info(const HfWeights *w, int i, HfTensorInfo *info);
 int hf_weights_find(const HfWeights *w, const char *name);
+/* name, or name without optional_prefix when it starts with it and the full name is absent (GPT-2
+ * checkpoints with and without "transformer."); optional_prefix NULL: hf_weights_find */
+int hf_weights_find_prefixed(const HfWeights *w, const char *name, const char *optional_prefix);
 
 /* The shard files (one for a single .safetensors), in the order of their first use in the index. */
 int hf_weights_shard_count(const HfWeights *w);

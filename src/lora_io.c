@@ -55,12 +55,6 @@ static bool same_scale(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(
 
 /* ---------------------------------------------------------------- load */
 
-static long count_nonfinite(const float *x, size_t n) {
-    long c = 0;
-    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
-    return c;
-}
-
 int lora_load_adapter(Model *m, const char *dir, GtError *err) {
     if (m->desc.lora_r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
     PeftEntry *ent = NULL;
@@ -96,7 +90,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
         /* lora_A [want_r, in]: its first r rows */
         if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err)) goto done;
-        nonfinite += count_nonfinite(buf, (size_t)want_r * in);
+        nonfinite += gt_count_nonfinite(buf, (size_t)want_r * in);
         if (m->be->ops->to_device(m->be, m->params + ta->offset, buf, (size_t)r * in * sizeof(float), err)) goto done;
         if (pissa) {
             a0 = gt_xrealloc(a0, (size_t)r * in * sizeof *a0);
@@ -104,7 +98,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         }
         /* lora_B [out, want_r]: the first r columns of each row (in place, front to back) */
         if (peft_adapter_read(a, e, true, buf, out * want_r, err)) goto done;
-        nonfinite += count_nonfinite(buf, out * want_r);
+        nonfinite += gt_count_nonfinite(buf, out * want_r);
         if (pissa) {
             b0 = gt_xrealloc(b0, out * r * sizeof *b0);
             for (size_t o = 0; o < out; o++)

@@ -78,13 +78,6 @@ static int arch_hf_tensor(const ModelDesc *d, int layer, const char *name, bool 
     return -1;
 }
 
-/* name in the base, or without the architecture's optional prefix ("transformer." of GPT-2) */
-static int find_base(const HfWeights *w, const ModelDesc *d, const char *name) {
-    int k = hf_weights_find(w, name);
-    const char *pre = arch_spec(d->arch)->hf_optional_prefix;
-    if (k < 0 && pre && strncmp(name, pre, strlen(pre)) == 0) k = hf_weights_find(w, name + strlen(pre));
-    return k;
-}
 
 static int plan_targets(const ModelDesc *d, const HfWeights *w, const PeftEntry *entries, int n, const char *adapter_file,
                         Target *tg, int *entry_of, GtError *err) {
@@ -100,7 +93,7 @@ static int plan_targets(const ModelDesc *d, const HfWeights *w, const PeftEntry 
         if (out != entries[e].out || in != entries[e].in)
             return gt_error(err, GT_EXIT_FAILURE, "merge: %s: the arch table's [out, in] = [%lld, %lld], PEFT's [%lld, %lld]",
                             name, (long long)out, (long long)in, (long long)entries[e].out, (long long)entries[e].in);
-        int k = find_base(w, d, name);
+        int k = hf_weights_find_prefixed(w, name, arch_spec(d->arch)->hf_optional_prefix);
         if (k < 0)
             return BAD("%s: tensor %s: expected in the base (%s adapts it), found no such tensor", hf_weights_path(w), name,
                        adapter_file);
