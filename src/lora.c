@@ -18,8 +18,7 @@
 _Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "Model.lora_idx has a slot per module");
 _Static_assert(PEFT_MODULE_COUNT <= 32, "ModelDesc.lora_targets has a bit per module");
 
-/* the arch tensor and block whose HF name is module's weight ("...self_attn.q_proj.weight") */
-static bool find_block(const ModelDesc *d, PeftModule module, LoraSite *s) {
+bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *s) {
     const ArchSpec *spec = arch_spec(d->arch);
     char want[64];
     snprintf(want, sizeof want, ".%s.weight", peft_module_path(module));
@@ -32,7 +31,7 @@ static bool find_block(const ModelDesc *d, PeftModule module, LoraSite *s) {
             const size_t hl = strlen(t->blocks[b].hf);
             const int64_t rows = arch_dim(d, t->blocks[b].rows);
             if (hl >= wl && strcmp(t->blocks[b].hf + hl - wl, want) == 0) {
-                *s = (LoraSite){module, t->role, row0, rows, arch_dim(d, t->dim1)};
+                *s = (LoraSite){module, t->role, row0, rows, arch_dim(d, t->dim1), t, b};
                 return true;
             }
             row0 += rows;
@@ -45,7 +44,7 @@ int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]) {
     int n = 0;
     if (d->lora_r <= 0) return 0;
     for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-        if ((d->lora_targets >> m & 1u) && peft_module_arch((PeftModule)m) == d->arch && find_block(d, (PeftModule)m, &out[n]))
+        if ((d->lora_targets >> m & 1u) && peft_module_arch((PeftModule)m) == d->arch && lora_module_site(d, (PeftModule)m, &out[n]))
             n++;
     return n;
 }

@@ -31,7 +31,15 @@ typedef struct {
     TensorRole role;   /* the base weight: ROLE_QKV_W, ROLE_O_W, ROLE_FC_W or ROLE_DOWN_W */
     int64_t row0, rows; /* the output rows of that weight the module is (a block of a fused weight) */
     int64_t in;        /* its input width */
+    const ArchTensor *tensor; /* that weight in the arch table, and the HF block (tensor->blocks[block]) the module is */
+    int block;
 } LoraSite;
+
+/* Where module sits in d's architecture, from the arch table's HF names (its weight's block is
+ * named "...<peft_module_path>.weight"); false when the architecture has no such module. Every
+ * other mapping of a PEFT module onto gtrain's tensors (the adapters' sites and shapes, PEFT's
+ * entries, gtrain merge's target tensors) is this one. */
+bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *out);
 
 /* The adapted modules of d (d->lora_targets), in the order of the layer's forward. Returns the count. */
 int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]);

@@ -15,14 +15,11 @@
 #include "checkpoint.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
+#include "lora.h"
 #include "model_desc.h"
 #include "peft.h"
 
 #define BAD(...) gt_error(err, GT_EXIT_BAD_INPUT, __VA_ARGS__)
-
-/* PEFT's key of a module's lora_A: "base_model.model." + module + ".lora_A.weight" (peft.h) */
-#define PEFT_KEY_ROOT "base_model.model."
-#define PEFT_KEY_A_SUFFIX ".lora_A.weight"
 
 float merge_round_bf16(double x) {
     if (isnan(x) || isinf(x) || x == 0) return (float)x;
@@ -42,57 +39,18 @@ typedef struct {
     bool transposed; /* HF stores it [in, out] (Conv1D) */
 } Target;
 
-/* the HF tensor name of entry e's weight, from PEFT's key: "<module>.weight" */
-static int entry_weight_name(const ModelDesc *d, const PeftEntry *e, char *buf, size_t cap, GtError *err) {
-    char key[PEFT_KEY_MAX];
-    size_t root = strlen(PEFT_KEY_ROOT), suf = strlen(PEFT_KEY_A_SUFFIX);
-    if (peft_key(key, sizeof key, d->arch, e->layer, e->module, false))
-        return gt_error(err, GT_EXIT_FAILURE, "merge: no PEFT key for layer %d's %s", e->layer, peft_module_path(e->module));
-    size_t n = strlen(key);
-    if (n <= root + suf || strncmp(key, PEFT_KEY_ROOT, root) != 0 || strcmp(key + n - suf, PEFT_KEY_A_SUFFIX) != 0)
-        return gt_error(err, GT_EXIT_FAILURE, "merge: PEFT key %s is not %s<module>%s", key, PEFT_KEY_ROOT,
-                        PEFT_KEY_A_SUFFIX);
-    if (snprintf(buf, cap, "%.*s.weight", (int)(n - root - suf), key + root) >= (int)cap)
-        return gt_error(err, GT_EXIT_FAILURE, "merge: tensor name of %s too long", key);
-    return 0;
-}
-
-/* the arch table's HF tensor called name in layer: whether it is stored transposed, and its HF
- * shape [rows, cols] (transposed: [cols, rows]) for d. -1 when the table has no such tensor. */
-static int arch_hf_tensor(const ModelDesc *d, int layer, const char *name, bool *transposed, int64_t shape[2]) {
-    const ArchSpec *s = arch_spec(d->arch);
-    char buf[160];
-    for (int i = 0; i < s->n_tensors; i++) {
-        const ArchTensor *t = &s->tensors[i];
-        if (!t->per_layer || t->dim1 == DIM_1 || !arch_tensor_present(d, t)) continue;
-        for (int b = 0; b < t->n_blocks; b++) {
-            snprintf(buf, sizeof buf, t->blocks[b].hf, layer);
-            if (strcmp(buf, name) != 0) continue;
-            int64_t rows = arch_dim(d, t->blocks[b].rows), cols = arch_dim(d, t->dim1);
-            *transposed = t->transposed;
-            shape[0] = t->transposed ? cols : rows;
-            shape[1] = t->transposed ? rows : cols;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-
 static int plan_targets(const ModelDesc *d, const HfWeights *w, const PeftEntry *entries, int n, const char *adapter_file,
                         Target *tg, int *entry_of, GtError *err) {
     for (int k = 0; k < hf_weights_count(w); k++) entry_of[k] = -1;
-    for (int e = 0; e < n; e++) {
+    for (int e = 0; e < n; e++) { /* the entry's weight: where its module sits in the arch table (lora.c) */
         char name[PEFT_KEY_MAX];
-        int64_t shape[2];
-        if (entry_weight_name(d, &entries[e], name, sizeof name, err)) return -1;
-        if (arch_hf_tensor(d, entries[e].layer, name, &tg[e].transposed, shape))
-            return gt_error(err, GT_EXIT_FAILURE, "merge: %s (adapted by %s) is not a weight of arch.c's %s table", name,
-                            adapter_file, arch_hf_class(d));
-        int64_t out = tg[e].transposed ? shape[1] : shape[0], in = tg[e].transposed ? shape[0] : shape[1];
-        if (out != entries[e].out || in != entries[e].in)
-            return gt_error(err, GT_EXIT_FAILURE, "merge: %s: the arch table's [out, in] = [%lld, %lld], PEFT's [%lld, %lld]",
-                            name, (long long)out, (long long)in, (long long)entries[e].out, (long long)entries[e].in);
+        LoraSite s;
+        if (!lora_module_site(d, entries[e].module, &s)) /* peft_entries_for lists only modules that sit somewhere */
+            return gt_error(err, GT_EXIT_FAILURE, "merge: %s (adapted by %s) is not a weight of arch.c's %s table",
+                            peft_module_path(entries[e].module), adapter_file, arch_hf_class(d));
+        snprintf(name, sizeof name, s.tensor->blocks[s.block].hf, entries[e].layer);
+        tg[e].transposed = s.tensor->transposed;
+        const int64_t shape[2] = {s.tensor->transposed ? s.in : s.rows, s.tensor->transposed ? s.rows : s.in};
         int k = hf_weights_find_prefixed(w, name, arch_spec(d->arch)->hf_optional_prefix);
         if (k < 0)
             return BAD("%s: tensor %s: expected in the base (%s adapts it), found no such tensor", hf_weights_path(w), name,

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "hf_weights.h"
+#include "lora.h"
 #include "model_desc_internal.h"
 
 static const struct {
@@ -419,17 +420,16 @@ int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *modu
 }
 
 int peft_entries_for(const ModelDesc *d, const bool mask[PEFT_MODULE_COUNT], PeftEntry **out) {
-    int64_t C = d->n_embd, Q = model_desc_attn_dim(d), KV = (int64_t)d->n_kv_head * d->head_dim, I = d->n_inner;
-    int64_t dims[PEFT_MODULE_COUNT][2] = {{C, Q}, {C, KV}, {C, KV}, {Q, C}, {C, I}, {C, I}, {I, C},
-                                          {C, model_desc_qkv_dim(d)}, {Q, C}, {C, I}, {I, C}};
+    LoraSite site[PEFT_MODULE_COUNT];
+    bool have[PEFT_MODULE_COUNT];
     int per = 0;
-    for (int m = 0; m < PEFT_MODULE_COUNT; m++) per += mask[m] && MODULES[m].arch == d->arch;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) /* the modules' widths: where each sits (lora.c) */
+        per += have[m] = mask[m] && MODULES[m].arch == d->arch && lora_module_site(d, (PeftModule)m, &site[m]);
     PeftEntry *e = gt_xcalloc((size_t)(per * d->n_layer) + 1, sizeof *e);
     int n = 0;
     for (int l = 0; l < d->n_layer; l++)
         for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-            if (mask[m] && MODULES[m].arch == d->arch)
-                e[n++] = (PeftEntry){l, (PeftModule)m, dims[m][0], dims[m][1]};
+            if (have[m]) e[n++] = (PeftEntry){l, (PeftModule)m, site[m].in, site[m].rows};
     *out = e;
     return n;
 }
