@@ -380,7 +380,7 @@ int main(int argc, char **argv) {
         TrainSummary summary;
         if (dist_init(&dist, &argc, &argv, cfg->dist_timeout, &err)) {
             rc = fail(&err);
-        } else if (trainer_run(cfg, &desc, dist, &summary, &err)) {
+        } else if (trainer_run(cfg, &desc, &peft, dist, &summary, &err)) {
             if (dist_world(dist) > 1) dist_fail(dist, &err);
             rc = fail(&err);
         }

@@ -72,6 +72,7 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
 typedef struct {
     const RunConfig *cfg;
     const ModelDesc *desc;
+    const PeftConfig *peft; /* the adapter files' config (LoRA runs) */
     Backend *be;
     Model *model;
     DataSource *train, *val;
@@ -440,12 +441,9 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     t->model->dropout_seed = cfg->seed;
     t->model->data_rank = t->rank; /* dropout's rows of the step's batch (trainer_accumulate) */
     if (desc->lora_r > 0) { /* the adapter files' config; a PiSSA run's initial adapter goes to output_dir/pissa_init */
-        PeftConfig pc;
-        ModelDesc again = *desc;
-        if (lora_configure(&again, &pc, cfg, err)) return -1;
         char dir[GT_PATH_MAX + 32];
         snprintf(dir, sizeof dir, "%s/%s", cfg->output_dir, RUNDIR_PISSA_INIT);
-        lora_set_run(t->model, &pc, lora_pissa_niter_of(cfg->lora.init_lora_weights) != -2 ? dir : NULL);
+        lora_set_run(t->model, t->peft, lora_pissa_niter_of(cfg->lora.init_lora_weights) != -2 ? dir : NULL);
     }
 
     long max_steps = cfg->max_steps;
@@ -717,8 +715,9 @@ uint64_t trainer_max_shard_bytes(const RunConfig *cfg) {
     return hf_parse_size(cfg->save_max_shard_size, &bytes, why, sizeof why) == 0 ? bytes : HF_DEFAULT_MAX_SHARD_BYTES;
 }
 
-int trainer_run(const RunConfig *cfg, const ModelDesc *desc, Dist *dist, TrainSummary *summary, GtError *err) {
-    Trainer t = {.cfg = cfg, .desc = desc, .dist = dist, .world = dist_world(dist), .rank = dist_rank(dist)};
+int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *peft, Dist *dist, TrainSummary *summary,
+                GtError *err) {
+    Trainer t = {.cfg = cfg, .desc = desc, .peft = peft, .dist = dist, .world = dist_world(dist), .rank = dist_rank(dist)};
     /* a progress bar only for one process on a terminal (mpirun gives every rank a tty) */
     t.tty = t.world == 1 && isatty(STDOUT_FILENO);
     memset(summary, 0, sizeof *summary);

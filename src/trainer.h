@@ -35,6 +35,9 @@ typedef struct {
 
 /* Run the whole job described by cfg, on this rank of dist (world 1 without a launcher). */
 struct Dist;
-int trainer_run(const RunConfig *cfg, const ModelDesc *desc, struct Dist *dist, TrainSummary *summary, GtError *err);
+/* desc and peft as lora_configure applied the config's lora: section (peft: the config its adapter
+ * files carry; unused without LoRA). */
+int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *peft, struct Dist *dist,
+                TrainSummary *summary, GtError *err);
 
 #endif
