@@ -208,15 +208,18 @@ static void apply_peft(ModelDesc *d, const PeftConfig *pc, const bool mask[PEFT_
         if (mask[m]) d->lora_targets |= 1u << m;
 }
 
-int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtError *err) {
-    if (peft_config_read(dir, pc, err)) return -1;
-    char cfile[GT_PATH_MAX + 32];
-    snprintf(cfile, sizeof cfile, "%s/%s", dir, PEFT_CONFIG_FILE);
+int lora_desc_apply(ModelDesc *d, const PeftConfig *pc, const char *cfile, GtError *err) {
     bool mask[PEFT_MODULE_COUNT];
     if (peft_config_targets(pc, d->arch, mask, cfile, err)) return -1;
     apply_peft(d, pc, mask);
     d->lora_init = LORA_INIT_TRUE;
     return 0;
+}
+
+int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtError *err) {
+    char cfile[GT_PATH_MAX + 32];
+    snprintf(cfile, sizeof cfile, "%s/%s", dir, PEFT_CONFIG_FILE);
+    return peft_config_read(dir, pc, err) || lora_desc_apply(d, pc, cfile, err) ? -1 : 0;
 }
 
 /* the key's value came from the run config (file or --set) rather than its default */

@@ -80,6 +80,8 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
 /* The adapter directory's adapter_config.json applied to d (r, scale, dropout, modules), as
  * lora_configure does for lora.init_from; pc gets the config. Code 2 for a bad or foreign one. */
 int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtError *err);
+/* The same from a config already read (cfile names it in messages). */
+int lora_desc_apply(ModelDesc *d, const PeftConfig *pc, const char *cfile, GtError *err);
 
 /* the schema's check of lora.init_lora_weights (0, or -1 with "expected ..." in why) */
 int lora_check_init(const char *value, char *why, size_t cap);

@@ -123,7 +123,7 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     const char *model_dir = lora ? pc.base_model : o->checkpoint;
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);
     ModelDesc d;
-    if (model_desc_load(&d, cfg_path, err) || (lora && lora_desc_from_adapter(&d, o->checkpoint, &pc, err))) return -1;
+    if (model_desc_load(&d, cfg_path, err) || (lora && lora_desc_apply(&d, &pc, adapter, err))) return -1;
     int top_k = o->top_k < 0 ? (d.vocab_size < 40 ? 0 : 40) : o->top_k;
     if (o->top_k > d.vocab_size)
         return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
