@@ -49,6 +49,10 @@ int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]) {
     return n;
 }
 
+void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]) {
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->lora_targets >> m & 1u;
+}
+
 uint64_t lora_num_params(const ModelDesc *d) {
     LoraSite s[PEFT_MODULE_COUNT];
     const int n = lora_sites(d, s);
@@ -270,7 +274,7 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         if (lora_desc_from_adapter(d, cfg->lora.init_from, pc, err)) return -1;
         char cfile[GT_PATH_MAX + 32];
         snprintf(cfile, sizeof cfile, "%s/%s", cfg->lora.init_from, PEFT_CONFIG_FILE);
-        for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->lora_targets >> m & 1u;
+        lora_targets_mask(d, mask);
         if (given(cfg, "lora.r") && cfg->lora.r != pc->r)
             return key_error(cfg, "lora.r", err, "expected the adapter's r %d (%s), found %d", pc->r, cfile, cfg->lora.r);
         if (given(cfg, "lora.lora_alpha") && cfg->lora.lora_alpha != pc->lora_alpha)

@@ -44,6 +44,9 @@ bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *out);
 /* The adapted modules of d (d->lora_targets), in the order of the layer's forward. Returns the count. */
 int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]);
 
+/* d->lora_targets as a mask over PeftModule (what peft.h's functions take) */
+void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]);
+
 /* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows). */
 uint64_t lora_num_params(const ModelDesc *d);
 

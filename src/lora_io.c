@@ -26,7 +26,7 @@ void lora_set_run(Model *m, const PeftConfig *pc, const char *pissa_init_dir) {
 /* the entries of the model's adapters, in layout order */
 static int model_entries(const Model *m, PeftEntry **out) {
     bool mask[PEFT_MODULE_COUNT];
-    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = m->desc.lora_targets >> k & 1u;
+    lora_targets_mask(&m->desc, mask);
     int n = peft_entries_for(&m->desc, mask, out);
     if (2 * n != m->layout.n_tensors) { /* a module the architecture lacks in the mask: lora_sites skipped it */
         free(*out);
@@ -45,9 +45,21 @@ static PeftConfig run_config(const Model *m) {
     pc.lora_alpha = m->desc.lora_scale * m->desc.lora_r;
     pc.lora_dropout = m->desc.lora_dropout;
     bool mask[PEFT_MODULE_COUNT];
-    for (int k = 0; k < PEFT_MODULE_COUNT; k++) mask[k] = m->desc.lora_targets >> k & 1u;
+    lora_targets_mask(&m->desc, mask);
     peft_config_set_targets(&pc, mask);
     return pc;
+}
+
+/* float offset in the base of layer l's block that site s adapts */
+static size_t block_offset(const Model *m, int l, const LoraSite *s) {
+    const ParamTensor *bt = &m->base_layout.tensors[param_layout_role(&m->base_layout, l, s->role)];
+    return bt->offset + (size_t)s->row0 * (size_t)s->in;
+}
+
+/* the directory an initial PiSSA adapter is written to */
+static int make_dir(const char *dir, GtError *err) {
+    if (mkdir(dir, 0755) == 0 || errno == EEXIST) return 0;
+    return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", dir, strerror(errno));
 }
 
 /* the same scale, allowing for the rounding of a converted config's alpha (sqrt(2) alpha / sqrt(2r)) */
@@ -107,11 +119,9 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         for (size_t o = 1; o < out && pissa; o++) memmove(buf + o * r, buf + o * want_r, r * sizeof *buf);
         if (m->be->ops->to_device(m->be, m->params + tb->offset, buf, out * r * sizeof(float), err)) goto done;
         if (pissa) { /* the residual base W - s B0 A0, from the base as loaded */
-            const LoraSite *s = NULL;
-            for (int k = 0; k < m->n_lora_sites; k++)
-                if (m->lora_sites[k].module == ent[e].module) s = &m->lora_sites[k];
-            const ParamTensor *bt = &m->base_layout.tensors[param_layout_role(&m->base_layout, ent[e].layer, s->role)];
-            const size_t off = bt->offset + (size_t)s->row0 * in;
+            LoraSite s;
+            lora_module_site(&m->desc, ent[e].module, &s);
+            const size_t off = block_offset(m, ent[e].layer, &s);
             w = gt_xrealloc(w, out * in * sizeof *w);
             if (model_download_base(m, off, w, out * in, err) ||
                 pissa_residual(w, (int)out, (int)in, r, m->desc.lora_scale, a0, b0, w, err) ||
@@ -237,10 +247,7 @@ int lora_write_pissa_init(Model *m, const char *conv_dir, GtError *err) {
         goto done;
     }
     c.tmp = gt_xmalloc(2 * staging * sizeof *c.tmp);
-    if (mkdir(m->pissa_init_dir, 0755) != 0 && errno != EEXIST) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", m->pissa_init_dir, strerror(errno));
-        goto done;
-    }
+    if (make_dir(m->pissa_init_dir, err)) goto done;
     pc.inference_mode = true;
     rc = peft_adapter_write(m->pissa_init_dir, &pc, m->desc.arch, ent, n, ST_F32, staging, init_fill, &c, err);
 done:
@@ -260,8 +267,7 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
             const LoraSite *s = &m->lora_sites[k];
             const int ia = m->lora_idx[l][s->module];
             const size_t rows = (size_t)s->rows, in = (size_t)s->in;
-            const ParamTensor *bt = &m->base_layout.tensors[param_layout_role(&m->base_layout, l, s->role)];
-            const size_t off = bt->offset + (size_t)s->row0 * in;
+            const size_t off = block_offset(m, l, s);
             w = gt_xrealloc(w, rows * in * sizeof *w);
             A = gt_xrealloc(A, (size_t)r * in * sizeof *A);
             B = gt_xrealloc(B, rows * r * sizeof *B);
@@ -283,10 +289,7 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
     if (!write) goto done;
     rc = -1;
     /* the initial adapter, as PEFT's workflow saves it before training (and as the conversion reads it) */
-    if (mkdir(m->pissa_init_dir, 0755) != 0 && errno != EEXIST) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", m->pissa_init_dir, strerror(errno));
-        goto done;
-    }
+    if (make_dir(m->pissa_init_dir, err)) goto done;
     char *keep = m->pissa_init_dir;
     m->pissa_init_dir = NULL; /* written as it is: a plain rank-r adapter */
     rc = lora_save_adapter(keep, m, false, err);

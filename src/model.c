@@ -53,7 +53,7 @@ static int init_layout(Model *m, const ParamLayout *pl, bool base, uint64_t seed
 }
 
 int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
-    if (m->base == (act_t *)m->params || m->desc.lora_r == 0)
+    if (m->desc.lora_r == 0)
         return m->be->ops->to_device(m->be, m->params + off, host, n * sizeof(float), err);
     if (m->act == GT_BF16) { /* narrowed in place, front to back (element k's 2 bytes land before k's 4) */
         uint16_t *h = (uint16_t *)host;
