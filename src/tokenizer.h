@@ -1,0 +1,82 @@
+/* tokenizer.h - Hugging Face tokenizer.json (BPE: byte-level as GPT-2/Llama-3/Qwen2, and
+ * SentencePiece-style with byte fallback as Llama-2/Mistral) in C: encode and decode exactly as
+ * Hugging Face's tokenizers library does.
+ *
+ * The pipeline is HF's, step for step (tokenizers/src/tokenizer/mod.rs, encode_single_sequence):
+ *   1. added tokens whose `normalized` is false are found in the raw text (leftmost-longest;
+ *      `single_word`, `lstrip`, `rstrip` as HF applies them); the pieces between them are
+ *   2. normalized (NFC/NFD/NFKC/NFKD, Lowercase, Prepend, Replace, Strip, Sequence), then added
+ *      tokens whose `normalized` is true are found in the normalized pieces;
+ *   3. pre-tokenized (ByteLevel with GPT-2's regex or none, Split with a regex or a string and
+ *      every SplitDelimiterBehavior, Metaspace, Digits, Sequence);
+ *   4. each pre-token goes through the BPE model (merges by rank, continuing_subword_prefix,
+ *      end_of_word_suffix, ignore_merges, byte_fallback, unk_token, fuse_unk);
+ *   5. the post-processor (TemplateProcessing, ByteLevel, Sequence) adds BOS/EOS when asked.
+ * Regular expressions are Oniguruma's (as HF's), Unicode normalization and categories utf8proc's.
+ * A tokenizer.json field this code does not implement, or implements differently, is refused at
+ * load with one line naming its JSON path (code GT_EXIT_BAD_INPUT): never a silent difference.
+ *
+ * A Tokenizer is immutable after load and may be shared by threads; each thread encodes through
+ * its own TokEncoder (a word cache and scratch buffers). */
+#ifndef GT_TOKENIZER_H
+#define GT_TOKENIZER_H
+
+#include "common.h"
+
+typedef struct Tokenizer Tokenizer;
+typedef struct TokEncoder TokEncoder;
+
+/* The largest tokenizer.json read, and the largest token id accepted (ids index embeddings). */
+#define TOKENIZER_MAX_FILE_BYTES ((uint64_t)256 << 20)
+#define TOKENIZER_MAX_ID ((1 << 24) - 1)
+
+/* path: a tokenizer.json, or a directory holding one. Errors name the file and the JSON path. */
+int tokenizer_load(Tokenizer **out, const char *path, GtError *err);
+/* The same on a file's contents in memory (name is used in messages only; for fuzzing/tests). */
+int tokenizer_load_memory(Tokenizer **out, const char *name, const char *json, size_t len, GtError *err);
+void tokenizer_free(Tokenizer *t); /* NULL is fine */
+
+/* 1 + the largest id of the model's vocabulary, the added tokens and the post-processor. */
+int tokenizer_vocab_size(const Tokenizer *t);
+const char *tokenizer_path(const Tokenizer *t);
+/* The token's string (the vocabulary's spelling, e.g. "Ġthe", "<0x0A>", "<|eot_id|>"), or NULL. */
+const char *tokenizer_id_to_token(const Tokenizer *t, int id);
+/* The id of a token string (added tokens first, then the model's vocabulary), or -1. */
+int tokenizer_token_to_id(const Tokenizer *t, const char *token);
+bool tokenizer_is_special(const Tokenizer *t, int id);
+/* The ids the post-processor puts before and after a single sequence (TemplateProcessing's
+ * `single`; none for ByteLevel or no post-processor). *n_before/*n_after may be 0. */
+void tokenizer_template_ids(const Tokenizer *t, const int **before, int *n_before, const int **after, int *n_after);
+/* The end-of-sequence id SFT data appends after a completion: the post-processor's last special
+ * token after $A, else the added special token named </s>, <|end_of_text|>, <|endoftext|>,
+ * <|im_end|>, <|eot_id|> (first present, in that order), else -1. */
+int tokenizer_eos_id(const Tokenizer *t);
+
+/* A growable id list. */
+typedef struct {
+    int32_t *ids;
+    size_t n, cap;
+} TokIds;
+void tok_ids_push(TokIds *v, int32_t id);
+void tok_ids_free(TokIds *v);
+
+TokEncoder *tok_encoder_new(const Tokenizer *t);
+void tok_encoder_free(TokEncoder *e); /* NULL is fine */
+
+/* Append the ids of text[0..len) to out (which is not cleared). add_special_tokens applies the
+ * post-processor (HF's encode(text, add_special_tokens=True)). Invalid UTF-8 is an error naming
+ * `name` and the byte offset (code 2); nothing is appended then. */
+int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens,
+               TokIds *out, GtError *err);
+
+/* HF's decode(ids, skip_special_tokens): the decoder chain over the ids' token strings. *out is
+ * a fresh NUL-terminated string (freed by the caller; *out_len without the NUL). An id outside
+ * the vocabulary is skipped (as HF does). */
+int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip_special_tokens, char **out,
+                     size_t *out_len, GtError *err);
+
+/* Offset of the first byte that is not valid UTF-8 (overlong forms, surrogates and code points
+ * above U+10FFFF are invalid, as in Rust's str), or -1 when all of text[0..len) is valid. */
+long tok_utf8_invalid_at(const char *text, size_t len);
+
+#endif
