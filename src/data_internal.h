@@ -11,11 +11,14 @@ struct DataSource {
     int vocab_size;
     uint64_t n; /* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the split */
 
-    /* text: bytes; tokens: uint16. base_* own the memory, the views start at the split. */
+    /* text: bytes; tokens: uint16 (GPT-2's shard layout) or uint32 (Llama-3's); exactly one of
+     * u8/u16/u32 is set. base_* own the memory, the views start at the split. */
     uint8_t *base8;
     const uint8_t *u8;
     uint16_t *base16;
     const uint16_t *u16;
+    uint32_t *base32;
+    const uint32_t *u32;
 
     /* jsonl: all examples' tokens (truncated unless packed), flat; per example offset, prompt length, length */
     int32_t *ex_tok;
