@@ -33,7 +33,9 @@
  * each result goes to its index, and a batch is written in order before the next is read, so the
  * output is byte-identical for any thread count and memory stays bounded by the batch.
  * A bad input stops at the first failing document or line in input order: what came before it is
- * printed, the error is one line on stderr naming the file (and line), exit 2. */
+ * printed, the error is one line on stderr naming the file (and line), exit 2. Invalid UTF-8 is
+ * tok_encode's error: the file and the byte offset in it, or with --jsonl FILE:LINE and the offset
+ * in the line's decoded string. */
 #ifndef GT_TOKENIZE_CMD_H
 #define GT_TOKENIZE_CMD_H
 
