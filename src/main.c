@@ -19,6 +19,7 @@
 #include "plan.h"
 #include "report.h"
 #include "sample.h"
+#include "tokenize_cmd.h"
 #include "trainer.h"
 
 #define GTRAIN_VERSION "0.2.0"
@@ -43,6 +44,9 @@ static void print_usage(FILE *out) {
             "                    a Hugging Face model directory: --base DIR --adapter DIR --out DIR\n"
             "                    [--max-shard-size 5GB] [--dtype fp32|bf16] (default: the base's dtype when\n"
             "                    all its tensors are F32 or all BF16, else fp32; --out new or empty)\n"
+            "  tokenize          text to token ids (or back, --decode) with a Hugging Face tokenizer.json,\n"
+            "                    printed or written as an llm.c shard: the first argument, with options of\n"
+            "                    its own (gtrain tokenize --help)\n"
             "\n"
             "options:\n"
             "  -c, --config FILE     run config (YAML); see --help-config for every key\n"
@@ -107,6 +111,7 @@ static int fail(const GtError *err) {
 int main(int argc, char **argv) {
     cpu_runtime_setup(argc, argv);
     gt_signals_install(); /* from the start: a SIGTERM while loading still ends cleanly */
+    if (argc >= 2 && strcmp(argv[1], "tokenize") == 0) return tokenize_command(argc - 1, argv + 1);
     const char *config_path = NULL;
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;
@@ -290,8 +295,13 @@ int main(int argc, char **argv) {
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
+    if (strcmp(command, "tokenize") == 0) {
+        fprintf(stderr, "gtrain: tokenize: the command comes first, with options of its own (gtrain tokenize --help)\n");
+        rc = GT_EXIT_BAD_INPUT;
+        goto out;
+    }
     if (strcmp(command, "train") != 0 && strcmp(command, "plan") != 0) {
-        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample, report or merge; see gtrain --help)\n", command);
+        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample, report, merge or tokenize; see gtrain --help)\n", command);
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
