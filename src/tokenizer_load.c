@@ -109,17 +109,17 @@ static int build_added_sets(Tokenizer *t, const char *file, GtError *err) {
 /* ---- post-processor ---- */
 
 static void ids_prepend(int **v, int *n, const int *ids, int k) {
-    if (k == 0) return;
+    if (k == 0) return; /* ids may be NULL then */
     *v = gt_xrealloc(*v, (size_t)(*n + k + 1) * sizeof(int));
     memmove(*v + k, *v, (size_t)*n * sizeof(int));
-    if (k > 0) memcpy(*v, ids, (size_t)k * sizeof(int)); /* ids may be NULL when k is 0 */
+    memcpy(*v, ids, (size_t)k * sizeof(int));
     *n += k;
 }
 
 static void ids_append(int **v, int *n, const int *ids, int k) {
     if (k == 0) return;
     *v = gt_xrealloc(*v, (size_t)(*n + k + 1) * sizeof(int));
-    if (k > 0) memcpy(*v + *n, ids, (size_t)k * sizeof(int)); /* ids may be NULL when k is 0 */
+    memcpy(*v + *n, ids, (size_t)k * sizeof(int));
     *n += k;
 }
 
