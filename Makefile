@@ -10,7 +10,7 @@ CUDA_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=s
 SAN      ?=
 
 comma    := ,
-PKGS     := yaml-0.1 libcjson openblas oniguruma libutf8proc
+PKGS     := yaml-0.1 libcjson openblas oniguruma libutf8proc icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)

@@ -7,7 +7,7 @@
 # Only what is missing is installed, so a second run is quick and needs no network.
 set -euo pipefail
 pkgs=(build-essential make gcc pkg-config libyaml-dev libcjson-dev libcriterion-dev libopenblas-dev
-      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libxml2-utils libonig-dev libutf8proc-dev)
+      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libxml2-utils libonig-dev libutf8proc-dev libicu-dev)
 if [ "${1:-}" = "--test-refs" ]; then
   pkgs+=(python3-torch)
   # Debian's nodejs and npm, unless a Node.js with npm is already there (NodeSource's carries npm).

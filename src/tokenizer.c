@@ -468,19 +468,13 @@ static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, Gt
             bool ascii = true;
             for (size_t k = 0; k < n && ascii; k++) ascii = (unsigned char)e->norm_buf[k] < 0x80;
             if (ascii) continue; /* ASCII text is in every normal form */
-            int opt = UTF8PROC_STABLE | (z->kind == NORM_NFC || z->kind == NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
-                      (z->kind == NORM_NFKC || z->kind == NORM_NFKD ? UTF8PROC_COMPAT : 0);
-            utf8proc_uint8_t *dst = NULL;
-            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)e->norm_buf, (utf8proc_ssize_t)n, &dst,
-                                              (utf8proc_option_t)opt);
-            if (r < 0) {
-                free(dst);
-                return gt_error(err, GT_EXIT_FAILURE, "unicode normalization failed: %s", utf8proc_errmsg(r));
-            }
-            reserve(&e->norm_buf, &e->norm_cap, (size_t)r + 1);
-            memcpy(e->norm_buf, dst, (size_t)r);
-            free(dst);
-            n = (size_t)r;
+            if (tok_unicode_normalize(z->kind, e->norm_buf, n, &e->norm_tmp, &n, &e->norm_tmp_cap, err) != 0) return -1;
+            char *swap = e->norm_buf;
+            size_t swap_cap = e->norm_cap;
+            e->norm_buf = e->norm_tmp;
+            e->norm_cap = e->norm_tmp_cap;
+            e->norm_tmp = swap;
+            e->norm_tmp_cap = swap_cap;
         }
     }
     *n_out = n;

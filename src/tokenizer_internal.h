@@ -173,6 +173,10 @@ void tok_regex_free(TokRegex *r);
  * next call) in *out, *n bytes. */
 int tok_normalize(TokEncoder *e, const char *s, size_t len, const char **out, size_t *n, GtError *err);
 
+/* NFC/NFD/NFKC/NFKD (kind) of s[0..len) into *out (*n bytes, capacity *cap, NUL-terminated), with
+ * HF's Unicode 9.0 tables (tokenizer_unicode.c). */
+int tok_unicode_normalize(int kind, const char *s, size_t len, char **out, size_t *n, size_t *cap, GtError *err);
+
 /* tokenizer_json.c: the normalizer, pre-tokenizer, decoder and model sections of root. */
 int tok_read_components(Tokenizer *t, const char *file, const cJSON *root, GtError *err);
 void tok_components_free(Tokenizer *t);

@@ -270,6 +270,10 @@ int tokenizer_load_memory(Tokenizer **out, const char *name, const char *json, s
     long at = gt_json_nul_at(json, len);
     if (at >= 0)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: byte %ld: expected JSON text without NUL, found a NUL (raw or \\u0000)", name, at);
+    at = tok_utf8_invalid_at(json, len);
+    if (at >= 0) /* serde_json refuses it too */
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: byte %ld: expected UTF-8 text (JSON), found the byte 0x%02x", name, at,
+                        (unsigned char)json[at]);
     at = gt_json_too_deep(json, len, 64);
     if (at >= 0)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: byte %ld: expected JSON nested at most 64 deep, found deeper", name, at);
