@@ -45,7 +45,7 @@ const char *tokenizer_id_to_token(const Tokenizer *t, int id);
 int tokenizer_token_to_id(const Tokenizer *t, const char *token);
 bool tokenizer_is_special(const Tokenizer *t, int id);
 /* The ids the post-processor puts before and after a single sequence (TemplateProcessing's
- * `single`; none for ByteLevel or no post-processor). *n_before/*n_after may be 0. */
+ * `single`; none for ByteLevel or no post-processor). the counts may be 0. */
 void tokenizer_template_ids(const Tokenizer *t, const int **before, int *n_before, const int **after, int *n_after);
 /* The end-of-sequence id SFT data appends after a completion: the post-processor's last special
  * token after $A, else the added special token named </s>, <|end_of_text|>, <|endoftext|>,

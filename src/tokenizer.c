@@ -1,0 +1,596 @@
+/* tokenizer.c - encoding text with a loaded tokenizer.json, step for step as HF's tokenizers
+ * (tokenizer/mod.rs encode_single_sequence): added tokens in the raw text, the normalizers on
+ * the pieces between them, added tokens in the normalized pieces, the pre-tokenizers, the BPE
+ * model per pre-token, the post-processor's special tokens. Offsets are not kept: only ids.
+ * Also HF's onig find_iter (the one regex loop every step uses) and UTF-8 checking. */
+#include <stdlib.h>
+#include <utf8proc.h>
+
+#include "tokenizer_internal.h"
+
+/* ---- UTF-8 ---- */
+
+size_t tok_utf8_len(unsigned char lead) {
+    return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+}
+
+int32_t tok_utf8_decode(const char *s, size_t *n) {
+    const unsigned char *u = (const unsigned char *)s;
+    *n = tok_utf8_len(u[0]);
+    switch (*n) {
+    case 1: return u[0];
+    case 2: return (u[0] & 0x1F) << 6 | (u[1] & 0x3F);
+    case 3: return (u[0] & 0x0F) << 12 | (u[1] & 0x3F) << 6 | (u[2] & 0x3F);
+    default: return (u[0] & 0x07) << 18 | (u[1] & 0x3F) << 12 | (u[2] & 0x3F) << 6 | (u[3] & 0x3F);
+    }
+}
+
+/* Bytes of the well-formed prefix of a character at s[0..len): the character's length when it
+ * is valid, else the length of its maximal valid subpart as a negative number (at least -1). */
+static long utf8_char_check(const unsigned char *s, size_t len) {
+    unsigned char b = s[0];
+    if (b < 0x80) return 1;
+    size_t need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) need = 2;
+    else if (b == 0xE0) need = 3, lo = 0xA0;
+    else if (b == 0xED) need = 3, hi = 0x9F;
+    else if (b >= 0xE1 && b <= 0xEF) need = 3;
+    else if (b == 0xF0) need = 4, lo = 0x90;
+    else if (b == 0xF4) need = 4, hi = 0x8F;
+    else if (b >= 0xF1 && b <= 0xF3) need = 4;
+    else return -1;
+    for (size_t k = 1; k < need; k++) {
+        if (k >= len) return -(long)k;
+        unsigned char c = s[k];
+        if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return -(long)k;
+    }
+    return (long)need;
+}
+
+long tok_utf8_invalid_at(const char *text, size_t len) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        long n = utf8_char_check(s + i, len - i);
+        if (n < 0) return (long)i;
+        i += (size_t)n;
+    }
+    return -1;
+}
+
+void tok_utf8_lossy_append(const char *text, size_t len, char **buf, size_t *n, size_t *cap) {
+    const unsigned char *s = (const unsigned char *)text;
+    for (size_t i = 0; i < len;) {
+        long k = utf8_char_check(s + i, len - i);
+        const char *piece = (const char *)s + i;
+        size_t pl = k > 0 ? (size_t)k : 3;
+        if (k < 0) piece = "\xEF\xBF\xBD";
+        if (*n + pl + 1 > *cap) {
+            *cap = (*n + pl + 1) * 2;
+            *buf = gt_xrealloc(*buf, *cap);
+        }
+        memcpy(*buf + *n, piece, pl);
+        *n += pl;
+        i += k > 0 ? (size_t)k : (size_t)-k;
+    }
+}
+
+/* ---- regular expressions (Oniguruma, as HF's SysRegex) ---- */
+
+int tok_regex_compile(TokRegex *r, const char *pattern, size_t len, bool escaped, const char *file,
+                      const char *path, GtError *err) {
+    OnigEncoding encs[1] = {ONIG_ENCODING_UTF8};
+    onig_initialize(encs, 1);
+    char *pat = (char *)pattern;
+    size_t plen = len;
+    if (escaped) { /* regex::escape: a backslash before each of \.+*?()|[]{}^$#&-~ */
+        pat = gt_xmalloc(2 * len + 1);
+        plen = 0;
+        for (size_t i = 0; i < len; i++) {
+            if (strchr("\\.+*?()|[]{}^$#&-~", pattern[i]) && pattern[i] != 0) pat[plen++] = '\\';
+            pat[plen++] = pattern[i];
+        }
+    }
+    OnigErrorInfo einfo;
+    int rc = onig_new(&r->re, (const OnigUChar *)pat, (const OnigUChar *)pat + plen, ONIG_OPTION_NONE,
+                      ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &einfo);
+    if (escaped) free(pat);
+    if (rc != ONIG_NORMAL) {
+        r->re = NULL;
+        OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(msg, rc, &einfo);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a regular expression Oniguruma compiles, found one it refuses: %s",
+                        file, path, (const char *)msg);
+    }
+    return 0;
+}
+
+void tok_regex_free(TokRegex *r) {
+    if (r->re) onig_free(r->re);
+    r->re = NULL;
+}
+
+/* rust-onig's FindMatches: search from last_end; an empty match right at the end of the previous
+ * match is not taken: the search moves one character on instead. */
+int tok_regex_find_iter(const TokRegex *r, const char *text, size_t len, TokMatchFn emit, void *ctx, GtError *err) {
+    OnigRegion *region = onig_region_new();
+    if (!region) return gt_error(err, GT_EXIT_FAILURE, "out of memory (regex region)");
+    const OnigUChar *s = (const OnigUChar *)text, *end = s + len;
+    size_t last_end = 0;
+    bool have_last = false;
+    size_t last_match_end = 0;
+    int rc = 0;
+    while (last_end <= len) {
+        onig_region_clear(region);
+        int r0 = onig_search(r->re, s, end, s + last_end, end, region, ONIG_OPTION_NONE);
+        if (r0 == ONIG_MISMATCH) break;
+        if (r0 < 0) {
+            OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+            onig_error_code_to_str(msg, r0);
+            rc = gt_error(err, GT_EXIT_BAD_INPUT, "regular expression search failed: %s", (const char *)msg);
+            break;
+        }
+        size_t ms = (size_t)region->beg[0], me = (size_t)region->end[0];
+        if (ms == me && have_last && last_match_end == me) {
+            last_end += last_end < len ? tok_utf8_len(s[last_end]) : 1;
+            continue;
+        }
+        last_end = me;
+        last_match_end = me;
+        have_last = true;
+        emit(ctx, ms, me);
+    }
+    onig_region_free(region, 1);
+    return rc;
+}
+
+/* ---- ids ---- */
+
+void tok_ids_push(TokIds *v, int32_t id) {
+    if (v->n == v->cap) {
+        v->cap = v->cap ? v->cap * 2 : 64;
+        v->ids = gt_xrealloc(v->ids, v->cap * sizeof(int32_t));
+    }
+    v->ids[v->n++] = id;
+}
+
+void tok_ids_free(TokIds *v) {
+    free(v->ids);
+    memset(v, 0, sizeof *v);
+}
+
+/* ---- spans: (start, end, flag) lists, as HF's Pattern::find_matches and split behaviours ---- */
+
+typedef struct {
+    size_t start, end;
+    int flag; /* is_match, then should_remove; or an added token's index (-1: none) */
+    bool origin;
+} Span;
+
+typedef struct {
+    Span *v;
+    size_t n, cap;
+} Spans;
+
+static void spans_push(Spans *s, size_t start, size_t end, int flag) {
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 64;
+        s->v = gt_xrealloc(s->v, s->cap * sizeof(Span));
+    }
+    s->v[s->n++] = (Span){.start = start, .end = end, .flag = flag};
+}
+
+typedef struct {
+    Spans *out;
+    size_t prev;
+} MatchCollect;
+
+static void collect_match(void *ctx, size_t start, size_t end) {
+    MatchCollect *c = ctx;
+    if (c->prev != start) spans_push(c->out, c->prev, start, 0);
+    spans_push(c->out, start, end, 1);
+    c->prev = end;
+}
+
+/* Pattern::find_matches for a regex: gaps and matches covering text (empty text: one empty gap). */
+static int regex_spans(const TokRegex *re, const char *text, size_t len, Spans *out, GtError *err) {
+    out->n = 0;
+    if (len == 0) {
+        spans_push(out, 0, 0, 0);
+        return 0;
+    }
+    MatchCollect c = {.out = out, .prev = 0};
+    if (tok_regex_find_iter(re, text, len, collect_match, &c, err) != 0) return -1;
+    if (c.prev != len) spans_push(out, c.prev, len, 0);
+    return 0;
+}
+
+/* Pattern::find_matches for a character predicate: each matching character is its own match. */
+static void char_spans(const char *text, size_t len, bool (*pred)(int32_t c, const void *arg), const void *arg,
+                       Spans *out) {
+    out->n = 0;
+    if (len == 0) {
+        spans_push(out, 0, 0, 0);
+        return;
+    }
+    size_t last = 0;
+    for (size_t i = 0; i < len;) {
+        size_t n;
+        int32_t c = tok_utf8_decode(text + i, &n);
+        if (pred(c, arg)) {
+            if (last < i) spans_push(out, last, i, 0);
+            spans_push(out, i, i + n, 1);
+            last = i + n;
+        }
+        i += n;
+    }
+    if (len > last) spans_push(out, last, len, 0);
+}
+
+/* NormalizedString::split's folds: turns (offsets, is_match) into (offsets, should_remove). */
+static void apply_behavior(Spans *s, int behavior, bool invert) {
+    if (invert)
+        for (size_t i = 0; i < s->n; i++) s->v[i].flag = !s->v[i].flag;
+    if (behavior == SPLIT_REMOVED) return;
+    if (behavior == SPLIT_ISOLATED) {
+        for (size_t i = 0; i < s->n; i++) s->v[i].flag = 0;
+        return;
+    }
+    size_t n = 0;
+    bool prev_match = false;
+    if (behavior == SPLIT_MERGED_WITH_NEXT) {
+        /* folded from the right, then reversed: built in place from the end */
+        size_t w = s->n;
+        for (size_t r = s->n; r-- > 0;) {
+            Span cur = s->v[r];
+            bool is_match = cur.flag;
+            if (is_match && !prev_match && w < s->n) s->v[w].start = cur.start;
+            else s->v[--w] = (Span){.start = cur.start, .end = cur.end, .flag = 0};
+            prev_match = is_match;
+        }
+        memmove(s->v, s->v + w, (s->n - w) * sizeof(Span));
+        s->n -= w;
+        return;
+    }
+    for (size_t r = 0; r < s->n; r++) {
+        Span cur = s->v[r];
+        bool is_match = cur.flag;
+        bool merge = behavior == SPLIT_CONTIGUOUS ? is_match == prev_match : (is_match && !prev_match);
+        if (merge && n > 0) s->v[n - 1].end = cur.end;
+        else s->v[n++] = (Span){.start = cur.start, .end = cur.end, .flag = 0};
+        prev_match = is_match;
+    }
+    s->n = n;
+}
+
+/* ---- the encoder ---- */
+
+typedef struct {
+    char *buf, *tmp;
+    size_t buf_n, buf_cap, tmp_cap;
+    Spans spans;
+} Level;
+
+struct TokEncoder {
+    const Tokenizer *t;
+    TokBpeScratch *bpe;
+    Level *levels; /* one per pre-tokenizer step */
+    Spans raw, norm;
+    char *norm_buf, *norm_tmp;
+    size_t norm_cap, norm_tmp_cap;
+};
+
+const Tokenizer *tok_encoder_tokenizer(const TokEncoder *e) { return e->t; }
+TokBpeScratch *tok_encoder_bpe(TokEncoder *e) { return e->bpe; }
+
+TokEncoder *tok_encoder_new(const Tokenizer *t) {
+    TokEncoder *e = gt_xcalloc(1, sizeof *e);
+    e->t = t;
+    e->bpe = tok_bpe_scratch_new();
+    e->levels = gt_xcalloc((size_t)t->n_pres + 1, sizeof(Level));
+    return e;
+}
+
+void tok_encoder_free(TokEncoder *e) {
+    if (!e) return;
+    tok_bpe_scratch_free(e->bpe);
+    for (int i = 0; i <= e->t->n_pres; i++) {
+        free(e->levels[i].buf);
+        free(e->levels[i].tmp);
+        free(e->levels[i].spans.v);
+    }
+    free(e->levels);
+    free(e->raw.v);
+    free(e->norm.v);
+    free(e->norm_buf);
+    free(e->norm_tmp);
+    free(e);
+}
+
+static void reserve(char **p, size_t *cap, size_t need) {
+    if (need > *cap) {
+        *cap = need * 2 + 16;
+        *p = gt_xrealloc(*p, *cap);
+    }
+}
+
+static void level_append(Level *L, const char *s, size_t n) {
+    reserve(&L->buf, &L->buf_cap, L->buf_n + n);
+    memcpy(L->buf + L->buf_n, s, n);
+    L->buf_n += n;
+}
+
+/* Is c (a code point) the character arg (UTF-8, NUL-terminated)? / Rust's char::is_numeric */
+static bool is_char(int32_t c, const void *arg) {
+    size_t n;
+    return tok_utf8_decode(arg, &n) == c;
+}
+static bool is_numeric(int32_t c, const void *arg) {
+    (void)arg;
+    utf8proc_category_t k = utf8proc_category(c);
+    return k == UTF8PROC_CATEGORY_ND || k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+}
+
+/* The pieces' copy in L->buf and their spans, after the step's transformation and split. */
+static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const char *s, size_t len, bool origin,
+                       GtError *err) {
+    const Tokenizer *t = e->t;
+    L->buf_n = 0;
+    Spans *sp = &L->spans;
+    switch (p->kind) {
+    case PRE_BYTE_LEVEL: {
+        const char *src = s;
+        size_t n = len;
+        if (p->add_prefix_space && s[0] != ' ') {
+            reserve(&L->tmp, &L->tmp_cap, len + 1);
+            L->tmp[0] = ' ';
+            memcpy(L->tmp + 1, s, len);
+            src = L->tmp;
+            n = len + 1;
+        }
+        if (p->use_regex) {
+            if (regex_spans(&p->re, src, n, sp, err) != 0) return -1;
+            apply_behavior(sp, SPLIT_ISOLATED, false);
+        } else {
+            sp->n = 0;
+            spans_push(sp, 0, n, 0);
+        }
+        for (size_t i = 0; i < sp->n; i++) { /* map each piece's bytes to the alphabet */
+            size_t a = L->buf_n;
+            for (size_t k = sp->v[i].start; k < sp->v[i].end; k++) {
+                unsigned char b = (unsigned char)src[k];
+                level_append(L, t->alphabet.utf8[b], t->alphabet.len[b]);
+            }
+            sp->v[i].start = a;
+            sp->v[i].end = L->buf_n;
+        }
+        break;
+    }
+    case PRE_SPLIT:
+        level_append(L, s, len);
+        if (regex_spans(&p->re, L->buf, len, sp, err) != 0) return -1;
+        apply_behavior(sp, p->behavior, p->invert);
+        break;
+    case PRE_METASPACE: {
+        bool starts = len >= p->replacement_len && memcmp(s, p->replacement, p->replacement_len) == 0;
+        bool prepend = p->prepend_scheme == PREPEND_ALWAYS || (p->prepend_scheme == PREPEND_FIRST && origin);
+        /* replace ' ' first: a leading space becomes the replacement, so nothing is prepended */
+        if (prepend && !starts && s[0] != ' ') level_append(L, p->replacement, p->replacement_len);
+        for (size_t i = 0; i < len; i++) {
+            if (s[i] == ' ') level_append(L, p->replacement, p->replacement_len);
+            else level_append(L, s + i, 1);
+        }
+        if (p->split) {
+            char_spans(L->buf, L->buf_n, is_char, p->replacement, sp);
+            apply_behavior(sp, SPLIT_MERGED_WITH_NEXT, false);
+        } else {
+            sp->n = 0;
+            spans_push(sp, 0, L->buf_n, 0);
+        }
+        break;
+    }
+    case PRE_DIGITS:
+        level_append(L, s, len);
+        char_spans(L->buf, len, is_numeric, NULL, sp);
+        apply_behavior(sp, p->individual_digits ? SPLIT_ISOLATED : SPLIT_CONTIGUOUS, false);
+        break;
+    }
+    for (size_t i = 0; i < sp->n; i++) sp->v[i].origin = origin && sp->v[i].start == 0;
+    return 0;
+}
+
+static int pretokenize(TokEncoder *e, int k, const char *s, size_t len, bool origin, TokIds *out, GtError *err) {
+    if (len == 0) return 0;
+    if (k == e->t->n_pres) return tok_bpe_word(e, s, len, out, err);
+    Level *L = &e->levels[k];
+    if (pretok_step(e, &e->t->pres[k], L, s, len, origin, err) != 0) return -1;
+    for (size_t i = 0; i < L->spans.n; i++) {
+        Span sp = L->spans.v[i];
+        if (sp.flag || sp.end == sp.start) continue; /* removed, or empty (HF drops empty splits) */
+        if (pretokenize(e, k + 1, L->buf + sp.start, sp.end - sp.start, sp.origin, out, err) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The normalizers on one piece; the result in e->norm_buf (*n bytes). */
+static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, GtError *err) {
+    if (len == 0) {
+        *n_out = 0;
+        return 0;
+    }
+    const Tokenizer *t = e->t;
+    reserve(&e->norm_buf, &e->norm_cap, len + 1);
+    memcpy(e->norm_buf, s, len);
+    size_t n = len;
+    for (int i = 0; i < t->n_norms && n > 0; i++) {
+        const TokNormalizer *z = &t->norms[i];
+        if (z->kind == NORM_PREPEND) {
+            reserve(&e->norm_buf, &e->norm_cap, n + z->str_len + 1);
+            memmove(e->norm_buf + z->str_len, e->norm_buf, n);
+            memcpy(e->norm_buf, z->str, z->str_len);
+            n += z->str_len;
+        } else if (z->kind == NORM_REPLACE) {
+            Spans sp = {0};
+            if (regex_spans(&z->re, e->norm_buf, n, &sp, err) != 0) {
+                free(sp.v);
+                return -1;
+            }
+            size_t m = 0;
+            for (size_t k = 0; k < sp.n; k++) {
+                size_t piece = sp.v[k].flag ? z->str_len : sp.v[k].end - sp.v[k].start;
+                reserve(&e->norm_tmp, &e->norm_tmp_cap, m + piece + 1);
+                memcpy(e->norm_tmp + m, sp.v[k].flag ? z->str : e->norm_buf + sp.v[k].start, piece);
+                m += piece;
+            }
+            free(sp.v);
+            char *swap = e->norm_buf;
+            size_t swap_cap = e->norm_cap;
+            e->norm_buf = e->norm_tmp;
+            e->norm_cap = e->norm_tmp_cap;
+            e->norm_tmp = swap;
+            e->norm_tmp_cap = swap_cap;
+            n = m;
+        } else {
+            bool ascii = true;
+            for (size_t k = 0; k < n && ascii; k++) ascii = (unsigned char)e->norm_buf[k] < 0x80;
+            if (ascii) continue; /* ASCII text is in every normal form */
+            int opt = UTF8PROC_STABLE | (z->kind == NORM_NFC || z->kind == NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
+                      (z->kind == NORM_NFKC || z->kind == NORM_NFKD ? UTF8PROC_COMPAT : 0);
+            utf8proc_uint8_t *dst = NULL;
+            utf8proc_ssize_t r = utf8proc_map((const utf8proc_uint8_t *)e->norm_buf, (utf8proc_ssize_t)n, &dst,
+                                              (utf8proc_option_t)opt);
+            if (r < 0) {
+                free(dst);
+                return gt_error(err, GT_EXIT_FAILURE, "unicode normalization failed: %s", utf8proc_errmsg(r));
+            }
+            reserve(&e->norm_buf, &e->norm_cap, (size_t)r + 1);
+            memcpy(e->norm_buf, dst, (size_t)r);
+            free(dst);
+            n = (size_t)r;
+        }
+    }
+    *n_out = n;
+    return 0;
+}
+
+int tok_normalize(TokEncoder *e, const char *s, size_t len, const char **out, size_t *n, GtError *err) {
+    if (normalize(e, s, len, n, err) != 0) return -1;
+    *out = e->norm_buf ? e->norm_buf : "";
+    return 0;
+}
+
+/* The char before s[at] / at s[at] is \w, as Rust's regex; the whitespace run around a point. */
+static bool onig_char_at(const TokRegex *re, const char *s, size_t len, size_t at) {
+    return onig_match(re->re, (const OnigUChar *)s, (const OnigUChar *)s + len, (const OnigUChar *)s + at, NULL,
+                      ONIG_OPTION_NONE) > 0;
+}
+static size_t char_before(const char *s, size_t at) {
+    size_t i = at - 1;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80) i--;
+    return i;
+}
+
+/* AddedVocabulary::find_matches: leftmost-longest matches of the set's tokens, with
+ * single_word, lstrip and rstrip applied as HF applies them. Spans carry the token index. */
+static void find_added(const Tokenizer *t, const TokAddedSet *set, const char *s, size_t len, Spans *out) {
+    out->n = 0;
+    if (len == 0) {
+        spans_push(out, 0, 0, -1);
+        return;
+    }
+    if (set->n == 0) {
+        spans_push(out, 0, len, -1);
+        return;
+    }
+    size_t start_offset = 0;
+    for (size_t i = 0; i < len;) {
+        if (!set->first_byte[(unsigned char)s[i]]) {
+            i++;
+            continue;
+        }
+        int best = -1;
+        size_t best_len = 0;
+        for (int k = 0; k < set->n; k++) {
+            const TokAddedToken *a = &t->added[set->tokens[k]];
+            if (a->match_len > best_len && a->match_len <= len - i && memcmp(s + i, a->match, a->match_len) == 0) {
+                best = set->tokens[k];
+                best_len = a->match_len;
+            }
+        }
+        if (best < 0) {
+            i++;
+            continue;
+        }
+        const TokAddedToken *a = &t->added[best];
+        size_t start = i, stop = i + best_len;
+        i = stop; /* the next search starts after this match, whatever is done with it */
+        if (a->single_word) {
+            bool start_space = start == 0 || !onig_char_at(&t->word_char, s, len, char_before(s, start));
+            bool stop_space = stop == len || !onig_char_at(&t->word_char, s, len, stop);
+            if (!stop_space || !start_space) continue;
+        }
+        if (a->lstrip) {
+            size_t ns = start;
+            while (ns > 0 && onig_char_at(&t->space_char, s, len, char_before(s, ns))) ns = char_before(s, ns);
+            start = ns > start_offset ? ns : start_offset;
+        }
+        if (a->rstrip)
+            while (stop < len && onig_char_at(&t->space_char, s, len, stop)) stop += tok_utf8_len((unsigned char)s[stop]);
+        if (start_offset < start) spans_push(out, start_offset, start, -1);
+        spans_push(out, start, stop, best);
+        start_offset = stop;
+    }
+    if (start_offset != len) spans_push(out, start_offset, len, -1);
+}
+
+static int encode_normalized_piece(TokEncoder *e, size_t n, bool origin, TokIds *out, GtError *err) {
+    const Tokenizer *t = e->t;
+    find_added(t, &t->norm_set, e->norm_buf, n, &e->norm);
+    for (size_t k = 0; k < e->norm.n; k++) {
+        Span sp = e->norm.v[k];
+        if (sp.end <= sp.start) continue;
+        if (sp.flag >= 0) tok_ids_push(out, t->added[sp.flag].id);
+        else if (pretokenize(e, 0, e->norm_buf + sp.start, sp.end - sp.start, origin && sp.start == 0, out, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens, TokIds *out,
+               GtError *err) {
+    const Tokenizer *t = e->t;
+    long bad = tok_utf8_invalid_at(text, len);
+    if (bad >= 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: byte offset %ld: expected UTF-8 text, found the byte 0x%02x",
+                        name, bad, (unsigned char)text[bad]);
+    size_t first = out->n;
+    if (add_special_tokens)
+        for (int i = 0; i < t->n_before; i++) tok_ids_push(out, t->tmpl_before[i]);
+    find_added(t, &t->raw_set, text, len, &e->raw);
+    for (size_t k = 0; k < e->raw.n; k++) {
+        Span sp = e->raw.v[k];
+        if (sp.end <= sp.start) continue;
+        if (sp.flag >= 0) {
+            tok_ids_push(out, t->added[sp.flag].id);
+            continue;
+        }
+        size_t n;
+        if (normalize(e, text + sp.start, sp.end - sp.start, &n, err) != 0 ||
+            encode_normalized_piece(e, n, sp.start == 0, out, err) != 0) {
+            out->n = first;
+            if (err && err->msg[0] && strncmp(err->msg, name, strlen(name)) != 0) {
+                char msg[GT_ERR_MAX];
+                snprintf(msg, sizeof msg, "%s", err->msg);
+                gt_error(err, err->code, "%s: %s", name, msg);
+            }
+            return -1;
+        }
+    }
+    if (add_special_tokens)
+        for (int i = 0; i < t->n_after; i++) tok_ids_push(out, t->tmpl_after[i]);
+    return 0;
+}
