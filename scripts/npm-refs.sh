@@ -12,7 +12,10 @@
 # stdout. A second run with the same lock file checks what is there and uses no network.
 # Exit 3 with one line on stderr when the references cannot be had here (no npm, or npm cannot
 # reach its registry): the tests that need them skip, giving that line. Other failures exit 1.
+# --check: only look (never install, no network): print the directory if it is complete, else exit 3.
 set -euo pipefail
+check_only=0
+[ "${1:-}" = "--check" ] && check_only=1
 root="$(cd "$(dirname "$0")/.." && pwd)"
 spec="$root/tests/tools/npm-refs"
 cache="${GTRAIN_NPM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/gtrain/npm-refs}"
@@ -38,6 +41,7 @@ unavailable() {
   echo "npm-refs: $*" >&2
   exit 3
 }
+[ "$check_only" = 1 ] && unavailable "not installed in $cache (run scripts/npm-refs.sh)"
 command -v npm >/dev/null 2>&1 || unavailable "npm not found (scripts/install-deps.sh --test-refs installs Node.js and npm)"
 command -v node >/dev/null 2>&1 || unavailable "node not found (scripts/install-deps.sh --test-refs installs Node.js and npm)"
 

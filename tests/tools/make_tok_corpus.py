@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """make_tok_corpus.py - the texts tokenizer identity tests encode: one JSON string per line.
 
-    make_tok_corpus.py [--seed N] [--random N] [--shakespeare FILE] [--shakespeare-lines N] [--out FILE]
+    make_tok_corpus.py [--seed N] [--random N] [--shakespeare FILE] [--shakespeare-lines N] [--paragraphs N]
+                       [--out FILE]
 
 Standard library only, and deterministic for a seed (and a Python's unicodedata version). Sections,
 in this order:
   - Shakespeare (data/tinyshakespeare.txt) line by line, without the newline (its empty lines are
-    empty strings), then its paragraphs with their newlines, then windows of it at random offsets;
+    empty strings), then its first paragraphs with their newlines, then windows at random offsets;
   - a multilingual set: CJK, kana, Hangul, Arabic, Hebrew and RTL marks, Devanagari, Thai,
     Cyrillic, Greek, emoji (ZWJ sequences, skin tones, flags, keycaps), combining marks,
     precomposed and decomposed accents (NFC matters for Qwen), full-width forms;
@@ -34,7 +35,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_SHAKESPEARE = os.path.join(HERE, "..", "..", "data", "tinyshakespeare.txt")
 
 
-def shakespeare(path, max_lines, rng):
+def shakespeare(path, max_lines, max_paragraphs, rng):
     with open(path, encoding="utf-8") as f:
         text = f.read()
     lines = text.split("\n")
@@ -45,7 +46,7 @@ def shakespeare(path, max_lines, rng):
     out = list(lines)
     # paragraphs (blank-line separated) with their newlines, the blank line after them included
     paras = text.split("\n\n")
-    picked = paras if max_lines is None else paras[: max(1, max_lines // 8)]
+    picked = paras[:max_paragraphs] if max_lines is None else paras[: min(max_paragraphs, max(1, max_lines // 8))]
     out += [p + "\n\n" for p in picked[:-1]] + picked[-1:]
     # windows at random offsets (they start and end mid-word, mid-line, on newlines)
     for _ in range(300):
@@ -253,10 +254,11 @@ def main():
     ap.add_argument("--random", type=int, default=3000, help="random category strings (default 3000)")
     ap.add_argument("--shakespeare", default=DEFAULT_SHAKESPEARE)
     ap.add_argument("--shakespeare-lines", type=int, default=None, help="only the first N lines (default all)")
+    ap.add_argument("--paragraphs", type=int, default=2000, help="the first N paragraphs (default 2000)")
     ap.add_argument("--out", default="-")
     a = ap.parse_args()
     rng = random.Random(a.seed)
-    texts = shakespeare(a.shakespeare, a.shakespeare_lines, rng)
+    texts = shakespeare(a.shakespeare, a.shakespeare_lines, a.paragraphs, rng)
     texts += MULTILINGUAL + CODE + whitespace(rng) + numbers(rng) + contractions() + specials(rng) + edges(rng)
     texts += random_strings(rng, a.random)
     for t in texts:  # no lone surrogates: every line must be valid UTF-8 text
