@@ -31,6 +31,7 @@ typedef struct {
 
     char model[GT_PATH_MAX];     /* model JSON, resolved path */
     char init_from[GT_PATH_MAX]; /* "" = random init; else a model.safetensors or a run dir */
+    char tokenizer[GT_PATH_MAX]; /* "" = model's tokenizer.json if any; "none" = byte-level; else a path */
 
     struct {
         char train[GT_PATH_MAX]; /* resolved path (or glob for tokens) */
@@ -39,6 +40,9 @@ typedef struct {
         int seq_len;
         double val_fraction; /* text without val file: last fraction of the bytes */
         bool packing;        /* jsonl: examples end to end in full rows instead of one padded row each */
+        char prompt_template[GT_PATH_MAX];     /* jsonl: "" = the "prompt" member */
+        char completion_template[GT_PATH_MAX]; /* jsonl: "" = the "completion" member */
+        bool add_eos;                          /* jsonl with a tokenizer: EOS after the completion */
     } data;
 
     int per_device_train_batch_size; /* 0 means "auto" (needs train_batch_size) */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "config_schema.h"
+#include "data.h"
 #include "hf_writer.h"
 #include "lora.h"
 #include "sample.h"
@@ -50,6 +51,9 @@ static int check_target_modules(const char *value, char *why, size_t cap) {
     return 0;
 }
 
+/* data.prompt_template, data.completion_template: the {field} syntax (data_template.c) */
+static int check_template(const char *value, char *why, size_t cap) { return data_template_why(value, why, cap); }
+
 static int check_shard_size(const char *value, char *why, size_t cap) {
     uint64_t bytes;
     return hf_parse_size(value, &bytes, why, cap);
@@ -68,6 +72,9 @@ const KeySpec CONFIG_SCHEMA[] = {
     {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
      .doc = "Initial weights: a Hugging Face model directory, a model.safetensors.index.json, a .safetensors file or a run "
             "directory; empty = the weights of model when it is a directory holding them, else random init."},
+    {.key = "tokenizer", .type = KT_PATH, FIELD(tokenizer), .def = "", .literal = "none",
+     .doc = "A Hugging Face tokenizer.json (or a directory holding one) for text and jsonl data and for gtrain sample; "
+            "empty = model's tokenizer.json when model is a directory holding one, else byte-level; none = byte-level."},
     {.key = "data.train", .type = KT_PATH, FIELD(data.train), .def = "", .required = "a path to the training data",
      .doc = "Training data: a text file, token shard(s) (glob allowed) or jsonl; required."},
     {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",
@@ -81,6 +88,13 @@ const KeySpec CONFIG_SCHEMA[] = {
      .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
      .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
+    {.key = "data.prompt_template", .type = KT_STRING, FIELD(data.prompt_template), .def = "", .check = check_template,
+     .doc = "jsonl: the prompt, from each line's string members: {name} is member name, {{ and }} are braces "
+            "(e.g. \"### Instruction:\\n{query}\\n\\n### Response:\"); empty = the \"prompt\" member."},
+    {.key = "data.completion_template", .type = KT_STRING, FIELD(data.completion_template), .def = "",
+     .check = check_template, .doc = "jsonl: the completion (e.g. \"{response}\"); empty = the \"completion\" member."},
+    {.key = "data.add_eos", .type = KT_BOOL, FIELD(data.add_eos), .def = "true",
+     .doc = "jsonl with a tokenizer: append the tokenizer's end-of-sequence token after each completion."},
     {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
      .def = "8", .imin = 1, .imax = GT_MAX_MICRO_BATCH,
      .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},

@@ -140,11 +140,44 @@ static int check_window_count(const char *name, uint64_t n, int seq_len, int spl
 /* ---------------------------------------------------------------------------------------------
  * text */
 
+/* text through a tokenizer: the whole file is one document (BOS as the post-processor adds it).
+ * Does not take buf. */
+static int text_tokenize(DataSource *d, const char *name, const uint8_t *buf, size_t len, const Tokenizer *tok,
+                         GtError *err) {
+    TokEncoder *e = tok_encoder_new(tok);
+    TokIds ids = {0};
+    int rc = tok_encode(e, name, (const char *)buf, len, true, &ids, err);
+    tok_encoder_free(e);
+    for (size_t i = 0; rc == 0 && i < ids.n; i++)
+        if (ids.ids[i] >= d->vocab_size)
+            rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: token %zu: the tokenizer gives id %d, >= the model's vocab_size %d",
+                          name, i, ids.ids[i], d->vocab_size);
+    if (rc != 0) {
+        tok_ids_free(&ids);
+        return -1;
+    }
+    d->base32 = ids.ids;
+    d->n = ids.n;
+    if (ids.n == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: holds no tokens, expected text", name);
+    return 0;
+}
+
 /* takes ownership of buf */
 static int text_build(DataSource *d, const char *name, uint8_t *buf, size_t len, int split, double val_fraction,
-                      GtError *err) {
+                      const DataText *text, GtError *err) {
     d->base8 = buf;
     if (len == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: is empty, expected text", name);
+    uint64_t first, count;
+    if (text && text->tok) {
+        if (text_tokenize(d, name, buf, len, text->tok, err) != 0) return -1;
+        free(d->base8);
+        d->base8 = NULL;
+        data_split_range(d->n, split, val_fraction, &first, &count);
+        if (check_window_count(name, count, d->seq_len, split, val_fraction, err) != 0) return -1;
+        d->i32 = d->base32 + first;
+        d->n = count;
+        return 0;
+    }
     if (d->vocab_size < 256) {
         for (size_t i = 0; i < len; i++)
             if (buf[i] >= d->vocab_size)
@@ -152,7 +185,6 @@ static int text_build(DataSource *d, const char *name, uint8_t *buf, size_t len,
                                 "%s: byte offset %zu: byte value %u is >= vocab_size %d (format text needs vocab_size >= 256)",
                                 name, i, (unsigned)buf[i], d->vocab_size);
     }
-    uint64_t first, count;
     data_split_range(len, split, val_fraction, &first, &count);
     if (check_window_count(name, count, d->seq_len, split, val_fraction, err) != 0) return -1;
     d->u8 = buf + first;
@@ -338,6 +370,17 @@ static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
 
 int data_open(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
               int split, double val_fraction, GtError *err) {
+    return data_open_text(out, path, format, packing, seq_len, vocab_size, split, val_fraction, NULL, err);
+}
+
+int data_open_memory(DataSource **out, const char *name, const void *buf, size_t len, DataFormat format,
+                     bool packing, int seq_len, int vocab_size, int split, double val_fraction, GtError *err) {
+    return data_open_memory_text(out, name, buf, len, format, packing, seq_len, vocab_size, split, val_fraction, NULL,
+                                 err);
+}
+
+int data_open_text(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
+                   int split, double val_fraction, const DataText *text, GtError *err) {
     *out = NULL;
     if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "data: no data file given, expected a path");
     if (check_args(path, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
@@ -351,9 +394,9 @@ int data_open(DataSource **out, const char *path, DataFormat format, bool packin
         rc = gt_read_input(path, "data file", UINT64_MAX, &buf, &len, err);
         if (rc == 0) {
             if (format == DATA_TEXT) {
-                rc = text_build(d, path, buf, len, split, val_fraction, err); /* owns buf */
+                rc = text_build(d, path, buf, len, split, val_fraction, text, err); /* owns buf */
             } else {
-                rc = data_jsonl_build(d, path, (const char *)buf, len, packing, split, val_fraction, err);
+                rc = data_jsonl_build(d, path, (const char *)buf, len, packing, split, val_fraction, text, err);
                 free(buf);
             }
         }
@@ -366,8 +409,9 @@ int data_open(DataSource **out, const char *path, DataFormat format, bool packin
     return 0;
 }
 
-int data_open_memory(DataSource **out, const char *name, const void *buf, size_t len, DataFormat format,
-                     bool packing, int seq_len, int vocab_size, int split, double val_fraction, GtError *err) {
+int data_open_memory_text(DataSource **out, const char *name, const void *buf, size_t len, DataFormat format,
+                          bool packing, int seq_len, int vocab_size, int split, double val_fraction,
+                          const DataText *text, GtError *err) {
     *out = NULL;
     if (!name) name = "<memory>";
     if (!buf && len) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: no buffer", name);
@@ -381,10 +425,10 @@ int data_open_memory(DataSource **out, const char *name, const void *buf, size_t
         rc = -1;
         if (copy) {
             if (len) memcpy(copy, buf, len);
-            rc = text_build(d, name, copy, len, split, val_fraction, err);
+            rc = text_build(d, name, copy, len, split, val_fraction, text, err);
         }
     } else {
-        rc = data_jsonl_build(d, name, buf ? buf : "", len, packing, split, val_fraction, err);
+        rc = data_jsonl_build(d, name, buf ? buf : "", len, packing, split, val_fraction, text, err);
     }
     if (rc != 0) {
         data_close(d);
@@ -398,6 +442,7 @@ void data_close(DataSource *d) {
     if (!d) return;
     free(d->base8);
     free(d->base16);
+    free(d->base32);
     free(d->ex_tok);
     free(d->ex_off);
     free(d->ex_plen);
@@ -418,7 +463,9 @@ int data_seq_len(const DataSource *d) { return d->seq_len; }
 /* ---------------------------------------------------------------------------------------------
  * rows */
 
-static inline int tok_at(const DataSource *d, uint64_t i) { return d->u8 ? (int)d->u8[i] : (int)d->u16[i]; }
+static inline int tok_at(const DataSource *d, uint64_t i) {
+    return d->u8 ? (int)d->u8[i] : d->u16 ? (int)d->u16[i] : (int)d->i32[i];
+}
 
 static void fill_window(const DataSource *d, uint64_t start, int *tokens, int *targets) {
     int T = d->seq_len;

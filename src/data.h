@@ -10,12 +10,23 @@
  *           header[1] = 1 (version), header[2] = token count, then count uint16 tokens; the file
  *           size must be exactly 1024 + 2*count. The path may be a glob(3) pattern: the matching
  *           shards, in sorted order, are concatenated.
+ *   With a tokenizer (DataText.tok, from the run's `tokenizer`), text is tokenized as Hugging
+ *   Face's encode(text, add_special_tokens=True) does: text is the whole file as one document (BOS
+ *   once at its start, as the tokenizer's post-processor adds it); the split then counts tokens.
  *   jsonl   SFT: one JSON object per line, {"prompt": str, "completion": str} (byte-level tokens)
  *           or {"prompt_ids": [int...], "completion_ids": [int...]}. Blank lines are skipped.
  *           A string's tokens are all its bytes after JSON unescaping: "\u0000" is token 0 (it
  *           does not end the string), raw bytes (also invalid UTF-8) are kept as they are. Keys
  *           are compared exactly (after unescaping); a top-level key given twice is an error
  *           (keys inside nested values are not read). Other top-level keys are ignored.
+ *           Templates (DataText.prompt_template / completion_template, e.g. "Q: {query}\nA:" and
+ *           "{response}"): the prompt and completion are the templates with each {field} replaced by
+ *           that string member of the line ({{ and }} are literal braces); a missing or non-string
+ *           field is an error naming the line. Without templates they are "prompt" and
+ *           "completion". With a tokenizer the example's tokens are encode(prompt + completion)
+ *           with special tokens (BOS), then EOS when add_eos (unless already last), and the first
+ *           len(encode(prompt)) tokens (without the post-processor's trailing ones) are the
+ *           prompt: masked, as the Alpaca/PiSSA/MetaMath SFT scripts and TRL do.
  *           Each example becomes one row of seq_len+1 tokens: prompt then completion, truncated to
  *           seq_len+1 and padded with token 0; labels are -100 on the prompt and on the padding.
  *           Packed (packing = true; ignored by text/tokens): the split's examples, prompt then
@@ -44,6 +55,7 @@
 
 #include "common.h"
 #include "config.h"
+#include "tokenizer.h"
 
 enum { DATA_SPLIT_ALL = 0, DATA_SPLIT_TRAIN = 1, DATA_SPLIT_VAL = 2 };
 
@@ -54,6 +66,27 @@ enum { DATA_SPLIT_ALL = 0, DATA_SPLIT_TRAIN = 1, DATA_SPLIT_VAL = 2 };
 #define DATA_PAD_TOKEN 0
 
 typedef struct DataSource DataSource;
+
+/* How text becomes tokens: tok NULL = byte-level (every byte a token); templates for jsonl
+ * ("" = the "prompt" / "completion" members); add_eos: append eos_id after a completion
+ * (tokenizer only). */
+typedef struct {
+    const Tokenizer *tok;
+    const char *prompt_template, *completion_template;
+    bool add_eos;
+    int eos_id;
+} DataText;
+
+/* A template's syntax: {name} references (name: no braces, not empty), {{ and }} literal braces.
+ * 0, or -1 with "expected ..., found ... at offset N" in why. */
+int data_template_why(const char *tmpl, char *why, size_t cap);
+
+/* data_open with text through `text` (NULL: byte-level, as data_open). */
+int data_open_text(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
+                   int split, double val_fraction, const DataText *text, GtError *err);
+int data_open_memory_text(DataSource **out, const char *name, const void *buf, size_t len, DataFormat format,
+                          bool packing, int seq_len, int vocab_size, int split, double val_fraction,
+                          const DataText *text, GtError *err);
 
 int data_open(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
               int split, double val_fraction, GtError *err);

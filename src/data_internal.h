@@ -16,6 +16,9 @@ struct DataSource {
     const uint8_t *u8;
     uint16_t *base16;
     const uint16_t *u16;
+    /* text through a tokenizer: ids */
+    int32_t *base32;
+    const int32_t *i32;
 
     /* jsonl: all examples' tokens (truncated unless packed), flat; per example offset, prompt length, length */
     int32_t *ex_tok;
@@ -42,6 +45,12 @@ void data_split_range(uint64_t n, int split, double val_fraction, uint64_t *firs
 
 /* Parse SFT jsonl buf[len] into d (examples, packed stream when packing). name for messages. */
 int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
-                double val_fraction, GtError *err);
+                     double val_fraction, const DataText *text, GtError *err);
+
+/* Fill tmpl's {field}s through lookup (returns 0 and the value, or -1 when the line has no such
+ * string field: *missing names it). The result goes to *buf (n bytes, capacity cap). */
+typedef int (*DataFieldLookup)(void *ctx, const char *field, const char **val, size_t *len, GtError *err);
+int data_template_fill(const char *tmpl, DataFieldLookup lookup, void *ctx, char **buf, size_t *n, size_t *cap,
+                       GtError *err);
 
 #endif

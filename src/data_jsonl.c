@@ -265,6 +265,12 @@ typedef struct {
     size_t ex_n, ex_cap, plen_cap, len_cap;
     int32_t cur_len, cur_plen; /* the example being built */
     JlScratch jl;              /* the line's members and a decoded string, reused line to line */
+    const DataText *text;      /* tokenizer and templates, or NULL */
+    TokEncoder *enc;           /* with a tokenizer */
+    TokIds ids, prompt_ids;
+    char *ptext, *ctext, *joined; /* the line's prompt and completion text, and both */
+    size_t ptext_n, ptext_cap, ctext_n, ctext_cap, joined_cap;
+    size_t lineno, count; /* the line being read, and its member count */
 } JsonlBuild;
 
 static const char *json_type_name(const cJSON *j) {
@@ -335,6 +341,62 @@ static int jb_add_string(JsonlBuild *b, const JMember *m, size_t line, const cha
     return jb_add_text(b, b->jl.text.p, b->jl.text.n, line, field, err);
 }
 
+/* A template field: the line's string member of that name, decoded (valid until the next call). */
+static int jb_field(void *ctx, const char *field, const char **val, size_t *len, GtError *err) {
+    JsonlBuild *b = ctx;
+    long i = jl_find(&b->jl, b->count, field);
+    if (i < 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the template's field {%s} is missing, expected a string member \"%s\"",
+                        b->name, b->lineno, field, field);
+    const JMember *m = &b->jl.mem[i];
+    const char *v = m->val;
+    b->jl.text.n = 0;
+    if (*v != '"' || json_string(&v, m->val_end, &b->jl.text) != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the template's field {%s} is not a string, expected a string member \"%s\"",
+                        b->name, b->lineno, field, field);
+    *val = b->jl.text.p ? b->jl.text.p : "";
+    *len = b->jl.text.n;
+    return 0;
+}
+
+/* The example from its prompt and completion text: byte-level, or through the tokenizer as
+ * encode(prompt + completion) with the first len(encode(prompt)) tokens the prompt. */
+static int jb_add_example_text(JsonlBuild *b, GtError *err) {
+    const Tokenizer *tok = b->text ? b->text->tok : NULL;
+    if (!tok) {
+        if (jb_add_text(b, b->ptext ? b->ptext : "", b->ptext_n, b->lineno, "prompt", err)) return -1;
+        b->cur_plen = b->cur_len;
+        return jb_add_text(b, b->ctext ? b->ctext : "", b->ctext_n, b->lineno, "completion", err);
+    }
+    size_t n = b->ptext_n + b->ctext_n;
+    if (n + 1 > b->joined_cap) {
+        b->joined_cap = (n + 1) * 2;
+        b->joined = gt_xrealloc(b->joined, b->joined_cap);
+    }
+    if (b->ptext_n) memcpy(b->joined, b->ptext, b->ptext_n);
+    if (b->ctext_n) memcpy(b->joined + b->ptext_n, b->ctext, b->ctext_n);
+    char where[GT_PATH_MAX + 64];
+    snprintf(where, sizeof where, "%s:%zu: prompt + completion", b->name, b->lineno);
+    b->ids.n = b->prompt_ids.n = 0;
+    if (tok_encode(b->enc, where, b->joined, n, true, &b->ids, err) != 0 ||
+        tok_encode(b->enc, where, b->joined, b->ptext_n, true, &b->prompt_ids, err) != 0)
+        return -1;
+    const int *before, *after;
+    int n_before, n_after;
+    tokenizer_template_ids(tok, &before, &n_before, &after, &n_after);
+    size_t plen = b->prompt_ids.n >= (size_t)n_after ? b->prompt_ids.n - (size_t)n_after : 0;
+    if (b->text->add_eos && (b->ids.n == 0 || b->ids.ids[b->ids.n - 1] != b->text->eos_id))
+        tok_ids_push(&b->ids, b->text->eos_id);
+    for (size_t i = 0; i < b->ids.n; i++) {
+        if (b->ids.ids[i] >= b->vocab_size)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
+                            b->name, b->lineno, b->ids.ids[i], b->vocab_size);
+        if (jb_push(b, b->ids.ids[i], b->lineno, err)) return -1;
+    }
+    b->cur_plen = plen < (size_t)b->cur_len ? (int32_t)plen : b->cur_len;
+    return 0;
+}
+
 static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtError *err) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(line, n, &end, 0);
@@ -364,6 +426,23 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
         goto out;
     }
     if (jl_check_duplicates(&b->jl, count, b->name, lineno, err) != 0) goto out;
+    b->lineno = lineno;
+    b->count = count;
+    bool templated = b->text && ((b->text->prompt_template && b->text->prompt_template[0]) ||
+                                 (b->text->completion_template && b->text->completion_template[0]));
+    if (templated) {
+        const char *pt = b->text->prompt_template, *ct = b->text->completion_template;
+        if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
+            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
+            data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
+            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err) ||
+            data_template_fill(pt && pt[0] ? pt : "{prompt}", jb_field, b, &b->ptext, &b->ptext_n, &b->ptext_cap, err) ||
+            data_template_fill(ct && ct[0] ? ct : "{completion}", jb_field, b, &b->ctext, &b->ctext_n, &b->ctext_cap, err))
+            goto out;
+        b->cur_len = 0;
+        if (jb_add_example_text(b, err)) goto out;
+        goto done;
+    }
     static const char *const keys[4] = {"prompt", "completion", "prompt_ids", "completion_ids"};
     const cJSON *item[4] = {NULL, NULL, NULL, NULL};
     const JMember *mem[4] = {NULL, NULL, NULL, NULL};
@@ -408,9 +487,25 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
         data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err))
         goto out;
     b->cur_len = 0;
+    if (text && b->text && b->text->tok) { /* both strings, then through the tokenizer */
+        const char *v;
+        size_t vn;
+        if (jb_field(b, "prompt", &v, &vn, err) != 0) goto out;
+        b->ptext_n = 0;
+        if (vn + 1 > b->ptext_cap) b->ptext = gt_xrealloc(b->ptext, b->ptext_cap = vn + 1);
+        memcpy(b->ptext, v, vn);
+        b->ptext_n = vn;
+        if (jb_field(b, "completion", &v, &vn, err) != 0) goto out;
+        if (vn + 1 > b->ctext_cap) b->ctext = gt_xrealloc(b->ctext, b->ctext_cap = vn + 1);
+        memcpy(b->ctext, v, vn);
+        b->ctext_n = vn;
+        if (jb_add_example_text(b, err)) goto out;
+        goto done;
+    }
     if (text ? jb_add_string(b, mem[0], lineno, fp, err) : jb_add_ids(b, jp, lineno, fp, err)) goto out;
     b->cur_plen = b->cur_len;
     if (text ? jb_add_string(b, mem[1], lineno, fc, err) : jb_add_ids(b, jc, lineno, fc, err)) goto out;
+done:
     b->off[b->ex_n] = b->tok_n;
     b->plen[b->ex_n] = b->cur_plen;
     b->len[b->ex_n] = b->cur_len;
@@ -461,8 +556,14 @@ static int jsonl_pack(DataSource *d, const JsonlBuild *b, const char *name, uint
 }
 
 int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
-                double val_fraction, GtError *err) {
-    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing};
+                     double val_fraction, const DataText *text, GtError *err) {
+    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing,
+                    .text = text};
+    if (text && text->tok && text->add_eos && text->eos_id < 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: data.add_eos: the tokenizer %s has no end-of-sequence token, expected one (or set data.add_eos: false)",
+                        name, tokenizer_path(text->tok));
+    if (text && text->tok) b.enc = tok_encoder_new(text->tok);
     int rc = -1;
     uint64_t first = 0, count = 0;
     size_t lineno = 0;
@@ -535,6 +636,12 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
     rc = 0;
 out:
     jl_free(&b.jl);
+    tok_encoder_free(b.enc);
+    tok_ids_free(&b.ids);
+    tok_ids_free(&b.prompt_ids);
+    free(b.ptext);
+    free(b.ctext);
+    free(b.joined);
     d->ex_tok = b.tok;
     d->ex_off = b.off;
     d->ex_plen = b.plen;

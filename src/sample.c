@@ -73,8 +73,39 @@ static int parse_ids(const char *s, int V, int **out, int *n, GtError *err) {
     return 0;
 }
 
+/* Streaming decode, as HF's DecodeStream: the text of prompt + generated ids, printed from where
+ * the prompt's own text ends, held back while it ends in an incomplete character (U+FFFD). */
+typedef struct {
+    const Tokenizer *tok;
+    TokIds ids;
+    size_t printed;
+} TextOut;
+
+static int text_out_put(TextOut *o, int id, bool last, FILE *out, GtError *err) {
+    if (id >= 0) tok_ids_push(&o->ids, id);
+    char *s;
+    size_t n;
+    if (tokenizer_decode(o->tok, o->ids.ids, o->ids.n, false, &s, &n, err)) return -1;
+    bool incomplete = n >= 3 && memcmp(s + n - 3, "\xEF\xBF\xBD", 3) == 0;
+    if (id < 0) o->printed = n; /* the prompt itself: printed already */
+    else if ((!incomplete || last) && n > o->printed) {
+        fwrite(s + o->printed, 1, n - o->printed, out);
+        o->printed = n;
+    }
+    free(s);
+    return 0;
+}
+
 int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double temperature, int top_k,
-                    uint64_t *rng, bool text, FILE *out, GtError *err) {
+                    uint64_t *rng, const Tokenizer *tok, bool text, FILE *out, GtError *err) {
+    TextOut to = {.tok = tok};
+    if (tok) {
+        for (int i = 0; i < n_prompt; i++) tok_ids_push(&to.ids, prompt[i]);
+        if (text_out_put(&to, -1, false, out, err)) {
+            tok_ids_free(&to.ids);
+            return -1;
+        }
+    }
     const int T = m->T, V = m->desc.vocab_size;
     int *row = gt_xcalloc((size_t)T, sizeof *row);
     float *logits = gt_xmalloc((size_t)V * sizeof *logits);
@@ -96,7 +127,9 @@ int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double
             row[T - 1] = next;
             kept = 0;
         }
-        if (text)
+        if (tok) {
+            if ((rc = text_out_put(&to, next, i == n_new - 1, out, err))) break;
+        } else if (text)
             fputc((next >= 32 && next < 127) || next == '\n' || next == '\t' ? next : '?', out);
         else
             fprintf(out, "%s%d", i ? "," : "", next);
@@ -104,6 +137,7 @@ int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double
     fputc('\n', out);
     fflush(out);
     free(row), free(logits);
+    tok_ids_free(&to.ids);
     return rc;
 }
 
@@ -128,6 +162,21 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     if (o->top_k > d.vocab_size)
         return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
                         d.vocab_size, cfg_path);
+    /* the tokenizer: --tokenizer, else the checkpoint's, its run directory's (a checkpoint-N), the
+     * base model's (an adapter) */
+    Tokenizer *tok = NULL;
+    char up[GT_PATH_MAX + 8];
+    snprintf(up, sizeof up, "%s/..", o->checkpoint);
+    const char *where[] = {o->checkpoint, up, model_dir};
+    if (o->tokenizer && o->tokenizer[0]) {
+        if (tokenizer_load(&tok, o->tokenizer, err)) return -1;
+    } else {
+        for (int i = 0; i < 3 && !tok; i++) {
+            char f[GT_PATH_MAX + 32];
+            snprintf(f, sizeof f, "%s/tokenizer.json", where[i]);
+            if (stat(f, &sb) == 0 && tokenizer_load(&tok, f, err)) return -1;
+        }
+    }
     int *prompt = NULL, n_prompt = 0;
     bool text = o->prompt_ids == NULL;
     if (!text) {
@@ -136,6 +185,24 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
             free(prompt);
             return gt_error(err, GT_EXIT_BAD_INPUT, "--prompt-ids: expected at least one token id");
         }
+    } else if (tok) { /* the prompt as HF's encode(prompt, add_special_tokens=True) gives it */
+        TokEncoder *e = tok_encoder_new(tok);
+        TokIds ids = {0};
+        const char *p = o->prompt ? o->prompt : "";
+        int erc = tok_encode(e, "--prompt", p, strlen(p), true, &ids, err);
+        tok_encoder_free(e);
+        for (size_t i = 0; erc == 0 && i < ids.n; i++)
+            if (ids.ids[i] >= d.vocab_size)
+                erc = gt_error(err, GT_EXIT_BAD_INPUT, "--prompt: the tokenizer gives id %d, >= the model's vocab_size %d",
+                               ids.ids[i], d.vocab_size);
+        if (erc == 0 && ids.n == 0) erc = gt_error(err, GT_EXIT_BAD_INPUT, "--prompt: no tokens (and the tokenizer adds no BOS); give a prompt");
+        if (erc) {
+            tok_ids_free(&ids);
+            tokenizer_free(tok);
+            return -1;
+        }
+        n_prompt = (int)ids.n;
+        prompt = ids.ids;
     } else {
         if (d.vocab_size < 256)
             return gt_error(err, GT_EXIT_BAD_INPUT,
@@ -156,9 +223,10 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     if (checkpoint_load_weights(m, model_dir, err) || (lora && lora_load_adapter(m, o->checkpoint, err))) goto done;
     uint64_t rng = o->seed;
     if (text && o->prompt) fputs(o->prompt, out);
-    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, top_k, &rng, text, out, err);
+    rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, top_k, &rng, tok, text, out, err);
 done:
     free(prompt);
+    tokenizer_free(tok);
     model_free(m);
     backend_close(be);
     return rc;

@@ -3,6 +3,7 @@
 #define GT_SAMPLE_H
 
 #include "model.h"
+#include "tokenizer.h"
 
 /* Draw a token from logits[V] with temperature (<= 0: greedy) and top-k (0: all); rng advanced. */
 int sample_token(const float *logits, int V, double temperature, int top_k, uint64_t *rng);
@@ -12,7 +13,8 @@ int sample_token(const float *logits, int V, double temperature, int top_k, uint
 
 typedef struct {
     const char *checkpoint;  /* a run dir or checkpoint-N dir: config.json + model.safetensors */
-    const char *prompt;      /* byte-level text (vocab 256 models) */
+    const char *prompt;      /* text: through the tokenizer, or byte-level (vocab 256 models) */
+    const char *tokenizer;   /* a tokenizer.json or directory; NULL: the checkpoint's, its run's, the base's */
     const char *prompt_ids;  /* "1,2,3": token ids, for models with a vocabulary of their own */
     int max_new_tokens;
     double temperature;
@@ -20,13 +22,14 @@ typedef struct {
     uint64_t seed;
 } SampleOptions;
 
-/* Continue prompt[n_prompt] by n_new tokens, printing them to out (bytes when text, else ids).
+/* Continue prompt[n_prompt] by n_new tokens, printing them to out (decoded through tok when it is
+ * not NULL, else bytes when text, else ids).
  * The window is the last m->T tokens: the prompt is run once, then each token alone against the
  * kept keys and values (model_forward_rows); once the window is full every token re-runs the
  * whole window (it slides by one). A model with recomputed layers keeps no keys: every token then
  * re-runs the sequence so far. */
 int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double temperature, int top_k,
-                    uint64_t *rng, bool text, FILE *out, GtError *err);
+                    uint64_t *rng, const Tokenizer *tok, bool text, FILE *out, GtError *err);
 
 /* Load the checkpoint on the CPU/GPU (device auto) and print the continuation to out. */
 int sample_run(const SampleOptions *o, FILE *out, GtError *err);

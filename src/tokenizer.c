@@ -359,15 +359,20 @@ static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const 
             sp->n = 0;
             spans_push(sp, 0, n, 0);
         }
+        reserve(&L->buf, &L->buf_cap, 2 * n + 1);
+        char *w = L->buf;
         for (size_t i = 0; i < sp->n; i++) { /* map each piece's bytes to the alphabet */
-            size_t a = L->buf_n;
+            size_t a = (size_t)(w - L->buf);
             for (size_t k = sp->v[i].start; k < sp->v[i].end; k++) {
                 unsigned char b = (unsigned char)src[k];
-                level_append(L, t->alphabet.utf8[b], t->alphabet.len[b]);
+                w[0] = t->alphabet.utf8[b][0];
+                w[1] = t->alphabet.utf8[b][1];
+                w += t->alphabet.len[b];
             }
             sp->v[i].start = a;
-            sp->v[i].end = L->buf_n;
+            sp->v[i].end = (size_t)(w - L->buf);
         }
+        L->buf_n = (size_t)(w - L->buf);
         break;
     }
     case PRE_SPLIT:
@@ -380,9 +385,14 @@ static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const 
         bool prepend = p->prepend_scheme == PREPEND_ALWAYS || (p->prepend_scheme == PREPEND_FIRST && origin);
         /* replace ' ' first: a leading space becomes the replacement, so nothing is prepended */
         if (prepend && !starts && s[0] != ' ') level_append(L, p->replacement, p->replacement_len);
+        reserve(&L->buf, &L->buf_cap, L->buf_n + len * p->replacement_len + 1);
         for (size_t i = 0; i < len; i++) {
-            if (s[i] == ' ') level_append(L, p->replacement, p->replacement_len);
-            else level_append(L, s + i, 1);
+            if (s[i] == ' ') {
+                memcpy(L->buf + L->buf_n, p->replacement, p->replacement_len);
+                L->buf_n += p->replacement_len;
+            } else {
+                L->buf[L->buf_n++] = s[i];
+            }
         }
         if (p->split) {
             char_spans(L->buf, L->buf_n, is_char, p->replacement, sp);

@@ -36,6 +36,11 @@ int tokenizer_load(Tokenizer **out, const char *path, GtError *err);
 int tokenizer_load_memory(Tokenizer **out, const char *name, const char *json, size_t len, GtError *err);
 void tokenizer_free(Tokenizer *t); /* NULL is fine */
 
+/* The tokenizer a run uses (the config's `tokenizer`): "none" -> *out NULL (byte-level); a path ->
+ * that tokenizer.json or directory; "" -> the tokenizer.json beside model (model a directory, or a
+ * config.json in one), else *out NULL. */
+int tokenizer_load_for_model(Tokenizer **out, const char *setting, const char *model_path, GtError *err);
+
 /* 1 + the largest id of the model's vocabulary, the added tokens and the post-processor. */
 int tokenizer_vocab_size(const Tokenizer *t);
 const char *tokenizer_path(const Tokenizer *t);

@@ -10,8 +10,18 @@
 #include "tokenizer_internal.h"
 
 uint32_t tok_hash_bytes(const char *s, size_t len) {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    /* 8 bytes at a time, multiply-xorshift mixed (the table only needs a good spread) */
+    uint64_t h = 0x9e3779b97f4a7c15ull ^ (len * 0xff51afd7ed558ccdull);
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, s + i, 8);
+        h = (h ^ w) * 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 31;
+    }
+    uint64_t tail = 0;
+    memcpy(&tail, s + i, len - i);
+    h = (h ^ tail) * 0x94d049bb133111ebull;
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
     h ^= h >> 32;
@@ -114,6 +124,7 @@ void tok_bpe_free(TokBpe *m) {
     free(m->merge_keys);
     free(m->merge_rank);
     free(m->merge_new);
+    free(m->in_merge);
     free(m->prefix);
     free(m->suffix);
     memset(m, 0, sizeof *m);
@@ -143,6 +154,8 @@ void tok_make_byte_alphabet(TokByteAlphabet *a) {
 
 #define BPE_CACHE_MAX_WORD 256      /* HF caches words shorter than this (MAX_LENGTH) */
 #define BPE_CACHE_MAX_ENTRIES (1u << 18)
+#define BPE_RUN_SPLIT_MIN 1024          /* symbols: below, one queue for the word */
+#define BPE_RUN_PARALLEL_MIN (1u << 16) /* symbols: above, the runs are merged in parallel */
 
 typedef struct {
     int32_t id;
@@ -156,6 +169,11 @@ typedef struct {
     int32_t new_id;
 } Merge;
 
+typedef struct {
+    Merge *v;
+    size_t n, cap;
+} Heap;
+
 struct TokBpeScratch {
     TokStrMap cache;      /* word -> index into cache_at */
     uint32_t *cache_at;   /* [2 * entries]: offset, count into cache_ids */
@@ -164,8 +182,7 @@ struct TokBpeScratch {
     size_t cache_ids_n, cache_ids_cap;
     Symbol *sym;
     size_t sym_cap;
-    Merge *heap;
-    size_t heap_n, heap_cap;
+    Heap heap;
     char *buf;            /* a character with prefix/suffix */
     size_t buf_cap;
 };
@@ -178,7 +195,7 @@ void tok_bpe_scratch_free(TokBpeScratch *s) {
     free(s->cache_at);
     free(s->cache_ids);
     free(s->sym);
-    free(s->heap);
+    free(s->heap.v);
     free(s->buf);
     free(s);
 }
@@ -187,34 +204,69 @@ static bool merge_less(const Merge *a, const Merge *b) {
     return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
 }
 
-static void heap_push(TokBpeScratch *s, Merge m) {
-    if (s->heap_n == s->heap_cap) {
-        s->heap_cap = s->heap_cap ? s->heap_cap * 2 : 64;
-        s->heap = gt_xrealloc(s->heap, s->heap_cap * sizeof(Merge));
+static void heap_push(Heap *h, Merge m) {
+    if (h->n == h->cap) {
+        h->cap = h->cap ? h->cap * 2 : 64;
+        h->v = gt_xrealloc(h->v, h->cap * sizeof(Merge));
     }
-    size_t i = s->heap_n++;
+    size_t i = h->n++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
-        if (!merge_less(&m, &s->heap[p])) break;
-        s->heap[i] = s->heap[p];
+        if (!merge_less(&m, &h->v[p])) break;
+        h->v[i] = h->v[p];
         i = p;
     }
-    s->heap[i] = m;
+    h->v[i] = m;
 }
 
-static Merge heap_pop(TokBpeScratch *s) {
-    Merge top = s->heap[0], last = s->heap[--s->heap_n];
-    size_t i = 0, n = s->heap_n;
+static Merge heap_pop(Heap *h) {
+    Merge top = h->v[0], last = h->v[--h->n];
+    size_t i = 0, n = h->n;
     for (;;) {
         size_t c = 2 * i + 1;
         if (c >= n) break;
-        if (c + 1 < n && merge_less(&s->heap[c + 1], &s->heap[c])) c++;
-        if (!merge_less(&s->heap[c], &last)) break;
-        s->heap[i] = s->heap[c];
+        if (c + 1 < n && merge_less(&h->v[c + 1], &h->v[c])) c++;
+        if (!merge_less(&h->v[c], &last)) break;
+        h->v[i] = h->v[c];
         i = c;
     }
-    if (n > 0) s->heap[i] = last;
+    if (n > 0) h->v[i] = last;
     return top;
+}
+
+/* merge_all on the symbols [r0, r1) of sym[0..n). */
+static void merge_run(const TokBpe *m, Symbol *sym, size_t n, size_t r0, size_t r1, Heap *h) {
+    h->n = 0;
+    for (size_t i = r0; i + 1 < r1; i++) {
+        uint32_t rank;
+        int32_t new_id;
+        if (tok_bpe_merge_get(m, sym[i].id, sym[i + 1].id, &rank, &new_id))
+            heap_push(h, (Merge){.rank = rank, .pos = (uint32_t)i, .new_id = new_id});
+    }
+    while (h->n > 0) {
+        Merge top = heap_pop(h);
+        Symbol *cur = &sym[top.pos];
+        if (cur->len == 0 || cur->next == -1) continue;
+        int32_t next_pos = cur->next;
+        Symbol right = sym[next_pos];
+        uint32_t rank;
+        int32_t new_id;
+        if (!tok_bpe_merge_get(m, cur->id, right.id, &rank, &new_id) || new_id != top.new_id) continue;
+        cur->id = top.new_id;
+        cur->len += right.len;
+        cur->next = right.next;
+        sym[next_pos].len = 0;
+        if (right.next > -1 && (size_t)right.next < n) sym[right.next].prev = (int32_t)top.pos;
+        if (cur->prev >= 0) {
+            Symbol *p = &sym[cur->prev];
+            if (tok_bpe_merge_get(m, p->id, cur->id, &rank, &new_id))
+                heap_push(h, (Merge){.rank = rank, .pos = (uint32_t)cur->prev, .new_id = new_id});
+        }
+        if (cur->next >= 0 && (size_t)cur->next < n) {
+            if (tok_bpe_merge_get(m, cur->id, sym[cur->next].id, &rank, &new_id))
+                heap_push(h, (Merge){.rank = rank, .pos = top.pos, .new_id = new_id});
+        }
+    }
 }
 
 static void sym_add(TokBpeScratch *s, size_t *n, int32_t id, uint32_t len) {
@@ -291,36 +343,38 @@ static void merge_word(const TokBpe *m, TokBpeScratch *s, const char *w, size_t 
     if (unk >= 0) sym_add(s, &n, unk, unk_len);
     if (n > 0) s->sym[n - 1].next = -1;
 
-    s->heap_n = 0;
-    for (size_t i = 0; i + 1 < n; i++) {
-        uint32_t rank;
-        int32_t new_id;
-        if (tok_bpe_merge_get(m, s->sym[i].id, s->sym[i + 1].id, &rank, &new_id))
-            heap_push(s, (Merge){.rank = rank, .pos = (uint32_t)i, .new_id = new_id});
-    }
-    while (s->heap_n > 0) {
-        Merge top = heap_pop(s);
-        Symbol *cur = &s->sym[top.pos];
-        if (cur->len == 0 || cur->next == -1) continue;
-        int32_t next_pos = cur->next;
-        Symbol right = s->sym[next_pos];
-        uint32_t rank;
-        int32_t new_id;
-        if (!tok_bpe_merge_get(m, cur->id, right.id, &rank, &new_id) || new_id != top.new_id) continue;
-        cur->id = top.new_id;
-        cur->len += right.len;
-        cur->next = right.next;
-        s->sym[next_pos].len = 0;
-        if (right.next > -1 && (size_t)right.next < n) s->sym[right.next].prev = (int32_t)top.pos;
-        if (cur->prev >= 0) {
-            Symbol *p = &s->sym[cur->prev];
-            if (tok_bpe_merge_get(m, p->id, cur->id, &rank, &new_id))
-                heap_push(s, (Merge){.rank = rank, .pos = (uint32_t)cur->prev, .new_id = new_id});
+    /* A symbol no merge names never changes, and nothing merges across it: the runs between such
+     * symbols are independent (HF's single queue would interleave their merges, to the same
+     * effect). A long word (a whole document, for a tokenizer without pre-tokenizer) is merged
+     * run by run, in parallel when it is long, with a queue that stays small. */
+    if (n < BPE_RUN_SPLIT_MIN) {
+        merge_run(m, s->sym, n, 0, n, &s->heap);
+    } else {
+        size_t n_runs = 0, cap = 0;
+        size_t *runs = NULL;
+        for (size_t i = 0; i < n;) {
+            while (i < n && !m->in_merge[s->sym[i].id]) i++;
+            size_t r0 = i;
+            while (i < n && m->in_merge[s->sym[i].id]) i++;
+            if (i > r0 + 1) {
+                if (n_runs == cap) {
+                    cap = cap ? cap * 2 : 256;
+                    runs = gt_xrealloc(runs, 2 * cap * sizeof(size_t));
+                }
+                runs[2 * n_runs] = r0;
+                runs[2 * n_runs + 1] = i;
+                n_runs++;
+            }
         }
-        if (cur->next >= 0 && (size_t)cur->next < n) {
-            if (tok_bpe_merge_get(m, cur->id, s->sym[cur->next].id, &rank, &new_id))
-                heap_push(s, (Merge){.rank = rank, .pos = top.pos, .new_id = new_id});
+        Symbol *sym = s->sym;
+#pragma omp parallel if (n >= BPE_RUN_PARALLEL_MIN)
+        {
+            Heap h = {0};
+#pragma omp for schedule(dynamic, 64)
+            for (size_t r = 0; r < n_runs; r++) merge_run(m, sym, n, runs[2 * r], runs[2 * r + 1], &h);
+            free(h.v);
         }
+        free(runs);
     }
     *n_out = n;
 }

@@ -101,6 +101,7 @@ typedef struct {
     uint32_t *merge_rank;
     int32_t *merge_new;
     uint32_t merge_cap;
+    uint8_t *in_merge;    /* [vocab_size]: 1 where the id is either side of some merge */
     int unk_id;           /* -1 without unk_token */
     char *prefix, *suffix; /* continuing_subword_prefix, end_of_word_suffix (NULL when null) */
     size_t prefix_len, suffix_len;

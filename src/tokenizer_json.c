@@ -409,6 +409,7 @@ static int read_bpe(Ctx *c, TokBpe *m, const cJSON *o) {
     memset(m->merge_keys, 0xFF, m->merge_cap * sizeof(uint64_t));
     m->merge_rank = gt_xmalloc(m->merge_cap * sizeof(uint32_t));
     m->merge_new = gt_xmalloc(m->merge_cap * sizeof(int32_t));
+    m->in_merge = gt_xcalloc((size_t)m->vocab_size + 1, 1);
     char *buf = NULL;
     size_t buf_cap = 0;
     uint32_t rank = 0;
@@ -448,6 +449,7 @@ static int read_bpe(Ctx *c, TokBpe *m, const cJSON *o) {
             break;
         }
         tok_bpe_merge_put(m, *ia, *ib, rank++, *inew);
+        m->in_merge[*ia] = m->in_merge[*ib] = 1;
     }
     free(buf);
     return rc;

@@ -317,6 +317,25 @@ int tokenizer_load(Tokenizer **out, const char *path, GtError *err) {
     return rc;
 }
 
+int tokenizer_load_for_model(Tokenizer **out, const char *setting, const char *model_path, GtError *err) {
+    *out = NULL;
+    if (setting && strcmp(setting, "none") == 0) return 0;
+    if (setting && setting[0]) return tokenizer_load(out, setting, err);
+    if (!model_path || !model_path[0]) return 0;
+    char dir[GT_PATH_MAX], file[GT_PATH_MAX + 16];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", model_path);
+    if (stat(dir, &st) != 0) return 0;
+    if (!S_ISDIR(st.st_mode)) {
+        char *slash = strrchr(dir, '/');
+        if (slash) *slash = 0;
+        else snprintf(dir, sizeof dir, ".");
+    }
+    snprintf(file, sizeof file, "%s/tokenizer.json", dir);
+    if (stat(file, &st) != 0) return 0;
+    return tokenizer_load(out, file, err);
+}
+
 void tokenizer_free(Tokenizer *t) {
     if (!t) return;
     tok_components_free(t);

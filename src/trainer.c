@@ -76,6 +76,7 @@ typedef struct {
     Backend *be;
     Model *model;
     DataSource *train, *val;
+    Tokenizer *tokenizer; /* the run's tokenizer, or NULL (byte-level) */
     MemPlan plan;
     MetricsWriter *metrics;
     RunDir *rundir; /* output_dir: rank 0 holds its lock; other ranks read it to find `latest` */
@@ -161,12 +162,26 @@ static int run_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) 
 
 static void sample_at_end(Trainer *t) {
     const int n = t->cfg->sample_max_new_tokens;
-    if (n <= 0 || t->rank != 0 || t->desc->vocab_size > 256) return; /* byte-level models: no tokenizer here */
-    const int newline = '\n';
+    if (n <= 0 || t->rank != 0 || (!t->tokenizer && t->desc->vocab_size > 256)) return; /* ids alone say nothing */
+    int start = '\n';
+    if (t->tokenizer) { /* from BOS, or a newline's first token */
+        const int *before, *after;
+        int nb, na;
+        tokenizer_template_ids(t->tokenizer, &before, &nb, &after, &na);
+        TokEncoder *e = tok_encoder_new(t->tokenizer);
+        TokIds ids = {0};
+        GtError ignored = {0};
+        if (nb > 0) start = before[0];
+        else if (tok_encode(e, "sample", "\n", 1, false, &ids, &ignored) == 0 && ids.n > 0) start = ids.ids[0];
+        tok_ids_free(&ids);
+        tok_encoder_free(e);
+        if (start >= t->desc->vocab_size) return;
+    }
     uint64_t rng = t->cfg->seed;
     GtError err = {0};
     gt_log("sample (%d tokens, temperature 0.8, top-k 40):\n", n);
-    if (sample_continue(t->model, &newline, 1, n, 0.8, 40, &rng, true, stdout, &err)) gt_warn("sample: %s\n", err.msg);
+    if (sample_continue(t->model, &start, 1, n, 0.8, 40, &rng, t->tokenizer, true, stdout, &err))
+        gt_warn("sample: %s\n", err.msg);
 }
 
 static void fill_step(Trainer *t, long step) {
@@ -401,12 +416,22 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         split_train = DATA_SPLIT_TRAIN, split_val = DATA_SPLIT_VAL;
         val_path = cfg->data.train;
     }
-    if (data_open(&t->train, cfg->data.train, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_train,
-                  cfg->data.val_fraction, err))
+    if (tokenizer_load_for_model(&t->tokenizer, cfg->tokenizer, cfg->model, err)) return -1;
+    if (t->tokenizer) {
+        gt_log("tokenizer: %s, %d tokens\n", tokenizer_path(t->tokenizer), tokenizer_vocab_size(t->tokenizer));
+        if (tokenizer_vocab_size(t->tokenizer) > desc->vocab_size)
+            gt_warn("tokenizer %s has %d tokens, the model's vocab_size is %d: data with the larger ids will be refused\n",
+                    tokenizer_path(t->tokenizer), tokenizer_vocab_size(t->tokenizer), desc->vocab_size);
+    }
+    DataText text = {.tok = t->tokenizer, .prompt_template = cfg->data.prompt_template,
+                     .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
+                     .eos_id = t->tokenizer ? tokenizer_eos_id(t->tokenizer) : -1};
+    if (data_open_text(&t->train, cfg->data.train, cfg->data.format, cfg->data.packing, T, desc->vocab_size,
+                       split_train, cfg->data.val_fraction, &text, err))
         return -1;
     if (val_path[0] &&
-        data_open(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
-                  cfg->data.val_fraction, err))
+        data_open_text(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
+                       cfg->data.val_fraction, &text, err))
         return -1;
 
     int shards = t->plan.zero1 ? t->world : 1;
@@ -773,6 +798,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     model_free(t.model);
     data_close(t.train);
     data_close(t.val);
+    tokenizer_free(t.tokenizer);
     backend_close(t.be);
     return rc;
 }

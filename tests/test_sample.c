@@ -211,7 +211,7 @@ Test(sample, greedy_tokens_match_the_reference_through_the_window_slide, .timeou
     FILE *out = open_memstream(&buf, &len);
     cr_assert_not_null(out);
     uint64_t rng = 1;
-    cr_assert_eq(sample_continue(m, prompt, 3, n_new, 0.0, 0, &rng, false, out, &err), 0, "%s", err.msg);
+    cr_assert_eq(sample_continue(m, prompt, 3, n_new, 0.0, 0, &rng, NULL, false, out, &err), 0, "%s", err.msg);
     fclose(out);
     int gen[2 * P];
     cr_assert_eq(parse_id_list(buf, gen, 2 * P), n_new, "output \"%s\"", buf);
