@@ -79,45 +79,6 @@ Test(tokenizer_hf, llama2_ids_identical_add_special_tokens, .timeout = 300) { id
 
 /* ---------------------------------------------------------------- decode */
 
-static uint64_t xorshift64(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-/* ids.jsonl: HF's ids of each corpus line as a JSON array, then random arrays (uniform ids, low ids
- * where the byte tokens are, added tokens, repeats) */
-static size_t write_id_arrays(const RefTokenizer *t, const char *hf_ids, const char *path) {
-    Lines ids;
-    lines_read(&ids, hf_ids);
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    for (size_t i = 0; i < ids.n; i++) {
-        fputc('[', f);
-        for (size_t j = 0; j < ids.len[i]; j++) fputc(ids.at[i][j] == ' ' ? ',' : ids.at[i][j], f);
-        fputs("]\n", f);
-    }
-    uint64_t s = 0x2545F4914F6CDD1Dull;
-    for (int k = 0; k < 2000; k++) {
-        int n = 1 + (int)(xorshift64(&s) % 24), prev = 0;
-        fputc('[', f);
-        for (int j = 0; j < n; j++) {
-            uint64_t r = xorshift64(&s), kind = r % 10;
-            int id = kind < 6   ? (int)((r >> 8) % (uint64_t)t->vocab_size)
-                     : kind < 8 ? (int)((r >> 8) % 300)
-                     : kind < 9 ? t->first_added + (int)((r >> 8) % (uint64_t)t->n_added)
-                                : prev;
-            fprintf(f, j ? ",%d" : "%d", id);
-            prev = id;
-        }
-        fputs("]\n", f);
-    }
-    cr_assert_eq(fclose(f), 0);
-    size_t n_corpus = ids.n;
-    lines_free(&ids);
-    return n_corpus;
-}
 
 static void decode_check(const RefTokenizer *t) {
     HfWs w;

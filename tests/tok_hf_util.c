@@ -276,38 +276,46 @@ bad:
 /* ---------------------------------------------------------------- identity */
 
 /* Every line of got must equal ref's; the inputs are shown for the first few that differ. */
-void expect_same_lines(const HfWs *w, const char *what, const char *in_path, const char *ref_path,
-                              const char *got_path) {
+long compare_id_lines(const char *in_path, const char *ref_path, const char *got_path, Report *r, int show) {
     Lines in, ref, got;
     lines_read(&in, in_path);
     lines_read(&ref, ref_path);
     lines_read(&got, got_path);
-    cr_assert_eq(ref.n, in.n, "%s: the reference printed %zu lines for %zu inputs", what, ref.n, in.n);
-    Report *r = calloc(1, sizeof *r);
-    cr_assert_not_null(r);
+    cr_assert_eq(ref.n, in.n, "%s: the reference printed %zu lines for %zu inputs", ref_path, ref.n, in.n);
+    long differ = 0;
     for (size_t i = 0; i < in.n; i++) {
         if (i < got.n && line_eq(&ref, i, &got, i)) continue;
-        if (r->count++ >= SHOW_MISMATCHES) continue;
+        if (differ++ >= show) continue;
         report_add(r, "line %zu:\n", i + 1);
         report_line(r, "input: ", in.at[i], in.len[i], 600);
         report_line(r, "hf:    ", ref.at[i], ref.len[i], 800);
         if (i < got.n) report_line(r, "gtrain:", got.at[i], got.len[i], 800);
         else report_add(r, "  gtrain: (no line)\n");
     }
-    if (got.n != in.n) report_add(r, "gtrain printed %zu lines for %zu inputs\n", got.n, in.n);
-    bool same = r->count == 0 && got.n == in.n;
-    if (!same) {
+    if (got.n != in.n) {
+        report_add(r, "gtrain printed %zu lines for %zu inputs\n", got.n, in.n);
+        if (!differ) differ = 1;
+    }
+    r->count += differ;
+    lines_free(&in);
+    lines_free(&ref);
+    lines_free(&got);
+    return differ;
+}
+
+void expect_same_lines(const HfWs *w, const char *what, const char *in_path, const char *ref_path,
+                       const char *got_path) {
+    Report *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    long differ = compare_id_lines(in_path, ref_path, got_path, r, SHOW_MISMATCHES);
+    if (differ) {
         char msg[sizeof r->text + 512];
-        snprintf(msg, sizeof msg, "%s: %ld of %zu lines differ from Hugging Face's (inputs %s, HF %s, gtrain %s):\n%s",
-                 what, r->count, in.n, in_path, ref_path, got_path, r->text);
+        snprintf(msg, sizeof msg, "%s: %ld lines differ from Hugging Face's (inputs %s, HF %s, gtrain %s; workspace %s):\n%s",
+                 what, differ, in_path, ref_path, got_path, w->dir, r->text);
         free(r);
         cr_assert_fail("%s", msg); /* the scratch directory stays, for a look */
     }
     free(r);
-    lines_free(&in);
-    lines_free(&ref);
-    lines_free(&got);
-    (void)w;
 }
 
 /* HF's and gtrain's decode of the id arrays of ids_path (one JSON array a line) into ref and got */
@@ -320,54 +328,62 @@ void run_decodes(const HfWs *w, const char *tok, const char *ids_path, const cha
     sh_ok(cmd, err, "gtrain tokenize --decode");
 }
 
-/* Every decoded text of gtrain (got_path: one JSON string a line) must equal HF's (ref_path) for the
- * id arrays of ids_path; with corpus_path, its first n_corpus lines must also be what the first
- * n_corpus arrays decode to (a lossless tokenizer's round trip). */
-void expect_same_decodes(const HfWs *w, const char *what, const char *ids_path, const char *ref_path,
-                         const char *got_path, const char *corpus_path, size_t n_corpus) {
+long compare_decodes(const char *ids_path, const char *ref_path, const char *got_path, const char *corpus_path,
+                     size_t n_corpus, Report *r, Report *lossy) {
     Lines src, ids, hf, gt;
     if (corpus_path) lines_read(&src, corpus_path);
-    else memset(&src, 0, sizeof src);
     lines_read(&ids, ids_path);
     lines_read(&hf, ref_path);
     lines_read(&gt, got_path);
     cr_assert_eq(hf.n, ids.n, "the reference decoded %zu lines for %zu id arrays", hf.n, ids.n);
-    Report *r = calloc(1, sizeof *r), *lossy = calloc(1, sizeof *lossy);
-    cr_assert(r && lossy);
+    long differ = 0;
     for (size_t i = 0; i < ids.n; i++) {
         char *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
         cr_assert(json_string_bytes(hf.at[i], hf.len[i], &a, &na), "the reference's line %zu is not a JSON string", i + 1);
         bool ok = i < gt.n && json_string_bytes(gt.at[i], gt.len[i], &b, &nb);
         if (!ok || na != nb || memcmp(a, b, na) != 0) {
-            if (r->count++ < SHOW_MISMATCHES) {
+            if (differ++ < SHOW_MISMATCHES) {
                 report_add(r, "line %zu%s:\n", i + 1, ok ? "" : " (gtrain's line is not one JSON string)");
                 report_line(r, "ids:   ", ids.at[i], ids.len[i], 600);
                 report_line(r, "hf:    ", hf.at[i], hf.len[i], 600);
                 if (i < gt.n) report_line(r, "gtrain:", gt.at[i], gt.len[i], 600);
             }
         }
-        if (corpus_path && i < n_corpus && ok) { /* decode(encode(x)) == x */
+        if (corpus_path && i < n_corpus && i < src.n && ok) { /* decode(encode(x)) == x */
             char *x = NULL;
             size_t nx = 0;
             cr_assert(json_string_bytes(src.at[i], src.len[i], &x, &nx), "corpus line %zu is not a JSON string", i + 1);
-            if (nx != nb || memcmp(x, b, nx) != 0) {
-                if (lossy->count++ < SHOW_MISMATCHES) {
-                    report_add(lossy, "line %zu:\n", i + 1);
-                    report_line(lossy, "input: ", src.at[i], src.len[i], 600);
-                    report_line(lossy, "gtrain:", gt.at[i], gt.len[i], 600);
-                }
+            if ((nx != nb || memcmp(x, b, nx) != 0) && lossy->count++ < SHOW_MISMATCHES) {
+                report_add(lossy, "line %zu:\n", i + 1);
+                report_line(lossy, "input: ", src.at[i], src.len[i], 600);
+                report_line(lossy, "gtrain:", gt.at[i], gt.len[i], 600);
             }
             free(x);
         }
         free(a);
         free(b);
     }
-    if (gt.n != ids.n) report_add(r, "gtrain printed %zu lines for %zu id arrays\n", gt.n, ids.n);
-    if (r->count || lossy->count || gt.n != ids.n) {
+    if (gt.n != ids.n) {
+        report_add(r, "gtrain printed %zu lines for %zu id arrays\n", gt.n, ids.n);
+        if (!differ) differ = 1;
+    }
+    r->count += differ;
+    if (corpus_path) lines_free(&src);
+    lines_free(&ids);
+    lines_free(&hf);
+    lines_free(&gt);
+    return differ;
+}
+
+void expect_same_decodes(const HfWs *w, const char *what, const char *ids_path, const char *ref_path,
+                         const char *got_path, const char *corpus_path, size_t n_corpus) {
+    Report *r = calloc(1, sizeof *r), *lossy = calloc(1, sizeof *lossy);
+    cr_assert(r && lossy);
+    long differ = compare_decodes(ids_path, ref_path, got_path, corpus_path, n_corpus, r, lossy);
+    if (differ || lossy->count) {
         char msg[2 * sizeof r->text + 512];
-        int k = snprintf(msg, 512, "%s decode: %ld of %zu texts differ from Hugging Face's decode of the same ids",
-                         what, r->count, ids.n);
+        int k = snprintf(msg, 512, "%s decode: %ld texts differ from Hugging Face's decode of the same ids", what, differ);
         if (corpus_path)
             k += snprintf(msg + k, (size_t)(512 - k), "; %ld of %zu corpus lines do not decode back to themselves",
                           lossy->count, n_corpus);
@@ -378,8 +394,44 @@ void expect_same_decodes(const HfWs *w, const char *what, const char *ids_path, 
     }
     free(r);
     free(lossy);
-    if (corpus_path) lines_free(&src);
+}
+
+static uint64_t xorshift64(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* ids.jsonl: HF's ids of each corpus line as a JSON array, then random arrays (uniform ids, low ids
+ * where the byte tokens are, added tokens, repeats) */
+size_t write_id_arrays(const RefTokenizer *t, const char *hf_ids, const char *path) {
+    Lines ids;
+    lines_read(&ids, hf_ids);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f, "cannot write %s", path);
+    for (size_t i = 0; i < ids.n; i++) {
+        fputc('[', f);
+        for (size_t j = 0; j < ids.len[i]; j++) fputc(ids.at[i][j] == ' ' ? ',' : ids.at[i][j], f);
+        fputs("]\n", f);
+    }
+    uint64_t s = 0x2545F4914F6CDD1Dull;
+    for (int k = 0; k < 2000; k++) {
+        int n = 1 + (int)(xorshift64(&s) % 24), prev = 0;
+        fputc('[', f);
+        for (int j = 0; j < n; j++) {
+            uint64_t r = xorshift64(&s), kind = r % 10;
+            int id = kind < 6   ? (int)((r >> 8) % (uint64_t)t->vocab_size)
+                     : kind < 8 ? (int)((r >> 8) % 300)
+                     : kind < 9 ? t->first_added + (int)((r >> 8) % (uint64_t)t->n_added)
+                                : prev;
+            fprintf(f, j ? ",%d" : "%d", id);
+            prev = id;
+        }
+        fputs("]\n", f);
+    }
+    cr_assert_eq(fclose(f), 0);
+    size_t n_corpus = ids.n;
     lines_free(&ids);
-    lines_free(&hf);
-    lines_free(&gt);
+    return n_corpus;
 }

@@ -98,14 +98,26 @@ void put_utf8(char *out, size_t *n, uint32_t c);
  * into its bytes: *out (malloc'd, NUL-terminated), *out_len. False when it is not. */
 bool json_string_bytes(const char *s, size_t n, char **out, size_t *out_len);
 
+/* The number of lines of got_path that differ from ref_path's (gtrain's and HF's ids for the inputs of
+ * in_path; a missing or extra line counts); the first `show` of them go into r with their inputs. */
+long compare_id_lines(const char *in_path, const char *ref_path, const char *got_path, Report *r, int show);
 /* Every line of got_path must equal ref_path's; the inputs (in_path) of the first few that differ
  * are shown with both. On failure the workspace stays, for a look. */
 void expect_same_lines(const HfWs *w, const char *what, const char *in_path, const char *ref_path,
                        const char *got_path);
+/* The number of gtrain's decoded texts (got_path, a JSON string a line) that differ from HF's (ref_path)
+ * for the id arrays of ids_path, the first few of them into r; with corpus_path, each of its first
+ * n_corpus lines that is not what its array decodes to counts in lossy (a round trip). */
+long compare_decodes(const char *ids_path, const char *ref_path, const char *got_path, const char *corpus_path,
+                     size_t n_corpus, Report *r, Report *lossy);
 /* gtrain's decoded texts (got_path, a JSON string a line) equal HF's (ref_path) for the id arrays
  * of ids_path; with corpus_path, its first n_corpus lines are what the first n_corpus arrays
  * decode to (a lossless tokenizer's round trip). */
 void expect_same_decodes(const HfWs *w, const char *what, const char *ids_path, const char *ref_path,
                          const char *got_path, const char *corpus_path, size_t n_corpus);
+
+/* ids_path: HF's ids of each line of hf_ids as a JSON array, then 2000 random arrays (uniform ids, low
+ * ids where the byte tokens are, t's added tokens, repeats). Returns the number of lines of hf_ids. */
+size_t write_id_arrays(const RefTokenizer *t, const char *hf_ids, const char *ids_path);
 
 #endif
