@@ -28,7 +28,7 @@ $(FUZZ_BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) | $(FUZZ_BUILD)/obj
 $(FUZZ_BUILD)/libgtrain.a: $(FUZZ_LIB_OBJS)
 	rm -f $@ && ar rcs $@ $^
 
-$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h $(FUZZ_BUILD)/libgtrain.a $(wildcard src/*.h)
+$(FUZZ_BUILD)/fuzz_%: tests/fuzz/fuzz_%.c $(wildcard tests/fuzz/*.h) $(FUZZ_BUILD)/libgtrain.a $(wildcard src/*.h)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_BUILD)/libgtrain.a $(PKG_LIBS) -lm
 
 $(FUZZ_BUILD)/obj:

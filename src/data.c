@@ -28,13 +28,6 @@ static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static void put_le32(uint8_t *p, uint32_t v) {
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-    p[2] = (uint8_t)(v >> 16);
-    p[3] = (uint8_t)(v >> 24);
-}
-
 static bool host_is_little_endian(void) {
     const uint16_t one = 1;
     uint8_t b;
@@ -45,6 +38,11 @@ static bool host_is_little_endian(void) {
 static void swap16_if_big_endian(uint16_t *t, uint64_t n) {
     if (host_is_little_endian()) return;
     for (uint64_t i = 0; i < n; i++) t[i] = (uint16_t)((t[i] >> 8) | (t[i] << 8));
+}
+
+static void swap32_if_big_endian(int32_t *t, uint64_t n) {
+    if (host_is_little_endian()) return;
+    for (uint64_t i = 0; i < n; i++) t[i] = (int32_t)__builtin_bswap32((uint32_t)t[i]);
 }
 
 void *data_malloc(size_t bytes, const char *name, GtError *err) {
@@ -195,45 +193,115 @@ static int text_build(DataSource *d, const char *name, uint8_t *buf, size_t len,
 /* ---------------------------------------------------------------------------------------------
  * token shards */
 
-/* Validate a shard header against the real size of its file; *count = its token count. */
-static int shard_check_header(const char *name, const uint8_t *hdr, uint64_t file_size, uint32_t *count,
+/* What a shard's header says: its layout's token width and its token count. */
+typedef struct {
+    int width; /* 2: GPT-2's uint16 layout, 4: Llama-3's uint32 layout */
+    uint32_t count;
+} ShardInfo;
+
+static const char *layout_name(int width) { return width == 4 ? "Llama-3 uint32" : "GPT-2 uint16"; }
+
+/* Validate a shard header against the real size of its file. */
+static int shard_check_header(const char *name, const uint8_t *hdr, uint64_t file_size, ShardInfo *info,
                               GtError *err) {
     if (file_size < DATA_SHARD_HEADER_BYTES)
         return gt_error(err, GT_EXIT_BAD_INPUT,
                         "%s: truncated shard: %llu bytes, expected at least the %d-byte llm.c header", name,
                         (unsigned long long)file_size, DATA_SHARD_HEADER_BYTES);
     int32_t magic = (int32_t)le32(hdr), version = (int32_t)le32(hdr + 4), c = (int32_t)le32(hdr + 8);
-    if (magic != DATA_SHARD_MAGIC)
+    int width;
+    if (magic == DATA_SHARD_MAGIC) {
+        width = 2;
+        if (version != DATA_SHARD_VERSION)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: shard version %d, expected %d (magic %d: llm.c's GPT-2 layout, uint16 tokens)", name,
+                            version, DATA_SHARD_VERSION, DATA_SHARD_MAGIC);
+    } else if (magic == DATA_SHARD_MAGIC_U32) {
+        width = 4;
+        if (version != DATA_SHARD_VERSION_U32)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: shard version %d, expected %d (magic %d: llm.c's Llama-3 layout, uint32 tokens)", name,
+                            version, DATA_SHARD_VERSION_U32, DATA_SHARD_MAGIC_U32);
+    } else {
         return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: wrong magic %d in the shard header, expected %d (an llm.c token shard)", name, magic,
-                        DATA_SHARD_MAGIC);
-    if (version != DATA_SHARD_VERSION)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: shard version %d, expected %d (uint16 tokens)", name, version,
-                        DATA_SHARD_VERSION);
+                        "%s: wrong magic %d in the shard header, expected %d (an llm.c token shard, uint16) or %d "
+                        "(llm.c's Llama-3 layout, uint32)", name, magic, DATA_SHARD_MAGIC, DATA_SHARD_MAGIC_U32);
+    }
     if (c < 0)
         return gt_error(err, GT_EXIT_BAD_INPUT,
                         "%s: token count %d in the shard header is negative, expected 1..%d", name, c, INT32_MAX);
-    uint64_t expect = DATA_SHARD_HEADER_BYTES + 2 * (uint64_t)c;
+    uint64_t expect = DATA_SHARD_HEADER_BYTES + (uint64_t)width * (uint64_t)c;
     if (expect > file_size)
         return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: truncated shard: header says %d tokens (%llu bytes), the file has %llu bytes", name, c,
-                        (unsigned long long)expect, (unsigned long long)file_size);
+                        "%s: truncated shard: header says %d tokens (%llu bytes as %s), the file has %llu bytes", name,
+                        c, (unsigned long long)expect, layout_name(width), (unsigned long long)file_size);
     if (expect < file_size)
         return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: oversized shard: header says %d tokens (%llu bytes), the file has %llu bytes", name, c,
-                        (unsigned long long)expect, (unsigned long long)file_size);
+                        "%s: oversized shard: header says %d tokens (%llu bytes as %s), the file has %llu bytes", name,
+                        c, (unsigned long long)expect, layout_name(width), (unsigned long long)file_size);
     if (c == 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: shard holds no tokens (header count 0)", name);
-    *count = (uint32_t)c;
+    info->width = width;
+    info->count = (uint32_t)c;
     return 0;
 }
 
-static int shard_check_vocab(const char *name, const uint16_t *t, uint32_t count, int vocab_size, GtError *err) {
+static int token_beyond_vocab(const char *name, uint32_t token, uint32_t i, int width, int vocab_size, GtError *err) {
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s: token %u at position %u (byte offset %llu) is >= vocab_size %d", name,
+                    (unsigned)token, i, (unsigned long long)(DATA_SHARD_HEADER_BYTES + (uint64_t)width * i),
+                    vocab_size);
+}
+
+static int shard_check_vocab16(const char *name, const uint16_t *t, uint32_t count, int vocab_size, GtError *err) {
     if (vocab_size > UINT16_MAX) return 0;
     for (uint32_t i = 0; i < count; i++)
-        if (t[i] >= vocab_size)
-            return gt_error(err, GT_EXIT_BAD_INPUT,
-                            "%s: token %u at position %u (byte offset %llu) is >= vocab_size %d", name, (unsigned)t[i],
-                            i, (unsigned long long)(DATA_SHARD_HEADER_BYTES + 2 * (uint64_t)i), vocab_size);
+        if (t[i] >= vocab_size) return token_beyond_vocab(name, t[i], i, 2, vocab_size, err);
+    return 0;
+}
+
+/* t holds the shard's uint32 tokens as int32 bits: one >= 2^31 reads as negative, hence the casts */
+static int shard_check_vocab32(const char *name, const int32_t *t, uint32_t count, int vocab_size, GtError *err) {
+    for (uint32_t i = 0; i < count; i++)
+        if ((uint32_t)t[i] >= (uint32_t)vocab_size) return token_beyond_vocab(name, (uint32_t)t[i], i, 4, vocab_size, err);
+    return 0;
+}
+
+/* A shard's tokens (little-endian, already read into dst, count of them): host order, checked
+ * against the vocabulary. */
+static int shard_tokens_ready(DataSource *d, const char *name, uint64_t at, uint32_t count, GtError *err) {
+    if (d->base32) {
+        swap32_if_big_endian(d->base32 + at, count);
+        return shard_check_vocab32(name, d->base32 + at, count, d->vocab_size, err);
+    }
+    swap16_if_big_endian(d->base16 + at, count);
+    return shard_check_vocab16(name, d->base16 + at, count, d->vocab_size, err);
+}
+
+/* Room for total tokens of the given width (base16 or base32), or an error naming name. */
+static int shard_alloc(DataSource *d, const char *name, uint64_t total, int width, GtError *err) {
+    size_t bytes;
+    if (total > SIZE_MAX / 4 || !gt_mul_size((size_t)total, (size_t)width, &bytes))
+        return gt_error(err, GT_EXIT_FAILURE, "%s: %llu tokens are too many to hold in memory", name,
+                        (unsigned long long)total);
+    void *p = data_malloc(bytes, name, err);
+    if (!p) return -1;
+    if (width == 4)
+        d->base32 = p;
+    else
+        d->base16 = p;
+    return 0;
+}
+
+/* The split's view of the loaded tokens. */
+static int shard_set_split(DataSource *d, const char *name, uint64_t total, int split, double val_fraction,
+                           GtError *err) {
+    uint64_t first, count;
+    data_split_range(total, split, val_fraction, &first, &count);
+    if (check_window_count(name, count, d->seq_len, split, val_fraction, err) != 0) return -1;
+    if (d->base32)
+        d->i32 = d->base32 + first;
+    else
+        d->u16 = d->base16 + first;
+    d->n = count;
     return 0;
 }
 
@@ -266,12 +334,12 @@ static int tokens_open_files(DataSource *d, const char *path, int split, double 
     }
 
     int rc = -1;
-    uint32_t *counts = calloc(n_paths, sizeof *counts);
-    if (!counts) {
+    ShardInfo *info = calloc(n_paths, sizeof *info);
+    if (!info) {
         gt_error(err, GT_EXIT_FAILURE, "%s: out of host memory", path);
         goto done;
     }
-    /* pass 1: every header against its file's real size */
+    /* pass 1: every header against its file's real size; one layout for all of them */
     uint64_t total = 0;
     for (size_t i = 0; i < n_paths; i++) {
         uint64_t size;
@@ -281,24 +349,25 @@ static int tokens_open_files(DataSource *d, const char *path, int split, double 
         int r = 0;
         if (size >= DATA_SHARD_HEADER_BYTES) r = read_exact(f, hdr, sizeof hdr, paths[i], 0, err);
         fclose(f);
-        if (r != 0 || shard_check_header(paths[i], hdr, size, &counts[i], err) != 0) goto done;
-        total += counts[i];
+        if (r != 0 || shard_check_header(paths[i], hdr, size, &info[i], err) != 0) goto done;
+        if (info[i].width != info[0].width) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: a %s shard among %s shards (%s is one), expected one layout for all the shards of %s",
+                     paths[i], layout_name(info[i].width), layout_name(info[0].width), paths[0], path);
+            goto done;
+        }
+        total += info[i].count;
     }
-    size_t bytes;
-    if (total > SIZE_MAX / 2 || !gt_mul_size((size_t)total, sizeof(uint16_t), &bytes)) {
-        gt_error(err, GT_EXIT_FAILURE, "%s: %llu tokens are too many to hold in memory", path,
-                 (unsigned long long)total);
-        goto done;
-    }
-    d->base16 = data_malloc(bytes, path, err);
-    if (!d->base16) goto done;
+    const int width = info[0].width;
+    if (shard_alloc(d, path, total, width, err) != 0) goto done;
+    uint8_t *dst = width == 4 ? (uint8_t *)d->base32 : (uint8_t *)d->base16;
     /* pass 2: the tokens */
     uint64_t at = 0;
     for (size_t i = 0; i < n_paths; i++) {
-        uint64_t size;
+        uint64_t size, bytes = (uint64_t)width * info[i].count;
         FILE *f = open_regular(paths[i], &size, err);
         if (!f) goto done;
-        if (size != DATA_SHARD_HEADER_BYTES + 2 * (uint64_t)counts[i]) {
+        if (size != DATA_SHARD_HEADER_BYTES + bytes) {
             fclose(f);
             gt_error(err, GT_EXIT_BAD_INPUT, "%s: shard changed size while being read (%llu bytes now)", paths[i],
                      (unsigned long long)size);
@@ -306,40 +375,27 @@ static int tokens_open_files(DataSource *d, const char *path, int split, double 
         }
         int r = fseek(f, DATA_SHARD_HEADER_BYTES, SEEK_SET) != 0
                     ? gt_error(err, GT_EXIT_FAILURE, "%s: cannot seek: %s", paths[i], strerror(errno))
-                    : read_exact(f, d->base16 + at, (size_t)counts[i] * 2, paths[i], DATA_SHARD_HEADER_BYTES, err);
+                    : read_exact(f, dst + at * (uint64_t)width, (size_t)bytes, paths[i], DATA_SHARD_HEADER_BYTES, err);
         fclose(f);
-        if (r != 0) goto done;
-        swap16_if_big_endian(d->base16 + at, counts[i]);
-        if (shard_check_vocab(paths[i], d->base16 + at, counts[i], d->vocab_size, err) != 0) goto done;
-        at += counts[i];
+        if (r != 0 || shard_tokens_ready(d, paths[i], at, info[i].count, err) != 0) goto done;
+        at += info[i].count;
     }
-    uint64_t first, count;
-    data_split_range(total, split, val_fraction, &first, &count);
-    if (check_window_count(path, count, d->seq_len, split, val_fraction, err) != 0) goto done;
-    d->u16 = d->base16 + first;
-    d->n = count;
-    rc = 0;
+    rc = shard_set_split(d, path, total, split, val_fraction, err);
 done:
-    free(counts);
+    free(info);
     if (globbed) globfree(&g);
     return rc;
 }
 
 static int tokens_open_memory(DataSource *d, const char *name, const uint8_t *buf, size_t len, int split,
                               double val_fraction, GtError *err) {
-    uint32_t count = 0;
-    if (shard_check_header(name, buf, len, &count, err) != 0) return -1;
-    d->base16 = data_malloc((size_t)count * 2, name, err);
-    if (!d->base16) return -1;
-    memcpy(d->base16, buf + DATA_SHARD_HEADER_BYTES, (size_t)count * 2);
-    swap16_if_big_endian(d->base16, count);
-    if (shard_check_vocab(name, d->base16, count, d->vocab_size, err) != 0) return -1;
-    uint64_t first, n;
-    data_split_range(count, split, val_fraction, &first, &n);
-    if (check_window_count(name, n, d->seq_len, split, val_fraction, err) != 0) return -1;
-    d->u16 = d->base16 + first;
-    d->n = n;
-    return 0;
+    ShardInfo info;
+    if (shard_check_header(name, buf, len, &info, err) != 0 || shard_alloc(d, name, info.count, info.width, err) != 0)
+        return -1;
+    memcpy(info.width == 4 ? (void *)d->base32 : (void *)d->base16, buf + DATA_SHARD_HEADER_BYTES,
+           (size_t)info.count * (size_t)info.width);
+    if (shard_tokens_ready(d, name, 0, info.count, err) != 0) return -1;
+    return shard_set_split(d, name, info.count, split, val_fraction, err);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -570,61 +626,4 @@ void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tok
         else
             fill_window(d, (uint64_t)w * (uint64_t)T, tk, tg);
     }
-}
-
-/* ---------------------------------------------------------------------------------------------
- * shard writer */
-
-static int write_all(int fd, const void *p, size_t n) {
-    const uint8_t *b = p;
-    while (n) {
-        ssize_t w = write(fd, b, n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        b += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-int data_write_token_shard(const char *path, const uint16_t *tokens, uint32_t n, GtError *err) {
-    if (n > INT32_MAX)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: %u tokens do not fit an llm.c shard (at most %d)", path, n, INT32_MAX);
-    char tmp[GT_PATH_MAX + 16];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= sizeof tmp)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: path too long", path);
-    int fd = mkstemp(tmp);
-    if (fd < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create a temporary file: %s", path, strerror(errno));
-    uint8_t hdr[DATA_SHARD_HEADER_BYTES];
-    memset(hdr, 0, sizeof hdr);
-    put_le32(hdr, DATA_SHARD_MAGIC);
-    put_le32(hdr + 4, DATA_SHARD_VERSION);
-    put_le32(hdr + 8, n);
-    int bad = write_all(fd, hdr, sizeof hdr);
-    uint8_t chunk[8192];
-    for (uint32_t i = 0; i < n && !bad;) {
-        uint32_t m = 0;
-        for (; m < sizeof chunk / 2 && i < n; m++, i++) {
-            chunk[2 * m] = (uint8_t)tokens[i];
-            chunk[2 * m + 1] = (uint8_t)(tokens[i] >> 8);
-        }
-        bad = write_all(fd, chunk, (size_t)m * 2);
-    }
-    if (!bad) bad = fsync(fd);
-    int saved = errno;
-    if (close(fd) != 0 && !bad) {
-        bad = -1;
-        saved = errno;
-    }
-    if (!bad && rename(tmp, path) != 0) {
-        bad = -1;
-        saved = errno;
-    }
-    if (bad) {
-        unlink(tmp);
-        return gt_error(err, GT_EXIT_FAILURE, "%s: cannot write the shard: %s", path, strerror(saved));
-    }
-    return 0;
 }

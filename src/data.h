@@ -1,4 +1,5 @@
-/* data.h - token sources: byte-level text, llm.c token shards, SFT jsonl; deterministic sampling.
+/* data.h - token sources: byte-level text, llm.c token shards, SFT jsonl; deterministic sampling;
+ * the llm.c shard writer.
  *
  * A DataSource is read fully into memory at open time and is immutable afterwards: the fill
  * functions keep no state, so they are thread-safe and a run's rows depend only on their
@@ -6,10 +7,18 @@
  *
  * Formats
  *   text    the file's bytes are the tokens (vocab 256).
- *   tokens  llm.c shards: int32 header[256] (little-endian) with header[0] = 20240520 (magic),
- *           header[1] = 1 (version), header[2] = token count, then count uint16 tokens; the file
- *           size must be exactly 1024 + 2*count. The path may be a glob(3) pattern: the matching
- *           shards, in sorted order, are concatenated.
+ *   tokens  llm.c shards (dev/data/data_common.py, write_datafile): int32 header[256]
+ *           (little-endian), header[2] = token count, then count little-endian tokens, in one of
+ *           two layouts:
+ *             GPT-2    header[0] = 20240520 (magic), header[1] = 1 (version), uint16 tokens; the
+ *                      file size must be exactly 1024 + 2*count;
+ *             Llama-3  header[0] = 20240801, header[1] = 7, uint32 tokens; the file size must
+ *                      be exactly 1024 + 4*count.
+ *           Any other magic, or a version that is not its magic's, is refused; so is a count of 0
+ *           or above INT32_MAX. Every token must be < vocab_size. The path may be a glob(3)
+ *           pattern: the matching shards, in sorted order, are concatenated; they must all share
+ *           one layout (a uint32 shard among uint16 ones is refused, naming both: the two
+ *           layouts come from different tokenizers, so a mix is almost surely a mistake).
  *   With a tokenizer (DataText.tok, from the run's `tokenizer`), text is tokenized as Hugging
  *   Face's encode(text, add_special_tokens=True) does: text is the whole file as one document (BOS
  *   once at its start, as the tokenizer's post-processor adds it); the split then counts tokens.
@@ -59,9 +68,12 @@
 
 enum { DATA_SPLIT_ALL = 0, DATA_SPLIT_TRAIN = 1, DATA_SPLIT_VAL = 2 };
 
-#define DATA_SHARD_MAGIC 20240520
+#define DATA_SHARD_MAGIC 20240520 /* llm.c's GPT-2 layout: uint16 tokens */
 #define DATA_SHARD_VERSION 1
+#define DATA_SHARD_MAGIC_U32 20240801 /* llm.c's Llama-3 layout: uint32 tokens */
+#define DATA_SHARD_VERSION_U32 7
 #define DATA_SHARD_HEADER_BYTES 1024
+#define DATA_SHARD_MAX_TOKENS INT32_MAX /* header[2] is an int32 (llm.c asserts len(toks) < 2**31) */
 #define DATA_IGNORE_INDEX (-100)
 #define DATA_PAD_TOKEN 0
 
@@ -128,8 +140,34 @@ void data_fill_train(const DataSource *d, uint64_t seed, long step, long effecti
 long data_num_eval_windows(const DataSource *d);
 void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets);
 
-/* Write an llm.c shard: header + uint16 tokens (little-endian), via a temp file + rename.
- * n must be <= INT32_MAX. */
-int data_write_token_shard(const char *path, const uint16_t *tokens, uint32_t n, GtError *err);
+/* ---------------------------------------------------------------------------------------------
+ * Writing llm.c shards (either layout above), atomically: the tokens go to a fresh temporary file
+ * beside path (path.tmp.XXXXXX, mode 0644), which is fsync'ed and renamed to path only when
+ * complete; on any failure it is removed, so path is either the whole new shard or as it was. */
+
+typedef enum {
+    DATA_SHARD_AUTO = 0, /* data_write_token_shard only: uint16 when every token is < 65536, else uint32 */
+    DATA_SHARD_U16,      /* GPT-2's layout (magic 20240520, version 1) */
+    DATA_SHARD_U32,      /* Llama-3's layout (magic 20240801, version 7) */
+} DataShardLayout;
+
+typedef struct DataShardWriter DataShardWriter;
+
+/* Start a shard at path in layout U16 or U32 (AUTO is refused: the layout is in the first bytes
+ * written). Errors (code 1) name path. */
+int data_shard_writer_open(DataShardWriter **out, const char *path, DataShardLayout layout, GtError *err);
+/* Append n tokens. A token that does not fit the layout (>= 65536 in U16), or a total above
+ * DATA_SHARD_MAX_TOKENS, is code 2; a write error code 1. After an error only abort is valid. */
+int data_shard_writer_append(DataShardWriter *w, const uint32_t *tokens, size_t n, GtError *err);
+uint64_t data_shard_writer_count(const DataShardWriter *w); /* tokens appended so far */
+/* Write the header, fsync, rename to path; frees w (also on failure, after removing the
+ * temporary file). */
+int data_shard_writer_commit(DataShardWriter *w, GtError *err);
+/* Remove the temporary file and free w; NULL is fine. */
+void data_shard_writer_abort(DataShardWriter *w);
+
+/* The whole shard in one call: tokens[n] in the given layout (AUTO: U16 when every token fits). */
+int data_write_token_shard(const char *path, const uint32_t *tokens, size_t n, DataShardLayout layout,
+                           GtError *err);
 
 #endif

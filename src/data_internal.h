@@ -11,12 +11,13 @@ struct DataSource {
     int vocab_size;
     uint64_t n; /* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the split */
 
-    /* text: bytes; tokens: uint16. base_* own the memory, the views start at the split. */
+    /* text: bytes; tokens: uint16 (GPT-2's shard layout) or uint32 (Llama-3's); exactly one of
+     * u8/u16/u32 is set. base_* own the memory, the views start at the split. */
     uint8_t *base8;
     const uint8_t *u8;
     uint16_t *base16;
     const uint16_t *u16;
-    /* text through a tokenizer: ids */
+    /* text through a tokenizer, or a uint32 shard (checked < vocab_size, so it fits an int32): ids */
     int32_t *base32;
     const int32_t *i32;
 

@@ -2,6 +2,7 @@
  * line, each an example of prompt and completion tokens, or the packed stream of them. */
 #define _POSIX_C_SOURCE 200809L
 #include "data_internal.h"
+#include "json_string.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -15,13 +16,8 @@
  * "prompt\u0000x" would pass for "prompt") and it keeps duplicate keys. So once cJSON has
  * accepted a line (it validates the syntax and parses the id arrays), the top level is read again
  * here: each key decoded with its length, each value's raw text, strings decoded keeping every
- * byte. The text is valid JSON by then; the scan still checks every bound. Whitespace and the BOM
- * follow cJSON (any byte <= 0x20 is whitespace). */
-
-typedef struct {
-    char *p;
-    size_t n, cap;
-} JBytes;
+ * byte (json_string.c). The text is valid JSON by then; the scan still checks every bound.
+ * Whitespace and the BOM follow cJSON (any byte <= 0x20 is whitespace). */
 
 typedef struct {
     size_t key_off, key_len; /* into the keys buffer */
@@ -34,7 +30,7 @@ typedef struct {
 } JKeyRef;
 
 typedef struct {
-    JBytes keys, text;
+    JsonBytes keys, text;
     JMember *mem;
     size_t mem_cap;
     JKeyRef *refs;
@@ -48,86 +44,9 @@ static void jl_free(JlScratch *j) {
     free(j->refs);
 }
 
-static void jbytes_put(JBytes *b, const char *s, size_t n) {
-    if (n == 0) return; /* b->p may still be NULL */
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        b->p = gt_xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-
 static const char *skip_ws(const char *p, const char *end) {
     while (p < end && (unsigned char)*p <= 0x20) p++;
     return p;
-}
-
-static long hex4(const char *p, const char *end) {
-    if (end - p < 4) return -1;
-    long v = 0;
-    for (int i = 0; i < 4; i++) {
-        char c = p[i];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-        if (d < 0) return -1;
-        v = v * 16 + d;
-    }
-    return v;
-}
-
-/* The string whose opening quote is at *pp: its bytes appended to out (NULL: only skipped), *pp
- * moved past the closing quote. \uXXXX becomes UTF-8 (surrogate pairs joined, \u0000 a 0 byte);
- * raw bytes are kept as they are. -1 on malformed text. */
-static int json_string(const char **pp, const char *end, JBytes *out) {
-    const char *p = *pp + 1;
-    while (p < end && *p != '"') {
-        if (*p != '\\') {
-            const char *q = p;
-            while (q < end && *q != '"' && *q != '\\') q++;
-            if (out) jbytes_put(out, p, (size_t)(q - p));
-            p = q;
-            continue;
-        }
-        if (++p >= end) return -1;
-        char e = *p++, c;
-        switch (e) {
-        case '"': case '\\': case '/': c = e; break;
-        case 'b': c = '\b'; break;
-        case 'f': c = '\f'; break;
-        case 'n': c = '\n'; break;
-        case 'r': c = '\r'; break;
-        case 't': c = '\t'; break;
-        case 'u': {
-            long cp = hex4(p, end);
-            if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return -1;
-            p += 4;
-            if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate: its low half must follow */
-                long lo = end - p >= 6 && p[0] == '\\' && p[1] == 'u' ? hex4(p + 2, end) : -1;
-                if (lo < 0xDC00 || lo > 0xDFFF) return -1;
-                cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-                p += 6;
-            }
-            char u[4];
-            size_t n;
-            if (cp < 0x80) u[0] = (char)cp, n = 1;
-            else if (cp < 0x800) u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), n = 2;
-            else if (cp < 0x10000)
-                u[0] = (char)(0xE0 | cp >> 12), u[1] = (char)(0x80 | (cp >> 6 & 0x3F)), u[2] = (char)(0x80 | (cp & 0x3F)), n = 3;
-            else
-                u[0] = (char)(0xF0 | cp >> 18), u[1] = (char)(0x80 | (cp >> 12 & 0x3F)),
-                u[2] = (char)(0x80 | (cp >> 6 & 0x3F)), u[3] = (char)(0x80 | (cp & 0x3F)), n = 4;
-            if (out) jbytes_put(out, u, n);
-            continue;
-        }
-        default: return -1;
-        }
-        if (out) jbytes_put(out, &c, 1);
-    }
-    if (p >= end) return -1;
-    *pp = p + 1;
-    return 0;
 }
 
 /* Skip the value at *pp (no leading whitespace): a string, a nested object or array (iteratively:
@@ -135,13 +54,13 @@ static int json_string(const char **pp, const char *end, JBytes *out) {
 static int json_skip(const char **pp, const char *end) {
     const char *p = *pp;
     if (p >= end) return -1;
-    if (*p == '"') return json_string(pp, end, NULL);
+    if (*p == '"') return json_string_decode(pp, end, NULL);
     if (*p == '{' || *p == '[') {
         size_t depth = 0;
         do {
             if (p >= end) return -1;
             if (*p == '"') {
-                if (json_string(&p, end, NULL) != 0) return -1;
+                if (json_string_decode(&p, end, NULL) != 0) return -1;
                 continue;
             }
             if (*p == '{' || *p == '[') depth++;
@@ -176,7 +95,7 @@ static int jl_members(JlScratch *b, const char *line, size_t n, size_t *count) {
         }
         JMember *m = &b->mem[*count];
         m->key_off = b->keys.n;
-        if (json_string(&p, end, &b->keys) != 0) return -1;
+        if (json_string_decode(&p, end, &b->keys) != 0) return -1;
         m->key_len = b->keys.n - m->key_off;
         p = skip_ws(p, end);
         if (p >= end || *p != ':') return -1;
@@ -335,7 +254,7 @@ static int jb_add_ids(JsonlBuild *b, const cJSON *arr, size_t line, const char *
 static int jb_add_string(JsonlBuild *b, const JMember *m, size_t line, const char *field, GtError *err) {
     const char *v = m->val;
     b->jl.text.n = 0;
-    if (json_string(&v, m->val_end, &b->jl.text) != 0)
+    if (json_string_decode(&v, m->val_end, &b->jl.text) != 0)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\": bad JSON string, expected a string", b->name, line,
                         field);
     return jb_add_text(b, b->jl.text.p, b->jl.text.n, line, field, err);
@@ -351,7 +270,7 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
     const JMember *m = &b->jl.mem[i];
     const char *v = m->val;
     b->jl.text.n = 0;
-    if (*v != '"' || json_string(&v, m->val_end, &b->jl.text) != 0)
+    if (*v != '"' || json_string_decode(&v, m->val_end, &b->jl.text) != 0)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the template's field {%s} is not a string, expected a string member \"%s\"",
                         b->name, b->lineno, field, field);
     *val = b->jl.text.p ? b->jl.text.p : "";

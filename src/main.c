@@ -19,6 +19,7 @@
 #include "plan.h"
 #include "report.h"
 #include "sample.h"
+#include "tokenize_cmd.h"
 #include "trainer.h"
 
 #define GTRAIN_VERSION "0.2.0"
@@ -35,7 +36,9 @@ static void print_usage(FILE *out) {
             "  plan              print the resolved config, effective batch and memory plan; allocate nothing\n"
             "  sample            generate text: --checkpoint DIR (a run, a checkpoint, or a LoRA run's adapter\n"
             "                    directory: its base with the adapter) [--prompt TEXT | --prompt-ids 1,2,3]\n"
-            "                    [--max-new-tokens N] [--temperature T] [--top-k K] [--seed S]\n"
+            "                    [--tokenizer FILE|DIR] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
+            "                    [--seed S] (the tokenizer: default the checkpoint's tokenizer.json, its run's,\n"
+            "                    or the base model's; without one, text is bytes)\n"
             "                    (N <= 1048576, default 200; T >= 0, 0 greedy, default 0.8; K <= vocab, 0 all,\n"
             "                    default 40; S default 1)\n"
             "  report DIR        write DIR/report.svg from DIR/metrics.jsonl\n"
@@ -43,6 +46,9 @@ static void print_usage(FILE *out) {
             "                    a Hugging Face model directory: --base DIR --adapter DIR --out DIR\n"
             "                    [--max-shard-size 5GB] [--dtype fp32|bf16] (default: the base's dtype when\n"
             "                    all its tensors are F32 or all BF16, else fp32; --out new or empty)\n"
+            "  tokenize          text to token ids (or back, --decode) with a Hugging Face tokenizer.json,\n"
+            "                    printed or written as an llm.c shard: the first argument, with options of\n"
+            "                    its own (gtrain tokenize --help)\n"
             "\n"
             "options:\n"
             "  -c, --config FILE     run config (YAML); see --help-config for every key\n"
@@ -107,12 +113,13 @@ static int fail(const GtError *err) {
 int main(int argc, char **argv) {
     cpu_runtime_setup(argc, argv);
     gt_signals_install(); /* from the start: a SIGTERM while loading still ends cleanly */
+    if (argc >= 2 && strcmp(argv[1], "tokenize") == 0) return tokenize_command(argc - 1, argv + 1);
     const char *config_path = NULL;
     const char **sets = gt_xcalloc((size_t)argc, sizeof *sets);
     int n_sets = 0, help_config = 0, markdown = 0;
     SampleOptions so = {.max_new_tokens = 200, .temperature = 0.8, .top_k = -1, .seed = 1};
     MergeOptions mo = {0};
-    enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_SEED,
+    enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_TOKENIZER, OPT_SEED,
            OPT_BASE, OPT_ADAPTER, OPT_OUT, OPT_MAX_SHARD, OPT_DTYPE };
     static const struct option long_opts[] = {
         {"config", required_argument, NULL, 'c'},       {"set", required_argument, NULL, 's'},
@@ -122,6 +129,7 @@ int main(int argc, char **argv) {
         {"prompt-ids", required_argument, NULL, OPT_PROMPT_IDS}, {"max-new-tokens", required_argument, NULL, OPT_NEW},
         {"temperature", required_argument, NULL, OPT_TEMP},   {"top-k", required_argument, NULL, OPT_TOPK},
         {"seed", required_argument, NULL, OPT_SEED},         {"base", required_argument, NULL, OPT_BASE},
+        {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
         {"adapter", required_argument, NULL, OPT_ADAPTER},   {"out", required_argument, NULL, OPT_OUT},
         {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD}, {"dtype", required_argument, NULL, OPT_DTYPE},
         {NULL, 0, NULL, 0}};
@@ -144,6 +152,7 @@ int main(int argc, char **argv) {
         case OPT_CHECKPOINT: so.checkpoint = optarg; break;
         case OPT_PROMPT: so.prompt = optarg; break;
         case OPT_PROMPT_IDS: so.prompt_ids = optarg; break;
+        case OPT_TOKENIZER: so.tokenizer = optarg; break;
         case OPT_BASE: mo.base = optarg; break;
         case OPT_ADAPTER: mo.adapter = optarg; break;
         case OPT_OUT: mo.out = optarg; break;
@@ -290,8 +299,13 @@ int main(int argc, char **argv) {
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
+    if (strcmp(command, "tokenize") == 0) {
+        fprintf(stderr, "gtrain: tokenize: the command comes first, with options of its own (gtrain tokenize --help)\n");
+        rc = GT_EXIT_BAD_INPUT;
+        goto out;
+    }
     if (strcmp(command, "train") != 0 && strcmp(command, "plan") != 0) {
-        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample, report or merge; see gtrain --help)\n", command);
+        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample, report, merge or tokenize; see gtrain --help)\n", command);
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }

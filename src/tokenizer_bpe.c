@@ -415,7 +415,7 @@ int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtErr
             s->cache_ids_cap = (s->cache_ids_n + cnt) * 2;
             s->cache_ids = gt_xrealloc(s->cache_ids, s->cache_ids_cap * sizeof(int32_t));
         }
-        memcpy(s->cache_ids + s->cache_ids_n, out->ids + first, cnt * sizeof(int32_t));
+        if (cnt) memcpy(s->cache_ids + s->cache_ids_n, out->ids + first, cnt * sizeof(int32_t));
         bool inserted;
         tok_strmap_put(&s->cache, word, len, (int32_t)s->cache_n, &inserted);
         s->cache_at[2 * s->cache_n] = (uint32_t)s->cache_ids_n;

@@ -65,8 +65,8 @@ static int get_int(Ctx *c, const cJSON *o, const char *path, const char *key, lo
         *out = def;
         return 0;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble || v->valuedouble < (double)lo ||
-        v->valuedouble > (double)hi)
+    if (!cJSON_IsNumber(v) || v->valuedouble < (double)lo || v->valuedouble > (double)hi ||
+        v->valuedouble != (double)(long)v->valuedouble) /* the range first: the cast needs it */
         return bad(c, p, range, v);
     *out = (long)v->valuedouble;
     return 0;
@@ -361,8 +361,8 @@ static int read_bpe(Ctx *c, TokBpe *m, const cJSON *o) {
     for (const cJSON *v = vocab->child; v; v = v->next) {
         char p[160];
         snprintf(p, sizeof p, "model.vocab[\"%.100s\"]", v->string);
-        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(long)v->valuedouble || v->valuedouble < 0 ||
-            v->valuedouble > TOKENIZER_MAX_ID) {
+        if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > TOKENIZER_MAX_ID ||
+            v->valuedouble != (double)(long)v->valuedouble) {
             char range[64];
             snprintf(range, sizeof range, "an id in [0, %d]", TOKENIZER_MAX_ID);
             return bad(c, p, range, v);

