@@ -15,8 +15,9 @@
  *             strings by Unicode category) through both, with and without --add-special-tokens;
  *             every line of ids must be identical. A mismatch prints the first differing inputs
  *             with both id lists and keeps the scratch directory with all the files.
- *   decode:   HF's ids of the corpus and random id arrays through both decoders: gtrain's text must
- *             equal HF's; for Llama-3 (lossless) decode(encode(x)) must also be x itself.
+ *   decode:   HF's ids of the corpus and random id arrays through both decoders, with and without
+ *             --skip-special-tokens: gtrain's text must equal HF's; for Llama-3 (lossless)
+ *             decode(encode(x)) must also be x itself.
  *   hostile:  tokenizer.json files written here (merges naming tokens not in the vocabulary, a
  *             1 GB vocabulary claim, nesting 100000 deep, an unknown normalizer, a truncated file,
  *             BPE dropout, a Unigram model, a file that is not UTF-8, ...): exit 2, one line on
@@ -30,17 +31,12 @@
 #endif
 #include <criterion/criterion.h>
 
-#include <errno.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "test_backend_select.h"
 #include "test_util.h"
@@ -79,11 +75,11 @@ Test(tokenizer_hf, llama2_ids_identical_add_special_tokens, .timeout = 300) { id
 
 /* ---------------------------------------------------------------- decode */
 
-
+/* HF's ids of the corpus and random arrays, decoded by both, with and without --skip-special-tokens */
 static void decode_check(const RefTokenizer *t) {
     HfWs w;
     ws_open(&w, "gt_tok_hf_dec");
-    char tok[512], hf_ids[512], arrays[512], ref[512], got[512];
+    char tok[512], hf_ids[512], arrays[512], ref[512], got[512], what[128];
     ref_tokenizer_path(&w, t, tok, sizeof tok);
     const char *in = corpus(&w);
     snprintf(hf_ids, sizeof hf_ids, "%s/hf.ids", w.dir);
@@ -92,9 +88,13 @@ static void decode_check(const RefTokenizer *t) {
     snprintf(got, sizeof got, "%s/gtrain.decoded", w.dir);
     run_hf(&w, tok, "", in, hf_ids);
     size_t n_corpus = write_id_arrays(t, hf_ids, arrays);
-    run_decodes(&w, tok, arrays, ref, got);
-
+    run_decodes(&w, tok, "", arrays, ref, got);
     expect_same_decodes(&w, t->name, arrays, ref, got, t->lossless ? in : NULL, n_corpus);
+    snprintf(ref, sizeof ref, "%s/hf.decoded.skip", w.dir);
+    snprintf(got, sizeof got, "%s/gtrain.decoded.skip", w.dir);
+    snprintf(what, sizeof what, "%s --skip-special-tokens", t->name);
+    run_decodes(&w, tok, "--skip-special-tokens", arrays, ref, got);
+    expect_same_decodes(&w, what, arrays, ref, got, NULL, 0);
     ws_close(&w);
 }
 

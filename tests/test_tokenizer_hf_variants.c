@@ -218,7 +218,7 @@ static void check_variants(const RefTokenizer *t, const char *group, const Varia
             snprintf(plain, sizeof plain, "%s/%s.hf.plain.ids", w.dir, v->name);
             run_hf(&w, tok, "", in, plain);
             write_id_arrays(t, plain, arrays);
-            run_decodes(&w, tok, arrays, hf_dec, gt_dec);
+            run_decodes(&w, tok, "", arrays, hf_dec, gt_dec);
             Report dr = {0}, lossy = {0};
             long ddiff = compare_decodes(arrays, hf_dec, gt_dec, NULL, 0, &dr, &lossy);
             if (ddiff) {

@@ -319,12 +319,15 @@ void expect_same_lines(const HfWs *w, const char *what, const char *in_path, con
 }
 
 /* HF's and gtrain's decode of the id arrays of ids_path (one JSON array a line) into ref and got */
-void run_decodes(const HfWs *w, const char *tok, const char *ids_path, const char *ref, const char *got) {
-    run_hf(w, tok, "--decode", ids_path, ref);
+void run_decodes(const HfWs *w, const char *tok, const char *flags, const char *ids_path, const char *ref,
+                 const char *got) {
+    char hf_flags[256];
+    snprintf(hf_flags, sizeof hf_flags, "--decode %s", flags);
+    run_hf(w, tok, hf_flags, ids_path, ref);
     char cmd[4096], err[600];
     snprintf(err, sizeof err, "%s.err", got);
-    snprintf(cmd, sizeof cmd, CMD_TIMEOUT "'%s' tokenize --tokenizer '%s' --decode --jsonl '%s' >'%s' 2>'%s'", w->bin,
-             tok, ids_path, got, err);
+    snprintf(cmd, sizeof cmd, CMD_TIMEOUT "'%s' tokenize --tokenizer '%s' --decode --jsonl %s '%s' >'%s' 2>'%s'", w->bin,
+             tok, flags, ids_path, got, err);
     sh_ok(cmd, err, "gtrain tokenize --decode");
 }
 

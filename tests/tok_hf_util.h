@@ -86,8 +86,9 @@ void run_hf(const HfWs *w, const char *tok, const char *flags, const char *in, c
 /* gtrain tokenize --tokenizer TOK --jsonl FLAGS IN > out: its exit status (stderr in out.err) */
 int run_gtrain_status(const HfWs *w, const char *tok, const char *flags, const char *in, const char *out);
 void run_gtrain(const HfWs *w, const char *tok, const char *flags, const char *in, const char *out); /* exit 0 */
-/* HF's and gtrain's decode (--decode --jsonl) of the id arrays of ids_path into ref and got */
-void run_decodes(const HfWs *w, const char *tok, const char *ids_path, const char *ref, const char *got);
+/* HF's and gtrain's decode (--decode --jsonl FLAGS) of the id arrays of ids_path into ref and got */
+void run_decodes(const HfWs *w, const char *tok, const char *flags, const char *ids_path, const char *ref,
+                 const char *got);
 
 void report_add(Report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* a line, cut to `cap` bytes (at a UTF-8 boundary) with its full length when cut */
