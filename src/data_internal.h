@@ -48,6 +48,19 @@ void data_split_range(uint64_t n, int split, double val_fraction, uint64_t *firs
 int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
                      double val_fraction, const DataText *text, GtError *err);
 
+/* SFT examples through the tokenizer, a batch at a time, in parallel (data_jsonl_tok.c). */
+typedef struct JsonlTokBatch JsonlTokBatch;
+JsonlTokBatch *jsonl_tok_new(const DataText *text, const char *name, int vocab_size);
+void jsonl_tok_free(JsonlTokBatch *q);
+size_t jsonl_tok_count(const JsonlTokBatch *q);
+/* Queue one example's text (copied), from line lineno. */
+void jsonl_tok_add(JsonlTokBatch *q, const char *prompt, size_t pn, const char *completion, size_t cn, size_t lineno);
+/* Encode the queued examples; -1 with the first failing example's error (in line order). */
+int jsonl_tok_encode(JsonlTokBatch *q, GtError *err);
+/* Example i's ids (EOS included), how many of them are the prompt, and its line. */
+const int32_t *jsonl_tok_ids(const JsonlTokBatch *q, size_t i, size_t *n, size_t *plen, size_t *lineno);
+void jsonl_tok_clear(JsonlTokBatch *q);
+
 /* Fill tmpl's {field}s through lookup (returns 0 and the value, or -1 when the line has no such
  * string field: *missing names it). The result goes to *buf (n bytes, capacity cap). */
 typedef int (*DataFieldLookup)(void *ctx, const char *field, const char **val, size_t *len, GtError *err);

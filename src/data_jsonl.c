@@ -185,10 +185,9 @@ typedef struct {
     int32_t cur_len, cur_plen; /* the example being built */
     JlScratch jl;              /* the line's members and a decoded string, reused line to line */
     const DataText *text;      /* tokenizer and templates, or NULL */
-    TokEncoder *enc;           /* with a tokenizer */
-    TokIds ids, prompt_ids;
-    char *ptext, *ctext, *joined; /* the line's prompt and completion text, and both */
-    size_t ptext_n, ptext_cap, ctext_n, ctext_cap, joined_cap;
+    JsonlTokBatch *queue;      /* with a tokenizer: the lines waiting to be encoded */
+    char *ptext, *ctext;       /* the line's prompt and completion text */
+    size_t ptext_n, ptext_cap, ctext_n, ctext_cap;
     size_t lineno, count; /* the line being read, and its member count */
 } JsonlBuild;
 
@@ -278,41 +277,64 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
     return 0;
 }
 
-/* The example from its prompt and completion text: byte-level, or through the tokenizer as
- * encode(prompt + completion) with the first len(encode(prompt)) tokens the prompt. */
-static int jb_add_example_text(JsonlBuild *b, GtError *err) {
-    const Tokenizer *tok = b->text ? b->text->tok : NULL;
-    if (!tok) {
-        if (jb_add_text(b, b->ptext ? b->ptext : "", b->ptext_n, b->lineno, "prompt", err)) return -1;
-        b->cur_plen = b->cur_len;
-        return jb_add_text(b, b->ctext ? b->ctext : "", b->ctext_n, b->lineno, "completion", err);
+#define JSONL_TOK_BATCH 4096 /* lines encoded together, in parallel */
+
+/* Room for one more example and row_len more tokens. */
+static int jb_begin(JsonlBuild *b, GtError *err) {
+    b->cur_len = 0;
+    return data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
+           data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
+           data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
+           data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err);
+}
+
+static void jb_finish(JsonlBuild *b) {
+    b->off[b->ex_n] = b->tok_n;
+    b->plen[b->ex_n] = b->cur_plen;
+    b->len[b->ex_n] = b->cur_len;
+    b->ex_n++;
+    b->tok_n += (size_t)b->cur_len;
+}
+
+/* The queued lines through the tokenizer, then into examples in line order. */
+static int jb_flush(JsonlBuild *b, GtError *err) {
+    if (!b->queue || jsonl_tok_count(b->queue) == 0) return 0;
+    if (jsonl_tok_encode(b->queue, err) != 0) return -1;
+    for (size_t i = 0; i < jsonl_tok_count(b->queue); i++) {
+        size_t n, plen, line;
+        const int32_t *ids = jsonl_tok_ids(b->queue, i, &n, &plen, &line);
+        if (jb_begin(b, err)) return -1;
+        for (size_t k = 0; k < n; k++)
+            if (jb_push(b, ids[k], line, err)) return -1;
+        b->cur_plen = plen < (size_t)b->cur_len ? (int32_t)plen : b->cur_len;
+        jb_finish(b);
     }
-    size_t n = b->ptext_n + b->ctext_n;
-    if (n + 1 > b->joined_cap) {
-        b->joined_cap = (n + 1) * 2;
-        b->joined = gt_xrealloc(b->joined, b->joined_cap);
+    jsonl_tok_clear(b->queue);
+    return 0;
+}
+
+/* The line's prompt and completion text (b->ptext, b->ctext) as an example: bytes, or queued
+ * for the tokenizer (encode(prompt + completion), the first len(encode(prompt)) the prompt). */
+static int jb_text_example(JsonlBuild *b, GtError *err) {
+    if (b->queue) {
+        jsonl_tok_add(b->queue, b->ptext, b->ptext_n, b->ctext, b->ctext_n, b->lineno);
+        return jsonl_tok_count(b->queue) >= JSONL_TOK_BATCH ? jb_flush(b, err) : 0;
     }
-    if (b->ptext_n) memcpy(b->joined, b->ptext, b->ptext_n);
-    if (b->ctext_n) memcpy(b->joined + b->ptext_n, b->ctext, b->ctext_n);
-    char where[GT_PATH_MAX + 64];
-    snprintf(where, sizeof where, "%s:%zu: prompt + completion", b->name, b->lineno);
-    b->ids.n = b->prompt_ids.n = 0;
-    if (tok_encode(b->enc, where, b->joined, n, true, &b->ids, err) != 0 ||
-        tok_encode(b->enc, where, b->joined, b->ptext_n, true, &b->prompt_ids, err) != 0)
-        return -1;
-    const int *before, *after;
-    int n_before, n_after;
-    tokenizer_template_ids(tok, &before, &n_before, &after, &n_after);
-    size_t plen = b->prompt_ids.n >= (size_t)n_after ? b->prompt_ids.n - (size_t)n_after : 0;
-    if (b->text->add_eos && (b->ids.n == 0 || b->ids.ids[b->ids.n - 1] != b->text->eos_id))
-        tok_ids_push(&b->ids, b->text->eos_id);
-    for (size_t i = 0; i < b->ids.n; i++) {
-        if (b->ids.ids[i] >= b->vocab_size)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
-                            b->name, b->lineno, b->ids.ids[i], b->vocab_size);
-        if (jb_push(b, b->ids.ids[i], b->lineno, err)) return -1;
-    }
-    b->cur_plen = plen < (size_t)b->cur_len ? (int32_t)plen : b->cur_len;
+    if (jb_begin(b, err) || jb_add_text(b, b->ptext ? b->ptext : "", b->ptext_n, b->lineno, "prompt", err)) return -1;
+    b->cur_plen = b->cur_len;
+    if (jb_add_text(b, b->ctext ? b->ctext : "", b->ctext_n, b->lineno, "completion", err)) return -1;
+    jb_finish(b);
+    return 0;
+}
+
+/* A string member's text into *buf (for the prompt/completion of a tokenized line). */
+static int jb_copy_field(JsonlBuild *b, const char *key, char **buf, size_t *n, size_t *cap, GtError *err) {
+    const char *v;
+    size_t vn;
+    if (jb_field(b, key, &v, &vn, err) != 0) return -1;
+    if (vn + 1 > *cap) *buf = gt_xrealloc(*buf, *cap = vn + 1);
+    memcpy(*buf, v, vn);
+    *n = vn;
     return 0;
 }
 
@@ -351,16 +373,11 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
                                  (b->text->completion_template && b->text->completion_template[0]));
     if (templated) {
         const char *pt = b->text->prompt_template, *ct = b->text->completion_template;
-        if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
-            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
-            data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
-            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err) ||
-            data_template_fill(pt && pt[0] ? pt : "{prompt}", jb_field, b, &b->ptext, &b->ptext_n, &b->ptext_cap, err) ||
+        if (data_template_fill(pt && pt[0] ? pt : "{prompt}", jb_field, b, &b->ptext, &b->ptext_n, &b->ptext_cap, err) ||
             data_template_fill(ct && ct[0] ? ct : "{completion}", jb_field, b, &b->ctext, &b->ctext_n, &b->ctext_cap, err))
             goto out;
-        b->cur_len = 0;
-        if (jb_add_example_text(b, err)) goto out;
-        goto done;
+        rc = jb_text_example(b, err);
+        goto out;
     }
     static const char *const keys[4] = {"prompt", "completion", "prompt_ids", "completion_ids"};
     const cJSON *item[4] = {NULL, NULL, NULL, NULL};
@@ -399,37 +416,19 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
                  jc ? json_type_name(jc) : "missing", want);
         goto out;
     }
-    /* room for one more example and row_len more tokens */
-    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
-        data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
-        data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
-        data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err))
+    if (text && b->queue) { /* both strings, then through the tokenizer */
+        if (jb_copy_field(b, "prompt", &b->ptext, &b->ptext_n, &b->ptext_cap, err) ||
+            jb_copy_field(b, "completion", &b->ctext, &b->ctext_n, &b->ctext_cap, err))
+            goto out;
+        rc = jb_text_example(b, err);
         goto out;
-    b->cur_len = 0;
-    if (text && b->text && b->text->tok) { /* both strings, then through the tokenizer */
-        const char *v;
-        size_t vn;
-        if (jb_field(b, "prompt", &v, &vn, err) != 0) goto out;
-        b->ptext_n = 0;
-        if (vn + 1 > b->ptext_cap) b->ptext = gt_xrealloc(b->ptext, b->ptext_cap = vn + 1);
-        memcpy(b->ptext, v, vn);
-        b->ptext_n = vn;
-        if (jb_field(b, "completion", &v, &vn, err) != 0) goto out;
-        if (vn + 1 > b->ctext_cap) b->ctext = gt_xrealloc(b->ctext, b->ctext_cap = vn + 1);
-        memcpy(b->ctext, v, vn);
-        b->ctext_n = vn;
-        if (jb_add_example_text(b, err)) goto out;
-        goto done;
     }
+    /* the queued lines come first (file order), then this example */
+    if (jb_flush(b, err) || jb_begin(b, err)) goto out;
     if (text ? jb_add_string(b, mem[0], lineno, fp, err) : jb_add_ids(b, jp, lineno, fp, err)) goto out;
     b->cur_plen = b->cur_len;
     if (text ? jb_add_string(b, mem[1], lineno, fc, err) : jb_add_ids(b, jc, lineno, fc, err)) goto out;
-done:
-    b->off[b->ex_n] = b->tok_n;
-    b->plen[b->ex_n] = b->cur_plen;
-    b->len[b->ex_n] = b->cur_len;
-    b->ex_n++;
-    b->tok_n += (size_t)b->cur_len;
+    jb_finish(b);
     rc = 0;
 out:
     cJSON_Delete(root);
@@ -482,7 +481,7 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
         return gt_error(err, GT_EXIT_BAD_INPUT,
                         "%s: data.add_eos: the tokenizer %s has no end-of-sequence token, expected one (or set data.add_eos: false)",
                         name, tokenizer_path(text->tok));
-    if (text && text->tok) b.enc = tok_encoder_new(text->tok);
+    if (text && text->tok) b.queue = jsonl_tok_new(text, name, d->vocab_size);
     int rc = -1;
     uint64_t first = 0, count = 0;
     size_t lineno = 0;
@@ -495,9 +494,14 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
             char ch = buf[pos + i];
             blank = ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
         }
-        if (!blank && jb_line(&b, buf + pos, n, lineno, err) != 0) goto out;
+        if (!blank && jb_line(&b, buf + pos, n, lineno, err) != 0) {
+            GtError earlier = {0}; /* an error of a queued line before this one comes first */
+            if (jb_flush(&b, &earlier) != 0 && err) *err = earlier;
+            goto out;
+        }
         pos += n + 1;
     }
+    if (jb_flush(&b, err) != 0) goto out;
     if (b.ex_n == 0) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected one {\"prompt\": ..., \"completion\": ...} object per line",
                  name, len == 0 ? "is empty" : "holds no examples");
@@ -555,12 +559,9 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
     rc = 0;
 out:
     jl_free(&b.jl);
-    tok_encoder_free(b.enc);
-    tok_ids_free(&b.ids);
-    tok_ids_free(&b.prompt_ids);
+    jsonl_tok_free(b.queue);
     free(b.ptext);
     free(b.ctext);
-    free(b.joined);
     d->ex_tok = b.tok;
     d->ex_off = b.off;
     d->ex_plen = b.plen;

@@ -118,24 +118,28 @@ static int get_pattern(Ctx *c, const cJSON *o, const char *path, TokRegex *re) {
     return bad(c, pp, "{\"String\": ...} or {\"Regex\": ...}", p);
 }
 
+/* A Sequence's members, each added by add (the component reader that met the Sequence). */
+typedef int (*AddFn)(Ctx *c, Tokenizer *t, const cJSON *o, const char *path);
+static int add_each(Ctx *c, Tokenizer *t, const cJSON *o, const char *path, const char *key, AddFn add) {
+    const cJSON *list = field(o, key);
+    char p[512];
+    snprintf(p, sizeof p, "%s.%s", path, key);
+    if (!cJSON_IsArray(list)) return bad(c, p, "an array", list);
+    int i = 0;
+    for (const cJSON *x = list->child; x; x = x->next, i++) {
+        char q[600];
+        snprintf(q, sizeof q, "%s[%d]", p, i);
+        if (add(c, t, x, q) != 0) return -1;
+    }
+    return 0;
+}
+
 /* ---- normalizers ---- */
 
 static int add_normalizer(Ctx *c, Tokenizer *t, const cJSON *o, const char *path) {
     const char *type = type_of(c, o, path, "a normalizer type");
     if (!type) return -1;
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = field(o, "normalizers");
-        char p[512];
-        snprintf(p, sizeof p, "%s.normalizers", path);
-        if (!cJSON_IsArray(list)) return bad(c, p, "an array", list);
-        int i = 0;
-        for (const cJSON *x = list->child; x; x = x->next, i++) {
-            char q[600];
-            snprintf(q, sizeof q, "%s[%d]", p, i);
-            if (add_normalizer(c, t, x, q) != 0) return -1;
-        }
-        return 0;
-    }
+    if (strcmp(type, "Sequence") == 0) return add_each(c, t, o, path, "normalizers", add_normalizer);
     TokNormalizer z = {0};
     if (strcmp(type, "NFC") == 0) z.kind = NORM_NFC;
     else if (strcmp(type, "NFD") == 0) z.kind = NORM_NFD;
@@ -197,19 +201,7 @@ static int get_prepend_scheme(Ctx *c, const cJSON *o, const char *path, int *sch
 static int add_pre_tokenizer(Ctx *c, Tokenizer *t, const cJSON *o, const char *path) {
     const char *type = type_of(c, o, path, "a pre-tokenizer type");
     if (!type) return -1;
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = field(o, "pretokenizers");
-        char p[512];
-        snprintf(p, sizeof p, "%s.pretokenizers", path);
-        if (!cJSON_IsArray(list)) return bad(c, p, "an array", list);
-        int i = 0;
-        for (const cJSON *x = list->child; x; x = x->next, i++) {
-            char q[600];
-            snprintf(q, sizeof q, "%s[%d]", p, i);
-            if (add_pre_tokenizer(c, t, x, q) != 0) return -1;
-        }
-        return 0;
-    }
+    if (strcmp(type, "Sequence") == 0) return add_each(c, t, o, path, "pretokenizers", add_pre_tokenizer);
     TokPreTokenizer z = {0};
     if (strcmp(type, "ByteLevel") == 0) {
         z.kind = PRE_BYTE_LEVEL;
@@ -258,19 +250,7 @@ static int add_pre_tokenizer(Ctx *c, Tokenizer *t, const cJSON *o, const char *p
 static int add_decoder(Ctx *c, Tokenizer *t, const cJSON *o, const char *path) {
     const char *type = type_of(c, o, path, "a decoder type");
     if (!type) return -1;
-    if (strcmp(type, "Sequence") == 0) {
-        const cJSON *list = field(o, "decoders");
-        char p[512];
-        snprintf(p, sizeof p, "%s.decoders", path);
-        if (!cJSON_IsArray(list)) return bad(c, p, "an array", list);
-        int i = 0;
-        for (const cJSON *x = list->child; x; x = x->next, i++) {
-            char q[600];
-            snprintf(q, sizeof q, "%s[%d]", p, i);
-            if (add_decoder(c, t, x, q) != 0) return -1;
-        }
-        return 0;
-    }
+    if (strcmp(type, "Sequence") == 0) return add_each(c, t, o, path, "decoders", add_decoder);
     TokDecoder z = {0};
     if (strcmp(type, "ByteLevel") == 0) z.kind = DEC_BYTE_LEVEL;
     else if (strcmp(type, "ByteFallback") == 0) z.kind = DEC_BYTE_FALLBACK;

@@ -90,6 +90,19 @@ static int run_cfg(const Ws *w, const char *cfg_name, const char *tag) {
     return wait_proc(&p);
 }
 
+/* w/tok.json: a byte-level BPE whose specials are <|bos|> and <eot> (no EOS the reader knows);
+ * w/model300.json: a model with room for its ids. */
+static void write_fixture_tokenizer(const Ws *w) {
+    char path[400], *json = tok_fixture_json();
+    snprintf(path, sizeof path, "%s/tok.json", w->dir);
+    put_file(path, json, strlen(json));
+    free(json);
+    snprintf(path, sizeof path, "%s/model300.json", w->dir);
+    const char *m = "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 300, "
+                    "\"n_positions\": 32}";
+    put_file(path, m, strlen(m));
+}
+
 Test(sft_templates, byte_level_counts_the_completion_bytes) {
     Ws w;
     ws_init(&w); /* model.json: a byte-level model, 32 positions */
@@ -137,14 +150,7 @@ Test(sft_templates, add_eos_needs_an_eos_token) {
     Ws w;
     ws_init(&w);
     write_data(&w, "math.jsonl", false);
-    char path[400], *json = tok_fixture_json(); /* a byte-level BPE whose specials are <|bos|>, <eot> */
-    snprintf(path, sizeof path, "%s/tok.json", w.dir);
-    put_file(path, json, strlen(json));
-    free(json);
-    snprintf(path, sizeof path, "%s/model300.json", w.dir);
-    const char *m = "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 300, "
-                    "\"n_positions\": 32}";
-    put_file(path, m, strlen(m));
+    write_fixture_tokenizer(&w);
     write_config(&w, "noeos.yaml", "model300.json", "tok.json", "math.jsonl", "Q: {query}\\nA:");
     int st = run_cfg(&w, "noeos.yaml", "noeos");
     expect_one_line(&w, "noeos", st, 2, "data.add_eos", "end-of-sequence");
@@ -211,5 +217,25 @@ Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout 
     cr_assert_eq(got, expected, "num_items %ld, Hugging Face's count of completion tokens + EOS %ld", got, expected);
     snprintf(path, sizeof path, "%s/out-llama2.yaml/tokenizer.json", w.dir);
     cr_assert(files_equal(path, tok), "the run did not save its tokenizer.json beside the weights");
+    ws_fini(&w);
+}
+
+Test(sft_templates, the_first_bad_line_is_named_though_lines_are_tokenized_in_batches) {
+    Ws w;
+    ws_init(&w);
+    write_fixture_tokenizer(&w);
+    char path[400];
+    /* line 2: a raw 0xFF byte in its query (not UTF-8); line 3: not JSON */
+    const char *data = "{\"query\": \"fine\", \"response\": \"ok\"}\n{\"query\": \"bad \xff here\", \"response\": \"ok\"}\n{\"query\": \n";
+    snprintf(path, sizeof path, "%s/mixed.jsonl", w.dir);
+    put_file(path, data, strlen(data));
+    write_config(&w, "mixed.yaml", "model300.json", "tok.json", "mixed.jsonl", "Q: {query}\\nA:");
+    char cfg[400];
+    snprintf(cfg, sizeof cfg, "%s/mixed.yaml", w.dir);
+    Proc p;
+    const char *sets[] = {"data.add_eos=false"};
+    start_v(&p, &w, cfg, NULL, "mixed", sets, 1);
+    int st = wait_proc(&p);
+    expect_one_line(&w, "mixed", st, 2, "mixed.jsonl:2", "UTF-8");
     ws_fini(&w);
 }
