@@ -119,6 +119,7 @@ $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard s
 # cpu_runtime_setup in src/blas_setup.c).
 # bench_step and bench_svd are built (not run) so that a change that breaks the benchmark fails the tests
 test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd
+	GTRAIN_NPM_REFS="$${GTRAIN_NPM_REFS:-$$(scripts/npm-refs.sh --check 2>/dev/null)}" \
 	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) $(BUILD)/test_gtrain $(TEST_ARGS)
 
 # The whole suite under AddressSanitizer + UBSan with leaks fatal (CPU backend only: sanitizers and
@@ -145,10 +146,11 @@ $(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) $(CU_OBJS)
 $(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-# Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, and the time of
-# the SVD PiSSA needs (not a test).
+# Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, the time of
+# the SVD PiSSA needs, and gtrain tokenize's tokens/s beside Hugging Face's tokenizers (not a test).
 bench: $(BUILD)/gtrain $(BUILD)/bench_step $(BUILD)/bench_svd
 	scripts/bench.sh $(BUILD)
+	scripts/bench-tokenizer.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-*

@@ -14,6 +14,9 @@ USAGE=$B/test-cudasim.usage
 rm -f "$USAGE"
 start=$(date +%s)
 set -- ${CUDASIM_FILTER:+--filter="$CUDASIM_FILTER"} "$@"
+# the tokenizer references (scripts/npm-refs.sh), when installed and not given
+GTRAIN_NPM_REFS="${GTRAIN_NPM_REFS:-$(scripts/npm-refs.sh --check 2>/dev/null || true)}"
+export GTRAIN_NPM_REFS
 GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 GTCSIM_NCCL_TIMEOUT=${GTCSIM_NCCL_TIMEOUT:-60} \
   GTCSIM_USAGE_LOG="$(pwd)/$USAGE" GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} \
   GTRAIN_BIN="$(pwd)/$B/gtrain" GTRAIN_ROOT="$(pwd)" \

