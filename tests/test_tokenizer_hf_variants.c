@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "test_backend_select.h"
 #include "test_util.h"
 #include "tok_hf_util.h"
 
@@ -166,7 +165,7 @@ static void check_variants(const RefTokenizer *t, const char *group, const Varia
     ws_open(&w, "gt_tok_hf_var");
     char base[512];
     ref_tokenizer_path(&w, t, base, sizeof base);
-    bool small = TOK_UNDER_ASAN || test_on_cudasim();
+    bool small = TOK_UNDER_ASAN;
     const char *in = corpus_with(&w, small ? "--shakespeare-lines 100 --paragraphs 10 --random 200"
                                            : "--shakespeare-lines 400 --paragraphs 40 --random 600");
     /* the variants are made from the file trimmed to its first 8000 ids: each loads in a fraction of
