@@ -772,6 +772,19 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
         char val[GT_PATH_MAX + 64], src[32];
         cfg_value_text(k, cfg, val, sizeof val);
         if ((k->type == KT_PATH || k->type == KT_STRING) && !val[0]) snprintf(val, sizeof val, "\"\"");
+        if (k->type == KT_STRING && strpbrk(val, "\n\t\r\"\\")) { /* a template: one line, as YAML would quote it */
+            char q[2 * sizeof val + 3];
+            size_t n = 0;
+            q[n++] = '"';
+            for (const char *c = val; *c && n + 4 < sizeof q; c++) {
+                const char *e = *c == '\n' ? "\\n" : *c == '\t' ? "\\t" : *c == '\r' ? "\\r" : *c == '"' ? "\\\"" : *c == '\\' ? "\\\\" : NULL;
+                if (e) n += (size_t)snprintf(q + n, sizeof q - n, "%s", e);
+                else q[n++] = *c;
+            }
+            q[n++] = '"';
+            q[n] = 0;
+            snprintf(val, sizeof val, "%.*s", (int)(sizeof val - 1), q);
+        }
         if (k->type == KT_BYTES) {
             uint64_t b;
             memcpy(&b, (const char *)cfg + k->offset, sizeof b);
