@@ -45,6 +45,6 @@ echo "== the whole suite with the CUDA backend (cuda/*.cu) on the CUDA simulator
 make -j"$jobs" test-cudasim
 echo "== known bugs planted into copies of cuda/: the simulated suite must catch each"
 make test-cudasim-mutants
-echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-30} s each"
-make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-30}" FUZZ_JOBS="$jobs"
+echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-20} s each"
+make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_JOBS="$jobs"
 echo "== all tests passed"
