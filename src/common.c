@@ -362,3 +362,47 @@ long gt_count_nonfinite(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
     return c;
 }
+
+void gt_bytes_put(GtBytes *b, const char *s, size_t n) {
+    if (n == 0) return; /* b->p may still be NULL */
+    if (b->n + n > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n) cap *= 2;
+        b->p = gt_xrealloc(b->p, cap);
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+
+void gt_bytes_free(GtBytes *b) {
+    free(b->p);
+    b->p = NULL;
+    b->n = b->cap = 0;
+}
+
+long gt_utf8_sequence(const unsigned char *s, size_t n) {
+    unsigned char b = s[0];
+    if (b < 0x80) return 1;
+    int need;
+    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (b >= 0xC2 && b <= 0xDF) need = 1;
+    else if (b >= 0xE0 && b <= 0xEF) {
+        need = 2;
+        if (b == 0xE0) lo = 0xA0;      /* no overlong forms */
+        else if (b == 0xED) hi = 0x9F; /* no surrogates */
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        need = 3;
+        if (b == 0xF0) lo = 0x90;
+        else if (b == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
+    } else {
+        return -1;
+    }
+    for (int k = 1; k <= need; k++) {
+        if ((size_t)k >= n) return -k;
+        unsigned char c = s[k];
+        bool ok = k == 1 ? c >= lo && c <= hi : c >= 0x80 && c <= 0xBF;
+        if (!ok) return -k;
+    }
+    return need + 1;
+}

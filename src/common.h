@@ -39,6 +39,20 @@ void *gt_xcalloc(size_t n, size_t size);
 void *gt_xrealloc(void *p, size_t bytes);
 char *gt_xstrdup(const char *s);
 
+/* A growable byte buffer (p may be NULL while n == 0); gt_xrealloc'd. */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} GtBytes;
+void gt_bytes_put(GtBytes *b, const char *s, size_t n);
+void gt_bytes_free(GtBytes *b);
+
+/* UTF-8 as Rust's str takes it (no overlong forms, surrogates or code points above U+10FFFF):
+ * the length of the valid character at s[0..n) (n >= 1), or, negated, the length of its maximal
+ * invalid subpart (at least 1: the longest prefix that could start a valid character), the unit
+ * String::from_utf8_lossy replaces with one U+FFFD. */
+long gt_utf8_sequence(const unsigned char *s, size_t n);
+
 /* Overflow-checked size arithmetic: returns false on overflow. */
 bool gt_mul_size(size_t a, size_t b, size_t *out);
 bool gt_add_size(size_t a, size_t b, size_t *out);

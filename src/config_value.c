@@ -24,25 +24,8 @@ const char *cfg_enum_name(const char *const *names, int v) {
 /* Length of the valid UTF-8 sequence at s (n bytes left), 0 if there is none there: overlong
  * forms, surrogates and code points above U+10FFFF are invalid. */
 size_t cfg_utf8_len(const unsigned char *s, size_t n) {
-    const unsigned c = s[0];
-    size_t len;
-    unsigned cp, min;
-    if (c < 0x80) return 1;
-    if ((c & 0xE0) == 0xC0)
-        len = 2, cp = c & 0x1F, min = 0x80;
-    else if ((c & 0xF0) == 0xE0)
-        len = 3, cp = c & 0x0F, min = 0x800;
-    else if ((c & 0xF8) == 0xF0)
-        len = 4, cp = c & 0x07, min = 0x10000;
-    else
-        return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xC0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3F);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
+    long k = gt_utf8_sequence(s, n);
+    return k > 0 ? (size_t)k : 0;
 }
 
 /* A value as it appears in a message: printable, one line, valid UTF-8, at most ~60 bytes. */

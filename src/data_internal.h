@@ -61,10 +61,9 @@ int jsonl_tok_encode(JsonlTokBatch *q, GtError *err);
 const int32_t *jsonl_tok_ids(const JsonlTokBatch *q, size_t i, size_t *n, size_t *plen, size_t *lineno);
 void jsonl_tok_clear(JsonlTokBatch *q);
 
-/* Fill tmpl's {field}s through lookup (returns 0 and the value, or -1 when the line has no such
- * string field: *missing names it). The result goes to *buf (n bytes, capacity cap). */
+/* Fill tmpl's {field}s through lookup (returns 0 and the value, or -1 with err naming the field
+ * the line lacks). The result replaces out's bytes. */
 typedef int (*DataFieldLookup)(void *ctx, const char *field, const char **val, size_t *len, GtError *err);
-int data_template_fill(const char *tmpl, DataFieldLookup lookup, void *ctx, char **buf, size_t *n, size_t *cap,
-                       GtError *err);
+int data_template_fill(const char *tmpl, DataFieldLookup lookup, void *ctx, GtBytes *out, GtError *err);
 
 #endif

@@ -30,7 +30,7 @@ typedef struct {
 } JKeyRef;
 
 typedef struct {
-    JsonBytes keys, text;
+    GtBytes keys, text;
     JMember *mem;
     size_t mem_cap;
     JKeyRef *refs;
@@ -186,8 +186,7 @@ typedef struct {
     JlScratch jl;              /* the line's members and a decoded string, reused line to line */
     const DataText *text;      /* tokenizer and templates, or NULL */
     JsonlTokBatch *queue;      /* with a tokenizer: the lines waiting to be encoded */
-    char *ptext, *ctext;       /* the line's prompt and completion text */
-    size_t ptext_n, ptext_cap, ctext_n, ctext_cap;
+    GtBytes ptext, ctext;      /* the line's prompt and completion text */
     size_t lineno, count; /* the line being read, and its member count */
 } JsonlBuild;
 
@@ -317,25 +316,21 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
  * for the tokenizer (encode(prompt + completion), the first len(encode(prompt)) the prompt). */
 static int jb_text_example(JsonlBuild *b, GtError *err) {
     if (b->queue) {
-        jsonl_tok_add(b->queue, b->ptext, b->ptext_n, b->ctext, b->ctext_n, b->lineno);
+        jsonl_tok_add(b->queue, b->ptext.p, b->ptext.n, b->ctext.p, b->ctext.n, b->lineno);
         return jsonl_tok_count(b->queue) >= JSONL_TOK_BATCH ? jb_flush(b, err) : 0;
     }
-    if (jb_begin(b, err) || jb_add_text(b, b->ptext ? b->ptext : "", b->ptext_n, b->lineno, "prompt", err)) return -1;
+    if (jb_begin(b, err) || jb_add_text(b, b->ptext.p, b->ptext.n, b->lineno, "prompt", err)) return -1;
     b->cur_plen = b->cur_len;
-    if (jb_add_text(b, b->ctext ? b->ctext : "", b->ctext_n, b->lineno, "completion", err)) return -1;
+    if (jb_add_text(b, b->ctext.p, b->ctext.n, b->lineno, "completion", err)) return -1;
     jb_finish(b);
     return 0;
 }
 
-/* A string member's text into *buf (for the prompt/completion of a tokenized line). */
-static int jb_copy_field(JsonlBuild *b, const char *key, char **buf, size_t *n, size_t *cap, GtError *err) {
-    const char *v;
-    size_t vn;
-    if (jb_field(b, key, &v, &vn, err) != 0) return -1;
-    if (vn + 1 > *cap) *buf = gt_xrealloc(*buf, *cap = vn + 1);
-    memcpy(*buf, v, vn);
-    *n = vn;
-    return 0;
+/* The line's prompt and completion text from the templates ("" or NULL: the "prompt" and
+ * "completion" members themselves). */
+static int jb_fill_text(JsonlBuild *b, const char *pt, const char *ct, GtError *err) {
+    return data_template_fill(pt && pt[0] ? pt : "{prompt}", jb_field, b, &b->ptext, err) ||
+           data_template_fill(ct && ct[0] ? ct : "{completion}", jb_field, b, &b->ctext, err);
 }
 
 static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtError *err) {
@@ -372,10 +367,7 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
     bool templated = b->text && ((b->text->prompt_template && b->text->prompt_template[0]) ||
                                  (b->text->completion_template && b->text->completion_template[0]));
     if (templated) {
-        const char *pt = b->text->prompt_template, *ct = b->text->completion_template;
-        if (data_template_fill(pt && pt[0] ? pt : "{prompt}", jb_field, b, &b->ptext, &b->ptext_n, &b->ptext_cap, err) ||
-            data_template_fill(ct && ct[0] ? ct : "{completion}", jb_field, b, &b->ctext, &b->ctext_n, &b->ctext_cap, err))
-            goto out;
+        if (jb_fill_text(b, b->text->prompt_template, b->text->completion_template, err)) goto out;
         rc = jb_text_example(b, err);
         goto out;
     }
@@ -417,9 +409,7 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
         goto out;
     }
     if (text && b->queue) { /* both strings, then through the tokenizer */
-        if (jb_copy_field(b, "prompt", &b->ptext, &b->ptext_n, &b->ptext_cap, err) ||
-            jb_copy_field(b, "completion", &b->ctext, &b->ctext_n, &b->ctext_cap, err))
-            goto out;
+        if (jb_fill_text(b, NULL, NULL, err)) goto out;
         rc = jb_text_example(b, err);
         goto out;
     }
@@ -560,8 +550,8 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
 out:
     jl_free(&b.jl);
     jsonl_tok_free(b.queue);
-    free(b.ptext);
-    free(b.ctext);
+    gt_bytes_free(&b.ptext);
+    gt_bytes_free(&b.ctext);
     d->ex_tok = b.tok;
     d->ex_off = b.off;
     d->ex_plen = b.plen;

@@ -60,23 +60,14 @@ int data_template_why(const char *tmpl, char *why, size_t cap) {
 typedef struct {
     DataFieldLookup lookup;
     void *ctx;
-    char **buf;
-    size_t *n, *cap;
+    GtBytes *out;
     GtError *err;
 } Fill;
 
-static int put(Fill *f, const char *s, size_t n) {
-    if (*f->n + n + 1 > *f->cap) {
-        *f->cap = (*f->n + n + 1) * 2;
-        *f->buf = gt_xrealloc(*f->buf, *f->cap);
-    }
-    memcpy(*f->buf + *f->n, s, n);
-    *f->n += n;
-    (*f->buf)[*f->n] = 0;
+static int fill_lit(void *ctx, const char *s, size_t n) {
+    gt_bytes_put(((Fill *)ctx)->out, s, n);
     return 0;
 }
-
-static int fill_lit(void *ctx, const char *s, size_t n) { return put(ctx, s, n); }
 
 static int fill_field(void *ctx, const char *name, size_t n) {
     Fill *f = ctx;
@@ -87,14 +78,13 @@ static int fill_field(void *ctx, const char *name, size_t n) {
     const char *val;
     size_t len;
     if (f->lookup(f->ctx, field, &val, &len, f->err) != 0) return -1;
-    return put(f, val, len);
+    gt_bytes_put(f->out, val, len);
+    return 0;
 }
 
-int data_template_fill(const char *tmpl, DataFieldLookup lookup, void *ctx, char **buf, size_t *n, size_t *cap,
-                       GtError *err) {
-    Fill f = {.lookup = lookup, .ctx = ctx, .buf = buf, .n = n, .cap = cap, .err = err};
-    *n = 0;
-    put(&f, "", 0);
+int data_template_fill(const char *tmpl, DataFieldLookup lookup, void *ctx, GtBytes *out, GtError *err) {
+    Fill f = {.lookup = lookup, .ctx = ctx, .out = out, .err = err};
+    out->n = 0;
     int rc;
     const char *why = "";
     long at = walk(tmpl, fill_lit, fill_field, &f, &rc, &why);

@@ -4,24 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void json_bytes_put(JsonBytes *b, const char *s, size_t n) {
-    if (n == 0) return; /* b->p may still be NULL */
-    if (b->n + n > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->n + n) cap *= 2;
-        b->p = gt_xrealloc(b->p, cap);
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-
-void json_bytes_free(JsonBytes *b) {
-    free(b->p);
-    b->p = NULL;
-    b->n = b->cap = 0;
-}
-
 static long hex4(const char *p, const char *end) {
     if (end - p < 4) return -1;
     long v = 0;
@@ -53,13 +35,13 @@ static size_t utf8_put(char *u, long cp) {
     return 4;
 }
 
-int json_string_decode(const char **pp, const char *end, JsonBytes *out) {
+int json_string_decode(const char **pp, const char *end, GtBytes *out) {
     const char *p = *pp + 1;
     while (p < end && *p != '"') {
         if (*p != '\\') {
             const char *q = p;
             while (q < end && *q != '"' && *q != '\\') q++;
-            if (out) json_bytes_put(out, p, (size_t)(q - p));
+            if (out) gt_bytes_put(out, p, (size_t)(q - p));
             p = q;
             continue;
         }
@@ -84,64 +66,36 @@ int json_string_decode(const char **pp, const char *end, JsonBytes *out) {
             }
             char u[4];
             size_t n = utf8_put(u, cp);
-            if (out) json_bytes_put(out, u, n);
+            if (out) gt_bytes_put(out, u, n);
             continue;
         }
         default: return -1;
         }
-        if (out) json_bytes_put(out, &c, 1);
+        if (out) gt_bytes_put(out, &c, 1);
     }
     if (p >= end) return -1;
     *pp = p + 1;
     return 0;
 }
 
-/* The length of the valid UTF-8 sequence at s[0..n) (n >= 1), or, negated, the length of its
- * maximal invalid subpart (at least 1): the longest prefix that could start a valid sequence. */
-static long utf8_sequence(const unsigned char *s, size_t n) {
-    unsigned char b = s[0];
-    if (b < 0x80) return 1;
-    int need;
-    unsigned char lo = 0x80, hi = 0xBF; /* the range of the second byte */
-    if (b >= 0xC2 && b <= 0xDF) need = 1;
-    else if (b >= 0xE0 && b <= 0xEF) {
-        need = 2;
-        if (b == 0xE0) lo = 0xA0;      /* no overlong forms */
-        else if (b == 0xED) hi = 0x9F; /* no surrogates */
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 3;
-        if (b == 0xF0) lo = 0x90;
-        else if (b == 0xF4) hi = 0x8F; /* nothing above U+10FFFF */
-    } else {
-        return -1;
-    }
-    for (int k = 1; k <= need; k++) {
-        if ((size_t)k >= n) return -k;
-        unsigned char c = s[k];
-        bool ok = k == 1 ? c >= lo && c <= hi : c >= 0x80 && c <= 0xBF;
-        if (!ok) return -k;
-    }
-    return need + 1;
-}
-
-void json_string_encode(JsonBytes *out, const char *text, size_t len) {
+void json_string_encode(GtBytes *out, const char *text, size_t len) {
     static const char hex[] = "0123456789abcdef";
     const unsigned char *s = (const unsigned char *)text;
-    json_bytes_put(out, "\"", 1);
+    gt_bytes_put(out, "\"", 1);
     size_t i = 0;
     while (i < len) {
         size_t run = i; /* plain bytes: printable ASCII but the two to escape */
         while (run < len && s[run] >= 0x20 && s[run] < 0x80 && s[run] != '"' && s[run] != '\\') run++;
         if (run > i) {
-            json_bytes_put(out, text + i, run - i);
+            gt_bytes_put(out, text + i, run - i);
             i = run;
             continue;
         }
         unsigned char c = s[i];
         if (c >= 0x80) {
-            long k = utf8_sequence(s + i, len - i);
-            if (k > 0) json_bytes_put(out, text + i, (size_t)k);
-            else json_bytes_put(out, "\xEF\xBF\xBD", 3); /* U+FFFD */
+            long k = gt_utf8_sequence(s + i, len - i);
+            if (k > 0) gt_bytes_put(out, text + i, (size_t)k);
+            else gt_bytes_put(out, "\xEF\xBF\xBD", 3); /* U+FFFD */
             i += (size_t)(k > 0 ? k : -k);
             continue;
         }
@@ -159,8 +113,8 @@ void json_string_encode(JsonBytes *out, const char *text, size_t len) {
             esc[1] = 'u', esc[2] = '0', esc[3] = '0', esc[4] = hex[c >> 4], esc[5] = hex[c & 15];
             n = 6;
         }
-        json_bytes_put(out, esc, n);
+        gt_bytes_put(out, esc, n);
         i++;
     }
-    json_bytes_put(out, "\"", 1);
+    gt_bytes_put(out, "\"", 1);
 }

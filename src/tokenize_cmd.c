@@ -41,14 +41,14 @@ typedef struct {
     int input;   /* index into the inputs */
     size_t line; /* 1-based line of its input (line modes), 0 for a document */
     TokIds ids;  /* encode: its ids; decode: the ids read */
-    JsonBytes out; /* what is printed for it */
+    GtBytes out; /* what is printed for it */
     GtError *err;  /* set when it failed */
 } Item;
 
 typedef struct {
     Item *items; /* kept across batches: their buffers are reused */
     size_t n, cap;
-    JsonBytes arena; /* line modes: the lines' text */
+    GtBytes arena; /* line modes: the lines' text */
     uint64_t bytes;  /* input bytes in the batch */
 } Batch;
 
@@ -252,10 +252,10 @@ static void batch_free(Batch *b) {
     batch_clear(b);
     for (size_t i = 0; i < b->cap; i++) {
         tok_ids_free(&b->items[i].ids);
-        json_bytes_free(&b->items[i].out);
+        gt_bytes_free(&b->items[i].out);
     }
     free(b->items);
-    json_bytes_free(&b->arena);
+    gt_bytes_free(&b->arena);
 }
 
 /* Documents: the next inputs, whole, from *next on. */
@@ -309,7 +309,7 @@ static void reader_close(LineReader *r) {
 
 /* The next line of r (without its '\n') appended to arena, its length in *len: 1, or 0 at the
  * end of the input, -1 on error. */
-static int reader_next(const Context *c, LineReader *r, JsonBytes *arena, size_t *len, GtError *err) {
+static int reader_next(const Context *c, LineReader *r, GtBytes *arena, size_t *len, GtError *err) {
     size_t got = 0;
     bool any = false;
     for (;;) {
@@ -320,7 +320,7 @@ static int reader_next(const Context *c, LineReader *r, JsonBytes *arena, size_t
             if (got + take > MAX_LINE_BYTES)
                 return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: line longer than %zu MiB", c->names[r->input],
                                 r->line + 1, MAX_LINE_BYTES >> 20);
-            json_bytes_put(arena, r->buf + r->start, take);
+            gt_bytes_put(arena, r->buf + r->start, take);
             got += take;
             r->start += take;
             if (nl) {
@@ -386,7 +386,7 @@ static const char *json_start_name(const char *p, const char *end) {
 }
 
 /* The JSON string that is the whole line s[n] (whitespace around it allowed), decoded into out. */
-static int parse_string_line(const char *s, size_t n, bool first_line, JsonBytes *out, const char *name, size_t line,
+static int parse_string_line(const char *s, size_t n, bool first_line, GtBytes *out, const char *name, size_t line,
                              GtError *err) {
     const char *p = s, *end = s + n;
     if (first_line && n >= 3 && memcmp(p, "\xEF\xBB\xBF", 3) == 0) p += 3;
@@ -479,7 +479,7 @@ static int parse_json_ids(const char *s, size_t n, TokIds *ids, const char *name
 }
 
 /* ids as one line of space-separated decimals */
-static void format_ids(JsonBytes *out, const TokIds *ids) {
+static void format_ids(GtBytes *out, const TokIds *ids) {
     char num[16];
     for (size_t i = 0; i < ids->n; i++) {
         uint32_t v = (uint32_t)ids->ids[i];
@@ -487,12 +487,12 @@ static void format_ids(JsonBytes *out, const TokIds *ids) {
         do num[--k] = (char)('0' + v % 10);
         while ((v /= 10) > 0);
         if (i) num[--k] = ' ';
-        json_bytes_put(out, num + k, sizeof num - (size_t)k);
+        gt_bytes_put(out, num + k, sizeof num - (size_t)k);
     }
-    json_bytes_put(out, "\n", 1);
+    gt_bytes_put(out, "\n", 1);
 }
 
-static void process_item(const Context *c, Item *it, TokEncoder *enc, JsonBytes *scratch) {
+static void process_item(const Context *c, Item *it, TokEncoder *enc, GtBytes *scratch) {
     const TokenizeOptions *o = c->o;
     const char *file = c->names[it->input];
     char where[GT_PATH_MAX + 32];
@@ -517,9 +517,9 @@ static void process_item(const Context *c, Item *it, TokEncoder *enc, JsonBytes 
         if (rc == 0) rc = tokenizer_decode(c->tok, it->ids.ids, it->ids.n, o->skip_special, &text, &len, &e);
         if (rc == 0 && c->mode == MODE_DECODE_JSONL) {
             json_string_encode(&it->out, text, len);
-            json_bytes_put(&it->out, "\n", 1);
+            gt_bytes_put(&it->out, "\n", 1);
         } else if (rc == 0) {
-            json_bytes_put(&it->out, text, len);
+            gt_bytes_put(&it->out, text, len);
         }
         free(text);
         break;
@@ -611,7 +611,7 @@ static int run(const Context *c, GtError *err) {
     const TokenizeOptions *o = c->o;
     const int n_threads = omp_get_max_threads();
     TokEncoder **enc = gt_xcalloc((size_t)n_threads, sizeof *enc);
-    JsonBytes *scratch = gt_xcalloc((size_t)n_threads, sizeof *scratch);
+    GtBytes *scratch = gt_xcalloc((size_t)n_threads, sizeof *scratch);
     for (int t = 0; t < n_threads; t++) enc[t] = tok_encoder_new(c->tok);
     Batch b = {0};
     LineReader r = {.input = -1};
@@ -684,7 +684,7 @@ out:
     batch_free(&b);
     for (int t = 0; t < n_threads; t++) {
         tok_encoder_free(enc[t]);
-        json_bytes_free(&scratch[t]);
+        gt_bytes_free(&scratch[t]);
     }
     free(enc);
     free(scratch);

@@ -25,29 +25,6 @@ int32_t tok_utf8_decode(const char *s, size_t *n) {
     }
 }
 
-/* Bytes of the well-formed prefix of a character at s[0..len): the character's length when it
- * is valid, else the length of its maximal valid subpart as a negative number (at least -1). */
-static long utf8_char_check(const unsigned char *s, size_t len) {
-    unsigned char b = s[0];
-    if (b < 0x80) return 1;
-    size_t need;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) need = 2;
-    else if (b == 0xE0) need = 3, lo = 0xA0;
-    else if (b == 0xED) need = 3, hi = 0x9F;
-    else if (b >= 0xE1 && b <= 0xEF) need = 3;
-    else if (b == 0xF0) need = 4, lo = 0x90;
-    else if (b == 0xF4) need = 4, hi = 0x8F;
-    else if (b >= 0xF1 && b <= 0xF3) need = 4;
-    else return -1;
-    for (size_t k = 1; k < need; k++) {
-        if (k >= len) return -(long)k;
-        unsigned char c = s[k];
-        if (k == 1 ? (c < lo || c > hi) : (c < 0x80 || c > 0xBF)) return -(long)k;
-    }
-    return (long)need;
-}
-
 long tok_utf8_invalid_at(const char *text, size_t len) {
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < len;) {
@@ -55,27 +32,20 @@ long tok_utf8_invalid_at(const char *text, size_t len) {
             i++;
             continue;
         }
-        long n = utf8_char_check(s + i, len - i);
+        long n = gt_utf8_sequence(s + i, len - i);
         if (n < 0) return (long)i;
         i += (size_t)n;
     }
     return -1;
 }
 
-void tok_utf8_lossy_append(const char *text, size_t len, char **buf, size_t *n, size_t *cap) {
+void tok_utf8_lossy_append(const char *text, size_t len, GtBytes *out) {
     const unsigned char *s = (const unsigned char *)text;
     for (size_t i = 0; i < len;) {
-        long k = utf8_char_check(s + i, len - i);
-        const char *piece = (const char *)s + i;
-        size_t pl = k > 0 ? (size_t)k : 3;
-        if (k < 0) piece = "\xEF\xBF\xBD";
-        if (*n + pl + 1 > *cap) {
-            *cap = (*n + pl + 1) * 2;
-            *buf = gt_xrealloc(*buf, *cap);
-        }
-        memcpy(*buf + *n, piece, pl);
-        *n += pl;
-        i += k > 0 ? (size_t)k : (size_t)-k;
+        long k = gt_utf8_sequence(s + i, len - i);
+        if (k > 0) gt_bytes_put(out, text + i, (size_t)k);
+        else gt_bytes_put(out, "\xEF\xBF\xBD", 3); /* U+FFFD */
+        i += (size_t)(k > 0 ? k : -k);
     }
 }
 

@@ -32,25 +32,17 @@ static void list_free(StrList *l) {
     memset(l, 0, sizeof *l);
 }
 
-typedef struct {
-    char *b;
-    size_t n, cap;
-} Buf;
-
-static void buf_put(Buf *b, const char *s, size_t n) {
-    if (b->n + n + 1 > b->cap) {
-        b->cap = (b->n + n + 1) * 2;
-        b->b = gt_xrealloc(b->b, b->cap);
-    }
-    memcpy(b->b + b->n, s, n);
-    b->n += n;
-    b->b[b->n] = 0;
+/* b's bytes as a NUL-terminated string (never NULL; the NUL is not counted in b->n). */
+static char *cstr(GtBytes *b) {
+    gt_bytes_put(b, "", 1);
+    b->n--;
+    return b->p;
 }
 
 /* ByteLevel: every token's characters back to bytes (a token with a character outside the
  * alphabet is taken as its own bytes), all joined, then read as UTF-8 lossily: one string. */
 static void dec_byte_level(const Tokenizer *t, StrList *l) {
-    Buf raw = {0};
+    GtBytes raw = {0};
     for (size_t i = 0; i < l->n; i++) {
         size_t start = raw.n;
         bool all = true;
@@ -61,22 +53,21 @@ static void dec_byte_level(const Tokenizer *t, StrList *l) {
             if (b < 0) all = false;
             else {
                 char byte = (char)b;
-                buf_put(&raw, &byte, 1);
+                gt_bytes_put(&raw, &byte, 1);
             }
             k += cl;
         }
         if (!all) {
             raw.n = start;
-            buf_put(&raw, l->s[i], l->len[i]);
+            gt_bytes_put(&raw, l->s[i], l->len[i]);
         }
     }
-    char *out = NULL;
-    size_t n = 0, cap = 0;
-    tok_utf8_lossy_append(raw.b ? raw.b : "", raw.n, &out, &n, &cap);
+    GtBytes text = {0};
+    tok_utf8_lossy_append(raw.p, raw.n, &text);
     list_free(l);
-    list_push(l, out ? out : "", n);
-    free(out);
-    free(raw.b);
+    list_push(l, cstr(&text), text.n);
+    gt_bytes_free(&text);
+    gt_bytes_free(&raw);
 }
 
 static bool is_byte_token(const char *s, size_t n, unsigned char *byte) {
@@ -92,9 +83,9 @@ static bool is_byte_token(const char *s, size_t n, unsigned char *byte) {
     return true;
 }
 
-static void flush_bytes(StrList *out, Buf *bytes) {
+static void flush_bytes(StrList *out, GtBytes *bytes) {
     if (bytes->n == 0) return;
-    if (tok_utf8_invalid_at(bytes->b, bytes->n) < 0) list_push(out, bytes->b, bytes->n);
+    if (tok_utf8_invalid_at(bytes->p, bytes->n) < 0) list_push(out, bytes->p, bytes->n);
     else
         for (size_t k = 0; k < bytes->n; k++) list_push(out, "\xEF\xBF\xBD", 3); /* one U+FFFD per byte */
     bytes->n = 0;
@@ -102,37 +93,36 @@ static void flush_bytes(StrList *out, Buf *bytes) {
 
 static void dec_byte_fallback(StrList *l) {
     StrList out = {0};
-    Buf bytes = {0};
+    GtBytes bytes = {0};
     for (size_t i = 0; i < l->n; i++) {
         unsigned char b;
         if (is_byte_token(l->s[i], l->len[i], &b)) {
-            buf_put(&bytes, (const char *)&b, 1);
+            gt_bytes_put(&bytes, (const char *)&b, 1);
             continue;
         }
         flush_bytes(&out, &bytes);
         list_push(&out, l->s[i], l->len[i]);
     }
     flush_bytes(&out, &bytes);
-    free(bytes.b);
+    gt_bytes_free(&bytes);
     list_free(l);
     *l = out;
 }
 
 static void dec_metaspace(const TokDecoder *d, StrList *l) {
     for (size_t i = 0; i < l->n; i++) {
-        Buf b = {0};
-        buf_put(&b, "", 0);
+        GtBytes b = {0};
         for (size_t k = 0; k < l->len[i];) {
             size_t cl = tok_utf8_len((unsigned char)l->s[i][k]);
             if (cl == d->replacement_len && memcmp(l->s[i] + k, d->replacement, cl) == 0) {
-                if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) buf_put(&b, " ", 1);
+                if (!(i == 0 && d->prepend_scheme != PREPEND_NEVER)) gt_bytes_put(&b, " ", 1);
             } else {
-                buf_put(&b, l->s[i] + k, cl);
+                gt_bytes_put(&b, l->s[i] + k, cl);
             }
             k += cl;
         }
         free(l->s[i]);
-        l->s[i] = b.b;
+        l->s[i] = cstr(&b);
         l->len[i] = b.n;
     }
 }
@@ -140,41 +130,39 @@ static void dec_metaspace(const TokDecoder *d, StrList *l) {
 typedef struct {
     const TokDecoder *d;
     const char *tok;
-    Buf *out;
+    GtBytes *out;
     size_t prev;
 } ReplaceCtx;
 
 static void replace_match(void *ctx, size_t start, size_t end) {
     ReplaceCtx *c = ctx;
-    buf_put(c->out, c->tok + c->prev, start - c->prev);
-    buf_put(c->out, c->d->content, c->d->content_len);
+    gt_bytes_put(c->out, c->tok + c->prev, start - c->prev);
+    gt_bytes_put(c->out, c->d->content, c->d->content_len);
     c->prev = end;
 }
 
 static int dec_replace(const TokDecoder *d, StrList *l, GtError *err) {
     for (size_t i = 0; i < l->n; i++) {
-        Buf b = {0};
-        buf_put(&b, "", 0);
+        GtBytes b = {0};
         ReplaceCtx c = {.d = d, .tok = l->s[i], .out = &b, .prev = 0};
         if (l->len[i] > 0 && tok_regex_find_iter(&d->re, l->s[i], l->len[i], replace_match, &c, err) != 0) {
-            free(b.b);
+            gt_bytes_free(&b);
             return -1;
         }
-        buf_put(&b, l->s[i] + c.prev, l->len[i] - c.prev);
+        gt_bytes_put(&b, l->s[i] + c.prev, l->len[i] - c.prev);
         free(l->s[i]);
-        l->s[i] = b.b;
+        l->s[i] = cstr(&b);
         l->len[i] = b.n;
     }
     return 0;
 }
 
 static void dec_fuse(StrList *l) {
-    Buf b = {0};
-    buf_put(&b, "", 0);
-    for (size_t i = 0; i < l->n; i++) buf_put(&b, l->s[i], l->len[i]);
+    GtBytes b = {0};
+    for (size_t i = 0; i < l->n; i++) gt_bytes_put(&b, l->s[i], l->len[i]);
     list_free(l);
-    list_push(l, b.b, b.n);
-    free(b.b);
+    list_push(l, cstr(&b), b.n);
+    gt_bytes_free(&b);
 }
 
 /* Strip: up to `start` leading and `stop` trailing characters equal to content. */
@@ -203,12 +191,11 @@ int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip
         if (skip_special_tokens && t->special_of_id[id]) continue;
         list_push(&l, t->token_str[id], t->token_len[id]);
     }
-    Buf b = {0};
-    buf_put(&b, "", 0);
+    GtBytes b = {0};
     if (!t->has_decoder) {
         for (size_t i = 0; i < l.n; i++) {
-            if (i) buf_put(&b, " ", 1);
-            buf_put(&b, l.s[i], l.len[i]);
+            if (i) gt_bytes_put(&b, " ", 1);
+            gt_bytes_put(&b, l.s[i], l.len[i]);
         }
     } else {
         for (int k = 0; k < t->n_decs; k++) {
@@ -222,16 +209,16 @@ int tokenizer_decode(const Tokenizer *t, const int32_t *ids, size_t n, bool skip
             case DEC_REPLACE:
                 if (dec_replace(d, &l, err) != 0) {
                     list_free(&l);
-                    free(b.b);
+                    gt_bytes_free(&b);
                     return -1;
                 }
                 break;
             }
         }
-        for (size_t i = 0; i < l.n; i++) buf_put(&b, l.s[i], l.len[i]);
+        for (size_t i = 0; i < l.n; i++) gt_bytes_put(&b, l.s[i], l.len[i]);
     }
     list_free(&l);
-    *out = b.b;
+    *out = cstr(&b);
     *out_len = b.n;
     return 0;
 }

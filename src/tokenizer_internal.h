@@ -84,7 +84,7 @@ typedef struct {
 
 /* Leftmost-longest matching of the added tokens of one kind (normalized or not). */
 typedef struct {
-    int *tokens;        /* indices into Tokenizer.added, sorted by match string */
+    int *tokens;        /* indices into Tokenizer.added */
     int n;
     bool first_byte[256];
 } TokAddedSet;
@@ -152,7 +152,7 @@ struct Tokenizer {
 size_t tok_utf8_len(unsigned char lead);
 int32_t tok_utf8_decode(const char *s, size_t *n);
 /* Rust's String::from_utf8_lossy onto *buf: each maximal invalid subpart becomes one U+FFFD. */
-void tok_utf8_lossy_append(const char *text, size_t len, char **buf, size_t *n, size_t *cap);
+void tok_utf8_lossy_append(const char *text, size_t len, GtBytes *out);
 
 /* BPE on one pre-token (a word); appends its ids. The encoder's cache is keyed by the word. */
 int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtError *err);

@@ -19,16 +19,7 @@ static bool in_unicode_9(int32_t c) {
     return v[0] != 0 && (v[0] < 9 || (v[0] == 9 && v[1] == 0 && v[2] == 0));
 }
 
-static void put(char **out, size_t *n, size_t *cap, const void *s, size_t k) {
-    if (*n + k + 1 > *cap) {
-        *cap = (*n + k + 1) * 2;
-        *out = gt_xrealloc(*out, *cap);
-    }
-    memcpy(*out + *n, s, k);
-    *n += k;
-}
-
-static int normalize_run(int kind, const char *s, size_t len, char **out, size_t *n, size_t *cap, GtError *err) {
+static int normalize_run(int kind, const char *s, size_t len, GtBytes *out, GtError *err) {
     if (len == 0) return 0;
     int opt = UTF8PROC_STABLE | (kind == NORM_NFC || kind == NORM_NFKC ? UTF8PROC_COMPOSE : UTF8PROC_DECOMPOSE) |
               (kind == NORM_NFKC || kind == NORM_NFKD ? UTF8PROC_COMPAT : 0);
@@ -38,26 +29,29 @@ static int normalize_run(int kind, const char *s, size_t len, char **out, size_t
         free(dst);
         return gt_error(err, GT_EXIT_FAILURE, "unicode normalization failed: %s", utf8proc_errmsg(r));
     }
-    put(out, n, cap, dst, (size_t)r);
+    gt_bytes_put(out, (const char *)dst, (size_t)r);
     free(dst);
     return 0;
 }
 
 int tok_unicode_normalize(int kind, const char *s, size_t len, char **out, size_t *n, size_t *cap, GtError *err) {
-    *n = 0;
-    size_t run = 0; /* start of the current run of Unicode 9.0 characters */
-    for (size_t i = 0; i < len;) {
+    GtBytes b = {.p = *out, .n = 0, .cap = *cap}; /* the caller's buffer, grown as needed */
+    size_t run = 0;                               /* start of the current run of Unicode 9.0 characters */
+    int rc = 0;
+    for (size_t i = 0; i < len && rc == 0;) {
         size_t cl;
         int32_t c = tok_utf8_decode(s + i, &cl);
         if (c >= 0x80 && !in_unicode_9(c)) {
-            if (normalize_run(kind, s + run, i - run, out, n, cap, err) != 0) return -1;
-            put(out, n, cap, s + i, cl);
+            rc = normalize_run(kind, s + run, i - run, &b, err);
+            gt_bytes_put(&b, s + i, cl);
             run = i + cl;
         }
         i += cl;
     }
-    if (normalize_run(kind, s + run, len - run, out, n, cap, err) != 0) return -1;
-    put(out, n, cap, "", 0); /* room for a NUL */
-    (*out)[*n] = 0;
-    return 0;
+    if (rc == 0) rc = normalize_run(kind, s + run, len - run, &b, err);
+    gt_bytes_put(&b, "", 1); /* NUL-terminated, the NUL not counted */
+    *out = b.p;
+    *cap = b.cap;
+    *n = b.n - 1;
+    return rc;
 }

@@ -563,11 +563,11 @@ Test(tokenize_cmd, usage_errors_are_one_line) {
  * json_string.c in process */
 
 static void expect_encoded(const char *in, size_t n, const char *want) {
-    JsonBytes b = {0};
+    GtBytes b = {0};
     json_string_encode(&b, in, n);
-    json_bytes_put(&b, "", 1);
+    gt_bytes_put(&b, "", 1);
     cr_assert_str_eq(b.p, want);
-    json_bytes_free(&b);
+    gt_bytes_free(&b);
 }
 
 Test(tokenize_cmd, json_strings_encode_as_valid_utf8_and_decode_exactly) {
@@ -590,7 +590,7 @@ Test(tokenize_cmd, json_strings_encode_as_valid_utf8_and_decode_exactly) {
     /* decoding keeps every byte */
     const char *j = "\"a\\u0000b\\ud83d\\ude00\\/\"tail";
     const char *p = j;
-    JsonBytes b = {0};
+    GtBytes b = {0};
     cr_assert_eq(json_string_decode(&p, j + strlen(j), &b), 0);
     cr_assert_eq(b.n, 8);
     cr_assert_eq(memcmp(b.p, "a\0b\xF0\x9F\x98\x80/", 8), 0);
@@ -601,5 +601,5 @@ Test(tokenize_cmd, json_strings_encode_as_valid_utf8_and_decode_exactly) {
         b.n = 0;
         cr_assert_eq(json_string_decode(&p, bad[i] + strlen(bad[i]), &b), -1, "accepted %s", bad[i]);
     }
-    json_bytes_free(&b);
+    gt_bytes_free(&b);
 }
