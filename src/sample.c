@@ -168,15 +168,9 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     char up[GT_PATH_MAX + 8];
     snprintf(up, sizeof up, "%s/..", o->checkpoint);
     const char *where[] = {o->checkpoint, up, model_dir};
-    if (o->tokenizer && o->tokenizer[0]) {
-        if (tokenizer_load(&tok, o->tokenizer, err)) return -1;
-    } else {
-        for (int i = 0; i < 3 && !tok; i++) {
-            char f[GT_PATH_MAX + 32];
-            snprintf(f, sizeof f, "%s/tokenizer.json", where[i]);
-            if (stat(f, &sb) == 0 && tokenizer_load(&tok, f, err)) return -1;
-        }
-    }
+    const bool given = o->tokenizer && o->tokenizer[0];
+    for (int i = 0; i < (given ? 1 : 3) && !tok; i++)
+        if (tokenizer_load_for_model(&tok, given ? o->tokenizer : "", where[i], err)) return -1;
     int *prompt = NULL, n_prompt = 0;
     bool text = o->prompt_ids == NULL;
     if (!text) {

@@ -5,14 +5,15 @@
  * The pipeline is HF's, step for step (tokenizers/src/tokenizer/mod.rs, encode_single_sequence):
  *   1. added tokens whose `normalized` is false are found in the raw text (leftmost-longest;
  *      `single_word`, `lstrip`, `rstrip` as HF applies them); the pieces between them are
- *   2. normalized (NFC/NFD/NFKC/NFKD, Lowercase, Prepend, Replace, Strip, Sequence), then added
+ *   2. normalized (NFC/NFD/NFKC/NFKD, Prepend, Replace, Sequence), then added
  *      tokens whose `normalized` is true are found in the normalized pieces;
  *   3. pre-tokenized (ByteLevel with GPT-2's regex or none, Split with a regex or a string and
  *      every SplitDelimiterBehavior, Metaspace, Digits, Sequence);
  *   4. each pre-token goes through the BPE model (merges by rank, continuing_subword_prefix,
  *      end_of_word_suffix, ignore_merges, byte_fallback, unk_token, fuse_unk);
  *   5. the post-processor (TemplateProcessing, ByteLevel, Sequence) adds BOS/EOS when asked.
- * Regular expressions are Oniguruma's (as HF's), Unicode normalization and categories utf8proc's.
+ * Regular expressions are Oniguruma's (as HF's), Unicode normalization and categories utf8proc's
+ * (with HF's Unicode 9.0 cut: tokenizer_unicode.c), a character's Unicode age ICU's.
  * A tokenizer.json field this code does not implement, or implements differently, is refused at
  * load with one line naming its JSON path (code GT_EXIT_BAD_INPUT): never a silent difference.
  *

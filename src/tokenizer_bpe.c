@@ -106,20 +106,17 @@ bool tok_bpe_merge_get(const TokBpe *m, int32_t a, int32_t b, uint32_t *rank, in
 
 /* HF collects the merges into a map: a pair given twice keeps its last rank and result. The
  * reader sizes the table (merge_cap >= 2 * merges) before the first put. */
-int tok_bpe_merge_put(TokBpe *m, int32_t a, int32_t b, uint32_t rank, int32_t new_id) {
+void tok_bpe_merge_put(TokBpe *m, int32_t a, int32_t b, uint32_t rank, int32_t new_id) {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
     uint32_t j = merge_slot(m, key);
     m->merge_keys[j] = key;
     m->merge_rank[j] = rank;
     m->merge_new[j] = new_id;
-    return 0;
 }
 
 void tok_bpe_free(TokBpe *m) {
     tok_strmap_free(&m->vocab);
-    if (m->id_to_token)
-        for (int i = 0; i < m->vocab_size; i++) free(m->id_to_token[i]);
-    free(m->id_to_token);
+    free(m->id_to_token); /* its strings are the vocabulary's keys */
     free(m->id_len);
     free(m->merge_keys);
     free(m->merge_rank);

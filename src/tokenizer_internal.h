@@ -92,7 +92,7 @@ typedef struct {
 /* The BPE model. */
 typedef struct {
     TokStrMap vocab;
-    char **id_to_token;  /* [vocab_size]: NULL where no token has that id */
+    char **id_to_token;  /* [vocab_size]: the vocabulary's key of each id (not owned), or NULL */
     uint32_t *id_len;
     int vocab_size;      /* 1 + the largest id of the model's vocabulary */
     int vocab_count;     /* entries in the vocabulary (HF's get_vocab_size) */
@@ -110,7 +110,7 @@ typedef struct {
 } TokBpe;
 
 bool tok_bpe_merge_get(const TokBpe *m, int32_t a, int32_t b, uint32_t *rank, int32_t *new_id);
-int tok_bpe_merge_put(TokBpe *m, int32_t a, int32_t b, uint32_t rank, int32_t new_id);
+void tok_bpe_merge_put(TokBpe *m, int32_t a, int32_t b, uint32_t rank, int32_t new_id);
 void tok_bpe_free(TokBpe *m);
 
 /* The 256-entry byte-level alphabet (GPT-2's bytes_to_unicode): byte -> UTF-8 of its char. */

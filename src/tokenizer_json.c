@@ -365,7 +365,7 @@ static int read_bpe(Ctx *c, TokBpe *m, const cJSON *o) {
             return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s: %s: expected an id no other token has, found %d (also \"%.60s\")",
                             c->file, p, id, m->id_to_token[id]);
         }
-        m->id_to_token[id] = gt_xstrdup(m->vocab.keys[i]);
+        m->id_to_token[id] = m->vocab.keys[i]; /* the vocabulary's own copy */
         m->id_len[id] = m->vocab.lens[i];
     }
     m->unk_id = -1;
