@@ -11,6 +11,7 @@
 
 #include "fuzz/tok_fixture.h"
 #include "run_util.h"
+#include "test_backend_select.h"
 
 #define N_LINES 6
 static const char *const QUERY[N_LINES] = {
@@ -237,5 +238,40 @@ Test(sft_templates, the_first_bad_line_is_named_though_lines_are_tokenized_in_ba
     start_v(&p, &w, cfg, NULL, "mixed", sets, 1);
     int st = wait_proc(&p);
     expect_one_line(&w, "mixed", st, 2, "mixed.jsonl:2", "UTF-8");
+    ws_fini(&w);
+}
+
+/* A run with a tokenizer saves it beside its weights, and gtrain sample decodes with it; with
+ * --tokenizer none the same continuation prints as ids (a 300-token model is not byte-level). */
+Test(sft_templates, sample_decodes_with_the_runs_tokenizer_or_none) {
+    Ws w;
+    ws_init(&w);
+    write_fixture_tokenizer(&w);
+    write_data(&w, "math.jsonl", false);
+    write_config(&w, "tok.yaml", "model300.json", "tok.json", "math.jsonl", "Q: {query}\\nA:");
+    char cfg[400];
+    snprintf(cfg, sizeof cfg, "%s/tok.yaml", w.dir);
+    Proc p;
+    const char *sets[] = {"data.add_eos=false"};
+    start_v(&p, &w, cfg, NULL, "tok", sets, 1);
+    expect_exit(&w, "tok", wait_proc(&p), 0);
+    char cmd[1400], path[500];
+    for (int none = 0; none < 2; none++) {
+        snprintf(cmd, sizeof cmd,
+                 "cd %s && %s sample --checkpoint out-tok.yaml %s --prompt-ids 264,116,104 --max-new-tokens 4 "
+                 "--temperature 0 > sample%d.out 2> sample%d.err",
+                 w.dir, test_gtrain_bin(), none ? "--tokenizer none" : "", none, none);
+        cr_assert_eq(system(cmd), 0, "%s", cmd);
+    }
+    snprintf(path, sizeof path, "%s/sample1.out", w.dir);
+    char *ids = slurp(path, NULL);
+    snprintf(path, sizeof path, "%s/sample0.out", w.dir);
+    char *text = slurp(path, NULL);
+    cr_assert(ids && text);
+    cr_assert_eq(strspn(ids, "0123456789,\n"), strlen(ids), "--tokenizer none printed \"%s\", expected ids", ids);
+    cr_assert_neq(strcmp(ids, text), 0, "the tokenizer's decoding printed ids too: \"%s\"", text);
+    cr_assert_neq(strspn(text, "0123456789,\n"), strlen(text), "no decoded text: \"%s\"", text);
+    free(ids);
+    free(text);
     ws_fini(&w);
 }
