@@ -14,13 +14,13 @@ USAGE=$B/test-cudasim.usage
 rm -f "$USAGE"
 start=$(date +%s)
 set -- ${CUDASIM_FILTER:+--filter="$CUDASIM_FILTER"} "$@"
-# the tokenizer references (scripts/npm-refs.sh), when installed and not given
-GTRAIN_NPM_REFS="${GTRAIN_NPM_REFS:-$(scripts/npm-refs.sh --check 2>/dev/null || true)}"
-export GTRAIN_NPM_REFS
+# the Python of the test references (scripts/install-deps.sh --test-refs), unless given
+GTRAIN_REFS_PY="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
+export GTRAIN_REFS_PY
 GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 GTCSIM_NCCL_TIMEOUT=${GTCSIM_NCCL_TIMEOUT:-60} \
   GTCSIM_USAGE_LOG="$(pwd)/$USAGE" GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} \
   GTRAIN_BIN="$(pwd)/$B/gtrain" GTRAIN_ROOT="$(pwd)" \
-  "$B/test_gtrain" --verbose -j"${JOBS:-$(nproc)}" "$@" >"$LOG" 2>&1
+  "$B/test_gtrain" --tap="$B/test.tap" --verbose -j"${JOBS:-$(nproc)}" "$@" >"$LOG" 2>&1
 rc=$?
 # the backend's line (once per process) and the [RUN ] lines say nothing here
 grep -v -e '^cuda: gtcsim' -e '^\[RUN \]' -e 'Test is disabled' "$LOG"
@@ -32,4 +32,5 @@ through=$(grep -E '^[A-Za-z0-9_]+::[A-Za-z0-9_]+$' "$USAGE" 2>/dev/null | sort -
 echo "test-cudasim: ${tested:-0} test(s) run with the CUDA backend on the simulator, ${through:-0} of them" \
      "ran kernels through cuda/ (their names: $USAGE);" \
      "$((skipped - disabled)) skipped; $(( $(date +%s) - start )) s; rc $rc"
+scripts/tap-summary.sh "$B/test.tap" cudasim || rc=1
 exit $rc

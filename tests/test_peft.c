@@ -389,8 +389,7 @@ Test(peft_files, hostile_adapters_are_one_line_naming_the_key) {
 Test(peft_files, independent_python_reads_ours_and_writes_peft_style, .timeout = 120) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root) cr_skip_test("GTRAIN_ROOT not set (run through make test)");
-    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 has no torch (Debian python3-torch): independent check skipped");
+    test_require_refs();
     for (int arch = 0; arch < ARCH_COUNT; arch++) {
         ModelDesc d;
         bool mask[PEFT_MODULE_COUNT];
@@ -404,10 +403,10 @@ Test(peft_files, independent_python_reads_ours_and_writes_peft_style, .timeout =
         cr_assert_eq(peft_adapter_write(dir, &c, (ModelArch)arch, e, n, ST_F32, 0, fill, NULL, &err), 0, "%s",
                      err.msg);
         const char *an = arch == ARCH_GPT2 ? "gpt2" : "llama";
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/tools/peft_adapter_check.py' check '%s' %s 2 4 32 48",
+        snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/peft_adapter_check.py' check '%s' %s 2 4 32 48",
                  root, dir, an);
         cr_assert_eq(system(cmd), 0, "%s", cmd);
-        snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/tools/peft_adapter_check.py' write '%s' %s 2 4 32 48",
+        snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/peft_adapter_check.py' write '%s' %s 2 4 32 48",
                  root, dir, an);
         cr_assert_eq(system(cmd), 0, "%s", cmd);
         PeftAdapter *a;

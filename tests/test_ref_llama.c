@@ -3,8 +3,8 @@
  * of its own loss (GQA, MQA, sliding window, biases, llama3 rope, tied and untied), grouped-query
  * attention against plain multi-head attention with the kv weights repeated (repeat_kv's head
  * mapping), and its loss against the independent PyTorch reference tests/tools/hf_llama.py on
- * the same checkpoint (written by `hf_llama.py make`, read here with src/safetensors.h), which skips
- * where /usr/bin/python3 has no torch. */
+ * the same checkpoint (written by `hf_llama.py make`, read here with src/safetensors.h), which fails
+ * where the test references are not installed. */
 #include <criterion/criterion.h>
 #include <glob.h>
 #include <math.h>
@@ -238,8 +238,7 @@ enum { PB = 3, PT = 10 };
 static void py_case(PyCase *pc, const RefLlamaCfg *c, const char *model_type, const char *dtype, long max_shard_bytes) {
     pc->root = getenv("GTRAIN_ROOT");
     if (!pc->root || !*pc->root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
-    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 has no torch (Debian python3-torch): the PyTorch cross-check is skipped");
+    test_require_refs();
     test_scratch_make(pc->dir, sizeof pc->dir, "gt_refllama");
     write_config(test_join(pc->dir, "config.json"), c, model_type);
     int tok[PB * (PT + 1)];
@@ -255,7 +254,7 @@ static void py_case(PyCase *pc, const RefLlamaCfg *c, const char *model_type, co
         for (int t = 0; t < PT; t++) pc->in[b * PT + t] = tok[b * (PT + 1) + t], pc->tg[b * PT + t] = tok[b * (PT + 1) + t + 1];
     test_write_file(test_join(pc->dir, "tokens.txt"), rows, (size_t)o);
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && /usr/bin/python3 '%s/tests/tools/hf_llama.py' make config.json model --seed 3 --dtype %s "
+             "cd '%s' && " PY " '%s/tests/tools/hf_llama.py' make config.json model --seed 3 --dtype %s "
              "--max-shard-bytes %ld --init-std 0.3 --bias-std 0.2 >/dev/null",
              pc->dir, pc->root, dtype, max_shard_bytes);
     cr_assert_eq(system(cmd), 0, "%s failed", cmd);
@@ -265,7 +264,7 @@ static void against_pytorch(const RefLlamaCfg *c, const char *model_type, const 
     PyCase pc;
     py_case(&pc, c, model_type, dtype, max_shard_bytes);
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cd '%s' && /usr/bin/python3 '%s/tests/tools/hf_llama.py' loss model tokens.txt --digits 17",
+    snprintf(cmd, sizeof cmd, "cd '%s' && " PY " '%s/tests/tools/hf_llama.py' loss model tokens.txt --digits 17",
              pc.dir, pc.root);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
@@ -316,7 +315,7 @@ Test(ref_llama, pytorch_train_equals_c_adamw_over_ref_gradients, .timeout = 120)
     const double lr = 1e-2, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8, clip = 0.5;
     char cmd[1024];
     snprintf(cmd, sizeof cmd,
-             "cd '%s' && /usr/bin/python3 '%s/tests/tools/hf_llama.py' train model tokens.txt --steps %d --lr %g "
+             "cd '%s' && " PY " '%s/tests/tools/hf_llama.py' train model tokens.txt --steps %d --lr %g "
              "--weight-decay %g --beta1 %g --beta2 %g --eps %g --grad-clip %g --digits 17 --out trained",
              pc.dir, pc.root, STEPS, lr, wd, b1, b2, eps, clip);
     FILE *p = popen(cmd, "r");
@@ -384,10 +383,9 @@ Test(ref_llama, pytorch_train_equals_c_adamw_over_ref_gradients, .timeout = 120)
 Test(ref_llama, pytorch_reference_selftest, .timeout = 120) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root || !*root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
-    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0)
-        cr_skip_test("/usr/bin/python3 has no torch (Debian python3-torch): the PyTorch selftest is skipped");
+    test_require_refs();
     char cmd[1024], line[512], fails[2048] = "";
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/tools/hf_llama.py' selftest 2>&1", root);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' selftest 2>&1", root);
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p);
     bool passed = false;

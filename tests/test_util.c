@@ -12,6 +12,16 @@
 #include <stdio.h>
 #include <string.h>
 
+void test_require_refs(void) {
+    const char *py = getenv("GTRAIN_REFS_PY");
+    if (!py || !*py)
+        cr_assert_fail("GTRAIN_REFS_PY is not set: run the suite through make test, which takes the reference Python "
+                 "from scripts/install-deps.sh --test-refs");
+    if (access(py, X_OK) != 0)
+        cr_assert_fail("the test references are not installed (%s: %s): run scripts/install-deps.sh --test-refs", py,
+                 strerror(errno));
+}
+
 void read_train_metrics(const char *dir, Losses *l) {
     char path[4096];
     snprintf(path, sizeof path, "%s/metrics.jsonl", dir);

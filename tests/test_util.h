@@ -20,6 +20,14 @@ typedef struct {
  * and all: a fixture written here, not read from configs/. */
 extern const char TEST_HF_GPT2_CONFIG[];
 
+/* The test suite's independent references are the real Hugging Face stack (torch, transformers, peft,
+ * trl, tokenizers, ...) in a virtual environment that scripts/install-deps.sh --test-refs makes; make
+ * test passes its Python as $GTRAIN_REFS_PY. PY is that Python in a command for system(3)/popen(3)
+ * (the shell expands it). test_require_refs() fails the test (never skips it) with one line saying
+ * what is missing and how to install it, when the reference Python is not there. */
+#define PY "\"$GTRAIN_REFS_PY\""
+void test_require_refs(void);
+
 /* A scratch directory /tmp/<prefix>_XXXXXX into dir (asserts), and its removal with everything in it. */
 void test_scratch_make(char *dir, size_t cap, const char *prefix);
 void test_scratch_remove(const char *dir);

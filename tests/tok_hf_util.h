@@ -13,7 +13,7 @@
 
 #include "run_util.h" /* slurp */
 
-#define PY "/usr/bin/python3"
+#include "test_util.h" /* PY */
 #define SHOW_MISMATCHES 5
 /* every child gets a wall-clock limit (a hang is a failure, not a stuck suite) */
 #define CMD_TIMEOUT "timeout -k 5 240 "
