@@ -1,36 +1,38 @@
 #!/usr/bin/env bash
-# make bench: gtrain's CPU training step beside PyTorch's on the same shapes, same machine, one run.
-# fp32, B=4, T=64: (a) 4 layers / 4 heads / 256 wide / vocab 50257, (b) GPT-2 124M; fp32, B=4,
-# T=128: (c) a 34M-parameter Llama (6 layers, 384 wide, 6 heads / 2 kv heads, SwiGLU 1024, vocab
-# 32000, untied), against tests/tools/hf_llama.py's PyTorch implementation of the same block.
+# make bench: gtrain's CPU training step beside the anchor users really pick, the real Hugging Face
+# Trainer (transformers, + PEFT for LoRA; scripts/bench_hf_trainer.py in the test references' venv,
+# scripts/install-deps.sh --test-refs), on the same model, batch, sequence, threads (2) and precision
+# (fp32), one run, median step after warm-up, and their ratio (gtrain / Trainer: below 1 is faster):
+#   GPT-2 124M full fine-tuning, B 4, T 64;
+#   the 34M Llama-style model (configs/bench-llama-34m.json: 6 layers, 384 wide, 6 heads / 2 kv heads,
+#   SwiGLU 1024, vocab 32000, untied), B 4, T 128, full and with LoRA r 16 on all seven projections.
 # Then the time of `gtrain sample` for 200 tokens of GPT-2 124M, and of the SVD PiSSA needs
 # (svd_topr, r = 128: exact and niter 4 on 4096 x 1024, niter 4 on Mistral-7B's 14336 x 4096 MLP).
-# PyTorch comes from Debian's python3-torch (apt-get install python3-torch), run by /usr/bin/python3
-# (the system interpreter, which that package serves); skipped if absent.
 set -uo pipefail
 build="${1:-build}"
 cd "$(dirname "$0")/.."
 steps="${BENCH_STEPS:-10}"
-for model in configs/bench-4l256.json configs/gpt2-124m.json; do
-  "$build/bench_step" "$model" 4 64 "$steps"
-  if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-    # OpenBLAS in torch's process gets the same fast-kernel choice gtrain makes for itself
-    core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
-    OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" /usr/bin/python3 scripts/bench_torch.py "$model" 4 64 "$steps"
-  else
-    echo "pytorch: not installed (apt-get install python3-torch) - skipped"
-  fi
-done
-"$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"
-# the same model fine-tuned with LoRA r 16 on every projection: the base frozen, its weight
-# gradients and the embedding's never computed
-BENCH_LORA_R=16 "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
-  core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
-  OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" /usr/bin/python3 tests/tools/hf_llama.py bench configs/bench-llama-34m.json 4 128 "$steps"
-else
-  echo "pytorch: not installed (apt-get install python3-torch) - skipped"
-fi
+py="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
+[ -x "$py" ] || { echo "bench: the Hugging Face Trainer is not installed ($py): run scripts/install-deps.sh --test-refs"; exit 1; }
+# OpenBLAS in torch's process gets the same fast-kernel choice gtrain makes for itself
+core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
+ms() { sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$1" | head -n 1; }
+side_by_side() { # LABEL LORA_R MODEL B T
+  local label="$1" r="$2" g h
+  shift 2
+  g="$(env ${r:+BENCH_LORA_R="$r"} "$build/bench_step" "$@" "$steps")" || { echo "bench: bench_step $* failed"; return 1; }
+  echo "$g"
+  h="$(OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" "$py" scripts/bench_hf_trainer.py "$@" "$steps" \
+       ${r:+--lora "$r"} 2>/dev/null | tail -n 1)"
+  echo "$h"
+  awk -v l="$label" -v g="$(ms "$g")" -v h="$(ms "$h")" 'BEGIN {
+    if (g > 0 && h > 0) printf "ratio   %-40s gtrain / HF Trainer = %.2f  (%.1f ms vs %.1f ms a step)\n", l, g / h, g, h
+    else print "ratio   " l ": a step time is missing" }'
+}
+"$build/bench_step" configs/bench-4l256.json 4 64 "$steps"
+side_by_side "GPT-2 124M full, B 4, T 64" "" configs/gpt2-124m.json 4 64
+side_by_side "Llama 34M full, B 4, T 128" "" configs/bench-llama-34m.json 4 128
+side_by_side "Llama 34M LoRA r 16 all seven, B 4, T 128" 16 configs/bench-llama-34m.json 4 128
 
 # gtrain sample: 200 new tokens (greedy) after a 6-byte prompt, GPT-2 124M shapes, weights from one
 # training step; loading the checkpoint is timed alone too (--max-new-tokens 0).
