@@ -45,7 +45,7 @@ if [ -x "$venv/bin/python" ] && cmp -s "$req" "$stamp"; then
   echo "$venv"
   exit 0
 fi
-echo "install-deps: installing the test references ($req) into $venv (first time: ~3.5 GB from PyPI, ~6 GB on disk, ~3 min)" >&2
+echo "install-deps: installing the test references ($req) into $venv (first time: 3.0 GB of wheels from PyPI, 6.0 GB on disk, about 2.5 min)" >&2
 t0=$(date +%s)
 rm -rf "$venv"
 mkdir -p "$(dirname "$venv")"
