@@ -389,3 +389,67 @@ Test(tokenizer_hf, hostile_tokenizer_json_is_one_line_and_exit_2, .timeout = 120
     free(r);
     test_scratch_remove(dir);
 }
+
+/* ---------------------------------------------------------------- bad input lines */
+
+/* The reference's contract (tests/tools/hf_tokenize.py) and gtrain's on the same bad lines: both exit
+ * 2 with one line on stderr naming the first bad line (hf: "stdin:N:", gtrain: "FILE:N:"). */
+Test(tokenizer_hf, bad_lines_are_refused_by_both_naming_the_line, .timeout = 120) {
+    static const struct {
+        const char *name, *flags, *text;
+        int line;
+    } cases[] = {
+        {"number", "", "\"ok\"\n3\n", 2},
+        {"object", "", "\"ok\"\n{\n", 2},
+        {"lone_surrogate", "", "\"\\ud800\"\n", 1},
+        {"not_utf8", "", "\"ok\"\n\"a\xff\"\n", 2},
+        {"decode_negative_id", "--decode", "[1, 2]\n[1, -1]\n", 2},
+        {"decode_boolean", "--decode", "[true]\n", 1},
+        {"decode_fraction", "--decode", "[1]\n[]\n[1.5]\n", 3},
+        {"decode_string", "--decode", "\"1 2\"\n", 1},
+    };
+    HfWs w;
+    ws_open(&w, "gt_tok_hf_bad");
+    char tok[512];
+    ref_tokenizer_path(&REF_LLAMA2, tok, sizeof tok);
+    Report *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char in[400], out[400], err[420], cmd[2048], want[600];
+        snprintf(in, sizeof in, "%s/%s.in", w.dir, cases[k].name);
+        test_write_file(in, cases[k].text, strlen(cases[k].text));
+        for (int hf = 0; hf < 2; hf++) {
+            snprintf(out, sizeof out, "%s/%s.%s", w.dir, cases[k].name, hf ? "hf" : "gtrain");
+            snprintf(err, sizeof err, "%s.err", out);
+            if (hf)
+                snprintf(cmd, sizeof cmd, CMD_TIMEOUT PY " '%s/tests/tools/hf_tokenize.py' '%s' %s <'%s' >'%s' 2>'%s'", w.root,
+                         tok, cases[k].flags, in, out, err);
+            else
+                snprintf(cmd, sizeof cmd, CMD_TIMEOUT "'%s' tokenize --tokenizer '%s' --jsonl %s '%s' >'%s' 2>'%s'", w.bin, tok,
+                         cases[k].flags, in, out, err);
+            int rc = sh_status(cmd);
+            size_t n_err = 0;
+            char *e = slurp(err, &n_err);
+            cr_assert_not_null(e, "cannot read %s", err);
+            int lines = 0;
+            for (size_t i = 0; i < n_err; i++) lines += e[i] == '\n';
+            if (hf) snprintf(want, sizeof want, "hf_tokenize: stdin:%d: ", cases[k].line);
+            else snprintf(want, sizeof want, "%s:%d:", in, cases[k].line);
+            if (rc != 2 || lines != 1 || !strstr(e, want)) {
+                r->count++;
+                report_add(r, "%s (%s): exit %d (expected 2), %d lines on stderr (expected 1 with \"%s\")\n", cases[k].name,
+                           hf ? "hf_tokenize.py" : "gtrain", rc, lines, want);
+                report_line(r, "stderr:", e, n_err, 400);
+            }
+            free(e);
+        }
+    }
+    if (r->count) {
+        char msg[sizeof r->text + 256];
+        snprintf(msg, sizeof msg, "%ld bad-input cases not refused as expected (files in %s):\n%s", r->count, w.dir, r->text);
+        free(r);
+        cr_assert_fail("%s", msg);
+    }
+    free(r);
+    ws_close(&w);
+}
