@@ -1,9 +1,10 @@
 /* test_sft_templates.c - SFT jsonl through data.prompt_template / data.completion_template, with
  * and without a tokenizer, through the binary: the step's num_items (the targets that count)
  * against counts made independently — the completion's bytes for byte-level data, and for the
- * Llama-2 tokenizer (the shared folder's real file, ../shared/data/tokenizers/llama2) Hugging Face's
- * own tokenizers (PyPI, run by $GTRAIN_REFS_PY) encoding prompt + completion and prompt, plus EOS; and the errors: a missing field, a bad template, add_eos with
- * a tokenizer that has no end-of-sequence token. */
+ * Llama-2 tokenizer (the shared folder's real file, ../shared/data/tokenizers/llama2) Hugging
+ * Face's own tokenizers (PyPI, run by $GTRAIN_REFS_PY) encoding prompt + completion and prompt, plus
+ * EOS; and the errors: a missing field, a bad template, add_eos with a tokenizer that has no
+ * end-of-sequence token. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

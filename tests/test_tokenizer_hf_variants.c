@@ -4,8 +4,8 @@
  * pre-tokenizer, a normalizer, the post-processor, the BPE options, the added tokens' flags), written
  * here with cJSON, and a small corpus (tests/tools/make_tok_corpus.py with fewer lines) goes through
  * `gtrain tokenize --jsonl --add-special-tokens` and tests/tools/hf_tokenize.py (PyPI `tokenizers`,
- * run by $GTRAIN_REFS_PY). Every line of ids must be identical; a
- * variant whose decoder changed is decoded too (HF's ids and random arrays; the texts must be HF's).
+ * run by $GTRAIN_REFS_PY). Every line of ids must be identical; a variant whose decoder changed is
+ * decoded too (HF's ids and random arrays; the texts must be HF's).
  * The variants start from the file trimmed to its first 8000 ids (tests/tools/trim_tokenizer.py: a
  * valid, smaller BPE that loads quickly), so that two dozen loads cost little.
  * Every variant here uses only what src/tokenizer.h says gtrain implements, so a refusal to load
