@@ -80,6 +80,10 @@ static const Variant LLAMA3_PRE[] = {
 static const Variant LLAMA3_MODEL_AND_ADDED[] = {
     {"ignore_merges_false", false, {{"model.ignore_merges", "false"}}},
     {"template_bos_eos", false, {{"post_processor", TEMPLATE("<|begin_of_text|>", "128000", "<|end_of_text|>", "128001")}}},
+    {"sequence_byte_level_then_template_bos_eos", false,
+     {{"post_processor", "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+                         "\"trim_offsets\": false, \"use_regex\": true}, "
+                         TEMPLATE("<|begin_of_text|>", "128000", "<|eot_id|>", "128009") "]}"}}},
     {"added_lstrip_rstrip", false, {{"added.lstrip", "true"}, {"added.rstrip", "true"}}},
     {"added_single_word", false, {{"added.single_word", "true"}}},
     {"added_words_not_special", false,
