@@ -70,7 +70,7 @@ static void write_config(const Ws *w, const char *name, const char *model, const
             "  prompt_template: \"%s\"\n  completion_template: \" {response}\"\n"
             "per_device_train_batch_size: %d\nmax_steps: 1\nlearning_rate: 1.0e-3\nlogging_steps: 1\n"
             "output_dir: out-%s\noverwrite_output_dir: true\nsample_max_new_tokens: 0\n",
-            model, tokenizer, data, strstr(model, "32k") ? "96" : "31", prompt_template, N_LINES, name);
+            model, tokenizer, data, strstr(model, "tiny-llama") ? "96" : "31", prompt_template, N_LINES, name);
     fclose(f);
 }
 
@@ -162,14 +162,16 @@ Test(sft_templates, add_eos_needs_an_eos_token) {
 }
 
 /* The reference count: Hugging Face's tokenizers on prompt + completion and on the prompt (both
- * with special tokens), the difference, plus EOS when the encoding does not end with it; a row holds
- * seq_len + 1 = 97 tokens. */
+ * with special tokens), the difference, plus EOS (tokenizer_config.json's eos_token, beside the
+ * tokenizer.json) when the encoding does not end with it; a row holds seq_len + 1 = 97 tokens. */
 static const char *const PY_COUNT =
-    "import json, sys\n"
+    "import json, os, sys\n"
     "from tokenizers import Tokenizer\n"
     "tok = Tokenizer.from_file(sys.argv[1])\n"
-    "eos = tok.token_to_id('</s>')\n"
-    "assert eos is not None, 'no </s> in ' + sys.argv[1]\n"
+    "with open(os.path.join(os.path.dirname(sys.argv[1]), 'tokenizer_config.json'), encoding='utf-8') as f:\n"
+    "    eos = json.load(f)['eos_token']\n"
+    "eos = tok.token_to_id(eos['content'] if isinstance(eos, dict) else eos)\n"
+    "assert eos is not None, 'the eos_token of tokenizer_config.json is not in ' + sys.argv[1]\n"
     "head = ('Below is an instruction that describes a task. Write a response that appropriately completes '\n"
     "        'the request.\\n\\n### Instruction:\\n')\n"
     "total = 0\n"
@@ -181,27 +183,35 @@ static const char *const PY_COUNT =
     "        prompt, completion = head + j['query'] + '\\n\\n### Response:', ' ' + j['response']\n"
     "        full = tok.encode(prompt + completion, add_special_tokens=True).ids\n"
     "        p = tok.encode(prompt, add_special_tokens=True).ids\n"
+    "        assert len(p) < 97, 'a prompt fills the row'\n"
     "        n = len(full) + (0 if full[-1] == eos else 1)\n"
     "        total += min(n, 97) - len(p)\n"
     "print(total)\n";
 
-Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) {
+/* One step of SFT over the real tokenizer of the shared folder (a tiny Llama with room for its ids):
+ * num_items must be Hugging Face's count, and the run keeps the tokenizer.json beside its weights. */
+static void sft_counts_match_hf(const char *tok_dir, int vocab_size) {
     test_require_refs();
-    char path[600], tok[600];
-    ref_tokenizer_file("llama2", tok, sizeof tok);
+    char path[600], tok[600], model[64], cfg[64];
+    ref_tokenizer_file(tok_dir, tok, sizeof tok);
     Ws w;
     ws_init(&w);
     write_data(&w, "math.jsonl", false);
-    snprintf(path, sizeof path, "%s/tiny-llama-32k.json", w.dir);
-    const char *m = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
-                    "\"intermediate_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
-                    "\"num_key_value_heads\": 1, \"max_position_embeddings\": 128, \"vocab_size\": 32000, "
-                    "\"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true}";
+    snprintf(model, sizeof model, "tiny-llama-%d.json", vocab_size);
+    snprintf(cfg, sizeof cfg, "%s.yaml", tok_dir);
+    snprintf(path, sizeof path, "%s/%s", w.dir, model);
+    char m[600];
+    snprintf(m, sizeof m,
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
+             "\"intermediate_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+             "\"num_key_value_heads\": 1, \"max_position_embeddings\": 128, \"vocab_size\": %d, "
+             "\"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true}",
+             vocab_size);
     put_file(path, m, strlen(m));
-    write_config(&w, "llama2.yaml", "tiny-llama-32k.json", tok, "math.jsonl", PROMPT_TEMPLATE);
-    int st = run_cfg(&w, "llama2.yaml", "llama2");
-    expect_exit(&w, "llama2", st, 0);
-    long got = step1_num_items(&w, "llama2.yaml");
+    write_config(&w, cfg, model, tok, "math.jsonl", PROMPT_TEMPLATE);
+    int st = run_cfg(&w, cfg, tok_dir);
+    expect_exit(&w, tok_dir, st, 0);
+    long got = step1_num_items(&w, cfg);
 
     snprintf(path, sizeof path, "%s/count.py", w.dir);
     put_file(path, PY_COUNT, strlen(PY_COUNT));
@@ -215,10 +225,19 @@ Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout 
     long expected = strtol(c, NULL, 10);
     free(c);
     cr_assert_gt(expected, 6 * 10, "the reference counted %ld", expected);
-    cr_assert_eq(got, expected, "num_items %ld, Hugging Face's count of completion tokens + EOS %ld", got, expected);
-    snprintf(path, sizeof path, "%s/out-llama2.yaml/tokenizer.json", w.dir);
+    cr_log_info("%s: num_items %ld, Hugging Face's count %ld", tok_dir, got, expected);
+    cr_assert_eq(got, expected, "%s: num_items %ld, Hugging Face's count of completion tokens + EOS %ld", tok_dir, got,
+                 expected);
+    snprintf(path, sizeof path, "%s/out-%s/tokenizer.json", w.dir, cfg);
     cr_assert(files_equal(path, tok), "the run did not save its tokenizer.json beside the weights");
     ws_fini(&w);
+}
+
+/* Llama-2: Metaspace-style BPE with byte fallback, a template that adds <s> */
+Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) { sft_counts_match_hf("llama2", 32000); }
+/* Llama-3.1: byte-level BPE, a Sequence post-processor that adds <|begin_of_text|> */
+Test(sft_templates, llama3_1_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) {
+    sft_counts_match_hf("llama3_1", 128256);
 }
 
 Test(sft_templates, the_first_bad_line_is_named_though_lines_are_tokenized_in_batches) {
