@@ -88,6 +88,9 @@ const KeySpec CONFIG_SCHEMA[] = {
      .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
      .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
+    {.key = "data.shuffle", .type = KT_BOOL, FIELD(data.shuffle), .def = "true",
+     .doc = "Training rows in a seeded random order (jsonl: a permutation per epoch; text/tokens: random windows); "
+            "false = file order, epoch after epoch (jsonl: example i mod n; text/tokens: consecutive windows)."},
     {.key = "data.prompt_template", .type = KT_STRING, FIELD(data.prompt_template), .def = "", .check = check_template,
      .doc = "jsonl: the prompt, from each line's string members: {name} is member name, {{ and }} are braces "
             "(e.g. \"### Instruction:\\n{query}\\n\\n### Response:\"); empty = the \"prompt\" member."},

@@ -201,8 +201,8 @@ static void fill_step(Trainer *t, long step) {
     const int B = t->plan.B, A = t->plan.A, T = t->cfg->data.seq_len;
     /* rows g = (a * world + rank) * B + b of the step's global batch */
     for (int a = 0; a < A; a++)
-        data_fill_train(t->train, t->cfg->seed, step, t->plan.effective_batch, ((long)a * t->world + t->rank) * B, B,
-                        t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
+        data_fill_train(t->train, t->cfg->seed, t->cfg->data.shuffle, step, t->plan.effective_batch,
+                        ((long)a * t->world + t->rank) * B, B, t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
 }
 
 /* ---------------------------------------------------------------- collectives: MPI or NCCL
