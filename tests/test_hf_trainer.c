@@ -10,7 +10,9 @@
  *     gradient_checkpointing_kwargs {"every_n_layers": 2} / {"offload": true});
  *   loss_normalization: steps against a Trainer whose loss is each micro-batch's mean divided by the
  *     accumulation count (model_accepts_loss_kwargs = False: the pre-2024 behaviour), at (2, 4) and
- *     (1, 8).
+ *     (1, 8);
+ *   (2, 4)'s checkpoint-2 resumed as (1, 8): steps 3 and 4 and the weights are Trainer's (2, 4) run's
+ *     (the file order goes on from the global row, whatever the split).
  * One Python process makes the model and data and runs every Trainer variant; gtrain runs each
  * variant through the binary. */
 #include <criterion/criterion.h>
@@ -46,19 +48,22 @@ typedef struct {
     const char *loss; /* tokens | steps */
     const char *gt_sets, *hf_args;
     int hf_checkpointed[2]; /* which of the 2 layers Trainer's model checkpoints */
+    const char *resume_of;  /* NULL, or a variant: resume from its checkpoint-2 and compare with its Trainer run */
 } Variant;
 
 #define BA(b, a) "\"per_device_train_batch_size\": " #b ", \"gradient_accumulation_steps\": " #a
 static const Variant VARIANTS[] = {
-    {"b8a1", 8, 1, "tokens", "", BA(8, 1), {0, 0}},
-    {"b2a4", 2, 4, "tokens", "", BA(2, 4), {0, 0}},
-    {"b1a8", 1, 8, "tokens", "", BA(1, 8), {0, 0}},
+    {"b8a1", 8, 1, "tokens", "", BA(8, 1), {0, 0}, NULL},
+    {"b2a4", 2, 4, "tokens", "--set save_steps=2", BA(2, 4), {0, 0}, NULL},
+    {"b1a8", 1, 8, "tokens", "", BA(1, 8), {0, 0}, NULL},
     {"b2a4_gc_every2", 2, 4, "tokens", "--set gradient_checkpointing=true --set every_n_layers=2",
-     BA(2, 4) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"every_n_layers\": 2}", {1, 0}},
+     BA(2, 4) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"every_n_layers\": 2}", {1, 0}, NULL},
     {"b1a8_gc_offload", 1, 8, "tokens", "--set gradient_checkpointing=true --set offload=true",
-     BA(1, 8) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"offload\": true}", {1, 1}},
-    {"b2a4_steps", 2, 4, "steps", "", BA(2, 4), {0, 0}},
-    {"b1a8_steps", 1, 8, "steps", "", BA(1, 8), {0, 0}},
+     BA(1, 8) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"offload\": true}", {1, 1}, NULL},
+    {"b2a4_steps", 2, 4, "steps", "", BA(2, 4), {0, 0}, NULL},
+    {"b1a8_steps", 1, 8, "steps", "", BA(1, 8), {0, 0}, NULL},
+    /* b2a4's checkpoint-2 resumed as (1, 8): the file order goes on at global row 16 */
+    {"b1a8_resumed", 1, 8, "tokens", "", NULL, {0, 0}, "b2a4"},
 };
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -130,8 +135,9 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
                      "\"variants\": [",
                      STEPS);
     for (int v = 0; v < N_VARIANTS; v++)
-        k += snprintf(json + k, sizeof json - (size_t)k, "%s{\"name\": \"%s\", \"loss\": \"%s\", \"args\": {%s}}",
-                      v ? ", " : "", VARIANTS[v].name, VARIANTS[v].loss, VARIANTS[v].hf_args);
+        if (!VARIANTS[v].resume_of)
+            k += snprintf(json + k, sizeof json - (size_t)k, "%s{\"name\": \"%s\", \"loss\": \"%s\", \"args\": {%s}}",
+                          v ? ", " : "", VARIANTS[v].name, VARIANTS[v].loss, VARIANTS[v].hf_args);
     k += snprintf(json + k, sizeof json - (size_t)k, "]}\n");
     cr_assert(k < (int)sizeof json);
     test_write_file(test_join(g_dir, "variants.json"), json, strlen(json));
@@ -151,10 +157,13 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
     size_t pl = 0;
     for (int v = 0; v < N_VARIANTS; v++) {
         const Variant *x = &VARIANTS[v];
+        const char *hf = x->resume_of ? x->resume_of : x->name; /* the Trainer run to compare with */
+        char resume[512] = "";
+        if (x->resume_of) snprintf(resume, sizeof resume, "--set resume_from_checkpoint='%s/gt/%s/checkpoint-2'", g_dir, hf);
         sh(out, sizeof out,
            "'%s' --config '%s/run.yaml' --set output_dir='%s/gt/%s' --set per_device_train_batch_size=%d "
-           "--set gradient_accumulation_steps=%d --set loss_normalization=%s %s",
-           bin, g_dir, g_dir, x->name, x->B, x->A, x->loss, x->gt_sets);
+           "--set gradient_accumulation_steps=%d --set loss_normalization=%s %s %s",
+           bin, g_dir, g_dir, x->name, x->B, x->A, x->loss, x->gt_sets, resume);
         if (x->hf_checkpointed[0] || x->hf_checkpointed[1]) { /* both sides really recompute what was asked */
             char want[128];
             snprintf(want, sizeof want, "recompute every %d layer", strstr(x->gt_sets, "every_n_layers=2") ? 2 : 1);
@@ -162,7 +171,7 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
             if (strstr(x->gt_sets, "offload")) cr_assert(strstr(out, ", offload"), "%s: no offload:\n%s", x->name, out);
         }
         char res[512];
-        snprintf(res, sizeof res, "%s/hf/%s/result.txt", g_dir, x->name);
+        snprintf(res, sizeof res, "%s/hf/%s/result.txt", g_dir, hf);
         double gc[4];
         cr_assert_eq(result_row(res, "gradient_checkpointing", gc, 4), 2);
         for (int l = 0; l < 2; l++)
@@ -178,7 +187,9 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
         cr_assert_eq(result_row(res, "lr", lr, STEPS + 1), STEPS);
         cr_assert_eq(result_row(res, "grad_norm", gn, STEPS + 1), STEPS);
         double worst = 0;
-        for (int s = 0; s < STEPS; s++) {
+        const int first = x->resume_of ? 2 : 0; /* a resumed run logs steps 3 and 4 */
+        if (x->resume_of) cr_assert(strstr(out, "resumed from"), "%s: not resumed:\n%s", x->name, out);
+        for (int s = first; s < STEPS; s++) {
             cr_assert_eq(g.effective_batch[s], 8);
             /* Trainer's logged loss (the sum of the micro-batches' returned losses): under tokens each
              * is its token sum / num_items_in_batch, so the log is the step's token mean */
@@ -189,10 +200,10 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
             expect_close(x->name, "grad_norm", s + 1, g.grad_norm[s], gn[s], LOSS_RTOL);
             worst = fmax(worst, fabs(g.loss[s] - hl[s]) / fabs(hl[s]));
         }
-        cr_log_info("%s: losses %.6f %.6f %.6f %.6f, max rel diff vs Trainer %.3g", x->name, g.loss[0], g.loss[1],
-                    g.loss[2], g.loss[3], worst);
+        cr_log_info("%s: losses %.6f %.6f %.6f %.6f, max rel diff vs Trainer %s %.3g", x->name, g.loss[0], g.loss[1],
+                    g.loss[2], g.loss[3], hf, worst);
         pl += (size_t)snprintf(pairs + pl, sizeof pairs - pl, " '%s/gt/%s/model.safetensors' '%s/hf/%s/model.safetensors'",
-                               g_dir, x->name, g_dir, x->name);
+                               g_dir, x->name, g_dir, hf);
         cr_assert(pl < sizeof pairs);
     }
     /* the final weights, and the base once more: how far the run moved them */
