@@ -11,6 +11,7 @@
  *   loss_normalization: steps against a Trainer whose loss is each micro-batch's mean divided by the
  *     accumulation count (model_accepts_loss_kwargs = False: the pre-2024 behaviour), at (2, 4) and
  *     (1, 8);
+ *   cosine_with_min_lr with warmup as a ratio (the rest use linear with 1 warmup step);
  *   (2, 4)'s checkpoint-2 resumed as (1, 8): steps 3 and 4 and the weights are Trainer's (2, 4) run's
  *     (the file order goes on from the global row, whatever the split).
  * One Python process makes the model and data and runs every Trainer variant; gtrain runs each
@@ -61,6 +62,13 @@ static const Variant VARIANTS[] = {
     {"b1a8_gc_offload", 1, 8, "tokens", "--set gradient_checkpointing=true --set offload=true",
      BA(1, 8) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"offload\": true}", {1, 1}, NULL},
     {"b2a4_steps", 2, 4, "steps", "", BA(2, 4), {0, 0}, NULL},
+    /* another schedule, warmup as a ratio: ceil(0.3 * 4) = 2 steps (v5 spells the ratio as warmup_steps < 1) */
+    {"b2a4_cosine_min_lr", 2, 4, "tokens",
+     "--set lr_scheduler_type=cosine_with_min_lr --set lr_scheduler_kwargs.min_lr_rate=0.1 --set warmup_steps=0 "
+     "--set warmup_ratio=0.3",
+     BA(2, 4) ", \"lr_scheduler_type\": \"cosine_with_min_lr\", \"lr_scheduler_kwargs\": {\"min_lr_rate\": 0.1}, "
+              "\"warmup_steps\": 0.3",
+     {0, 0}, NULL},
     {"b1a8_steps", 1, 8, "steps", "", BA(1, 8), {0, 0}, NULL},
     /* b2a4's checkpoint-2 resumed as (1, 8): the file order goes on at global row 16 */
     {"b1a8_resumed", 1, 8, "tokens", "", NULL, {0, 0}, "b2a4"},
