@@ -108,7 +108,7 @@ typedef struct {
 
 /* ---------------------------------------------------------------- output_dir ownership */
 
-/* What makes two runs the same run: the model, the data and the seed (gtrain_run.json's "run"). */
+/* What makes two runs the same run: the model, the data, its order and the seed (gtrain_run.json's "run"). */
 static char *run_identity(const Trainer *t) {
     cJSON *j = cJSON_CreateObject();
     const ModelDesc *d = t->desc;
@@ -116,6 +116,7 @@ static char *run_identity(const Trainer *t) {
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->seed);
     cJSON_AddStringToObject(j, "seed", seed);
     cJSON_AddStringToObject(j, "train", t->cfg->data.train);
+    if (!t->cfg->data.shuffle) cJSON_AddFalseToObject(j, "shuffle"); /* file order (absent when shuffled, as before) */
     cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
     cJSON_AddNumberToObject(j, "n_head", d->n_head);
     cJSON_AddNumberToObject(j, "n_embd", d->n_embd);

@@ -2,7 +2,9 @@
  * (data_fill_train with shuffle false), against the order computed here from the examples / bytes
  * this test writes: jsonl example i % n, packed jsonl and text windows i % W of the stream at
  * w * seq_len, for the global row i = step * effective_batch + g, whatever the micro-batch / rank
- * split, the seed or the step the rows are asked at (what a resume does). */
+ * split, the seed or the step the rows are asked at (what a resume does); and through the binary, a
+ * run in file order resumed from a checkpoint is the unbroken run bit for bit, while resuming it
+ * with the order changed is refused (the order is part of the run's identity, as the seed is). */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 
@@ -12,6 +14,8 @@
 #include <string.h>
 
 #include "data.h"
+#include "run_util.h"
+#include "test_backend_select.h"
 
 enum { N_EX = 7, T_ROW = 8, MAX_LEN = 16 };
 
@@ -155,4 +159,20 @@ Test(data, shuffle_false_packed_consecutive_windows) {
     cr_assert_eq(data_num_tokens(d), (uint64_t)g_pk_n);
     check_order(d, 3, 9, want_packed); /* 27 rows over floor((n - 1) / 5) windows: wraps */
     data_close(d);
+}
+
+Test(data, shuffle_false_run_resumes_in_order_and_refuses_a_changed_order, .timeout = 120) {
+    Ws w;
+    ws_init(&w);
+    char ref[400], from[500], od[420];
+    /* the reliability fixture (text, save_steps 1, last 3 kept) in file order, 6 steps */
+    reference_run(&w, ref, sizeof ref, "data.shuffle=false", "max_steps=6", NULL);
+    snprintf(from, sizeof from, "resume_from_checkpoint=%s/checkpoint-4", ref);
+    snprintf(od, sizeof od, "output_dir=%s", w.out);
+    int st = run(&w, NULL, "resumed", "data.shuffle=false", "max_steps=6", from, od, NULL);
+    expect_exit(&w, "resumed", st, 0);
+    expect_same_run(ref, w.out, 6);
+    st = run(&w, NULL, "reshuffled", "data.shuffle=true", "max_steps=8", "resume_from_checkpoint=latest", od, NULL);
+    expect_one_line(&w, "reshuffled", st, 2, "output_dir", "a different run");
+    ws_fini(&w);
 }
