@@ -12,6 +12,8 @@
  *     accumulation count (model_accepts_loss_kwargs = False: the pre-2024 behaviour), at (2, 4) and
  *     (1, 8);
  *   cosine_with_min_lr with warmup as a ratio (the rest use linear with 1 warmup step);
+ *   a tiny Qwen2 (tiny-qwen2.json: q/k/v biases, tied embeddings): Trainer's AdamW groups (no decay
+ *     on biases and norms; both start away from 0 and 1 so that a decay would show);
  *   (2, 4)'s checkpoint-2 resumed as (1, 8): steps 3 and 4 and the weights are Trainer's (2, 4) run's
  *     (the file order goes on from the global row, whatever the split).
  * One Python process makes the model and data and runs every Trainer variant; gtrain runs each
@@ -33,15 +35,19 @@
 #define WEIGHT_DECAY "0.1"
 #define BETA1 "0.9"
 #define BETA2 "0.95"
-#define EPS "1e-6"
+#define EPS "1e-4"
 #define CLIP "1.0"
 #define SEED "7"
 #define SEQ_LEN 24 /* rows are at most 25 = seq_len + 1 tokens: nothing is cut */
 
-/* agreement: losses, lr and grad norms relative; weights absolute (they are O(1), the 3 updates
- * move them by up to ~5e-3) */
+/* agreement: losses, lr and grad norms relative; weights absolute (they are O(1) and the steps move
+ * them by up to ~4e-3). adam_epsilon 1e-4 (not 1e-8): a gradient that is rounding noise (k_proj's
+ * bias: softmax ignores a shift of every score, so its true gradient is 0; embedding entries whose
+ * contributions cancel) would otherwise be normalised by Adam into a full-size, implementation-
+ * dependent step: with 1e-8 one such entry differs by 1.7e-5, with 1e-4 every weight agrees to
+ * ~1 ulp (1.2e-7). Typical gradient entries are ~6e-3, so Adam still normalises them. */
 #define LOSS_RTOL 1e-5
-#define WEIGHT_ATOL 1e-6
+#define WEIGHT_ATOL 5e-7
 
 typedef struct {
     const char *name;
@@ -50,28 +56,31 @@ typedef struct {
     const char *gt_sets, *hf_args;
     int hf_checkpointed[2]; /* which of the 2 layers Trainer's model checkpoints */
     const char *resume_of;  /* NULL, or a variant: resume from its checkpoint-2 and compare with its Trainer run */
+    const char *base;       /* NULL: the Llama ("base"); "base2": the Qwen2 (q/k/v biases, tied embeddings) */
 } Variant;
 
 #define BA(b, a) "\"per_device_train_batch_size\": " #b ", \"gradient_accumulation_steps\": " #a
 static const Variant VARIANTS[] = {
-    {"b8a1", 8, 1, "tokens", "", BA(8, 1), {0, 0}, NULL},
-    {"b2a4", 2, 4, "tokens", "--set save_steps=2", BA(2, 4), {0, 0}, NULL},
-    {"b1a8", 1, 8, "tokens", "", BA(1, 8), {0, 0}, NULL},
+    {"b8a1", 8, 1, "tokens", "", BA(8, 1), {0, 0}, NULL, NULL},
+    {"b2a4", 2, 4, "tokens", "--set save_steps=2", BA(2, 4), {0, 0}, NULL, NULL},
+    {"b1a8", 1, 8, "tokens", "", BA(1, 8), {0, 0}, NULL, NULL},
     {"b2a4_gc_every2", 2, 4, "tokens", "--set gradient_checkpointing=true --set every_n_layers=2",
-     BA(2, 4) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"every_n_layers\": 2}", {1, 0}, NULL},
+     BA(2, 4) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"every_n_layers\": 2}", {1, 0}, NULL, NULL},
     {"b1a8_gc_offload", 1, 8, "tokens", "--set gradient_checkpointing=true --set offload=true",
-     BA(1, 8) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"offload\": true}", {1, 1}, NULL},
-    {"b2a4_steps", 2, 4, "steps", "", BA(2, 4), {0, 0}, NULL},
+     BA(1, 8) ", \"gradient_checkpointing\": true, \"gradient_checkpointing_kwargs\": {\"offload\": true}", {1, 1}, NULL, NULL},
+    {"b2a4_steps", 2, 4, "steps", "", BA(2, 4), {0, 0}, NULL, NULL},
     /* another schedule, warmup as a ratio: ceil(0.3 * 4) = 2 steps (v5 spells the ratio as warmup_steps < 1) */
     {"b2a4_cosine_min_lr", 2, 4, "tokens",
      "--set lr_scheduler_type=cosine_with_min_lr --set lr_scheduler_kwargs.min_lr_rate=0.1 --set warmup_steps=0 "
      "--set warmup_ratio=0.3",
      BA(2, 4) ", \"lr_scheduler_type\": \"cosine_with_min_lr\", \"lr_scheduler_kwargs\": {\"min_lr_rate\": 0.1}, "
               "\"warmup_steps\": 0.3",
-     {0, 0}, NULL},
-    {"b1a8_steps", 1, 8, "steps", "", BA(1, 8), {0, 0}, NULL},
+     {0, 0}, NULL, NULL},
+    {"b1a8_steps", 1, 8, "steps", "", BA(1, 8), {0, 0}, NULL, NULL},
     /* b2a4's checkpoint-2 resumed as (1, 8): the file order goes on at global row 16 */
-    {"b1a8_resumed", 1, 8, "tokens", "", NULL, {0, 0}, "b2a4"},
+    {"b1a8_resumed", 1, 8, "tokens", "", NULL, {0, 0}, "b2a4", NULL},
+    /* Qwen2: biases (no decay, as Trainer's get_decay_parameter_names) and a tied embedding */
+    {"qwen2_b2a4", 2, 4, "tokens", "", BA(2, 4), {0, 0}, NULL, "base2"},
 };
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -144,13 +153,16 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
                      STEPS);
     for (int v = 0; v < N_VARIANTS; v++)
         if (!VARIANTS[v].resume_of)
-            k += snprintf(json + k, sizeof json - (size_t)k, "%s{\"name\": \"%s\", \"loss\": \"%s\", \"args\": {%s}}",
-                          v ? ", " : "", VARIANTS[v].name, VARIANTS[v].loss, VARIANTS[v].hf_args);
+            k += snprintf(json + k, sizeof json - (size_t)k,
+                          "%s{\"name\": \"%s\", \"loss\": \"%s\", \"base\": \"%s\", \"args\": {%s}}", v ? ", " : "",
+                          VARIANTS[v].name, VARIANTS[v].loss, VARIANTS[v].base ? VARIANTS[v].base : "base",
+                          VARIANTS[v].hf_args);
     k += snprintf(json + k, sizeof json - (size_t)k, "]}\n");
     cr_assert(k < (int)sizeof json);
     test_write_file(test_join(g_dir, "variants.json"), json, strlen(json));
     sh(out, sizeof out, PY " '%s/tests/tools/hf_trainer_ref.py' run '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s' "
-       "'%s/variants.json' --seed 3 --n 16 --max-len %d", root, root, g_dir, g_dir, SEQ_LEN + 1);
+       "'%s/variants.json' --seed 3 --n 16 --max-len %d --config2 '%s/tests/fixtures/hf_configs/tiny-qwen2.json'",
+       root, root, g_dir, g_dir, SEQ_LEN + 1, root);
 
     /* the gtrain side: one run.yaml, each variant's batch split and recompute by --set */
     char yaml[2048];
@@ -170,8 +182,8 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
         if (x->resume_of) snprintf(resume, sizeof resume, "--set resume_from_checkpoint='%s/gt/%s/checkpoint-2'", g_dir, hf);
         sh(out, sizeof out,
            "'%s' --config '%s/run.yaml' --set output_dir='%s/gt/%s' --set per_device_train_batch_size=%d "
-           "--set gradient_accumulation_steps=%d --set loss_normalization=%s %s %s",
-           bin, g_dir, g_dir, x->name, x->B, x->A, x->loss, x->gt_sets, resume);
+           "--set gradient_accumulation_steps=%d --set loss_normalization=%s --set model='%s/%s' %s %s",
+           bin, g_dir, g_dir, x->name, x->B, x->A, x->loss, g_dir, x->base ? x->base : "base", x->gt_sets, resume);
         if (x->hf_checkpointed[0] || x->hf_checkpointed[1]) { /* both sides really recompute what was asked */
             char want[128];
             snprintf(want, sizeof want, "recompute every %d layer", strstr(x->gt_sets, "every_n_layers=2") ? 2 : 1);
@@ -224,7 +236,6 @@ Test(hf_trainer, accumulation_recompute_and_steps_loss_match_trainer, .timeout =
         char worst[256];
         cr_assert_eq(sscanf(line, "max_abs %lf max_ref %lf tensors %d worst %255s", &d, &ref, &nt, worst), 4,
                      "compare output: %s", out);
-        cr_assert_eq(nt, 21, "tiny-llama has 21 tensors");
         if (v == N_VARIANTS) {
             cr_assert(d > 100 * WEIGHT_ATOL, "the run barely moved the weights (%g): the comparison would be void", d);
             cr_log_info("the 4 steps move the weights by up to %.3g", d);

@@ -9,14 +9,15 @@ the optimizer torch's AdamW as Trainer builds it, the sampler Trainer's own Sequ
 and padding) as SFT scripts write it.
 
 usage (with the test references' Python, $GTRAIN_REFS_PY):
-  hf_trainer_ref.py run CONFIG.json WORKDIR VARIANTS.json [--seed S] [--n 16] [--max-len 25]
-    WORKDIR/base: LlamaForCausalLM(CONFIG) with torch.manual_seed(S) (norm weights uniform in
-                  [0.5, 1.5]), save_pretrained (safetensors, fp32);
+  hf_trainer_ref.py run CONFIG.json WORKDIR VARIANTS.json [--seed S] [--n 16] [--max-len 25] [--config2 C2.json]
+    WORKDIR/base: AutoModelForCausalLM.from_config(CONFIG) with torch.manual_seed(S) (norm weights
+                  uniform in [0.5, 1.5], biases in [-1, 1]), save_pretrained (safetensors, fp32);
+    WORKDIR/base2: the same from C2.json (the same vocab_size), when given;
     WORKDIR/train.jsonl: n rows {"prompt_ids": [...], "completion_ids": [...]} of 4 .. max-len tokens,
                   different numbers of completion tokens (random.Random(S + 1));
     VARIANTS.json: {"common": {TrainingArguments...},
-                    "variants": [{"name": N, "args": {...}, "loss": "tokens"|"steps"}]}
-    each variant trains a fresh copy of base; writes WORKDIR/hf/N/model.safetensors,
+                    "variants": [{"name": N, "args": {...}, "loss": "tokens"|"steps", "base": "base"|"base2"}]}
+    each variant trains a fresh copy of its base (default base); writes WORKDIR/hf/N/model.safetensors,
     WORKDIR/hf/N/result.txt (the lists below as "key v1 v2 ..." lines) and
     WORKDIR/hf/N/result.json: {"logged_loss": [per step, Trainer's log_history],
                     "token_mean_loss": [per step: sum of the token losses / num_items of the step, from
@@ -35,15 +36,18 @@ def die(msg):
 
 def make_model(config, outdir, seed):
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
     with open(config) as f:
-        cfg = LlamaConfig(**json.load(f))
+        d = json.load(f)
+    cfg = AutoConfig.for_model(d.pop("model_type"), **d)
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(cfg).to(torch.float32)
-    with torch.no_grad():  # norms away from 1 so that a decay on them (or not) shows in the weights
+    model = AutoModelForCausalLM.from_config(cfg).to(torch.float32)
+    with torch.no_grad():  # norms away from 1 and biases away from 0, so that a decay on them (or not) shows
         for n, p in model.named_parameters():
             if "norm" in n:
                 p.uniform_(0.5, 1.5)
+            elif n.endswith(".bias"):
+                p.uniform_(-1.0, 1.0)
     model.save_pretrained(outdir, safe_serialization=True)
 
 
@@ -90,20 +94,24 @@ def cmd_run(argv):
     ap = argparse.ArgumentParser(prog="hf_trainer_ref.py run")
     ap.add_argument("config"); ap.add_argument("workdir"); ap.add_argument("variants")
     ap.add_argument("--seed", type=int, default=0); ap.add_argument("--n", type=int, default=16)
-    ap.add_argument("--max-len", type=int, default=25)
+    ap.add_argument("--max-len", type=int, default=25); ap.add_argument("--config2")
     a = ap.parse_args(argv)
     with open(a.config) as f:
         vocab = json.load(f)["vocab_size"]
     make_model(a.config, os.path.join(a.workdir, "base"), a.seed)
+    if a.config2:
+        with open(a.config2) as f:
+            if json.load(f)["vocab_size"] != vocab:
+                die(f"{a.config2}: another vocab_size than {a.config}'s")
+        make_model(a.config2, os.path.join(a.workdir, "base2"), a.seed)
     make_data(os.path.join(a.workdir, "train.jsonl"), a.n, a.max_len, vocab, a.seed + 1)
-    train(os.path.join(a.workdir, "base"), os.path.join(a.workdir, "train.jsonl"), os.path.join(a.workdir, "hf"),
-          a.variants)
+    train(a.workdir, os.path.join(a.workdir, "train.jsonl"), os.path.join(a.workdir, "hf"), a.variants)
 
 
-def train(model_dir, data, outroot, vpath):
+def train(workdir, data, outroot, vpath):
     import torch
     import transformers
-    from transformers import LlamaForCausalLM, Trainer, TrainerCallback, TrainingArguments
+    from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
     torch.use_deterministic_algorithms(True)
@@ -140,7 +148,8 @@ def train(model_dir, data, outroot, vpath):
         kw = dict(spec["common"])
         kw.update(v.get("args", {}))
         args = TrainingArguments(output_dir=out, **kw)
-        model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32, attn_implementation="eager")
+        model_dir = os.path.join(workdir, v.get("base", "base"))
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="eager")
         tr = Recording(model=model, args=args, train_dataset=rows, data_collator=collate)
         tr.micro, tr.token_mean = [], []
         if v.get("loss", "tokens") == "steps":
@@ -149,7 +158,7 @@ def train(model_dir, data, outroot, vpath):
             # _get_num_items_in_batch -> None, so the model takes the plain mean)
             tr.model_accepts_loss_kwargs = False
         elif not tr.model_accepts_loss_kwargs:
-            die("LlamaForCausalLM does not accept loss kwargs: num_items_in_batch would not be used")
+            die(f"{type(model).__name__} does not accept loss kwargs: num_items_in_batch would not be used")
         tr.add_callback(StepEnd(tr))
         decay = set(tr.get_decay_parameter_names(model))
         tr.train()
