@@ -152,7 +152,8 @@ const KeySpec CONFIG_SCHEMA[] = {
      .doc = "Where to train: cuda if a GPU is present (auto), or cpu / cuda explicitly."},
     {.key = "loss_normalization", .type = KT_ENUM, FIELD(loss_normalization), .def = "tokens",
      .names = LOSS_NAMES,
-     .doc = "Divide the summed loss by the step's predicted tokens (tokens) or by the accumulation count (steps)."},
+     .doc = "tokens: the step's summed loss / its predicted tokens (HF's num_items_in_batch); steps: each micro-batch's "
+            "mean loss / the accumulation count (HF before 4.46), logged as the mean of the micro-batch means."},
     {.key = "logging_steps", .type = KT_INT, FIELD(logging_steps), .def = "10", .imin = 1, .imax = BIG,
      .doc = "Print a log line and a metrics record every this many optimizer steps."},
     {.key = "eval_steps", .type = KT_INT, FIELD(eval_steps), .def = "0", .imin = 0, .imax = BIG,
