@@ -132,6 +132,47 @@ Test(data, shuffle_false_text_consecutive_windows) {
     data_close(d);
 }
 
+/* token shards (llm.c's two layouts, written here byte by byte), train split: the first 3/4 */
+static uint32_t g_shard_tok[301];
+static long g_shard_train;
+enum { SH_T = 16 };
+
+static void want_shard(long i, int *tok, int *tgt) {
+    long W = (g_shard_train - 1) / SH_T, s = (i % W) * SH_T;
+    for (int t = 0; t < SH_T; t++) {
+        tok[t] = (int)g_shard_tok[s + t];
+        tgt[t] = (int)g_shard_tok[s + t + 1];
+    }
+}
+
+Test(data, shuffle_false_token_shards_consecutive_windows) {
+    const int n = (int)(sizeof g_shard_tok / sizeof g_shard_tok[0]);
+    static uint8_t buf[1024 + 4 * 301];
+    for (int layout = 0; layout < 2; layout++) { /* GPT-2 (uint16), Llama-3 (uint32) */
+        const int wide = layout == 1;
+        const int32_t hdr[3] = {wide ? 20240801 : 20240520, wide ? 7 : 1, n};
+        memset(buf, 0, sizeof buf);
+        for (int k = 0; k < 3; k++)
+            for (int b = 0; b < 4; b++) buf[4 * k + b] = (uint8_t)((uint32_t)hdr[k] >> (8 * b));
+        uint32_t x = 99u + (uint32_t)layout;
+        for (int k = 0; k < n; k++) {
+            x = x * 1664525u + 1013904223u;
+            g_shard_tok[k] = wide ? 70000u + (x >> 20) : x >> 17; /* > 65535 only in the wide layout */
+            for (int b = 0; b < (wide ? 4 : 2); b++)
+                buf[1024 + (size_t)k * (wide ? 4 : 2) + (size_t)b] = (uint8_t)(g_shard_tok[k] >> (8 * b));
+        }
+        size_t len = 1024 + (size_t)n * (wide ? 4 : 2);
+        DataSource *d = NULL;
+        GtError err = {0};
+        cr_assert_eq(data_open_memory(&d, "order.bin", buf, len, DATA_TOKENS, false, SH_T, 1 << 21, DATA_SPLIT_TRAIN,
+                                      0.25, &err), 0, "%s", err.msg);
+        g_shard_train = (long)data_num_tokens(d);
+        cr_assert_eq(g_shard_train, (long)(n * 0.75), "the train split is the first 3/4 of the tokens");
+        check_order(d, 5, 6, want_shard); /* 30 rows over floor((225 - 1) / 16) = 14 windows */
+        data_close(d);
+    }
+}
+
 /* packed jsonl: the stream is every example (prompt then completion, untruncated) end to end;
  * windows as text, a target -100 where its token is a prompt token. */
 static int g_pk_tok[N_EX * MAX_LEN], g_pk_prompt[N_EX * MAX_LEN], g_pk_n;
