@@ -40,6 +40,7 @@ typedef struct {
         int seq_len;
         double val_fraction; /* text without val file: last fraction of the bytes */
         bool packing;        /* jsonl: examples end to end in full rows instead of one padded row each */
+        bool shuffle;        /* training rows in seeded random order; false = file order (data_fill_train) */
         char prompt_template[GT_PATH_MAX];     /* jsonl: "" = the "prompt" member */
         char completion_template[GT_PATH_MAX]; /* jsonl: "" = the "completion" member */
         bool add_eos;                          /* jsonl with a tokenizer: EOS after the completion */

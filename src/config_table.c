@@ -88,6 +88,9 @@ const KeySpec CONFIG_SCHEMA[] = {
      .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
      .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
+    {.key = "data.shuffle", .type = KT_BOOL, FIELD(data.shuffle), .def = "true",
+     .doc = "Training rows in a seeded random order (jsonl: a permutation per epoch; text/tokens: random windows); "
+            "false = file order, epoch after epoch (jsonl: example i mod n; text/tokens: consecutive windows)."},
     {.key = "data.prompt_template", .type = KT_STRING, FIELD(data.prompt_template), .def = "", .check = check_template,
      .doc = "jsonl: the prompt, from each line's string members: {name} is member name, {{ and }} are braces "
             "(e.g. \"### Instruction:\\n{query}\\n\\n### Response:\"); empty = the \"prompt\" member."},
@@ -149,7 +152,8 @@ const KeySpec CONFIG_SCHEMA[] = {
      .doc = "Where to train: cuda if a GPU is present (auto), or cpu / cuda explicitly."},
     {.key = "loss_normalization", .type = KT_ENUM, FIELD(loss_normalization), .def = "tokens",
      .names = LOSS_NAMES,
-     .doc = "Divide the summed loss by the step's predicted tokens (tokens) or by the accumulation count (steps)."},
+     .doc = "tokens: the step's summed loss / its predicted tokens (HF's num_items_in_batch); steps: each micro-batch's "
+            "mean loss / the accumulation count (HF before 4.46), logged as the mean of the micro-batch means."},
     {.key = "logging_steps", .type = KT_INT, FIELD(logging_steps), .def = "10", .imin = 1, .imax = BIG,
      .doc = "Print a log line and a metrics record every this many optimizer steps."},
     {.key = "eval_steps", .type = KT_INT, FIELD(eval_steps), .def = "0", .imin = 0, .imax = BIG,

@@ -588,16 +588,23 @@ static uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
 #define DOMAIN_WINDOWS 0x77696E646F777331ull /* "windows1" */
 #define DOMAIN_EPOCHS 0x65706F6368733031ull  /* "epochs01" */
 
-void data_fill_train(const DataSource *d, uint64_t seed, long step, long effective_batch, long first_row,
-                     int n_rows, int *tokens, int *targets) {
+void data_fill_train(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
+                     long first_row, int n_rows, int *tokens, int *targets) {
     int T = d->seq_len;
     uint64_t ks = mix64(seed ^ DOMAIN_WINDOWS);
     uint64_t ke = mix64(seed ^ DOMAIN_EPOCHS);
+    bool examples = d->format == DATA_JSONL && !d->pk_lab;
+    uint64_t per_epoch = examples ? d->n : (d->n - 1) / (uint64_t)T; /* rows in file order; >= 1 */
     for (int r = 0; r < n_rows; r++) {
         uint64_t g = (uint64_t)first_row + (uint64_t)r;
+        uint64_t i = (uint64_t)step * (uint64_t)(effective_batch > 0 ? effective_batch : 1) + g; /* global row */
         int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
-        if (d->format == DATA_JSONL && !d->pk_lab) {
-            uint64_t i = (uint64_t)step * (uint64_t)(effective_batch > 0 ? effective_batch : 1) + g;
+        if (!shuffle) {
+            if (examples)
+                fill_example(d, i % per_epoch, tk, tg);
+            else
+                fill_window(d, (i % per_epoch) * (uint64_t)T, tk, tg);
+        } else if (examples) {
             uint64_t epoch = i / d->n;
             uint64_t key = mix64(ke ^ mix64(epoch));
             fill_example(d, permute_index(i % d->n, d->n, key), tk, tg);

@@ -118,20 +118,25 @@ DataFormat data_format(const DataSource *d);
 double data_rows_per_epoch(const DataSource *d);
 int data_seq_len(const DataSource *d);
 
-/* Training rows. Row g (0 <= g < effective_batch) of optimizer step `step` depends only on
- * (seed, step, g) for text/tokens and packed jsonl, and on (seed, step * effective_batch + g) for
- * jsonl; never on how the step is cut into micro-batches or ranks.
+/* Training rows. Row g (0 <= g < effective_batch) of optimizer step `step` is global row
+ * i = step * effective_batch + g; it depends only on (seed, shuffle, step, g) -- for jsonl and for
+ * shuffle = false only on (seed, shuffle, i) -- never on how the step is cut into micro-batches or
+ * ranks, so it is the same after a resume.
+ * shuffle = true:
  *   text/tokens, packed jsonl (x = the token stream, targets from its label stream y):
  *                window start s uniform in [0, n - seq_len - 1] from a counter-based RNG
  *                (splitmix64 of seed, step, g); inputs = x[s .. s+T-1], targets = x[s+1 .. s+T]
  *                (packed jsonl: y[s+1 .. s+T]).
- *   jsonl:       i = step * effective_batch + g; epoch = i / n_examples; the example is
- *                perm_epoch(i % n_examples), perm_epoch a seeded bijection of [0, n_examples)
- *                (a keyed Feistel network with cycle walking, seeded by (seed, epoch));
- *                inputs = row[0 .. T-1], targets = labels[1 .. T].
+ *   jsonl:       epoch = i / n_examples; the example is perm_epoch(i % n_examples), perm_epoch a
+ *                seeded bijection of [0, n_examples) (a keyed Feistel network with cycle walking,
+ *                seeded by (seed, epoch)); inputs = row[0 .. T-1], targets = labels[1 .. T].
+ * shuffle = false (file order, epoch after epoch; seed unused):
+ *   text/tokens, packed jsonl: window w = i % W, W = floor((n - 1) / seq_len): the eval windows of
+ *                data_fill_eval, start w * seq_len, consecutive and non-overlapping, wrapping;
+ *   jsonl:       example i % n_examples.
  * Writes rows first_row .. first_row + n_rows - 1 into tokens[n_rows * T], targets[n_rows * T]. */
-void data_fill_train(const DataSource *d, uint64_t seed, long step, long effective_batch, long first_row,
-                     int n_rows, int *tokens, int *targets);
+void data_fill_train(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
+                     long first_row, int n_rows, int *tokens, int *targets);
 
 /* Eval windows, a fixed documented set: text/tokens and packed jsonl: window w starts at w * seq_len and holds
  * seq_len + 1 tokens (consecutive, non-overlapping targets), count = floor((n - 1) / seq_len);

@@ -19,7 +19,8 @@
 typedef struct {
     long step;              /* optimizer steps done, 1-based */
     double epoch;           /* fractional epochs of the train data seen */
-    double loss;            /* mean loss of the step (NaN when the step was skipped for NaN) */
+    double loss;            /* the step's loss as HF's Trainer logs it: token mean (loss_normalization tokens) or
+                               mean of the micro-batch means (steps); NaN when the step was skipped for NaN */
     double lr;
     double grad_norm;       /* before clipping */
     double tokens_per_sec;

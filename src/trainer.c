@@ -36,10 +36,15 @@ long count_items(const int *targets, size_t n) {
     return c;
 }
 
-int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
-                       LossNormalization norm, long num_items, double *loss_sum, GtError *err) {
+/* trainer_accumulate, also giving *steps_loss: this rank's share of the loss whose gradient
+ * LOSS_NORM_STEPS applies, sum over its micro-batches of (their token-loss sum / their targets) /
+ * (A * world), in double (a micro-batch without targets adds 0). Summed over the ranks it is HF
+ * Trainer's logged loss when the loss is not normalised by num_items_in_batch: the mean of the
+ * micro-batches' mean losses. */
+static int accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world, LossNormalization norm,
+                      long num_items, double *loss_sum, double *steps_loss, GtError *err) {
     const size_t rows = (size_t)B * m->T;
-    double total = 0.0;
+    double total = 0.0, mean_sum = 0.0;
     /* a grad-ready hook (data-parallel all-reduce) fires on the last micro-batch only: no
      * communication while gradients are still accumulating (DDP's no_sync) */
     GradReadyFn hook = m->grad_ready;
@@ -48,13 +53,13 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
         if (a == A - 1) m->grad_ready = hook;
         m->dropout_row0 = ((long)a * world + m->data_rank) * B; /* fill_step's rows: dropout.h's index */
         const int *tk = tokens + (size_t)a * rows, *tg = targets + (size_t)a * rows;
+        long n = count_items(tg, rows);
         float scale;
         if (norm == LOSS_NORM_TOKENS) {
             scale = num_items > 0 ? (float)(1.0 / (double)num_items) : 0.0f;
         } else {
             /* HF: each micro-batch's mean loss / accumulation steps, averaged over the ranks (our
              * all-reduce sums, so the ranks' average is a division by world here) */
-            long n = count_items(tg, rows);
             scale = n > 0 ? (float)(1.0 / ((double)n * A * world)) : 0.0f;
         }
         double s = 0.0;
@@ -63,10 +68,17 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
             return -1;
         }
         total += s;
+        if (n > 0) mean_sum += s / (double)n;
     }
     m->grad_ready = hook;
     *loss_sum = total;
+    if (steps_loss) *steps_loss = mean_sum / ((double)A * world);
     return 0;
+}
+
+int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
+                       LossNormalization norm, long num_items, double *loss_sum, GtError *err) {
+    return accumulate(m, tokens, targets, B, A, world, norm, num_items, loss_sum, NULL, err);
 }
 
 typedef struct {
@@ -96,7 +108,7 @@ typedef struct {
 
 /* ---------------------------------------------------------------- output_dir ownership */
 
-/* What makes two runs the same run: the model, the data and the seed (gtrain_run.json's "run"). */
+/* What makes two runs the same run: the model, the data, its order and the seed (gtrain_run.json's "run"). */
 static char *run_identity(const Trainer *t) {
     cJSON *j = cJSON_CreateObject();
     const ModelDesc *d = t->desc;
@@ -104,6 +116,7 @@ static char *run_identity(const Trainer *t) {
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->seed);
     cJSON_AddStringToObject(j, "seed", seed);
     cJSON_AddStringToObject(j, "train", t->cfg->data.train);
+    if (!t->cfg->data.shuffle) cJSON_AddFalseToObject(j, "shuffle"); /* file order (absent when shuffled, as before) */
     cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
     cJSON_AddNumberToObject(j, "n_head", d->n_head);
     cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
@@ -201,8 +214,8 @@ static void fill_step(Trainer *t, long step) {
     const int B = t->plan.B, A = t->plan.A, T = t->cfg->data.seq_len;
     /* rows g = (a * world + rank) * B + b of the step's global batch */
     for (int a = 0; a < A; a++)
-        data_fill_train(t->train, t->cfg->seed, step, t->plan.effective_batch, ((long)a * t->world + t->rank) * B, B,
-                        t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
+        data_fill_train(t->train, t->cfg->seed, t->cfg->data.shuffle, step, t->plan.effective_batch,
+                        ((long)a * t->world + t->rank) * B, B, t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
 }
 
 /* ---------------------------------------------------------------- collectives: MPI or NCCL
@@ -647,16 +660,19 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         int64_t items = count_items(t->tgt, n_tok);
         if (sum_i64(t, &items, 1, err)) return -1;
         const long num_items = (long)items;
-        double loss_sum = 0.0;
+        double sums[2] = {0.0, 0.0}; /* token-loss sum; LOSS_NORM_STEPS's loss (accumulate) */
         /* no target token in any micro-batch on any rank: nothing to learn from, and no 0/0 loss */
         const bool empty = num_items == 0;
         t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
         m->dropout_step = step;
-        if (!empty && trainer_accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization,
-                                         num_items, &loss_sum, err))
+        if (!empty && accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
+                                 &sums[0], &sums[1], err))
             return -1;
-        if (sum_f64(t, &loss_sum, 1, err)) return -1;
-        double loss = num_items > 0 ? loss_sum / (double)num_items : NAN;
+        if (sum_f64(t, sums, 2, err)) return -1;
+        /* the loss whose gradient the step applies, as HF's Trainer logs it: the token mean over the
+         * whole step (tokens), or the mean of the micro-batches' mean losses (steps) */
+        double loss = num_items == 0 ? NAN : cfg->loss_normalization == LOSS_NORM_TOKENS ? sums[0] / (double)num_items
+                                                                                          : sums[1];
         double lr = cfg->learning_rate * lr_multiplier(cfg->lr_scheduler_type, step, warmup, max_steps, cfg->min_lr_rate);
         double norm = NAN;
         bool skip = false;

@@ -25,7 +25,7 @@ int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, i
 
 typedef struct {
     long steps;
-    double last_loss;     /* token-weighted mean train loss of the last step */
+    double last_loss;     /* the last step's logged loss (token mean; under steps the mean of micro-batch means) */
     double first_loss;
     double last_val_loss; /* NaN when there was no eval */
     double first_val_loss;

@@ -117,6 +117,7 @@ Test(config, defaults_are_hf_like) {
     cr_expect_str_eq(c->init_from, "");
     cr_expect_str_eq(c->data.train, "");
     cr_expect_str_eq(c->data.val, "");
+    cr_expect(c->data.shuffle, "data.shuffle defaults to true (a seeded random order)");
     cr_expect_eq(c->memory_limit, 0);
     cr_expect_eq(c->num_threads, 0);
     for (int i = 0; i < config_schema_count(); i++) {
@@ -300,6 +301,7 @@ static const Rule RULES[] = {
     {"gradient_accumulation_steps", {"1", "1048576"}, {"0", "-1", "1048577", "1e3", "\"4\""}},
     {"every_n_layers", {"1", "1024"}, {"0", "1025", "-1"}},
     {"gradient_checkpointing", {"true", "false", "True", "FALSE"}, {"yes", "1", "on", "\"true\"", "~", "tru"}},
+    {"data.shuffle", {"true", "false"}, {"no", "0", "off", "\"false\""}},
     /* at most 2^31-1: AdamW's step count is an int in the backends */
     {"max_steps", {"-1", "1", "2147483647"}, {"-2", "2147483648", "1000000000000", "9223372036854775808", "1.0"}},
     {"num_train_epochs", {"0.5", "3", "1000000"}, {"0", "-1", "1000001", ".inf", "1e999"}},

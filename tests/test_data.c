@@ -129,7 +129,7 @@ Test(data, train_windows_in_range_and_shifted) {
     const int n_train = 1500, rows = 32;
     int tok[32 * 12], tgt[32 * 12];
     for (long step = 0; step < 20; step++) {
-        data_fill_train(d, 1234, step, rows, 0, rows, tok, tgt);
+        data_fill_train(d, 1234, true, step, rows, 0, rows, tok, tgt);
         for (int r = 0; r < rows; r++) {
             const int *a = tok + r * T, *b = tgt + r * T;
             for (int t = 0; t + 1 < T; t++) cr_assert_eq(b[t], a[t + 1]);
@@ -152,11 +152,11 @@ Test(data, train_rows_deterministic) {
     DataSource *a = open_ok(test_join(g_dir, "d.txt"), DATA_TEXT, 32, 256, DATA_SPLIT_ALL, 0);
     DataSource *b = open_ok(test_join(g_dir, "d.txt"), DATA_TEXT, 32, 256, DATA_SPLIT_ALL, 0);
     int t1[8 * 32], g1[8 * 32], t2[8 * 32], g2[8 * 32];
-    data_fill_train(a, 99, 7, 8, 0, 8, t1, g1);
-    data_fill_train(b, 99, 7, 8, 0, 8, t2, g2);
+    data_fill_train(a, 99, true, 7, 8, 0, 8, t1, g1);
+    data_fill_train(b, 99, true, 7, 8, 0, 8, t2, g2);
     cr_assert_eq(memcmp(t1, t2, sizeof t1), 0);
     cr_assert_eq(memcmp(g1, g2, sizeof g1), 0);
-    data_fill_train(a, 99, 7, 8, 0, 8, t2, g2); /* same source again: no hidden state */
+    data_fill_train(a, 99, true, 7, 8, 0, 8, t2, g2); /* same source again: no hidden state */
     cr_assert_eq(memcmp(t1, t2, sizeof t1), 0);
     data_close(a);
     data_close(b);
@@ -169,12 +169,12 @@ static void check_split_independence(const DataSource *d, int T, long eb) {
     int *t2 = calloc(n, sizeof(int)), *g2 = calloc(n, sizeof(int));
     cr_assert(t1 && g1 && t2 && g2);
     for (long step = 0; step < 5; step++) {
-        data_fill_train(d, 42, step, eb, 0, (int)eb, t1, g1);
+        data_fill_train(d, 42, true, step, eb, 0, (int)eb, t1, g1);
         for (int micro = 1; micro <= eb; micro *= 2) {
             memset(t2, 0x7f, n * sizeof(int));
             memset(g2, 0x7f, n * sizeof(int));
             for (long first = 0; first < eb; first += micro)
-                data_fill_train(d, 42, step, eb, first, micro, t2 + first * T, g2 + first * T);
+                data_fill_train(d, 42, true, step, eb, first, micro, t2 + first * T, g2 + first * T);
             cr_assert_eq(memcmp(t1, t2, n * sizeof(int)), 0, "tokens differ, micro-batch %d step %ld", micro, step);
             cr_assert_eq(memcmp(g1, g2, n * sizeof(int)), 0, "targets differ, micro-batch %d step %ld", micro, step);
         }
@@ -209,9 +209,9 @@ Test(data, different_steps_and_seeds_differ) {
     test_write_file(test_join(g_dir, "x.txt"), raw, 10000);
     DataSource *d = open_ok(test_join(g_dir, "x.txt"), DATA_TEXT, 16, 256, DATA_SPLIT_ALL, 0);
     int a[8 * 16], b[8 * 16], c[8 * 16], tg[8 * 16];
-    data_fill_train(d, 1, 0, 8, 0, 8, a, tg);
-    data_fill_train(d, 1, 1, 8, 0, 8, b, tg);
-    data_fill_train(d, 2, 0, 8, 0, 8, c, tg);
+    data_fill_train(d, 1, true, 0, 8, 0, 8, a, tg);
+    data_fill_train(d, 1, true, 1, 8, 0, 8, b, tg);
+    data_fill_train(d, 2, true, 0, 8, 0, 8, c, tg);
     cr_assert_neq(memcmp(a, b, sizeof a), 0, "steps 0 and 1 drew the same rows");
     cr_assert_neq(memcmp(a, c, sizeof a), 0, "seeds 1 and 2 drew the same rows");
     /* rows within a step differ too */
@@ -233,7 +233,7 @@ Test(data, window_starts_uniform) {
     int rows[100 * T], tg[100 * T];
     const int steps = 1000;
     for (int s = 0; s < steps; s++) {
-        data_fill_train(d, 7, s, 100, 0, 100, rows, tg);
+        data_fill_train(d, 7, true, s, 100, 0, 100, rows, tg);
         for (int r = 0; r < 100; r++) {
             int st = rows[r * T];
             cr_assert(st >= 0 && st < STARTS, "start %d out of [0, %d]", st, STARTS - 1);
@@ -408,8 +408,8 @@ Test(data, memory_open_matches_file_open) {
     cr_assert_eq(data_num_tokens(a), 48);
     cr_assert_eq(data_num_tokens(b), 48);
     int t1[4 * 8], g1[4 * 8], t2[4 * 8], g2[4 * 8];
-    data_fill_train(a, 5, 3, 4, 0, 4, t1, g1);
-    data_fill_train(b, 5, 3, 4, 0, 4, t2, g2);
+    data_fill_train(a, 5, true, 3, 4, 0, 4, t1, g1);
+    data_fill_train(b, 5, true, 3, 4, 0, 4, t2, g2);
     cr_assert_eq(memcmp(t1, t2, sizeof t1), 0);
     cr_assert_eq(memcmp(g1, g2, sizeof g1), 0);
     data_close(a);
@@ -438,7 +438,7 @@ Test(data, jsonl_text_form_masks_prompt_and_padding) {
     }
     /* the same row from the train sampler */
     int tk2[8], tg2[8];
-    data_fill_train(d, 3, 11, 4, 2, 1, tk2, tg2);
+    data_fill_train(d, 3, true, 11, 4, 2, 1, tk2, tg2);
     cr_assert_eq(memcmp(tk, tk2, sizeof tk), 0);
     cr_assert_eq(memcmp(tg, tg2, sizeof tg), 0);
     data_close(d);
@@ -518,7 +518,7 @@ Test(data, jsonl_epoch_is_a_permutation) {
     memset(seen, 0, sizeof seen);
     const long eb = 5;
     for (long i = 0; i < 2 * N; i++) {
-        data_fill_train(d, 77, i / eb, eb, i % eb, 1, tk, tg);
+        data_fill_train(d, 77, true, i / eb, eb, i % eb, 1, tk, tg);
         cr_assert(tk[0] >= 0 && tk[0] < N);
         cr_assert_eq(tg[0], 100 + tk[0]);
         cr_assert_eq(tg[1], -100);
@@ -675,8 +675,8 @@ Test(data, packed_targets_ignore_exactly_prompt_tokens) {
     int tk[8], tg[8], stk[8], stg[8], crossings = 0, ignored = 0, trained = 0;
     bool seen_start[PK_MAX] = {false};
     for (long step = 0; step < 300; step++) {
-        data_fill_train(d, 31, step, 3, step % 3, 1, tk, tg);
-        data_fill_train(s, 31, step, 3, step % 3, 1, stk, stg);
+        data_fill_train(d, 31, true, step, 3, step % 3, 1, tk, tg);
+        data_fill_train(s, 31, true, step, 3, step % 3, 1, stk, stg);
         int st = tk[0] - 1;
         cr_assert(st >= 0 && st <= n - T - 1, "start %d", st);
         cr_assert_eq(st, stk[0], "step %ld: packed start %d, text/tokens sampler start %d", step, st, stk[0]);
@@ -709,9 +709,9 @@ Test(data, packed_rows_split_independent) {
     DataSource *d = open_ok_packing(test_join(g_dir, "r.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     for (long step = 0; step < 5; step++) {
         int a[8 * 6], ag[8 * 6], b[8 * 6], bg[8 * 6], c[8 * 6], cg[8 * 6];
-        data_fill_train(d, 1234, step, 8, 0, 8, a, ag);
-        for (int h = 0; h < 2; h++) data_fill_train(d, 1234, step, 8, 4 * h, 4, b + 4 * h * T, bg + 4 * h * T);
-        for (int r = 0; r < 8; r++) data_fill_train(d, 1234, step, 8, r, 1, c + r * T, cg + r * T);
+        data_fill_train(d, 1234, true, step, 8, 0, 8, a, ag);
+        for (int h = 0; h < 2; h++) data_fill_train(d, 1234, true, step, 8, 4 * h, 4, b + 4 * h * T, bg + 4 * h * T);
+        for (int r = 0; r < 8; r++) data_fill_train(d, 1234, true, step, 8, r, 1, c + r * T, cg + r * T);
         cr_assert_eq(memcmp(a, b, sizeof a), 0, "step %ld: 8 rows != 2 x 4", step);
         cr_assert_eq(memcmp(ag, bg, sizeof ag), 0);
         cr_assert_eq(memcmp(a, c, sizeof a), 0, "step %ld: 8 rows != 8 x 1", step);
@@ -816,8 +816,8 @@ Test(data, packing_ignored_by_text) {
     DataSource *b = open_ok_packing(test_join(g_dir, "pt.txt"), DATA_TEXT, true, 16, 256, DATA_SPLIT_TRAIN, 0.1);
     cr_assert_eq(data_num_tokens(a), data_num_tokens(b));
     int t1[4 * 16], g1[4 * 16], t2[4 * 16], g2[4 * 16];
-    data_fill_train(a, 5, 2, 4, 0, 4, t1, g1);
-    data_fill_train(b, 5, 2, 4, 0, 4, t2, g2);
+    data_fill_train(a, 5, true, 2, 4, 0, 4, t1, g1);
+    data_fill_train(b, 5, true, 2, 4, 0, 4, t2, g2);
     cr_assert_eq(memcmp(t1, t2, sizeof t1), 0);
     cr_assert_eq(memcmp(g1, g2, sizeof g1), 0);
     data_close(a);

@@ -37,7 +37,8 @@ void read_train_metrics(const char *dir, Losses *l) {
             const cJSON *step = cJSON_GetObjectItemCaseSensitive(j, "step"), *loss = cJSON_GetObjectItemCaseSensitive(j, "loss"),
                         *ni = cJSON_GetObjectItemCaseSensitive(j, "num_items"),
                         *eb = cJSON_GetObjectItemCaseSensitive(j, "effective_batch"),
-                        *gn = cJSON_GetObjectItemCaseSensitive(j, "grad_norm");
+                        *gn = cJSON_GetObjectItemCaseSensitive(j, "grad_norm"),
+                        *lr = cJSON_GetObjectItemCaseSensitive(j, "lr");
             cr_assert(cJSON_IsNumber(step) && cJSON_IsNumber(loss), "%s: bad train record: %s", path, line);
             int s = (int)step->valuedouble;
             cr_assert(s >= 1 && s <= MAX_STEPS, "%s: step %d", path, s);
@@ -45,6 +46,7 @@ void read_train_metrics(const char *dir, Losses *l) {
             l->num_items[s - 1] = cJSON_IsNumber(ni) ? (long)ni->valuedouble : -1;
             l->effective_batch[s - 1] = cJSON_IsNumber(eb) ? (long)eb->valuedouble : -1;
             l->grad_norm[s - 1] = cJSON_IsNumber(gn) ? gn->valuedouble : -1.0;
+            l->lr[s - 1] = cJSON_IsNumber(lr) ? lr->valuedouble : -1.0;
             if (s > l->n) l->n = s;
         } else if (cJSON_IsString(type) && strcmp(type->valuestring, "eval") == 0 && l->n_eval < MAX_STEPS) {
             const cJSON *el = cJSON_GetObjectItemCaseSensitive(j, "eval_loss");

@@ -12,6 +12,7 @@ typedef struct {
     double loss[MAX_STEPS];
     long num_items[MAX_STEPS], effective_batch[MAX_STEPS];
     double grad_norm[MAX_STEPS]; /* before clipping */
+    double lr[MAX_STEPS];        /* the learning rate of the step's update */
     int n_eval;
     double eval_loss[MAX_STEPS]; /* in file order */
 } Losses;

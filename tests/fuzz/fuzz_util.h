@@ -37,7 +37,7 @@ static inline void fuzz_check_rows(DataSource *d, int seq_len, int vocab, long e
     const int rows = 3;
     int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
     if (tok && tgt) {
-        data_fill_train(d, 99, 7, 6, 2, rows, tok, tgt);
+        data_fill_train(d, 99, true, 7, 6, 2, rows, tok, tgt);
         data_fill_eval(d, eval_from, rows, tok, tgt);
         for (int i = 0; i < rows * seq_len; i++)
             if (tok[i] < 0 || tok[i] >= vocab || (tgt[i] != -100 && (tgt[i] < 0 || tgt[i] >= vocab))) abort();
