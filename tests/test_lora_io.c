@@ -78,7 +78,7 @@ static void ws_make(Ws *w, const char *fixture, const char *dtype) {
     snprintf(w->toks, sizeof w->toks, "%s/tokens.txt", w->dir);
     snprintf(w->jsonl, sizeof w->jsonl, "%s/data.jsonl", w->dir);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/%s' '%s' --seed 5 "
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/%s' '%s' --seed 5 "
              "--dtype %s --init-std 0.1", w->root, w->root, fixture, w->base, dtype);
     free(sh(cmd));
     FILE *ft = fopen(w->toks, "w"), *fj = fopen(w->jsonl, "w");
@@ -211,7 +211,7 @@ static double ref_loss(const Ws *w, const char *adapter) {
 
 static double base_loss(const Ws *w) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' loss '%s' '%s' --digits 17", w->root, w->base, w->toks);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' loss '%s' '%s' --digits 17", w->root, w->base, w->toks);
     return sh_number(cmd);
 }
 
@@ -330,7 +330,7 @@ Test(lora_io, full_fine_tuning_on_the_same_rows_matches_hf_llama, .timeout = 240
     Ws w;
     ws_make(&w, "tiny-llama.json", "f32");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' train '%s' '%s' --steps %d --lr 1e-2 --weight-decay 0.1 "
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' train '%s' '%s' --steps %d --lr 1e-2 --weight-decay 0.1 "
              "--beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0 --digits 17 --out '%s/ref-full'",
              w.root, w.base, w.toks, STEPS, w.dir);
     char *out = sh(cmd);

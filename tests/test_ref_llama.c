@@ -388,9 +388,9 @@ Test(ref_llama, pytorch_train_equals_c_adamw_over_ref_gradients, .timeout = 120)
 }
 
 /* hf_llama.py's own checks: its forward against naive loops (GQA, MQA, windows, biases, llama3),
- * llama3 frequencies by hand, its safetensors writer/reader, AdamW as documented. No gtrain test
- * compares against that hand-written model any more (transformers' classes took its place); it is
- * checked here for as long as tests/tools/peft_lora.py and peft_merge_ref.py build on it. */
+ * llama3 frequencies by hand, its safetensors writer/reader, AdamW as documented. gtrain's full
+ * models are compared with transformers' classes now; this hand-written model is checked here for
+ * as long as tests/tools/peft_lora.py (LoRA's reference) and peft_merge_ref.py build on it. */
 Test(ref_llama, pytorch_reference_selftest, .timeout = 120) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root || !*root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
