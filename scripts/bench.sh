@@ -2,10 +2,10 @@
 # make bench: gtrain's CPU training step beside PyTorch's on the same shapes, same machine, one run.
 # fp32, B=4, T=64: (a) 4 layers / 4 heads / 256 wide / vocab 50257, (b) GPT-2 124M; fp32, B=4,
 # T=128: (c) a 34M-parameter Llama (6 layers, 384 wide, 6 heads / 2 kv heads, SwiGLU 1024, vocab
-# 32000, untied), against tests/tools/hf_llama.py's PyTorch implementation of the same block.
+# 32000, untied), against transformers' LlamaForCausalLM (tests/tools/hf_models.py bench).
 # Then the time of `gtrain sample` for 200 tokens of GPT-2 124M, and of the SVD PiSSA needs
 # (svd_topr, r = 128: exact and niter 4 on 4096 x 1024, niter 4 on Mistral-7B's 14336 x 4096 MLP).
-# PyTorch comes from Debian's python3-torch (apt-get install python3-torch), run by /usr/bin/python3
+# The GPT-2 lines' PyTorch comes from Debian's python3-torch (apt-get install python3-torch), run by /usr/bin/python3
 # (the system interpreter, which that package serves); skipped if absent.
 set -uo pipefail
 build="${1:-build}"
@@ -25,11 +25,13 @@ done
 # the same model fine-tuned with LoRA r 16 on every projection: the base frozen, its weight
 # gradients and the embedding's never computed
 BENCH_LORA_R=16 "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"
-if /usr/bin/python3 -c "import torch" 2>/dev/null; then
+# transformers' LlamaForCausalLM, from the test references' venv (scripts/install-deps.sh --test-refs)
+refs_py="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path 2>/dev/null)/bin/python}"
+if "$refs_py" -c "import torch, transformers" 2>/dev/null; then
   core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
-  OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" /usr/bin/python3 tests/tools/hf_llama.py bench configs/bench-llama-34m.json 4 128 "$steps"
+  OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" "$refs_py" tests/tools/hf_models.py bench configs/bench-llama-34m.json 4 128 "$steps"
 else
-  echo "pytorch: not installed (apt-get install python3-torch) - skipped"
+  echo "transformers: no test references at $refs_py (scripts/install-deps.sh --test-refs) - skipped"
 fi
 
 # gtrain sample: 200 new tokens (greedy) after a 6-byte prompt, GPT-2 124M shapes, weights from one
