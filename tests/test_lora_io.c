@@ -2,7 +2,8 @@
  * (tests/tools/peft_lora.py over tests/tools/hf_llama.py's model: PEFT's adapter files, forward,
  * pissa_init and rank-2r conversion, AdamW in float64, nothing of gtrain's).
  *
- * The program writes a small Llama-family checkpoint and a PEFT adapter; gtrain continues training
+ * transformers' save_pretrained writes a small Llama-family checkpoint (tests/tools/hf_models.py),
+ * the program a PEFT adapter; gtrain continues training
  * the adapter (lora.init_from) and its 5 AdamW losses match the program's to 1e-4; gtrain's exact
  * PiSSA run matches the program's PiSSA run; the program loads the adapter gtrain saved (a plain
  * LoRA, or PiSSA's rank-2r conversion) onto the ORIGINAL base and gets gtrain's final eval loss to
@@ -68,8 +69,8 @@ static double sh_number(const char *cmd) {
     return v;
 }
 
-/* a scratch directory with the base model (hf_llama.py make FIXTURE --dtype DTYPE) and the rows as
- * tokens.txt (the program's) and data.jsonl (gtrain's) */
+/* a scratch directory with the base model (hf_models.py make FIXTURE --dtype DTYPE: transformers'
+ * save_pretrained) and the rows as tokens.txt (the program's) and data.jsonl (gtrain's) */
 static void ws_make(Ws *w, const char *fixture, const char *dtype) {
     w->root = need_torch();
     w->bin = test_gtrain_bin();
@@ -273,8 +274,9 @@ static void pissa_run(const char *fixture, const char *targets_yaml, const char 
     RefRun ref;
     ref_train(&w, how, ref_out, &ref);
     double b = base_loss(&w);
-    /* W_res + s B A = W: PiSSA starts at the base's loss */
-    cr_assert(fabs(ref.loss[0] - b) <= 1e-9 * b, "PyTorch's PiSSA step 1 %.12g, the base %.12g", ref.loss[0], b);
+    /* W_res + s B A = W: PiSSA starts at the base's loss (the base's by transformers in float64,
+     * which keeps its norms, softmax and rope angles in float32: 1e-7) */
+    cr_assert(fabs(ref.loss[0] - b) <= 1e-7 * b, "PyTorch's PiSSA step 1 %.12g, the base %.12g", ref.loss[0], b);
 
     snprintf(lora, sizeof lora, "  r: 4\n  lora_alpha: 8\n  lora_dropout: 0.0\n  target_modules: %s\n"
              "  use_rslora: %s\n  init_lora_weights: pissa\n", targets_yaml, rslora ? "true" : "false");
@@ -324,9 +326,9 @@ Test(lora_io, pissa_niter_run_starts_at_the_base_and_saves_a_loadable_conversion
 }
 
 /* The harness itself, without LoRA: full fine-tuning on the same rows and run config matches
- * hf_llama.py's full-batch float64 AdamW (every step sees all rows; the final eval is the loss
- * after the last update), so a LoRA mismatch above is LoRA's. */
-Test(lora_io, full_fine_tuning_on_the_same_rows_matches_hf_llama, .timeout = 240) {
+ * transformers' LlamaForCausalLM under hf_models.py's full-batch float64 torch AdamW (every step sees
+ * all rows; the final eval is the loss after the last update), so a LoRA mismatch above is LoRA's. */
+Test(lora_io, full_fine_tuning_on_the_same_rows_matches_transformers, .timeout = 240) {
     Ws w;
     ws_make(&w, "tiny-llama.json", "f32");
     char cmd[4096];
