@@ -14,22 +14,25 @@ them), so --compute f64 is float64 only up to those float32 steps (about 1e-7 re
 usage (run with the test references' Python, $GTRAIN_REFS_PY):
   hf_models.py make CONFIG.json OUTDIR [--seed S] [--dtype f32|bf16|f16] [--max-shard-bytes N]
                   [--init-std 0.02] [--bias-std 0.02] [--set key=json ...]
-  hf_models.py loss MODELDIR TOKENS.txt [--seq-len T] [--compute f64|f32|bf16] [--digits 10]
+  hf_models.py loss MODELDIR TOKENS.txt [--also MODELDIR2 ...] [--seq-len T] [--compute f64|f32|bf16]
+                  [--attn eager|sdpa] [--digits 10]
   hf_models.py train MODELDIR TOKENS.txt [--steps 5 --lr 1e-3 --weight-decay 0.1 --beta1 0.9
                   --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--seq-len T] [--compute f64|f32]
-                  [--digits 10] [--grads GRADS.safetensors] [--print-decay] --out OUTDIR [--max-shard-bytes N]
+                  [--digits 10] [--grads GRADS.safetensors] [--print-decay] [--eval-model MODELDIR]
+                  --out OUTDIR [--max-shard-bytes N]
   hf_models.py bench CONFIG.json B T [STEPS]
 make: random weights, drawn in named_parameters() order from one torch.Generator(seed): linear and
   embedding weights N(0, init_std), norm weights 1 + 0.1 N(0, 1) (so that they matter), biases and
   LayerNorm biases N(0, bias_std); --set overrides config keys (JSON values) before the model is built.
-loss: the mean next-token cross-entropy over all predicted tokens of all rows.
+loss: the mean next-token cross-entropy over all predicted tokens of all rows (one line per model).
 train: full-batch steps of torch.optim.AdamW (foreach=False) with HF Trainer's parameter groups
   (Trainer.get_decay_parameter_names: no weight decay on biases and norm weights), constant lr,
   torch.nn.utils.clip_grad_norm_ (0: none). Prints "step K loss L grad_norm G" per step (the loss
   before that step's update, the norm before clipping), then "final loss L", and saves the trained
   model with save_pretrained (F32). --grads: the gradients of step 1 (before clipping), under the
   parameters' HF names (a tied lm_head is the embedding: one tensor), as one safetensors file;
-  --print-decay: one line "decay NAME" per parameter in the weight-decay group, first.
+  --print-decay: one line "decay NAME" per parameter in the weight-decay group, first;
+  --eval-model: last, "eval_model loss L" of another model directory on the same rows.
 TOKENS.txt: one sequence per line, whitespace-separated token ids; each row predicts tokens 1..n-1
 from their prefixes (--seq-len T: a row is cut into windows of T+1 tokens, stride T); rows of
 different lengths are padded at the end (targets -100; the causal mask keeps padding out).
@@ -75,9 +78,9 @@ def build(cfg, dtype=torch.float32):
     return m.eval()
 
 
-def load(mdir, dtype=torch.float32):
+def load(mdir, dtype=torch.float32, attn="eager"):
     tf = quiet_transformers()
-    m = tf.AutoModelForCausalLM.from_pretrained(mdir, attn_implementation="eager", dtype=dtype)
+    m = tf.AutoModelForCausalLM.from_pretrained(mdir, attn_implementation=attn, dtype=dtype)
     return m.eval()
 
 
@@ -164,11 +167,13 @@ def cmd_make(a):
 
 
 def cmd_loss(a):
-    m = load(a.modeldir, DTYPE[a.compute])
-    idx, tgt = batch(read_rows(a.tokens, a.seq_len), m.config.vocab_size)
-    with torch.no_grad():
-        loss = mean_loss(m, idx, tgt)
-    print("%.*g" % (a.digits, loss.item()))
+    rows = read_rows(a.tokens, a.seq_len)
+    for mdir in [a.modeldir] + a.also:
+        m = load(mdir, DTYPE[a.compute], a.attn)
+        idx, tgt = batch(rows, m.config.vocab_size)
+        with torch.no_grad():
+            loss = mean_loss(m, idx, tgt)
+        print("%.*g" % (a.digits, loss.item()))
 
 
 def cmd_train(a):
@@ -194,6 +199,10 @@ def cmd_train(a):
     with torch.no_grad():
         print("final loss %.*g" % (a.digits, mean_loss(m, idx, tgt).item()))
     save(m, a.out, torch.float32, a.max_shard_bytes)
+    if a.eval_model:
+        e = load(a.eval_model, DTYPE[a.compute])
+        with torch.no_grad():
+            print("eval_model loss %.*g" % (a.digits, mean_loss(e, idx, tgt).item()))
 
 
 def cmd_bench(a):
@@ -238,6 +247,8 @@ def parser():
     p.add_argument("modeldir"), p.add_argument("tokens")
     p.add_argument("--seq-len", type=int, default=None)
     p.add_argument("--compute", choices=["f64", "f32", "bf16"], default="f64")
+    p.add_argument("--attn", choices=["eager", "sdpa"], default="eager", help="attn_implementation")
+    p.add_argument("--also", action="append", default=[], metavar="MODELDIR", help="another model: one more line")
     p.add_argument("--hf-rope-fp32", action="store_true", help="accepted, no effect: transformers' table is float32")
     p.add_argument("--digits", type=int, default=10, help="significant digits printed (%%.10g)")
     p = sub.add_parser("train", help="full-batch AdamW (float64 unless --compute), final weights saved F32")
@@ -256,6 +267,7 @@ def parser():
     p.add_argument("--digits", type=int, default=10)
     p.add_argument("--grads", default=None, help="write step 1's gradients here (safetensors)")
     p.add_argument("--print-decay", action="store_true", help="print 'decay NAME' for each parameter with weight decay")
+    p.add_argument("--eval-model", default=None, metavar="MODELDIR", help="at the end, the loss of this model")
     p.add_argument("--out", required=True)
     p = sub.add_parser("bench", help="fp32 training step time (make bench)")
     p.add_argument("config"), p.add_argument("B", type=int), p.add_argument("T", type=int)
