@@ -8,8 +8,8 @@
  *     blocks; a tied head is the embedding's gradient);
  *   - 5 full-batch steps of torch.optim.AdamW (HF Trainer's groups: no decay on biases and norm
  *     weights, gtrain's ArchTensor.decay rule, which the test checks against the decay names the
- *     tool reports), clip_grad_norm_ 1.0: each step's loss and gradient norm to 1e-5 relative,
- *     the weights after them to 1e-4 of their L2 norm;
+ *     tool reports), clip_grad_norm_ 1.0: each step's loss to 1e-5 relative, the gradient norm to
+ *     1e-5 at step 1 and 1e-4 after, the weights after them to 1e-4 of their L2 norm;
  *   - what gtrain then saves (sharded) loads with from_pretrained and gives gtrain's loss (1e-5).
  * Mistral runs at T = 24 with sliding_window 16 (and a second window of 8 that must change the
  * loss: the window is really applied); one Qwen2 case has use_sliding_window with a window of 8. Fails where
@@ -273,16 +273,20 @@ static void against_transformers(const Case *c) {
              "--grads grads/model.safetensors --print-decay --out ref-trained --eval-model gtrain-trained", dir, root, STEPS);
     char *out = run_cmd(cmd);
     check_decay(m, out, what);
-    double worst_loss = 0, worst_norm = 0;
+    double worst_loss = 0, worst_norm = 0, norm1 = 0;
     for (int step = 1; step <= STEPS; step++) {
         char key[32];
         snprintf(key, sizeof key, "step %d loss ", step);
         const double want = after(out, key), want_norm = after(strstr(out, key), "grad_norm ");
         cr_assert(fabs(got_loss[step] - want) <= 1e-5 * fabs(want), "%s step %d: gtrain's loss %.9g, transformers' %.9g",
                   what, step, got_loss[step], want);
-        cr_assert(fabs(got_norm[step] - want_norm) <= 1e-5 * want_norm,
+        /* step 1 from the same weights: 1e-5; later steps from weights AdamW has moved apart where a
+         * gradient is rounding noise (GPT-2's key bias, near-zero elements: see the weight check),
+         * and the gradient norm feels that first: 1e-4 */
+        cr_assert(fabs(got_norm[step] - want_norm) <= (step == 1 ? 1e-5 : 1e-4) * want_norm,
                   "%s step %d: gradient norm %.9g, transformers' %.9g", what, step, got_norm[step], want_norm);
         worst_loss = fmax(worst_loss, fabs(got_loss[step] - want) / fabs(want));
+        if (step == 1) norm1 = fabs(got_norm[step] - want_norm) / want_norm;
         worst_norm = fmax(worst_norm, fabs(got_norm[step] - want_norm) / want_norm);
     }
     compare_grads(m, g1, test_join(dir, "grads/model.safetensors"), what);
@@ -297,8 +301,9 @@ static void against_transformers(const Case *c) {
     free(out);
     cr_assert(fabs(got_final - want_final) <= 1e-5 * fabs(want_final),
               "%s: gtrain's saved weights give %.9g in transformers, %.9g in gtrain", what, want_final, got_final);
-    cr_log_info("%s: losses within %.1e, gradient norms within %.1e, weights after %d steps within %.1e (L2, relative; "
-                "largest element %.2e%s), saved weights' loss within %.1e", what, worst_loss, worst_norm, STEPS,
+    cr_log_info("%s: losses within %.1e, gradient norms within %.1e (step 1: %.1e), weights after %d steps within %.1e "
+                "(L2, relative; largest element %.2e%s), saved weights' loss within %.1e", what, worst_loss, worst_norm,
+                norm1, STEPS,
                 diff / wnorm, dmax, m->desc.arch == ARCH_GPT2 ? "; the key bias apart" : "",
                 fabs(got_final - want_final) / fabs(want_final));
     if (m->desc.arch == ARCH_GPT2) cr_log_info("%s: key bias after %d steps: largest difference %.2e", what, STEPS, kb_max);
@@ -308,6 +313,8 @@ static void against_transformers(const Case *c) {
 }
 
 Test(hf_transformers, gpt2_f32_shards, .timeout = 120) { against_transformers(&(Case){NULL, "f32", "", "GPT-2"}); }
+
+Test(hf_transformers, gpt2_bf16_shards, .timeout = 120) { against_transformers(&(Case){NULL, "bf16", "", "GPT-2"}); }
 
 Test(hf_transformers, llama_gqa_bf16_shards, .timeout = 120) {
     against_transformers(&(Case){"tiny-llama.json", "bf16", "", "Llama GQA 4/2"});
@@ -351,9 +358,10 @@ Test(hf_transformers, mistral_window_changes_the_loss_in_both, .timeout = 120) {
     double hf[2], gt[2];
     const int windows[2] = {16, 8};
     int tok[ROWS * T_SEQ], tgt[ROWS * T_SEQ];
-    /* one checkpoint; w8 is the same files with sliding_window 8 in config.json */
+    /* one checkpoint (BF16); w8 is the same files with sliding_window 8 in config.json */
     snprintf(cmd, sizeof cmd, "cd '%s' && " PY " '%s/tests/tools/hf_models.py' make "
-             "'%s/tests/fixtures/hf_configs/tiny-mistral.json' w16 --seed 5 --init-std 0.1 >/dev/null && cp -r w16 w8 && "
+             "'%s/tests/fixtures/hf_configs/tiny-mistral.json' w16 --seed 5 --init-std 0.1 --dtype bf16 >/dev/null && "
+             "cp -r w16 w8 && "
              "sed -i 's/\"sliding_window\": 16/\"sliding_window\": 8/' w8/config.json", dir, root, root);
     cr_assert_eq(system(cmd), 0, "%s failed", cmd);
     for (int k = 0; k < 2; k++) {
