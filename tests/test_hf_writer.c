@@ -1,8 +1,9 @@
 /* test_hf_writer.c - the sharded Hugging Face writer (src/hf_writer.c): max_shard_size parsing as
  * transformers / huggingface_hub read it, the shard split on hand-computed cases, round trips read
  * back through hf_weights (whole and by rows, bit for bit, F32 and BF16), the index byte for byte,
- * stale files, failures that leave nothing behind, and an independent reader in Python
- * (tests/tools/hf_shards_check.py). */
+ * stale files, failures that leave nothing behind, and the Hugging Face stack's own split and reader
+ * (tests/tools/hf_shards_check.py: huggingface_hub's split_torch_state_dict_into_shards,
+ * safetensors.safe_open). */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <math.h>

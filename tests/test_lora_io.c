@@ -2,7 +2,8 @@
  * (tests/tools/peft_lora.py over tests/tools/hf_llama.py's model: PEFT's adapter files, forward,
  * pissa_init and rank-2r conversion, AdamW in float64, nothing of gtrain's).
  *
- * The program writes a small Llama-family checkpoint and a PEFT adapter; gtrain continues training
+ * transformers' save_pretrained writes a small Llama-family checkpoint (tests/tools/hf_models.py),
+ * the program a PEFT adapter; gtrain continues training
  * the adapter (lora.init_from) and its 5 AdamW losses match the program's to 1e-4; gtrain's exact
  * PiSSA run matches the program's PiSSA run; the program loads the adapter gtrain saved (a plain
  * LoRA, or PiSSA's rank-2r conversion) onto the ORIGINAL base and gets gtrain's final eval loss to
@@ -68,8 +69,8 @@ static double sh_number(const char *cmd) {
     return v;
 }
 
-/* a scratch directory with the base model (hf_llama.py make FIXTURE --dtype DTYPE) and the rows as
- * tokens.txt (the program's) and data.jsonl (gtrain's) */
+/* a scratch directory with the base model (hf_models.py make FIXTURE --dtype DTYPE: transformers'
+ * save_pretrained) and the rows as tokens.txt (the program's) and data.jsonl (gtrain's) */
 static void ws_make(Ws *w, const char *fixture, const char *dtype) {
     w->root = need_torch();
     w->bin = test_gtrain_bin();
@@ -78,7 +79,7 @@ static void ws_make(Ws *w, const char *fixture, const char *dtype) {
     snprintf(w->toks, sizeof w->toks, "%s/tokens.txt", w->dir);
     snprintf(w->jsonl, sizeof w->jsonl, "%s/data.jsonl", w->dir);
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/%s' '%s' --seed 5 "
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/%s' '%s' --seed 5 "
              "--dtype %s --init-std 0.1", w->root, w->root, fixture, w->base, dtype);
     free(sh(cmd));
     FILE *ft = fopen(w->toks, "w"), *fj = fopen(w->jsonl, "w");
@@ -211,7 +212,7 @@ static double ref_loss(const Ws *w, const char *adapter) {
 
 static double base_loss(const Ws *w) {
     char cmd[2048];
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' loss '%s' '%s' --digits 17", w->root, w->base, w->toks);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' loss '%s' '%s' --digits 17", w->root, w->base, w->toks);
     return sh_number(cmd);
 }
 
@@ -273,8 +274,9 @@ static void pissa_run(const char *fixture, const char *targets_yaml, const char 
     RefRun ref;
     ref_train(&w, how, ref_out, &ref);
     double b = base_loss(&w);
-    /* W_res + s B A = W: PiSSA starts at the base's loss */
-    cr_assert(fabs(ref.loss[0] - b) <= 1e-9 * b, "PyTorch's PiSSA step 1 %.12g, the base %.12g", ref.loss[0], b);
+    /* W_res + s B A = W: PiSSA starts at the base's loss (the base's by transformers in float64,
+     * which keeps its norms, softmax and rope angles in float32: 1e-7) */
+    cr_assert(fabs(ref.loss[0] - b) <= 1e-7 * b, "PyTorch's PiSSA step 1 %.12g, the base %.12g", ref.loss[0], b);
 
     snprintf(lora, sizeof lora, "  r: 4\n  lora_alpha: 8\n  lora_dropout: 0.0\n  target_modules: %s\n"
              "  use_rslora: %s\n  init_lora_weights: pissa\n", targets_yaml, rslora ? "true" : "false");
@@ -324,13 +326,13 @@ Test(lora_io, pissa_niter_run_starts_at_the_base_and_saves_a_loadable_conversion
 }
 
 /* The harness itself, without LoRA: full fine-tuning on the same rows and run config matches
- * hf_llama.py's full-batch float64 AdamW (every step sees all rows; the final eval is the loss
- * after the last update), so a LoRA mismatch above is LoRA's. */
-Test(lora_io, full_fine_tuning_on_the_same_rows_matches_hf_llama, .timeout = 240) {
+ * transformers' LlamaForCausalLM under hf_models.py's full-batch float64 torch AdamW (every step sees
+ * all rows; the final eval is the loss after the last update), so a LoRA mismatch above is LoRA's. */
+Test(lora_io, full_fine_tuning_on_the_same_rows_matches_transformers, .timeout = 240) {
     Ws w;
     ws_make(&w, "tiny-llama.json", "f32");
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' train '%s' '%s' --steps %d --lr 1e-2 --weight-decay 0.1 "
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' train '%s' '%s' --steps %d --lr 1e-2 --weight-decay 0.1 "
              "--beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0 --digits 17 --out '%s/ref-full'",
              w.root, w.base, w.toks, STEPS, w.dir);
     char *out = sh(cmd);

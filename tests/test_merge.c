@@ -108,7 +108,7 @@ Test(merge, llama_all_seven_modules_rslora_match_a_float64_merge, .timeout = 180
     char dir[256];
     test_scratch_make(dir, sizeof dir, "gt_merge_llama");
     /* a sharded base (an index and shards of ~40 KB) */
-    sh(PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 5 "
+    sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 5 "
        "--dtype f32 --max-shard-bytes 40000 --init-std 0.1", root, root, dir);
     cr_assert(exists(test_join(dir, "base/model.safetensors.index.json")));
     sh(PY " '%s/tests/tools/peft_merge_ref.py' adapter '%s/base' '%s/ad' --targets "
@@ -167,7 +167,7 @@ Test(merge, sharded_output_is_save_pretrained_split_read_back, .timeout = 180) {
     char dir[256];
     test_scratch_make(dir, sizeof dir, "gt_merge_shards");
     /* Qwen2: q/k/v biases (never adapted), tied embeddings; bf16 */
-    sh(PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/tiny-qwen2.json' '%s/base' --seed 7 "
+    sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-qwen2.json' '%s/base' --seed 7 "
        "--dtype bf16 --init-std 0.1", root, root, dir);
     sh(PY " '%s/tests/tools/peft_merge_ref.py' adapter '%s/base' '%s/ad' --targets q_proj,self_attn.v_proj,down_proj "
        "--r 8 --alpha 16 --seed 5", root, dir, dir);
@@ -205,7 +205,7 @@ Test(merge, hostile_adapters_and_bases_exit_2_with_one_line_and_write_nothing, .
     char dir[256], args[4096], file[512];
     test_scratch_make(dir, sizeof dir, "gt_merge_hostile");
     const char *ref = "tests/tools/peft_merge_ref.py";
-    sh(PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 2", root,
+    sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 2", root,
        root, dir);
     sh("cd '%s' && " PY " %s adapter '%s/base' '%s/good' --targets q_proj,down_proj --r 4 && "
        PY " %s adapter '%s/base' '%s/r-mismatch' --targets q_proj,down_proj --r 4 --config-r 8 && "
@@ -306,7 +306,7 @@ Test(merge, a_write_that_fails_half_way_leaves_nothing, .timeout = 120) {
     const char *bin = need_bin();
     char dir[256];
     test_scratch_make(dir, sizeof dir, "gt_merge_efbig");
-    sh(PY " '%s/tests/tools/hf_llama.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 2", root,
+    sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 2", root,
        root, dir);
     sh(PY " '%s/tests/tools/peft_merge_ref.py' adapter '%s/base' '%s/ad' --targets q_proj --r 2", root, dir, dir);
     /* files of at most 100 x 512 bytes: the 430 KB weights file fails with EFBIG (SIGXFSZ is ignored) */

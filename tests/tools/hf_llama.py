@@ -1,5 +1,9 @@
 #!/usr/bin/env python3
-"""hf_llama.py - an independent PyTorch reference for the Llama family (Llama, Mistral, Qwen2).
+"""hf_llama.py - a hand-written PyTorch Llama family (Llama, Mistral, Qwen2), kept as the library of
+tests/tools/peft_lora.py and peft_merge_ref.py (its model with a LoRA hook, its safetensors reader and
+writer) and checked here by `selftest` against naive loops. Its commands make, loss, train and
+bench are no longer its own: they run Hugging Face transformers' real classes
+(tests/tools/hf_models.py, same arguments), which is what gtrain's tests compare against.
 
 Written from the equations of Hugging Face transformers' LlamaForCausalLM / MistralForCausalLM /
 Qwen2ForCausalLM (modeling_llama.py, modeling_mistral.py, modeling_qwen2.py, modeling_rope_utils.py)
@@ -16,24 +20,19 @@ wider, SwiGLU MLP down(silu(gate(x)) * up(x)), q/k/v biases for Qwen2, attention
 and mlp_bias for Llama, tie_word_embeddings, no dropout, cross-entropy over logits upcast to float32.
 Deviations, on purpose:
   * the rope cos/sin table is computed in float64 (inv_freq, the llama3 adjustment, pos * inv_freq,
-    cos, sin), then cast to the model's dtype: gtrain computes it in double. --hf-rope-fp32 computes
-    it as HF does (inv_freq and the angles in float32).
+    cos, sin), then cast to the model's dtype; rope_table(hf_fp32=True) computes it as HF does
+    (inv_freq and the angles in float32).
   * in float64 RMSNorm and softmax stay in float64 (HF would drop them to float32).
 rope_scaling: none, "linear" or "llama3" (exactly as _compute_llama3_parameters); others refused.
 
-usage (run with /usr/bin/python3, Debian's python3-torch; CPU only):
-  hf_llama.py make CONFIG.json OUTDIR [--seed S] [--dtype f32|bf16|f16] [--max-shard-bytes N]
-                  [--init-std 0.02] [--bias-std 0.02]
-  hf_llama.py loss MODELDIR TOKENS.txt [--seq-len T] [--compute f64|f32|bf16] [--hf-rope-fp32] [--digits 10]
-  hf_llama.py train MODELDIR TOKENS.txt [--steps 5 --lr 1e-3 --weight-decay 0.1 --beta1 0.9 --beta2 0.95
-                    --eps 1e-8 --grad-clip 1.0] [--seq-len T] [--digits 10] --out OUTDIR
-  hf_llama.py bench CONFIG.json B T [STEPS]
+usage ($GTRAIN_REFS_PY; CPU only):
+  hf_llama.py make|loss|train|bench ...   (tests/tools/hf_models.py: transformers' classes)
   hf_llama.py selftest
 TOKENS.txt: one sequence per line, whitespace-separated token ids; each row predicts tokens 1..n-1
 from their prefixes (with --seq-len T: a row is cut into windows of T+1 tokens, stride T). The loss
 is the mean over all predicted tokens of all rows.
 """
-import argparse, json, math, os, shutil, struct, sys, time
+import argparse, json, math, os, shutil, struct, sys
 import torch
 import torch.nn.functional as F
 
@@ -396,83 +395,6 @@ def batch(rows, vocab):
 DTYPE = {"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def cmd_make(a):
-    c = Cfg(json.load(open(a.config)))
-    P = init_params(c, a.seed, a.init_std, a.bias_std)
-    save_model(a.outdir, a.config, P, OUT_DTYPES[a.dtype], a.max_shard_bytes)
-    print(f"{a.outdir}: {len(P)} tensors, {sum(t.numel() for t in P.values())} parameters, {a.dtype}")
-
-
-def cmd_loss(a):
-    c, W = load_model(a.modeldir)
-    dt = DTYPE[a.compute]
-    P = {n: t.to(dt) for n, t in W.items()}
-    rows = read_rows(a.tokens, a.seq_len)
-    idx, tgt = batch(rows, c.vocab)
-    cos, sin = rope_table(c, idx.shape[1], a.hf_rope_fp32)
-    with torch.no_grad():
-        s, n = loss_sum(c, P, idx, tgt, cos, sin)
-    print("%.*g" % (a.digits, s.item() / n))
-
-
-def cmd_train(a):
-    """Full-batch AdamW in float64 (torch.optim.AdamW: decoupled weight decay p -= lr*wd*p on the 2-D
-    weights only: embeddings, projections, lm_head; none on RMSNorm weights and biases), constant lr,
-    gradients clipped to a global L2 norm of grad_clip by torch.nn.utils.clip_grad_norm_
-    (scale max_norm / (norm + 1e-6) when below 1). Prints each step's loss (before its update)."""
-    c, W = load_model(a.modeldir)
-    P = {n: t.clone().requires_grad_(True) for n, t in W.items()}
-    rows = read_rows(a.tokens, a.seq_len)
-    idx, tgt = batch(rows, c.vocab)
-    cos, sin = rope_table(c, idx.shape[1], a.hf_rope_fp32)
-    decay = [t for t in P.values() if t.dim() == 2]
-    rest = [t for t in P.values() if t.dim() != 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.weight_decay}, {"params": rest, "weight_decay": 0.0}],
-                            lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
-    for step in range(1, a.steps + 1):
-        s, n = loss_sum(c, P, idx, tgt, cos, sin)
-        loss = s / n
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(list(P.values()), a.grad_clip) if a.grad_clip > 0 else \
-            torch.sqrt(sum((t.grad ** 2).sum() for t in P.values()))
-        print("step %d loss %.*g grad_norm %.*g" % (step, a.digits, loss.item(), a.digits, float(gn)))
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-    with torch.no_grad():
-        s, n = loss_sum(c, P, idx, tgt, cos, sin)
-    print("final loss %.*g" % (a.digits, s.item() / n))
-    save_model(a.out, os.path.join(a.modeldir, "config.json"), {k: v.detach() for k, v in P.items()}, "F32",
-               a.max_shard_bytes, names=[n for n, _, _ in param_specs(c)])
-
-
-def cmd_bench(a):
-    """The training step of scripts/bench_torch.py (forward + backward + clip 1.0 + AdamW lr 1e-4, wd 0.1
-    on every tensor, fp32, 2 threads) for a Llama-family config; the same output line."""
-    c = Cfg(json.load(open(a.config)))
-    torch.set_num_threads(2)
-    torch.manual_seed(0)
-    P = {n: t.requires_grad_(True) for n, t in init_params(c, 0).items()}
-    opt = torch.optim.AdamW(list(P.values()), lr=1e-4, weight_decay=0.1)
-    idx = torch.randint(0, c.vocab, (a.B, a.T))
-    tgt = torch.randint(0, c.vocab, (a.B, a.T))
-    cos, sin = rope_table(c, a.T)
-    cos, sin = cos.float(), sin.float()
-    times = []
-    for i in range(a.steps + 2):
-        t0 = time.perf_counter()
-        s, n = loss_sum(c, P, idx, tgt, cos, sin)
-        (s / n).backward()
-        torch.nn.utils.clip_grad_norm_(list(P.values()), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    med = times[len(times) // 2]
-    print(f"pytorch {a.config:<28s} B={a.B} T={a.T}                          {med*1e3:8.1f} ms/step  {a.B*a.T/med:9.0f} tok/s"
-          f"  (torch {torch.__version__}, {torch.get_num_threads()} threads)")
-
-
 # ---------------------------------------------------------------- selftest: a naive loop implementation
 def llama3_scalar(f, factor, low, high, orig):
     """The llama3 rule for one frequency, written out by cases."""
@@ -682,42 +604,22 @@ def cmd_selftest(a):
 
 
 def main():
+    # make / loss / train / bench are transformers' models now (tests/tools/hf_models.py, same arguments)
+    if len(sys.argv) > 1 and sys.argv[1] in ("make", "loss", "train", "bench"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import hf_models
+        hf_models.main(sys.argv[1:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("make", help="random weights in HF layout")
-    p.add_argument("config"), p.add_argument("outdir")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=list(OUT_DTYPES), default="f32")
-    p.add_argument("--max-shard-bytes", type=int, default=0, help="0: one file")
-    p.add_argument("--init-std", type=float, default=0.02, help="std of linear/embedding weights")
-    p.add_argument("--bias-std", type=float, default=0.02, help="std of biases")
-    p = sub.add_parser("loss", help="mean next-token loss (float64 unless --compute)")
-    p.add_argument("modeldir"), p.add_argument("tokens")
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--compute", choices=list(DTYPE), default="f64", help="f32/bf16: HF's forward in that dtype")
-    p.add_argument("--hf-rope-fp32", action="store_true", help="HF's float32 rope table instead of float64")
-    p.add_argument("--digits", type=int, default=10, help="significant digits printed (%%.10g)")
-    p = sub.add_parser("train", help="full-batch AdamW in float64, final weights saved F32")
-    p.add_argument("modeldir"), p.add_argument("tokens")
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--weight-decay", type=float, default=0.1)
-    p.add_argument("--beta1", type=float, default=0.9)
-    p.add_argument("--beta2", type=float, default=0.95)
-    p.add_argument("--eps", type=float, default=1e-8)
-    p.add_argument("--grad-clip", type=float, default=1.0, help="0: no clipping")
-    p.add_argument("--seq-len", type=int, default=None)
-    p.add_argument("--hf-rope-fp32", action="store_true")
-    p.add_argument("--max-shard-bytes", type=int, default=0)
-    p.add_argument("--digits", type=int, default=10)
-    p.add_argument("--out", required=True)
-    p = sub.add_parser("bench", help="fp32 training step time (make bench)")
-    p.add_argument("config"), p.add_argument("B", type=int), p.add_argument("T", type=int)
-    p.add_argument("steps", type=int, nargs="?", default=10)
-    p = sub.add_parser("selftest", help="check this file against naive loops and hand computations")
+    sub.add_parser("selftest", help="check this file against naive loops and hand computations")
+    sub.add_parser("make", help="tests/tools/hf_models.py make")
+    sub.add_parser("loss", help="tests/tools/hf_models.py loss")
+    sub.add_parser("train", help="tests/tools/hf_models.py train")
+    sub.add_parser("bench", help="tests/tools/hf_models.py bench")
     a = ap.parse_args()
     torch.set_num_threads(min(2, torch.get_num_threads()))
-    {"make": cmd_make, "loss": cmd_loss, "train": cmd_train, "bench": cmd_bench, "selftest": cmd_selftest}[a.cmd](a)
+    cmd_selftest(a)
 
 
 if __name__ == "__main__":

@@ -1,24 +1,27 @@
 #!/usr/bin/env python3
-"""Independent check of gtrain's sharded Hugging Face writer (src/hf_writer.c), with no gtrain
-code: recompute huggingface_hub's shard split from the tensors' sizes, then read DIR's files as
-save_pretrained's readers would and check every byte that matters.
+"""Check of gtrain's sharded Hugging Face writer (src/hf_writer.c) by the Hugging Face stack itself:
+the split save_pretrained makes (huggingface_hub.split_torch_state_dict_into_shards on the same
+tensors, filename pattern model{suffix}.safetensors), and DIR's files read by safetensors' own
+reader (safetensors.safe_open), plus the bytes of the format that matter.
 
 usage: hf_shards_check.py DIR MAX_SHARD_BYTES TENSORS_JSONL
 
 TENSORS_JSONL: one {"name", "dtype" ("F32"/"BF16"), "shape", "seed"} per line, in the order given
 to the writer. Element k of the tensor with seed t holds ((7k + 13t) mod 251 - 125) * 2^(t mod 5 - 2),
 exact in fp32 and bf16. Checks:
-  - the split: a tensor bigger than the max gets a shard of its own, appended at once; a tensor that
-    would push the current shard over the max starts a new one; file names model-%05d-of-%05d
-    (one shard: model.safetensors and no index);
-  - the index is byte for byte json.dumps({"metadata": {"total_size"}, "weight_map"}, indent=2,
-    sort_keys=True) + "\\n", as transformers' save_pretrained writes it;
+  - the split and the file names are huggingface_hub's (one shard: model.safetensors and no index);
+  - the index is byte for byte json.dumps({"metadata": <the split's metadata: total_size>,
+    "weight_map"}, indent=2, sort_keys=True) + "\n" (save_pretrained adds "total_parameters" to the
+    metadata since transformers 5; loaders ignore it, and gtrain does not write it);
   - each shard: 8-byte little-endian header length, a multiple of 8, space padded; __metadata__
-    {"format": "pt"}; exactly its tensors with their dtype and shape; data contiguous and
-    covering the file to its last byte; every value (struct, and torch.frombuffer where PyTorch
-    is installed).
-Prints one line and exits 0 when everything holds, 1 otherwise."""
+    {"format": "pt"}; exactly its tensors with their dtype and shape, in order; data contiguous and
+    covering the file to its last byte; every value, as safetensors.safe_open reads it.
+Prints one line and exits 0 when everything holds, 1 otherwise. Run with $GTRAIN_REFS_PY."""
 import json, os, struct, sys
+
+import torch
+from huggingface_hub import split_torch_state_dict_into_shards
+from safetensors import safe_open
 
 def fail(msg):
     print("hf_shards_check: FAIL: " + msg)
@@ -38,22 +41,14 @@ def main():
             n *= s
         t["numel"], t["bytes"] = n, n * size_of[t["dtype"]]
 
-    # huggingface_hub's split_state_dict_into_shards_factory, on sizes only
-    shards, current, current_size = [], [], 0
-    for t in tensors:
-        if t["bytes"] > max_shard:
-            shards.append([t])
-            continue
-        if current_size + t["bytes"] > max_shard:
-            shards.append(current)
-            current, current_size = [], 0
-        current.append(t)
-        current_size += t["bytes"]
-    if current:
-        shards.append(current)
-    names = ["model.safetensors"] if len(shards) == 1 else [
-        "model-%05d-of-%05d.safetensors" % (i + 1, len(shards)) for i in range(len(shards))]
-
+    dt = {"F32": torch.float32, "BF16": torch.bfloat16}
+    want_vals = {t["name"]: torch.tensor([value(k, t["seed"]) for k in range(t["numel"])], dtype=torch.float32)
+                 .reshape(t["shape"]).to(dt[t["dtype"]]) for t in tensors}
+    split = split_torch_state_dict_into_shards(want_vals, filename_pattern="model{suffix}.safetensors",
+                                               max_shard_size=max_shard)
+    by_name = {t["name"]: t for t in tensors}
+    names = list(split.filename_to_tensors)
+    shards = [[by_name[n] for n in split.filename_to_tensors[f]] for f in names]
     index_path = os.path.join(d, "model.safetensors.index.json")
     if len(shards) == 1:
         if os.path.exists(index_path):
@@ -61,8 +56,7 @@ def main():
     else:
         if os.path.exists(os.path.join(d, "model.safetensors")):
             fail("sharded, yet model.safetensors is there")
-        index = {"metadata": {"total_size": sum(t["bytes"] for t in tensors)},
-                 "weight_map": {t["name"]: names[i] for i, sh in enumerate(shards) for t in sh}}
+        index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
         want = json.dumps(index, indent=2, sort_keys=True) + "\n"
         with open(index_path, "rb") as f:
             got = f.read().decode("utf-8")
@@ -72,11 +66,6 @@ def main():
     if extra:
         fail("files beside the shards: %s" % extra)
 
-    try:
-        import torch
-        have_torch = True
-    except ImportError:
-        have_torch = False
     for name, sh in zip(names, shards):
         path = os.path.join(d, name)
         with open(path, "rb") as f:
@@ -103,24 +92,20 @@ def main():
             if a != off or b - a != t["bytes"]:
                 fail("%s: %s: data_offsets [%d, %d], expected [%d, %d]" % (path, t["name"], a, b, off, off + t["bytes"]))
             off = b
-            raw = data[a:b]
-            if t["dtype"] == "F32":
-                vals = struct.unpack("<%df" % t["numel"], raw)
-            else:
-                vals = [struct.unpack("<f", struct.pack("<I", u << 16))[0] for u in struct.unpack("<%dH" % t["numel"], raw)]
-            for k, v in enumerate(vals):
-                if v != value(k, t["seed"]):
-                    fail("%s: %s[%d] = %r, expected %r" % (path, t["name"], k, v, value(k, t["seed"])))
-            if have_torch and t["numel"] > 0:
-                dt = torch.float32 if t["dtype"] == "F32" else torch.bfloat16
-                x = torch.frombuffer(bytearray(raw), dtype=dt).reshape(t["shape"]).float()
-                want = torch.tensor([value(k, t["seed"]) for k in range(t["numel"])], dtype=torch.float32).reshape(t["shape"])
-                if not torch.equal(x, want):
-                    fail("%s: %s differs when read by torch.frombuffer" % (path, t["name"]))
+        with safe_open(path, framework="pt") as f:
+            if set(f.keys()) != set(t["name"] for t in sh):
+                fail("%s: safetensors reads tensors %s" % (path, sorted(f.keys())))
+            for t in sh:
+                x = f.get_tensor(t["name"])
+                if x.dtype != dt[t["dtype"]] or list(x.shape) != t["shape"]:
+                    fail("%s: %s read by safetensors as %s %s" % (path, t["name"], x.dtype, list(x.shape)))
+                if not torch.equal(x, want_vals[t["name"]]):
+                    k = int((x != want_vals[t["name"]]).flatten().nonzero()[0])
+                    fail("%s: %s[%d] = %r, expected %r" % (path, t["name"], k, x.flatten()[k].item(), value(k, t["seed"])))
         if off != len(data):
             fail("%s: %d data bytes, the tensors cover %d" % (path, len(data), off))
-    print("hf_shards_check: ok: %d tensors in %d shard(s), index %s, torch %s" % (
-        len(tensors), len(shards), "byte-exact" if len(shards) > 1 else "absent", "yes" if have_torch else "absent (struct only)"))
+    print("hf_shards_check: ok: %d tensors in %d shard(s) as huggingface_hub splits them, index %s, values as "
+          "safetensors reads them" % (len(tensors), len(shards), "byte-exact" if len(shards) > 1 else "absent"))
 
 if __name__ == "__main__":
     main()
