@@ -545,8 +545,8 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
             char key[PEFT_KEY_MAX];
             if (peft_key(key, sizeof key, arch, entries[i / 2].layer, entries[i / 2].module, i % 2))
                 snprintf(key, sizeof key, "(layer %d, %s)", entries[i / 2].layer, peft_module_path(entries[i / 2].module));
-            BAD("%s: tensor %s: expected it (target_modules of %s selects it), found nothing", file, key,
-                PEFT_CONFIG_FILE);
+            BAD("%s: tensor %s: expected it (target_modules of %s selects the module, and gtrain adapts a module in "
+                "every layer), found nothing", file, key, PEFT_CONFIG_FILE);
             goto fail;
         }
     *out = a;
