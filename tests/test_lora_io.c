@@ -9,7 +9,8 @@
  * (a plain LoRA, or PiSSA's rank-2r conversion) onto the ORIGINAL base and gets gtrain's final eval
  * loss to 1e-5. PiSSA's initialisation itself: gtrain's initial adapter (output_dir/pissa_init) and
  * its residual base (written out here from an in-process lora_pissa_init on the same base: gtrain
- * keeps it in memory only) against PEFT's pissa_init on the same base, exact and pissa_niter_4;
+ * keeps it in memory only) against PEFT's pissa_init on the same base, exact (fp32 and bf16 bases,
+ * Llama, Mistral, GPT-2) and pissa_niter_4;
  * and PEFT's own conversion (save_pretrained with path_initial_model_for_weight_conversion) of the
  * trained adapter against the file gtrain saved.
  *
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -219,8 +221,8 @@ static void expect_adapter_dir(const char *dir, int r, double alpha, bool rslora
  * adapted block, [out, in] under the HF module's name ("model.layers.0.self_attn.q_proj.weight";
  * GPT-2's Conv1D blocks too are written [out, in]), goes to the file residual: gtrain keeps it in
  * memory only. */
-static void gtrain_pissa_dump(const Ws *w, const char *conf_dir, int niter, uint64_t seed, const char *init_dir,
-                              const char *residual) {
+static void gtrain_pissa_dump(const Ws *w, const char *conf_dir, int niter, uint64_t seed, bool bf16,
+                              const char *init_dir, const char *residual) {
     ModelDesc d;
     PeftConfig pc;
     GtError err = {0};
@@ -229,7 +231,7 @@ static void gtrain_pissa_dump(const Ws *w, const char *conf_dir, int niter, uint
     if (niter < 0) snprintf(pc.init, sizeof pc.init, "pissa");
     else snprintf(pc.init, sizeof pc.init, "pissa_niter_%d", niter);
     Backend *be = test_backend_open();
-    backend_set_act_dtype(be, GT_F32);
+    backend_set_act_dtype(be, bf16 ? GT_BF16 : GT_F32);
     Model *m = NULL;
     cr_assert_eq(model_create(&m, &d, be, 1, 8, recompute_policy(false, 1, false, d.n_layer), 3, &err), 0, "%s",
                  err.msg);
@@ -280,7 +282,7 @@ static double peft_check_run(const Ws *w, const char *what, const char *out, con
         cr_assert(access(test_join(init, "adapter_model.safetensors"), F_OK) == 0, "%s: no initial adapter", init);
         snprintf(gi, sizeof gi, "%s/gt-pissa-init", w->dir);
         snprintf(res, sizeof res, "%s/gt-residual.safetensors", w->dir);
-        gtrain_pissa_dump(w, init, pissa_niter, 3, gi, res);
+        gtrain_pissa_dump(w, init, pissa_niter, 3, false, gi, res);
         char nit[32] = "";
         if (pissa_niter >= 0) snprintf(nit, sizeof nit, "--niter %d", pissa_niter);
         snprintf(extra, sizeof extra, " + pissa-check '%s' '%s' '%s' %s --seed 3 + convert-check '%s' '%s' '%s'", w->base,
@@ -433,6 +435,36 @@ Test(lora_io, pissa_niter_run_starts_at_the_base_and_saves_a_loadable_conversion
     expect_adapter_dir(out, 8, 16, false);
     const double b = peft_check_run(&w, "tiny-llama PiSSA niter 4", out, &l, 4);
     cr_assert(fabs(l.loss[0] - b) <= 1e-5 * b, "PiSSA (niter 4) step 1: gtrain's loss %.9g, the base's %.9g", l.loss[0], b);
+    ws_done(&w);
+}
+
+/* PiSSA's initialisation on a bf16 base (the PiSSA recipe's precision: bf16): gtrain reads the base
+ * in bf16 and holds W - s B A in bf16, rounded once from double; PEFT's pissa_init on the bf16 model
+ * runs its SVD on the weights widened to float32 and rounds its float32 residual to bf16. Exact SVD,
+ * all seven modules, rslora: pissa-check --dtype bf16 (the residuals within one bf16 ulp besides
+ * the products' difference). */
+Test(lora_io, pissa_init_on_a_bf16_base_like_peft, .timeout = 120) {
+    Ws w;
+    ws_make(&w, "tiny-llama.json", "bf16");
+    char conf[256], gi[256], res[256], cmd[4096];
+    snprintf(conf, sizeof conf, "%s/conf", w.dir);
+    snprintf(gi, sizeof gi, "%s/gt-pissa-init", w.dir);
+    snprintf(res, sizeof res, "%s/gt-residual.safetensors", w.dir);
+    cr_assert_eq(mkdir(conf, 0755), 0);
+    PeftConfig pc;
+    peft_config_defaults(&pc);
+    pc.r = 4, pc.lora_alpha = 8, pc.use_rslora = true;
+    bool mask[PEFT_MODULE_COUNT] = {0};
+    for (int k = PEFT_Q_PROJ; k <= PEFT_DOWN_PROJ; k++) mask[k] = true;
+    peft_config_set_targets(&pc, mask);
+    GtError err = {0};
+    cr_assert_eq(peft_config_write(conf, &pc, &err), 0, "%s", err.msg);
+    gtrain_pissa_dump(&w, conf, -1, 3, true, gi, res);
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/peft_lora.py' pissa-check '%s' '%s' '%s' --dtype bf16", w.root, w.base,
+             gi, res);
+    char *out = sh(cmd);
+    cr_log_info("%s", out);
+    free(out);
     ws_done(&w);
 }
 
