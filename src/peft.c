@@ -89,6 +89,28 @@ static bool inert_key(const char *k) {
 
 #define BAD(...) gt_error(err, GT_EXIT_BAD_INPUT, __VA_ARGS__)
 
+/* A module's full name, "model.layers.N.self_attn.q_proj" or "transformer.h.N.attn.c_attn", as
+ * PEFT writes target_modules when it adapts fewer than 20 modules (all-linear or a list resolved
+ * to the modules found: MIN_TARGET_MODULES_FOR_OPTIMIZATION): its module path
+ * ("self_attn.q_proj"), which names that module in every layer. The layers an adapter really
+ * adapts are its tensors': one that adapts only some layers is refused by the tensors' check (the
+ * first missing key named). Any other name is returned as it is. */
+static const char *unqualified(const char *t) {
+    static const char *const pre[] = {"model.layers.", "transformer.h."};
+    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
+        size_t n = strlen(pre[i]);
+        if (strncmp(t, pre[i], n) != 0) continue;
+        const char *p = t + n;
+        if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return t;
+        while (*p >= '0' && *p <= '9') p++;
+        if (*p != '.' || p - (t + n) > 9) return t;
+        for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+            if (strcmp(p + 1, MODULES[m].path) == 0) return p + 1;
+        return t;
+    }
+    return t;
+}
+
 static int parse_targets(PeftConfig *cfg, const cJSON *j, const char *path, GtError *err) {
     char f[MJ_FOUND_MAX];
     if (cJSON_IsString(j)) {
@@ -109,16 +131,17 @@ static int parse_targets(PeftConfig *cfg, const cJSON *j, const char *path, GtEr
     for (const cJSON *it = j->child; it; it = it->next) {
         if (!cJSON_IsString(it))
             return BAD("%s: target_modules: expected module names (strings), found %s", path, mj_found(it, f, sizeof f));
-        if (!peft_target_known(it->valuestring))
+        const char *name = unqualified(it->valuestring);
+        if (!peft_target_known(name))
             return BAD("%s: target_modules: expected q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
                        "(Llama family) or c_attn, c_proj, c_fc (GPT-2), found %s",
                        path, mj_found(it, f, sizeof f));
         bool dup = false;
-        for (int k = 0; k < cfg->n_targets; k++) dup |= strcmp(cfg->target_modules[k], it->valuestring) == 0;
+        for (int k = 0; k < cfg->n_targets; k++) dup |= strcmp(cfg->target_modules[k], name) == 0;
         if (dup) continue; /* PEFT keeps a set */
         if (cfg->n_targets == PEFT_MAX_TARGETS)
             return BAD("%s: target_modules: expected at most %d names, found more", path, PEFT_MAX_TARGETS);
-        snprintf(cfg->target_modules[cfg->n_targets++], sizeof cfg->target_modules[0], "%s", it->valuestring);
+        snprintf(cfg->target_modules[cfg->n_targets++], sizeof cfg->target_modules[0], "%s", name);
     }
     return 0;
 }
@@ -522,8 +545,8 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
             char key[PEFT_KEY_MAX];
             if (peft_key(key, sizeof key, arch, entries[i / 2].layer, entries[i / 2].module, i % 2))
                 snprintf(key, sizeof key, "(layer %d, %s)", entries[i / 2].layer, peft_module_path(entries[i / 2].module));
-            BAD("%s: tensor %s: expected it (target_modules of %s selects it), found nothing", file, key,
-                PEFT_CONFIG_FILE);
+            BAD("%s: tensor %s: expected it (target_modules of %s selects the module, and gtrain adapts a module in "
+                "every layer), found nothing", file, key, PEFT_CONFIG_FILE);
             goto fail;
         }
     *out = a;

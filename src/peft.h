@@ -21,7 +21,10 @@
  * init_lora_weights true, false, "gaussian", "pissa", "pissa_niter_N" (N in [0, 1000]);
  * target_modules a list of module names (q_proj k_proj v_proj o_proj gate_proj up_proj
  * down_proj c_attn c_proj c_fc, or one qualified by its parent as PEFT's suffix match allows:
- * "self_attn.q_proj", "attn.c_proj", "mlp.c_proj"...) or the string "all-linear". PEFT reads any
+ * "self_attn.q_proj", "attn.c_proj", "mlp.c_proj"..., or a full module name
+ * "model.layers.N.self_attn.q_proj" / "transformer.h.N.attn.c_attn", which PEFT writes when it
+ * adapts fewer than 20 modules and which is read as its module path in every layer: the
+ * tensors say which layers, and a missing layer's key is refused) or the string "all-linear". PEFT reads any
  * other string as a regular expression matched against full module names; that form is refused
  * (one line), not interpreted. Refused rather than silently ignored (gtrain does not implement
  * them): bias other than "none", use_dora / use_qalora / lora_bias true, non-null
@@ -62,7 +65,7 @@ typedef struct {
     double lora_alpha, lora_dropout;
     bool use_rslora;
     char init[32]; /* "true", "false", "gaussian", "pissa", "pissa_niter_N" */
-    char target_modules[PEFT_MAX_TARGETS][32]; /* as written; "all-linear" alone when all_linear */
+    char target_modules[PEFT_MAX_TARGETS][32]; /* as written (a full module name: its path); "all-linear" alone */
     int n_targets;
     bool all_linear;
     char base_model[GT_PATH_MAX]; /* base_model_name_or_path ("" : null) */

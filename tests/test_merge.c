@@ -1,11 +1,16 @@
-/* test_merge.c - gtrain merge (src/merge.c) against an independent program
- * (tests/tools/peft_merge_ref.py: PEFT's merge written from its equations, float64 in torch, its
- * own safetensors reader): a Llama with all seven modules adapted and rslora, GPT-2's Conv1D
- * weights (the transposed delta) with and without the "transformer." prefix, sharded output read
- * back (save_pretrained's split and index), bf16 output rounded once; hostile adapters and bases
- * through the binary (exit 2, one line naming the file, nothing written), a write that fails
- * half-way (nothing left), and the double -> bf16 rounding itself. Skips where Debian's
- * python3-torch is absent. */
+/* test_merge.c - gtrain merge (src/merge.c) against Hugging Face PEFT itself
+ * (tests/tools/peft_merge_ref.py: the base loaded with transformers, PeftModel.from_pretrained,
+ * merge_and_unload; adapters written by PEFT's get_peft_model + save_pretrained): a Llama with all
+ * seven modules adapted and rslora, GPT-2's Conv1D weights (fan_in_fan_out: the transposed delta)
+ * with and without the "transformer." prefix, a Qwen2 bf16 base merged to bf16 and to fp32. PEFT
+ * merges in the model's dtype (float32: its own float32 B @ A; bf16: a float32 delta added to the
+ * bf16 weight), gtrain in double rounded once: the adapted weights agree within those roundings
+ * (the bounds are in the tool). Hand-written checks, of what PEFT does not do: the float64 merge
+ * rounded once (gtrain's documented rounding: exact in bf16, 1e-6 relative in fp32), sharded output
+ * read back (save_pretrained's split and index), the base's other tensors copied exactly; hostile
+ * adapters (PEFT's files edited) and bases through the binary (exit 2, one line naming the file,
+ * nothing written), a write that fails half-way (nothing left), and the double -> bf16 rounding
+ * itself. Fails where the test references are not installed. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <math.h>
@@ -52,6 +57,7 @@ static void sh(const char *fmt, ...) {
     out[len] = '\0';
     int st = pclose(p);
     cr_assert_eq(st, 0, "%s exited %d:\n%s", cmd, st, out);
+    if (strstr(out, "ok ")) cr_log_info("%s", out); /* peft_merge_ref.py check's summaries */
 }
 
 static char *read_text(const char *path) {
@@ -136,10 +142,12 @@ Test(merge, gpt2_conv1d_weights_get_the_transposed_delta, .timeout = 180) {
     const char *root = need_torch();
     char dir[256];
     test_scratch_make(dir, sizeof dir, "gt_merge_gpt2");
-    sh(PY " '%s/tests/tools/peft_merge_ref.py' gpt2 '%s/base' --seed 1 --layers 2 --embd 32 --heads 4", root, dir);
-    /* c_proj names both attn.c_proj and mlp.c_proj (PEFT's suffix match); a bf16 adapter file */
-    sh(PY " '%s/tests/tools/peft_merge_ref.py' adapter '%s/base' '%s/ad' --targets c_attn,c_proj,c_fc --r 3 --alpha 6 "
-       "--dtype bf16 --seed 2", root, dir, dir);
+    /* c_proj names both attn.c_proj and mlp.c_proj (PEFT's suffix match); a bf16 adapter file. And an
+     * old checkpoint: names without "transformer.", the attention-mask buffers [1, 1, P, P], all bf16
+     * (so the output is bf16 too, rounded once from the double merge) */
+    sh(PY " '%s/tests/tools/peft_merge_ref.py' gpt2 '%s/base' --seed 1 --layers 2 --embd 32 --heads 4 + "
+       "adapter '%s/base' '%s/ad' --targets c_attn,c_proj,c_fc --r 3 --alpha 6 --dtype bf16 --seed 2 + "
+       "gpt2 '%s/old' --seed 4 --old-names --dtype bf16", root, dir, dir, dir, dir);
     /* --out an empty directory that exists: replaced whole */
     cr_assert_eq(mkdir(test_join(dir, "merged"), 0755), 0);
     char args[2048];
@@ -148,15 +156,11 @@ Test(merge, gpt2_conv1d_weights_get_the_transposed_delta, .timeout = 180) {
     cr_assert_eq(st, 0, "exit %d: %s", st, read_text(test_join(dir, "stderr")));
     cr_assert(strstr(read_text(test_join(dir, "stdout")), "(8 merged with the adapter: r 3, scale 2), fp32"), "%s",
               read_text(test_join(dir, "stdout")));
-    check(root, dir, "base", "ad", "merged", "--dtype f32");
-
-    /* an old checkpoint: names without "transformer.", the attention-mask buffers [1, 1, P, P], all
-     * bf16 (so the output is bf16 too, rounded once from the double merge) */
-    sh(PY " '%s/tests/tools/peft_merge_ref.py' gpt2 '%s/old' --seed 4 --old-names --dtype bf16", root, dir);
     snprintf(args, sizeof args, "merge --base '%s/old' --adapter '%s/ad' --out '%s/merged-old'", dir, dir, dir);
     st = gtrain(dir, args);
     cr_assert_eq(st, 0, "exit %d: %s", st, read_text(test_join(dir, "stderr")));
-    check(root, dir, "old", "ad", "merged-old", "--dtype bf16");
+    sh(PY " '%s/tests/tools/peft_merge_ref.py' check '%s/base' '%s/ad' '%s/merged' --dtype f32 + "
+       "check '%s/old' '%s/ad' '%s/merged-old' --dtype bf16", root, dir, dir, dir, dir, dir, dir);
     assert_no_tmp(dir, "merged");
     assert_no_tmp(dir, "merged-old");
     test_scratch_remove(dir);
@@ -177,13 +181,14 @@ Test(merge, sharded_output_is_save_pretrained_split_read_back, .timeout = 180) {
              dir, dir);
     int st = gtrain(dir, args);
     cr_assert_eq(st, 0, "exit %d: %s", st, read_text(test_join(dir, "stderr")));
-    check(root, dir, "base", "ad", "m-bf16", "--dtype bf16 --max-shard-bytes 20000 --min-shards 3");
     /* fp32 asked for: the bf16 base widened exactly, the merge rounded once to fp32 */
     snprintf(args, sizeof args, "merge --base '%s/base' --adapter '%s/ad' --out '%s/m-f32' --max-shard-size 50000 --dtype "
              "fp32", dir, dir, dir);
     st = gtrain(dir, args);
     cr_assert_eq(st, 0, "exit %d: %s", st, read_text(test_join(dir, "stderr")));
-    check(root, dir, "base", "ad", "m-f32", "--dtype f32 --max-shard-bytes 50000 --min-shards 3");
+    sh(PY " '%s/tests/tools/peft_merge_ref.py' check '%s/base' '%s/ad' '%s/m-bf16' --dtype bf16 --max-shard-bytes 20000 "
+       "--min-shards 3 + check '%s/base' '%s/ad' '%s/m-f32' --dtype f32 --max-shard-bytes 50000 --min-shards 3", root,
+       dir, dir, dir, dir, dir, dir);
     test_scratch_remove(dir);
 }
 
@@ -207,11 +212,11 @@ Test(merge, hostile_adapters_and_bases_exit_2_with_one_line_and_write_nothing, .
     const char *ref = "tests/tools/peft_merge_ref.py";
     sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 2", root,
        root, dir);
-    sh("cd '%s' && " PY " %s adapter '%s/base' '%s/good' --targets q_proj,down_proj --r 4 && "
-       PY " %s adapter '%s/base' '%s/r-mismatch' --targets q_proj,down_proj --r 4 --config-r 8 && "
-       PY " %s adapter '%s/base' '%s/bad-shape' --targets q_proj,down_proj --r 4 --bad-shape && "
-       PY " %s adapter '%s/base' '%s/extra-layer' --targets q_proj,down_proj --r 4 --extra-layer",
-       root, ref, dir, dir, ref, dir, dir, ref, dir, dir, ref, dir, dir);
+    sh("cd '%s' && " PY " %s adapter '%s/base' '%s/good' --targets q_proj,down_proj --r 4 + "
+       "adapter '%s/base' '%s/r-mismatch' --targets q_proj,down_proj --r 4 --config-r 8 + "
+       "adapter '%s/base' '%s/bad-shape' --targets q_proj,down_proj --r 4 --bad-shape + "
+       "adapter '%s/base' '%s/extra-layer' --targets q_proj,down_proj --r 4 --extra-layer",
+       root, ref, dir, dir, dir, dir, dir, dir, dir, dir);
     /* the good adapter merges (so each refusal below is the one change) */
     snprintf(args, sizeof args, "merge --base '%s/base' --adapter '%s/good' --out '%s/ok'", dir, dir, dir);
     cr_assert_eq(gtrain(dir, args), 0, "%s", read_text(test_join(dir, "stderr")));
@@ -255,9 +260,9 @@ Test(merge, hostile_adapters_and_bases_exit_2_with_one_line_and_write_nothing, .
     expect_refused(dir, args, file, "adapter_model.safetensors");
     /* a base without an adapted module's weight, and one whose weight does not match its config */
     sh("cp -r '%s/base' '%s/base-drop' && cp -r '%s/base' '%s/base-short' && cd '%s' && "
-       PY " %s edit-base '%s/base-drop' --drop model.layers.1.self_attn.q_proj.weight && "
-       PY " %s edit-base '%s/base-short' --bad-shape model.layers.0.mlp.down_proj.weight",
-       dir, dir, dir, dir, root, ref, dir, ref, dir);
+       PY " %s edit-base '%s/base-drop' --drop model.layers.1.self_attn.q_proj.weight + "
+       "edit-base '%s/base-short' --bad-shape model.layers.0.mlp.down_proj.weight",
+       dir, dir, dir, dir, root, ref, dir, dir);
     MERGE("good", "base-drop");
     FILE_OF("base-drop", "model.safetensors");
     expect_refused(dir, args, file, "model.layers.1.self_attn.q_proj.weight");

@@ -1,7 +1,9 @@
 /* test_peft.c - PEFT LoRA adapter directories (src/peft.c): adapter_config.json round trips and a
  * table of hostile configs (each one line naming the file and the key, code 2), PEFT's key names
  * and their inverse, adapter round trips (F32, BF16) for the Llama family and GPT-2, hostile
- * adapter files, and an independent reader/writer in Python (tests/tools/peft_adapter_check.py). */
+ * adapter files, and PEFT itself reading ours (PeftModel.from_pretrained on a transformers model: every
+ * value, and LoraConfig's reading of the config) and writing what ours reads (get_peft_model +
+ * save_pretrained): tests/tools/peft_adapter_check.py. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -94,12 +96,28 @@ Test(peft_config, accepts_what_peft_writes) {
         "{" MIN_OK ", \"use_dora\": false, \"layers_to_transform\": null, \"some_new_feature\": null}",
         "{" MIN_OK ", \"runtime_config\": {\"ephemeral_gpu_offload\": false}, \"qalora_group_size\": 16}",
         "{\"peft_type\": \"LORA\", \"target_modules\": [\"self_attn.q_proj\", \"mlp.c_proj\", \"q_proj\"]}",
+        /* full module names, as PEFT 0.21 writes them below 20 adapted modules */
+        "{\"peft_type\": \"LORA\", \"target_modules\": [\"transformer.h.3.mlp.c_proj\", \"transformer.h.0.attn.c_attn\"]}",
+        "{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.1.self_attn.k_proj\", "
+        "\"model.layers.0.self_attn.k_proj\", \"model.layers.12.mlp.down_proj\"]}",
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         PeftConfig c;
         GtError err = {0};
         cr_assert_eq(peft_config_parse(&c, ok[i], strlen(ok[i]), "ok.json", &err), 0, "case %zu: %s", i, err.msg);
     }
+    /* full names are their module's path in every layer: one entry per module */
+    PeftConfig c;
+    GtError err = {0};
+    const char *full = ok[sizeof ok / sizeof *ok - 1];
+    cr_assert_eq(peft_config_parse(&c, full, strlen(full), "ok.json", &err), 0, "%s", err.msg);
+    cr_assert_eq(c.n_targets, 2);
+    cr_assert_str_eq(c.target_modules[0], "self_attn.k_proj");
+    cr_assert_str_eq(c.target_modules[1], "mlp.down_proj");
+    bool mask[PEFT_MODULE_COUNT];
+    cr_assert_eq(peft_config_targets(&c, ARCH_LLAMA, mask, "ok.json", &err), 0, "%s", err.msg);
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++)
+        cr_assert_eq(mask[m], m == PEFT_K_PROJ || m == PEFT_DOWN_PROJ, "module %d", m);
 }
 
 Test(peft_config, hostile_configs_are_one_line_naming_the_key) {
@@ -129,6 +147,10 @@ Test(peft_config, hostile_configs_are_one_line_naming_the_key) {
         {"{" MIN_OK ", \"init_lora_weights\": \"pissa_niter_x\"}", "init_lora_weights"},
         {"{" MIN_OK ", \"init_lora_weights\": \"loftq\"}", "init_lora_weights"},
         {"{\"peft_type\": \"LORA\", \"target_modules\": [\"qkv\"]}", "target_modules"},
+        {"{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.01.self_attn.q_proj\"]}", "target_modules"},
+        {"{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.x.self_attn.q_proj\"]}", "target_modules"},
+        {"{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.0.q_proj\"]}", "target_modules"},
+        {"{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.0.self_attn.qkv\"]}", "target_modules"},
         {"{\"peft_type\": \"LORA\", \"target_modules\": []}", "target_modules"},
         {"{\"peft_type\": \"LORA\", \"target_modules\": [1]}", "target_modules"},
         {"{\"peft_type\": \"LORA\", \"target_modules\": \".*\\\\.(q_proj|v_proj)\"}", "regular expression"},
@@ -386,7 +408,7 @@ Test(peft_files, hostile_adapters_are_one_line_naming_the_key) {
     free(eg);
 }
 
-Test(peft_files, independent_python_reads_ours_and_writes_peft_style, .timeout = 120) {
+Test(peft_files, peft_reads_ours_and_we_read_peft_s, .timeout = 120) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root) cr_skip_test("GTRAIN_ROOT not set (run through make test)");
     test_require_refs();

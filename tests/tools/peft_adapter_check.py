@@ -1,16 +1,33 @@
 #!/usr/bin/env python3
-"""peft_adapter_check.py - an independent reader and writer of PEFT LoRA adapter directories
-(json + struct only; the peft package is not used), for tests/test_peft.c.
+"""peft_adapter_check.py - Hugging Face PEFT itself reading and writing the LoRA adapter directories of
+tests/test_peft.c (peft, transformers and torch from the test references' venv).
 
-  check DIR ARCH N_LAYER R C I     read DIR/adapter_model.safetensors and adapter_config.json as
-                                   gtrain's test wrote them (Llama q_proj + down_proj, or GPT-2
-                                   c_attn + mlp.c_proj) and check keys, shapes, values, config
-  write DIR ARCH N_LAYER R C I     write an adapter with the same keys and values, and the config
-                                   PEFT 0.18 writes (every key it saves), for the C reader
-Values: element k of tensor t (the t-th key in PEFT order) is ((7k + 13t) % 251 - 125) / 64."""
+  check DIR ARCH N_LAYER R C I     PeftModel.from_pretrained(base, DIR) on a transformers model of ARCH
+                                   (llama: LlamaForCausalLM hidden C, intermediate I, 4 heads of which 2
+                                   kv; gpt2: GPT2LMHeadModel n_embd C, n_inner I) loads what gtrain's test
+                                   wrote (q_proj + down_proj, or c_attn + mlp.c_proj): every lora_A / lora_B
+                                   of PEFT's model holds the expected values, and PEFT's LoraConfig reads the
+                                   config's r, lora_alpha, lora_dropout, use_rslora, init_lora_weights,
+                                   target_modules, fan_in_fan_out, base_model_name_or_path as written. Also
+                                   the file's layout as PEFT's save_pretrained writes it, which PEFT's reader
+                                   does not check: __metadata__ {"format": "pt"}, F32, the config text
+                                   json.dumps(indent=2, sort_keys=True)
+  write DIR ARCH N_LAYER R C I     get_peft_model(base, LoraConfig(r=R, lora_alpha=16, those modules)) with the
+                                   expected values, save_pretrained: PEFT's own files, for the C reader
+Values: element k of tensor t (the t-th key in layer order, lora_A before lora_B) is
+((7k + 13t) % 251 - 125) / 64, exact in float32 and bfloat16."""
 import json
+import os
 import struct
 import sys
+import warnings
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+import torch  # noqa: E402
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 
 def modules(arch, c, i):
@@ -20,79 +37,80 @@ def modules(arch, c, i):
 
 
 def expected(arch, n_layer, r, c, i):
+    """[(module, lora_A or lora_B, shape)] in key order"""
     out = []
     for l in range(n_layer):
         for path, fin, fout in modules(arch, c, i):
-            base = "base_model.model." + path % l
-            out.append((base + ".lora_A.weight", [r, fin]))
-            out.append((base + ".lora_B.weight", [fout, r]))
+            out.append((path % l, "lora_A", [r, fin]))
+            out.append((path % l, "lora_B", [fout, r]))
     return out
 
 
-def value(k, t):
-    return ((7 * k + 13 * t) % 251 - 125) / 64.0
+def values(t, shape):
+    k = torch.arange(shape[0] * shape[1], dtype=torch.float64)
+    return (((7 * k + 13 * t) % 251 - 125) / 64).reshape(shape)
+
+
+def base_model(arch, n_layer, c, i):
+    torch.manual_seed(0)
+    if arch == "llama":
+        return LlamaForCausalLM(LlamaConfig(hidden_size=c, intermediate_size=i, num_attention_heads=4,
+                                            num_key_value_heads=2, num_hidden_layers=n_layer, vocab_size=64,
+                                            max_position_embeddings=16))
+    return GPT2LMHeadModel(GPT2Config(n_embd=c, n_inner=i, n_head=4, n_layer=n_layer, vocab_size=64, n_positions=16))
+
+
+def lora_layers(pm):
+    pre = "base_model.model."
+    return {n[len(pre):]: m for n, m in pm.named_modules() if hasattr(m, "lora_A") and "default" in getattr(m, "lora_A", {})}
 
 
 def check(d, arch, n_layer, r, c, i):
-    raw = open(d + "/adapter_model.safetensors", "rb").read()
+    raw = open(os.path.join(d, "adapter_model.safetensors"), "rb").read()
     (hlen,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8 : 8 + hlen])
+    header = json.loads(raw[8:8 + hlen])
     assert header.pop("__metadata__") == {"format": "pt"}, "metadata"
+    assert all(h["dtype"] == "F32" for h in header.values()), "dtype"
+    text = open(os.path.join(d, "adapter_config.json")).read()
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True), "not json.dumps(indent=2, sort_keys=True)"
+    cfg = LoraConfig.from_pretrained(d)  # PEFT's reading of the config
+    assert cfg.peft_type.value == "LORA" and cfg.task_type == "CAUSAL_LM", cfg
+    assert cfg.r == r and cfg.lora_alpha == 2 * r and cfg.lora_dropout == 0.05, cfg
+    assert cfg.bias == "none" and cfg.modules_to_save is None and cfg.use_dora is False, cfg
+    assert cfg.use_rslora is True and cfg.init_lora_weights == "pissa_niter_4", cfg
+    tm = {"q_proj", "down_proj"} if arch == "llama" else {"c_attn", "mlp.c_proj"}
+    assert set(cfg.target_modules) == tm, cfg.target_modules
+    assert cfg.fan_in_fan_out is (arch == "gpt2"), cfg
+    assert cfg.base_model_name_or_path == "some/base \"model\"", cfg.base_model_name_or_path
+    # PEFT loads it onto the base (init_lora_weights pissa_niter_4 first initialises from the base's
+    # weights, as PEFT does on load; the file's values then replace the adapters)
+    pm = PeftModel.from_pretrained(base_model(arch, n_layer, c, i), d)
+    layers = lora_layers(pm)
     want = expected(arch, n_layer, r, c, i)
-    assert sorted(header) == sorted(k for k, _ in want), ("keys", sorted(header))
-    data = raw[8 + hlen :]
-    for t, (key, shape) in enumerate(want):
-        h = header[key]
-        assert h["dtype"] == "F32" and h["shape"] == shape, (key, h)
-        b, e = h["data_offsets"]
-        vals = struct.unpack("<%df" % ((e - b) // 4), data[b:e])
-        assert len(vals) == shape[0] * shape[1], key
-        for k, v in enumerate(vals):
-            assert v == value(k, t), (key, k, v)
-    cfg = json.load(open(d + "/adapter_config.json"))
-    assert cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM", cfg
-    assert cfg["r"] == r and cfg["lora_alpha"] == 2 * r and cfg["lora_dropout"] == 0.05, cfg
-    assert cfg["bias"] == "none" and cfg["modules_to_save"] is None and cfg["use_dora"] is False, cfg
-    assert cfg["use_rslora"] is True and cfg["init_lora_weights"] == "pissa_niter_4", cfg
-    tm = ["q_proj", "down_proj"] if arch == "llama" else ["c_attn", "mlp.c_proj"]
-    assert sorted(cfg["target_modules"]) == sorted(tm), cfg["target_modules"]
-    assert cfg["fan_in_fan_out"] is (arch == "gpt2"), cfg
-    assert cfg["base_model_name_or_path"] == "some/base \"model\"", cfg
-    text = open(d + "/adapter_config.json").read()
-    assert text == json.dumps(cfg, indent=2, sort_keys=True), "not json.dumps(indent=2, sort_keys=True)"
+    assert sorted(layers) == sorted({m for m, _, _ in want}), ("PEFT adapted", sorted(layers))
+    for t, (mod, which, shape) in enumerate(want):
+        w = getattr(layers[mod], which)["default"].weight.detach().double()
+        assert list(w.shape) == shape, (mod, which, list(w.shape), shape)
+        assert torch.equal(w, values(t, shape)), (mod, which, "values differ")
+    s = layers[want[0][0]].scaling["default"]
+    assert abs(s - 2 * r / r ** 0.5) < 1e-12, ("rslora scaling", s)
 
 
 def write(d, arch, n_layer, r, c, i):
-    want = expected(arch, n_layer, r, c, i)
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for t, (key, shape) in enumerate(want):
-        n = shape[0] * shape[1]
-        blob = struct.pack("<%df" % n, *[value(k, t) for k in range(n)])
-        header[key] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + len(blob)]}
-        blobs.append(blob)
-        off += len(blob)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(d + "/adapter_model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
-    cfg = {
-        "alora_invocation_tokens": None, "alpha_pattern": {}, "arrow_config": None, "auto_mapping": None,
-        "base_model_name_or_path": "base", "bias": "none", "corda_config": None, "ensure_weight_tying": False,
-        "eva_config": None, "exclude_modules": None, "fan_in_fan_out": arch == "gpt2", "inference_mode": True,
-        "init_lora_weights": True, "layer_replication": None, "layers_pattern": None, "layers_to_transform": None,
-        "loftq_config": {}, "lora_alpha": 16, "lora_bias": False, "lora_dropout": 0.0, "megatron_config": None,
-        "megatron_core": "megatron.core", "modules_to_save": None, "peft_type": "LORA", "peft_version": "0.18.1",
-        "qalora_group_size": 16, "r": r, "rank_pattern": {}, "revision": None,
-        "target_modules": ["down_proj", "q_proj"] if arch == "llama" else ["c_attn", "mlp.c_proj"],
-        "target_parameters": None, "task_type": "CAUSAL_LM", "trainable_token_indices": None, "use_dora": False,
-        "use_qalora": False, "use_rslora": False,
-    }
-    with open(d + "/adapter_config.json", "w") as f:
-        f.write(json.dumps(cfg, indent=2, sort_keys=True))
+    tm = ["q_proj", "down_proj"] if arch == "llama" else ["c_attn", "mlp.c_proj"]
+    pm = get_peft_model(base_model(arch, n_layer, c, i),
+                        LoraConfig(r=r, lora_alpha=16, target_modules=tm, task_type="CAUSAL_LM",
+                                   fan_in_fan_out=arch == "gpt2"))
+    layers = lora_layers(pm)
+    with torch.no_grad():
+        for t, (mod, which, shape) in enumerate(expected(arch, n_layer, r, c, i)):
+            getattr(layers[mod], which)["default"].weight.copy_(values(t, shape))
+    pm.save_pretrained(d)
 
 
 if __name__ == "__main__":
     cmd, d, arch = sys.argv[1], sys.argv[2], sys.argv[3]
     n_layer, r, c, i = (int(x) for x in sys.argv[4:8])
+    torch.set_num_threads(1)
     (check if cmd == "check" else write)(d, arch, n_layer, r, c, i)
     print("ok")

@@ -1,462 +1,411 @@
 #!/usr/bin/env python3
-"""peft_lora.py - an independent PyTorch reference for LoRA and PiSSA fine-tuning of the Llama family,
-written from Hugging Face PEFT's definitions (peft/tuners/lora: LoraConfig, LoraLayer's forward,
-reset_lora_parameters, pissa_init; peft_model.py's save_pretrained with
-path_initial_model_for_weight_conversion and subtract_mutated_init; utils/save_and_load.py's key names)
-and from nothing of gtrain's. The model is tests/tools/hf_llama.py's (its own HF forward, safetensors
-reader and writer); this file adds the adapters through forward()'s lora hook. No peft or transformers
-package is used.
+"""peft_lora.py - Hugging Face PEFT itself (peft, transformers, torch from the test references' venv:
+tests/requirements-refs.txt) as the reference for gtrain's LoRA and PiSSA runs (tests/test_lora_io.c).
+Nothing of gtrain's: the models are transformers' classes (AutoModelForCausalLM), the adapters PEFT's
+(LoraConfig, get_peft_model, PeftModel.from_pretrained, save_pretrained with
+path_initial_model_for_weight_conversion); the only hand-written parts are the training loop (what
+HF's Trainer does for a PEFT model, full batch: torch.optim.AdamW(foreach=False) with weight decay on
+every lora_A / lora_B, clip_grad_norm_ over them, constant lr) and the comparisons.
 
-LoRA (PEFT's Linear.forward, dropout 0): y = base(x) + scale * lora_B(lora_A(x)), with
-lora_A [r, in], lora_B [out, r], scale = lora_alpha / r, or lora_alpha / sqrt(r) with use_rslora.
-Adapter directories as PEFT's save_pretrained writes them:
-  adapter_model.safetensors  base_model.model.model.layers.L.self_attn.{q,k,v,o}_proj.lora_{A,B}.weight,
-                             base_model.model.model.layers.L.mlp.{gate,up,down}_proj.lora_{A,B}.weight,
-                             __metadata__ {"format": "pt"}
-  adapter_config.json        LoraConfig's fields, json.dumps(indent=2, sort_keys=True)
-PiSSA (pissa_init): W the base weight; "pissa": U, S, Vh = torch.linalg.svd(W, full_matrices=False), the
-top r; "pissa_niter_N": U, S, V = torch.svd_lowrank(W, q=r, niter=N), Vh = V.T; Sr = S / scale;
-lora_A = diag(sqrt(Sr)) @ Vh, lora_B = U @ diag(sqrt(Sr)), and the base becomes W_res = W - scale * B @ A.
-Deviation, on purpose: everything (the SVD included) runs in float64, where PEFT runs the SVD in the
-weight's float32; gtrain also runs its SVD in double.
-Saving a trained PiSSA adapter (PEFT's conversion to a plain LoRA relative to the original base):
-lora_A' = cat([A, A0], 0), lora_B' = cat([B, -B0], 1), r' = 2r, lora_alpha' = 2 alpha (use_rslora:
-sqrt(2) alpha, so that alpha / sqrt(r) is kept, as PEFT >= 0.12 writes it), init_lora_weights true;
-the initial adapter (A0, B0, init_lora_weights true) is written to OUT/pissa_init as PEFT's recipe does.
+Models run in float64 (the base's stored weights widened exactly; PEFT's own pissa_init still runs its
+SVD in float32, as PEFT always does). Rows: TOKENS.txt, one row per line, whitespace-separated ids; the
+loss is the mean cross entropy over every predicted token of every row (row[t] predicts row[t+1]).
 
-Training (as HF's Trainer runs a PEFT model): the base frozen, the adapters trained by
-torch.optim.AdamW(foreach=False) in float64 with weight decay on every lora_A / lora_B (2-D weights:
-get_decay_parameter_names keeps them), constant lr, torch.nn.utils.clip_grad_norm_ over the adapters,
-full batch of all the rows every step.
-
-usage (/usr/bin/python3 with Debian's python3-torch; CPU only):
-  peft_lora.py make-adapter MODELDIR OUTDIR --r R --alpha A --targets q_proj,v_proj|all-linear
-                  [--rslora] [--seed S] [--std 0.02] [--dtype f32|bf16]
+usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by " + "):
+  peft_lora.py make-base CONFIG.json OUTDIR [--seed S] [--std 0.1] [--dtype f32|bf16] [--spectrum RHO]
+      a random transformers model of CONFIG's model_type (llama, mistral, qwen2, gpt2 ...) saved by
+      save_pretrained: weights N(0, std), norm weights 1 + 0.1 N(0, 1), biases N(0, 0.1); --spectrum: every
+      linear weight of every layer W = Q1 diag(c RHO^j) Q2^T (random orthonormal Q1, Q2: a known decaying
+      spectrum, for the randomised SVD)
+  peft_lora.py make-adapter MODELDIR OUTDIR --r R --alpha A --targets q_proj,v_proj|all-linear [--rslora]
+      [--seed S] [--std 0.02] [--dtype f32|bf16]
+      get_peft_model + save_pretrained: lora_A and lora_B both N(0, std) (torch's generator)
   peft_lora.py train MODELDIR TOKENS.txt (--adapter DIR | --init true|gaussian|pissa|pissa_niter_N --r R
-                  --alpha A --targets ... [--rslora] [--seed S]) [--steps 5 --lr 1e-3 --weight-decay 0.1
-                  --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17]
-  peft_lora.py loss MODELDIR ADAPTERDIR TOKENS.txt [--digits 17]
-  peft_lora.py pissa-check MODELDIR ADAPTERDIR [--tol 1e-5]
-  peft_lora.py selftest
-TOKENS.txt as hf_llama.py reads it (one row per line, whitespace-separated ids); the loss is the mean
-over every predicted token of every row. train prints "step k loss L grad_norm G" (the loss before the
-step's update, G before clipping), then "final loss L" (after the last update).
-pissa-check: an adapter made by pissa_init from MODELDIR's weights (someone else's): scale * B @ A must
-equal the top-r part U_r diag(S_r) Vh_r of each base weight (sign-free), to tol relative in the
-Frobenius norm; prints the worst module.
+      --alpha A --targets ... [--rslora] [--seed S]) [--steps 5 --lr 1e-3 --weight-decay 0.1 --beta1 0.9
+      --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17]
+      prints "step k loss L grad_norm G" (before the step's update; G before clipping), "final loss L";
+      --out: save_pretrained (a PiSSA run: the initial adapter to OUT/pissa_init, init_lora_weights true,
+      and the trained one converted with path_initial_model_for_weight_conversion, PEFT's workflow)
+  peft_lora.py loss MODELDIR ADAPTERDIR|- TOKENS.txt [--digits 17]
+      PeftModel.from_pretrained(base, ADAPTERDIR) (- : the base alone): the mean loss
+  peft_lora.py pissa-check MODELDIR INITDIR RESIDUAL.safetensors [--niter N --seed S] [--dtype f32|bf16]
+      PEFT's pissa_init (get_peft_model with init_lora_weights "pissa" / "pissa_niter_N", INITDIR's r,
+      lora_alpha, use_rslora, target_modules) against gtrain's initial adapter INITDIR and gtrain's residual
+      base (RESIDUAL: "<module>.weight" [out, in] per adapted module); see cmd_pissa_check for the bounds
+  peft_lora.py convert-check MODELDIR INITDIR SAVEDDIR
+      PEFT's rank-2r conversion: a PEFT model holding the trained adapter (the first r rows / columns of
+      gtrain's SAVEDDIR) saved with path_initial_model_for_weight_conversion = a copy of gtrain's INITDIR,
+      against gtrain's SAVEDDIR: the same tensors (exactly: the conversion is a concatenation) and config
 """
-import argparse, json, math, os, sys
-import torch
-import torch.nn.functional as F
+import argparse, json, math, os, shutil, sys, tempfile, warnings
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import hf_llama as hl  # noqa: E402
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+from safetensors.torch import load_file  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers.utils import logging as hf_logging  # noqa: E402
+from peft import LoraConfig, PeftModel, get_peft_model  # noqa: E402
 
-CONFIG_FILE, WEIGHTS_FILE = "adapter_config.json", "adapter_model.safetensors"
-PREFIX = "base_model.model."
-# PEFT's target names of the Llama family, their place in a layer, in the layer's order
-MODULES = [("q_proj", "self_attn.q_proj"), ("k_proj", "self_attn.k_proj"), ("v_proj", "self_attn.v_proj"),
-           ("o_proj", "self_attn.o_proj"), ("gate_proj", "mlp.gate_proj"), ("up_proj", "mlp.up_proj"),
-           ("down_proj", "mlp.down_proj")]
+hf_logging.set_verbosity_error()
+hf_logging.disable_progress_bar()
+WEIGHTS, CONFIG = "adapter_model.safetensors", "adapter_config.json"
+DT = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def die(msg):
+def die(msg, code=2):
     print(f"peft_lora.py: {msg}", file=sys.stderr)
-    sys.exit(2)
+    sys.exit(code)
 
 
-def dims(c, name):
-    """(out, in) of a module."""
-    q, kv, H, I = c.heads * c.head_dim, c.kv_heads * c.head_dim, c.hidden, c.inter
-    return {"q_proj": (q, H), "k_proj": (kv, H), "v_proj": (kv, H), "o_proj": (H, q),
-            "gate_proj": (I, H), "up_proj": (I, H), "down_proj": (H, I)}[name]
+def load_base(d, dtype=torch.float64):
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=dtype, attn_implementation="eager")
+    m.eval()  # no dropout anywhere (GPT-2's resid/attn/embd dropout): gtrain runs dropout 0 here
+    return m
 
 
-def scaling(alpha, r, rslora):
-    return alpha / math.sqrt(r) if rslora else alpha / r
+def is_conv1d(model):
+    return model.config.model_type == "gpt2"
 
 
-def parse_targets(t):
-    """target_modules as PEFT holds it: "all-linear", a list, or "a,b" on the command line -> module names
-    (PEFT's suffix match: "q_proj" or "self_attn.q_proj"), in layer order."""
-    if isinstance(t, str):
-        if t == "all-linear":  # every linear layer but the output layer
-            return [n for n, _ in MODULES]
-        t = [s for s in t.split(",") if s]
-    if not isinstance(t, list) or not t:
-        die(f"target_modules {t!r}: expected a non-empty list or \"all-linear\"")
-    out = set()
-    for name in t:
-        hits = [n for n, path in MODULES if path == name or path.endswith("." + name)]
-        if not hits:
-            die(f"target_modules: {name!r} names no linear module of a Llama layer")
-        out.update(hits)
-    return [n for n, _ in MODULES if n in out]
+def targets_arg(t):
+    return "all-linear" if t == "all-linear" else [s for s in t.split(",") if s]
 
 
-def path_of(name):
-    return dict(MODULES)[name]
+def lora_params(pm):
+    return [p for n, p in pm.named_parameters() if "lora_A" in n or "lora_B" in n]
 
 
-def key(layer, name, which):
-    return f"{PREFIX}model.layers.{layer}.{path_of(name)}.lora_{which}.weight"
+def cast_lora(pm, dtype):
+    for p in lora_params(pm):
+        p.data = p.data.to(dtype)
 
 
-class Adapter:
-    """lora_A / lora_B per (layer, module) as float64 tensors, and the config that scales them."""
-
-    def __init__(self, c, r, alpha, targets, rslora):
-        self.c, self.r, self.alpha, self.targets, self.rslora = c, r, float(alpha), targets, rslora
-        self.scale = scaling(self.alpha, r, rslora)
-        self.A, self.B = {}, {}  # keyed by the module's HF prefix "model.layers.L.self_attn.q_proj"
-
-    def sites(self):
-        for l in range(self.c.layers):
-            for n in self.targets:
-                yield l, n, f"model.layers.{l}.{path_of(n)}"
-
-    def hook(self):
-        def lora(module, h):
-            if module not in self.A:
-                return None
-            return self.scale * F.linear(F.linear(h, self.A[module]), self.B[module])
-        return lora
-
-    def params(self):
-        return [t for m in self.A for t in (self.A[m], self.B[m])]
+def read_rows(path):
+    rows = [[int(x) for x in line.split()] for line in open(path) if line.strip()]
+    if not rows or any(len(r) != len(rows[0]) or len(r) < 2 for r in rows):
+        die(f"{path}: expected rows of one length >= 2")
+    return torch.tensor(rows, dtype=torch.long)
 
 
-def read_config(d):
-    p = os.path.join(d, CONFIG_FILE)
-    try:
-        cfg = json.load(open(p))
-    except (OSError, ValueError) as e:
-        die(f"{p}: {e}")
-    for k, want in (("peft_type", "LORA"), ("bias", "none")):
-        if cfg.get(k, want) != want:
-            die(f"{p}: {k} is {cfg.get(k)!r}, expected {want!r}")
-    for k in ("fan_in_fan_out", "use_dora"):
-        if cfg.get(k):
-            die(f"{p}: {k} true is not a plain Llama LoRA")
-    if cfg.get("modules_to_save"):
-        die(f"{p}: modules_to_save is not supported")
-    r, alpha = cfg.get("r"), cfg.get("lora_alpha")
-    if not isinstance(r, int) or r < 1 or not isinstance(alpha, (int, float)) or not alpha > 0:
-        die(f"{p}: r {r!r} / lora_alpha {alpha!r}: expected a positive integer and a positive number")
-    return cfg
+def mean_loss(model, ids):
+    logits = model(input_ids=ids[:, :-1]).logits
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).double(), ids[:, 1:].reshape(-1))
 
 
-def load_adapter(c, d):
-    cfg = read_config(d)
-    a = Adapter(c, cfg["r"], cfg["lora_alpha"], parse_targets(cfg.get("target_modules")), bool(cfg.get("use_rslora")))
-    T = hl.st_read(os.path.join(d, WEIGHTS_FILE))
-    want = set()
-    for l, n, m in a.sites():
-        o, i = dims(c, n)
-        for which, shape in (("A", (a.r, i)), ("B", (o, a.r))):
-            k = key(l, n, which)
-            want.add(k)
-            if k not in T:
-                die(f"{d}/{WEIGHTS_FILE}: tensor {k} missing")
-            if tuple(T[k].shape) != shape:
-                die(f"{d}/{WEIGHTS_FILE}: tensor {k}: expected shape {list(shape)}, found {list(T[k].shape)}")
-            (a.A if which == "A" else a.B)[m] = T[k].clone()
-    extra = sorted(set(T) - want)
-    if extra:
-        die(f"{d}/{WEIGHTS_FILE}: tensors the config's target_modules do not name: {extra[:3]}")
-    return a, cfg
-
-
-def save_adapter(d, a, base, st_dtype="F32", init="true", r=None, alpha=None, A=None, B=None):
-    """PEFT's save_pretrained: the tensors in the model's order (layer, module, lora_A then lora_B) and the config."""
-    os.makedirs(d, exist_ok=True)
-    A, B = A or a.A, B or a.B
-    items = []
-    for l, n, m in a.sites():
-        items += [(key(l, n, "A"), A[m].detach()), (key(l, n, "B"), B[m].detach())]
-    hl.st_write(os.path.join(d, WEIGHTS_FILE), items, st_dtype)
-    alpha = a.alpha if alpha is None else alpha
-    cfg = {
-        "alpha_pattern": {}, "auto_mapping": None, "base_model_name_or_path": base, "bias": "none",
-        "fan_in_fan_out": False, "inference_mode": True,
-        "init_lora_weights": True if init == "true" else False if init == "false" else init,
-        "layer_replication": None, "layers_pattern": None, "layers_to_transform": None, "loftq_config": {},
-        "lora_alpha": int(alpha) if float(alpha).is_integer() else alpha, "lora_dropout": 0.0,
-        "megatron_config": None, "megatron_core": "megatron.core", "modules_to_save": None, "peft_type": "LORA",
-        "r": a.r if r is None else r, "rank_pattern": {}, "revision": None, "target_modules": sorted(a.targets),
-        "task_type": "CAUSAL_LM", "use_dora": False, "use_rslora": a.rslora,
-    }
-    with open(os.path.join(d, CONFIG_FILE), "w") as f:
-        f.write(json.dumps(cfg, indent=2, sort_keys=True))
-
-
-# ---------------------------------------------------------------- initialisations
-def init_plain(a, how, seed):
-    """PEFT's reset_lora_parameters: true: lora_A kaiming_uniform_(a=sqrt(5)) (U(-1/sqrt(in), 1/sqrt(in))),
-    lora_B 0; gaussian: lora_A normal(0, 1/r), lora_B 0 (torch's own random numbers: not gtrain's)."""
-    g = torch.Generator().manual_seed(seed)
-    for l, n, m in a.sites():
-        o, i = dims(a.c, n)
-        if how == "gaussian":
-            A = torch.randn((a.r, i), generator=g, dtype=torch.float64) / a.r
-        else:
-            bound = 1.0 / math.sqrt(i)
-            A = (torch.rand((a.r, i), generator=g, dtype=torch.float64) * 2 - 1) * bound
-        a.A[m], a.B[m] = A, torch.zeros((o, a.r), dtype=torch.float64)
-
-
-def topr(W, r, niter):
-    """U [rows, r], S [r], Vh [r, cols]: exact (niter None) or torch.svd_lowrank(W, q=r, niter)."""
-    if niter is None:
-        U, S, Vh = torch.linalg.svd(W, full_matrices=False)
-        return U[:, :r], S[:r], Vh[:r]
-    U, S, V = torch.svd_lowrank(W, q=r, niter=niter)
-    return U, S, V.t()
-
-
-def pissa_niter(init):
-    if init == "pissa":
-        return None
-    if init.startswith("pissa_niter_") and init[len("pissa_niter_"):].isdigit():
-        return int(init[len("pissa_niter_"):])
-    die(f"init {init!r}: expected true, gaussian, pissa or pissa_niter_N")
-
-
-def init_pissa(a, P, niter, seed):
-    """pissa_init on every adapted module: the adapters, and P's base weights replaced by W_res."""
-    torch.manual_seed(seed)  # svd_lowrank's Gaussian test matrix
-    for l, n, m in a.sites():
-        W = P[m + ".weight"]
-        U, S, Vh = topr(W, a.r, niter)
-        Sr = S / a.scale
-        A = torch.diag(torch.sqrt(Sr)) @ Vh
-        B = U @ torch.diag(torch.sqrt(Sr))
-        a.A[m], a.B[m] = A, B
-        P[m + ".weight"] = W - a.scale * B @ A
-
-
-# ---------------------------------------------------------------- commands
-def model_rows(mdir, tokens):
-    c, W = hl.load_model(mdir)
-    rows = hl.read_rows(tokens)
-    idx, tgt = hl.batch(rows, c.vocab)
-    cos, sin = hl.rope_table(c, idx.shape[1])
-    return c, W, idx, tgt, cos, sin
-
-
-def cmd_make_adapter(a):
-    c, _ = hl.load_model(a.modeldir)
-    ad = Adapter(c, a.r, a.alpha, parse_targets(a.targets), a.rslora)
+# ---------------------------------------------------------------- make-base
+def cmd_make_base(a):
+    cfg = AutoConfig.for_model(**json.load(open(a.config)))
+    torch.manual_seed(a.seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     g = torch.Generator().manual_seed(a.seed)
-    for l, n, m in ad.sites():
-        o, i = dims(c, n)
-        ad.A[m] = (a.std * torch.randn((a.r, i), generator=g, dtype=torch.float32)).double()
-        ad.B[m] = (a.std * torch.randn((o, a.r), generator=g, dtype=torch.float32)).double()
-    save_adapter(a.outdir, ad, a.modeldir, hl.OUT_DTYPES[a.dtype])
-    print(f"{a.outdir}: {2 * len(ad.A)} tensors, r {a.r}, lora_alpha {a.alpha}, targets {','.join(ad.targets)}, {a.dtype}")
-
-
-def mean_loss(c, P, idx, tgt, cos, sin, ad):
-    s, n = hl.loss_sum(c, P, idx, tgt, cos, sin, ad.hook() if ad else None)
-    return s / n
-
-
-def cmd_loss(a):
-    c, P, idx, tgt, cos, sin = model_rows(a.modeldir, a.tokens)
-    ad, _ = load_adapter(c, a.adapterdir)
     with torch.no_grad():
-        print("%.*g" % (a.digits, mean_loss(c, P, idx, tgt, cos, sin, ad).item()))
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            if p.ndim == 1:
+                p.copy_(1.0 + 0.1 * r if "norm" in name or "ln_" in name else 0.1 * r)
+            else:
+                p.copy_(a.std * r)
+            if a.spectrum and p.ndim == 2 and (".layers." in name or ".h." in name):
+                rows, cols = p.shape
+                k = min(rows, cols)
+                q1, _ = torch.linalg.qr(torch.randn(rows, k, generator=g, dtype=torch.float64))
+                q2, _ = torch.linalg.qr(torch.randn(cols, k, generator=g, dtype=torch.float64))
+                s = a.std * math.sqrt(max(rows, cols)) * a.spectrum ** torch.arange(k, dtype=torch.float64)
+                p.copy_((q1 * s) @ q2.T)
+    model.to(DT[a.dtype]).save_pretrained(a.outdir)
+    print(f"{a.outdir}: {type(model).__name__}, {a.dtype}")
 
 
-def train(c, P, idx, tgt, cos, sin, ad, steps, lr, wd, betas, eps, clip, digits, out=print):
-    for t in ad.params():
-        t.requires_grad_(True)
-    opt = torch.optim.AdamW([{"params": ad.params(), "weight_decay": wd}], lr=lr, betas=betas, eps=eps, foreach=False)
-    for step in range(1, steps + 1):
-        loss = mean_loss(c, P, idx, tgt, cos, sin, ad)
+# ---------------------------------------------------------------- make-adapter
+def cmd_make_adapter(a):
+    base = load_base(a.modeldir, torch.float32)
+    lc = LoraConfig(r=a.r, lora_alpha=a.alpha, target_modules=targets_arg(a.targets), use_rslora=a.rslora,
+                    lora_dropout=0.0, init_lora_weights=True, task_type="CAUSAL_LM", fan_in_fan_out=is_conv1d(base))
+    pm = get_peft_model(base, lc)
+    g = torch.Generator().manual_seed(a.seed)
+    with torch.no_grad():
+        for p in lora_params(pm):
+            p.copy_(a.std * torch.randn(p.shape, generator=g, dtype=torch.float32))
+    cast_lora(pm, DT[a.dtype])
+    pm.save_pretrained(a.outdir)
+    print(f"{a.outdir}: {len(lora_params(pm))} tensors, r {a.r}, {a.dtype}")
+
+
+# ---------------------------------------------------------------- loss
+def cmd_loss(a):
+    model = load_base(a.modeldir)
+    if a.adapterdir != "-":
+        model = PeftModel.from_pretrained(model, a.adapterdir)
+        cast_lora(model, torch.float64)
+    with torch.no_grad():
+        print("%.*g" % (a.digits, mean_loss(model, read_rows(a.tokens)).item()))
+
+
+# ---------------------------------------------------------------- train
+def train(pm, ids, a, out=print):
+    params = lora_params(pm)
+    for p in params:
+        p.requires_grad_(True)
+    opt = torch.optim.AdamW([{"params": params, "weight_decay": a.weight_decay}], lr=a.lr, betas=(a.beta1, a.beta2),
+                            eps=a.eps, foreach=False)
+    for step in range(1, a.steps + 1):
+        loss = mean_loss(pm, ids)
         loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(ad.params(), clip) if clip > 0 else \
-            torch.sqrt(sum((t.grad ** 2).sum() for t in ad.params()))
-        out("step %d loss %.*g grad_norm %.*g" % (step, digits, loss.item(), digits, float(gn)))
+        gn = torch.nn.utils.clip_grad_norm_(params, a.grad_clip) if a.grad_clip > 0 else \
+            torch.sqrt(sum((p.grad ** 2).sum() for p in params))
+        out("step %d loss %.*g grad_norm %.*g" % (step, a.digits, loss.item(), a.digits, float(gn)))
         opt.step()
         opt.zero_grad(set_to_none=True)
     with torch.no_grad():
-        final = mean_loss(c, P, idx, tgt, cos, sin, ad).item()
-    out("final loss %.*g" % (digits, final))
-    for t in ad.params():
-        t.requires_grad_(False)
+        final = mean_loss(pm, ids).item()
+    out("final loss %.*g" % (a.digits, final))
     return final
 
 
 def cmd_train(a):
-    c, P, idx, tgt, cos, sin = model_rows(a.modeldir, a.tokens)
-    init0 = None
+    base = load_base(a.modeldir)
+    ids = read_rows(a.tokens)
+    pissa = False
     if a.adapter:
         if a.init:
             die("--adapter and --init exclude each other")
-        ad, cfg = load_adapter(c, a.adapter)
+        pm = PeftModel.from_pretrained(base, a.adapter, is_trainable=True)
     else:
         if not (a.init and a.r and a.alpha and a.targets):
             die("without --adapter: --init, --r, --alpha and --targets are needed")
-        ad = Adapter(c, a.r, a.alpha, parse_targets(a.targets), a.rslora)
-        if a.init in ("true", "gaussian"):
-            init_plain(ad, a.init, a.seed)
-        else:
-            init_pissa(ad, P, pissa_niter(a.init), a.seed)
-            init0 = ({m: t.clone() for m, t in ad.A.items()}, {m: t.clone() for m, t in ad.B.items()})
-    train(c, P, idx, tgt, cos, sin, ad, a.steps, a.lr, a.weight_decay, (a.beta1, a.beta2), a.eps, a.grad_clip, a.digits)
+        init = {"true": True, "false": False}.get(a.init, a.init)
+        pissa = isinstance(init, str) and init.startswith("pissa")
+        if pissa:  # PEFT refuses PiSSA on a float64 model: initialise in float32 (W_res is float32, as gtrain's)
+            base = base.float()
+        torch.manual_seed(a.seed)  # kaiming / gaussian / svd_lowrank's test matrix: torch's own numbers
+        lc = LoraConfig(r=a.r, lora_alpha=a.alpha, target_modules=targets_arg(a.targets), use_rslora=a.rslora,
+                        lora_dropout=0.0, init_lora_weights=init, task_type="CAUSAL_LM", fan_in_fan_out=is_conv1d(base))
+        pm = get_peft_model(base, lc)
+        pm.double()
+    cast_lora(pm, torch.float64)
+    pm.eval()
+    init_dir = os.path.join(a.out, "pissa_init") if a.out and pissa else None
+    if init_dir:  # PEFT's PiSSA recipe: the initial adapter saved as a plain LoRA (init_lora_weights True)
+        cast_lora(pm, torch.float32)
+        cfg = pm.peft_config["default"]
+        keep, cfg.init_lora_weights = cfg.init_lora_weights, True
+        pm.save_pretrained(init_dir)
+        cfg.init_lora_weights = keep
+        cast_lora(pm, torch.float64)
+    train(pm, ids, a)
     if a.out:
-        if init0 is None:
-            save_adapter(a.out, ad, a.modeldir)
-        else:
-            A0, B0 = init0
-            save_adapter(os.path.join(a.out, "pissa_init"), ad, a.modeldir, A=A0, B=B0)
-            A2 = {m: torch.cat([ad.A[m], A0[m]], 0) for m in ad.A}
-            B2 = {m: torch.cat([ad.B[m], -B0[m]], 1) for m in ad.B}
-            alpha2 = ad.alpha * (2 ** 0.5 if ad.rslora else 2)
-            save_adapter(a.out, ad, a.modeldir, r=2 * ad.r, alpha=alpha2, A=A2, B=B2)
+        cast_lora(pm, torch.float32)  # the files gtrain reads are F32 (or BF16)
+        pm.save_pretrained(a.out, path_initial_model_for_weight_conversion=init_dir)
+
+
+# ---------------------------------------------------------------- pissa-check
+def adapted(pm):
+    """{module name as in the HF model ("model.layers.0.self_attn.q_proj"): its LoRA layer}"""
+    from peft.tuners.lora import LoraLayer
+    pre = "base_model.model."
+    return {n[len(pre):]: m for n, m in pm.named_modules() if isinstance(m, LoraLayer)}
+
+
+def gtrain_adapter(d):
+    """gtrain's adapter directory: ({module: (A, B)} in float64, its adapter_config)"""
+    T = load_file(os.path.join(d, WEIGHTS))
+    cfg = json.load(open(os.path.join(d, CONFIG)))
+    out, pre = {}, "base_model.model."
+    for k in T:
+        if k.endswith(".lora_A.weight"):
+            mod = k[len(pre):-len(".lora_A.weight")]
+            out[mod] = (T[k].double(), T[pre + mod + ".lora_B.weight"].double())
+    if len(T) != 2 * len(out):
+        die(f"{d}/{WEIGHTS}: not lora_A / lora_B pairs", 1)
+    return out, cfg
 
 
 def cmd_pissa_check(a):
-    c, P = hl.load_model(a.modeldir)
-    ad, _ = load_adapter(c, a.adapterdir)
-    worst, where = 0.0, ""
-    for l, n, m in ad.sites():
-        U, S, Vh = topr(P[m + ".weight"], ad.r, None)
-        want = U @ torch.diag(S) @ Vh
-        got = ad.scale * ad.B[m] @ ad.A[m]
-        rel = float(torch.linalg.norm(got - want) / torch.linalg.norm(want))
-        if rel >= worst:
-            worst, where = rel, m
-    print(f"worst {worst:.3g} at {where}")
-    sys.exit(0 if worst <= a.tol else 1)
+    """PEFT's pissa_init (a float32 SVD, as PEFT runs it) against gtrain's (double, rounded to fp32), per
+    adapted module W [out, in], S its singular values (float64), relgap_j = min(S_{j-1} - S_j, S_j - S_{j+1})
+    / S_0, EPS = 1e-6 (a float32 SVD's backward error, ~2^-24 sqrt(n) |W|, with room):
+
+    exact ("pissa"):
+      pairs    each singular pair's factors sign-normalised (one sign for A's row and B's column together):
+               max |A_g[j] - sign A_p[j]|, |B_g[:, j] - sign B_p[:, j]| <= EPS (1 + 1/relgap_j) sqrt(S_j / s)
+               (a singular vector moves by eps |W| / gap under a perturbation eps |W|: Wedin)
+      product  |s B_g A_g - s B_p A_p|_F <= EPS (1 + sqrt(r) / relgap_r) |W|_F, relgap_r = (S_{r-1} - S_r) / S_0
+               (the top-r subspace moves by eps |W| / (S_{r-1} - S_r))
+    randomised ("pissa_niter_N": two subspace iterations with their own Gaussian test matrices): each
+      against the exact SVD (float64), the bound above plus subspace iteration's own error (Halko,
+      Martinsson & Tropp 2011; Gu 2015: the j-th direction's error decays as (S_r / S_j)^(2N+1) with q = r),
+      C = 1000: pairs + C (S_r / S_j)^(2N+1) sqrt(S_j / s); product + C sqrt(r) (S_r / S_{r-1})^(2N+1) S_0 /
+      |W|_F, and gtrain's and PEFT's products within the sum of their bounds. C is large because q = r means
+      no oversampling: the constant is ~ |Omega_1^-1| of an r x r Gaussian, heavy-tailed. Measured for both
+      torch's algorithm and gtrain's svd_topr (128 x 64, r 4, N 4, 1000 draws each, the 4th left singular
+      vector's max error): spectrum 0.5^j: median 2.6e-4, 99th percentile 1.0e-2 (torch) / 1.4e-2 (gtrain),
+      worst 0.22 / 0.07; spectrum 0.25^j: median 2.5e-7 / 2.6e-7, 99th percentile 1.8e-5 / 1.4e-5, worst
+      8e-5 and once 0.065 (torch) / 1.1e-4. So C = 1000 with a steep spectrum (make-base --spectrum 0.25)
+      holds for all but ~0.1% of draws; the draws here are fixed (gtrain's per-module key, torch.manual_seed),
+      so the check is deterministic.
+    residual: gtrain's W_res against PEFT's base weight after pissa_init (W - s B A in float32):
+      max |R_g - R_p| <= (r + 2) 2^-24 (max |W| + max s |B_p| |A_p|) + max |P_g - P_p| (PEFT's float32 product
+      and subtraction, gtrain's one rounding); and W_res + s B_g A_g = W to 1e-6 max |W|.
+    --dtype bf16 (the base loaded in bf16): PEFT's residual is its float32 one rounded to bf16, gtrain's is
+      rounded once from double: 2 x 2^-8 max |W_res| more, and the identity to 2^-8 max |W_res| + 1e-6; and 2^-8
+      more on the pairs and the products: PEFT's A and B on a bf16 model hold bf16-rounded values (cast to
+      the base's dtype after pissa_init; its W_res was formed from the float32 ones, so PEFT's own
+      W_res + s B A is W only to that rounding), gtrain's are float32.
+    Prints the worst of each (and of each measured / bound); exits 1 naming the module past a bound."""
+    EPS, C = 1e-6, 1000.0
+    gt, icfg = gtrain_adapter(a.initdir)
+    R = load_file(a.residual)
+    base = load_base(a.modeldir, DT[a.dtype])
+    conv = is_conv1d(base)
+    W0 = {n: (p.detach().double().T if conv else p.detach().double()) for n, p in base.named_parameters()}
+    init = "pissa" if a.niter is None else f"pissa_niter_{a.niter}"
+    torch.manual_seed(a.seed)
+    lc = LoraConfig(r=icfg["r"], lora_alpha=icfg["lora_alpha"], target_modules=icfg["target_modules"],
+                    use_rslora=bool(icfg.get("use_rslora")), lora_dropout=0.0, init_lora_weights=init,
+                    task_type="CAUSAL_LM", fan_in_fan_out=conv)
+    pm = get_peft_model(base, lc)
+    layers = adapted(pm)
+    if sorted(layers) != sorted(gt):
+        die(f"modules: PEFT adapts {sorted(layers)[:4]}..., gtrain's {a.initdir} holds {sorted(gt)[:4]}...", 1)
+    r, rand = icfg["r"], a.niter is not None
+    # PEFT on a bf16 model: its float32 A and B are cast to the base's bf16 after pissa_init (and back to
+    # float32 by autocast_adapter_dtype), so they hold bf16-rounded values, while its residual was formed
+    # from the unrounded ones; gtrain keeps float32 factors. Allow PEFT's rounding: 2^-8 relative.
+    BF16_FACTORS = 2.0 ** -8 if a.dtype == "bf16" else 0.0
+    pw = 2 * a.niter + 1 if rand else 0
+    worst, bad = {}, []
+
+    def note(what, v, bound=None):
+        worst[what] = max(worst.get(what, 0.0), v)
+        if bound is not None:
+            worst[what + "/bound"] = max(worst.get(what + "/bound", 0.0), v / bound)
+            return v <= bound
+        return True
+
+    for mod, layer in sorted(layers.items()):
+        s = layer.scaling["default"]
+        Ap, Bp = layer.lora_A["default"].weight.detach().double(), layer.lora_B["default"].weight.detach().double()
+        Rp = layer.get_base_layer().weight.detach().double()
+        Rp = Rp.T if conv else Rp
+        Ag, Bg = gt[mod]
+        W, Rg = W0[mod + ".weight"], R[mod + ".weight"].double()
+        if Rg.shape != W.shape:
+            die(f"{a.residual}: {mod}.weight has shape {list(Rg.shape)}, the base's block {list(W.shape)}", 1)
+        U, S, Vh = torch.linalg.svd(W, full_matrices=False)
+        S0, k, Wn, wmax = float(S[0]), S.shape[0], float(torch.linalg.norm(W)), float(W.abs().max())
+        Pg, Pp = s * Bg @ Ag, s * Bp @ Ap
+        for j in range(r):
+            gap = min(float(S[j - 1] - S[j]) if j > 0 else math.inf, float(S[j] - S[j + 1]) if j + 1 < k else math.inf) / S0
+            f = math.sqrt(float(S[j]) / s)
+            bound = EPS * (1 + 1 / gap) + (C * float(S[r] / S[j]) ** pw if rand and r < k else 0) + BF16_FACTORS
+            refs = [("PEFT", Ap[j], Bp[:, j])] if not rand else [("the exact SVD", f * Vh[j], f * U[:, j])]
+            for who, A_, B_ in ([("gtrain", Ag, Bg)] + ([("PEFT", Ap, Bp)] if rand else [])):
+                _, ra, rb = refs[0]
+                sg = 1.0 if float(A_[j] @ ra) >= 0 else -1.0
+                if float(B_[:, j] @ rb) * sg < 0:
+                    bad.append(f"{mod} pair {j}: {who}'s A and B carry different signs")
+                e = max(float((A_[j] - sg * ra).abs().max()), float((B_[:, j] - sg * rb).abs().max())) / f
+                if not note(f"pairs ({who})", e, bound):
+                    bad.append(f"{mod} pair {j} (S {float(S[j]):.6g}, relgap {gap:.3g}): {who}'s factors {e:.3g} "
+                               f"(relative) from {refs[0][0]}'s, bound {bound:.3g}")
+        gap_r = float(S[r - 1] - S[r]) / S0 if r < k else 1.0
+        bound_p = EPS * (1 + math.sqrt(r) / gap_r) + BF16_FACTORS
+        dp = float(torch.linalg.norm(Pg - Pp)) / Wn
+        if not rand:
+            Wr = (U[:, :r] * S[:r]) @ Vh[:r]
+            for who, P in (("gtrain", Pg), ("PEFT", Pp)):  # reported: each against the float64 SVD
+                note(f"|sBA - W_r|_F/|W|_F ({who})", float(torch.linalg.norm(P - Wr)) / Wn)
+            if not note("product", dp, bound_p):
+                bad.append(f"{mod}: |sBA gtrain - sBA PEFT|_F = {dp:.3g} |W|_F, bound {bound_p:.3g} (relgap_r {gap_r:.3g})")
+        else:
+            bound_p += C * math.sqrt(r) * float(S[r] / S[r - 1]) ** pw * S0 / Wn if r < k else 0
+            Wr = (U[:, :r] * S[:r]) @ Vh[:r]
+            for who, P in (("gtrain", Pg), ("PEFT", Pp)):
+                e = float(torch.linalg.norm(P - Wr)) / Wn
+                if not note(f"|sBA - W_r|_F/|W|_F ({who})", e, bound_p):
+                    bad.append(f"{mod}: {who}'s |sBA - W_r|_F = {e:.3g} |W|_F, bound {bound_p:.3g}")
+            if not note("product", dp, 2 * bound_p):
+                bad.append(f"{mod}: |sBA gtrain - sBA PEFT|_F = {dp:.3g} |W|_F, bound {2 * bound_p:.3g}")
+        dr = float((Rg - Rp).abs().max())
+        # PEFT's W - s (B @ A) in float32: the product's and the subtraction's roundings; gtrain's one rounding
+        bound_r = (r + 2) * 2.0 ** -24 * (wmax + float((s * Bp.abs() @ Ap.abs()).max())) + float((Pg - Pp).abs().max())
+        if a.dtype == "bf16":  # both residuals rounded to bf16 (gtrain once from double, PEFT from float32)
+            bound_r += 2.0 ** -8 * 2 * max(float(Rg.abs().max()), float(Rp.abs().max()))
+        if not note("residual", dr / wmax, bound_r / wmax):
+            bad.append(f"{mod}: gtrain's residual {dr:.3g} from PEFT's (max |W| {wmax:.3g}), bound {bound_r:.3g}")
+        di = float((Rg + Pg - W).abs().max()) / wmax
+        if not note("W_res + sBA - W (gtrain)", di, 1e-6 + (0 if a.dtype == "f32" else 2.0 ** -8 * float(Rg.abs().max()) / wmax)):
+            bad.append(f"{mod}: |W_res + sBA - W| = {di:.3g} max |W| (gtrain)")
+    print(f"{init}: {len(layers)} modules, r {r}; worst: " + ", ".join(f"{k} {v:.3g}" for k, v in worst.items()))
+    if bad:
+        print("\n".join(bad[:8]), file=sys.stderr)
+        sys.exit(1)
 
 
-# ---------------------------------------------------------------- selftest
-def cmd_selftest(a):
-    import tempfile
-    torch.manual_seed(0)
-    ok = True
-
-    def check(what, cond, detail=""):
-        nonlocal ok
-        ok &= bool(cond)
-        print(f"{'ok  ' if cond else 'FAIL'} {what} {detail}")
-
-    rows = [[1, 5, 2, 7, 3, 11, 0, 4], [6, 2, 9, 12, 1, 3, 3, 8], [3, 3, 8, 10, 2, 2, 1, 0]]
-    for k, d in enumerate(hl.SELFTEST_CONFIGS):
-        c = hl.Cfg(d)
-        P = {n: t.double() for n, t in hl.init_params(c, 20 + k, std=0.4, bias_std=0.2).items()}
-        idx, tgt = hl.batch(rows, c.vocab)
-        cos, sin = hl.rope_table(c, idx.shape[1])
-        base = mean_loss(c, P, idx, tgt, cos, sin, None).item()
-        tag = f"[{d['model_type']}]"
-        for targets, rsl in (("q_proj,v_proj", False), ("all-linear", True)):
-            ad = Adapter(c, 3, 5.0, parse_targets(targets), rsl)
-            init_plain(ad, "true", 1)
-            l0 = mean_loss(c, P, idx, tgt, cos, sin, ad).item()
-            check(f"{tag} {targets}: B = 0 gives the base loss", l0 == base, f"{l0:.17g} vs {base:.17g}")
-            g = torch.Generator().manual_seed(3 + k)
-            for m in ad.A:
-                ad.A[m] = 0.3 * torch.randn(ad.A[m].shape, generator=g, dtype=torch.float64)
-                ad.B[m] = 0.3 * torch.randn(ad.B[m].shape, generator=g, dtype=torch.float64)
-            la = mean_loss(c, P, idx, tgt, cos, sin, ad).item()
-            M = dict(P)
-            for m in ad.A:
-                M[m + ".weight"] = P[m + ".weight"] + ad.scale * ad.B[m] @ ad.A[m]
-            lm = mean_loss(c, M, idx, tgt, cos, sin, None).item()
-            nv = hl.naive_loss(c, M, rows)
-            check(f"  adapter forward == merged W + s B A (and hf_llama's naive loops on it)",
-                  abs(la - lm) < 1e-12 * abs(lm) and abs(la - nv) < 1e-10 * abs(nv) and abs(la - base) > 1e-3,
-                  f"{la:.15g} / {lm:.15g} / {nv:.15g} (base {base:.6g})")
-            # PiSSA identity, exact and randomised
-            for init in ("pissa", "pissa_niter_2"):
-                ad2 = Adapter(c, 2, 4.0, parse_targets(targets), rsl)
-                R = dict(P)
-                init_pissa(ad2, R, pissa_niter(init), 7)
-                worst = max(float((R[m + ".weight"] + ad2.scale * ad2.B[m] @ ad2.A[m] - P[m + ".weight"]).abs().max())
-                            for m in ad2.A)
-                lp = mean_loss(c, R, idx, tgt, cos, sin, ad2).item()
-                check(f"  {init}: W_res + s B A == W, the loss unchanged", worst < 1e-13 and abs(lp - base) < 1e-12 * abs(base),
-                      f"(max {worst:.2e}, loss diff {abs(lp - base):.2e})")
-                if init == "pissa":  # A = sqrt(S/s) Vh: rows of A orthogonal with squared norms S/s; W_res loses the top r
-                    m = next(iter(ad2.A))
-                    U, S, Vh = torch.linalg.svd(P[m + ".weight"], full_matrices=False)
-                    gram = ad2.A[m] @ ad2.A[m].t()
-                    S_res = torch.linalg.svdvals(R[m + ".weight"])
-                    check("    A A^T = diag(S_r / s); W_res's spectrum is S[r:]",
-                          torch.allclose(gram, torch.diag(S[:2] / ad2.scale), atol=1e-12) and
-                          torch.allclose(S_res[:len(S) - 2], S[2:], atol=1e-12))
-
-    # the files: an adapter written and read back, the PiSSA rank-2r conversion over the original base
+# ---------------------------------------------------------------- convert-check
+def cmd_convert_check(a):
+    gt, scfg = gtrain_adapter(a.saveddir)
+    _, icfg = gtrain_adapter(a.initdir)
+    r = icfg["r"]
+    base = load_base(a.modeldir, torch.float32)
+    lc = LoraConfig(r=r, lora_alpha=icfg["lora_alpha"], target_modules=icfg["target_modules"],
+                    use_rslora=bool(icfg.get("use_rslora")), lora_dropout=0.0, init_lora_weights=True,
+                    task_type="CAUSAL_LM", fan_in_fan_out=is_conv1d(base))
+    pm = get_peft_model(base, lc)
+    layers = adapted(pm)
+    if sorted(layers) != sorted(gt):
+        die(f"modules: {sorted(layers)[:4]}... vs gtrain's {sorted(gt)[:4]}...", 1)
+    with torch.no_grad():  # the trained PiSSA adapter: the first halves of gtrain's file
+        for mod, layer in layers.items():
+            A2, B2 = gt[mod]
+            layer.lora_A["default"].weight.copy_(A2[:r].float())
+            layer.lora_B["default"].weight.copy_(B2[:, :r].float())
     with tempfile.TemporaryDirectory() as tmp:
-        d = hl.SELFTEST_CONFIGS[1]
-        mdir = os.path.join(tmp, "base")
-        os.makedirs(mdir)
-        json.dump(d, open(os.path.join(mdir, "config.json"), "w"))
-        c = hl.Cfg(d)
-        hl.save_model(mdir, os.path.join(mdir, "config.json"), hl.init_params(c, 4, std=0.4, bias_std=0.2), "F32")
-        toks = os.path.join(tmp, "tokens.txt")
-        open(toks, "w").write("".join(" ".join(map(str, r)) + "\n" for r in rows))
-        c, P, idx, tgt, cos, sin = model_rows(mdir, toks)
-        ad = Adapter(c, 3, 6, parse_targets("q_proj,self_attn.v_proj,down_proj"), False)
-        check("targets by suffix, in layer order", ad.targets == ["q_proj", "v_proj", "down_proj"], str(ad.targets))
-        g = torch.Generator().manual_seed(9)
-        for l, n, m in ad.sites():
-            o, i = dims(c, n)
-            ad.A[m] = (0.3 * torch.randn((3, i), generator=g, dtype=torch.float32)).double()
-            ad.B[m] = (0.3 * torch.randn((o, 3), generator=g, dtype=torch.float32)).double()
-        save_adapter(os.path.join(tmp, "ad"), ad, mdir)
-        rd, cfg = load_adapter(c, os.path.join(tmp, "ad"))
-        text = open(os.path.join(tmp, "ad", CONFIG_FILE)).read()
-        hdr_keys = sorted(k for k in hl.st_read(os.path.join(tmp, "ad", WEIGHTS_FILE)))
-        check("adapter round trip: values", all(torch.equal(rd.A[m], ad.A[m]) and torch.equal(rd.B[m], ad.B[m]) for m in ad.A))
-        check("  config", cfg["r"] == 3 and cfg["lora_alpha"] == 6 and cfg["target_modules"] == ["down_proj", "q_proj", "v_proj"]
-              and cfg["peft_type"] == "LORA" and cfg["task_type"] == "CAUSAL_LM" and cfg["init_lora_weights"] is True and
-              text == json.dumps(cfg, indent=2, sort_keys=True), str(cfg))
-        check("  keys", "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight" in hdr_keys and
-              len(hdr_keys) == 2 * 3 * c.layers, str(hdr_keys[:2]))
-        for rsl in (False, True):
-            sub = os.path.join(tmp, f"pissa{int(rsl)}")
-            out = []
-            sys_argv = ["train", mdir, toks, "--init", "pissa", "--r", "2", "--alpha", "3", "--targets", "all-linear",
-                        "--steps", "3", "--lr", "0.05", "--out", sub] + (["--rslora"] if rsl else [])
-            ns = parser().parse_args(sys_argv)
-            import contextlib, io
-            buf = io.StringIO()
-            with contextlib.redirect_stdout(buf):
-                cmd_train(ns)
-            final = float(buf.getvalue().strip().splitlines()[-1].split()[-1])
-            ad2, cfg2 = load_adapter(c, sub)
-            lconv = mean_loss(c, P, idx, tgt, cos, sin, ad2).item()
-            ad0, cfg0 = load_adapter(c, os.path.join(sub, "pissa_init"))
-            want_alpha = 3 * (2 ** 0.5 if rsl else 2)
-            check(f"PiSSA (rslora {rsl}) saved as rank 2r over the original base: the trained loss",
-                  abs(lconv - final) < 1e-6 * abs(final) and cfg2["r"] == 4 and abs(cfg2["lora_alpha"] - want_alpha) < 1e-12
-                  and abs(ad2.scale - ad0.scale) < 1e-15 and cfg0["r"] == 2 and cfg2["init_lora_weights"] is True,
-                  f"{lconv:.15g} vs {final:.15g}, alpha {cfg2['lora_alpha']}")
-            sub_ns = argparse.Namespace(modeldir=mdir, adapterdir=os.path.join(sub, "pissa_init"), tol=1e-6)
-            try:
-                with contextlib.redirect_stdout(buf):
-                    cmd_pissa_check(sub_ns)
-            except SystemExit as e:
-                check("  pissa-check accepts the initial adapter", e.code == 0)
-        # training moves only the adapters; the loss falls; clip and decay as AdamW with param groups
-        ad3, _ = load_adapter(c, os.path.join(tmp, "ad"))
-        Pb = {k: v.clone() for k, v in P.items()}
-        losses = []
-        train(c, P, idx, tgt, cos, sin, ad3, 4, 0.02, 0.1, (0.9, 0.95), 1e-8, 1.0, 17,
-              out=lambda s: losses.append(float(s.split()[-1] if s.startswith("final") else s.split()[3])))
-        check("train: base untouched, loss falls", all(torch.equal(P[k], Pb[k]) for k in P) and losses[-1] < losses[0],
-              str([round(x, 5) for x in losses]))
-    print("selftest:", "all passed" if ok else "FAILED")
-    sys.exit(0 if ok else 1)
+        init = os.path.join(tmp, "pissa_init")
+        shutil.copytree(a.initdir, init)
+        out = os.path.join(tmp, "converted")
+        pm.save_pretrained(out, path_initial_model_for_weight_conversion=init)
+        T = load_file(os.path.join(out, WEIGHTS))
+        pcfg = json.load(open(os.path.join(out, CONFIG)))
+    G = load_file(os.path.join(a.saveddir, WEIGHTS))
+    bad = []
+    if sorted(T) != sorted(G):
+        bad.append(f"keys: PEFT {sorted(set(T) - set(G))[:3]} not in gtrain's, gtrain {sorted(set(G) - set(T))[:3]} not in PEFT's")
+    worst = 0.0
+    for k in sorted(set(T) & set(G)):
+        if T[k].shape != G[k].shape or T[k].dtype != G[k].dtype:
+            bad.append(f"{k}: PEFT {list(T[k].shape)} {T[k].dtype}, gtrain {list(G[k].shape)} {G[k].dtype}")
+            continue
+        d = float((T[k].double() - G[k].double()).abs().max())
+        worst = max(worst, d)
+        if d != 0:
+            bad.append(f"{k}: PEFT's conversion and gtrain's differ by {d:.3g}")
+    for key in ("r", "lora_alpha", "use_rslora", "init_lora_weights", "peft_type"):
+        pv, gv = pcfg.get(key), scfg.get(key)
+        same = abs(pv - gv) <= 1e-12 * abs(pv) if isinstance(pv, float) or isinstance(gv, float) else pv == gv
+        if not same:
+            bad.append(f"adapter_config.json {key}: PEFT writes {pv!r}, gtrain {gv!r}")
+    if sorted(pcfg.get("target_modules") or []) != sorted(scfg.get("target_modules") or []):
+        bad.append(f"target_modules: PEFT {pcfg.get('target_modules')}, gtrain {scfg.get('target_modules')}")
+    print(f"conversion: {len(T)} tensors, r {pcfg['r']}, lora_alpha {pcfg['lora_alpha']}; max difference {worst:.3g}")
+    if bad:
+        print("\n".join(bad[:8]), file=sys.stderr)
+        sys.exit(1)
 
 
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("make-adapter", help="a PEFT adapter with random nonzero lora_A and lora_B")
+    p = sub.add_parser("make-base")
+    p.add_argument("config"), p.add_argument("outdir")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--std", type=float, default=0.1)
+    p.add_argument("--dtype", choices=list(DT), default="f32")
+    p.add_argument("--spectrum", type=float, default=0.0)
+    p = sub.add_parser("make-adapter")
     p.add_argument("modeldir"), p.add_argument("outdir")
     p.add_argument("--r", type=int, required=True)
     p.add_argument("--alpha", type=float, required=True)
@@ -464,8 +413,8 @@ def parser():
     p.add_argument("--rslora", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--std", type=float, default=0.02)
-    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
-    p = sub.add_parser("train", help="full-batch AdamW on the adapters, float64")
+    p.add_argument("--dtype", choices=list(DT), default="f32")
+    p = sub.add_parser("train")
     p.add_argument("modeldir"), p.add_argument("tokens")
     p.add_argument("--adapter")
     p.add_argument("--init")
@@ -483,21 +432,33 @@ def parser():
     p.add_argument("--grad-clip", type=float, default=1.0, help="0: no clipping")
     p.add_argument("--digits", type=int, default=17)
     p.add_argument("--out")
-    p = sub.add_parser("loss", help="mean loss of the base with the adapter, float64")
+    p = sub.add_parser("loss")
     p.add_argument("modeldir"), p.add_argument("adapterdir"), p.add_argument("tokens")
     p.add_argument("--digits", type=int, default=17)
-    p = sub.add_parser("pissa-check", help="an initial PiSSA adapter against the exact top-r SVD of the base")
-    p.add_argument("modeldir"), p.add_argument("adapterdir")
-    p.add_argument("--tol", type=float, default=1e-5)
-    sub.add_parser("selftest", help="identities of LoRA and PiSSA, file round trips")
+    p = sub.add_parser("pissa-check")
+    p.add_argument("modeldir"), p.add_argument("initdir"), p.add_argument("residual")
+    p.add_argument("--niter", type=int)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=list(DT), default="f32", help="the dtype the base is loaded in (PEFT's PiSSA)")
+    p = sub.add_parser("convert-check")
+    p.add_argument("modeldir"), p.add_argument("initdir"), p.add_argument("saveddir")
     return ap
 
 
 def main():
-    a = parser().parse_args()
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    {"make-adapter": cmd_make_adapter, "train": cmd_train, "loss": cmd_loss, "pissa-check": cmd_pissa_check,
-     "selftest": cmd_selftest}[a.cmd](a)
+    """several commands in one process (one import of torch, transformers and peft): CMD ARGS + CMD ARGS ..."""
+    torch.set_num_threads(1)
+    argv, cmds = sys.argv[1:], [[]]
+    for x in argv:
+        if x == "+":
+            cmds.append([])
+        else:
+            cmds[-1].append(x)
+    for c in cmds:
+        a = parser().parse_args(c)
+        {"make-base": cmd_make_base, "make-adapter": cmd_make_adapter, "train": cmd_train, "loss": cmd_loss,
+         "pissa-check": cmd_pissa_check, "convert-check": cmd_convert_check}[a.cmd](a)
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
-"""peft_merge_ref.py - an independent reference for `gtrain merge` (tests/test_merge.c).
+"""peft_merge_ref.py - Hugging Face PEFT itself as the reference for `gtrain merge` (tests/test_merge.c).
 
-Written from PEFT's LoRA (peft/tuners/lora/layer.py: get_delta_weight = transpose(B @ A,
-fan_in_fan_out) * scaling, merge_and_unload adds it to the base weight; scaling = lora_alpha / r,
-or lora_alpha / sqrt(r) with use_rslora; GPT-2's Conv1D weights are stored [in, out], so PEFT
-forces fan_in_fan_out there) and from nothing of gtrain's. Safetensors are read and written with
-tests/tools/hf_llama.py's own reader and writer (struct + json); the peft package is not used.
+The merge's values are PEFT's: the base loaded with transformers (AutoModelForCausalLM.from_pretrained),
+PeftModel.from_pretrained(base, ADAPTERDIR), merge_and_unload(). PEFT merges in the model's dtype
+(LoraLayer.merge: W += get_delta_weight, delta = transpose(B @ A, fan_in_fan_out) * scaling; on the CPU a
+bf16 delta is formed in float32 and rounded to bf16 before the add, so a bf16 merge rounds twice), where
+gtrain computes W + s B A in double and rounds once. Hand-written, because PEFT has no such thing: the
+float64 merge rounded once (gtrain's documented rounding, checked exactly in bf16 and to 1e-6 in fp32),
+save_pretrained's shard split and index, the config, and the base's other tensors copied exactly. The
+base's GPT-2 files with the old names (no "transformer.", attention-mask buffers) are written here
+(transformers writes only the new ones) and the adapters by PEFT (get_peft_model, save_pretrained), with
+hostile edits made to PEFT's files afterwards.
 
-usage (/usr/bin/python3, Debian's python3-torch; CPU only):
+usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by " + "):
   peft_merge_ref.py gpt2 OUTDIR [--seed S] [--layers 2] [--embd 32] [--heads 4] [--vocab 64]
                     [--positions 32] [--dtype f32|bf16] [--old-names]
       a random GPT2LMHeadModel directory (config.json as the Hub's gpt2 writes it, Conv1D weights
@@ -15,34 +20,52 @@ usage (/usr/bin/python3, Debian's python3-torch; CPU only):
       attention-mask buffers h.N.attn.bias [1, 1, P, P]
   peft_merge_ref.py adapter BASEDIR OUTDIR --targets q_proj,v_proj [--r 4] [--alpha 8] [--rslora]
                     [--seed S] [--dtype f32|bf16] [--config-r R] [--bad-shape] [--extra-layer]
-      a PEFT adapter as PEFT's save_pretrained writes it (adapter_model.safetensors with keys
-      base_model.model.<module>.lora_A.weight [r, in] / lora_B.weight [out, r], adapter_config.json
-      with PEFT 0.18's keys), for every module of the base that a target names (PEFT's suffix
-      match), random non-zero A and B. Hostile variants: --config-r (the config's r differs from
-      the tensors'), --bad-shape (the first lora_A one column wider than the base's in), --extra-layer
-      (one more module a layer past the base's last)
+      a PEFT adapter: get_peft_model(base, LoraConfig(...)) with lora_A, lora_B N(0, 0.3^2) (torch's
+      generator), save_pretrained. Hostile variants, edited into PEFT's files: --config-r (the config's r
+      differs from the tensors'), --bad-shape (the first lora_A one column wider than the base's in),
+      --extra-layer (one more module a layer past the base's last)
   peft_merge_ref.py edit-base BASEDIR (--drop NAME | --bad-shape NAME)
       rewrite a one-file base without tensor NAME, or with NAME one row short
   peft_merge_ref.py check BASEDIR ADAPTERDIR MERGEDDIR --dtype f32|bf16 [--max-shard-bytes N]
                     [--min-shards K]
-      merge in float64 (torch) and compare with MERGEDDIR: the same tensors and shapes, every one in
-      the dtype; adapted weights within 1e-6 relative (f32) or exactly the float64 merge rounded once
-      to bf16 (ties to even); every other tensor exactly the base's converted; config.json the base's
-      with torch_dtype set; the shards as save_pretrained splits them (each at most N bytes unless
-      it holds one tensor, a shard closed only when the next tensor would pass N, the index's
-      weight_map and total_size) and no other file. Prints "ok ..." or exits 1 naming the mismatch.
+      compare MERGEDDIR with PEFT's merge_and_unload (the base loaded in the output's dtype): every adapted
+      weight within PEFT's and gtrain's roundings of each other (fp32: (r + 2) 2^-24 (|W| + s |B| |A|) per
+      element; bf16: 2^-8 (2 |W'| + |s B A|) per element, PEFT rounding the delta and then the sum); and
+      exactly (bf16) or to 1e-6 relative (f32) the float64 merge rounded once; every other tensor exactly
+      the base's converted; config.json the base's with torch_dtype set; the shards as save_pretrained
+      splits them (each at most N bytes unless it holds one tensor, a shard closed only when the next
+      tensor would pass N, the index's weight_map and total_size) and no other file. Prints "ok ..." or
+      exits 1 naming the mismatch.
 """
 import argparse, json, math, os, struct, sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import warnings
+
+warnings.filterwarnings("ignore")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 import torch  # noqa: E402
-from hf_llama import st_read, st_write  # noqa: E402
+from safetensors.torch import load_file, save_file  # noqa: E402
 
 ROOT, A_SUF, B_SUF = "base_model.model.", ".lora_A.weight", ".lora_B.weight"
 LINEAR = {"llama": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
           "gpt2": ("c_attn", "c_proj", "c_fc")}
 DT = {"f32": "F32", "bf16": "BF16"}
 DT_BYTES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8}
+
+
+TORCH_DT = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def st_read(path):
+    """{name: float64} of one safetensors file"""
+    return {k: v.to(torch.float64) for k, v in load_file(path).items()}
+
+
+def st_write(path, items, st_dtype):
+    """[(name, tensor)] as st_dtype (through float32: one rounding of a float32 value)"""
+    save_file({n: t.detach().to(torch.float32).to(TORCH_DT[st_dtype]).contiguous() for n, t in items}, path,
+              metadata={"format": "pt"})
 
 
 def fail(msg):
@@ -116,57 +139,41 @@ def cmd_gpt2(a):
 
 
 # ---------------------------------------------------------------- adapter
-def adapted_modules(cfg, names, targets):
-    """[(PEFT module name, base tensor name)] of the base's linear modules a target names (PEFT's
-    suffix match), in the base's order"""
-    fam, out = family(cfg), []
-    for n in names:
-        if not n.endswith(".weight"):
-            continue
-        mod = n[: -len(".weight")]
-        if mod.rsplit(".", 1)[-1] not in LINEAR[fam]:
-            continue
-        full = mod if fam != "gpt2" or mod.startswith("transformer.") else "transformer." + mod
-        if any(full == t or full.endswith("." + t) for t in targets):
-            out.append((full, n))
-    return out
-
-
 def cmd_adapter(a):
-    cfg, W, _, order, _ = load_dir(a.base)
-    names = [n for fn in order for n in order[fn]]
-    targets = a.targets.split(",")
-    mods = adapted_modules(cfg, names, targets)
-    if not mods:
-        fail(f"{a.base}: no module matches {targets}")
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+    cfg = json.load(open(os.path.join(a.base, "config.json")))
     conv1d = family(cfg) == "gpt2"
+    model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32)
+    targets = a.targets.split(",")
+    pm = get_peft_model(model, LoraConfig(r=a.r, lora_alpha=a.alpha, target_modules=targets, use_rslora=a.rslora,
+                                          lora_dropout=0.0, task_type="CAUSAL_LM", fan_in_fan_out=conv1d))
     g = torch.Generator().manual_seed(a.seed)
-    items = []
-    for j, (mod, n) in enumerate(mods):
-        w = W[n]
-        fin, fout = (w.shape[0], w.shape[1]) if conv1d else (w.shape[1], w.shape[0])
-        A = 0.3 * torch.randn((a.r, fin + (1 if a.bad_shape and j == 0 else 0)), generator=g, dtype=torch.float64)
-        B = 0.3 * torch.randn((fout, a.r), generator=g, dtype=torch.float64)
-        items += [(ROOT + mod + A_SUF, A), (ROOT + mod + B_SUF, B)]
-    if a.extra_layer:
-        layers = [int(p) for mod, _ in mods for p in mod.split(".") if p.isdigit()]
-        mod = mods[0][0].replace(f".{min(layers)}.", f".{max(layers) + 1}.", 1)
-        items += [(ROOT + mod + A_SUF, items[0][1]), (ROOT + mod + B_SUF, items[1][1])]
-    os.makedirs(a.outdir, exist_ok=True)
-    st_write(os.path.join(a.outdir, "adapter_model.safetensors"), items, DT[a.dtype])
-    acfg = {
-        "alora_invocation_tokens": None, "alpha_pattern": {}, "arrow_config": None, "auto_mapping": None,
-        "base_model_name_or_path": a.base, "bias": "none", "corda_config": None, "ensure_weight_tying": False,
-        "eva_config": None, "exclude_modules": None, "fan_in_fan_out": conv1d, "inference_mode": True,
-        "init_lora_weights": True, "layer_replication": None, "layers_pattern": None, "layers_to_transform": None,
-        "loftq_config": {}, "lora_alpha": int(a.alpha) if a.alpha == int(a.alpha) else a.alpha, "lora_bias": False, "lora_dropout": 0.0, "megatron_config": None,
-        "megatron_core": "megatron.core", "modules_to_save": None, "peft_type": "LORA", "peft_version": "0.18.1",
-        "qalora_group_size": 16, "r": a.config_r or a.r, "rank_pattern": {}, "revision": None,
-        "target_modules": targets, "target_parameters": None, "task_type": "CAUSAL_LM",
-        "trainable_token_indices": None, "use_dora": False, "use_qalora": False, "use_rslora": a.rslora,
-    }
-    with open(os.path.join(a.outdir, "adapter_config.json"), "w") as f:
-        f.write(json.dumps(acfg, indent=2, sort_keys=True))
+    with torch.no_grad():
+        for n, p in pm.named_parameters():
+            if "lora_A" in n or "lora_B" in n:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+                p.data = p.data.to(torch.float32 if a.dtype == "f32" else torch.bfloat16)
+    pm.save_pretrained(a.outdir)
+    wpath, cpath = os.path.join(a.outdir, "adapter_model.safetensors"), os.path.join(a.outdir, "adapter_config.json")
+    T = load_file(wpath)
+    mods = sorted({k[len(ROOT):-len(A_SUF)] for k in T if k.endswith(A_SUF)},
+                  key=lambda m: [int(x) if x.isdigit() else x for x in m.split(".")])
+    if a.bad_shape or a.extra_layer:  # hostile edits of PEFT's file
+        if a.bad_shape:
+            k = ROOT + mods[0] + A_SUF
+            T[k] = torch.cat([T[k], T[k][:, :1]], 1)
+        if a.extra_layer:
+            layers = [int(x) for m in mods for x in m.split(".") if x.isdigit()]
+            mod = mods[0].replace(f".{min(layers)}.", f".{max(layers) + 1}.", 1)
+            T[ROOT + mod + A_SUF] = T[ROOT + mods[0] + A_SUF].clone()
+            T[ROOT + mod + B_SUF] = T[ROOT + mods[0] + B_SUF].clone()
+        save_file(T, wpath, metadata={"format": "pt"})
+    if a.config_r:
+        acfg = json.load(open(cpath))
+        acfg["r"] = a.config_r
+        with open(cpath, "w") as f:
+            f.write(json.dumps(acfg, indent=2, sort_keys=True))
     print(f"{a.outdir}: {len(mods)} modules, r {a.r}")
 
 
@@ -216,7 +223,7 @@ def cmd_check(a):
     if len(ad) != 2 * len(mods):
         fail("adapter keys are not lora_A/lora_B pairs")
     gpt2 = family(bcfg) == "gpt2"
-    ref, adapted = dict(base), set()
+    ref, adapted, bound = dict(base), set(), {}
     for mod in mods:
         A, B = ad[ROOT + mod + A_SUF], ad[ROOT + mod + B_SUF]
         if A.shape[0] != r or B.shape[1] != r:
@@ -230,6 +237,8 @@ def cmd_check(a):
         if tuple(delta.shape) != tuple(ref[name].shape):
             fail(f"{name}: delta {list(delta.shape)} vs base {list(ref[name].shape)}")
         ref[name] = ref[name] + delta
+        absd = (B.abs() @ A.abs()) * scale
+        bound[name] = (r + 2) * 2.0 ** -24 * (base[name].abs() + (absd.T if gpt2 else absd))
         adapted.add(name)
 
     want = DT[a.dtype]
@@ -261,6 +270,30 @@ def cmd_check(a):
             fail(f"{n}: not the base's values converted to {want}")
     if not adapted:
         fail("no tensor was adapted")
+
+    # PEFT's merge: the base in the output's dtype, PeftModel.from_pretrained, merge_and_unload
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(a.base, dtype=TORCH_DT[want])
+    peft_sd = PeftModel.from_pretrained(model, a.adapter).merge_and_unload().state_dict()
+    peft_worst, peft_diff, peft_n = 0.0, 0, 0
+    for n in sorted(adapted):
+        pn = n if n in peft_sd else "transformer." + n
+        if pn not in peft_sd:
+            fail(f"{n}: not in PEFT's merged model")
+        p = peft_sd[pn].detach().to(torch.float64)
+        if want == "F32":  # both round W + s B A once: PEFT's float32 product and sum, gtrain's double
+            b = bound[n]
+        else:  # one bf16 ulp of the result: PEFT adds a float32 delta to the bf16 weight and rounds
+            b = 2.0 ** -7 * torch.maximum(p.abs(), ref[n].abs()) + bound[n]
+        diff = (got[n] - p).abs()
+        peft_n += p.numel()
+        peft_diff += int((diff > 0).sum())
+        peft_worst = max(peft_worst, float((diff / b.clamp_min(1e-30)).max()))
+        if bool((diff > b).any()):
+            k = tuple((diff > b).nonzero()[0].tolist())
+            fail(f"{n}{list(k)}: gtrain {got[n][k].item()!r}, PEFT's merge_and_unload {p[k].item()!r} "
+                 f"(bound {b[k].item():.3g})")
 
     ecfg = dict(bcfg)
     ecfg["torch_dtype"] = "float32" if want == "F32" else "bfloat16"
@@ -303,7 +336,8 @@ def cmd_check(a):
     if len(files) < a.min_shards:
         fail(f"{len(files)} weight files, expected at least {a.min_shards}")
     print(f"ok {len(got)} tensors, {len(adapted)} merged (scale {scale:.6g}), {want}, {len(files)} weight files, "
-          f"max relative difference {worst:.3g}" + (f" ({worst_at})" if worst_at else "") +
+          f"PEFT's merge_and_unload: {peft_diff} of {peft_n} adapted elements differ, worst at {peft_worst:.3g} of the "
+          f"bound; float64 merge: max relative difference {worst:.3g}" + (f" ({worst_at})" if worst_at else "") +
           (f", {inexact} elements not the float64 merge's nearest float32" if want == "F32" else ""))
 
 
@@ -340,9 +374,17 @@ def main():
     p.add_argument("--dtype", choices=list(DT), required=True)
     p.add_argument("--max-shard-bytes", type=int, default=0)
     p.add_argument("--min-shards", type=int, default=1)
-    a = ap.parse_args()
     torch.set_num_threads(1)
-    {"gpt2": cmd_gpt2, "adapter": cmd_adapter, "edit-base": cmd_edit_base, "check": cmd_check}[a.cmd](a)
+    cmds = [[]]  # several commands in one process (one import of transformers and peft): CMD ARGS + CMD ARGS
+    for x in sys.argv[1:]:
+        if x == "+":
+            cmds.append([])
+        else:
+            cmds[-1].append(x)
+    for c in cmds:
+        a = ap.parse_args(c)
+        {"gpt2": cmd_gpt2, "adapter": cmd_adapter, "edit-base": cmd_edit_base, "check": cmd_check}[a.cmd](a)
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":
