@@ -386,24 +386,3 @@ Test(ref_llama, pytorch_train_equals_c_adamw_over_ref_gradients, .timeout = 120)
     ref_llama_free(trained, nt);
     test_scratch_remove(pc.dir);
 }
-
-/* hf_llama.py's own checks: its forward against naive loops (GQA, MQA, windows, biases, llama3),
- * llama3 frequencies by hand, its safetensors writer/reader, AdamW as documented. gtrain's full
- * models are compared with transformers' classes now; this hand-written model is checked here for
- * as long as tests/tools/peft_lora.py (LoRA's reference) and peft_merge_ref.py build on it. */
-Test(ref_llama, pytorch_reference_selftest, .timeout = 120) {
-    const char *root = getenv("GTRAIN_ROOT");
-    if (!root || !*root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
-    test_require_refs();
-    char cmd[1024], line[512], fails[2048] = "";
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_llama.py' selftest 2>&1", root);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    bool passed = false;
-    while (fgets(line, sizeof line, p)) {
-        if (!strncmp(line, "FAIL", 4) && strlen(fails) + strlen(line) < sizeof fails) strcat(fails, line);
-        if (!strcmp(line, "selftest: all passed\n")) passed = true;
-    }
-    const int rc = pclose(p);
-    cr_assert(passed && rc == 0, "%s: exit status %d\n%s", cmd, rc, fails);
-}

@@ -20,7 +20,6 @@ usage (run with the test references' Python, $GTRAIN_REFS_PY):
                   --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--seq-len T] [--compute f64|f32]
                   [--digits 10] [--grads GRADS.safetensors] [--print-decay] [--eval-model MODELDIR]
                   --out OUTDIR [--max-shard-bytes N]
-  hf_models.py bench CONFIG.json B T [STEPS]
 make: random weights, drawn in named_parameters() order from one torch.Generator(seed): linear and
   embedding weights N(0, init_std), norm weights 1 + 0.1 N(0, 1) (so that they matter), biases and
   LayerNorm biases N(0, bias_std); --set overrides config keys (JSON values) before the model is built.
@@ -37,7 +36,7 @@ TOKENS.txt: one sequence per line, whitespace-separated token ids; each row pred
 from their prefixes (--seq-len T: a row is cut into windows of T+1 tokens, stride T); rows of
 different lengths are padded at the end (targets -100; the causal mask keeps padding out).
 """
-import argparse, json, os, sys, time
+import argparse, json, os, sys
 
 import torch
 import torch.nn.functional as F
@@ -205,33 +204,6 @@ def cmd_train(a):
             print("eval_model loss %.*g" % (a.digits, mean_loss(e, idx, tgt).item()))
 
 
-def cmd_bench(a):
-    """the training step of scripts/bench_torch.py (forward + backward + clip 1.0 + AdamW lr 1e-4,
-    wd 0.1 on every tensor, fp32, 2 threads) for the config's transformers class (its default
-    attention, sdpa); the same output line"""
-    torch.set_num_threads(2)
-    torch.manual_seed(0)
-    tf = quiet_transformers()
-    m = tf.AutoModelForCausalLM.from_config(config_from_json(a.config), dtype=torch.float32).eval()
-    init_weights(m, 0, 0.02, 0.02)
-    opt = torch.optim.AdamW(m.parameters(), lr=1e-4, weight_decay=0.1)
-    V = m.config.vocab_size
-    idx, tgt = torch.randint(0, V, (a.B, a.T)), torch.randint(0, V, (a.B, a.T))
-    times = []
-    for i in range(a.steps + 2):
-        t0 = time.perf_counter()
-        mean_loss(m, idx, tgt).backward()
-        torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if i >= 2:
-            times.append(time.perf_counter() - t0)
-    times.sort()
-    med = times[len(times) // 2]
-    print(f"pytorch {a.config:<28s} B={a.B} T={a.T}                          {med*1e3:8.1f} ms/step  {a.B*a.T/med:9.0f} tok/s"
-          f"  (torch {torch.__version__}, transformers {tf.__version__}, {torch.get_num_threads()} threads)")
-
-
 def parser():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -269,13 +241,10 @@ def parser():
     p.add_argument("--print-decay", action="store_true", help="print 'decay NAME' for each parameter with weight decay")
     p.add_argument("--eval-model", default=None, metavar="MODELDIR", help="at the end, the loss of this model")
     p.add_argument("--out", required=True)
-    p = sub.add_parser("bench", help="fp32 training step time (make bench)")
-    p.add_argument("config"), p.add_argument("B", type=int), p.add_argument("T", type=int)
-    p.add_argument("steps", type=int, nargs="?", default=10)
     return ap
 
 
-COMMANDS = {"make": cmd_make, "loss": cmd_loss, "train": cmd_train, "bench": cmd_bench}
+COMMANDS = {"make": cmd_make, "loss": cmd_loss, "train": cmd_train}
 
 
 def main(argv=None):
