@@ -92,18 +92,14 @@ TestSuite(hf_trainer, .init = scratch_init, .fini = scratch_fini);
 /* run a shell command; the test fails with its output unless it exits 0; the output in out */
 static void sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void sh(char *out, size_t cap, const char *fmt, ...) {
-    char cmd[8192], full[8400];
+    char cmd[8192];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(cmd, sizeof cmd, fmt, ap);
     va_end(ap);
-    snprintf(full, sizeof full, "(%s) 2>&1", cmd);
-    FILE *p = popen(full, "r");
-    cr_assert(p, "popen %s", cmd);
-    size_t len = fread(out, 1, cap - 1, p);
-    out[len] = '\0';
-    int st = pclose(p);
-    cr_assert_eq(st, 0, "%s exited %d:\n%s", cmd, st, out);
+    char *o = test_sh_output(true, "%s", cmd);
+    snprintf(out, cap, "%s", o);
+    free(o);
 }
 
 /* "key v1 v2 ..." from the reference's result.txt: the values into v (at most cap), their count */

@@ -47,17 +47,7 @@ typedef struct {
     const char *label;  /* what the messages call it */
 } Case;
 
-static char *run_cmd(const char *cmd) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    size_t cap = 1 << 16, len = 0, n;
-    char *out = malloc(cap);
-    while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) len += n;
-    out[len] = '\0';
-    int st = pclose(p);
-    cr_assert_eq(st, 0, "%s exited %d:\n%s", cmd, st, out);
-    return out;
-}
+static char *run_cmd(const char *cmd) { return test_sh_output(false, "%s", cmd); }
 
 static void write_tokens(const char *path, int *tok, int *tgt, int V) {
     FILE *f = fopen(path, "w");

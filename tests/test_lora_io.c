@@ -60,18 +60,8 @@ static const char *need_torch(void) {
     return root;
 }
 
-/* run a command, return its stdout (caller frees); the test fails on a nonzero exit */
-static char *sh(const char *cmd) {
-    FILE *p = popen(cmd, "r");
-    cr_assert(p, "popen %s", cmd);
-    size_t cap = 1 << 16, len = 0, n;
-    char *out = malloc(cap);
-    while ((n = fread(out + len, 1, cap - len - 1, p)) > 0) len += n;
-    out[len] = '\0';
-    int st = pclose(p);
-    cr_assert_eq(st, 0, "%s exited %d:\n%s", cmd, st, out);
-    return out;
-}
+/* a command's stdout (caller frees); the test fails on a nonzero exit */
+static char *sh(const char *cmd) { return test_sh_output(false, "%s", cmd); }
 
 /* a scratch directory with the base model (peft_lora.py make-base FIXTURE --dtype DTYPE: transformers'
  * class for the config's model_type, save_pretrained; make_args adds to the command) and the rows as

@@ -2,6 +2,7 @@
 #include "test_util.h"
 
 #include <cJSON.h>
+#include <stdarg.h>
 #include <ftw.h>
 #include <math.h>
 #include <sys/stat.h>
@@ -20,6 +21,35 @@ void test_require_refs(void) {
     if (access(py, X_OK) != 0)
         cr_assert_fail("the test references are not installed (%s: %s): run scripts/install-deps.sh --test-refs", py,
                  strerror(errno));
+}
+
+char *test_sh_output(bool with_stderr, const char *fmt, ...) {
+    char cmd[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    cr_assert(n >= 0 && (size_t)n < sizeof cmd, "a command of %d bytes", n);
+    char *full = malloc(sizeof cmd + 16);
+    cr_assert(full);
+    snprintf(full, sizeof cmd + 16, with_stderr ? "(%s) 2>&1" : "%s", cmd);
+    FILE *p = popen(full, "r");
+    free(full);
+    cr_assert(p, "popen %s: %s", cmd, strerror(errno));
+    size_t cap = 1 << 16, len = 0, got;
+    char *out = malloc(cap);
+    cr_assert(out);
+    while ((got = fread(out + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (cap - len - 1 == 0) {
+            out = realloc(out, cap *= 2);
+            cr_assert(out);
+        }
+    }
+    out[len] = '\0';
+    int st = pclose(p);
+    cr_assert_eq(st, 0, "%s exited %d:\n%s", cmd, st, out);
+    return out;
 }
 
 void read_train_metrics(const char *dir, Losses *l) {

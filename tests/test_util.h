@@ -2,6 +2,7 @@
 #ifndef GT_TEST_UTIL_H
 #define GT_TEST_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,6 +29,9 @@ extern const char TEST_HF_GPT2_CONFIG[];
  * what is missing and how to install it, when the reference Python is not there. */
 #define PY "\"$GTRAIN_REFS_PY\""
 void test_require_refs(void);
+/* The output of the shell command printf(fmt, ...) (its stdout, and its stderr too when with_stderr;
+ * a fresh malloc the caller frees); the test fails, showing that output, unless it exits 0. */
+char *test_sh_output(bool with_stderr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* A scratch directory /tmp/<prefix>_XXXXXX into dir (asserts), and its removal with everything in it. */
 void test_scratch_make(char *dir, size_t cap, const char *prefix);
