@@ -234,7 +234,11 @@ void check_attention_gqa(GtDtype act, AttCase c, bool ramp, uint64_t seed) {
 #define ATT_ARGS B, T, NH, NKV, hs, c.window, ramp
     CHECK_A("attention out", get_a(&fx, d_out, nout), ro, nout, ATT_FMT, ATT_ARGS);
     CHECK("attention lse", get_f(&fx, d_lse, nl), rl, nl, ATT_FMT, ATT_ARGS);
-    CHECK_A("attention dqkv", get_a(&fx, d_dqkv, n3), rd, n3, ATT_FMT, ATT_ARGS);
+    /* dqkv on the ramp: datt - D cancels to a few bits on the peaked rows, so fp32 rounding in the
+     * op (its GEMMs' summation order: the BLAS kernel's) is amplified; 1.14e-5 was measured with
+     * OpenBLAS's Haswell kernel (below 1e-5 with the Zen one), so the ramp's fp32 bound is 4 TOL */
+    CHECK_TOL(ramp && act != GT_BF16 ? 4 * TOL : fx.act_tol, "attention dqkv", get_a(&fx, d_dqkv, n3), rd, n3,
+              ATT_FMT, ATT_ARGS);
 #undef ATT_FMT
 #undef ATT_ARGS
     fx_close(&fx);
