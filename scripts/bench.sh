@@ -14,7 +14,9 @@ cd "$(dirname "$0")/.."
 steps="${BENCH_STEPS:-10}"
 py="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
 [ -x "$py" ] || { echo "bench: the Hugging Face Trainer is not installed ($py): run scripts/install-deps.sh --test-refs"; exit 1; }
-# OpenBLAS in torch's process gets the same fast-kernel choice gtrain makes for itself
+# PyPI's torch computes its GEMMs with MKL (AVX-512 where the CPU has it; its line says which), not
+# OpenBLAS: the same threads and precision, not the same BLAS. OPENBLAS_CORETYPE is passed on for
+# whatever in its process does use OpenBLAS.
 core="$("$build/bench_step" --blas-core 2>/dev/null || true)"
 ms() { sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<<"$1" | head -n 1; }
 side_by_side() { # LABEL LORA_R MODEL B T

@@ -79,6 +79,7 @@ def main():
     med = t[len(t) // 2]
     print(f"hf-trainer {a.config:<28s} fp32 {what} B={a.B} T={a.T}  {med * 1e3:8.1f} ms/step  "
           f"{a.B * a.T / med:9.0f} tok/s  (transformers {transformers.__version__}, torch {torch.__version__}, "
+          f"{'MKL' if torch.backends.mkl.is_available() else 'no MKL'} {torch.backends.cpu.get_cpu_capability()}, "
           f"{torch.get_num_threads()} threads)")
 
 
