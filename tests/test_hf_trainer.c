@@ -92,12 +92,10 @@ TestSuite(hf_trainer, .init = scratch_init, .fini = scratch_fini);
 /* run a shell command; the test fails with its output unless it exits 0; the output in out */
 static void sh(char *out, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void sh(char *out, size_t cap, const char *fmt, ...) {
-    char cmd[8192];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    char *o = test_sh_voutput(true, fmt, ap);
     va_end(ap);
-    char *o = test_sh_output(true, "%s", cmd);
     snprintf(out, cap, "%s", o);
     free(o);
 }

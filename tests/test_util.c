@@ -24,11 +24,16 @@ void test_require_refs(void) {
 }
 
 char *test_sh_output(bool with_stderr, const char *fmt, ...) {
-    char cmd[16384];
     va_list ap;
     va_start(ap, fmt);
-    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
+    char *out = test_sh_voutput(with_stderr, fmt, ap);
     va_end(ap);
+    return out;
+}
+
+char *test_sh_voutput(bool with_stderr, const char *fmt, va_list ap) {
+    char cmd[16384];
+    int n = vsnprintf(cmd, sizeof cmd, fmt, ap);
     cr_assert(n >= 0 && (size_t)n < sizeof cmd, "a command of %d bytes", n);
     char *full = malloc(sizeof cmd + 16);
     cr_assert(full);

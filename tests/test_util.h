@@ -2,6 +2,7 @@
 #ifndef GT_TEST_UTIL_H
 #define GT_TEST_UTIL_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,7 @@ void test_require_refs(void);
 /* The output of the shell command printf(fmt, ...) (its stdout, and its stderr too when with_stderr;
  * a fresh malloc the caller frees); the test fails, showing that output, unless it exits 0. */
 char *test_sh_output(bool with_stderr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+char *test_sh_voutput(bool with_stderr, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 
 /* A scratch directory /tmp/<prefix>_XXXXXX into dir (asserts), and its removal with everything in it. */
 void test_scratch_make(char *dir, size_t cap, const char *prefix);
