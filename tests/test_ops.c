@@ -826,8 +826,22 @@ Test(blas, core_choice) {
     cr_expect_null(blas_better_coretype("SkylakeX"));
     const char *c = blas_better_coretype("Prescott");
 #if defined(__x86_64__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    /* what /proc/cpuinfo's flags say, read independently of the compiler's cpuid helpers */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    cr_assert_not_null(f);
+    char line[8192];
+    bool avx512 = false, avx2fma = false;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "flags", 5) == 0) {
+            avx512 = strstr(line, " avx512f") && strstr(line, " avx512bw") && strstr(line, " avx512dq") &&
+                     strstr(line, " avx512vl");
+            avx2fma = strstr(line, " avx2") && strstr(line, " fma");
+            break;
+        }
+    fclose(f);
+    if (avx512)
+        cr_expect_str_eq(c, "SkylakeX");
+    else if (avx2fma)
         cr_expect_str_eq(c, "Haswell");
     else
         cr_expect_null(c);
@@ -835,5 +849,20 @@ Test(blas, core_choice) {
     cr_expect_null(c);
 #endif
     cr_expect(strlen(blas_core_name()) > 0);
+}
+
+/* A wrong kernel, to show the start-up check can fail: right everywhere but one element. */
+static void sgemm_one_wrong(enum CBLAS_ORDER o, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, blasint m,
+                            blasint n, blasint k, float alpha, const float *a, blasint lda, const float *b,
+                            blasint ldb, float beta, float *c, blasint ldc) {
+    cblas_sgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    if (m > 50 && ta == CblasTrans && tb == CblasNoTrans) c[(m / 2) * ldc + n / 3] *= 1.001f;
+}
+
+/* The kernel this process runs passes the check it would have to pass when gtrain chooses it; a
+ * kernel one element wrong in one transpose combination of the blocked shape fails it. */
+Test(blas, sgemm_check_catches_a_wrong_kernel) {
+    cr_expect(blas_sgemm_check(cblas_sgemm), "the %s kernel in use fails the check", blas_core_name());
+    cr_expect_not(blas_sgemm_check(sgemm_one_wrong));
 }
 
