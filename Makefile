@@ -119,13 +119,14 @@ $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard s
 # cpu_runtime_setup in src/blas_setup.c). OPENBLAS_CORETYPE: the kernel gtrain chooses on this CPU
 # (bench_step --blas-core), so the op tests check the GEMMs gtrain's runs use.
 # bench_step and bench_svd are built (not run) so that a change that breaks the benchmark fails the tests
-# GTRAIN_REFS_PY: the Python of the test references (scripts/install-deps.sh --test-refs). The closing
+# GTRAIN_REFS_PY: the Python of the test references (scripts/install-deps.sh --test-refs), whose
+# programs run through a fork server (scripts/with-refs-server.sh: torch & co. imported once). The closing
 # line counts passed, failed and skipped tests (scripts/tap-summary.sh), naming each skip.
 test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd
 	GTRAIN_REFS_PY="$${GTRAIN_REFS_PY:-$$(scripts/install-deps.sh --venv-path)/bin/python}" \
 	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) \
 	OPENBLAS_CORETYPE="$${OPENBLAS_CORETYPE:-$$($(BUILD)/bench_step --blas-core)}" \
-	  $(BUILD)/test_gtrain --tap=$(BUILD)/test.tap $(TEST_ARGS); rc=$$?; \
+	  scripts/with-refs-server.sh $(BUILD)/test_gtrain --tap=$(BUILD)/test.tap $(TEST_ARGS); rc=$$?; \
 	  scripts/tap-summary.sh $(BUILD)/test.tap tests; exit $$rc
 
 # The whole suite under AddressSanitizer + UBSan with leaks fatal (CPU backend only: sanitizers and

@@ -14,10 +14,11 @@ logs="$(mktemp -d /tmp/gtrain-san.XXXXXX)"
 export ASAN_OPTIONS="detect_leaks=1:log_path=$logs/asan:log_exe_name=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:log_path=$logs/ubsan:log_exe_name=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 export LSAN_OPTIONS="suppressions=$(pwd)/tests/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
-# the Python of the test references (scripts/install-deps.sh --test-refs), unless given
+# the Python of the test references (scripts/install-deps.sh --test-refs), unless given; its programs
+# run through a fork server (scripts/with-refs-server.sh)
 GTRAIN_REFS_PY="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
 export GTRAIN_REFS_PY
-GTRAIN_BIN="$(pwd)/$build/gtrain" GTRAIN_ROOT="$(pwd)" "$build/test_gtrain" --tap="$build/test.tap" --jobs "${LSAN_JOBS:-1}" "$@"
+GTRAIN_BIN="$(pwd)/$build/gtrain" GTRAIN_ROOT="$(pwd)" scripts/with-refs-server.sh "$build/test_gtrain" --tap="$build/test.tap" --jobs "${LSAN_JOBS:-1}" "$@"
 rc=$?
 scripts/tap-summary.sh "$build/test.tap" asan || rc=1
 shopt -s nullglob

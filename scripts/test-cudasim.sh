@@ -14,13 +14,14 @@ USAGE=$B/test-cudasim.usage
 rm -f "$USAGE"
 start=$(date +%s)
 set -- ${CUDASIM_FILTER:+--filter="$CUDASIM_FILTER"} "$@"
-# the Python of the test references (scripts/install-deps.sh --test-refs), unless given
+# the Python of the test references (scripts/install-deps.sh --test-refs), unless given; its programs
+# run through a fork server (scripts/with-refs-server.sh)
 GTRAIN_REFS_PY="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
 export GTRAIN_REFS_PY
 GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 GTCSIM_NCCL_TIMEOUT=${GTCSIM_NCCL_TIMEOUT:-60} \
   GTCSIM_USAGE_LOG="$(pwd)/$USAGE" GOMP_SPINCOUNT=${GOMP_SPINCOUNT:-1000} \
   GTRAIN_BIN="$(pwd)/$B/gtrain" GTRAIN_ROOT="$(pwd)" \
-  "$B/test_gtrain" --tap="$B/test.tap" --verbose -j"${JOBS:-$(nproc)}" "$@" >"$LOG" 2>&1
+  scripts/with-refs-server.sh "$B/test_gtrain" --tap="$B/test.tap" --verbose -j"${JOBS:-$(nproc)}" "$@" >"$LOG" 2>&1
 rc=$?
 # the backend's line (once per process) and the [RUN ] lines say nothing here
 grep -v -e '^cuda: gtcsim' -e '^\[RUN \]' -e 'Test is disabled' "$LOG"
