@@ -19,25 +19,36 @@ GTRAIN_TEST_COUNTS="$(mktemp)"
 export GTRAIN_TEST_COUNTS
 trap 'rm -f "$GTRAIN_TEST_COUNTS"' EXIT
 jobs="$(nproc)"
-echo "== build and test"
+# the time each part took, printed at the end
+times=() part_name="" part_start=$SECONDS
+part() {
+  [ -n "$part_name" ] && times+=("$(printf '%5d s  %s' $((SECONDS - part_start)) "$part_name")")
+  part_name="$1" part_start=$SECONDS
+  [ -n "$1" ] && echo "== $1"
+  return 0
+}
+part_name="install of what was missing" part_start=0 # done above
+part "build and test"
 make -j"$jobs"
 make -j"$jobs" test
-echo "== test under AddressSanitizer + UBSan, leaks fatal"
+part "test under AddressSanitizer + UBSan, leaks fatal"
 LSAN_JOBS="$jobs" make -j"$jobs" test-asan
 if command -v nvcc >/dev/null 2>&1; then
-  echo "== CUDA backend: compiled with warnings as errors"
+  part "CUDA backend: compiled with warnings as errors"
   make -j"$jobs" cuda-check
 else
   echo "== CUDA backend: nvcc not found, not compiled"
 fi
-echo "== CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
+part "CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
 make test-cudasim-blas
 make test-cudasim-nccl
-echo "== the whole suite with the CUDA backend (cuda/*.cu) on the CUDA simulator"
+part "the whole suite with the CUDA backend (cuda/*.cu) on the CUDA simulator"
 make -j"$jobs" test-cudasim
-echo "== known bugs planted into copies of cuda/: the simulated suite must catch each"
+part "known bugs planted into copies of cuda/: the simulated suite must catch each"
 GTRAIN_TEST_COUNTS= make test-cudasim-mutants   # their failures are the point: not counted
-echo "== fuzz every reader of untrusted input for ${FUZZ_SECONDS:-20} s each"
+part "fuzz every reader of untrusted input for ${FUZZ_SECONDS:-20} s each"
 make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_JOBS="$jobs"
-echo "== all tests passed"
+part ""
+echo "== all tests passed in $SECONDS s:"
+printf '%s\n' "${times[@]}"
 awk '{p += $1; f += $2; s += $3} END {printf "all suites: %d passed, %d failed, %d skipped\n", p, f, s}' "$GTRAIN_TEST_COUNTS"
