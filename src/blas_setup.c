@@ -42,39 +42,54 @@ const char *blas_better_coretype(const char *core) {
 }
 
 /* sgemm in all four transpose combinations, on a shape that takes OpenBLAS's small-matrix path
- * and one that takes its blocked kernel, against a double-precision loop. A kernel we chose for
- * a processor its library did not recognise must earn its place before the run trusts it. */
+ * and one that takes its blocked kernel. A kernel we chose for a processor its library did not
+ * recognise must earn its place before the run trusts it; the check must cost little (it runs
+ * at every start on such a machine), so it is Freivalds': for random sign vectors x, C x against
+ * A (B x) in double, O(mk + kn + mn) instead of O(mnk). The bound is the rigorous one for any
+ * summation order, |C x - A B x| <= 2 k u |A| |B| |x| (u = 2^-24): a kernel that computes garbage
+ * anywhere fails, rounding never does. */
 bool blas_sgemm_check(BlasSgemmFn sgemm) {
     static const int shapes[2][3] = {{7, 5, 9}, {97, 83, 131}};
-    bool ok = true;
-    for (int s = 0; s < 2 && ok; s++) {
+    enum { MAXD = 131 };
+    static const double u = 1.0 / 16777216.0;
+    float a[97 * 131], b[131 * 83], c[97 * 83];
+    uint32_t x = 12345u;
+    for (int s = 0; s < 2; s++) {
         const int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
-        float *a = malloc(sizeof(float) * (size_t)m * k), *b = malloc(sizeof(float) * (size_t)k * n);
-        float *c = malloc(sizeof(float) * (size_t)m * n);
-        if (!a || !b || !c) { free(a); free(b); free(c); return true; } /* cannot check: keep it */
-        uint32_t x = 12345u;
         for (int i = 0; i < m * k; i++) { x = x * 1664525u + 1013904223u; a[i] = (float)(x >> 8) / 16777216.0f - 0.5f; }
         for (int i = 0; i < k * n; i++) { x = x * 1664525u + 1013904223u; b[i] = (float)(x >> 8) / 16777216.0f - 0.5f; }
-        for (int ta = 0; ta < 2 && ok; ta++)
-            for (int tb = 0; tb < 2 && ok; tb++) {
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
                 /* the same data read as op(A) m x k and op(B) k x n, row-major */
                 const int lda = ta ? m : k, ldb = tb ? k : n;
                 sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
                       a, lda, b, ldb, 0.0f, c, n);
-                for (int i = 0; i < m && ok; i++)
-                    for (int j = 0; j < n && ok; j++) {
-                        double want = 0, mag = 0;
-                        for (int p = 0; p < k; p++) {
-                            double av = ta ? a[p * m + i] : a[i * k + p], bv = tb ? b[j * k + p] : b[p * n + j];
-                            want += av * bv;
-                            mag += fabs(av * bv);
+                for (int v = 0; v < 2; v++) {
+                    double xs[MAXD], bx[MAXD], babs[MAXD];
+                    for (int j = 0; j < n; j++) { x = x * 1664525u + 1013904223u; xs[j] = (x >> 31) ? 1.0 : -1.0; }
+                    for (int p = 0; p < k; p++) {
+                        double acc = 0, mag = 0;
+                        for (int j = 0; j < n; j++) {
+                            double bv = tb ? b[j * k + p] : b[p * n + j];
+                            acc += bv * xs[j];
+                            mag += fabs(bv);
                         }
-                        if (!(fabs((double)c[i * n + j] - want) <= 1e-5 * mag + 1e-30)) ok = false;
+                        bx[p] = acc, babs[p] = mag;
                     }
+                    for (int i = 0; i < m; i++) {
+                        double want = 0, bound = 0, got = 0;
+                        for (int p = 0; p < k; p++) {
+                            double av = ta ? a[p * m + i] : a[i * k + p];
+                            want += av * bx[p];
+                            bound += fabs(av) * babs[p];
+                        }
+                        for (int j = 0; j < n; j++) got += (double)c[i * n + j] * xs[j];
+                        if (!(fabs(got - want) <= 2.0 * k * u * bound + 1e-30)) return false;
+                    }
+                }
             }
-        free(a); free(b); free(c);
     }
-    return ok;
+    return true;
 }
 
 void cpu_runtime_setup(int argc, char **argv) {

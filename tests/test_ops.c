@@ -851,12 +851,13 @@ Test(blas, core_choice) {
     cr_expect(strlen(blas_core_name()) > 0);
 }
 
-/* A wrong kernel, to show the start-up check can fail: right everywhere but one element. */
+/* A wrong kernel, to show the start-up check can fail: right everywhere but one element, which is
+ * off by 0.05 (a realistic broken kernel is off by far more, in many elements). */
 static void sgemm_one_wrong(enum CBLAS_ORDER o, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb, blasint m,
                             blasint n, blasint k, float alpha, const float *a, blasint lda, const float *b,
                             blasint ldb, float beta, float *c, blasint ldc) {
     cblas_sgemm(o, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    if (m > 50 && ta == CblasTrans && tb == CblasNoTrans) c[(m / 2) * ldc + n / 3] *= 1.001f;
+    if (m > 50 && ta == CblasTrans && tb == CblasNoTrans) c[(m / 2) * ldc + n / 3] += 0.05f;
 }
 
 /* The kernel this process runs passes the check it would have to pass when gtrain chooses it; a
