@@ -116,7 +116,6 @@ static int next_match(const TokRegex *r, OnigMatchParam *mp, OnigRegion *region,
         return 1;
     }
     const OnigUChar *s = (const OnigUChar *)text, *end = s + len;
-    unsigned tries = 0;
     for (size_t p = from; p <= len; p += p < len ? tok_utf8_len(s[p]) : 1) {
         int n = onig_match_with_param(r->re, s, end, s + p, region, ONIG_OPTION_NONE, mp);
         if (n >= 0) {
@@ -132,7 +131,7 @@ static int next_match(const TokRegex *r, OnigMatchParam *mp, OnigRegion *region,
                             "byte %zu of a %zu-byte piece: %s",
                             r->where, p, len, (const char *)msg);
         }
-        if ((++tries & 63) == 0) {
+        { /* after each position that did not match: one such can take a second on a bad pattern */
             if (gt_stop_signal())
                 return gt_error(err, GT_EXIT_FAILURE, "encoding stopped by signal %d", gt_stop_signal());
             if (thread_cpu_seconds() > deadline)
@@ -454,6 +453,8 @@ static int pretokenize(TokEncoder *e, int k, const char *s, size_t len, bool ori
     for (size_t i = 0; i < L->spans.n; i++) {
         Span sp = L->spans.v[i];
         if (sp.flag || sp.end == sp.start) continue; /* removed, or empty (HF drops empty splits) */
+        if ((i & 4095) == 4095 && gt_stop_signal())
+            return gt_error(err, GT_EXIT_FAILURE, "encoding stopped by signal %d", gt_stop_signal());
         if (pretokenize(e, k + 1, L->buf + sp.start, sp.end - sp.start, sp.origin, out, err) != 0) return -1;
     }
     return 0;

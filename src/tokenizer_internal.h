@@ -33,12 +33,14 @@ typedef struct {
     size_t literal_len;
 } TokRegex;
 
-/* Bounds on one find_iter: Oniguruma's retries per match (HF's: onig's default), and CPU time
- * (the pattern can backtrack without counting retries): TOK_REGEX_BASE_SECONDS plus
- * TOK_REGEX_SECONDS_PER_MB for each MB of text, about 10 times what ordinary patterns need. */
-#define TOK_REGEX_RETRY_LIMIT_IN_MATCH 10000000ul
+/* Bounds on one find_iter: Oniguruma's retries per match position (a tenth of onig's default,
+ * which HF keeps: ordinary patterns need tens; a backtracking one reaches 10M only after tens of
+ * seconds, its retries being counted sparsely), and CPU time, looked at between positions:
+ * TOK_REGEX_BASE_SECONDS plus TOK_REGEX_SECONDS_PER_MB for each MB of text, 100 times what
+ * ordinary patterns need (and room for sanitizer builds). */
+#define TOK_REGEX_RETRY_LIMIT_IN_MATCH 1000000ul
 #define TOK_REGEX_BASE_SECONDS 1.0
-#define TOK_REGEX_SECONDS_PER_MB 2.0
+#define TOK_REGEX_SECONDS_PER_MB 20.0
 
 /* HF's onig find_iter over text[0..len): calls emit(start, end) for each match, in order,
  * with HF's rule for empty matches. Returns 0, or -1 on a match error, a pattern that ran past
