@@ -271,7 +271,7 @@ static int check_shard_files(const char *path, const char *const *spaths, const 
     uint64_t headers = 0;
     for (int s = 0; s < n && rc == 0; s++) {
         struct stat sb;
-        if (stat(spaths[s], &sb) != 0 || !S_ISREG(sb.st_mode)) continue; /* safetensors_open says why */
+        if (stat(spaths[s], &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 8) continue; /* safetensors_open says why */
         ids[m++] = (FileId){.dev = sb.st_dev, .ino = sb.st_ino, .shard = s};
         int fd = open(spaths[s], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
         unsigned char b[8];
@@ -281,7 +281,7 @@ static int check_shard_files(const char *path, const char *const *spaths, const 
         if (got != 8) continue;
         uint64_t hlen = 0;
         for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
-        if (hlen > ST_MAX_HEADER_BYTES) continue; /* refused by safetensors_open, naming the file */
+        if (hlen > ST_MAX_HEADER_BYTES || hlen > (uint64_t)sb.st_size - 8) continue; /* safetensors_open says why */
         headers += hlen;
         if (headers > ST_MAX_HEADER_BYTES)
             rc = gt_error(err, GT_EXIT_BAD_INPUT,
