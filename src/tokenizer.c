@@ -70,6 +70,13 @@ int tok_regex_compile(TokRegex *r, const char *pattern, size_t len, bool escaped
     int rc = onig_new(&r->re, (const OnigUChar *)pat, (const OnigUChar *)pat + plen, ONIG_OPTION_NONE,
                       ONIG_ENCODING_UTF8, ONIG_SYNTAX_DEFAULT, &einfo);
     if (escaped) free(pat);
+    if (rc != ONIG_NORMAL) {
+        r->re = NULL;
+        OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+        onig_error_code_to_str(msg, rc, &einfo);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a regular expression Oniguruma compiles, found one it refuses: %s",
+                        file, path, (const char *)msg);
+    }
     size_t wn = strlen(file) + strlen(path) + 3;
     r->where = gt_xmalloc(wn);
     snprintf(r->where, wn, "%s: %s", file, path);
@@ -77,13 +84,6 @@ int tok_regex_compile(TokRegex *r, const char *pattern, size_t len, bool escaped
         r->literal = gt_xmalloc(len);
         memcpy(r->literal, pattern, len);
         r->literal_len = len;
-    }
-    if (rc != ONIG_NORMAL) {
-        r->re = NULL;
-        OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
-        onig_error_code_to_str(msg, rc, &einfo);
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a regular expression Oniguruma compiles, found one it refuses: %s",
-                        file, path, (const char *)msg);
     }
     return 0;
 }

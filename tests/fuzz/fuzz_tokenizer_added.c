@@ -1,7 +1,7 @@
 /* fuzz_tokenizer_added.c - libFuzzer target: added tokens (tokenizer_added.c's automaton) against
  * a naive leftmost-longest scan written here, HF's two passes included (tokens matched in the raw
  * text first, then normalized ones in the gaps). The input: up to 64 tokens, each a length byte
- * (1..6, its low bit choosing raw or normalized) and that many letters of {a, b, c}, then the
+ * (2..6, a bit of it choosing raw or normalized) and that many letters of {a, b, c}, then the
  * text (each byte one of a, b, c, space). The model: a BPE over those 4 characters without merges,
  * so text outside tokens is one id per character. */
 #include <stdio.h>
@@ -53,7 +53,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size == 0) return 0;
     int want_k = data[p++] % 64;
     while (k < want_k && p < size) {
-        Added a = {.len = 1 + data[p] % 6, .normalized = (data[p] >> 3) & 1};
+        Added a = {.len = 2 + data[p] % 5, .normalized = (data[p] >> 3) & 1}; /* one letter is the model's */
         p++;
         if (p + (size_t)a.len > size) break;
         for (int i = 0; i < a.len; i++) a.s[i] = (char)('a' + data[p + (size_t)i] % 3);
