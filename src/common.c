@@ -371,7 +371,7 @@ void gt_bytes_put(GtBytes *b, const char *s, size_t n) {
         b->p = gt_xrealloc(b->p, cap);
         b->cap = cap;
     }
-    memcpy(b->p + b->n, s, n);
+    if (n) memcpy(b->p + b->n, s, n); /* p and s may be NULL when n is 0 */
     b->n += n;
 }
 

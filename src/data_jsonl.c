@@ -337,6 +337,10 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(line, n, &end, 0);
     if (!root) {
+        long deep = gt_json_too_deep(line, n, CJSON_NESTING_LIMIT); /* cJSON's own limit, said as such */
+        if (deep >= 0)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%ld: JSON nested too deep: expected at most %d levels, found more",
+                            b->name, lineno, deep + 1, CJSON_NESTING_LIMIT);
         size_t col = end && end >= line && end <= line + n ? (size_t)(end - line) + 1 : 1;
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: bad JSON, expected one object per line", b->name,
                         lineno, col);

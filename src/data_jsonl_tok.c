@@ -108,6 +108,8 @@ static int encode_one(JsonlTokBatch *q, TokEncoder *e, size_t i, TokIds *prompt_
 
 int jsonl_tok_encode(JsonlTokBatch *q, GtError *err) {
     const long n = (long)q->n;
+    if (gt_stop_signal()) /* a batch of lines at a time: a large file is not read to its end first */
+        return gt_error(err, GT_EXIT_FAILURE, "%s: reading stopped by signal %d", q->name, gt_stop_signal());
 #pragma omp parallel
     {
         TokIds prompt_ids = {0};

@@ -10,6 +10,8 @@
 typedef int (*LitFn)(void *ctx, const char *s, size_t n);
 typedef int (*FieldFn)(void *ctx, const char *name, size_t n);
 
+#define FIELD_NAME_MAX 255 /* bytes: longer names are refused when the config is read */
+
 static long walk(const char *t, LitFn lit, FieldFn fld, void *ctx, int *cb_rc, const char **why) {
     size_t i = 0, n = strlen(t);
     *cb_rc = 0;
@@ -42,6 +44,10 @@ static long walk(const char *t, LitFn lit, FieldFn fld, void *ctx, int *cb_rc, c
             *why = "an empty field {} (name the JSON member, e.g. {query})";
             return (long)j;
         }
+        if (k - j - 1 > FIELD_NAME_MAX) {
+            *why = "a field name longer than 255 bytes";
+            return (long)j;
+        }
         if (fld && (*cb_rc = fld(ctx, t + j + 1, k - j - 1)) != 0) return -1;
         i = k + 1;
     }
@@ -71,8 +77,7 @@ static int fill_lit(void *ctx, const char *s, size_t n) {
 
 static int fill_field(void *ctx, const char *name, size_t n) {
     Fill *f = ctx;
-    char field[256];
-    if (n >= sizeof field) return gt_error(f->err, GT_EXIT_BAD_INPUT, "template field {%.40s...} is too long", name);
+    char field[FIELD_NAME_MAX + 1]; /* walk refused longer names */
     memcpy(field, name, n);
     field[n] = 0;
     const char *val;

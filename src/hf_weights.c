@@ -7,11 +7,13 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ------------------------------------------------------------------ a string -> int table */
 
@@ -246,6 +248,58 @@ static int total_size_value(const char *path, const cJSON *v, uint64_t *out, GtE
     return 0;
 }
 
+/* Before any shard is parsed (a parsed header stays in memory): no two shard names may be one
+ * file (a symlink, a hard link), and the shards' headers together are bounded as one file's is,
+ * so memory follows the size of the input, not the number of names for it. */
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    int shard;
+} FileId;
+
+static int file_id_cmp(const void *a, const void *b) {
+    const FileId *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return x->shard - y->shard;
+}
+
+static int check_shard_files(const char *path, const char *const *spaths, const char *const *names, int n,
+                             GtError *err) {
+    FileId *ids = gt_xcalloc((size_t)n + 1, sizeof *ids);
+    int m = 0, rc = 0;
+    uint64_t headers = 0;
+    for (int s = 0; s < n && rc == 0; s++) {
+        struct stat sb;
+        if (stat(spaths[s], &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size < 8) continue; /* safetensors_open says why */
+        ids[m++] = (FileId){.dev = sb.st_dev, .ino = sb.st_ino, .shard = s};
+        int fd = open(spaths[s], O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+        unsigned char b[8];
+        if (fd < 0) continue;
+        ssize_t got = pread(fd, b, 8, 0);
+        close(fd);
+        if (got != 8) continue;
+        uint64_t hlen = 0;
+        for (int i = 7; i >= 0; i--) hlen = hlen << 8 | b[i];
+        if (hlen > ST_MAX_HEADER_BYTES || hlen > (uint64_t)sb.st_size - 8) continue; /* safetensors_open says why */
+        headers += hlen;
+        if (headers > ST_MAX_HEADER_BYTES)
+            rc = gt_error(err, GT_EXIT_BAD_INPUT,
+                          "%s: weight_map: expected shard headers of at most %u bytes together, found more by shard "
+                          "\"%.200s\" (%d shards read of %d)",
+                          path, ST_MAX_HEADER_BYTES, names[s], s + 1, n);
+    }
+    qsort(ids, (size_t)m, sizeof *ids, file_id_cmp);
+    for (int i = 1; i < m && rc == 0; i++)
+        if (ids[i].dev == ids[i - 1].dev && ids[i].ino == ids[i - 1].ino)
+            rc = gt_error(err, GT_EXIT_BAD_INPUT,
+                          "%s: weight_map: expected each shard to be its own file, found \"%.200s\" and \"%.200s\" "
+                          "naming the same file (a link)",
+                          path, names[ids[i - 1].shard], names[ids[i].shard]);
+    free(ids);
+    return rc;
+}
+
 static int open_index(HfWeights *w, const char *path, GtError *err) {
     uint8_t *text = NULL;
     size_t len = 0;
@@ -275,6 +329,7 @@ static int open_index(HfWeights *w, const char *path, GtError *err) {
     StrMap shard_ids = {0};
     const char **shard_names = NULL;
     char spath[2 * GT_PATH_MAX];
+    char **spaths = NULL;
     rc = -1;
     for (const cJSON *c = wm->child; c; c = c->next) {
         if (!cJSON_IsString(c)) {
@@ -313,15 +368,23 @@ static int open_index(HfWeights *w, const char *path, GtError *err) {
         w->t[w->n++] = (Entry){c->string, s, -1};
     }
 
-    /* open every shard (each validates its header) */
-    w->shards = gt_xcalloc((size_t)w->n_shards, sizeof *w->shards);
-    uint64_t file_bytes = 0;
+    /* the shards' paths; no two the same file, their headers bounded together */
+    spaths = gt_xcalloc((size_t)w->n_shards + 1, sizeof *spaths);
     for (int s = 0; s < w->n_shards; s++) {
         if (!join(spath, sizeof spath, slash ? dir : NULL, shard_names[s])) {
             gt_error(err, GT_EXIT_BAD_INPUT, "%s: weight_map: shard \"%.200s\": expected a path shorter than %zu bytes",
                      path, shard_names[s], sizeof spath);
             goto done;
         }
+        spaths[s] = gt_xstrdup(spath);
+    }
+    if (check_shard_files(path, (const char *const *)spaths, shard_names, w->n_shards, err) != 0) goto done;
+
+    /* open every shard (each validates its header) */
+    w->shards = gt_xcalloc((size_t)w->n_shards, sizeof *w->shards);
+    uint64_t file_bytes = 0;
+    for (int s = 0; s < w->n_shards; s++) {
+        snprintf(spath, sizeof spath, "%s", spaths[s]);
         struct stat sb;
         if (lstat(spath, &sb) != 0 && errno == ENOENT) {
             const char *first = "";
@@ -391,6 +454,8 @@ static int open_index(HfWeights *w, const char *path, GtError *err) {
                     unlisted, unlisted == 1 ? "" : "s", unlisted == 1 ? "is" : "are", first_unlisted, first_unlisted_in);
     rc = 0;
 done:
+    for (int s = 0; spaths && s < w->n_shards; s++) free(spaths[s]);
+    free(spaths);
     free(shard_names);
     map_free(&shard_ids);
     return rc;

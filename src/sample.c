@@ -153,6 +153,19 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
         if (!pc.base_model[0])
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s: base_model_name_or_path: expected the base model's directory, "
                             "found null", adapter);
+        /* a base moved or deleted since the adapter was written: said against the key that names it */
+        char base_cfg[GT_PATH_MAX + 16];
+        snprintf(base_cfg, sizeof base_cfg, "%s/config.json", pc.base_model);
+        if (stat(pc.base_model, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: base_model_name_or_path: expected the base model's directory, found \"%.300s\", %s "
+                            "(moved or deleted? set the key to where the base model is now)",
+                            adapter, pc.base_model, stat(pc.base_model, &sb) != 0 ? "which does not exist" : "not a directory");
+        if (stat(base_cfg, &sb) != 0)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: base_model_name_or_path: expected the base model's directory (with config.json), found "
+                            "\"%.300s\" without config.json",
+                            adapter, pc.base_model);
     }
     const char *model_dir = lora ? pc.base_model : o->checkpoint;
     snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);

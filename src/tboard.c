@@ -91,7 +91,7 @@ static void pb_put(PbBuf *b, const void *src, size_t n) {
         b->p = gt_xrealloc(b->p, cap);
         b->cap = cap;
     }
-    memcpy(b->p + b->len, src, n);
+    if (n) memcpy(b->p + b->len, src, n); /* p and src may be NULL when n is 0 */
     b->len += n;
 }
 

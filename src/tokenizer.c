@@ -4,6 +4,7 @@
  * model per pre-token, the post-processor's special tokens. Offsets are not kept: only ids.
  * Also HF's onig find_iter (the one regex loop every step uses) and UTF-8 checking. */
 #include <stdlib.h>
+#include <time.h>
 #include <utf8proc.h>
 
 #include "tokenizer_internal.h"
@@ -76,35 +77,95 @@ int tok_regex_compile(TokRegex *r, const char *pattern, size_t len, bool escaped
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a regular expression Oniguruma compiles, found one it refuses: %s",
                         file, path, (const char *)msg);
     }
+    size_t wn = strlen(file) + strlen(path) + 3;
+    r->where = gt_xmalloc(wn);
+    snprintf(r->where, wn, "%s: %s", file, path);
+    if (escaped && len > 0) { /* a literal: found by memmem, exactly where the escaped regex matches */
+        r->literal = gt_xmalloc(len);
+        memcpy(r->literal, pattern, len);
+        r->literal_len = len;
+    }
     return 0;
 }
 
 void tok_regex_free(TokRegex *r) {
     if (r->re) onig_free(r->re);
-    r->re = NULL;
+    free(r->where);
+    free(r->literal);
+    memset(r, 0, sizeof *r);
+}
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The first match starting at or after from, as onig_search from there would find it. The
+ * positions are tried one by one with onig_match (each bounded by the retry limit), so that
+ * time and the stop signal are looked at between them: onig_search itself can run for minutes
+ * on a backtracking pattern without counting retries, and it cannot be interrupted. Returns 1
+ * (a match in *ms, *me), 0 (none) or -1 (err filled). */
+static int next_match(const TokRegex *r, OnigMatchParam *mp, OnigRegion *region, const char *text, size_t len,
+                      size_t from, double deadline, size_t *ms, size_t *me, GtError *err) {
+    if (r->literal) {
+        const char *hit = from + r->literal_len <= len ? memmem(text + from, len - from, r->literal, r->literal_len) : NULL;
+        if (!hit) return 0;
+        *ms = (size_t)(hit - text);
+        *me = *ms + r->literal_len;
+        return 1;
+    }
+    const OnigUChar *s = (const OnigUChar *)text, *end = s + len;
+    for (size_t p = from; p <= len; p += p < len ? tok_utf8_len(s[p]) : 1) {
+        int n = onig_match_with_param(r->re, s, end, s + p, region, ONIG_OPTION_NONE, mp);
+        if (n >= 0) {
+            *ms = p;
+            *me = p + (size_t)n;
+            return 1;
+        }
+        if (n != ONIG_MISMATCH) {
+            OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
+            onig_error_code_to_str(msg, n);
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: expected a pattern Oniguruma can search within its limits, found one that failed at "
+                            "byte %zu of a %zu-byte piece: %s",
+                            r->where, p, len, (const char *)msg);
+        }
+        { /* after each position that did not match: one such can take a second on a bad pattern */
+            if (gt_stop_signal())
+                return gt_error(err, GT_EXIT_FAILURE, "encoding stopped by signal %d", gt_stop_signal());
+            if (thread_cpu_seconds() > deadline)
+                return gt_error(err, GT_EXIT_BAD_INPUT,
+                                "%s: expected a pattern that searches text in linear time, found one still searching a "
+                                "%zu-byte piece after %.1f s of CPU (catastrophic backtracking)",
+                                r->where, len, TOK_REGEX_BASE_SECONDS + TOK_REGEX_SECONDS_PER_MB * (double)len / 1e6);
+        }
+    }
+    return 0;
 }
 
 /* rust-onig's FindMatches: search from last_end; an empty match right at the end of the previous
  * match is not taken: the search moves one character on instead. */
 int tok_regex_find_iter(const TokRegex *r, const char *text, size_t len, TokMatchFn emit, void *ctx, GtError *err) {
     OnigRegion *region = onig_region_new();
-    if (!region) return gt_error(err, GT_EXIT_FAILURE, "out of memory (regex region)");
-    const OnigUChar *s = (const OnigUChar *)text, *end = s + len;
+    OnigMatchParam *mp = onig_new_match_param();
+    if (!region || !mp) {
+        if (region) onig_region_free(region, 1);
+        return gt_error(err, GT_EXIT_FAILURE, "out of memory (regex region)");
+    }
+    onig_initialize_match_param(mp);
+    onig_set_retry_limit_in_match_of_match_param(mp, TOK_REGEX_RETRY_LIMIT_IN_MATCH);
+    const double deadline = thread_cpu_seconds() + TOK_REGEX_BASE_SECONDS + TOK_REGEX_SECONDS_PER_MB * (double)len / 1e6;
+    const OnigUChar *s = (const OnigUChar *)text;
     size_t last_end = 0;
     bool have_last = false;
     size_t last_match_end = 0;
     int rc = 0;
     while (last_end <= len) {
-        onig_region_clear(region);
-        int r0 = onig_search(r->re, s, end, s + last_end, end, region, ONIG_OPTION_NONE);
-        if (r0 == ONIG_MISMATCH) break;
-        if (r0 < 0) {
-            OnigUChar msg[ONIG_MAX_ERROR_MESSAGE_LEN];
-            onig_error_code_to_str(msg, r0);
-            rc = gt_error(err, GT_EXIT_BAD_INPUT, "regular expression search failed: %s", (const char *)msg);
-            break;
-        }
-        size_t ms = (size_t)region->beg[0], me = (size_t)region->end[0];
+        size_t ms = 0, me = 0;
+        int found = next_match(r, mp, region, text, len, last_end, deadline, &ms, &me, err);
+        if (found < 0) rc = -1;
+        if (found <= 0) break;
         if (ms == me && have_last && last_match_end == me) {
             last_end += last_end < len ? tok_utf8_len(s[last_end]) : 1;
             continue;
@@ -115,6 +176,7 @@ int tok_regex_find_iter(const TokRegex *r, const char *text, size_t len, TokMatc
         emit(ctx, ms, me);
     }
     onig_region_free(region, 1);
+    onig_free_match_param(mp);
     return rc;
 }
 
@@ -391,6 +453,8 @@ static int pretokenize(TokEncoder *e, int k, const char *s, size_t len, bool ori
     for (size_t i = 0; i < L->spans.n; i++) {
         Span sp = L->spans.v[i];
         if (sp.flag || sp.end == sp.start) continue; /* removed, or empty (HF drops empty splits) */
+        if ((i & 4095) == 4095 && gt_stop_signal())
+            return gt_error(err, GT_EXIT_FAILURE, "encoding stopped by signal %d", gt_stop_signal());
         if (pretokenize(e, k + 1, L->buf + sp.start, sp.end - sp.start, sp.origin, out, err) != 0) return -1;
     }
     return 0;
@@ -480,27 +544,10 @@ static void find_added(const Tokenizer *t, const TokAddedSet *set, const char *s
         spans_push(out, 0, len, -1);
         return;
     }
-    size_t start_offset = 0;
-    for (size_t i = 0; i < len;) {
-        if (!set->first_byte[(unsigned char)s[i]]) {
-            i++;
-            continue;
-        }
-        int best = -1;
-        size_t best_len = 0;
-        for (int k = 0; k < set->n; k++) {
-            const TokAddedToken *a = &t->added[set->tokens[k]];
-            if (a->match_len > best_len && a->match_len <= len - i && memcmp(s + i, a->match, a->match_len) == 0) {
-                best = set->tokens[k];
-                best_len = a->match_len;
-            }
-        }
-        if (best < 0) {
-            i++;
-            continue;
-        }
+    size_t start_offset = 0, start, stop, ws_from = 1, ws_end = 0; /* the last whitespace run rstrip walked */
+    int best;
+    for (size_t i = 0; i < len && tok_added_find(set, t->added, s, len, i, &start, &stop, &best);) {
         const TokAddedToken *a = &t->added[best];
-        size_t start = i, stop = i + best_len;
         i = stop; /* the next search starts after this match, whatever is done with it */
         if (a->single_word) {
             bool start_space = start == 0 || !onig_char_at(&t->word_char, s, len, char_before(s, start));
@@ -509,11 +556,19 @@ static void find_added(const Tokenizer *t, const TokAddedSet *set, const char *s
         }
         if (a->lstrip) {
             size_t ns = start;
-            while (ns > 0 && onig_char_at(&t->space_char, s, len, char_before(s, ns))) ns = char_before(s, ns);
+            /* not below start_offset (the result is clamped to it): each space is walked once */
+            while (ns > start_offset && onig_char_at(&t->space_char, s, len, char_before(s, ns))) ns = char_before(s, ns);
             start = ns > start_offset ? ns : start_offset;
         }
-        if (a->rstrip)
-            while (stop < len && onig_char_at(&t->space_char, s, len, stop)) stop += tok_utf8_len((unsigned char)s[stop]);
+        if (a->rstrip) { /* a run walked before (tokens that hold whitespace) is not walked again */
+            if (stop >= ws_from && stop <= ws_end) {
+                stop = ws_end;
+            } else {
+                ws_from = stop;
+                while (stop < len && onig_char_at(&t->space_char, s, len, stop)) stop += tok_utf8_len((unsigned char)s[stop]);
+                ws_end = stop;
+            }
+        }
         if (start_offset < start) spans_push(out, start_offset, start, -1);
         spans_push(out, start, stop, best);
         start_offset = stop;
@@ -559,7 +614,9 @@ int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bo
             if (err && err->msg[0] && strncmp(err->msg, name, strlen(name)) != 0) {
                 char msg[GT_ERR_MAX];
                 snprintf(msg, sizeof msg, "%s", err->msg);
-                gt_error(err, err->code, "%s: %s", name, msg);
+                /* a fault of the tokenizer's (its pattern) is reported against the tokenizer file */
+                if (strncmp(msg, t->path, strlen(t->path)) == 0) gt_error(err, err->code, "%s (encoding %s)", msg, name);
+                else gt_error(err, err->code, "%s: %s", name, msg);
             }
             return -1;
         }

@@ -20,7 +20,7 @@ uint32_t tok_hash_bytes(const char *s, size_t len) {
         h ^= h >> 31;
     }
     uint64_t tail = 0;
-    memcpy(&tail, s + i, len - i);
+    if (len > i) memcpy(&tail, s + i, len - i); /* s may be NULL for an empty key */
     h = (h ^ tail) * 0x94d049bb133111ebull;
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
@@ -62,7 +62,7 @@ int32_t *tok_strmap_put(TokStrMap *m, const char *key, size_t len, int32_t val, 
     *inserted = m->keys[j] == NULL;
     if (*inserted) {
         char *k = gt_xmalloc(len + 1);
-        memcpy(k, key, len);
+        if (len) memcpy(k, key, len);
         k[len] = 0;
         m->keys[j] = k;
         m->lens[j] = (uint32_t)len;
@@ -286,7 +286,7 @@ static int32_t char_id(const TokBpe *m, TokBpeScratch *s, const char *c, size_t 
             s->buf_cap = (pre + n + suf) * 2;
             s->buf = gt_xrealloc(s->buf, s->buf_cap);
         }
-        memcpy(s->buf, m->prefix, pre);
+        if (pre) memcpy(s->buf, m->prefix, pre); /* prefix is NULL when only the suffix is set */
         memcpy(s->buf + pre, c, n);
         if (suf) memcpy(s->buf + pre + n, m->suffix, suf);
         key = s->buf;

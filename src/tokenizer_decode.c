@@ -19,7 +19,7 @@ static void list_push(StrList *l, const char *s, size_t len) {
         l->len = gt_xrealloc(l->len, l->cap * sizeof(size_t));
     }
     char *c = gt_xmalloc(len + 1);
-    memcpy(c, s, len);
+    if (len) memcpy(c, s, len);
     c[len] = 0;
     l->s[l->n] = c;
     l->len[l->n++] = len;

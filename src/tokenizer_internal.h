@@ -28,10 +28,23 @@ uint32_t tok_hash_bytes(const char *s, size_t len);
 /* One compiled Oniguruma pattern (HF's SysRegex: ONIG_SYNTAX_DEFAULT, UTF-8, no options). */
 typedef struct {
     regex_t *re;
+    char *where;     /* "file: json.path" of the pattern, for errors */
+    char *literal;   /* a String pattern (not empty): searched as bytes, not through the regex */
+    size_t literal_len;
 } TokRegex;
 
+/* Bounds on one find_iter: Oniguruma's retries per match position (a tenth of onig's default,
+ * which HF keeps: ordinary patterns need tens; a backtracking one reaches 10M only after tens of
+ * seconds, its retries being counted sparsely), and CPU time, looked at between positions:
+ * TOK_REGEX_BASE_SECONDS plus TOK_REGEX_SECONDS_PER_MB for each MB of text, 100 times what
+ * ordinary patterns need (and room for sanitizer builds). */
+#define TOK_REGEX_RETRY_LIMIT_IN_MATCH 1000000ul
+#define TOK_REGEX_BASE_SECONDS 1.0
+#define TOK_REGEX_SECONDS_PER_MB 20.0
+
 /* HF's onig find_iter over text[0..len): calls emit(start, end) for each match, in order,
- * with HF's rule for empty matches. Returns 0, or -1 on a match error (err filled). */
+ * with HF's rule for empty matches. Returns 0, or -1 on a match error, a pattern that ran past
+ * its limits (err names r->where) or a stop signal (err filled). */
 typedef void (*TokMatchFn)(void *ctx, size_t start, size_t end);
 int tok_regex_find_iter(const TokRegex *r, const char *text, size_t len, TokMatchFn emit, void *ctx, GtError *err);
 
@@ -82,12 +95,30 @@ typedef struct {
     size_t match_len;
 } TokAddedToken;
 
-/* Leftmost-longest matching of the added tokens of one kind (normalized or not). */
+/* Leftmost-longest matching of the added tokens of one kind (normalized or not), as HF's
+ * AddedVocabulary (aho_corasick, MatchKind::LeftmostLongest): an Aho-Corasick automaton over the
+ * tokens' match strings (tokenizer_added.c). Node 0 is the root; children are sibling lists, the
+ * root's a table. */
 typedef struct {
     int *tokens;        /* indices into Tokenizer.added */
     int n;
-    bool first_byte[256];
+    int32_t root_next[256];
+    int32_t *child, *sibling, *fail, *out; /* out: the longest token that ends the node's string */
+    uint32_t *depth;
+    uint8_t *byte;
+    uint32_t n_nodes, cap_nodes;
 } TokAddedSet;
+
+/* Adds token tok (index into added) to the set's automaton; returns the index of a token whose
+ * match string is the same (the token is then not added), else -1. Call tok_added_finish after
+ * the last. */
+int tok_added_insert(TokAddedSet *set, const TokAddedToken *added, int tok);
+/* The failure links and outputs; 0, or -1 when a stop signal came (err filled, naming file). */
+int tok_added_finish(TokAddedSet *set, const TokAddedToken *added, const char *file, GtError *err);
+/* The leftmost-longest match in s[from..len): true with its span and token index. */
+bool tok_added_find(const TokAddedSet *set, const TokAddedToken *added, const char *s, size_t len, size_t from,
+                    size_t *start, size_t *end, int *tok);
+void tok_added_free(TokAddedSet *set);
 
 /* The BPE model. */
 typedef struct {

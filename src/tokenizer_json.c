@@ -338,7 +338,10 @@ static int read_bpe(Ctx *c, TokBpe *m, const cJSON *o) {
     if (!cJSON_IsObject(vocab)) return bad(c, "model.vocab", "an object of token -> id", vocab);
     if (!cJSON_IsArray(merges)) return bad(c, "model.merges", "an array", merges);
     int max_id = -1;
+    unsigned seen = 0;
     for (const cJSON *v = vocab->child; v; v = v->next) {
+        if ((++seen & 4095) == 0 && gt_stop_signal())
+            return gt_error(c->err, GT_EXIT_FAILURE, "%s: loading model.vocab stopped by signal %d", c->file, gt_stop_signal());
         char p[160];
         snprintf(p, sizeof p, "model.vocab[\"%.100s\"]", v->string);
         if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > TOKENIZER_MAX_ID ||
@@ -395,6 +398,10 @@ static int read_bpe(Ctx *c, TokBpe *m, const cJSON *o) {
     uint32_t rank = 0;
     int i = 0, rc = 0;
     for (const cJSON *x = merges->child; x && rc == 0; x = x->next, i++) {
+        if ((i & 4095) == 4095 && gt_stop_signal()) {
+            rc = gt_error(c->err, GT_EXIT_FAILURE, "%s: loading model.merges stopped by signal %d", c->file, gt_stop_signal());
+            break;
+        }
         char p[64];
         snprintf(p, sizeof p, "model.merges[%d]", i);
         if (cJSON_IsString(x) && strncmp(x->valuestring, "#version", 8) == 0) continue; /* as HF: not a merge */

@@ -20,25 +20,36 @@ static bool flag(const cJSON *o, const char *key, bool def) {
 
 /* ---- added tokens ---- */
 
+#define ADDED_ID_WARNINGS 3 /* tokens whose given id is not HF's: this many named, then a count */
+
 static int read_added_tokens(Tokenizer *t, const char *file, const cJSON *list, GtError *err) {
     if (!list || cJSON_IsNull(list)) return 0;
     if (!cJSON_IsArray(list)) return bad_at(err, file, "added_tokens", "an array", "something else");
-    int n = cJSON_GetArraySize(list), next_id = t->bpe.vocab_count, i = 0;
+    int n = cJSON_GetArraySize(list), next_id = t->bpe.vocab_count, i = 0, n_moved = 0;
     t->added = gt_xcalloc((size_t)n + 1, sizeof(TokAddedToken));
-    for (const cJSON *x = list->child; x; x = x->next, i++) {
+    TokStrMap slot_of_id = {0}; /* id (its 4 bytes) -> index into added */
+    int rc = 0;
+    for (const cJSON *x = list->child; x && rc == 0; x = x->next, i++) {
+        if ((i & 4095) == 0 && gt_stop_signal()) {
+            rc = gt_error(err, GT_EXIT_FAILURE, "%s: loading added_tokens stopped by signal %d", file, gt_stop_signal());
+            break;
+        }
         char p[64];
         snprintf(p, sizeof p, "added_tokens[%d]", i);
         const cJSON *content = field(x, "content"), *id = field(x, "id");
-        if (!cJSON_IsObject(x) || !cJSON_IsString(content))
-            return bad_at(err, file, p, "an object with a string \"content\"", "something else");
-        for (const char *k = "single_word\0lstrip\0rstrip\0normalized\0special\0"; *k; k += strlen(k) + 1) {
+        if (!cJSON_IsObject(x) || !cJSON_IsString(content)) {
+            rc = bad_at(err, file, p, "an object with a string \"content\"", "something else");
+            break;
+        }
+        for (const char *k = "single_word\0lstrip\0rstrip\0normalized\0special\0"; *k && rc == 0; k += strlen(k) + 1) {
             const cJSON *v = field(x, k);
             if (v && !cJSON_IsBool(v) && !cJSON_IsNull(v)) {
                 char q[96];
                 snprintf(q, sizeof q, "%s.%s", p, k);
-                return bad_at(err, file, q, "true or false", "something else");
+                rc = bad_at(err, file, q, "true or false", "something else");
             }
         }
+        if (rc != 0) break;
         TokAddedToken a = {.content = content->valuestring, .len = strlen(content->valuestring),
                            .single_word = flag(x, "single_word", false), .lstrip = flag(x, "lstrip", false),
                            .rstrip = flag(x, "rstrip", false), .normalized = flag(x, "normalized", true),
@@ -53,23 +64,26 @@ static int read_added_tokens(Tokenizer *t, const char *file, const cJSON *list, 
         if (a.id > TOKENIZER_MAX_ID) {
             char found[32];
             snprintf(found, sizeof found, "%d", a.id);
-            return bad_at(err, file, p, "an id gtrain can hold", found);
+            rc = bad_at(err, file, p, "an id gtrain can hold", found);
+            break;
         }
-        if (cJSON_IsNumber(id) && (double)a.id != id->valuedouble)
-            gt_warn("%s: %s: \"%s\" is given id %.0f, but Hugging Face's tokenizers gives it %d (and so does gtrain)\n",
+        if (cJSON_IsNumber(id) && (double)a.id != id->valuedouble && n_moved++ < ADDED_ID_WARNINGS)
+            gt_warn("%s: %s: \"%.80s\" is given id %.0f, but Hugging Face's tokenizers gives it %d (and so does gtrain)\n",
                     file, p, a.content, id->valuedouble, a.id);
         a.content = gt_xstrdup(a.content);
         /* one token per id, as HF's added_tokens_map_r: a later token with the id replaces it */
-        int slot = t->n_added;
-        for (int k = 0; k < t->n_added; k++)
-            if (t->added[k].id == a.id) slot = k;
-        if (slot < t->n_added) free(t->added[slot].content);
-        else t->n_added++;
-        t->added[slot] = a;
         bool inserted;
-        *tok_strmap_put(&t->added_by_content, a.content, a.len, slot, &inserted) = slot;
+        int32_t *slot = tok_strmap_put(&slot_of_id, (const char *)&a.id, sizeof a.id, t->n_added, &inserted);
+        if (inserted) t->n_added++;
+        else free(t->added[*slot].content);
+        t->added[*slot] = a;
+        *tok_strmap_put(&t->added_by_content, a.content, a.len, *slot, &inserted) = *slot;
     }
-    return 0;
+    tok_strmap_free(&slot_of_id);
+    if (rc == 0 && n_moved > ADDED_ID_WARNINGS)
+        gt_warn("%s: added_tokens: and %d more tokens given ids Hugging Face's tokenizers does not give them (gtrain gives HF's)\n",
+                file, n_moved - ADDED_ID_WARNINGS);
+    return rc;
 }
 
 /* The strings the added tokens are matched by: normalized tokens by their normalized form. */
@@ -91,18 +105,18 @@ static int build_added_sets(Tokenizer *t, const char *file, GtError *err) {
             rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: added_tokens: expected tokens that are not empty once normalized, found \"%s\"",
                           file, a->content);
         TokAddedSet *set = a->normalized ? &t->norm_set : &t->raw_set;
-        for (int k = 0; rc == 0 && k < set->n; k++) {
-            const TokAddedToken *b = &t->added[set->tokens[k]];
-            if (b->match_len == ml && memcmp(b->match, a->match, ml) == 0)
-                rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: added_tokens: expected tokens that differ once normalized, found \"%s\" and \"%s\"",
-                              file, b->content, a->content);
-        }
-        if (rc == 0) {
-            set->tokens[set->n++] = i;
-            set->first_byte[(unsigned char)a->match[0]] = true;
-        }
+        int same = rc == 0 ? tok_added_insert(set, t->added, i) : -1;
+        if (same >= 0)
+            rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: added_tokens: expected tokens that differ once normalized, found \"%.80s\" and \"%.80s\"",
+                          file, t->added[same].content, a->content);
+        if (rc == 0) set->tokens[set->n++] = i;
+        if (rc == 0 && (i & 4095) == 0 && gt_stop_signal())
+            rc = gt_error(err, GT_EXIT_FAILURE, "%s: loading added_tokens stopped by signal %d", file, gt_stop_signal());
     }
     tok_encoder_free(e);
+    if (rc == 0 && (tok_added_finish(&t->raw_set, t->added, file, err) != 0 ||
+                    tok_added_finish(&t->norm_set, t->added, file, err) != 0))
+        rc = -1;
     return rc;
 }
 
@@ -342,8 +356,8 @@ void tokenizer_free(Tokenizer *t) {
     }
     free(t->added);
     tok_strmap_free(&t->added_by_content);
-    free(t->raw_set.tokens);
-    free(t->norm_set.tokens);
+    tok_added_free(&t->raw_set);
+    tok_added_free(&t->norm_set);
     free(t->special_of_id);
     free(t->token_str);
     free(t->token_len);
