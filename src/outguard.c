@@ -4,12 +4,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include "config.h"
 
 #define GUARD_MAX_DIR_ENTRIES 4096 /* a directory input's entries recorded (a model's shards) */
 
@@ -265,4 +268,39 @@ int out_guard_clean_stale(const char *dir, const char *prefix) {
     free(names);
     closedir(d);
     return removed;
+}
+
+/* ---------------------------------------------------------------- a training run */
+
+static void add_maybe_glob(OutGuard *g, const char *path, const char *what) {
+    if (!path[0]) return;
+    glob_t gl;
+    if (strpbrk(path, "*?[") && glob(path, 0, NULL, &gl) == 0) {
+        for (size_t i = 0; i < gl.gl_pathc && i < GUARD_MAX_DIR_ENTRIES; i++) out_guard_add(g, gl.gl_pathv[i], what);
+        globfree(&gl);
+        return;
+    }
+    out_guard_add(g, path, what);
+}
+
+int out_guard_run(const RunConfig *cfg, GtError *err) {
+    OutGuard g = {0};
+    struct stat sb;
+    const bool model_dir = stat(cfg->model, &sb) == 0 && S_ISDIR(sb.st_mode);
+    out_guard_add(&g, cfg->model, model_dir ? "model directory" : "model file");
+    if (cfg->init_from[0]) out_guard_add(&g, cfg->init_from, "init_from");
+    if (cfg->tokenizer[0] && strcmp(cfg->tokenizer, "none") != 0) out_guard_add(&g, cfg->tokenizer, "tokenizer");
+    if (cfg->lora.init_from[0]) out_guard_add(&g, cfg->lora.init_from, "lora.init_from adapter directory");
+    add_maybe_glob(&g, cfg->data.train, "data.train file");
+    add_maybe_glob(&g, cfg->data.val, "data.val file");
+    GtError e = {0};
+    /* overwrite_output_dir removes an earlier run's files: then not even around or inside an input */
+    int rc = out_guard_dir(&g, cfg->output_dir, "output_dir", true, cfg->overwrite_output_dir, &e);
+    out_guard_free(&g);
+    if (rc == 0) return 0;
+    const char *msg = strncmp(e.msg, "output_dir: ", 12) == 0 ? e.msg + 12 : e.msg;
+    char full[GT_ERR_MAX];
+    snprintf(full, sizeof full, "%.900s%s", msg,
+             cfg->overwrite_output_dir ? " (overwrite_output_dir: true would delete files there)" : "");
+    return config_key_error(cfg, "output_dir", err, full);
 }

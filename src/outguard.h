@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "common.h"
+#include "config.h"
 
 typedef struct {
     dev_t dev;
@@ -41,6 +42,11 @@ int out_guard_file(const OutGuard *g, const char *path, const char *key, GtError
  * nor around an input directory (a directory whose files may be replaced: overwrite_output_dir).
  * follow: a symbolic link to a directory is taken as that directory (else refused). */
 int out_guard_dir(const OutGuard *g, const char *path, const char *key, bool follow, bool strict, GtError *err);
+
+/* A training run's output_dir (rundir.h), checked at load (plan and train): not the model's, the
+ * init_from's, the tokenizer's or the adapter's directory, nor a data file; with
+ * overwrite_output_dir, neither inside nor around such a directory. One line naming output_dir. */
+int out_guard_run(const RunConfig *cfg, GtError *err);
 
 /* Temporaries: "<prefix><pid>-<anything>" in dir. Those whose pid is not a live process are removed
  * (a directory: its files, then itself; never through a link), each with a line saying so.
