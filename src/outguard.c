@@ -194,7 +194,16 @@ int out_guard_dir(const OutGuard *g, const char *path, const char *key, bool fol
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a directory, found %s", key, path, kind_of(sb.st_mode));
     if (!strict) return 0;
     for (int i = 0; i < g->n; i++) {
-        if (!g->in[i].dir) continue;
+        if (!g->in[i].dir) { /* a file: never among the files of a directory that may be wiped */
+            char parent[GT_PATH_MAX];
+            struct stat ps;
+            parent_of(g->in[i].path, parent, sizeof parent);
+            if (stat(parent, &ps) == 0 && ps.st_dev == sb.st_dev && ps.st_ino == sb.st_ino)
+                return gt_error(err, GT_EXIT_BAD_INPUT,
+                                "%s: %s: expected a directory apart from the inputs, found one holding the %s %s", key,
+                                path, g->in[i].what, g->in[i].path);
+            continue;
+        }
         struct stat is = {.st_dev = g->in[i].dev, .st_ino = g->in[i].ino};
         if (inside(p, &is) || inside(g->in[i].path, &sb))
             return gt_error(err, GT_EXIT_BAD_INPUT,

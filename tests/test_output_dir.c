@@ -75,6 +75,14 @@ Test(output_dir, never_the_model_directory_nor_around_or_inside_it_with_overwrit
         cr_assert_str_eq(after, before, "%s: the model directory changed", cases[i].tag);
         free(after);
     }
+    /* weights given as init_from among the files overwrite_output_dir deletes */
+    char init[450];
+    snprintf(init, sizeof init, "init_from=%s/model.safetensors", w.out);
+    st = run(&w, NULL, "init-over", init, "overwrite_output_dir=true", "seed=5", "max_steps=4", NULL);
+    expect_one_line(&w, "init-over", st, 2, "output_dir", "init_from");
+    char *after = tree_snapshot(w.out);
+    cr_assert_str_eq(after, before, "init-over: the directory changed");
+    free(after);
     /* beside it, with overwrite, the same model trains */
     char beside[450];
     snprintf(beside, sizeof beside, "output_dir=%s/beside", w.dir);
