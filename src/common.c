@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -19,6 +20,14 @@ static bool g_log_stderr = false; /* part of the logger: where gt_log writes */
 
 /* The signal flag (the other piece of global mutable state: a handler has no other way to speak). */
 static volatile sig_atomic_t g_stop_signal;
+
+/* The temporaries in flight, for the exits that skip the normal returns (out of memory, a second
+ * stop signal): part of the signal machinery, the only other state a handler may read. */
+#define GT_TMP_SLOTS 8
+static struct {
+    volatile sig_atomic_t used; /* 1: path is a file, 2: a directory of files */
+    char path[GT_PATH_MAX];
+} g_tmp[GT_TMP_SLOTS];
 
 /* Copy src into dst[cap] with control bytes escaped (\n, \r, \t, \xHH), so a message stays one
  * line and a hostile path or value cannot move the terminal's cursor. */
@@ -55,11 +64,58 @@ int gt_error(GtError *err, int code, const char *fmt, ...) {
     return -1;
 }
 
+/* async-signal-safe: unlink(2) only; a directory's files are the caller's (gt_tmp_cleanup) */
+static void unlink_tmp_files(void) {
+    for (int i = 0; i < GT_TMP_SLOTS; i++)
+        if (g_tmp[i].used == 1) unlink(g_tmp[i].path);
+}
+
+/* The first signal sets the flag; a second one ends the process at once, its temporary files
+ * removed first. */
 static void on_stop_signal(int sig) {
-    if (!g_stop_signal) g_stop_signal = sig;
+    if (!g_stop_signal) {
+        g_stop_signal = sig;
+        return;
+    }
+    unlink_tmp_files();
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigaction(SIGTERM, &dfl, NULL);
     sigaction(SIGINT, &dfl, NULL);
+    raise(sig);
+}
+
+int gt_tmp_register(const char *path, bool dir) {
+    for (int i = 0; i < GT_TMP_SLOTS; i++)
+        if (!g_tmp[i].used) {
+            snprintf(g_tmp[i].path, sizeof g_tmp[i].path, "%s", path);
+            g_tmp[i].used = dir ? 2 : 1;
+            return i;
+        }
+    return -1;
+}
+
+void gt_tmp_forget(int slot) {
+    if (slot >= 0 && slot < GT_TMP_SLOTS) g_tmp[slot].used = 0;
+}
+
+void gt_tmp_cleanup(void) {
+    for (int i = 0; i < GT_TMP_SLOTS; i++) {
+        if (g_tmp[i].used == 2) { /* a writer's temporary directory: its files (links unlinked), then it */
+            int fd = open(g_tmp[i].path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+            if (d) {
+                for (struct dirent *e; (e = readdir(d));)
+                    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) (void)unlinkat(fd, e->d_name, 0);
+                closedir(d);
+            } else if (fd >= 0) {
+                close(fd);
+            }
+            (void)rmdir(g_tmp[i].path);
+        } else if (g_tmp[i].used == 1) {
+            (void)unlink(g_tmp[i].path);
+        }
+        g_tmp[i].used = 0;
+    }
 }
 
 /* A handler, not a blocked mask: OpenBLAS and OpenMP start worker threads before main, whose masks
@@ -105,6 +161,7 @@ void gt_warn(const char *fmt, ...) {
 
 static void out_of_memory(size_t bytes) {
     fprintf(stderr, "gtrain: out of host memory allocating %zu bytes\n", bytes);
+    gt_tmp_cleanup();
     exit(GT_EXIT_FAILURE);
 }
 

@@ -117,14 +117,23 @@ static inline float gt_bf16_to_f32(uint16_t h) {
 long gt_count_nonfinite(const float *x, size_t n);
 
 /* SIGTERM/SIGINT (Slurm preemption, Ctrl-C) from process start: the first one sets a flag that
- * long loops poll (the training step in flight finishes, a checkpoint is written, exit 0) and
- * restores the default action, so a second one ends the process at once. SIGXFSZ is ignored, so
+ * long loops poll (the training step in flight finishes, a checkpoint is written, exit 0); a
+ * second one ends the process at once (the registered temporary files unlinked first). SIGXFSZ is ignored, so
  * a file-size limit or quota is a write error (EFBIG) handled like a full disk. */
 void gt_signals_install(void);
 /* 0, or the signal number of the first SIGTERM/SIGINT received. */
 int gt_stop_signal(void);
 /* Forget a received signal and re-arm the handler (tests that run several jobs in one process). */
 void gt_stop_signal_reset(void);
+
+/* Temporaries in flight (at most 8 at once): registered, they are removed on the exits that skip
+ * their writer's own cleanup -- out of memory in gt_x*alloc (files and directories of files) and a
+ * second stop signal (files). Register before writing, forget once renamed or removed; -1 when no
+ * slot is free (the writer's own cleanup still runs on every normal return). */
+int gt_tmp_register(const char *path, bool dir);
+void gt_tmp_forget(int slot);
+/* remove every registered temporary now (called before exit(3) on out of memory) */
+void gt_tmp_cleanup(void);
 
 /* Monotonic seconds. */
 double gt_now_seconds(void);

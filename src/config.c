@@ -596,7 +596,7 @@ static int check_path(const Ctx *c, int i, const char *path) {
     const KeySpec *k = &SCHEMA[i];
     char msg[GT_PATH_MAX + 128];
     struct stat st;
-    if (k->literal && strcmp(path, k->literal) == 0) return 0;
+    if (keyspec_literal(k, path)) return 0;
     if (stat(path, &st) == 0) {
         if (!k->dir || S_ISDIR(st.st_mode)) return 0;
         snprintf(msg, sizeof msg, "expected a directory, found the %s %s",

@@ -78,7 +78,7 @@ typedef struct {
                                             * bytes through hf_parse_size (hf_writer.h) */
     SaveDtype save_dtype;  /* auto: the master weights' precision (fp32) */
     char output_dir[GT_PATH_MAX];
-    char resume_from_checkpoint[GT_PATH_MAX]; /* "", a directory, or "latest" */
+    char resume_from_checkpoint[GT_PATH_MAX]; /* "auto", "latest", a directory; "", "never", "false": fresh */
     uint64_t memory_limit; /* bytes; 0 = auto (device free memory / available RAM) */
     int num_threads;       /* CPU threads; 0 = all cores */
     bool overwrite_output_dir;   /* allow output_dir to hold a different run */

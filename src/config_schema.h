@@ -4,6 +4,8 @@
 #ifndef GT_CONFIG_SCHEMA_H
 #define GT_CONFIG_SCHEMA_H
 
+#include <string.h>
+
 #include "config.h"
 
 typedef enum { KT_INT, KT_INT_AUTO, KT_FLOAT, KT_BOOL, KT_STRING, KT_PATH, KT_ENUM, KT_BYTES } KeyType;
@@ -17,7 +19,7 @@ typedef struct {
     double fmin, fmax;                   /* KT_FLOAT */
     bool fmin_open, fmax_open;           /* KT_FLOAT: exclusive bounds */
     const char *const *names;            /* KT_ENUM, NULL-terminated */
-    const char *literal;                 /* KT_PATH: a value kept as written (e.g. "latest") */
+    const char *literal;                 /* KT_PATH: values kept as written, '|'-separated ("auto|latest") */
     const char *alias_of;                /* another spelling of this key (same field) */
     bool f32;              /* KT_FLOAT: used as a 32-bit float downstream (the optimizer computes in
                             * float): the bounds must also hold after rounding to float, and a value
@@ -29,6 +31,18 @@ typedef struct {
     int (*check)(const char *value, char *why, size_t cap);
     const char *doc;
 } KeySpec;
+
+/* Is s one of k's literal values (KT_PATH: "latest", "none")? */
+static inline bool keyspec_literal(const KeySpec *k, const char *s) {
+    size_t n = strlen(s);
+    for (const char *p = k->literal; p && *p;) {
+        const char *bar = strchr(p, '|');
+        size_t len = bar ? (size_t)(bar - p) : strlen(p);
+        if (n && len == n && strncmp(p, s, n) == 0) return true;
+        p = bar ? bar + 1 : p + len;
+    }
+    return false;
+}
 
 typedef struct {
     const char *s; /* NUL-terminated */

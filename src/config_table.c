@@ -173,14 +173,18 @@ const KeySpec CONFIG_SCHEMA[] = {
     {.key = "output_dir", .type = KT_PATH, FIELD(output_dir), .def = "runs/gtrain", .dir = true,
      .required = "a directory for the run's files",
      .doc = "Directory for checkpoints, metrics.jsonl and the final model."},
-    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "", .dir = true,
-     .literal = "latest", .doc = "Resume from this checkpoint directory, or \"latest\" in output_dir; empty = fresh."},
+    {.key = "resume_from_checkpoint", .type = KT_PATH, FIELD(resume_from_checkpoint), .def = "auto", .dir = true,
+     .literal = "auto|latest|never|false",
+     .doc = "auto: when output_dir holds this run (same model, data, seed, batch), resume from its latest complete "
+            "checkpoint, and refuse a different run naming what differs; \"latest\": that checkpoint, required; a "
+            "checkpoint directory; never (or false, or empty): start fresh."},
     {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 1,
      .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
     {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
      .doc = "CPU threads; 0 = all cores."},
     {.key = "overwrite_output_dir", .type = KT_BOOL, FIELD(overwrite_output_dir), .def = "false",
-     .doc = "Allow output_dir to hold an earlier or different run (its checkpoints are then replaced)."},
+     .doc = "Allow output_dir to hold an earlier or different run: DELETES that run's checkpoints, metrics and "
+            "weights (files gtrain did not write are left alone); never the model's or an adapter's directory."},
     {.key = "nan_policy", .type = KT_ENUM, FIELD(nan_policy), .def = "skip", .names = NAN_NAMES,
      .doc = "A non-finite loss or gradient norm: skip the step (no update) or stop the run."},
     {.key = "max_skipped_steps", .type = KT_INT, FIELD(max_skipped_steps), .def = "10", .imin = 0, .imax = BIG,

@@ -381,7 +381,7 @@ int cfg_parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, voi
         char *out = dst;
         memset(out, 0, GT_PATH_MAX);
         bool keep = k->type != KT_PATH || n == 0 || s[0] == '/' || !base_dir || !base_dir[0] ||
-                    strcmp(base_dir, ".") == 0 || (k->literal && strcmp(s, k->literal) == 0);
+                    strcmp(base_dir, ".") == 0 || keyspec_literal(k, s);
         int w = keep ? snprintf(out, GT_PATH_MAX, "%s", s) : snprintf(out, GT_PATH_MAX, "%s/%s", base_dir, s);
         if (w < 0 || w >= GT_PATH_MAX) {
             snprintf(exp, sizeof exp, "a path shorter than %d bytes", GT_PATH_MAX);

@@ -13,8 +13,9 @@
 
 struct DataShardWriter {
     char path[GT_PATH_MAX];
-    char tmp[GT_PATH_MAX + 16]; /* path.tmp.XXXXXX */
+    char tmp[GT_PATH_MAX + 32]; /* path.tmp.<pid>-XXXXXX: a killed writer's is recognised by its pid */
     int fd;
+    int tmp_slot; /* gt_tmp_register's: removed on an exit that skips abort (out of memory, a second signal) */
     int width; /* bytes a token: 2 or 4 */
     uint64_t count;
     bool failed;
@@ -61,8 +62,9 @@ int data_shard_writer_open(DataShardWriter **out, const char *path, DataShardLay
         return gt_error(err, GT_EXIT_FAILURE, "%s: shard layout %d, expected uint16 or uint32", path, (int)layout);
     DataShardWriter *w = gt_xmalloc(sizeof *w);
     memset(w, 0, offsetof(DataShardWriter, buf));
+    w->tmp_slot = -1;
     if ((size_t)snprintf(w->path, sizeof w->path, "%s", path) >= sizeof w->path ||
-        (size_t)snprintf(w->tmp, sizeof w->tmp, "%s.tmp.XXXXXX", path) >= sizeof w->tmp) {
+        (size_t)snprintf(w->tmp, sizeof w->tmp, "%s.tmp.%ld-XXXXXX", path, (long)getpid()) >= sizeof w->tmp) {
         free(w);
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: path too long (at most %d bytes)", path, GT_PATH_MAX - 1);
     }
@@ -72,6 +74,7 @@ int data_shard_writer_open(DataShardWriter **out, const char *path, DataShardLay
         free(w);
         return -1;
     }
+    w->tmp_slot = gt_tmp_register(w->tmp, false);
     w->width = layout == DATA_SHARD_U32 ? 4 : 2;
     /* mkstemp's 0600 would keep a shard from the other users who train on it */
     uint8_t hdr[DATA_SHARD_HEADER_BYTES] = {0}; /* the real header comes at commit, with the count */
@@ -140,6 +143,7 @@ int data_shard_writer_commit(DataShardWriter *w, GtError *err) {
         data_shard_writer_abort(w);
         return -1;
     }
+    gt_tmp_forget(w->tmp_slot);
     free(w);
     return 0;
 }
@@ -148,6 +152,7 @@ void data_shard_writer_abort(DataShardWriter *w) {
     if (!w) return;
     if (w->fd >= 0) close(w->fd);
     unlink(w->tmp);
+    gt_tmp_forget(w->tmp_slot);
     free(w);
 }
 

@@ -308,6 +308,24 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
             return -1;
         /* PEFT saves "all-linear" resolved to the module names */
         peft_config_set_targets(pc, mask);
+        if (niter != -2) { /* PiSSA takes r singular vectors of each matrix: checked here, before plan or run */
+            PeftEntry *e = NULL;
+            const int n = peft_entries_for(d, mask, &e);
+            for (int i = 0; i < n; i++) {
+                const int64_t rank = e[i].in < e[i].out ? e[i].in : e[i].out;
+                if (pc->r > rank) {
+                    const int64_t in = e[i].in, out = e[i].out;
+                    const int layer = e[i].layer;
+                    const char *mod = peft_module_path(e[i].module);
+                    free(e);
+                    return key_error(cfg, "lora.r", err, "expected at most %lld with init_lora_weights %s (PiSSA takes r "
+                                     "singular vectors of each adapted matrix; layer %d %s is %lld x %lld, rank at most "
+                                     "%lld), found %d", (long long)rank, cfg->lora.init_lora_weights, layer, mod,
+                                     (long long)out, (long long)in, (long long)rank, pc->r);
+                }
+            }
+            free(e);
+        }
     }
     /* base_model_name_or_path: the model's directory, absolute, so the adapter finds it from anywhere */
     char abs[GT_PATH_MAX];

@@ -3,6 +3,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "lora.h"
 #include "merge.h"
 #include "model_desc.h"
+#include "outguard.h"
 #include "plan.h"
 #include "report.h"
 #include "sample.h"
@@ -102,6 +104,50 @@ static int bad_input(const char *fmt, ...) {
     fputc('\n', stderr);
     va_end(ap);
     return GT_EXIT_BAD_INPUT;
+}
+
+/* s as one shell word: as it is when plain, else in single quotes */
+static void put_word(GtBytes *b, const char *s) {
+    bool plain = *s != '\0';
+    for (const char *p = s; *p && plain; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("_/.=,:@%+-", *p);
+    gt_bytes_put(b, " ", 1);
+    if (plain) {
+        gt_bytes_put(b, s, strlen(s));
+        return;
+    }
+    gt_bytes_put(b, "'", 1);
+    for (const char *p = s; *p; p++) {
+        if (*p == '\'') gt_bytes_put(b, "'\\''", 4);
+        else gt_bytes_put(b, p, 1);
+    }
+    gt_bytes_put(b, "'", 1);
+}
+
+/* After a stop signal: the command that resumes, as invoked (the binary and the config by their
+ * absolute paths, the --set overrides as given; resume_from_checkpoint=auto added when the config
+ * does not resume by itself). */
+static void print_resume_command(const char *argv0, const char *config_path, const char *const *sets, int n_sets,
+                                 const RunConfig *cfg, int sig) {
+    char abs_bin[GT_PATH_MAX], abs_cfg[GT_PATH_MAX];
+    const char *bin = strchr(argv0, '/') && realpath(argv0, abs_bin) ? abs_bin : argv0;
+    GtBytes b = {0};
+    put_word(&b, bin);
+    put_word(&b, "--config");
+    put_word(&b, realpath(config_path, abs_cfg) ? abs_cfg : config_path);
+    for (int i = 0; i < n_sets; i++) {
+        put_word(&b, "--set");
+        put_word(&b, sets[i]);
+    }
+    const char *rf = cfg->resume_from_checkpoint;
+    if (strcmp(rf, "auto") != 0 && strcmp(rf, "latest") != 0) {
+        put_word(&b, "--set");
+        put_word(&b, "resume_from_checkpoint=auto");
+    }
+    gt_bytes_put(&b, "", 1);
+    gt_log("stopped by %s; to resume from the checkpoint just saved, run:%s\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+           b.p);
+    gt_bytes_free(&b);
 }
 
 static int fail(const GtError *err) {
@@ -318,7 +364,8 @@ int main(int argc, char **argv) {
     RunConfig *cfg = gt_xcalloc(1, sizeof *cfg);
     ModelDesc desc;
     PeftConfig peft;
-    if (config_load(cfg, config_path, sets, n_sets, &err) || model_desc_load(&desc, cfg->model, &err) ||
+    if (config_load(cfg, config_path, sets, n_sets, &err) || out_guard_run(cfg, &err) ||
+        model_desc_load(&desc, cfg->model, &err) ||
         config_check_model(cfg, &desc, &err) || lora_configure(&desc, &peft, cfg, &err)) {
         rc = fail(&err);
         free(cfg);
@@ -397,6 +444,8 @@ int main(int argc, char **argv) {
         } else if (trainer_run(cfg, &desc, &peft, dist, &summary, &err)) {
             if (dist_world(dist) > 1) dist_fail(dist, &err);
             rc = fail(&err);
+        } else if (summary.stopped_by_signal) {
+            print_resume_command(argv[0], config_path, sets, n_sets, cfg, gt_stop_signal());
         }
         dist_finalize(dist);
     }

@@ -17,6 +17,7 @@
 #include "hf_writer.h"
 #include "lora.h"
 #include "model_desc.h"
+#include "outguard.h"
 #include "peft.h"
 
 #define BAD(...) gt_error(err, GT_EXIT_BAD_INPUT, __VA_ARGS__)
@@ -163,7 +164,38 @@ static int check_out(const char *out, GtError *err) {
     return rc;
 }
 
-/* tmp = "<parent of out>/.<name of out>.merge-XXXXXX", created (mode 0777 & ~umask) */
+/* --out before any work (links never followed, "link/" included: the slash is dropped first): not
+ * the base's or the adapter's directory, new or empty, in a directory that exists; then the
+ * temporaries of a killed merge beside it are removed. */
+static int check_out_first(const MergeOptions *opt, GtError *err) {
+    char out[GT_PATH_MAX], parent[GT_PATH_MAX];
+    snprintf(out, sizeof out, "%s", opt->out);
+    size_t len = strlen(out);
+    while (len > 1 && out[len - 1] == '/') out[--len] = '\0';
+    const char *slash = strrchr(out, '/'), *name = slash ? slash + 1 : out;
+    if (!*name || !strcmp(name, ".") || !strcmp(name, ".."))
+        return BAD("%s: expected a directory name for --out (not /, . or ..)", opt->out);
+    OutGuard g = {0};
+    out_guard_add(&g, opt->base, "base model directory");
+    out_guard_add(&g, opt->adapter, "adapter directory");
+    int rc = out_guard_dir(&g, opt->out, "merge: --out", false, false, err);
+    out_guard_free(&g);
+    if (rc || check_out(out, err)) return -1;
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == out) snprintf(parent, sizeof parent, "/");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - out), out);
+    struct stat sb;
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return BAD("%s: expected the directory that holds --out to exist, found %s %s", opt->out,
+                   errno == ENOENT ? "no directory" : "not a directory:", parent);
+    char prefix[GT_PATH_MAX + 16];
+    snprintf(prefix, sizeof prefix, ".%s.merge-", name);
+    out_guard_clean_stale(parent, prefix);
+    return 0;
+}
+
+/* tmp = "<parent of out>/.<name of out>.merge-<pid>-XXXXXX", created (mode 0777 & ~umask); a
+ * killed merge's is recognised by its pid (check_out_first) */
 static int make_tmp(const char *out, char *tmp, size_t cap, GtError *err) {
     size_t len = strlen(out);
     while (len > 1 && out[len - 1] == '/') len--; /* "merged/" is "merged" */
@@ -173,8 +205,9 @@ static int make_tmp(const char *out, char *tmp, size_t cap, GtError *err) {
     size_t nlen = len - name0;
     if (nlen == 0 || (nlen == 1 && name[0] == '.') || (nlen == 2 && name[0] == '.' && name[1] == '.'))
         return BAD("%s: expected a directory name for --out (not /, . or ..)", out);
-    int k = name0 == 0 ? snprintf(tmp, cap, ".%.*s.merge-XXXXXX", (int)nlen, name)
-                       : snprintf(tmp, cap, "%.*s.%.*s.merge-XXXXXX", (int)name0, out, (int)nlen, name);
+    const long pid = (long)getpid();
+    int k = name0 == 0 ? snprintf(tmp, cap, ".%.*s.merge-%ld-XXXXXX", (int)nlen, name, pid)
+                       : snprintf(tmp, cap, "%.*s.%.*s.merge-%ld-XXXXXX", (int)name0, out, (int)nlen, name, pid);
     if (k < 0 || (size_t)k >= cap) return BAD("%.200s...: expected a shorter path for --out", out);
     if (!mkdtemp(tmp)) {
         int e = errno;
@@ -220,6 +253,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     if (!opt || !opt->base || !opt->adapter || !opt->out || !*opt->base || !*opt->adapter || !*opt->out)
         return BAD("merge: expected --base DIR, --adapter DIR and --out DIR");
     if (strlen(opt->out) >= GT_PATH_MAX - 64) return BAD("%.200s...: expected a shorter path for --out", opt->out);
+    if (check_out_first(opt, err)) return -1;
     ModelDesc d;
     if (model_desc_load(&d, opt->base, err)) return -1;
 
@@ -238,7 +272,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     StTensorOut *ts = NULL;
     FillCtx ctx = {.cached = -1};
     bool tmp_made = false;
-    int rc = -1;
+    int rc = -1, tmp_slot = -1;
     if (n_entries < 1) {
         BAD("%s: target_modules: expected modules of the base's %d layers, found none to adapt", cfile, d.n_layer);
         goto done;
@@ -276,6 +310,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
 
     if (check_out(opt->out, err) || make_tmp(opt->out, tmp, sizeof tmp, err)) goto done;
     tmp_made = true;
+    tmp_slot = gt_tmp_register(tmp, true); /* removed if the allocator exits */
     ctx = (FillCtx){w, a, entries, tg, entry_of, cfg.r, peft_scaling(&cfg), bf16, -1, NULL, NULL};
     HfSaveOptions so = {.max_shard_bytes = opt->max_shard_bytes, .staging_bytes = opt->staging_bytes};
     HfShardPlan plan;
@@ -297,6 +332,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     rc = 0;
 done:
     if (tmp_made) remove_tmp(tmp);
+    gt_tmp_forget(tmp_slot);
     free_cached(&ctx);
     free(ts);
     free(entry_of);

@@ -357,11 +357,74 @@ int rundir_check(const RunDir *rd, const char *identity_json, bool resuming, boo
                         rd->config_path, rd->dir, rd->n_foreign, rd->n_foreign == 1 ? "" : "s", rd->foreign,
                         rd->has_identity ? "" : ", and no " RUNDIR_IDENTITY);
     if (!rd->has_identity || (same && resuming)) return 0;
+    if (same)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: output_dir: %s already holds an earlier run of this one; expected an empty directory "
+                        "when not resuming (resume_from_checkpoint: auto continues it; or choose a new output_dir; "
+                        "overwrite_output_dir: true would DELETE its checkpoints and weights)",
+                        rd->config_path, rd->dir);
+    char diff[640];
+    int n = rundir_diff(rd, identity_json, diff, sizeof diff);
     return gt_error(err, GT_EXIT_BAD_INPUT,
-                    "%s: output_dir: %s already holds %s run; expected an empty directory (set overwrite_output_dir: "
-                    "true to replace it%s)",
-                    rd->config_path, rd->dir, same ? "an earlier" : "a different",
-                    same ? ", or resume_from_checkpoint: latest to continue it" : "");
+                    "%s: output_dir: %s holds a different run (%s); expected this run or an empty directory: choose a "
+                    "new output_dir (overwrite_output_dir: true would DELETE that run's checkpoints and weights)",
+                    rd->config_path, rd->dir, n ? diff : "its identity is unreadable");
+}
+
+bool rundir_has_run(const RunDir *rd) { return rd->has_identity; }
+
+bool rundir_has_weights(const RunDir *rd) {
+    static const char *const names[] = {"model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors"};
+    for (int i = 0; i < 3; i++) {
+        char p[GT_PATH_MAX + 64];
+        struct stat sb;
+        snprintf(p, sizeof p, "%s/%s", rd->dir, names[i]);
+        if (lstat(p, &sb) == 0 && S_ISREG(sb.st_mode)) return true;
+    }
+    return false;
+}
+
+/* a member's value as short text: strings as they are, other values as JSON */
+static void value_text(const cJSON *v, char *out, size_t cap) {
+    if (!v) {
+        snprintf(out, cap, "(absent)");
+        return;
+    }
+    if (cJSON_IsString(v)) {
+        snprintf(out, cap, "%.200s", v->valuestring);
+        return;
+    }
+    char *t = cJSON_PrintUnformatted(v);
+    snprintf(out, cap, "%.200s", t ? t : "?");
+    free(t);
+}
+
+int rundir_diff(const RunDir *rd, const char *identity_json, char *out, size_t cap) {
+    out[0] = '\0';
+    cJSON *old = rd->run_json ? cJSON_Parse(rd->run_json) : NULL, *now = cJSON_Parse(identity_json);
+    int n = 0;
+    size_t len = 0;
+    for (int pass = 0; pass < 2 && old && now; pass++) { /* the new run's keys, then those only the old one has */
+        const cJSON *x, *obj = pass ? old : now;
+        cJSON_ArrayForEach(x, obj) {
+            const cJSON *a = cJSON_GetObjectItemCaseSensitive(old, x->string), *b = cJSON_GetObjectItemCaseSensitive(now, x->string);
+            if (pass && b) continue;
+            if (a && b && cJSON_Compare(a, b, true)) continue;
+            char va[256], vb[256];
+            value_text(a, va, sizeof va);
+            value_text(b, vb, sizeof vb);
+            int w = snprintf(out + len, cap - len, "%s%s: %s -> %s", n ? "; " : "", x->string, va, vb);
+            n++;
+            if (w < 0 || (size_t)w >= cap - len) { /* cut: what fits, the count still right */
+                len = strlen(out);
+                continue;
+            }
+            len += (size_t)w;
+        }
+    }
+    cJSON_Delete(old);
+    cJSON_Delete(now);
+    return n;
 }
 
 static bool complete(const RunDir *rd, long step, char *out, size_t cap) {

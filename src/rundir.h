@@ -34,6 +34,14 @@ int rundir_open(RunDir **out, const char *config_path, const char *output_dir, b
  * run of this one, unless overwrite. */
 int rundir_check(const RunDir *rd, const char *identity_json, bool resuming, bool overwrite, GtError *err);
 
+/* Does the directory hold a run (a gtrain_run.json), and its final weights (model.safetensors,
+ * its shards' index, or adapter_model.safetensors at the top)? */
+bool rundir_has_run(const RunDir *rd);
+bool rundir_has_weights(const RunDir *rd);
+/* The settings in which the directory's run differs from identity_json, "key: old -> new" joined
+ * by "; " into out ("(absent)" for a missing one); returns how many. */
+int rundir_diff(const RunDir *rd, const char *identity_json, char *out, size_t cap);
+
 /* The complete checkpoint of this directory's run with the highest step; -1 (code 2) when none. */
 int rundir_latest(const RunDir *rd, char *out, size_t cap, long *step, GtError *err);
 /* How many of the run's checkpoints have a step above `step` (resuming from an earlier one). */

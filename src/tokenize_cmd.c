@@ -14,6 +14,7 @@
 
 #include "data.h"
 #include "json_string.h"
+#include "outguard.h"
 #include "tokenizer.h"
 
 #define BATCH_LINES 65536
@@ -691,6 +692,34 @@ out:
     return rc;
 }
 
+/* --out, before any work: a new name in an existing directory or a regular file, never one of the
+ * inputs (the text files, standard input, the tokenizer file or its directory's files); then the
+ * temporaries a killed tokenize left beside it are removed. */
+static int check_out(const TokenizeOptions *o, GtError *err) {
+    OutGuard g = {0};
+    out_guard_add(&g, o->tokenizer, "tokenizer");
+    for (int i = 0; i < o->n_inputs; i++) {
+        const bool std_in = strcmp(o->inputs[i], "-") == 0;
+        const int before = g.n;
+        out_guard_add(&g, std_in ? "/dev/stdin" : o->inputs[i], std_in ? "input" : "input file");
+        if (std_in && g.n > before) snprintf(g.in[before].path, sizeof g.in[before].path, "<stdin>");
+    }
+    int rc = out_guard_file(&g, o->out, "tokenize: --out", err);
+    out_guard_free(&g);
+    if (rc == 0) {
+        char dir[GT_PATH_MAX], prefix[GT_PATH_MAX + 8];
+        snprintf(dir, sizeof dir, "%s", o->out);
+        char *slash = strrchr(dir, '/');
+        const char *base = slash ? slash + 1 : dir;
+        snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+        if (!slash) snprintf(dir, sizeof dir, ".");
+        else if (slash == dir) dir[1] = '\0';
+        else *slash = '\0';
+        out_guard_clean_stale(dir, prefix);
+    }
+    return rc;
+}
+
 int tokenize_command(int argc, char **argv) {
     TokenizeOptions o = {0};
     int prc = parse_options(argc, argv, &o);
@@ -707,7 +736,8 @@ int tokenize_command(int argc, char **argv) {
     for (int i = 0; i < o.n_inputs; i++) c.names[i] = input_name(o.inputs[i]);
     GtError err = {0};
     Tokenizer *tok = NULL;
-    int rc = tokenizer_load(&tok, o.tokenizer, &err);
+    int rc = o.out ? check_out(&o, &err) : 0;
+    if (rc == 0) rc = tokenizer_load(&tok, o.tokenizer, &err);
     if (rc == 0) {
         c.tok = tok;
         rc = run(&c, &err);

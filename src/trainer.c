@@ -116,6 +116,7 @@ static char *run_identity(const Trainer *t) {
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)t->cfg->seed);
     cJSON_AddStringToObject(j, "seed", seed);
     cJSON_AddStringToObject(j, "train", t->cfg->data.train);
+    if (t->cfg->init_from[0]) cJSON_AddStringToObject(j, "init_from", t->cfg->init_from); /* absent when random, as before */
     if (!t->cfg->data.shuffle) cJSON_AddFalseToObject(j, "shuffle"); /* file order (absent when shuffled, as before) */
     cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
     cJSON_AddNumberToObject(j, "n_head", d->n_head);
@@ -308,19 +309,49 @@ static int record_events(void *rundir, const char *file_name, GtError *err) {
  * back, this run's identity recorded). */
 static int claim_output_dir(Trainer *t, GtError *err) {
     const RunConfig *cfg = t->cfg;
-    const bool resuming = cfg->resume_from_checkpoint[0] != 0, overwrite = cfg->overwrite_output_dir;
+    const char *rf = cfg->resume_from_checkpoint;
+    const bool never = !rf[0] || strcmp(rf, "never") == 0 || strcmp(rf, "false") == 0;
+    const bool overwrite = cfg->overwrite_output_dir;
+    bool resuming = !never, restart = false;
     char *identity = run_identity(t);
     int rc = -1;
     if (rundir_open(&t->rundir, cfg->config_path, cfg->output_dir, t->rank == 0, err)) goto out;
-    if (t->rank == 0 && rundir_check(t->rundir, identity, resuming, overwrite, err)) goto out;
     const bool same_run = rundir_holds(t->rundir, identity);
+    char dir[GT_PATH_MAX];
+    dir[0] = '\0';
+    if (strcmp(rf, "auto") == 0 && overwrite) {
+        resuming = false; /* as HF's scripts: overwrite_output_dir ignores the checkpoints there */
+    } else if (strcmp(rf, "auto") == 0) {
+        /* auto: this run's latest complete checkpoint when output_dir holds this run; else fresh
+         * (rundir_check refuses a different run, naming what differs) */
+        long at = -1;
+        GtError none = {0};
+        if (same_run && rundir_latest(t->rundir, dir, sizeof dir, &at, &none) == 0) {
+            gt_log("resume_from_checkpoint: auto: %s holds this run; resuming from its latest checkpoint, %s\n",
+                   cfg->output_dir, dir);
+        } else if (same_run && !overwrite && rundir_has_weights(t->rundir)) {
+            gt_error(err, GT_EXIT_BAD_INPUT,
+                     "%s: output_dir: %s holds this run, finished (its weights are there) with no checkpoint to "
+                     "resume from; expected an empty directory: choose a new output_dir (overwrite_output_dir: true "
+                     "would DELETE those weights)",
+                     cfg->config_path, cfg->output_dir);
+            goto out;
+        } else {
+            resuming = false;
+            restart = same_run; /* this run, killed before its first checkpoint: started again */
+            if (restart) gt_log("resume_from_checkpoint: auto: %s holds this run with no complete checkpoint; "
+                                "starting it again from step 0\n", cfg->output_dir);
+        }
+    }
+    if (t->rank == 0 && rundir_check(t->rundir, identity, resuming || restart, overwrite, err)) goto out;
     long resumed_at = -1;
     if (resuming) {
-        char dir[GT_PATH_MAX];
-        if (strcmp(cfg->resume_from_checkpoint, "latest") == 0) {
+        if (dir[0]) {
+            /* auto found it */
+        } else if (strcmp(rf, "latest") == 0) {
             if (rundir_latest(t->rundir, dir, sizeof dir, NULL, err)) goto out;
         } else {
-            snprintf(dir, sizeof dir, "%s", cfg->resume_from_checkpoint);
+            snprintf(dir, sizeof dir, "%s", rf);
         }
         TrainerState st;
         if (checkpoint_load(dir, t->model, &st, err)) goto out;
@@ -335,8 +366,10 @@ static int claim_output_dir(Trainer *t, GtError *err) {
         if (st.global_step >= t->state.max_steps) {
             gt_error(err, GT_EXIT_BAD_INPUT,
                      "%s: max_steps: expected more than the %ld steps %s already holds, found %ld (nothing to train; "
-                     "raise max_steps or num_train_epochs to continue)",
-                     cfg->config_path, st.global_step, dir, t->state.max_steps);
+                     "raise max_steps or num_train_epochs to continue%s)",
+                     cfg->config_path, st.global_step, dir, t->state.max_steps,
+                     strcmp(rf, "auto") == 0 ? "; resume_from_checkpoint: auto found it: for a new run, choose a new "
+                                               "output_dir" : "");
             goto out;
         }
         int later = same_run ? rundir_count_after(t->rundir, st.global_step) : 0;
@@ -371,7 +404,7 @@ static int claim_output_dir(Trainer *t, GtError *err) {
             goto out;
         }
         /* phase 2: write */
-        if (rundir_commit(t->rundir, identity, overwrite && !keep, keep ? resumed_at : -1, err)) goto out;
+        if (rundir_commit(t->rundir, identity, (overwrite || restart) && !keep, keep ? resumed_at : -1, err)) goto out;
         if (keep && metrics_prune(cfg->output_dir, t->state.global_step, err)) goto out;
         if (!(t->metrics = metrics_open(cfg->output_dir, keep, err))) goto out;
         GtError tberr = {0};
@@ -513,8 +546,11 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                               .gradient_accumulation_steps = t->plan.A};
 
     /* lora.init_from is read and checked before output_dir is claimed: a refused adapter leaves the
-     * directory as it was (a resumed run's adapters are its checkpoint's) */
-    if (desc->lora_r > 0 && cfg->lora.init_from[0] && !cfg->resume_from_checkpoint[0]) {
+     * directory as it was (a resumed run's adapters are its checkpoint's: with auto, the checkpoint's
+     * replace these when it finds one) */
+    const char *rf = cfg->resume_from_checkpoint;
+    const bool may_start_fresh = !rf[0] || !strcmp(rf, "auto") || !strcmp(rf, "never") || !strcmp(rf, "false");
+    if (desc->lora_r > 0 && cfg->lora.init_from[0] && may_start_fresh) {
         if (lora_load_adapter(t->model, cfg->lora.init_from, err)) return -1;
         gt_log("adapters: continued from %s\n", cfg->lora.init_from);
     }

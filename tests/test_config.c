@@ -112,7 +112,7 @@ Test(config, defaults_are_hf_like) {
     cr_expect_eq(c->eval_max_batches, 0);
     cr_expect_eq(c->save_total_limit, 0);
     cr_expect_str_eq(c->output_dir, "runs/gtrain");
-    cr_expect_str_eq(c->resume_from_checkpoint, "");
+    cr_expect_str_eq(c->resume_from_checkpoint, "auto");
     cr_expect_str_eq(c->model, "");
     cr_expect_str_eq(c->init_from, "");
     cr_expect_str_eq(c->data.train, "");

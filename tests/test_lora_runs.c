@@ -1207,3 +1207,65 @@ Test(lora_runs, plan_counts_gpt2_modules_from_the_dimensions, .timeout = 60) {
     }
     ws_fini(&w);
 }
+
+/* ---------------------------------------------------------------- PiSSA's r against the matrices' rank */
+
+/* `gtrain plan --config cfg --set ...`: the wait status (logs dir/tag.out, dir/tag.err) */
+static int plan_status(const Ws *w, const char *tag, const char *const *sets, int n) {
+    const char *argv[40];
+    int a = 0;
+    argv[a++] = test_gtrain_bin();
+    argv[a++] = "plan";
+    argv[a++] = "--config";
+    argv[a++] = w->cfg;
+    for (int i = 0; i < n; i++) argv[a++] = "--set", argv[a++] = sets[i];
+    argv[a] = NULL;
+    char out[320], err[320];
+    snprintf(out, sizeof out, "%s/%s.out", w->dir, tag);
+    snprintf(err, sizeof err, "%s/%s.err", w->dir, tag);
+    fflush(stdout);
+    pid_t pid = fork();
+    cr_assert_neq(pid, -1);
+    if (pid == 0) {
+        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fo < 0 || fe < 0) _exit(126);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st;
+    while (waitpid(pid, &st, 0) < 0) cr_assert_eq(errno, EINTR);
+    return st;
+}
+
+/* r above the smallest adapted matrix's rank: refused by plan and by a run, naming lora.r and that
+ * rank, before output_dir exists; r equal to it passes plan */
+Test(lora_runs, pissa_r_above_a_matrix_rank_is_refused_before_output_dir, .timeout = 120) {
+    Ws w;
+    lws_init(&w);
+    const Dims d = llama_dims(wpath(&w, "base/config.json"));
+    int rank = d.C; /* every Llama module's min(in, out): q, k, v, o, gate, up, down */
+    const int dims[][2] = {{d.C, d.Q}, {d.C, d.KV}, {d.Q, d.C}, {d.C, d.I}, {d.I, d.C}};
+    for (int i = 0; i < 5; i++) {
+        const int m = dims[i][0] < dims[i][1] ? dims[i][0] : dims[i][1];
+        if (m < rank) rank = m;
+    }
+    char over[16], at[16], want[48];
+    snprintf(over, sizeof over, "%d", rank + 1);
+    snprintf(at, sizeof at, "%d", rank);
+    snprintf(want, sizeof want, "at most %d", rank);
+    const char *inits[] = {"pissa", "pissa_niter_2"};
+    for (int k = 0; k < 2; k++) {
+        const char *sets[] = {kv("lora.init_lora_weights", inits[k]), kv("lora.r", over), "lora.lora_alpha=8"};
+        int st = plan_status(&w, "plan-over", sets, 3);
+        expect_one_line(&w, "plan-over", st, 2, "lora.r", want);
+        st = run_cfg(&w, w.cfg, "run-over", sets, 3);
+        expect_one_line(&w, "run-over", st, 2, "lora.r", want);
+        cr_assert(!exists(w.out), "a refused run created %s", w.out);
+        const char *ok[] = {kv("lora.init_lora_weights", inits[k]), kv("lora.r", at), "lora.lora_alpha=8"};
+        st = plan_status(&w, "plan-at", ok, 3);
+        expect_exit(&w, "plan-at", st, 0);
+    }
+    ws_fini(&w);
+}

@@ -318,6 +318,56 @@ Test(merge, a_write_that_fails_half_way_leaves_nothing, .timeout = 120) {
     test_scratch_remove(dir);
 }
 
+/* --out is checked before anything is read (a missing base is not the error reported): a link to a
+ * directory ("link/" too) is never followed, an input directory is never the output; a killed
+ * merge's temporary (its pid gone) is removed by the next merge to that name, a live one's kept */
+Test(merge, out_checked_first_and_stale_temporaries_removed, .timeout = 180) {
+    const char *root = need_torch();
+    need_bin();
+    char dir[256], args[4096];
+    test_scratch_make(dir, sizeof dir, "gt_merge_out");
+    sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 2", root,
+       root, dir);
+    sh(PY " '%s/tests/tools/peft_merge_ref.py' adapter '%s/base' '%s/ad' --targets q_proj --r 2", root, dir, dir);
+    cr_assert_eq(mkdir(test_join(dir, "empty"), 0755), 0);
+    cr_assert_eq(symlink("empty", test_join(dir, "link")), 0);
+    cr_assert_eq(symlink("base", test_join(dir, "baselink")), 0);
+    const char *outs[][2] = {{"link/", "symbolic link"}, {"link", "symbolic link"}, {"base", "base model directory"},
+                             {"baselink/", "base model directory"}, {"ad", "adapter directory"}};
+    for (int i = 0; i < 5; i++) {
+        snprintf(args, sizeof args, "merge --base '%s/%s' --adapter '%s/ad' --out '%s/%s'", dir,
+                 i < 2 ? "missing-base" : "base", dir, dir, outs[i][0]);
+        expect_refused(dir, args, outs[i][0], outs[i][1]);
+        cr_assert(strstr(read_text(test_join(dir, "stderr")), "--out"), "%s: --out not named", outs[i][0]);
+    }
+    struct stat sb;
+    cr_assert(lstat(test_join(dir, "link"), &sb) == 0 && S_ISLNK(sb.st_mode));
+    assert_no_tmp(dir, "link");
+    assert_no_tmp(dir, "empty");
+    /* a killed merge's temporary: a directory of shards named by a pid that is gone */
+    pid_t gone = fork();
+    cr_assert_geq(gone, 0);
+    if (gone == 0) _exit(0);
+    cr_assert_eq(waitpid(gone, NULL, 0), gone);
+    char stale[128], live[128];
+    snprintf(stale, sizeof stale, ".m.merge-%ld-AbCdEf", (long)gone);
+    snprintf(live, sizeof live, ".m.merge-%ld-GhIjKl", (long)getpid());
+    cr_assert_eq(mkdir(test_join(dir, stale), 0755), 0);
+    char f[600];
+    snprintf(f, sizeof f, "%s/%s/model.safetensors", dir, stale);
+    test_write_file(f, "partial", 7);
+    cr_assert_eq(mkdir(test_join(dir, live), 0755), 0);
+    snprintf(args, sizeof args, "merge --base '%s/base' --adapter '%s/ad' --out '%s/m'", dir, dir, dir);
+    cr_assert_eq(gtrain(dir, args), 0, "%s", read_text(test_join(dir, "stderr")));
+    cr_assert(strstr(read_text(test_join(dir, "stderr")), stale), "the removal is not reported: %s",
+              read_text(test_join(dir, "stderr")));
+    cr_assert(!exists(test_join(dir, stale)), "%s was left", stale);
+    cr_assert(exists(test_join(dir, live)), "a live merge's %s was removed", live);
+    snprintf(f, sizeof f, "%s/m/config.json", dir);
+    cr_assert(exists(f), "the merge wrote no model");
+    test_scratch_remove(dir);
+}
+
 Test(merge, bf16_rounding_is_once_from_double) {
     /* every float: the same as fp32 -> bf16 (round to nearest even) */
     uint64_t s = 88172645463325252ULL;

@@ -398,7 +398,7 @@ Test(reliability, output_dir_holding_another_run_is_refused, .timeout = 120) {
     cr_assert_not_null(before);
 
     st = run(&w, NULL, "again", "max_steps=2", NULL);
-    expect_one_line(&w, "again", st, 2, w.out, "overwrite_output_dir");
+    expect_one_line(&w, "again", st, 2, w.out, "nothing to train"); /* auto: this run, finished */
     st = run(&w, NULL, "seed", "max_steps=2", "seed=12", NULL);
     expect_one_line(&w, "seed", st, 2, w.out, "different");
     st = run(&w, NULL, "seedres", "max_steps=4", "seed=12", "resume_from_checkpoint=latest", NULL);

@@ -250,7 +250,9 @@ Test(safety, refused_runs_leave_the_directory_byte_for_byte, .timeout = 240) {
     struct {
         const char *tag, *a, *b, *c, *needle;
     } cases[] = {
-        {"again", "max_steps=6", NULL, NULL, "overwrite_output_dir"},
+        {"again", "max_steps=6", NULL, NULL, "nothing to train"}, /* auto: found complete */
+        {"never", "max_steps=6", "resume_from_checkpoint=never", NULL, "resume_from_checkpoint: auto"},
+        {"false", "max_steps=9", "resume_from_checkpoint=false", NULL, "DELETE"},
         {"model", ms, "max_steps=9", "resume_from_checkpoint=latest", "different"},
         {"seed", "seed=99", "resume_from_checkpoint=latest", "max_steps=9", "different"},
         {"done", "max_steps=6", "resume_from_checkpoint=latest", NULL, "max_steps"},

@@ -19,9 +19,11 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "common.h"
 #include "json_string.h"
 #include "run_util.h"
 #include "test_backend_select.h"
@@ -602,4 +604,133 @@ Test(tokenize_cmd, json_strings_encode_as_valid_utf8_and_decode_exactly) {
         cr_assert_eq(json_string_decode(&p, bad[i] + strlen(bad[i]), &b), -1, "accepted %s", bad[i]);
     }
     gt_bytes_free(&b);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * --out is never an input, a special file or a directory: refused (one line, exit 2) before the
+ * tokenizer is read, and whatever was there is unchanged */
+
+static void expect_unchanged(const char *name, const char *want) {
+    char *got = slurp(test_join(g_dir, name), NULL);
+    cr_assert(got && !strcmp(got, want), "%s changed: \"%s\"", name, got ? got : "(gone)");
+    free(got);
+}
+
+Test(tokenize_cmd, out_is_never_an_input_nor_special) {
+    put_str("text.txt", "the text\n");
+    char tj[600];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", g_tok);
+    char *tok_json = slurp(tj, NULL);
+    cr_assert_not_null(tok_json);
+    put_str("tokenizer.json", tok_json);
+    cr_assert_eq(symlink("text.txt", test_join(g_dir, "link")), 0);
+    cr_assert_eq(link(test_join(g_dir, "text.txt"), test_join(g_dir, "hard")), 0);
+    cr_assert_eq(mkfifo(test_join(g_dir, "fifo.bin"), 0600), 0);
+    cr_assert_eq(mkdir(test_join(g_dir, "adir"), 0755), 0);
+    struct {
+        const char *out, *named, *also;
+    } cases[] = {
+        {"text.txt", "text.txt", "input"},         {"tokenizer.json", "tokenizer.json", "tokenizer"},
+        {"link", "link", "symbolic link"},         {"hard", "hard", "text.txt"},
+        {"fifo.bin", "fifo.bin", "FIFO"},          {"adir", "adir", "directory"},
+        {"adir/", "adir/", "directory"},           {"missing/x.bin", "missing/x.bin", "missing"},
+        {"text.txt/x.bin", "text.txt/x.bin", "file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        Result r = tokenize(NULL, "--tokenizer", "tokenizer.json", "--out", cases[i].out, "text.txt", NULL);
+        expect_refusal(&r, cases[i].out, cases[i].named, cases[i].also);
+        cr_assert_not_null(strstr(r.err, "--out"), "%s: the message does not name --out: %s", cases[i].out, r.err);
+        done(&r);
+        expect_unchanged("text.txt", "the text\n");
+        expect_unchanged("tokenizer.json", tok_json);
+    }
+    struct stat sb;
+    cr_assert(lstat(test_join(g_dir, "fifo.bin"), &sb) == 0 && S_ISFIFO(sb.st_mode), "the FIFO was replaced");
+    cr_assert(lstat(test_join(g_dir, "link"), &sb) == 0 && S_ISLNK(sb.st_mode), "the link was replaced");
+    /* the input given as standard input */
+    Result r = tokenize(test_join(g_dir, "text.txt"), "--tokenizer", "tokenizer.json", "--out", "hard", NULL);
+    expect_refusal(&r, "stdin", "hard", "stdin");
+    done(&r);
+    expect_unchanged("text.txt", "the text\n");
+    /* a character device (root only: mknod) is refused, never unlinked */
+    if (geteuid() == 0 && mknod(test_join(g_dir, "null"), S_IFCHR | 0666, makedev(1, 3)) == 0) {
+        r = tokenize(NULL, "--tokenizer", "tokenizer.json", "--out", "null", "text.txt", NULL);
+        expect_refusal(&r, "a character device", "null", "character device");
+        done(&r);
+        cr_assert(lstat(test_join(g_dir, "null"), &sb) == 0 && S_ISCHR(sb.st_mode), "the device was replaced");
+    }
+    expect_no_file_named("text.txt.tmp");
+    expect_no_file_named("fifo.bin.tmp");
+    /* and a new name or a regular file of its own is written */
+    r = tokenize(NULL, "--tokenizer", "tokenizer.json", "--out", "adir/new.bin", "text.txt", NULL);
+    expect_ok(&r, "a new file in a directory");
+    done(&r);
+    free(tok_json);
+}
+
+/* a pid that is no process: a child's, reaped */
+static pid_t dead_pid(void) {
+    pid_t p = fork();
+    cr_assert_geq(p, 0);
+    if (p == 0) _exit(0);
+    cr_assert_eq(waitpid(p, NULL, 0), p);
+    return p;
+}
+
+Test(tokenize_cmd, stale_temporaries_of_a_killed_run_are_removed) {
+    put_str("t.txt", "the text\n");
+    char stale[64], live[64], other[64];
+    snprintf(stale, sizeof stale, "s.bin.tmp.%ld-Ab12Cd", (long)dead_pid());
+    snprintf(live, sizeof live, "s.bin.tmp.%ld-Xy34Zw", (long)getpid()); /* a running writer's: kept */
+    snprintf(other, sizeof other, "other.bin.tmp.%ld-Ab12Cd", (long)dead_pid()); /* another output's: kept */
+    put_str(stale, "partial");
+    put_str(live, "in flight");
+    put_str(other, "partial");
+    Result r = tokenize(NULL, "--tokenizer", g_tok, "--out", "s.bin", "t.txt", NULL);
+    expect_ok(&r, "stale temporaries");
+    cr_assert_not_null(strstr(r.err, stale), "the removal is not reported: %s", r.err);
+    done(&r);
+    cr_assert(!exists(test_join(g_dir, stale)), "%s was left", stale);
+    cr_assert(exists(test_join(g_dir, live)), "a live writer's %s was removed", live);
+    cr_assert(exists(test_join(g_dir, other)), "another output's %s was removed", other);
+    Shard s = read_shard("s.bin");
+    cr_assert_gt(s.count, 0);
+    free(s.tok);
+}
+
+/* the exits that skip a writer's own cleanup: the allocator's exit(1), and a second stop signal */
+Test(tokenize_cmd, registered_temporaries_go_on_every_exit) {
+    for (int how = 0; how < 2; how++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/inflight.%d.tmp", g_dir, how);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t p = fork();
+        cr_assert_geq(p, 0);
+        if (p == 0) {
+            gt_signals_install();
+            int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0 || gt_tmp_register(path, false) < 0) _exit(99);
+            close(fd);
+            if (how == 0) { /* more than malloc ever gives (ASan's allocator aborts instead: its exit is its own) */
+#ifdef __SANITIZE_ADDRESS__
+                gt_tmp_cleanup();
+                _exit(1);
+#else
+                volatile char *x = gt_xmalloc(SIZE_MAX / 2);
+                x[0] = 1;
+                _exit(98);
+#endif
+            }
+            raise(SIGINT); /* the first: a flag */
+            if (!gt_stop_signal()) _exit(97);
+            raise(SIGINT); /* the second: the end */
+            _exit(96);
+        }
+        int st;
+        cr_assert_eq(waitpid(p, &st, 0), p);
+        if (how == 0) cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "out of memory: status %d", st);
+        else cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGINT, "second SIGINT: status %d", st);
+        cr_assert(!exists(path), "%s was left (%s)", path, how ? "second signal" : "out of memory");
+    }
 }

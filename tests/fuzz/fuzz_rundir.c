@@ -2,7 +2,7 @@
  * everything that trusts it). The input is written as the identity of a scratch output_dir that
  * holds a complete checkpoint-3, an incomplete checkpoint-5, a link checkpoint-7 and a link
  * .checkpoint-9.tmp into a victim directory beside it. The directory is opened, checked, asked
- * for `latest`, then committed with a wipe (which removes what the identity lists). Must hold:
+ * for `latest` and its differences from a run (rundir_diff, into a small buffer), then committed with a wipe (which removes what the identity lists). Must hold:
  * `latest` is only ever the complete checkpoint-3; every refusal has a code and a message; the
  * victim's file survives everything. */
 #include <ftw.h>
@@ -66,6 +66,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         } else if (err.code == 0 || !err.msg[0]) {
             abort();
         }
+        char diff[64]; /* small: a cut list stays NUL-terminated inside it */
+        memset(diff, 'x', sizeof diff);
+        int nd = rundir_diff(rd, identity, diff, sizeof diff);
+        if (nd < 0 || memchr(diff, '\0', sizeof diff) == NULL) abort();
+        (void)rundir_has_weights(rd);
+        (void)rundir_has_run(rd);
         (void)rundir_count_after(rd, 1);
         (void)rundir_foreign_checkpoint(rd, 0, 10, 1);
         memset(&err, 0, sizeof err);
