@@ -532,3 +532,37 @@ Test(silent, special_tokens_from_addedtoken_dicts_generation_config_and_config, 
     }
     test_scratch_remove(dir);
 }
+
+/* A run prints the ids it uses, and SFT's EOS is Qwen3's <|im_end|> (tokenizer_config.json's
+ * eos_token, what TRL appends), not the <|endoftext|> of the old name list: the line is checked
+ * against AutoTokenizer's ids and names */
+Test(silent, a_run_prints_qwen3s_special_tokens_as_autotokenizer_has_them, .timeout = 300) {
+    test_require_refs();
+    char tok[600];
+    ref_tokenizer_file("qwen3", tok, sizeof tok);
+    *strrchr(tok, '/') = '\0';
+    int got[3], want[3];
+    special_ids(tok, got, want);
+    Ws w;
+    ws_init(&w);
+    const char *m = "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 16, "
+                    "\"intermediate_size\": 32, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                    "\"num_key_value_heads\": 1, \"max_position_embeddings\": 64, \"vocab_size\": 151669, "
+                    "\"rms_norm_eps\": 1e-05, \"tie_word_embeddings\": true}";
+    put_file(wpath(&w, "qwen-tiny.json"), m, strlen(m));
+    const char *data = "{\"prompt\": \"Q: one?\\nA:\", \"completion\": \" two.\"}\n"
+                       "{\"prompt\": \"Q: three?\\nA:\", \"completion\": \" four.\"}\n";
+    put_file(wpath(&w, "train.jsonl"), data, strlen(data));
+    int st = run(&w, NULL, "qwen", kv("model", wpath(&w, "qwen-tiny.json")), kv("tokenizer", tok),
+                 kv("data.train", wpath(&w, "train.jsonl")), "data.format=jsonl", "data.seq_len=16", "max_steps=1",
+                 "save_steps=0", "eval_steps=0", "data.val_fraction=0", NULL);
+    expect_exit(&w, "qwen", st, 0);
+    char *o = read_log(&w, "qwen", "out");
+    char line[300];
+    snprintf(line, sizeof line, "special tokens: bos none, eos %d <|im_end|> (tokenizer_config.json), pad %d "
+             "<|endoftext|> (tokenizer_config.json)\n", want[1], want[2]);
+    cr_assert_eq(want[0], -1, "AutoTokenizer gives Qwen3 a BOS now: %d", want[0]);
+    cr_assert_not_null(strstr(o, line), "expected \"%s\" in: %s", line, o);
+    free(o);
+    ws_fini(&w);
+}
