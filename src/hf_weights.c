@@ -534,7 +534,7 @@ int hf_weights_check_shape(const HfWeights *w, int i, int ndim, const int64_t *s
 static int finite_or_refuse(const HfWeights *w, int i, const float *x, size_t n, uint64_t elem_offset, GtError *err) {
     for (size_t q = 0; q < n; q++)
         if (!isfinite(x[q]))
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: element %llu: expected a finite weight, found %g",
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: element %llu: expected a finite weight, found %g, which is not finite",
                             safetensors_path(w->shards[w->t[i].shard]), w->t[i].name,
                             (unsigned long long)(elem_offset + q), (double)x[q]);
     return 0;

@@ -113,7 +113,7 @@ int hf_weights_check_shape(const HfWeights *w, int i, int ndim, const int64_t *s
  * product of the other dimensions) into dst, which holds cap floats. A range outside the tensor
  * or a dst too small is the caller's error (code 1); a short read, code 2. Every value read is a
  * weight: a NaN or an infinity is refused (code 2: "FILE: tensor NAME: element E: expected a
- * finite weight, found nan"), whatever reads it (a model's weights, an adapter, merge's base). */
+ * finite weight, found nan, which is not finite"), whatever reads it (a model's weights, an adapter, merge's base). */
 int hf_weights_read_f32(const HfWeights *w, int i, float *dst, size_t n, GtError *err);
 int hf_weights_read_range_f32(const HfWeights *w, int i, uint64_t elem_offset, size_t n, float *dst, GtError *err);
 int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nrows, float *dst, size_t cap,
