@@ -274,7 +274,7 @@ done:
 /* ---------------------------------------------------------------- run checkpoints */
 
 int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, const float *adam_m_full,
-                    const float *adam_v_full, uint64_t max_shard_bytes, GtError *err) {
+                    const float *adam_v_full, uint64_t max_shard_bytes, const Tokenizer *tok, GtError *err) {
     char tmp[GT_PATH_MAX + 64], final[GT_PATH_MAX + 64], old[GT_PATH_MAX + 80];
     snprintf(tmp, sizeof tmp, "%s/.checkpoint-%ld.tmp", output_dir, st->global_step);
     snprintf(final, sizeof final, "%s/checkpoint-%ld", output_dir, st->global_step);
@@ -283,7 +283,12 @@ int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, co
     /* the weights: every one, or a LoRA run's adapters (its base is the model's, unchanged) */
     int wrc = m->desc.lora_r > 0 ? lora_save_adapter(tmp, m, false, err)
                                  : checkpoint_save_weights(tmp, m, false, max_shard_bytes, err);
-    if (wrc || save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
+    size_t tok_len = 0;
+    const uint8_t *tok_json = tok ? tokenizer_raw(tok, &tok_len) : NULL;
+    char tok_file[GT_PATH_MAX + 96];
+    snprintf(tok_file, sizeof tok_file, "%s/tokenizer.json", tmp);
+    if (wrc || (tok_json && gt_write_file_atomic(tok_file, tok_json, tok_len, err)) ||
+        save_optimizer(tmp, m, st->adam_t, adam_m_full, adam_v_full, err) ||
         write_state(tmp, st, &m->desc, err) || fsync_dir(tmp) != 0) {
         rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
         if (!err || !err->msg[0]) gt_error(err, GT_EXIT_FAILURE, "%s: sync failed", tmp);

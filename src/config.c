@@ -7,6 +7,7 @@
  * (parse, print, bounds) is config_value.c's; the entry's layout is in config_schema.h. */
 #include "config_schema.h"
 
+#include "hf_weights.h"
 #include "hf_writer.h"
 #include "lora.h"
 #include "model_desc.h"
@@ -588,6 +589,33 @@ static int apply_set(Ctx *c, const char *set) {
     return set_value(c, idx, shown, eq + 1);
 }
 
+/* init against init_from and model: the weights a run would load exist, or random init was asked
+ * for (a model directory without weights, an interrupted download, is never trained from random) */
+static int check_init(const Ctx *c) {
+    const RunConfig *cfg = c->cfg;
+    char msg[GT_PATH_MAX + 700], found[512];
+    struct stat st;
+    const bool dir = stat(cfg->model, &st) == 0 && S_ISDIR(st.st_mode);
+    if (cfg->init == INIT_RANDOM && cfg->init_from[0]) {
+        snprintf(msg, sizeof msg, "expected no init_from with init: random (random init reads no weights), found "
+                 "init_from %.*s", GT_PATH_MAX, cfg->init_from);
+        return key_error(c, config_schema_index("init"), msg);
+    }
+    if (cfg->init == INIT_RANDOM || cfg->init_from[0]) return 0;
+    if (dir && !hf_weights_dir_has_weights(cfg->model, found, sizeof found)) {
+        snprintf(msg, sizeof msg, "expected a model directory holding its weights (" HF_SINGLE_FILE " or "
+                 HF_INDEX_FILE "; init: random trains its architecture from random init), found %s in %.*s", found,
+                 GT_PATH_MAX, cfg->model);
+        return key_error(c, config_schema_index("model"), msg);
+    }
+    if (!dir && cfg->init == INIT_PRETRAINED) {
+        snprintf(msg, sizeof msg, "expected weights to load (init_from, or model as a model directory holding them), "
+                 "found model %.*s, a file, and no init_from", GT_PATH_MAX, cfg->model);
+        return key_error(c, config_schema_index("init"), msg);
+    }
+    return 0;
+}
+
 /* A path that cannot serve its key whatever happens later: it runs through an existing file
  * (output_dir: some_file.txt/out), or a directory key names an existing non-directory. Checked at
  * load, so that `gtrain plan` reports it and a run creates nothing first; paths that do not exist
@@ -633,6 +661,7 @@ static int validate(Ctx *c) {
         if (SCHEMA[i].type == KT_PATH && ((const char *)cfg + SCHEMA[i].offset)[0] &&
             check_path(c, i, (const char *)cfg + SCHEMA[i].offset))
             return -1;
+    if (check_init(c)) return -1;
     if (cfg->offload && !cfg->gradient_checkpointing) {
         int i = config_schema_index("offload");
         if (c->file_seen[config_schema_index("gradient_checkpointing_kwargs.offload")] &&

@@ -16,6 +16,8 @@ typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
 typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL } DataFormat;
 typedef enum { NAN_SKIP = 0, NAN_STOP } NanPolicy;
 typedef enum { SAVE_DTYPE_AUTO = 0, SAVE_DTYPE_BF16, SAVE_DTYPE_FP32 } SaveDtype;
+/* init: where the first weights come from (auto: pretrained when there are weights to name) */
+typedef enum { INIT_AUTO = 0, INIT_PRETRAINED, INIT_RANDOM } InitKind;
 
 #define GT_CONFIG_MAX_KEYS 96
 
@@ -31,6 +33,7 @@ typedef struct {
 
     char model[GT_PATH_MAX];     /* model JSON, resolved path */
     char init_from[GT_PATH_MAX]; /* "" = random init; else a model.safetensors or a run dir */
+    InitKind init;               /* random: no weights loaded; else model dir's or init_from's, required */
     char tokenizer[GT_PATH_MAX]; /* "" = model's tokenizer.json if any; "none" = byte-level; else a path */
 
     struct {

@@ -18,6 +18,7 @@ static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
+static const char *const INIT_NAMES[] = {"auto", "pretrained", "random", NULL};
 
 /* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone */
 static int check_target_modules(const char *value, char *why, size_t cap) {
@@ -71,7 +72,11 @@ const KeySpec CONFIG_SCHEMA[] = {
             "(and its weights, loaded unless init_from names others); required."},
     {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
      .doc = "Initial weights: a Hugging Face model directory, a model.safetensors.index.json, a .safetensors file or a run "
-            "directory; empty = the weights of model when it is a directory holding them, else random init."},
+            "directory; empty = the weights of model when it is a directory (see init)."},
+    {.key = "init", .type = KT_ENUM, FIELD(init), .def = "auto", .names = INIT_NAMES,
+     .doc = "The first weights: pretrained = init_from's, else model's (a directory that must hold model.safetensors "
+            "or an index; none is refused); random = random init of model's architecture, no weights read; auto = "
+            "pretrained when init_from is set or model is a directory, random when model is a config.json file."},
     {.key = "tokenizer", .type = KT_PATH, FIELD(tokenizer), .def = "", .literal = "none",
      .doc = "A Hugging Face tokenizer.json (or a directory holding one) for text and jsonl data and for gtrain sample; "
             "empty = model's tokenizer.json when model is a directory holding one, else byte-level; none = byte-level."},

@@ -4,7 +4,8 @@
  *     (a model directory, an index.json and its shards, or one .safetensors) and hf_writer.c's
  *     (save_pretrained's sharding);
  *   - config.json: GPT-2's is written from the description (as it always was); a Llama-family
- *     model's is the config.json it was built from, copied with torch_dtype set.
+ *     model's is the config.json it was built from (the bytes read at start when the description
+ *     kept them), with torch_dtype set.
  * The staging buffer (buffers.c) is STAGE_IO_BYTES for the streamed chunks, then room for the
  * largest transposed tensor (GPT-2's Conv1D weights, transposed whole). */
 #include <cJSON.h>
@@ -69,12 +70,13 @@ static void set_string(cJSON *j, const char *key, const char *value) {
 }
 
 /* src (a config.json already validated by model_desc.c) with torch_dtype (and transformers 5's
- * dtype, if present) set; NULL with err when it no longer reads as a JSON object */
-static cJSON *config_with_dtype(const char *src, const char *dtype, GtError *err) {
+ * dtype, if present) set; NULL with err when it no longer reads as a JSON object. bytes: the text
+ * read at start (model_desc_load_source), used instead of reading src again */
+static cJSON *config_with_dtype(const char *src, const char *bytes, size_t n, const char *dtype, GtError *err) {
     char *text = NULL;
     size_t len = 0;
-    if (gt_read_small_file(src, "model config", CONFIG_MAX_BYTES, &text, &len, err)) return NULL;
-    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!bytes && gt_read_small_file(src, "model config", CONFIG_MAX_BYTES, &text, &len, err)) return NULL;
+    cJSON *j = bytes ? cJSON_ParseWithLength(bytes, n) : cJSON_ParseWithLength(text, len);
     free(text);
     if (!cJSON_IsObject(j)) {
         cJSON_Delete(j);
@@ -87,7 +89,11 @@ static cJSON *config_with_dtype(const char *src, const char *dtype, GtError *err
 }
 
 int checkpoint_copy_config(const char *dir, const char *src, bool bf16, GtError *err) {
-    cJSON *j = config_with_dtype(src, bf16 ? "bfloat16" : "float32", err);
+    return checkpoint_write_config(dir, src, NULL, 0, bf16, err);
+}
+
+int checkpoint_write_config(const char *dir, const char *src, const char *bytes, size_t n, bool bf16, GtError *err) {
+    cJSON *j = config_with_dtype(src, bytes, n, bf16 ? "bfloat16" : "float32", err);
     if (!j) return -1;
     int rc = write_json(dir, j, err);
     cJSON_Delete(j);
@@ -97,7 +103,7 @@ int checkpoint_copy_config(const char *dir, const char *src, bool bf16, GtError 
 /* GPT-2's config.json from the description; a Llama-family model's: the one it was read from,
  * copied with torch_dtype set */
 static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
-    if (d->arch != ARCH_GPT2) return checkpoint_copy_config(dir, d->path, bf16, err);
+    if (d->arch != ARCH_GPT2) return checkpoint_write_config(dir, d->path, d->source, d->source_len, bf16, err);
     cJSON *j = gpt2_config(d);
     set_string(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
     int rc = write_json(dir, j, err);
@@ -205,7 +211,7 @@ static bool ignorable(const char *name) {
 
 
 /* one block into the params: streamed in chunks, or (transposed) gathered whole in the scratch */
-static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, long *nonfinite, GtError *err) {
+static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, GtError *err) {
     const ParamTensor *t = &m->base_layout.tensors[b->tensor];
     const size_t cols = (size_t)t->shape[1], numel = (size_t)b->rows * cols, chunk = io_floats(m);
     float *io = m->staging;
@@ -214,7 +220,6 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, lon
         for (size_t e0 = 0; e0 < numel; e0 += chunk) {
             size_t n = numel - e0 < chunk ? numel - e0 : chunk;
             if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
-            *nonfinite += gt_count_nonfinite(io, n);
             if (model_upload_base(m, dst + e0, io, n, err)) return -1;
         }
         return 0;
@@ -224,7 +229,6 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, lon
     for (size_t e0 = 0; e0 < numel; e0 += chunk) {
         size_t n = numel - e0 < chunk ? numel - e0 : chunk;
         if (hf_weights_read_range_f32(w, k, e0, n, io, err)) return -1;
-        *nonfinite += gt_count_nonfinite(io, n);
         for (size_t q = 0; q < n; q++) {
             size_t e = e0 + q, ii = e / out, o = e % out;
             s[o * in + ii] = io[q];
@@ -234,11 +238,16 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, lon
 }
 
 int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
+    return checkpoint_load_weights_info(m, path, NULL, err);
+}
+
+int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li, GtError *err) {
     HfWeights *w = NULL;
+    if (li) memset(li, 0, sizeof *li);
     if (hf_weights_open(&w, path, err)) return -1;
     for (int k = 0; k < hf_weights_warning_count(w); k++) gt_warn("%s\n", hf_weights_warning(w, k));
     int n = 0, rc = -1;
-    long nonfinite = 0;
+    unsigned dtypes = 0;
     HfBlock *blocks = model_blocks(m, &n);
     const int count = hf_weights_count(w);
     bool *used = gt_xcalloc((size_t)count + 1, sizeof *used);
@@ -253,8 +262,15 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
         int64_t shape[2];
         int nd = block_shape(t, &blocks[i], shape);
         if (hf_weights_check_shape(w, k, nd, shape, err)) goto done;
+        if (!used[k] && li) {
+            HfTensorInfo ti;
+            hf_weights_info(w, k, &ti);
+            li->n_tensors++;
+            li->n_values += (uint64_t)ti.numel;
+            dtypes |= 1u << ti.dtype;
+        }
         used[k] = true;
-        if (load_block(m, w, k, &blocks[i], &nonfinite, err)) goto done;
+        if (load_block(m, w, k, &blocks[i], err)) goto done;
     }
     for (int k = 0; k < count; k++) {
         HfTensorInfo info;
@@ -268,7 +284,14 @@ int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
                  "found one it does not have", safetensors_path(info.shard), info.name, arch_hf_class(&m->desc));
         goto done;
     }
-    if (nonfinite) gt_warn("%s: %ld weights are NaN or infinite\n", hf_weights_path(w), nonfinite);
+    if (li) {
+        snprintf(li->path, sizeof li->path, "%s", hf_weights_path(w));
+        li->n_shards = hf_weights_shard_count(w);
+        for (int d = ST_F32; d <= ST_F16; d++)
+            if (dtypes & (1u << d))
+                snprintf(li->dtypes + strlen(li->dtypes), sizeof li->dtypes - strlen(li->dtypes), "%s%s",
+                         li->dtypes[0] ? "+" : "", st_dtype_name((StDtype)d));
+    }
     model_params_changed(m);
     rc = 0;
 done:

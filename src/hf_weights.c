@@ -6,6 +6,7 @@
 #include "hf_weights.h"
 
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -463,6 +464,44 @@ done:
 
 /* ------------------------------------------------------------------ open */
 
+static int cmp_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+bool hf_weights_dir_has_weights(const char *dir, char *found, size_t cap) {
+    char file[2 * GT_PATH_MAX];
+    struct stat lb;
+    if (found && cap) found[0] = '\0';
+    if ((join(file, sizeof file, dir, HF_SINGLE_FILE) && lstat(file, &lb) == 0) ||
+        (join(file, sizeof file, dir, HF_INDEX_FILE) && lstat(file, &lb) == 0))
+        return true;
+    if (!found || !cap) return false;
+    DIR *d = opendir(dir);
+    if (!d) {
+        snprintf(found, cap, "a directory that cannot be listed (%s)", strerror(errno));
+        return false;
+    }
+    enum { SHOWN = 6 };
+    char *names[SHOWN + 1];
+    int n = 0, more = 0;
+    bool bin = false;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        bin = bin || strncmp(e->d_name, "pytorch_model", 13) == 0;
+        if (n < SHOWN) names[n++] = gt_xstrdup(e->d_name);
+        else more++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof *names, cmp_name);
+    size_t o = 0;
+    o += (size_t)snprintf(found + o, cap - o, n == 0 ? "an empty directory" : n == 1 && !more ? "only " : "");
+    for (int i = 0; i < n; i++) {
+        if (o < cap) o += (size_t)snprintf(found + o, cap - o, "%s%.80s", i ? ", " : "", names[i]);
+        free(names[i]);
+    }
+    if (more && o < cap) o += (size_t)snprintf(found + o, cap - o, " and %d more", more);
+    if (bin && o < cap) snprintf(found + o, cap - o, " (PyTorch pickle weights are not read: convert them to safetensors)");
+    return false;
+}
+
 int hf_weights_open(HfWeights **out, const char *path, GtError *err) {
     *out = NULL;
     if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "no model weights given, expected a path");
@@ -555,16 +594,29 @@ int hf_weights_check_shape(const HfWeights *w, int i, int ndim, const int64_t *s
                     t.name, want, found);
 }
 
+/* every value read is a weight: a NaN or an infinity refuses the read, naming the file, the tensor
+ * and the element (the first one) */
+static int finite_or_refuse(const HfWeights *w, int i, const float *x, size_t n, uint64_t elem_offset, GtError *err) {
+    for (size_t q = 0; q < n; q++)
+        if (!isfinite(x[q]))
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: element %llu: expected a finite weight, found %g, which is not finite",
+                            safetensors_path(w->shards[w->t[i].shard]), w->t[i].name,
+                            (unsigned long long)(elem_offset + q), (double)x[q]);
+    return 0;
+}
+
 int hf_weights_read_f32(const HfWeights *w, int i, float *dst, size_t n, GtError *err) {
     if (i < 0 || i >= w->n)
         return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n);
-    return safetensors_read_f32(w->shards[w->t[i].shard], w->t[i].idx, dst, n, err);
+    if (safetensors_read_f32(w->shards[w->t[i].shard], w->t[i].idx, dst, n, err)) return -1;
+    return finite_or_refuse(w, i, dst, n, 0, err);
 }
 
 int hf_weights_read_range_f32(const HfWeights *w, int i, uint64_t elem_offset, size_t n, float *dst, GtError *err) {
     if (i < 0 || i >= w->n)
         return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n);
-    return safetensors_read_f32_range(w->shards[w->t[i].shard], w->t[i].idx, elem_offset, n, dst, err);
+    if (safetensors_read_f32_range(w->shards[w->t[i].shard], w->t[i].idx, elem_offset, n, dst, err)) return -1;
+    return finite_or_refuse(w, i, dst, n, elem_offset, err);
 }
 
 int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nrows, float *dst, size_t cap,
@@ -585,5 +637,6 @@ int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nr
     if (n > cap)
         return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: %lld rows of %llu elements do not fit a buffer of %zu",
                         file, t.name, (long long)nrows, (unsigned long long)row_len, cap);
-    return safetensors_read_f32_range(t.shard, t.shard_index, row_len * (uint64_t)row0, (size_t)n, dst, err);
+    if (safetensors_read_f32_range(t.shard, t.shard_index, row_len * (uint64_t)row0, (size_t)n, dst, err)) return -1;
+    return finite_or_refuse(w, i, dst, (size_t)n, row_len * (uint64_t)row0, err);
 }

@@ -74,6 +74,11 @@ typedef struct {
 int hf_weights_open(HfWeights **out, const char *path, GtError *err);
 void hf_weights_close(HfWeights *w); /* NULL is fine */
 
+/* Does directory dir hold weights hf_weights_open reads (HF_SINGLE_FILE or HF_INDEX_FILE, as
+ * open looks for them)? When not, and found is given: what it holds instead, for a message
+ * ("only config.json", "config.json, pytorch_model.bin (PyTorch pickle weights are not read: ...)"). */
+bool hf_weights_dir_has_weights(const char *dir, char *found, size_t cap);
+
 /* The file that names the set in messages: the index, or the one .safetensors. */
 const char *hf_weights_path(const HfWeights *w);
 bool hf_weights_is_sharded(const HfWeights *w); /* true when read through an index */
@@ -106,7 +111,9 @@ int hf_weights_check_shape(const HfWeights *w, int i, int ndim, const int64_t *s
  * (code 2 otherwise, as safetensors_read_f32). Element range [elem_offset, elem_offset + n) in
  * row-major order. Rows [row0, row0 + nrows) along the first dimension (ndim >= 1; a row is the
  * product of the other dimensions) into dst, which holds cap floats. A range outside the tensor
- * or a dst too small is the caller's error (code 1); a short read, code 2. */
+ * or a dst too small is the caller's error (code 1); a short read, code 2. Every value read is a
+ * weight: a NaN or an infinity is refused (code 2: "FILE: tensor NAME: element E: expected a
+ * finite weight, found nan, which is not finite"), whatever reads it (a model's weights, an adapter, merge's base). */
 int hf_weights_read_f32(const HfWeights *w, int i, float *dst, size_t n, GtError *err);
 int hf_weights_read_range_f32(const HfWeights *w, int i, uint64_t elem_offset, size_t n, float *dst, GtError *err);
 int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nrows, float *dst, size_t cap,

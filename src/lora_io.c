@@ -79,6 +79,11 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
     float *buf = NULL, *w = NULL, *a0 = NULL, *b0 = NULL;
     int rc = -1;
     if (peft_adapter_open(&a, dir, m->desc.arch, ent, n, &pc, err)) goto done;
+    if (!pissa) { /* a PiSSA run's checkpoint holds its rank-2r conversion, saved as "true" */
+        char cfile[GT_PATH_MAX + 32];
+        snprintf(cfile, sizeof cfile, "%s/%s", dir, PEFT_CONFIG_FILE);
+        peft_warn_unconverted(&pc, cfile);
+    }
     if (pc.r != want_r) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: r: expected %d (%s), found %d", dir, PEFT_CONFIG_FILE, want_r,
                  pissa ? "twice the run's r: a PiSSA run saves its rank-2r conversion" : "the run's lora.r", pc.r);
@@ -96,13 +101,11 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         if (wd > widest) widest = wd;
     }
     buf = gt_xmalloc((size_t)want_r * widest * sizeof *buf);
-    long nonfinite = 0; /* warned as a model's weights are (hf_checkpoint.c): the run then skips and stops */
     for (int e = 0; e < n; e++) {
         const ParamTensor *ta = &m->layout.tensors[2 * e], *tb = &m->layout.tensors[2 * e + 1];
         const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
         /* lora_A [want_r, in]: its first r rows */
         if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err)) goto done;
-        nonfinite += gt_count_nonfinite(buf, (size_t)want_r * in);
         if (m->be->ops->to_device(m->be, m->params + ta->offset, buf, (size_t)r * in * sizeof(float), err)) goto done;
         if (pissa) {
             a0 = gt_xrealloc(a0, (size_t)r * in * sizeof *a0);
@@ -110,7 +113,6 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         }
         /* lora_B [out, want_r]: the first r columns of each row (in place, front to back) */
         if (peft_adapter_read(a, e, true, buf, out * want_r, err)) goto done;
-        nonfinite += gt_count_nonfinite(buf, out * want_r);
         if (pissa) {
             b0 = gt_xrealloc(b0, out * r * sizeof *b0);
             for (size_t o = 0; o < out; o++)
@@ -129,7 +131,6 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
                 goto done;
         }
     }
-    if (nonfinite) gt_warn("%s/%s: %ld adapter weights are NaN or infinite\n", dir, PEFT_WEIGHTS_FILE, nonfinite);
     model_params_changed(m);
     rc = 0;
 done:

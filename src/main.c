@@ -39,8 +39,8 @@ static void print_usage(FILE *out) {
             "  sample            generate text: --checkpoint DIR (a run, a checkpoint, or a LoRA run's adapter\n"
             "                    directory: its base with the adapter) [--prompt TEXT | --prompt-ids 1,2,3]\n"
             "                    [--tokenizer FILE|DIR] [--max-new-tokens N] [--temperature T] [--top-k K]\n"
-            "                    [--seed S] (the tokenizer: default the checkpoint's tokenizer.json, its run's,\n"
-            "                    or the base model's; without one, text is bytes)\n"
+            "                    [--seed S] (the tokenizer: default the checkpoint's own tokenizer.json, or a\n"
+            "                    PEFT adapter's base model's; without one, text is bytes)\n"
             "                    (N <= 1048576, default 200; T >= 0, 0 greedy, default 0.8; K <= vocab, 0 all,\n"
             "                    default 40; S default 1)\n"
             "  report DIR        write DIR/report.svg from DIR/metrics.jsonl\n"
@@ -364,10 +364,12 @@ int main(int argc, char **argv) {
     RunConfig *cfg = gt_xcalloc(1, sizeof *cfg);
     ModelDesc desc;
     PeftConfig peft;
+    char *model_json = NULL; /* config.json as read now: a checkpoint's is written from it, never read again */
     if (config_load(cfg, config_path, sets, n_sets, &err) || out_guard_run(cfg, &err) ||
-        model_desc_load(&desc, cfg->model, &err) ||
+        model_desc_load_source(&desc, cfg->model, &model_json, &err) ||
         config_check_model(cfg, &desc, &err) || lora_configure(&desc, &peft, cfg, &err)) {
         rc = fail(&err);
+        free(model_json);
         free(cfg);
         goto out;
     }
@@ -449,6 +451,7 @@ int main(int argc, char **argv) {
         }
         dist_finalize(dist);
     }
+    free(model_json);
     free(cfg);
 out:
     free(sets);

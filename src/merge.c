@@ -111,6 +111,25 @@ out:
     return rc;
 }
 
+/* every adapter value read once before anything is created: a NaN or an infinity is refused by the
+ * reader (hf_weights.h), naming the file and the tensor */
+static int check_adapter(const PeftAdapter *a, const PeftEntry *entries, int n, GtError *err) {
+    const size_t r = (size_t)peft_adapter_r(a);
+    size_t widest = 0;
+    for (int e = 0; e < n; e++) {
+        const size_t wd = (size_t)(entries[e].in > entries[e].out ? entries[e].in : entries[e].out);
+        if (wd > widest) widest = wd;
+    }
+    float *f = malloc(r * widest * sizeof *f);
+    if (!f) return gt_error(err, GT_EXIT_FAILURE, "merge: out of host memory for an adapter of %zu values", r * widest);
+    int rc = 0;
+    for (int e = 0; e < n && rc == 0; e++)
+        rc = peft_adapter_read(a, e, false, f, r * (size_t)entries[e].in, err) ||
+             peft_adapter_read(a, e, true, f, (size_t)entries[e].out * r, err) ? -1 : 0;
+    free(f);
+    return rc;
+}
+
 /* elements [e0, e0 + n) of base tensor t, merged, in the output's layout (the base's) */
 static int merge_fill(void *vctx, int t, uint64_t e0, size_t n, float *dst, GtError *err) {
     FillCtx *c = vctx;
@@ -123,7 +142,8 @@ static int merge_fill(void *vctx, int t, uint64_t e0, size_t n, float *dst, GtEr
     const size_t r = (size_t)c->r, in = (size_t)c->entries[e].in, out = (size_t)c->entries[e].out;
     const bool tr = c->tg[e].transposed, bf16 = c->bf16;
     const double scale = c->scale, *At = c->At, *Bd = c->Bd;
-#pragma omp parallel for schedule(static) if (n * r > 65536)
+    size_t bad = n; /* the first merged value that is not finite in the output dtype */
+#pragma omp parallel for schedule(static) if (n * r > 65536) reduction(min : bad)
     for (size_t k = 0; k < n; k++) {
         const size_t idx = (size_t)e0 + k;
         const size_t o = tr ? idx % out : idx / in, i = tr ? idx / out : idx % in; /* [in, out] or [out, in] */
@@ -132,6 +152,15 @@ static int merge_fill(void *vctx, int t, uint64_t e0, size_t n, float *dst, GtEr
         for (size_t q = 0; q < r; q++) s += b[q] * a[q];
         const double v = (double)dst[k] + scale * s;
         dst[k] = bf16 ? merge_round_bf16(v) : (float)v;
+        if (!isfinite(dst[k]) && k < bad) bad = k;
+    }
+    if (bad < n) {
+        HfTensorInfo info;
+        hf_weights_info(c->w, t, &info);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "merge: tensor %.200s: element %llu: expected a finite merged weight "
+                        "(W + scale B @ A in %s), found %g: the adapter's layer %d %s overflows it; nothing was written",
+                        info.name, (unsigned long long)(e0 + bad), bf16 ? "bf16" : "fp32", (double)dst[bad],
+                        c->entries[e].layer, peft_module_path(c->entries[e].module));
     }
     return 0;
 }
@@ -255,14 +284,18 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     if (strlen(opt->out) >= GT_PATH_MAX - 64) return BAD("%.200s...: expected a shorter path for --out", opt->out);
     if (check_out_first(opt, err)) return -1;
     ModelDesc d;
-    if (model_desc_load(&d, opt->base, err)) return -1;
+    char *config_bytes = NULL; /* the base's config.json as read now: what the merged model's is written from */
+    if (model_desc_load_source(&d, opt->base, &config_bytes, err)) return -1;
 
     char cfile[GT_PATH_MAX + 32], wfile[GT_PATH_MAX + 32], tmp[GT_PATH_MAX + 64];
     snprintf(cfile, sizeof cfile, "%s/%s", opt->adapter, PEFT_CONFIG_FILE);
     snprintf(wfile, sizeof wfile, "%s/%s", opt->adapter, PEFT_WEIGHTS_FILE);
     PeftConfig cfg;
     bool mask[PEFT_MODULE_COUNT];
-    if (peft_config_read(cfile, &cfg, err) || peft_config_targets(&cfg, d.arch, mask, cfile, err)) return -1;
+    if (peft_config_read(cfile, &cfg, err) || peft_config_targets(&cfg, d.arch, mask, cfile, err)) {
+        free(config_bytes);
+        return -1;
+    }
     PeftEntry *entries = NULL;
     int n_entries = peft_entries_for(&d, mask, &entries);
     HfWeights *w = NULL;
@@ -277,10 +310,10 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
         BAD("%s: target_modules: expected modules of the base's %d layers, found none to adapt", cfile, d.n_layer);
         goto done;
     }
-    if (peft_adapter_open(&a, opt->adapter, d.arch, entries, n_entries, &cfg, err)) goto done;
-    if (peft_pissa_niter(&cfg) >= 0)
-        gt_warn("%s: init_lora_weights is \"%s\": a PiSSA adapter not converted to LoRA applies to PiSSA's residual "
-                "base, not to the original one; merged as given\n", cfile, cfg.init);
+    if (peft_adapter_open(&a, opt->adapter, d.arch, entries, n_entries, &cfg, err) ||
+        check_adapter(a, entries, n_entries, err))
+        goto done;
+    peft_warn_unconverted(&cfg, cfile);
 
     if (hf_weights_open(&w, opt->base, err)) goto done;
     for (int k = 0; k < hf_weights_warning_count(w); k++) gt_warn("%s\n", hf_weights_warning(w, k));
@@ -317,7 +350,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     if (hf_plan_shards(&plan, ts, n, opt->max_shard_bytes, err)) goto done;
     int n_shards = plan.n_shards;
     hf_shard_plan_free(&plan);
-    if (hf_save(tmp, ts, n, &so, merge_fill, &ctx, err) || checkpoint_copy_config(tmp, d.path, bf16, err)) goto done;
+    if (hf_save(tmp, ts, n, &so, merge_fill, &ctx, err) || checkpoint_write_config(tmp, d.path, d.source, d.source_len, bf16, err)) goto done;
     if (rename(tmp, opt->out) != 0) {
         gt_error(err, GT_EXIT_FAILURE, "%s: cannot rename the merged model %s to it: %s", opt->out, tmp, strerror(errno));
         goto done;
@@ -333,6 +366,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
 done:
     if (tmp_made) remove_tmp(tmp);
     gt_tmp_forget(tmp_slot);
+    free(config_bytes);
     free_cached(&ctx);
     free(ts);
     free(entry_of);

@@ -150,7 +150,17 @@ out:
 }
 
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
+    char *source = NULL;
+    int rc = model_desc_load_source(desc, path, &source, err);
+    free(source);
+    desc->source = NULL;
+    desc->source_len = 0;
+    return rc;
+}
+
+int model_desc_load_source(ModelDesc *desc, const char *path, char **source, GtError *err) {
     memset(desc, 0, sizeof *desc);
+    *source = NULL;
     char *buf, file[GT_PATH_MAX];
     size_t n;
     struct stat sb;
@@ -160,8 +170,14 @@ int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
         return gt_error(err, GT_EXIT_BAD_INPUT, "%.200s...: expected a path of at most %d bytes", path, GT_PATH_MAX - 1);
     if (gt_read_small_file(file, "model JSON", MODEL_JSON_MAX_BYTES, &buf, &n, err)) return -1;
     int rc = model_desc_parse(desc, buf, n, file, err);
-    free(buf);
-    return rc;
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *source = buf;
+    desc->source = buf;
+    desc->source_len = n;
+    return 0;
 }
 
 void model_desc_defaults(ModelDesc *d) {

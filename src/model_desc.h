@@ -44,6 +44,11 @@ typedef struct ModelDesc {
     double lora_scale;     /* alpha / r, or alpha / sqrt(r) with use_rslora (peft_scaling) */
     double lora_dropout;   /* PEFT's lora_dropout on each adapter's input, in [0, 1) */
     int lora_init;         /* LoraInit (lora.h): how model_create initialises the adapters */
+    /* the bytes of config.json as they were read (model_desc_load_source; NULL otherwise), borrowed
+     * from the loader, who frees them after the last use of this description and its copies: what
+     * a checkpoint's config.json is written from, never the file read again */
+    const char *source;
+    size_t source_len;
 } ModelDesc;
 
 /* For a description filled by hand (tests): n_kv_head 0 -> n_head, head_dim 0 -> n_embd / n_head. */
@@ -52,6 +57,10 @@ void model_desc_defaults(ModelDesc *d);
 /* Load and validate a config.json, or DIR/config.json when path is a directory (a Hugging Face
  * model directory). Errors name the file and the field; code 2. */
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err);
+
+/* model_desc_load, keeping the bytes read: desc->source = *source (the caller's to free(), after the
+ * last use of desc and its copies); *source is NULL on failure. */
+int model_desc_load_source(ModelDesc *desc, const char *path, char **source, GtError *err);
 
 /* Parse from a JSON text already in memory (path is used in messages only). */
 int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *path, GtError *err);

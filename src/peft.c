@@ -59,6 +59,15 @@ int peft_init_pissa_niter(const char *init) {
 
 int peft_pissa_niter(const PeftConfig *cfg) { return peft_init_pissa_niter(cfg->init); }
 
+void peft_warn_unconverted(const PeftConfig *cfg, const char *config_file) {
+    if (peft_pissa_niter(cfg) == -2) return;
+    gt_warn("%s: init_lora_weights is \"%.40s\": an unconverted PiSSA adapter, applied here as a plain LoRA to the "
+            "base as given, which is right only for PiSSA's residual base W - B0 A0 (PEFT recomputes that residual "
+            "by SVD of the original base when it loads such an adapter, gtrain does not); for the original base "
+            "convert it first (PEFT's save_pretrained with path_initial_model_for_weight_conversion)\n",
+            config_file, cfg->init);
+}
+
 /* a target name (bare or qualified by its parent) matches module m: PEFT's suffix match */
 static bool target_matches(const char *t, PeftModule m) {
     return strcmp(t, MODULES[m].name) == 0 || strcmp(t, MODULES[m].path) == 0;

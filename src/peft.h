@@ -92,6 +92,10 @@ double peft_scaling(const PeftConfig *cfg);
 int peft_init_pissa_niter(const char *init);
 /* peft_init_pissa_niter of cfg->init */
 int peft_pissa_niter(const PeftConfig *cfg);
+/* An adapter applied to a base as a plain LoRA (merge, lora.init_from, sample) that is an
+ * unconverted PiSSA adapter ("pissa" or "pissa_niter_N", exact or randomised alike): one warning
+ * naming config_file's init_lora_weights (it is right only on PiSSA's residual base). */
+void peft_warn_unconverted(const PeftConfig *cfg, const char *config_file);
 
 /* Module tables: PEFT's target name ("q_proj", "c_proj"), the path inside a layer
  * ("self_attn.q_proj", "attn.c_proj"), and the architecture it belongs to. */

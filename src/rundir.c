@@ -14,7 +14,7 @@
 
 const char *const RUNDIR_CHECKPOINT_FILES[] = {"model.safetensors", "config.json", "optimizer.safetensors",
                                                "trainer_state.json", "adapter_model.safetensors",
-                                               "adapter_config.json", NULL};
+                                               "adapter_config.json", "tokenizer.json", NULL};
 /* the files a run writes at the top of output_dir (besides checkpoints and event files); a LoRA
  * run's adapter, and a PiSSA run's initial adapter in RUNDIR_PISSA_INIT/ */
 static const char *const RUN_FILES[] = {"metrics.jsonl", "model.safetensors", "config.json", "report.svg",

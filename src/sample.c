@@ -12,6 +12,7 @@
 
 #include "checkpoint.h"
 #include "lora.h"
+#include "rundir.h"
 
 static uint64_t next_u64(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -141,6 +142,16 @@ int sample_continue(Model *m, const int *prompt, int n_prompt, int n_new, double
     return rc;
 }
 
+/* a gtrain run's output_dir (its identity file) or one of its checkpoints (trainer_state.json) */
+static bool written_by_gtrain(const char *dir) {
+    char f[GT_PATH_MAX + 32];
+    struct stat sb;
+    snprintf(f, sizeof f, "%s/%s", dir, RUNDIR_IDENTITY);
+    if (stat(f, &sb) == 0) return true;
+    snprintf(f, sizeof f, "%s/trainer_state.json", dir);
+    return stat(f, &sb) == 0;
+}
+
 int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     char cfg_path[GT_PATH_MAX + 32], adapter[GT_PATH_MAX + 32];
     /* a PEFT adapter directory (a LoRA run's output): its base model, with the adapter on it */
@@ -175,15 +186,16 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     if (o->top_k > d.vocab_size)
         return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
                         d.vocab_size, cfg_path);
-    /* the tokenizer: --tokenizer, else the checkpoint's, its run directory's (a checkpoint-N), the
-     * base model's (an adapter) */
+    /* the tokenizer, only from files named for it: --tokenizer, else the checkpoint's own
+     * tokenizer.json (a gtrain run saves its tokenizer in output_dir and every checkpoint-N), else,
+     * for an adapter not written by gtrain (a PEFT adapter), the base model's that adapter_config.json
+     * names; never a neighbouring directory's: a run without one samples bytes */
     Tokenizer *tok = NULL;
-    char up[GT_PATH_MAX + 8];
-    snprintf(up, sizeof up, "%s/..", o->checkpoint);
-    const char *where[] = {o->checkpoint, up, model_dir};
     const bool given = o->tokenizer && o->tokenizer[0];
-    for (int i = 0; i < (given ? 1 : 3) && !tok; i++)
-        if (tokenizer_load_for_model(&tok, given ? o->tokenizer : "", where[i], err)) return -1;
+    if (tokenizer_load_for_model(&tok, given ? o->tokenizer : "", given ? NULL : o->checkpoint, err)) return -1;
+    if (!tok && !given && lora && !written_by_gtrain(o->checkpoint) &&
+        tokenizer_load_for_model(&tok, "", model_dir, err))
+        return -1;
     int *prompt = NULL, n_prompt = 0;
     bool text = o->prompt_ids == NULL;
     if (!text) {

@@ -53,10 +53,20 @@ bool tokenizer_is_special(const Tokenizer *t, int id);
 /* The ids the post-processor puts before and after a single sequence (TemplateProcessing's
  * `single`; none for ByteLevel or no post-processor). the counts may be 0. */
 void tokenizer_template_ids(const Tokenizer *t, const int **before, int *n_before, const int **after, int *n_after);
-/* The end-of-sequence id SFT data appends after a completion: the post-processor's last special
- * token after $A, else the added special token named </s>, <|end_of_text|>, <|endoftext|>,
- * <|im_end|>, <|eot_id|> (first present, in that order), else -1. */
+/* BOS, EOS and PAD ids (-1: none) as Hugging Face takes them: tokenizer_config.json's bos_token,
+ * eos_token, pad_token, else special_tokens_map.json's, else generation_config.json's bos_token_id,
+ * eos_token_id (a list: its first), pad_token_id, else config.json's, each file beside the
+ * tokenizer.json (tokenizer_special.c). Only when none of those files exists (or the tokenizer
+ * was loaded from memory): BOS the post-processor's first special token, EOS its last after $A,
+ * else the added special token named </s>, <|end_of_text|>, <|endoftext|>, <|im_end|>, <|eot_id|>
+ * (first present); no PAD. EOS is what SFT data appends after a completion (TRL: eos_token). */
+int tokenizer_bos_id(const Tokenizer *t);
 int tokenizer_eos_id(const Tokenizer *t);
+int tokenizer_pad_id(const Tokenizer *t);
+/* "special tokens: bos 128000 <|begin_of_text|> (tokenizer_config.json), eos ..., pad none" */
+const char *tokenizer_special_line(const Tokenizer *t, char *buf, size_t cap);
+/* tokenizer.json's bytes as tokenizer_load read them (*len 0 and NULL from memory) */
+const uint8_t *tokenizer_raw(const Tokenizer *t, size_t *len);
 
 /* A growable id list. */
 typedef struct {

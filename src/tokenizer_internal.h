@@ -176,7 +176,20 @@ struct Tokenizer {
     /* single_word/lstrip/rstrip: HF's \w and \s (Rust regex, Unicode), through Oniguruma */
     TokRegex word_char, space_char;
     TokByteAlphabet alphabet;
+    /* tokenizer.json as it was read (tokenizer_load; NULL from memory): what a run saves */
+    uint8_t *raw;
+    size_t raw_len;
+    /* BOS, EOS, PAD (-1: none) and the file each came from (tokenizer_special.c) */
+    int special_id[3];
+    char special_from[3][32];
+    bool special_files; /* from the files beside tokenizer.json, not the fallback rules */
 };
+
+/* tokenizer_special.c: the fallback BOS/EOS/PAD (post-processor, names); then, when any of
+ * tokenizer_config.json, special_tokens_map.json, generation_config.json, config.json is in dir,
+ * Hugging Face's from them (0, or -1 with err naming the file and key, code 2). */
+void tok_special_defaults(Tokenizer *t);
+int tok_special_from_files(Tokenizer *t, const char *dir, GtError *err);
 
 
 /* UTF-8 helpers: the length of the (valid) character starting at s[0]; its code point. */

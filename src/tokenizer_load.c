@@ -307,6 +307,7 @@ int tokenizer_load_memory(Tokenizer **out, const char *name, const char *json, s
         tokenizer_free(t);
         return -1;
     }
+    tok_special_defaults(t);
     *out = t;
     return 0;
 }
@@ -323,9 +324,25 @@ int tokenizer_load(Tokenizer **out, const char *path, GtError *err) {
     uint8_t *buf;
     size_t len;
     if (gt_read_input(file, "tokenizer file", TOKENIZER_MAX_FILE_BYTES, &buf, &len, err) != 0) return -1;
-    int rc = tokenizer_load_memory(out, file, (const char *)buf, len, err);
-    free(buf);
-    return rc;
+    if (tokenizer_load_memory(out, file, (const char *)buf, len, err)) {
+        free(buf);
+        return -1;
+    }
+    (*out)->raw = buf; /* kept: what a run saves is what it read */
+    (*out)->raw_len = len;
+    /* BOS/EOS/PAD from the files beside it (HF's tokenizer_config.json, ...) */
+    char dir[GT_PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", file);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) dir[1] = '\0';
+    else if (slash) *slash = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    if (tok_special_from_files(*out, dir, err)) {
+        tokenizer_free(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 int tokenizer_load_for_model(Tokenizer **out, const char *setting, const char *model_path, GtError *err) {
@@ -365,6 +382,7 @@ void tokenizer_free(Tokenizer *t) {
     free(t->tmpl_after);
     tok_regex_free(&t->word_char);
     tok_regex_free(&t->space_char);
+    free(t->raw);
     free(t);
 }
 
@@ -392,12 +410,7 @@ void tokenizer_template_ids(const Tokenizer *t, const int **before, int *n_befor
     *n_after = t->n_after;
 }
 
-int tokenizer_eos_id(const Tokenizer *t) {
-    if (t->n_after > 0) return t->tmpl_after[t->n_after - 1];
-    static const char *const names[] = {"</s>", "<|end_of_text|>", "<|endoftext|>", "<|im_end|>", "<|eot_id|>"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        int id = tokenizer_token_to_id(t, names[i]);
-        if (id >= 0 && tokenizer_is_special(t, id)) return id;
-    }
-    return -1;
+const uint8_t *tokenizer_raw(const Tokenizer *t, size_t *len) {
+    *len = t->raw_len;
+    return t->raw;
 }

@@ -177,14 +177,11 @@ static int run_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) 
 /* output_dir/tokenizer.json: the run's tokenizer beside its weights, as HF's Trainer saves it, so
  * the directory (and gtrain sample on it) reads text again. */
 static int save_tokenizer(Trainer *t, GtError *err) {
-    uint8_t *buf;
     size_t len;
+    const uint8_t *buf = tokenizer_raw(t->tokenizer, &len); /* as read at start, never read again */
     char dst[GT_PATH_MAX + 32];
     snprintf(dst, sizeof dst, "%s/tokenizer.json", t->cfg->output_dir);
-    if (gt_read_input(tokenizer_path(t->tokenizer), "tokenizer file", TOKENIZER_MAX_FILE_BYTES, &buf, &len, err)) return -1;
-    int rc = gt_write_file_atomic(dst, buf, len, err);
-    free(buf);
-    return rc;
+    return gt_write_file_atomic(dst, buf, len, err);
 }
 
 static void sample_at_end(Trainer *t) {
@@ -417,17 +414,6 @@ out:
     return rc;
 }
 
-/* a directory holding model.safetensors or model.safetensors.index.json */
-static bool model_dir_with_weights(const char *path) {
-    struct stat sb;
-    char f[GT_PATH_MAX + 64];
-    if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) return false;
-    snprintf(f, sizeof f, "%s/%s", path, HF_SINGLE_FILE);
-    if (stat(f, &sb) == 0) return true;
-    snprintf(f, sizeof f, "%s/%s", path, HF_INDEX_FILE);
-    return stat(f, &sb) == 0;
-}
-
 /* A fresh LoRA run's PiSSA adapters, from the loaded base (lora.init_from's are loaded before
  * output_dir is claimed; the others are model_create's). Every rank computes the same; rank 0
  * writes the initial adapter. */
@@ -477,7 +463,9 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     }
     if (tokenizer_load_for_model(&t->tokenizer, cfg->tokenizer, cfg->model, err)) return -1;
     if (t->tokenizer) {
+        char sl[600];
         gt_log("tokenizer: %s, %d tokens\n", tokenizer_path(t->tokenizer), tokenizer_vocab_size(t->tokenizer));
+        gt_log("%s\n", tokenizer_special_line(t->tokenizer, sl, sizeof sl));
         if (tokenizer_vocab_size(t->tokenizer) > desc->vocab_size)
             gt_warn("tokenizer %s has %d tokens, the model's vocab_size is %d: data with the larger ids will be refused\n",
                     tokenizer_path(t->tokenizer), tokenizer_vocab_size(t->tokenizer), desc->vocab_size);
@@ -515,12 +503,21 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
                    strcmp(t->be->ops->name, "cuda") == 0 ? "driver" : "system", gt_format_bytes(a, sizeof a, total_b - free_b),
                    gt_format_bytes(b, sizeof b, total_b));
     }
-    /* model: a Hugging Face model directory brings its weights, unless init_from names others
-     * (model: DIR/config.json takes the architecture alone: random init) */
-    const char *init = cfg->init_from[0] ? cfg->init_from : model_dir_with_weights(cfg->model) ? cfg->model : "";
+    /* model: a Hugging Face model directory brings its weights, unless init_from names others or
+     * init is random (model: DIR/config.json takes the architecture alone: random init); config.c
+     * refused a directory without weights unless init: random */
+    struct stat isb;
+    const bool model_dir = stat(cfg->model, &isb) == 0 && S_ISDIR(isb.st_mode);
+    const char *init = cfg->init == INIT_RANDOM ? "" : cfg->init_from[0] ? cfg->init_from : model_dir ? cfg->model : "";
     if (init[0]) {
-        if (checkpoint_load_weights(t->model, init, err)) return -1;
-        gt_log("initialised from %s\n", init);
+        WeightsLoadInfo wi;
+        if (checkpoint_load_weights_info(t->model, init, &wi, err)) return -1;
+        gt_log("weights: initialised from %s: %d tensors, %llu parameters, %s, %d file%s\n", wi.path, wi.n_tensors,
+               (unsigned long long)wi.n_values, wi.dtypes, wi.n_shards, wi.n_shards == 1 ? "" : "s");
+    } else {
+        gt_log("weights: random init (seed %llu; %s)%s\n", (unsigned long long)cfg->seed,
+               cfg->init == INIT_RANDOM ? "init: random" : "model is a config.json file, no init_from",
+               cfg->resume_from_checkpoint[0] ? ", replaced by the checkpoint's if the run resumes" : "");
     }
     t->model->dropout_seed = cfg->seed;
     t->model->data_rank = t->rank; /* dropout's rows of the step's batch (trainer_accumulate) */
@@ -571,11 +568,15 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     return 0;
 }
 
+static int check_weights(Trainer *t, long step, const char *when, GtError *err);
+
 /* Every rank calls this: under ZeRO-1 the AdamW shards are gathered first (the checkpoint format
- * does not depend on sharding); rank 0 writes. */
+ * does not depend on sharding); rank 0 writes. Never weights that are not finite (every rank holds
+ * all of them, so every rank refuses alike). */
 static int save_checkpoint(Trainer *t, GtError *err) {
     Model *m = t->model;
     float *full[2] = {NULL, NULL};
+    if (check_weights(t, t->state.global_step, "before a checkpoint is saved (none saved)", err)) return -1;
     if (m->shard_world > 1) {
         float *shard[2] = {m->adam_m, m->adam_v};
         for (int w = 0; w < 2; w++) {
@@ -595,7 +596,8 @@ static int save_checkpoint(Trainer *t, GtError *err) {
                           t->cfg->output_dir, step);
         /* recorded before it is renamed into place: a kill in between never leaves one that is not ours */
         else if (rundir_record_checkpoint(t->rundir, step, err) ||
-                 checkpoint_save(t->cfg->output_dir, m, &t->state, full[0], full[1], trainer_max_shard_bytes(t->cfg), err) ||
+                 checkpoint_save(t->cfg->output_dir, m, &t->state, full[0], full[1], trainer_max_shard_bytes(t->cfg),
+                                 t->tokenizer, err) ||
                  rundir_rotate(t->rundir, t->cfg->save_total_limit, err))
             rc = -1;
     }
@@ -683,7 +685,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         summary->stopped_by_signal = 1;
         return 0;
     }
-    long skipped_in_a_row = 0;
+    long skipped_in_a_row = 0, updates = 0, skipped = 0; /* this invocation's */
     /* HF's get_warmup_steps: warmup_steps when > 0, else ceil(warmup_ratio * steps) */
     const long warmup = cfg->warmup_steps > 0 ? cfg->warmup_steps : (long)ceil(cfg->warmup_ratio * (double)max_steps);
     t->t_start = gt_now_seconds();
@@ -719,8 +721,10 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             if (skip) {
                 t->state.skipped_steps++;
                 skipped_in_a_row++;
+                skipped++;
             } else {
                 skipped_in_a_row = 0;
+                updates++;
             }
             model_zero_grads(m);
         }
@@ -794,6 +798,12 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     if (!summary->stopped_by_signal &&
         check_weights(t, t->state.global_step, "at the end of the run (skipped steps left them so)", err))
         return -1;
+    /* a run whose every step was skipped trained nothing: not a success, and no weights saved as its result */
+    if (!summary->stopped_by_signal && skipped > 0 && updates == 0)
+        return gt_error(err, GT_EXIT_FAILURE,
+                        "steps %ld-%ld: every step was skipped for a non-finite loss or gradient norm (%ld of %ld): "
+                        "nothing was trained, no final weights saved; look at the data, learning_rate and the initial weights",
+                        t->start_step + 1, t->state.global_step, skipped, t->state.global_step - t->start_step);
     summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t->t_start);
     return 0;
 }

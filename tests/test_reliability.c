@@ -310,7 +310,9 @@ Test(reliability, second_signal_exits_at_once, .timeout = 120) {
 
 /* ---------------------------------------------------------------- NaN */
 
-/* The fixture's weights after one step, with one NaN in transformer.ln_f.weight, into dir/nan.safetensors */
+/* The fixture's weights after one step, with transformer.ln_f.weight scaled past float's range (3e38
+ * each: finite, so loaded, but the forward overflows and every loss is NaN), into dir/nan.safetensors
+ * (a NaN itself is refused at load: test_silent.c) */
 static void write_nan_weights(const Ws *w, char *path, size_t cap) {
     char od[400], src[400];
     snprintf(od, sizeof od, "output_dir=%s/w1", w->dir);
@@ -335,7 +337,7 @@ static void write_nan_weights(const Ws *w, char *path, size_t cap) {
         safetensors_shape(in, i, ts[i].shape, &ts[i].ndim);
         ts[i].data = bufs[i];
         if (strcmp(ts[i].name, "transformer.ln_f.weight") == 0) {
-            bufs[i][0] = NAN;
+            for (int64_t k = 0; k < numel; k++) bufs[i][k] = 3e38f;
             poisoned = true;
         }
     }
@@ -359,7 +361,6 @@ Test(reliability, nan_weights_skip_then_stop, .timeout = 120) {
     int st = run(&w, NULL, "skip", init, "nan_policy=skip", "max_skipped_steps=3", NULL);
     expect_exit(&w, "skip", st, 1);
     char *e = read_log(&w, "skip", "err");
-    cr_assert_not_null(strstr(e, "NaN or infinite"), "no warning about NaN weights at load: %s", e);
     cr_assert_eq(count_substr(e, "step skipped"), 3, "expected 3 skipped-step warnings: %s", e);
     cr_assert_not_null(strstr(e, "max_skipped_steps"), "the final message must name max_skipped_steps: %s", e);
     cr_assert_not_null(strstr(e, "gtrain: "), "no final error line: %s", e);
