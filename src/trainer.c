@@ -392,6 +392,20 @@ out:
     return rc;
 }
 
+/* output_dir/resolved_config.yaml: every key's final value, auto-fit's layout included */
+static int write_resolved_config(const Trainer *t, GtError *err) {
+    RunConfig *c = gt_xmalloc(sizeof *c);
+    *c = *t->cfg;
+    const RecomputePolicy *p = &t->plan.policy;
+    config_set_fitted(c, t->plan.B, t->plan.A, p->every_n > 0, p->every_n > 0 ? p->every_n : 1, p->offload);
+    char path[GT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", c->output_dir, CONFIG_RESOLVED_FILE);
+    int rc = config_write_resolved(c, path, err);
+    if (rc == 0) gt_log("resolved config: %s\n", path);
+    free(c);
+    return rc;
+}
+
 /* a directory holding model.safetensors or model.safetensors.index.json */
 static bool model_dir_with_weights(const char *path) {
     struct stat sb;
@@ -527,6 +541,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         gt_log("adapters: continued from %s\n", cfg->lora.init_from);
     }
     if (claim_output_dir(t, err)) return -1;
+    if (t->rank == 0 && write_resolved_config(t, err)) return -1;
     /* a resumed run's adapters (and a PiSSA run's residual base) are the checkpoint's, checkpoint-0 included:
      * initialising them again would take PiSSA's SVD of the residual base */
     if (desc->lora_r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
