@@ -1,8 +1,32 @@
-/* summary.c - the end-of-run summary a training run prints (trainer_summary_print, trainer.h). */
+/* summary.c - what a training run says about its data at the start (trainer_log_data) and its
+ * end-of-run summary (trainer_summary_print); see trainer.h. */
 #include <math.h>
 #include <stdio.h>
 
+#include "data.h"
 #include "trainer.h"
+
+void trainer_log_data(const char *which, const char *path, const DataSource *d) {
+    DataStats st;
+    data_stats(d, &st);
+    const int T = data_seq_len(d);
+    if (data_format(d) != DATA_JSONL) {
+        gt_log("data: %s %s: %llu tokens, %.0f windows of %d per epoch, nothing truncated or dropped\n", which, path,
+               (unsigned long long)st.tokens, data_rows_per_epoch(d), T);
+        return;
+    }
+    if (data_rows_per_epoch(d) != (double)st.examples) { /* packed */
+        gt_log("data: %s %s: %llu examples, %llu tokens packed end to end (%.0f windows of %d per epoch), 0 truncated, "
+               "%llu with an empty completion (context only)\n",
+               which, path, (unsigned long long)st.examples, (unsigned long long)st.tokens, data_rows_per_epoch(d), T,
+               (unsigned long long)st.no_target);
+        return;
+    }
+    gt_log("data: %s %s: %llu examples, %llu tokens (%llu before truncation), %llu truncated to seq_len+1 = %d, %llu "
+           "dropped (no completion token within seq_len+1: they train nothing)\n",
+           which, path, (unsigned long long)st.examples, (unsigned long long)st.tokens,
+           (unsigned long long)st.tokens_full, (unsigned long long)st.truncated, T + 1, (unsigned long long)st.no_target);
+}
 
 static const char *loss_text(char *buf, size_t cap, const char *what, double v, long step) {
     if (isfinite(v)) snprintf(buf, cap, "%s %.4f (step %ld)", what, v, step);

@@ -481,6 +481,8 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         data_open_text(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
                        cfg->data.val_fraction, &text, err))
         return -1;
+    trainer_log_data(split_train == DATA_SPLIT_TRAIN ? "train split of" : "train", cfg->data.train, t->train);
+    if (t->val) trainer_log_data(split_val == DATA_SPLIT_VAL ? "val split of" : "val", val_path, t->val);
 
     int shards = t->plan.zero1 ? t->world : 1;
     if (model_create_sharded(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, shards,

@@ -46,6 +46,10 @@ typedef struct {
  * losses (first, last, best, with their steps), eval losses, peak device memory planned and
  * measured, where the weights are. */
 void trainer_summary_print(const TrainSummary *s);
+/* One line about a data split the run opened: examples, tokens (and before truncation), how
+ * many examples were truncated and how many train nothing. which: "train" or "val". */
+struct DataSource;
+void trainer_log_data(const char *which, const char *path, const struct DataSource *d);
 
 /* Run the whole job described by cfg, on this rank of dist (world 1 without a launcher). */
 struct Dist;
