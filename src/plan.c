@@ -284,6 +284,7 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         PlanFit fit;
         int none = plan_fit(&fit, d, per_rank, world, T, memory_limit, zero1, act);
         if (none) {
+            plan_fit_print(&fit, NULL); /* what was weighed: every micro-batch, none fitting */
             plan_fit_free(&fit);
             /* the smallest plan there is: the smallest micro-batch, every layer recomputed and offloaded */
             if (plan_memory(p, d, B1, (int)(per_rank / B1), world, T, recompute_policy(true, 1, true, d->n_layer), zero1,
