@@ -132,6 +132,8 @@ void config_print_resolved(const RunConfig *cfg, FILE *out);
 /* Write every key with its final value (paths absolute, strings quoted; a comment names where each
  * came from) to path, atomically, as YAML config_load reads back into the same run. */
 int config_write_resolved(const RunConfig *cfg, const char *path, GtError *err);
+/* The same text (malloc'd, NUL-terminated; *len without the NUL). */
+char *config_resolved_text(const RunConfig *cfg, size_t *len);
 /* per_device_train_batch_size auto: record auto-fit's choice in cfg (source "auto-fit"), so the
  * resolved config shows and saves it; a fixed layout is left as it is. */
 void config_set_fitted(RunConfig *cfg, int B, int A, bool recompute, int every_n_layers, bool offload);

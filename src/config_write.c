@@ -53,17 +53,39 @@ int config_clean_path(char *p, size_t cap) {
 
 /* ------------------------------------------------------------------ resolved config */
 
+/* s as a YAML double-quoted scalar: what YAML does not allow raw in a stream (C0 and C1 controls,
+ * DEL, U+FEFF, U+FFFE, U+FFFF) escaped, so that the reader gets the same bytes back */
 static void put_quoted(GtBytes *b, const char *s) {
     gt_bytes_put(b, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        char e[8];
+    const unsigned char *c = (const unsigned char *)s;
+    size_t left = strlen(s);
+    while (left > 0) {
+        char e[16];
+        size_t used = 1;
         if (*c == '"' || *c == '\\') snprintf(e, sizeof e, "\\%c", *c);
         else if (*c == '\n') snprintf(e, sizeof e, "\\n");
         else if (*c == '\t') snprintf(e, sizeof e, "\\t");
         else if (*c == '\r') snprintf(e, sizeof e, "\\r");
         else if (*c < 0x20 || *c == 0x7f) snprintf(e, sizeof e, "\\x%02x", *c);
-        else e[0] = (char)*c, e[1] = '\0';
+        else if (*c < 0x80) e[0] = (char)*c, e[1] = '\0';
+        else {
+            long k = gt_utf8_sequence(c, left);
+            if (k <= 0) { /* not UTF-8 (the reader refuses such values): as it is */
+                e[0] = (char)*c, e[1] = '\0';
+            } else {
+                used = (size_t)k;
+                unsigned cp = k == 2 ? (c[0] & 0x1fu) << 6 | (c[1] & 0x3fu)
+                              : k == 3 ? (c[0] & 0x0fu) << 12 | (c[1] & 0x3fu) << 6 | (c[2] & 0x3fu)
+                                       : 0x10000u; /* 4 bytes: printable */
+                if ((cp >= 0x80 && cp <= 0x9f) || cp == 0xfeff || cp == 0xfffe || cp == 0xffff)
+                    snprintf(e, sizeof e, "\\u%04x", cp);
+                else
+                    memcpy(e, c, used), e[used] = '\0';
+            }
+        }
         gt_bytes_put(b, e, strlen(e));
+        c += used;
+        left -= used;
     }
     gt_bytes_put(b, "\"", 1);
 }
@@ -88,7 +110,7 @@ static const char *source_text(const RunConfig *cfg, int i, char *buf, size_t ca
     return buf;
 }
 
-int config_write_resolved(const RunConfig *cfg, const char *path, GtError *err) {
+char *config_resolved_text(const RunConfig *cfg, size_t *len) {
     GtBytes b = {0};
     char line[GT_PATH_MAX + 64], src[32];
     snprintf(line, sizeof line,
@@ -126,8 +148,16 @@ int config_write_resolved(const RunConfig *cfg, const char *path, GtError *err) 
             gt_bytes_put(&b, line, strlen(line));
         }
     }
-    int rc = gt_write_file_atomic(path, b.p, b.n, err);
-    gt_bytes_free(&b);
+    gt_bytes_put(&b, "", 1); /* NUL-terminated */
+    *len = b.n - 1;
+    return b.p;
+}
+
+int config_write_resolved(const RunConfig *cfg, const char *path, GtError *err) {
+    size_t len;
+    char *text = config_resolved_text(cfg, &len);
+    int rc = gt_write_file_atomic(path, text, len, err);
+    free(text);
     return rc;
 }
 

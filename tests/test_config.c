@@ -1096,3 +1096,35 @@ Test(config, shipped_gpt2_config) {
     cr_expect_eq(model_desc_num_params(&d), 124439808ull);
     free(c);
 }
+
+/* Paths are stored absolute and clean; a ".." after a symbolic link keeps the kernel's meaning. */
+Test(config, paths_are_absolute_and_clean_and_dotdot_respects_links) {
+    char p[1200], want[1200], d[1100];
+    snprintf(d, sizeof d, "%s/real/deep", g_dir);
+    snprintf(p, sizeof p, "%s/real", g_dir);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    cr_assert_eq(mkdir(d, 0700), 0);
+    snprintf(p, sizeof p, "%s/link", g_dir);
+    cr_assert_eq(symlink(d, p), 0); /* link -> real/deep, so link/.. is real, not g_dir */
+    snprintf(p, sizeof p, "%s//./a/../b/", g_dir);
+    cr_assert_eq(config_clean_path(p, sizeof p), 0);
+    snprintf(want, sizeof want, "%s/b/", g_dir);
+    cr_expect_str_eq(p, want);
+    snprintf(p, sizeof p, "%s/link/../x", g_dir); /* x missing: lexical */
+    cr_assert_eq(config_clean_path(p, sizeof p), 0);
+    snprintf(want, sizeof want, "%s/x", g_dir);
+    cr_expect_str_eq(p, want);
+    snprintf(p, sizeof p, "%s/link/..", g_dir); /* exists, and names real/: kept as written */
+    cr_assert_eq(config_clean_path(p, sizeof p), 0);
+    snprintf(want, sizeof want, "%s/link/..", g_dir);
+    cr_expect_str_eq(p, want);
+    char old[1024];
+    cr_assert_not_null(getcwd(old, sizeof old));
+    cr_assert_eq(chdir(g_dir), 0);
+    snprintf(p, sizeof p, "./q/./r/..//s");
+    int rc = config_clean_path(p, sizeof p);
+    cr_assert_eq(chdir(old), 0);
+    cr_assert_eq(rc, 0);
+    snprintf(want, sizeof want, "%s/q/s", g_dir);
+    cr_expect_str_eq(p, want);
+}
