@@ -130,7 +130,8 @@ void config_print_resolved(const RunConfig *cfg, FILE *out);
 /* output_dir/resolved_config.yaml, as config_write_resolved writes it */
 #define CONFIG_RESOLVED_FILE "resolved_config.yaml"
 /* Write every key with its final value (paths absolute, strings quoted; a comment names where each
- * came from) to path, atomically, as YAML config_load reads back into the same run. */
+ * came from; a key left at its default is itself a comment, since some keys may only be given
+ * with others) to path, atomically, as YAML config_load reads back into the same run. */
 int config_write_resolved(const RunConfig *cfg, const char *path, GtError *err);
 /* The same text (malloc'd, NUL-terminated; *len without the NUL). */
 char *config_resolved_text(const RunConfig *cfg, size_t *len);

@@ -114,8 +114,9 @@ char *config_resolved_text(const RunConfig *cfg, size_t *len) {
     GtBytes b = {0};
     char line[GT_PATH_MAX + 64], src[32];
     snprintf(line, sizeof line,
-             "# resolved_config.yaml - every key of this run with its final value (written by gtrain at the start of\n"
-             "# the run; paths absolute). gtrain --config resolved_config.yaml runs the same run again.\n");
+             "# resolved_config.yaml - every key of this run with its final value and where it came from (written\n"
+             "# by gtrain at the start of the run; paths absolute; keys at their default are comments).\n"
+             "# gtrain --config resolved_config.yaml runs the same run again.\n");
     gt_bytes_put(&b, line, strlen(line));
     /* top-level keys first, then one mapping per prefix (data:, lr_scheduler_kwargs:, lora:) in table order */
     for (int pass = 0; pass < CONFIG_N_KEYS; pass++) {
@@ -128,20 +129,28 @@ char *config_resolved_text(const RunConfig *cfg, size_t *len) {
                     first_of_prefix = false;
         if (head->alias_of || (dot && !first_of_prefix)) continue;
         if (dot && strncmp(head->key, "lora.", 5) == 0 && !cfg->lora.enabled) continue; /* a lora: section makes a LoRA run */
+        /* a key left at its default is written as a comment: given, some keys are checked against
+         * others (an eval batch size without data.val), and a default is a default either way */
         if (!dot) {
-            snprintf(line, sizeof line, "%s: ", head->key);
+            snprintf(line, sizeof line, "%s%s: ", cfg->source[pass] == CFG_SRC_DEFAULT ? "# " : "", head->key);
             gt_bytes_put(&b, line, strlen(line));
             put_value(&b, head, cfg);
             snprintf(line, sizeof line, "  # %s\n", source_text(cfg, pass, src, sizeof src));
             gt_bytes_put(&b, line, strlen(line));
             continue;
         }
-        snprintf(line, sizeof line, "%.*s:\n", (int)(dot - head->key), head->key);
+        bool given = false; /* a mapping whose keys are all defaults is a comment too (an empty one is null) */
+        for (int j = pass; j < CONFIG_N_KEYS; j++)
+            if (!CONFIG_SCHEMA[j].alias_of && strncmp(CONFIG_SCHEMA[j].key, head->key, (size_t)(dot - head->key + 1)) == 0 &&
+                cfg->source[j] != CFG_SRC_DEFAULT)
+                given = true;
+        snprintf(line, sizeof line, "%s%.*s:\n", given ? "" : "# ", (int)(dot - head->key), head->key);
         gt_bytes_put(&b, line, strlen(line));
         for (int j = pass; j < CONFIG_N_KEYS; j++) {
             const KeySpec *k = &CONFIG_SCHEMA[j];
             if (k->alias_of || strncmp(k->key, head->key, (size_t)(dot - head->key + 1)) != 0) continue;
-            snprintf(line, sizeof line, "  %s: ", k->key + (dot - head->key) + 1);
+            snprintf(line, sizeof line, "%s  %s: ", cfg->source[j] == CFG_SRC_DEFAULT ? "# " : "",
+                     k->key + (dot - head->key) + 1);
             gt_bytes_put(&b, line, strlen(line));
             put_value(&b, k, cfg);
             snprintf(line, sizeof line, "  # %s\n", source_text(cfg, j, src, sizeof src));

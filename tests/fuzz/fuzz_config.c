@@ -2,6 +2,7 @@
  * An input with a NUL byte is "--set text\0file text" (the --set value is fuzzed too: documents,
  * markers, UTF-8); without one it is the file alone, with a fixed --set. A config that loads is
  * written back as resolved_config.yaml text, which must load again to the same values. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,11 +39,17 @@ static void round_trip(const RunConfig *cfg) {
     RunConfig *again = calloc(1, sizeof *again);
     if (again) {
         GtError err = {0};
-        if (config_load(again, path, NULL, 0, &err) != 0) abort(); /* a resolved config that does not load */
+        if (config_load(again, path, NULL, 0, &err) != 0) { /* a resolved config that does not load */
+            fprintf(stderr, "resolved config refused: %s\n%s\n", err.msg, t1);
+            abort();
+        }
         char *t2 = config_resolved_text(again, &len2);
         strip_sources(t1);
         strip_sources(t2);
-        if (strcmp(t1, t2) != 0) abort(); /* a value that reads back differently */
+        if (strcmp(t1, t2) != 0) { /* a value that reads back differently */
+            fprintf(stderr, "resolved config reads back differently:\n%s\n---\n%s\n", t1, t2);
+            abort();
+        }
         free(t2);
         free(again);
     }
