@@ -826,7 +826,9 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
         if (cfg->source[i] == CFG_SRC_FILE)
             snprintf(src, sizeof src, "file:%d", cfg->source_line[i]);
         else
-            snprintf(src, sizeof src, "%s", cfg->source[i] == CFG_SRC_SET ? "--set" : "default");
+            snprintf(src, sizeof src, "%s", cfg->source[i] == CFG_SRC_SET       ? "--set"
+                                            : cfg->source[i] == CFG_SRC_AUTOFIT ? "auto-fit"
+                                                                                : "default");
         fprintf(out, "  %-30s %-40s %s\n", k->key, val, src);
     }
 }

@@ -8,7 +8,7 @@
 
 #include "common.h"
 
-typedef enum { CFG_SRC_DEFAULT = 0, CFG_SRC_FILE, CFG_SRC_SET } ConfigSource;
+typedef enum { CFG_SRC_DEFAULT = 0, CFG_SRC_FILE, CFG_SRC_SET, CFG_SRC_AUTOFIT } ConfigSource;
 typedef enum { LR_CONSTANT = 0, LR_LINEAR, LR_COSINE, LR_COSINE_MIN_LR } LrSchedule;
 typedef enum { PREC_FP32 = 0, PREC_BF16 } Precision;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
@@ -129,6 +129,22 @@ int config_key_error(const RunConfig *cfg, const char *key, GtError *err, const 
 
 /* Print every key with its resolved value and where it came from (default / file:line / --set). */
 void config_print_resolved(const RunConfig *cfg, FILE *out);
+
+/* output_dir/resolved_config.yaml, as config_write_resolved writes it */
+#define CONFIG_RESOLVED_FILE "resolved_config.yaml"
+/* Write every key with its final value (paths absolute, strings quoted; a comment names where each
+ * came from; a key left at its default is itself a comment, since some keys may only be given
+ * with others) to path, atomically, as YAML config_load reads back into the same run. */
+int config_write_resolved(const RunConfig *cfg, const char *path, GtError *err);
+/* The same text (malloc'd, NUL-terminated; *len without the NUL). */
+char *config_resolved_text(const RunConfig *cfg, size_t *len);
+/* per_device_train_batch_size auto: record auto-fit's choice in cfg (source "auto-fit"), so the
+ * resolved config shows and saves it; a fixed layout is left as it is. */
+void config_set_fitted(RunConfig *cfg, int B, int A, bool recompute, int every_n_layers, bool offload);
+/* Make p absolute (against the working directory) and clean: no "." or empty components, ".."
+ * folded lexically unless that names another existing file (a ".." after a symbolic link), a
+ * trailing "/" kept. Every path key is stored so. 0, or -1 (p unchanged) when it would not fit cap or getcwd fails. */
+int config_clean_path(char *p, size_t cap);
 
 /* `gtrain --help-config`: one block per key (type, default, bounds, doc). markdown=1 prints the
  * README's config reference table instead. */

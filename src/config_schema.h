@@ -1,4 +1,4 @@
-/* config_schema.h - private to config.c and config_value.c: a key's entry in the schema table
+/* config_schema.h - private to config.c, config_value.c and config_write.c: a key's entry in the schema table
  * (KeySpec), a YAML scalar, and what config_value.c does with one value by its entry: parse it
  * (strict YAML core schema, bounds, the precision it is used in), print it, describe its bounds. */
 #ifndef GT_CONFIG_SCHEMA_H

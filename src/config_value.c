@@ -383,6 +383,11 @@ int cfg_parse_value(const KeySpec *k, const Scalar *v, const char *base_dir, voi
         bool keep = k->type != KT_PATH || n == 0 || s[0] == '/' || !base_dir || !base_dir[0] ||
                     strcmp(base_dir, ".") == 0 || keyspec_literal(k, s);
         int w = keep ? snprintf(out, GT_PATH_MAX, "%s", s) : snprintf(out, GT_PATH_MAX, "%s/%s", base_dir, s);
+        /* absolute and clean, so that every message, the run's identity and resolved_config.yaml
+         * name it one way (literals such as "none" and "latest" stay as written) */
+        if (w >= 0 && w < GT_PATH_MAX && k->type == KT_PATH && n > 0 && !keyspec_literal(k, s) &&
+            config_clean_path(out, GT_PATH_MAX) != 0)
+            w = GT_PATH_MAX;
         if (w < 0 || w >= GT_PATH_MAX) {
             snprintf(exp, sizeof exp, "a path shorter than %d bytes", GT_PATH_MAX);
             note = " (too long)";

@@ -514,6 +514,12 @@ double data_rows_per_epoch(const DataSource *d) {
     return (double)d->n / (double)d->seq_len;                       /* a stream cut into windows */
 }
 DataFormat data_format(const DataSource *d) { return d->format; }
+void data_stats(const DataSource *d, DataStats *s) {
+    if (d->format == DATA_JSONL)
+        *s = (DataStats){d->st_examples, d->st_tokens, d->st_tokens_full, d->st_truncated, d->st_no_target};
+    else
+        *s = (DataStats){0, d->n, d->n, 0, 0};
+}
 int data_seq_len(const DataSource *d) { return d->seq_len; }
 
 /* ---------------------------------------------------------------------------------------------

@@ -114,6 +114,14 @@ void data_close(DataSource *d); /* NULL is fine */
 /* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the chosen split */
 uint64_t data_num_tokens(const DataSource *d);
 DataFormat data_format(const DataSource *d);
+/* What the opened split holds: jsonl: examples, their tokens as kept (truncated to seq_len+1
+ * unless packed) and before truncation, the examples truncated, the examples with no target
+ * token (no completion token within seq_len+1, or none at all when packed: they train nothing);
+ * text/tokens: examples 0, tokens = tokens_full = the split's tokens. */
+typedef struct {
+    uint64_t examples, tokens, tokens_full, truncated, no_target;
+} DataStats;
+void data_stats(const DataSource *d, DataStats *s);
 /* training rows that make one epoch: examples (unpacked jsonl), or stream tokens / seq_len */
 double data_rows_per_epoch(const DataSource *d);
 int data_seq_len(const DataSource *d);

@@ -33,6 +33,10 @@ struct DataSource {
      * pk_lab is non-NULL exactly when the source is packed. */
     const int32_t *pk_tok;
     int32_t *pk_lab;
+
+    /* jsonl: the split's examples, their tokens as kept and before truncation, how many were
+     * truncated and how many train nothing (data_stats) */
+    uint64_t st_examples, st_tokens, st_tokens_full, st_truncated, st_no_target;
 };
 
 /* malloc that reports failure in err (code 1) instead of exiting: data buffers can be huge */

@@ -183,6 +183,9 @@ typedef struct {
     int32_t *plen, *len;
     size_t ex_n, ex_cap, plen_cap, len_cap;
     int32_t cur_len, cur_plen; /* the example being built */
+    int64_t cur_full;          /* its tokens before truncation */
+    int64_t *full;             /* per example: tokens before truncation (for data_stats) */
+    size_t full_cap;
     JlScratch jl;              /* the line's members and a decoded string, reused line to line */
     const DataText *text;      /* tokenizer and templates, or NULL */
     JsonlTokBatch *queue;      /* with a tokenizer: the lines waiting to be encoded */
@@ -204,6 +207,7 @@ static const char *json_type_name(const cJSON *j) {
 /* Append a token to the current example. Unpacked: tokens beyond row_len are dropped (room for
  * row_len tokens past tok_n was reserved); packed: every token is kept, growing the buffer. */
 static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
+    b->cur_full++;
     if (!b->packing) {
         if (b->cur_len < b->row_len) b->tok[b->tok_n + (size_t)b->cur_len++] = t;
         return 0;
@@ -281,7 +285,9 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
 /* Room for one more example and row_len more tokens. */
 static int jb_begin(JsonlBuild *b, GtError *err) {
     b->cur_len = 0;
-    return data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
+    b->cur_full = 0;
+    return data_grow((void **)&b->full, &b->full_cap, b->ex_n + 1, sizeof *b->full, b->name, err) ||
+           data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
            data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err);
@@ -291,6 +297,7 @@ static void jb_finish(JsonlBuild *b) {
     b->off[b->ex_n] = b->tok_n;
     b->plen[b->ex_n] = b->cur_plen;
     b->len[b->ex_n] = b->cur_len;
+    b->full[b->ex_n] = b->cur_full;
     b->ex_n++;
     b->tok_n += (size_t)b->cur_len;
 }
@@ -550,8 +557,17 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
                     name, useless, (unsigned long long)count, split == DATA_SPLIT_ALL ? "" : " of the train split",
                     b.row_len);
     }
+    /* the split's statistics (data_stats) */
+    d->st_examples = count;
+    for (uint64_t k = first; k < first + count; k++) {
+        d->st_tokens += (uint64_t)b.len[k];
+        d->st_tokens_full += (uint64_t)b.full[k];
+        d->st_truncated += b.full[k] > b.len[k];
+    }
+    d->st_no_target = useless;
     rc = 0;
 out:
+    free(b.full);
     jl_free(&b.jl);
     jsonl_tok_free(b.queue);
     gt_bytes_free(&b.ptext);

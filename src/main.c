@@ -376,7 +376,6 @@ int main(int argc, char **argv) {
     if (strcmp(command, "plan") == 0) {
         MemPlan plan;
         memset(&plan, 0, sizeof plan);
-        config_print_resolved(cfg, stdout);
         printf("model: %s (%s), %d layers, hidden %d, %d heads (%d kv), vocab %d\n", desc.model_type,
                arch_hf_class(&desc), desc.n_layer, desc.n_embd, desc.n_head, desc.n_kv_head, desc.vocab_size);
         printf("parameters: %llu\n", (unsigned long long)model_desc_num_params(&desc));
@@ -421,7 +420,12 @@ int main(int argc, char **argv) {
                    cfg->memory_limit ? "memory_limit" : "available RAM");
         else
             printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start)\n");
-        if (plan_resolve(&plan, &desc, cfg, 1, limit, &err)) {
+        int refused = plan_resolve(&plan, &desc, cfg, 1, limit, &err);
+        if (!refused) /* the resolved table shows auto-fit's choices */
+            config_set_fitted(cfg, plan.B, plan.A, plan.policy.every_n > 0,
+                              plan.policy.every_n > 0 ? plan.policy.every_n : 1, plan.policy.offload);
+        config_print_resolved(cfg, stdout);
+        if (refused) {
             if (plan.B > 0 && !plan.overflow) { /* the plan that was refused: where the bytes would go */
                 printf("the plan that does not fit:\n");
                 plan_print(&plan, NULL, stdout);

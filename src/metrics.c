@@ -168,6 +168,23 @@ int metrics_write_train(MetricsWriter *m, const TrainRecord *r, GtError *err) {
     lputf(&l, ",\"time\":%.3f", wall_time());
     lmem(&l, "mem_current", r->mem_current);
     lmem(&l, "mem_peak", r->mem_peak);
+    if (r->window_steps > 0) {
+        lputf(&l, ",\"window_steps\":%ld", r->window_steps);
+        lnum(&l, "window_step_time_ms", r->window_step_time_ms);
+        lnum(&l, "window_tokens_per_sec", r->window_tokens_per_sec);
+        lnum(&l, "eta_s", r->eta_s);
+    }
+    return write_line(m, &l, err);
+}
+
+int metrics_write_step(MetricsWriter *m, const TrainRecord *r, GtError *err) {
+    char buf[512];
+    Line l = {buf, 0, sizeof buf, false};
+    lputf(&l, "{\"type\":\"step\",\"step\":%ld", r->step);
+    lnum(&l, "loss", r->loss);
+    lnum(&l, "step_time_ms", r->step_time_ms);
+    lnum(&l, "tokens_per_sec", r->tokens_per_sec);
+    lputf(&l, ",\"time\":%.3f", wall_time());
     return write_line(m, &l, err);
 }
 
@@ -249,6 +266,8 @@ int metrics_prune(const char *dir, long last_step, GtError *err) {
 
 /* ------------------------------------------------------------------ console */
 
+static const char *fmt_hms(char *buf, size_t cap, double s);
+
 static const char *fmt_rate(char *buf, size_t cap, double v) {
     if (!isfinite(v)) snprintf(buf, cap, "-");
     else if (v >= 1e9) snprintf(buf, cap, "%.2fG", v / 1e9);
@@ -269,11 +288,24 @@ const char *metrics_format_console(char *buf, size_t cap, const TrainRecord *r, 
     uint64_t dev = 0;
     for (int c = 0; c < MEM_COUNT; c++)
         if (mem_category_on_device((MemCategory)c)) dev += r->mem_peak[c];
+    const bool win = r->window_steps > 0;
+    char eta[48] = "";
+    if (win && isfinite(r->eta_s)) {
+        char hms[32];
+        snprintf(eta, sizeof eta, " | eta %s", fmt_hms(hms, sizeof hms, r->eta_s));
+    }
     snprintf(buf, cap,
-             "step %s | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %.0f ms | mem %s%s",
-             steps, r->epoch, r->loss, r->lr, r->grad_norm, fmt_rate(rate, sizeof rate, r->tokens_per_sec),
-             r->step_time_ms, gt_format_bytes(mem, sizeof mem, dev),
+             "step %s | epoch %.2f | loss %.4f | lr %.2e | grad %.3f | %s tok/s | %.0f ms | mem %s%s%s",
+             steps, r->epoch, r->loss, r->lr, r->grad_norm,
+             fmt_rate(rate, sizeof rate, win ? r->window_tokens_per_sec : r->tokens_per_sec),
+             win ? r->window_step_time_ms : r->step_time_ms, gt_format_bytes(mem, sizeof mem, dev), eta,
              r->skipped ? " | SKIPPED (non-finite loss or gradient)" : r->empty ? " | EMPTY (no target token, no update)" : "");
+    return buf;
+}
+
+const char *metrics_format_eval_start(char *buf, size_t cap, long step, long windows, int seq_len, const char *what) {
+    snprintf(buf, cap, "eval step %ld | evaluating %ld window%s of %d tokens (%s)", step, windows,
+             windows == 1 ? "" : "s", seq_len, what);
     return buf;
 }
 

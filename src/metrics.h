@@ -8,6 +8,12 @@
  *    "mem_current":{"params":..,"grads":..,...},"mem_peak":{"params":..,...}}   (bytes)
  *   {"type":"eval","step":10,"epoch":0.25,"eval_loss":2.6,"eval_perplexity":13.5,
  *    "eval_tokens":65536,"time":...}
+ *   {"type":"step","step":11,"loss":2.49,"step_time_ms":80.7,"tokens_per_sec":12400.2,"time":...}
+ *     (a step that was not logged: every step has one record, "train" or "step", so the logging
+ *     window's means can be checked against the steps' own times)
+ * A "train" record also holds its logging window: "window_steps" (the steps since the previous
+ * "train" record of this process, this one included), "window_step_time_ms" (their mean wall time),
+ * "window_tokens_per_sec" (their tokens / their time) and "eta_s" (time left at the pace so far).
  * Category names are mem_category_name(). Non-finite numbers are written as null. "time" is the
  * wall clock (unix seconds) when the record was written. */
 #ifndef GT_METRICS_H
@@ -32,6 +38,12 @@ typedef struct {
     bool empty;             /* no target token in the step's batch: no update */
     uint64_t mem_current[MEM_COUNT];
     uint64_t mem_peak[MEM_COUNT];
+    /* the logging window: the steps since the previous logged step of this process (this one
+     * included); 0 leaves them out and the console line shows the step's own figures */
+    long window_steps;
+    double window_step_time_ms;    /* mean wall time of the window's steps */
+    double window_tokens_per_sec;  /* the window's tokens / the window's step time */
+    double eta_s;                  /* wall time left at the run's pace so far (eval and saves included); NaN: unknown */
 } TrainRecord;
 
 typedef struct {
@@ -50,6 +62,8 @@ MetricsWriter *metrics_open(const char *dir, int append, GtError *err);
 /* One record per call, flushed. Returns 0, or -1 with err filled (e.g. disk full). */
 int metrics_write_train(MetricsWriter *m, const TrainRecord *r, GtError *err);
 int metrics_write_eval(MetricsWriter *m, const EvalRecord *r, GtError *err);
+/* A step that is not logged: its "step" record (step, loss, step_time_ms, tokens_per_sec, time). */
+int metrics_write_step(MetricsWriter *m, const TrainRecord *r, GtError *err);
 /* Close (NULL is fine); returns 0 or -1 with err filled if the final flush failed. */
 int metrics_close(MetricsWriter *m, GtError *err);
 
@@ -59,11 +73,14 @@ int metrics_close(MetricsWriter *m, GtError *err);
 int metrics_prune(const char *dir, long last_step, GtError *err);
 
 /* The human log line, e.g.
- * "step   10/1000 | epoch 0.25 | loss 2.5012 | lr 3.00e-04 | grad 1.234 | 12.3k tok/s | 81 ms | mem 1.25 GiB"
- * (mem: the sum of the device categories' peaks; " | SKIPPED (non-finite)" when skipped, " | EMPTY"
+ * "step   10/1000 | epoch 0.25 | loss 2.5012 | lr 3.00e-04 | grad 1.234 | 12.3k tok/s | 81 ms | mem 1.25 GiB | eta 01:02:03"
+ * (tok/s and ms: the logging window's means when r->window_steps > 0, else the step's own; eta:
+ * when r->eta_s is finite; mem: the sum of the device categories' peaks; " | SKIPPED (non-finite)" when skipped, " | EMPTY"
  * when the step held no target token;
  * max_steps <= 0 leaves out the "/max"). Returns buf. */
 const char *metrics_format_console(char *buf, size_t cap, const TrainRecord *r, long max_steps);
+/* The line before an evaluation: "eval step 10 | evaluating 16 windows of 64 tokens (data.val)". */
+const char *metrics_format_eval_start(char *buf, size_t cap, long step, long windows, int seq_len, const char *what);
 /* The eval log line: "eval step 10 | eval_loss 2.6000 | ppl 13.46 | 65536 tokens". Returns buf. */
 const char *metrics_format_eval(char *buf, size_t cap, const EvalRecord *r);
 

@@ -6,6 +6,8 @@
 #include "buffers.h"
 
 #include <limits.h>
+#include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define LOGITS_CHUNK_BYTES (64ull << 20)
@@ -122,18 +124,13 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
                  "  optimizer step (no allocation inside a step)\n");
 }
 
-/* Layouts of the same effective batch, tried by auto-fit and by the advice of a refusal: every
- * micro-batch B dividing the per-rank batch, under every recompute setting, fewest recomputed
- * layers first. */
-typedef struct {
-    int B, A, every_n;
-    bool offload;
-    int recomputed;
-    uint64_t bytes;
-} FitCandidate;
-
-static int candidate_better(const FitCandidate *a, const FitCandidate *b) {
-    /* fewer recomputed layers, then no offload, then the larger micro-batch */
+/* Layouts of the same effective batch, weighed by auto-fit and by the advice of a refusal, under
+ * one rule (PLAN_FIT_RULE): every micro-batch B dividing the per-rank batch, each under the fewest
+ * recomputed layers that fit (then no offload); among those, a micro-batch of 4 or more when one
+ * fits (4 x 16 beats 1 x 64), then the fewest recomputed layers, then no offload, then the largest
+ * micro-batch. */
+static int candidate_better(const PlanCandidate *a, const PlanCandidate *b, int pref_B) {
+    if ((a->B >= pref_B) != (b->B >= pref_B)) return a->B >= pref_B;
     if (a->recomputed != b->recomputed) return a->recomputed < b->recomputed;
     if (a->offload != b->offload) return !a->offload;
     return a->B > b->B;
@@ -152,30 +149,101 @@ static int smallest_split(long per_rank) {
     return 0;
 }
 
-/* Best layout of per_rank rows (B * A) that fits limit; min_B: smallest micro-batch considered.
- * Plans that overflow 64 bits fit nothing. Returns 0 and fills best, or -1 when nothing fits. */
-static int best_fit(const ModelDesc *d, long per_rank, int world, int T, uint64_t limit, int min_B,
-                    bool allow_recompute, bool zero1, GtDtype act, FitCandidate *best) {
-    bool found = false;
-    const long lo = min_micro_batch(per_rank) > min_B ? min_micro_batch(per_rank) : min_B;
-    for (long B = max_micro_batch(per_rank); B >= lo && B >= 1; B--) {
+int plan_fit(PlanFit *f, const ModelDesc *d, long per_rank, int world, int T, uint64_t limit, bool zero1, GtDtype act) {
+    memset(f, 0, sizeof *f);
+    f->chosen = -1;
+    f->limit = limit;
+    f->pref_B = per_rank >= 4 ? 4 : 1;
+    f->n_layer = d->n_layer;
+    size_t cap = 0;
+    const long lo = min_micro_batch(per_rank) > 1 ? min_micro_batch(per_rank) : 1;
+    for (long B = max_micro_batch(per_rank); B >= lo; B--) {
         if (per_rank % B) continue;
+        PlanCandidate row = {.B = (int)B, .A = (int)(per_rank / B), .fits = false};
         for (int every = 0; every <= d->n_layer; every++) {
-            if (every > 0 && !allow_recompute) break;
             for (int off = 0; off <= (every > 0); off++) {
                 RecomputePolicy pol = recompute_policy(every > 0, every ? every : 1, off, d->n_layer);
                 MemPlan p;
-                if (plan_memory(&p, d, (int)B, (int)(per_rank / B), world, T, pol, zero1, act)) continue;
+                if (plan_memory(&p, d, row.B, row.A, world, T, pol, zero1, act)) continue;
                 if (limit && p.device_total > limit) continue;
-                FitCandidate c = {(int)B, (int)(per_rank / B), every, off, recompute_count(&pol), p.device_total};
-                if (!found || candidate_better(&c, best)) *best = c, found = true;
+                PlanCandidate c = {row.B, row.A, every, off, recompute_count(&pol), p.device_total, true};
+                /* of the settings recomputing as many layers, the first (smallest every_n_layers) stands for them */
+                if (!row.fits || c.recomputed < row.recomputed || (c.recomputed == row.recomputed && !c.offload && row.offload))
+                    row = c;
             }
         }
+        if (!row.fits) { /* the least it could need: every layer recomputed and offloaded */
+            MemPlan p;
+            row.every_n = 1, row.offload = true, row.recomputed = d->n_layer;
+            row.bytes = plan_memory(&p, d, row.B, row.A, world, T, recompute_policy(true, 1, true, d->n_layer), zero1,
+                                    act) ? UINT64_MAX : p.device_total;
+        }
+        if ((size_t)f->n == cap) {
+            cap = cap ? 2 * cap : 16;
+            f->rows = gt_xrealloc(f->rows, cap * sizeof *f->rows);
+        }
+        f->rows[f->n] = row;
+        if (row.fits && (f->chosen < 0 || candidate_better(&row, &f->rows[f->chosen], f->pref_B))) f->chosen = f->n;
+        f->n++;
     }
-    return found ? 0 : -1;
+    return f->chosen >= 0 ? 0 : -1;
 }
 
-static void describe_candidate(char *buf, size_t cap, const FitCandidate *c) {
+void plan_fit_free(PlanFit *f) {
+    free(f->rows);
+    f->rows = NULL;
+    f->n = 0;
+}
+
+static void describe_recompute(char *buf, size_t cap, const PlanCandidate *c, int n_layer) {
+    if (c->every_n == 0)
+        snprintf(buf, cap, "none (0 of %d layers)", n_layer);
+    else
+        snprintf(buf, cap, "every_n_layers %d (%d of %d layers)", c->every_n, c->recomputed, n_layer);
+}
+
+/* a line to out, or through gt_log (rank 0's stdout) when out is NULL */
+static void emit(FILE *out, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void emit(FILE *out, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (out) fputs(line, out);
+    else gt_log("%s", line);
+}
+
+void plan_fit_print(const PlanFit *f, FILE *out) {
+    char a[32], rec[64];
+    emit(out, "auto-fit rule: %s\n", PLAN_FIT_RULE);
+    emit(out, "auto-fit candidates (each micro-batch under the fewest recomputed layers that fit %s):\n",
+            f->limit ? gt_format_bytes(a, sizeof a, f->limit) : "no limit");
+    /* at most PLAN_FIT_PRINT_ROWS rows: a window around the chosen one (all when they are few) */
+    int first = 0, last = f->n;
+    if (f->n > PLAN_FIT_PRINT_ROWS) {
+        int c = f->chosen >= 0 ? f->chosen : 0;
+        first = c - PLAN_FIT_PRINT_ROWS / 2;
+        if (first < 0) first = 0;
+        if (first + PLAN_FIT_PRINT_ROWS > f->n) first = f->n - PLAN_FIT_PRINT_ROWS;
+        last = first + PLAN_FIT_PRINT_ROWS;
+    }
+    if (first > 0) emit(out, "  (%d larger micro-batches not shown)\n", first);
+    for (int i = first; i < last; i++) {
+        const PlanCandidate *c = &f->rows[i];
+        if (c->fits) {
+            describe_recompute(rec, sizeof rec, c, f->n_layer);
+            emit(out, "  B %d x A %d | recompute %s | offload %s | %s%s\n", c->B, c->A, rec, c->offload ? "yes" : "no",
+                    gt_format_bytes(a, sizeof a, c->bytes), i == f->chosen ? " | chosen" : "");
+        } else {
+            emit(out, "  B %d x A %d | does not fit: %s even with every layer recomputed and offloaded\n", c->B, c->A,
+                    c->bytes == UINT64_MAX ? "over 2^64 bytes" : gt_format_bytes(a, sizeof a, c->bytes));
+        }
+    }
+    if (last < f->n) emit(out, "  (%d smaller micro-batches not shown)\n", f->n - last);
+}
+
+static void describe_candidate(char *buf, size_t cap, const PlanCandidate *c) {
     if (c->every_n == 0)
         snprintf(buf, cap, "per_device_train_batch_size %d x gradient_accumulation_steps %d, no recompute", c->B, c->A);
     else
@@ -206,7 +274,6 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
                             "%s: train_batch_size: expected a multiple of the world size %d with "
                             "per_device_train_batch_size auto, found %ld",
                             cfg->config_path, world, E);
-        FitCandidate c;
         long per_rank = E / world;
         const int B1 = smallest_split(per_rank);
         if (B1 == 0)
@@ -214,9 +281,11 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
                             "%s: train_batch_size: expected %ld rows per rank to split into per_device_train_batch_size "
                             "<= %d x gradient_accumulation_steps <= %d, found no such split of %ld",
                             cfg->config_path, per_rank, GT_MAX_MICRO_BATCH, GT_MAX_ACCUM_STEPS, E);
-        int min_B = per_rank >= 4 ? 4 : 1; /* 4 x 16 beats 1 x 64: keep micro-batches of 4+ when possible */
-        if (best_fit(d, per_rank, world, T, memory_limit, min_B, true, zero1, act, &c) &&
-            best_fit(d, per_rank, world, T, memory_limit, 1, true, zero1, act, &c)) {
+        PlanFit fit;
+        int none = plan_fit(&fit, d, per_rank, world, T, memory_limit, zero1, act);
+        if (none) {
+            plan_fit_print(&fit, NULL); /* what was weighed: every micro-batch, none fitting */
+            plan_fit_free(&fit);
             /* the smallest plan there is: the smallest micro-batch, every layer recomputed and offloaded */
             if (plan_memory(p, d, B1, (int)(per_rank / B1), world, T, recompute_policy(true, 1, true, d->n_layer), zero1,
                             act))
@@ -227,11 +296,17 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
                             cfg->config_path, E, gt_format_bytes(a, sizeof a, memory_limit), B1,
                             gt_format_bytes(b, sizeof b, p->device_total));
         }
+        const PlanCandidate c = fit.rows[fit.chosen];
         RecomputePolicy pol = recompute_policy(c.every_n > 0, c.every_n ? c.every_n : 1, c.offload, d->n_layer);
-        if (plan_memory(p, d, c.B, c.A, world, T, pol, zero1, act)) return overflow_error(p, d, cfg, err);
+        if (plan_memory(p, d, c.B, c.A, world, T, pol, zero1, act)) {
+            plan_fit_free(&fit);
+            return overflow_error(p, d, cfg, err);
+        }
+        plan_fit_print(&fit, NULL);
+        plan_fit_free(&fit);
         describe_candidate(why, sizeof why, &c);
-        gt_log("auto-fit: %s -> %s of %s (fewest recomputed layers, then the largest micro-batch)\n", why,
-               gt_format_bytes(a, sizeof a, c.bytes), memory_limit ? gt_format_bytes(b, sizeof b, memory_limit) : "no limit");
+        gt_log("auto-fit: %s -> %s of %s (by the rule above)\n", why, gt_format_bytes(a, sizeof a, c.bytes),
+               memory_limit ? gt_format_bytes(b, sizeof b, memory_limit) : "no limit");
         return 0;
     }
     RecomputePolicy pol = recompute_policy(cfg->gradient_checkpointing, cfg->every_n_layers, cfg->offload, d->n_layer);
@@ -239,15 +314,17 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         return overflow_error(p, d, cfg, err);
     if (memory_limit && p->device_total > memory_limit) {
         /* what would fit, for the same effective batch */
-        FitCandidate c;
         long per_rank = (long)p->B * p->A;
-        char fix[300] = "nothing fits, even micro-batch 1 with every layer recomputed and offloaded: raise memory_limit "
+        char fix[400] = "nothing fits, even micro-batch 1 with every layer recomputed and offloaded: raise memory_limit "
                         "or use a smaller model";
-        if (best_fit(d, per_rank, world, T, memory_limit, 1, true, zero1, act, &c) == 0) {
-            describe_candidate(why, sizeof why, &c);
-            snprintf(fix, sizeof fix, "for the same effective batch %ld, %s fits (%s)", p->effective_batch, why,
-                     gt_format_bytes(b, sizeof b, c.bytes));
+        PlanFit fit;
+        if (plan_fit(&fit, d, per_rank, world, T, memory_limit, zero1, act) == 0) {
+            describe_candidate(why, sizeof why, &fit.rows[fit.chosen]);
+            snprintf(fix, sizeof fix, "for the same effective batch %ld, %s fits (%s; what per_device_train_batch_size "
+                     "auto with train_batch_size %ld picks)", p->effective_batch, why,
+                     gt_format_bytes(b, sizeof b, fit.rows[fit.chosen].bytes), p->effective_batch);
         }
+        plan_fit_free(&fit);
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: memory_limit: the plan needs %s of device memory, the limit is %s; %s",
                         cfg->config_path, gt_format_bytes(a, sizeof a, p->device_total),
                         gt_format_bytes(b, sizeof b, memory_limit), fix);

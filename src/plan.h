@@ -45,6 +45,35 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
 /* Print the plan as a table; with measured != NULL, plan and measured (high-water) side by side. */
 void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out);
 
+/* Auto-fit's candidates for per_rank rows per rank (B x A = per_rank): one row per micro-batch B
+ * (largest first), each under the fewest recomputed layers that fit the limit (then no offload),
+ * or not fitting (bytes: what it needs with every layer recomputed and offloaded; UINT64_MAX when
+ * that overflows). chosen: the row PLAN_FIT_RULE picks, -1 when none fits. The same rule picks
+ * auto-fit's layout and the layout a refusal of a fixed one recommends. */
+#define PLAN_FIT_RULE                                                                                                  \
+    "a micro-batch of 4 or more when one fits (any when the batch is under 4), then the fewest recomputed layers, "   \
+    "then no offload, then the largest micro-batch"
+#define PLAN_FIT_PRINT_ROWS 16
+typedef struct {
+    int B, A, every_n; /* every_n 0: no recompute */
+    bool offload;
+    int recomputed; /* layers recomputed */
+    uint64_t bytes; /* device total */
+    bool fits;
+} PlanCandidate;
+typedef struct {
+    PlanCandidate *rows;
+    int n, chosen, pref_B, n_layer;
+    uint64_t limit;
+} PlanFit;
+/* 0 with f->chosen set, or -1 when nothing fits (f's rows filled either way: plan_fit_free). */
+int plan_fit(PlanFit *f, const ModelDesc *d, long per_rank, int world, int T, uint64_t limit, bool zero1, GtDtype act);
+void plan_fit_free(PlanFit *f);
+/* The rule and the table ("  B 16 x A 8 | recompute every_n_layers 1 (32 of 32 layers) | offload no |
+ * 23.62 GiB | chosen", or "  B 128 x A 1 | does not fit: ..."), at most PLAN_FIT_PRINT_ROWS rows
+ * around the chosen one; out NULL: through gt_log. */
+void plan_fit_print(const PlanFit *f, FILE *out);
+
 /* Resolve the micro-batch layout for the config: fixed B, or auto-fit (per_device_train_batch_size
  * auto + train_batch_size) within memory_limit bytes. Fills *p. Errors (code 2) when the plan does
  * not fit memory_limit, with what would fit. memory_limit 0 = no limit. */

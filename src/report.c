@@ -81,6 +81,10 @@ static int parse_metrics(const char *name, const char *buf, size_t len, Series *
             continue;
         }
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+        if (cJSON_IsString(type) && strcmp(type->valuestring, "step") == 0) { /* a step not logged: the curves keep to the logged ones */
+            cJSON_Delete(j);
+            continue;
+        }
         bool is_eval = cJSON_IsString(type) ? strcmp(type->valuestring, "eval") == 0
                                             : cJSON_GetObjectItemCaseSensitive(j, "eval_loss") != NULL;
         if (is_eval) {

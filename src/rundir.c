@@ -18,7 +18,8 @@ const char *const RUNDIR_CHECKPOINT_FILES[] = {"model.safetensors", "config.json
 /* the files a run writes at the top of output_dir (besides checkpoints and event files); a LoRA
  * run's adapter, and a PiSSA run's initial adapter in RUNDIR_PISSA_INIT/ */
 static const char *const RUN_FILES[] = {"metrics.jsonl", "model.safetensors", "config.json", "report.svg",
-                                        "adapter_model.safetensors", "adapter_config.json", "tokenizer.json", NULL};
+                                        "adapter_model.safetensors", "adapter_config.json", "tokenizer.json",
+                                        "resolved_config.yaml", NULL};
 static const char *const ADAPTER_FILES[] = {"adapter_model.safetensors", "adapter_config.json", NULL};
 
 struct RunDir {

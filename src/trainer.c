@@ -104,6 +104,8 @@ typedef struct {
     bool tty;
     double t_start;
     long start_step;
+    long win_steps; /* the logging window: steps since the last logged one, their wall time and tokens */
+    double win_secs, win_tokens;
 } Trainer;
 
 /* ---------------------------------------------------------------- output_dir ownership */
@@ -160,13 +162,19 @@ static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err)
 static int run_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) {
     double vl;
     long vt;
+    char line[256];
+    long windows = data_num_eval_windows(t->val), cap = t->cfg->eval_max_batches * (long)t->cfg->per_device_eval_batch_size;
+    if (t->cfg->eval_max_batches > 0 && cap < windows) windows = cap; /* as evaluate counts them */
+    if (t->tty) metrics_progress_clear(stdout);
+    gt_log("%s\n", metrics_format_eval_start(line, sizeof line, step, windows, t->cfg->data.seq_len,
+                                             t->cfg->data.val[0] ? t->cfg->data.val : "data.val_fraction of data.train"));
     if (evaluate(t, &vl, &vt, err)) return -1;
     EvalRecord r = {.step = step, .epoch = t->state.epoch, .eval_loss = vl, .eval_perplexity = exp(vl), .eval_tokens = vt};
-    char line[256];
-    if (t->tty) metrics_progress_clear(stdout);
     gt_log("%s\n", metrics_format_eval(line, sizeof line, &r));
-    if (isnan(summary->first_val_loss)) summary->first_val_loss = vl;
+    if (!summary->first_val_step) summary->first_val_loss = vl, summary->first_val_step = step;
     summary->last_val_loss = vl;
+    summary->last_val_step = step;
+    if (isfinite(vl) && !(vl >= summary->best_val_loss)) summary->best_val_loss = vl, summary->best_val_step = step;
     if (t->metrics && metrics_write_eval(t->metrics, &r, err)) return -1;
     if (t->tb) tboard_scalar(t->tb, "eval/loss", step, tboard_wall_time(), (float)vl);
     return 0;
@@ -414,6 +422,20 @@ out:
     return rc;
 }
 
+/* output_dir/resolved_config.yaml: every key's final value, auto-fit's layout included */
+static int write_resolved_config(const Trainer *t, GtError *err) {
+    RunConfig *c = gt_xmalloc(sizeof *c);
+    *c = *t->cfg;
+    const RecomputePolicy *p = &t->plan.policy;
+    config_set_fitted(c, t->plan.B, t->plan.A, p->every_n > 0, p->every_n > 0 ? p->every_n : 1, p->offload);
+    char path[GT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", c->output_dir, CONFIG_RESOLVED_FILE);
+    int rc = config_write_resolved(c, path, err);
+    if (rc == 0) gt_log("resolved config: %s\n", path);
+    free(c);
+    return rc;
+}
+
 /* A fresh LoRA run's PiSSA adapters, from the loaded base (lora.init_from's are loaded before
  * output_dir is claimed; the others are model_create's). Every rank computes the same; rank 0
  * writes the initial adapter. */
@@ -480,6 +502,8 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         data_open_text(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
                        cfg->data.val_fraction, &text, err))
         return -1;
+    trainer_log_data(split_train == DATA_SPLIT_TRAIN ? "train split of" : "train", cfg->data.train, t->train);
+    if (t->val) trainer_log_data(split_val == DATA_SPLIT_VAL ? "val split of" : "val", val_path, t->val);
 
     int shards = t->plan.zero1 ? t->world : 1;
     if (model_create_sharded(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, shards,
@@ -552,6 +576,7 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
         gt_log("adapters: continued from %s\n", cfg->lora.init_from);
     }
     if (claim_output_dir(t, err)) return -1;
+    if (t->rank == 0 && write_resolved_config(t, err)) return -1;
     /* a resumed run's adapters (and a PiSSA run's residual base) are the checkpoint's, checkpoint-0 included:
      * initialising them again would take PiSSA's SVD of the residual base */
     if (desc->lora_r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
@@ -736,14 +761,22 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         tokens_done += (double)t->plan.tokens_per_step;
         t->state.global_step = step + 1;
         t->state.epoch = (double)t->state.global_step * (double)t->plan.effective_batch / rows_per_epoch;
-        if (step == t->start_step) summary->first_loss = loss;
+        if (step == t->start_step) summary->first_loss = loss, summary->first_step = step + 1;
         summary->last_loss = loss;
         summary->steps = step + 1;
+        if (isfinite(loss) && !(loss >= summary->best_loss)) summary->best_loss = loss, summary->best_step = step + 1;
+        t->win_steps++;
+        t->win_secs += dt;
+        t->win_tokens += (double)t->plan.tokens_per_step;
+        const double elapsed = gt_now_seconds() - t->t_start;
 
         TrainRecord r = {.step = step + 1, .epoch = t->state.epoch, .loss = loss, .lr = lr, .grad_norm = norm,
                          .tokens_per_sec = (double)t->plan.tokens_per_step / dt, .step_time_ms = dt * 1e3, .device_time_ms = device_ms,
                          .effective_batch = t->plan.effective_batch, .num_items = num_items, .skipped = skip,
-                         .empty = empty};
+                         .empty = empty, .window_steps = t->win_steps,
+                         .window_step_time_ms = t->win_secs * 1e3 / (double)t->win_steps,
+                         .window_tokens_per_sec = t->win_tokens / t->win_secs,
+                         .eta_s = elapsed / (double)(step + 1 - t->start_step) * (double)(max_steps - step - 1)};
         memcpy(r.mem_current, t->be->mem.current, sizeof r.mem_current);
         memcpy(r.mem_peak, t->be->mem.peak, sizeof r.mem_peak);
         bool last = step + 1 == max_steps;
@@ -759,8 +792,11 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
                 tboard_scalar(t->tb, "train/loss", step + 1, wt, (float)loss);
                 tboard_scalar(t->tb, "train/lr", step + 1, wt, (float)lr);
                 tboard_scalar(t->tb, "train/grad_norm", step + 1, wt, (float)norm);
-                tboard_scalar(t->tb, "train/tokens_per_sec", step + 1, wt, (float)r.tokens_per_sec);
+                tboard_scalar(t->tb, "train/tokens_per_sec", step + 1, wt, (float)r.window_tokens_per_sec);
             }
+            t->win_steps = 0, t->win_secs = t->win_tokens = 0.0;
+        } else if (t->metrics && metrics_write_step(t->metrics, &r, err)) {
+            return -1;
         }
         if (t->tty && t->rank == 0) metrics_progress_from(stdout, step + 1, t->start_step, max_steps, gt_now_seconds() - t->t_start);
         if (empty) gt_warn("step %ld: no target token in the step's batch: no update (%ld empty steps so far)\n",
@@ -804,7 +840,9 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
                         "steps %ld-%ld: every step was skipped for a non-finite loss or gradient norm (%ld of %ld): "
                         "nothing was trained, no final weights saved; look at the data, learning_rate and the initial weights",
                         t->start_step + 1, t->state.global_step, skipped, t->state.global_step - t->start_step);
-    summary->tokens_per_sec = tokens_done / (gt_now_seconds() - t->t_start);
+    summary->seconds = gt_now_seconds() - t->t_start;
+    summary->tokens = tokens_done;
+    summary->tokens_per_sec = tokens_done / summary->seconds;
     return 0;
 }
 
@@ -821,7 +859,8 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     /* a progress bar only for one process on a terminal (mpirun gives every rank a tty) */
     t.tty = t.world == 1 && isatty(STDOUT_FILENO);
     memset(summary, 0, sizeof *summary);
-    summary->last_val_loss = summary->first_val_loss = NAN;
+    summary->last_val_loss = summary->first_val_loss = summary->best_val_loss = NAN;
+    summary->first_loss = summary->last_loss = summary->best_loss = NAN;
     int rc = open_run(&t, summary, err);
     if (rc == 0) {
         if (t.world > 1 && t.model->shard_world == 1) { /* plain data parallel: overlap with backward */
@@ -834,6 +873,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
         const bool bf16 = cfg->save_dtype == SAVE_DTYPE_BF16;
         if (desc->lora_r > 0) { /* the adapter alone, never a copy of the base */
             rc = lora_save_adapter(cfg->output_dir, t.model, bf16, err);
+            if (rc == 0) snprintf(summary->weights, sizeof summary->weights, "%s (PEFT LoRA adapter)", cfg->output_dir);
             if (rc == 0)
                 gt_log("adapter: %s (PEFT LoRA, r %d%s, %s; base %s)\n", cfg->output_dir,
                        t.model->pissa_init_dir ? 2 * desc->lora_r : desc->lora_r,
@@ -841,6 +881,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
                        bf16 ? "bf16" : "fp32", cfg->model);
         } else {
             rc = checkpoint_save_weights(cfg->output_dir, t.model, bf16, trainer_max_shard_bytes(cfg), err);
+            if (rc == 0) snprintf(summary->weights, sizeof summary->weights, "%s", cfg->output_dir);
             if (rc == 0)
                 gt_log("weights: %s (Hugging Face %s layout, %s)\n", cfg->output_dir, arch_hf_class(desc),
                        bf16 ? "bf16" : "fp32");
@@ -860,6 +901,16 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
             gt_log("report: %s/report.svg\n", cfg->output_dir);
         else
             gt_warn("%s\n", rerr.msg);
+    }
+    if (rc == 0 && t.rank == 0 && t.model) {
+        summary->start_step = t.start_step;
+        summary->max_steps = t.state.max_steps;
+        summary->mem_planned = t.plan.device_total;
+        summary->mem_measured = t.be->mem.device_peak;
+        if (summary->stopped_by_signal)
+            snprintf(summary->weights, sizeof summary->weights, "%s/checkpoint-%ld (resume_from_checkpoint: latest)",
+                     cfg->output_dir, t.state.global_step);
+        trainer_summary_print(summary);
     }
     rundir_close(t.rundir); /* after the last file is written: releases the lock */
     free(t.tok);

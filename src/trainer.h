@@ -31,7 +31,25 @@ typedef struct {
     double first_val_loss;
     double tokens_per_sec;
     int stopped_by_signal; /* SIGTERM/SIGINT ended the run after a checkpoint */
+    /* for the end-of-run summary (trainer_summary_print) */
+    long start_step, max_steps; /* the step this process started from (a resumed run's checkpoint), the run's last */
+    double tokens, seconds;     /* trained by this process, in the training loop's wall time */
+    long first_step, best_step; /* of first_loss and best_loss (the lowest finite step loss) */
+    double best_loss;
+    long first_val_step, last_val_step, best_val_step;
+    double best_val_loss;
+    uint64_t mem_planned, mem_measured; /* device bytes: the plan's total, the backend's high-water mark */
+    char weights[GT_PATH_MAX + 64];     /* where the weights are ("" when none were written) */
 } TrainSummary;
+
+/* The end-of-run summary, a few lines through gt_log: steps, tokens, time, mean tok/s, the
+ * losses (first, last, best, with their steps), eval losses, peak device memory planned and
+ * measured, where the weights are. */
+void trainer_summary_print(const TrainSummary *s);
+/* One line about a data split the run opened: examples, tokens (and before truncation), how
+ * many examples were truncated and how many train nothing. which: "train" or "val". */
+struct DataSource;
+void trainer_log_data(const char *which, const char *path, const struct DataSource *d);
 
 /* Run the whole job described by cfg, on this rank of dist (world 1 without a launcher). */
 struct Dist;

@@ -36,6 +36,17 @@ static const char *write_cfg(const char *name, const char *text) {
     return path;
 }
 
+/* name as config_load stores a path relative to the working directory: absolute (config_clean_path) */
+static const char *in_cwd(const char *name) {
+    static char buf[4][1200];
+    static int k;
+    char cwd[1024];
+    cr_assert_not_null(getcwd(cwd, sizeof cwd));
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", cwd, name);
+    return buf[k];
+}
+
 /* Load text as run.yaml with sets; returns config_load's result. cfg is heap (big struct). */
 static int load(RunConfig *cfg, GtError *err, const char *text, const char *const *sets, int n_sets) {
     const char *path = write_cfg("run.yaml", text);
@@ -111,7 +122,7 @@ Test(config, defaults_are_hf_like) {
     cr_expect_eq(c->eval_steps, 0);
     cr_expect_eq(c->eval_max_batches, 0);
     cr_expect_eq(c->save_total_limit, 0);
-    cr_expect_str_eq(c->output_dir, "runs/gtrain");
+    cr_expect_str_eq(c->output_dir, in_cwd("runs/gtrain"));
     cr_expect_str_eq(c->resume_from_checkpoint, "auto");
     cr_expect_str_eq(c->model, "");
     cr_expect_str_eq(c->init_from, "");
@@ -738,12 +749,12 @@ Test(config, path_resolution) {
     GtError err = {0};
     cr_assert_eq(config_load(c, path, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect_str_eq(c->config_dir, sub);
-    snprintf(want, sizeof want, "%s/../models/m.json", sub);
+    snprintf(want, sizeof want, "%s/models/m.json", g_dir); /* absolute and clean: sub/../models */
     cr_expect_str_eq(c->model, want);
     cr_expect_str_eq(c->init_from, "/abs/w.safetensors");
     snprintf(want, sizeof want, "%s/t.txt", sub);
     cr_expect_str_eq(c->data.train, want);
-    snprintf(want, sizeof want, "%s/./v.txt", sub);
+    snprintf(want, sizeof want, "%s/v.txt", sub);
     cr_expect_str_eq(c->data.val, want);
     snprintf(want, sizeof want, "%s/out", sub);
     cr_expect_str_eq(c->output_dir, want);
@@ -754,8 +765,8 @@ Test(config, path_resolution) {
     const char *sets[] = {"resume_from_checkpoint=latest", "data.train=d/t.txt", "output_dir=o"};
     cr_assert_eq(config_load(c, path, sets, 3, &err), 0, "%s", err.msg);
     cr_expect_str_eq(c->resume_from_checkpoint, "latest");
-    cr_expect_str_eq(c->data.train, "d/t.txt");
-    cr_expect_str_eq(c->output_dir, "o");
+    cr_expect_str_eq(c->data.train, in_cwd("d/t.txt"));
+    cr_expect_str_eq(c->output_dir, in_cwd("o"));
     free(c);
 }
 
@@ -770,8 +781,11 @@ Test(config, path_in_cwd_config) {
     cr_assert_eq(chdir(old), 0);
     cr_assert_eq(rc, 0, "%s", err.msg);
     cr_expect_str_eq(c->config_dir, ".");
-    cr_expect_str_eq(c->model, "m.json");
-    cr_expect_str_eq(c->data.train, "t.txt");
+    char want[1200];
+    snprintf(want, sizeof want, "%s/m.json", g_dir); /* the working directory was g_dir */
+    cr_expect_str_eq(c->model, want);
+    snprintf(want, sizeof want, "%s/t.txt", g_dir);
+    cr_expect_str_eq(c->data.train, want);
     free(c);
 }
 
@@ -855,7 +869,7 @@ Test(config, set_overrides_in_order) {
     cr_expect_eq(c->learning_rate, 1e-3);
     cr_expect_eq(c->lr_scheduler_type, LR_COSINE);
     cr_expect_eq(c->data.format, DATA_TOKENS);
-    cr_expect_str_eq(c->data.val, "v.bin");
+    cr_expect_str_eq(c->data.val, in_cwd("v.bin"));
     cr_expect_eq(c->memory_limit, 512ull << 20);
     int i = idx("data.seq_len");
     cr_expect_eq(c->source[i], CFG_SRC_SET);
@@ -869,7 +883,7 @@ Test(config, set_without_file) {
     GtError err = {0};
     const char *sets[] = {"model=m.json", "data.train=t.txt", "seed=7"};
     cr_assert_eq(config_load(c, NULL, sets, 3, &err), 0, "%s", err.msg);
-    cr_expect_str_eq(c->model, "m.json");
+    cr_expect_str_eq(c->model, in_cwd("m.json"));
     cr_expect_eq(c->seed, 7);
     cr_expect_str_eq(c->config_dir, ".");
     cr_expect_eq(config_load(c, NULL, NULL, 0, &err), -1);
@@ -883,11 +897,11 @@ Test(config, set_values_that_are_fine) {
     const char *sets[] = {"output_dir=r\xc3\xa9sultats/\xe2\x82\xac", "learning_rate=1e-3 # a comment",
                           "seed=\n7\n", "data.val=a---b", "init_from='--- x'"};
     cr_assert_eq(load(c, &err, BASE, sets, 5), 0, "%s", err.msg);
-    cr_expect_str_eq(c->output_dir, "r\xc3\xa9sultats/\xe2\x82\xac");
+    cr_expect_str_eq(c->output_dir, in_cwd("r\xc3\xa9sultats/\xe2\x82\xac"));
     cr_expect_eq(c->learning_rate, 1e-3);
     cr_expect_eq(c->seed, 7);
-    cr_expect_str_eq(c->data.val, "a---b");
-    cr_expect_str_eq(c->init_from, "--- x");
+    cr_expect_str_eq(c->data.val, in_cwd("a---b"));
+    cr_expect_str_eq(c->init_from, in_cwd("--- x"));
     free(c);
 }
 
@@ -1081,4 +1095,36 @@ Test(config, shipped_gpt2_config) {
     cr_expect_eq(config_check_model(c, &d, &err), 0, "%s", err.msg);
     cr_expect_eq(model_desc_num_params(&d), 124439808ull);
     free(c);
+}
+
+/* Paths are stored absolute and clean; a ".." after a symbolic link keeps the kernel's meaning. */
+Test(config, paths_are_absolute_and_clean_and_dotdot_respects_links) {
+    char p[1200], want[1200], d[1100];
+    snprintf(d, sizeof d, "%s/real/deep", g_dir);
+    snprintf(p, sizeof p, "%s/real", g_dir);
+    cr_assert_eq(mkdir(p, 0700), 0);
+    cr_assert_eq(mkdir(d, 0700), 0);
+    snprintf(p, sizeof p, "%s/link", g_dir);
+    cr_assert_eq(symlink(d, p), 0); /* link -> real/deep, so link/.. is real, not g_dir */
+    snprintf(p, sizeof p, "%s//./a/../b/", g_dir);
+    cr_assert_eq(config_clean_path(p, sizeof p), 0);
+    snprintf(want, sizeof want, "%s/b/", g_dir);
+    cr_expect_str_eq(p, want);
+    snprintf(p, sizeof p, "%s/link/../x", g_dir); /* x missing: lexical */
+    cr_assert_eq(config_clean_path(p, sizeof p), 0);
+    snprintf(want, sizeof want, "%s/x", g_dir);
+    cr_expect_str_eq(p, want);
+    snprintf(p, sizeof p, "%s/link/..", g_dir); /* exists, and names real/: kept as written */
+    cr_assert_eq(config_clean_path(p, sizeof p), 0);
+    snprintf(want, sizeof want, "%s/link/..", g_dir);
+    cr_expect_str_eq(p, want);
+    char old[1024];
+    cr_assert_not_null(getcwd(old, sizeof old));
+    cr_assert_eq(chdir(g_dir), 0);
+    snprintf(p, sizeof p, "./q/./r/..//s");
+    int rc = config_clean_path(p, sizeof p);
+    cr_assert_eq(chdir(old), 0);
+    cr_assert_eq(rc, 0);
+    snprintf(want, sizeof want, "%s/q/s", g_dir);
+    cr_expect_str_eq(p, want);
 }
