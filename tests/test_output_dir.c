@@ -146,7 +146,8 @@ Test(output_dir, auto_resumes_the_same_run_and_names_what_differs_otherwise, .ti
     st = run(&w, NULL, "over", "max_steps=3", "overwrite_output_dir=true", NULL);
     expect_exit(&w, "over", st, 0);
     o = read_log(&w, "over", "out");
-    cr_assert_null(strstr(o, "resum"), "overwrite_output_dir resumed: %s", o);
+    cr_assert_null(strstr(o, "resuming from"), "overwrite_output_dir resumed: %s", o);
+    cr_assert_not_null(strstr(o, "step 1/3"), "overwrite_output_dir did not start at step 1: %s", o);
     free(o);
     /* never: an earlier run of this one is refused, the message pointing at auto */
     st = run(&w, NULL, "never", "max_steps=6", "resume_from_checkpoint=never", NULL);
