@@ -463,3 +463,12 @@ long gt_utf8_sequence(const unsigned char *s, size_t n) {
     }
     return need + 1;
 }
+
+void gt_parent_dir(char *dst, size_t cap, const char *path) {
+    if (cap == 0) return;
+    snprintf(dst, cap, "%s", path);
+    char *slash = strrchr(dst, '/');
+    if (!slash) snprintf(dst, cap, ".");
+    else if (slash == dst) dst[1] = '\0';
+    else *slash = '\0';
+}

@@ -93,6 +93,8 @@ long gt_json_too_deep(const char *buf, size_t len, int max_depth);
  * flags | O_NOFOLLOW | O_CLOEXEC, mode 0644, and must be a regular file. Returns the descriptor,
  * or -1 with errno set. */
 int gt_open_for_write(const char *path, int flags);
+/* The directory part of path into dst ("/" for "/x", "." for "x"); truncated to cap. */
+void gt_parent_dir(char *dst, size_t cap, const char *path);
 
 /* Write len bytes to path atomically: path.tmp, fsync, rename. A full disk or any write error is
  * reported (code 1) and path keeps its old content. */

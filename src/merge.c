@@ -264,11 +264,7 @@ static void remove_tmp(const char *tmp) {
 
 static void fsync_parent(const char *path) {
     char dir[GT_PATH_MAX + 8];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == dir) dir[1] = '\0';
-    else *slash = '\0';
+    gt_parent_dir(dir, sizeof dir, path);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         (void)fsync(fd); /* best effort */

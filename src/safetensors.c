@@ -510,11 +510,7 @@ static void buf_json_string(Buf *b, const char *s) {
 
 static void fsync_parent_dir(const char *path) {
     char dir[GT_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
+    gt_parent_dir(dir, sizeof dir, path);
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         (void)fsync(fd); /* best effort: some filesystems refuse directory fsync */

@@ -708,13 +708,9 @@ static int check_out(const TokenizeOptions *o, GtError *err) {
     out_guard_free(&g);
     if (rc == 0) {
         char dir[GT_PATH_MAX], prefix[GT_PATH_MAX + 8];
-        snprintf(dir, sizeof dir, "%s", o->out);
-        char *slash = strrchr(dir, '/');
-        const char *base = slash ? slash + 1 : dir;
-        snprintf(prefix, sizeof prefix, "%s.tmp.", base);
-        if (!slash) snprintf(dir, sizeof dir, ".");
-        else if (slash == dir) dir[1] = '\0';
-        else *slash = '\0';
+        const char *slash = strrchr(o->out, '/');
+        snprintf(prefix, sizeof prefix, "%s.tmp.", slash ? slash + 1 : o->out);
+        gt_parent_dir(dir, sizeof dir, o->out);
         out_guard_clean_stale(dir, prefix);
     }
     return rc;

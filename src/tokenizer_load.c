@@ -332,11 +332,7 @@ int tokenizer_load(Tokenizer **out, const char *path, GtError *err) {
     (*out)->raw_len = len;
     /* BOS/EOS/PAD from the files beside it (HF's tokenizer_config.json, ...) */
     char dir[GT_PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", file);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) dir[1] = '\0';
-    else if (slash) *slash = '\0';
-    else snprintf(dir, sizeof dir, ".");
+    gt_parent_dir(dir, sizeof dir, file);
     if (tok_special_from_files(*out, dir, err)) {
         tokenizer_free(*out);
         *out = NULL;

@@ -1032,7 +1032,8 @@ typedef struct {
     int n_rows;
 } Plan;
 
-static void run_plan(const Ws *w, const char *cfg, const char *tag, const char *const *sets, int n, Plan *p) {
+/* `gtrain plan --config cfg --set ...`: the wait status (logs dir/tag.out, dir/tag.err) */
+static int plan_status(const Ws *w, const char *cfg, const char *tag, const char *const *sets, int n) {
     const char *argv[40];
     int a = 0;
     argv[a++] = test_gtrain_bin();
@@ -1057,6 +1058,11 @@ static void run_plan(const Ws *w, const char *cfg, const char *tag, const char *
     }
     int st;
     while (waitpid(pid, &st, 0) < 0) cr_assert_eq(errno, EINTR);
+    return st;
+}
+
+static void run_plan(const Ws *w, const char *cfg, const char *tag, const char *const *sets, int n, Plan *p) {
+    int st = plan_status(w, cfg, tag, sets, n);
     expect_exit(w, tag, st, 0);
     char *text = read_log(w, tag, "out");
     memset(p, 0, sizeof *p);
@@ -1204,34 +1210,6 @@ Test(lora_runs, plan_counts_gpt2_modules_from_the_dimensions, .timeout = 60) {
 
 /* ---------------------------------------------------------------- PiSSA's r against the matrices' rank */
 
-/* `gtrain plan --config cfg --set ...`: the wait status (logs dir/tag.out, dir/tag.err) */
-static int plan_status(const Ws *w, const char *tag, const char *const *sets, int n) {
-    const char *argv[40];
-    int a = 0;
-    argv[a++] = test_gtrain_bin();
-    argv[a++] = "plan";
-    argv[a++] = "--config";
-    argv[a++] = w->cfg;
-    for (int i = 0; i < n; i++) argv[a++] = "--set", argv[a++] = sets[i];
-    argv[a] = NULL;
-    char out[320], err[320];
-    snprintf(out, sizeof out, "%s/%s.out", w->dir, tag);
-    snprintf(err, sizeof err, "%s/%s.err", w->dir, tag);
-    fflush(stdout);
-    pid_t pid = fork();
-    cr_assert_neq(pid, -1);
-    if (pid == 0) {
-        int fo = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644), fe = open(err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0) _exit(126);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st;
-    while (waitpid(pid, &st, 0) < 0) cr_assert_eq(errno, EINTR);
-    return st;
-}
 
 /* r above the smallest adapted matrix's rank: refused by plan and by a run, naming lora.r and that
  * rank, before output_dir exists; r equal to it passes plan */
@@ -1252,13 +1230,13 @@ Test(lora_runs, pissa_r_above_a_matrix_rank_is_refused_before_output_dir, .timeo
     const char *inits[] = {"pissa", "pissa_niter_2"};
     for (int k = 0; k < 2; k++) {
         const char *sets[] = {kv("lora.init_lora_weights", inits[k]), kv("lora.r", over), "lora.lora_alpha=8"};
-        int st = plan_status(&w, "plan-over", sets, 3);
+        int st = plan_status(&w, w.cfg, "plan-over", sets, 3);
         expect_one_line(&w, "plan-over", st, 2, "lora.r", want);
         st = run_cfg(&w, w.cfg, "run-over", sets, 3);
         expect_one_line(&w, "run-over", st, 2, "lora.r", want);
         cr_assert(!exists(w.out), "a refused run created %s", w.out);
         const char *ok[] = {kv("lora.init_lora_weights", inits[k]), kv("lora.r", at), "lora.lora_alpha=8"};
-        st = plan_status(&w, "plan-at", ok, 3);
+        st = plan_status(&w, w.cfg, "plan-at", ok, 3);
         expect_exit(&w, "plan-at", st, 0);
     }
     ws_fini(&w);
