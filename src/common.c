@@ -100,17 +100,8 @@ void gt_tmp_forget(int slot) {
 
 void gt_tmp_cleanup(void) {
     for (int i = 0; i < GT_TMP_SLOTS; i++) {
-        if (g_tmp[i].used == 2) { /* a writer's temporary directory: its files (links unlinked), then it */
-            int fd = open(g_tmp[i].path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-            if (d) {
-                for (struct dirent *e; (e = readdir(d));)
-                    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) (void)unlinkat(fd, e->d_name, 0);
-                closedir(d);
-            } else if (fd >= 0) {
-                close(fd);
-            }
-            (void)rmdir(g_tmp[i].path);
+        if (g_tmp[i].used == 2) {
+            gt_remove_dir_of_files(AT_FDCWD, g_tmp[i].path);
         } else if (g_tmp[i].used == 1) {
             (void)unlink(g_tmp[i].path);
         }
@@ -467,8 +458,30 @@ long gt_utf8_sequence(const unsigned char *s, size_t n) {
 void gt_parent_dir(char *dst, size_t cap, const char *path) {
     if (cap == 0) return;
     snprintf(dst, cap, "%s", path);
+    size_t n = strlen(dst);
+    while (n > 1 && dst[n - 1] == '/') dst[--n] = '\0';
     char *slash = strrchr(dst, '/');
     if (!slash) snprintf(dst, cap, ".");
     else if (slash == dst) dst[1] = '\0';
     else *slash = '\0';
+}
+
+void gt_remove_dir_of_files(int dfd, const char *name) {
+    const int saved = errno;
+    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0) close(fd);
+        errno = saved;
+        return;
+    }
+    for (struct dirent *e; (e = readdir(d));) {
+        struct stat es;
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            fstatat(fd, e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(es.st_mode))
+            (void)unlinkat(fd, e->d_name, 0);
+    }
+    closedir(d);
+    (void)unlinkat(dfd, name, AT_REMOVEDIR);
+    errno = saved;
 }

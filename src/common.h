@@ -93,8 +93,13 @@ long gt_json_too_deep(const char *buf, size_t len, int max_depth);
  * flags | O_NOFOLLOW | O_CLOEXEC, mode 0644, and must be a regular file. Returns the descriptor,
  * or -1 with errno set. */
 int gt_open_for_write(const char *path, int flags);
-/* The directory part of path into dst ("/" for "/x", "." for "x"); truncated to cap. */
+/* The directory that holds path, into dst ("/" for "/x", "." for "x"; trailing slashes are not a
+ * level: "a/b/" gives "a"); truncated to cap. */
 void gt_parent_dir(char *dst, size_t cap, const char *path);
+/* Remove directory `name` (relative to dfd, or AT_FDCWD) holding a writer's temporary files: its
+ * entries unlinked (links themselves, never followed; subdirectories left, so the rmdir then
+ * fails), then the directory. Not followed when name is a link. Best effort, errno untouched. */
+void gt_remove_dir_of_files(int dfd, const char *name);
 
 /* Write len bytes to path atomically: path.tmp, fsync, rename. A full disk or any write error is
  * reported (code 1) and path keeps its old content. */

@@ -210,9 +210,7 @@ static int check_out_first(const MergeOptions *opt, GtError *err) {
     int rc = out_guard_dir(&g, opt->out, "merge: --out", false, false, err);
     out_guard_free(&g);
     if (rc || check_out(out, err)) return -1;
-    if (!slash) snprintf(parent, sizeof parent, ".");
-    else if (slash == out) snprintf(parent, sizeof parent, "/");
-    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - out), out);
+    gt_parent_dir(parent, sizeof parent, out);
     struct stat sb;
     if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
         return BAD("%s: expected the directory that holds --out to exist, found %s %s", opt->out,
@@ -232,8 +230,7 @@ static int make_tmp(const char *out, char *tmp, size_t cap, GtError *err) {
     while (name0 > 0 && out[name0 - 1] != '/') name0--;
     const char *name = out + name0;
     size_t nlen = len - name0;
-    if (nlen == 0 || (nlen == 1 && name[0] == '.') || (nlen == 2 && name[0] == '.' && name[1] == '.'))
-        return BAD("%s: expected a directory name for --out (not /, . or ..)", out);
+    /* check_out_first refused a name that is empty, . or .. */
     const long pid = (long)getpid();
     int k = name0 == 0 ? snprintf(tmp, cap, ".%.*s.merge-%ld-XXXXXX", (int)nlen, name, pid)
                        : snprintf(tmp, cap, "%.*s.%.*s.merge-%ld-XXXXXX", (int)name0, out, (int)nlen, name, pid);
@@ -251,16 +248,7 @@ static int make_tmp(const char *out, char *tmp, size_t cap, GtError *err) {
 }
 
 /* tmp and every entry in it (only files of this merge: hf_save's and config.json), links unlinked */
-static void remove_tmp(const char *tmp) {
-    DIR *dir = opendir(tmp);
-    if (dir) {
-        int fd = dirfd(dir);
-        for (struct dirent *de; (de = readdir(dir));)
-            if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) (void)unlinkat(fd, de->d_name, 0);
-        closedir(dir);
-    }
-    (void)rmdir(tmp);
-}
+static void remove_tmp(const char *tmp) { gt_remove_dir_of_files(AT_FDCWD, tmp); }
 
 static void fsync_parent(const char *path) {
     char dir[GT_PATH_MAX + 8];

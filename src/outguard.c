@@ -75,20 +75,9 @@ static const char *kind_of(mode_t m) {
                          : "a special file";
 }
 
-/* the directory that holds path ("." for a bare name) */
-static void parent_of(const char *path, char *out, size_t cap) {
-    snprintf(out, cap, "%s", path);
-    size_t n = strlen(out);
-    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash) snprintf(out, cap, ".");
-    else if (slash == out) out[1] = '\0';
-    else *slash = '\0';
-}
-
 static int check_parent(const char *path, const char *key, GtError *err) {
     char parent[GT_PATH_MAX];
-    parent_of(path, parent, sizeof parent);
+    gt_parent_dir(parent, sizeof parent, path);
     struct stat ps;
     if (stat(parent, &ps) != 0)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected an existing directory to hold it, found no directory %s (%s)",
@@ -162,7 +151,7 @@ int out_guard_dir(const OutGuard *g, const char *path, const char *key, bool fol
             struct stat as;
             do {
                 char up[GT_PATH_MAX];
-                parent_of(a, up, sizeof up);
+                gt_parent_dir(up, sizeof up, a);
                 snprintf(a, sizeof a, "%s", up);
             } while (stat(a, &as) != 0 && strcmp(a, ".") != 0 && strcmp(a, "/") != 0);
             for (int i = 0; i < g->n; i++) {
@@ -197,7 +186,7 @@ int out_guard_dir(const OutGuard *g, const char *path, const char *key, bool fol
         if (!g->in[i].dir) { /* a file: never among the files of a directory that may be wiped */
             char parent[GT_PATH_MAX];
             struct stat ps;
-            parent_of(g->in[i].path, parent, sizeof parent);
+            gt_parent_dir(parent, sizeof parent, g->in[i].path);
             if (stat(parent, &ps) == 0 && ps.st_dev == sb.st_dev && ps.st_ino == sb.st_ino)
                 return gt_error(err, GT_EXIT_BAD_INPUT,
                                 "%s: %s: expected a directory apart from the inputs, found one holding the %s %s", key,
@@ -228,20 +217,7 @@ static void remove_tree_owned(int dfd, const char *name) {
         unlinkat(dfd, name, 0);
         return;
     }
-    int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!d) {
-        if (fd >= 0) close(fd);
-        return;
-    }
-    for (struct dirent *e; (e = readdir(d));) { /* a writer's temporary holds files only: links are unlinked */
-        struct stat es;
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-            fstatat(fd, e->d_name, &es, AT_SYMLINK_NOFOLLOW) == 0 && !S_ISDIR(es.st_mode))
-            unlinkat(fd, e->d_name, 0);
-    }
-    closedir(d);
-    unlinkat(dfd, name, AT_REMOVEDIR);
+    gt_remove_dir_of_files(dfd, name); /* a writer's temporary holds files only */
 }
 
 int out_guard_clean_stale(const char *dir, const char *prefix) {
