@@ -6,6 +6,8 @@
 #ifndef GT_CONFIG_H
 #define GT_CONFIG_H
 
+#include <string.h>
+
 #include "common.h"
 
 typedef enum { CFG_SRC_DEFAULT = 0, CFG_SRC_FILE, CFG_SRC_SET, CFG_SRC_AUTOFIT } ConfigSource;
@@ -108,6 +110,15 @@ typedef struct {
     ConfigSource source[GT_CONFIG_MAX_KEYS];
     int source_line[GT_CONFIG_MAX_KEYS]; /* 1-based line in the file (0 if not from the file) */
 } RunConfig;
+
+/* How resume_from_checkpoint reads: the one place its literals are told apart. */
+typedef enum { RESUME_NEVER = 0, RESUME_AUTO, RESUME_LATEST, RESUME_PATH } ResumeMode;
+static inline ResumeMode config_resume_mode(const RunConfig *c) {
+    const char *r = c->resume_from_checkpoint;
+    if (!r[0] || strcmp(r, "never") == 0 || strcmp(r, "false") == 0) return RESUME_NEVER;
+    if (strcmp(r, "auto") == 0) return RESUME_AUTO;
+    return strcmp(r, "latest") == 0 ? RESUME_LATEST : RESUME_PATH;
+}
 
 /* Fill every key with its schema default. */
 void config_defaults(RunConfig *cfg);

@@ -139,8 +139,8 @@ static void print_resume_command(const char *argv0, const char *config_path, con
         put_word(&b, "--set");
         put_word(&b, sets[i]);
     }
-    const char *rf = cfg->resume_from_checkpoint;
-    if (strcmp(rf, "auto") != 0 && strcmp(rf, "latest") != 0) {
+    const ResumeMode rm = config_resume_mode(cfg);
+    if (rm != RESUME_AUTO && rm != RESUME_LATEST) {
         put_word(&b, "--set");
         put_word(&b, "resume_from_checkpoint=auto");
     }

@@ -315,18 +315,18 @@ static int record_events(void *rundir, const char *file_name, GtError *err) {
 static int claim_output_dir(Trainer *t, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const char *rf = cfg->resume_from_checkpoint;
-    const bool never = !rf[0] || strcmp(rf, "never") == 0 || strcmp(rf, "false") == 0;
+    const ResumeMode rm = config_resume_mode(cfg);
     const bool overwrite = cfg->overwrite_output_dir;
-    bool resuming = !never, restart = false;
+    bool resuming = rm != RESUME_NEVER, restart = false;
     char *identity = run_identity(t);
     int rc = -1;
     if (rundir_open(&t->rundir, cfg->config_path, cfg->output_dir, t->rank == 0, err)) goto out;
     const bool same_run = rundir_holds(t->rundir, identity);
     char dir[GT_PATH_MAX];
     dir[0] = '\0';
-    if (strcmp(rf, "auto") == 0 && overwrite) {
+    if (rm == RESUME_AUTO && overwrite) {
         resuming = false; /* as HF's scripts: overwrite_output_dir ignores the checkpoints there */
-    } else if (strcmp(rf, "auto") == 0) {
+    } else if (rm == RESUME_AUTO) {
         /* auto: this run's latest complete checkpoint when output_dir holds this run; else fresh
          * (rundir_check refuses a different run, naming what differs) */
         long at = -1;
@@ -353,7 +353,7 @@ static int claim_output_dir(Trainer *t, GtError *err) {
     if (resuming) {
         if (dir[0]) {
             /* auto found it */
-        } else if (strcmp(rf, "latest") == 0) {
+        } else if (rm == RESUME_LATEST) {
             if (rundir_latest(t->rundir, dir, sizeof dir, NULL, err)) goto out;
         } else {
             snprintf(dir, sizeof dir, "%s", rf);
@@ -373,7 +373,7 @@ static int claim_output_dir(Trainer *t, GtError *err) {
                      "%s: max_steps: expected more than the %ld steps %s already holds, found %ld (nothing to train; "
                      "raise max_steps or num_train_epochs to continue%s)",
                      cfg->config_path, st.global_step, dir, t->state.max_steps,
-                     strcmp(rf, "auto") == 0 ? "; resume_from_checkpoint: auto found it: for a new run, choose a new "
+                     rm == RESUME_AUTO ? "; resume_from_checkpoint: auto found it: for a new run, choose a new "
                                                "output_dir" : "");
             goto out;
         }
@@ -569,9 +569,8 @@ static int open_run(Trainer *t, TrainSummary *summary, GtError *err) {
     /* lora.init_from is read and checked before output_dir is claimed: a refused adapter leaves the
      * directory as it was (a resumed run's adapters are its checkpoint's: with auto, the checkpoint's
      * replace these when it finds one) */
-    const char *rf = cfg->resume_from_checkpoint;
-    const bool may_start_fresh = !rf[0] || !strcmp(rf, "auto") || !strcmp(rf, "never") || !strcmp(rf, "false");
-    if (desc->lora_r > 0 && cfg->lora.init_from[0] && may_start_fresh) {
+    const ResumeMode rm = config_resume_mode(cfg);
+    if (desc->lora_r > 0 && cfg->lora.init_from[0] && (rm == RESUME_NEVER || rm == RESUME_AUTO)) {
         if (lora_load_adapter(t->model, cfg->lora.init_from, err)) return -1;
         gt_log("adapters: continued from %s\n", cfg->lora.init_from);
     }
