@@ -327,6 +327,12 @@ static const char *fmt_hms(char *buf, size_t cap, double s) {
     return buf;
 }
 
+double metrics_eta_seconds(long step, long start_step, long max_steps, double elapsed_s) {
+    const long done = step - start_step;
+    if (done <= 0 || !(elapsed_s > 0)) return NAN;
+    return elapsed_s / (double)done * (double)(max_steps - step);
+}
+
 void metrics_progress_from(FILE *f, long step, long start_step, long max_steps, double elapsed_s) {
     enum { WIDTH = 30 };
     char bar[WIDTH + 1], el[32], eta[32];
@@ -338,7 +344,7 @@ void metrics_progress_from(FILE *f, long step, long start_step, long max_steps, 
     bar[WIDTH] = '\0';
     long done = step - start_step;
     double rate = (done > 0 && elapsed_s > 0) ? (double)done / elapsed_s : NAN;
-    double left = isfinite(rate) ? (double)(max_steps - step) / rate : NAN;
+    double left = metrics_eta_seconds(step, start_step, max_steps, elapsed_s);
     char rs[32];
     if (!isfinite(rate)) snprintf(rs, sizeof rs, "- it/s");
     else if (rate >= 1.0) snprintf(rs, sizeof rs, "%.2f it/s", rate);

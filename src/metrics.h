@@ -90,6 +90,9 @@ void metrics_progress(FILE *f, long step, long max_steps, double elapsed_s);
 /* The same for a resumed run: the rate and ETA count only the steps done since start_step
  * (the step the run resumed from; elapsed_s is the time since then). */
 void metrics_progress_from(FILE *f, long step, long start_step, long max_steps, double elapsed_s);
+/* Seconds left to max_steps at the mean rate of the steps since start_step (NaN before the first
+ * one): the progress bar's ETA and the log line's. */
+double metrics_eta_seconds(long step, long start_step, long max_steps, double elapsed_s);
 /* Erase the bar's line ("\r" + clear to end of line) before printing a log line over it. */
 void metrics_progress_clear(FILE *f);
 

@@ -775,7 +775,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
                          .empty = empty, .window_steps = t->win_steps,
                          .window_step_time_ms = t->win_secs * 1e3 / (double)t->win_steps,
                          .window_tokens_per_sec = t->win_tokens / t->win_secs,
-                         .eta_s = elapsed / (double)(step + 1 - t->start_step) * (double)(max_steps - step - 1)};
+                         .eta_s = metrics_eta_seconds(step + 1, t->start_step, max_steps, elapsed)};
         memcpy(r.mem_current, t->be->mem.current, sizeof r.mem_current);
         memcpy(r.mem_peak, t->be->mem.peak, sizeof r.mem_peak);
         bool last = step + 1 == max_steps;
