@@ -1,4 +1,5 @@
-/* backend.c - backend selection and the tracking allocator shared by every backend. */
+/* backend.c - backend selection, the tracking allocator shared by every backend, and the one
+ * place that composes an optional (fused) op a backend leaves out (backend.h). */
 #include "backend.h"
 
 #include <string.h>
@@ -117,4 +118,36 @@ int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, s
     if (b->ops->to_host(b, half, dev_src, n * sizeof(uint16_t), err)) return -1;
     for (size_t i = 0; i < n; i++) host_dst[i] = gt_bf16_to_f32(half[i]);
     return 0;
+}
+
+/* ------------------------------------------------------------------ optional entries */
+
+void backend_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *mean, float *rstd, const act_t *x,
+                                        const act_t *y, const act_t *w, const act_t *bias, int N, int C, float eps) {
+    if (b->ops->residual_layernorm_forward) {
+        b->ops->residual_layernorm_forward(b, res, out, mean, rstd, x, y, w, bias, N, C, eps);
+        return;
+    }
+    b->ops->add(b, res, x, y, (size_t)N * C);
+    b->ops->layernorm_forward(b, out, mean, rstd, res, w, bias, N, C, eps);
+}
+
+void backend_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp, const act_t *w,
+                                 const act_t *bias, int N, int C, int OC) {
+    if (b->ops->matmul_gelu_forward) {
+        b->ops->matmul_gelu_forward(b, out_gelu, pre, inp, w, bias, N, C, OC);
+        return;
+    }
+    b->ops->matmul_forward(b, pre, inp, w, bias, N, C, OC, OC);
+    b->ops->gelu_forward(b, out_gelu, pre, (size_t)N * OC);
+}
+
+void backend_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x, const act_t *y,
+                                      const act_t *w, int N, int C, float eps) {
+    if (b->ops->residual_rmsnorm_forward) {
+        b->ops->residual_rmsnorm_forward(b, res, out, rstd, x, y, w, N, C, eps);
+        return;
+    }
+    b->ops->add(b, res, x, y, (size_t)N * C);
+    b->ops->rmsnorm_forward(b, out, rstd, res, w, N, C, eps);
 }

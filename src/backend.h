@@ -130,7 +130,12 @@ typedef struct BackendOps {
     /* out = x + y (out may alias x or y) */
     void (*add)(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
 
-    /* ---- fused forward ops (each equals the pair it replaces, see the notes) ---- */
+    /* ---- fused forward ops (each equals the pair it replaces, see the notes) ----
+     * OPTIONAL: a backend may leave these NULL. Callers go through backend.c's wrappers
+     * (backend_residual_layernorm_forward, backend_matmul_gelu_forward,
+     * backend_residual_rmsnorm_forward), which call the entry when there is one and otherwise
+     * compose it from the unfused ops, bit for bit what the entry's contract promises. Every other
+     * entry is mandatory. */
     /* res[N,C] = x + y (rounded to the act dtype once), then out = layernorm(res) with mean/rstd
      * saved, computed from the ROUNDED res: bit for bit add(res, x, y) followed by
      * layernorm_forward(out, mean, rstd, res, ...) on the same backend. res may alias x or y. */
@@ -153,8 +158,9 @@ typedef struct BackendOps {
     /* dinp += ..., dw += ... (dinp ACCUMULATES: it is the residual stream) */
     void (*rmsnorm_backward)(Backend *b, act_t *dinp, float *dw, const act_t *dout,
                              const act_t *inp, const act_t *w, const float *rstd, int N, int C);
-    /* res = x + y (rounded once), then out = rmsnorm(res) from the ROUNDED res: bit for bit add
-     * followed by rmsnorm_forward on the same backend. res may alias x or y. */
+    /* OPTIONAL (see the fused ops above): res = x + y (rounded once), then out = rmsnorm(res) from
+     * the ROUNDED res: bit for bit add followed by rmsnorm_forward on the same backend. res may
+     * alias x or y. */
     void (*residual_rmsnorm_forward)(Backend *b, act_t *res, act_t *out, float *rstd,
                                      const act_t *x, const act_t *y, const act_t *w, int N, int C,
                                      float eps);
@@ -276,6 +282,16 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
 }
 /* Copy n act_t elements to the host as fp32 (synchronous). */
 int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, size_t n, GtError *err);
+
+/* The optional (fused) entries, as the model calls them: the backend's entry when it has one,
+ * else the unfused ops it replaces (add + layernorm_forward, matmul_forward + gelu_forward,
+ * add + rmsnorm_forward), in the one place that composes them. Contracts: the entries above. */
+void backend_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *mean, float *rstd, const act_t *x,
+                                        const act_t *y, const act_t *w, const act_t *bias, int N, int C, float eps);
+void backend_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp, const act_t *w,
+                                 const act_t *bias, int N, int C, int OC);
+void backend_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x, const act_t *y,
+                                      const act_t *w, int N, int C, float eps);
 
 /* Which backends this binary was built with, e.g. "cpu cuda". */
 const char *backend_built_list(void);

@@ -621,13 +621,6 @@ static void cpu_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, f
     cpu_act_done(b, out, o, NC);
 }
 
-/* the composition of the two ops: pre (rounded once under bf16) is what the gelu reads */
-static void cpu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const act_t *inp, const act_t *w,
-                                    const act_t *bias, int N, int C, int OC) {
-    cpu_matmul_forward(b, pre, inp, w, bias, N, C, OC, OC);
-    cpu_gelu_forward(b, out_gelu, pre, (size_t)N * OC);
-}
-
 static void cpu_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                              float dloss_scale, int compute_grad) {
     const size_t NV = (size_t)N * ld;
@@ -687,7 +680,7 @@ static const BackendOps k_cpu_ops = {
     .gelu_backward = cpu_gelu_backward,
     .add = cpu_add,
     .residual_layernorm_forward = cpu_residual_layernorm_forward,
-    .matmul_gelu_forward = cpu_matmul_gelu_forward,
+    /* matmul_gelu_forward: NULL, optional; backend.c composes matmul_forward + gelu_forward */
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .residual_rmsnorm_forward = cpu_residual_rmsnorm_forward,

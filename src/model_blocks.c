@@ -158,18 +158,18 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     linear_forward(m, l, ROLE_O_W, ROLE_O_B, res2, atty, N, Q, C);
     /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
     if (is_gpt2(m)) {
-        op->residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
-                                       model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
+        backend_residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
+                                           model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
         /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU
          * epilogue), or the pair when an adapter adds to fch before the gelu */
         if (adapted(m, l, ROLE_FC_W)) {
             linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, I);
             op->gelu_forward(be, fch_act, fch, (size_t)N * I);
         } else {
-            op->matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
+            backend_matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
         }
     } else {
-        op->residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
+        backend_residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
         linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, 2 * I);
         op->swiglu_forward(be, fch_act, fch, N, I);
     }

@@ -465,7 +465,7 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
         void *d_inp = dup_to(b, m->inp, ni * 2), *d_w = dup_to(b, m->w, nw * 2);
         void *d_b = dup_to(b, m->bias, (size_t)m->OC * 2);
         void *d_pre = dnan_bf16_on(b, no), *d_out = dnan_bf16_on(b, no);
-        b->ops->matmul_gelu_forward(b, d_out, d_pre, d_inp, d_w, d_b, m->N, m->C, m->OC);
+        backend_matmul_gelu_forward(b, d_out, d_pre, d_inp, d_w, d_b, m->N, m->C, m->OC);
         bf_keep_bf16(r, k, b, names[i][0], d_pre, no);
         bf_keep_bf16(r, k, b, names[i][1], d_out, no);
         void *bufs[] = {d_inp, d_w, d_b, d_pre, d_out};
