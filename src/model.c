@@ -185,6 +185,8 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_LORA_Y: return (void **)&m->lora_y;
     case BUF_LORA_DH: return (void **)&m->lora_dh;
     case BUF_LORA_DX: return (void **)&m->lora_dx;
+    case BUF_DORA_Z: return (void **)&m->dora_z;
+    case BUF_DORA_NORM: return (void **)&m->dora_norm;
     default: return NULL;
     }
 }
@@ -216,7 +218,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
             for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->lora_idx[l][k] = -1;
         for (int i = 0; i < m->layout.n_tensors; i++) {
             const ParamTensor *t = &m->layout.tensors[i];
-            if (!t->lora_B) m->lora_idx[t->layer][t->peft_module] = i;
+            if (m->lora_idx[t->layer][t->peft_module] < 0) m->lora_idx[t->layer][t->peft_module] = i; /* lora_A: the first */
         }
     }
     const size_t NP = m->layout.total;
@@ -307,7 +309,7 @@ void model_zero_grads(Model *m) {
 }
 
 /* the bf16 compute copy of the weights, from the fp32 master, if they changed since the last one */
-static void refresh_weights(Model *m) {
+void model_refresh_weights(Model *m) {
     if (!m->weights_stale) return;
     m->be->ops->to_act(m->be, m->weights, m->params, m->layout.total);
     m->weights_stale = false;
@@ -329,7 +331,7 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     const int C = m->desc.n_embd, V = m->desc.vocab_size, LV = plan_logits_stride(&m->desc), BT = rows * m->T;
     if (compute_grad && !m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
     if (upload_batch(m, tokens, targets, rows, err)) return -1;
-    refresh_weights(m);
+    model_refresh_weights(m);
     m->kv_len = 0; /* the activations are this batch's now */
     m->training = compute_grad;
     model_forward_blocks(m, rows, 0, m->T, compute_grad && m->policy.offload);
@@ -360,7 +362,7 @@ int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logi
     if (pos0 > m->kv_len)
         return gt_error(err, GT_EXIT_FAILURE, "model: continuing at position %d, but only %d are kept", pos0, m->kv_len);
     if (m->be->ops->to_device(m->be, m->tokens + pos0, tokens, (size_t)n * sizeof *tokens, err)) return -1;
-    refresh_weights(m);
+    model_refresh_weights(m);
     m->training = false;
     model_forward_blocks(m, 1, pos0, n, false);
     m->kv_len = model_keeps_kv(m) ? pos0 + n : 0;

@@ -48,7 +48,23 @@ static const LoraSite *next_adapter(const Model *m, int l, TensorRole w, int *k,
     return NULL;
 }
 
-/* The adapters on weight role w of layer l: out[:, block] += scale * (x A^T) B^T per site */
+/* DoRA at site s (PEFT's DoraLinearLayer, the norm detached), with x the adapter's input (dropped
+ * or not) and y = (x A^T) B^T in lora_y: z = x W_blk^T into dora_z and the row norms of
+ * W_blk + s B A into dora_norm; the block's output is then
+ *     out += (m / norm - 1) z + (m / norm) s y
+ * i.e. (m / norm) (x W^T + s x A^T B^T) + b without dropout, and with it PEFT's
+ * x W^T + b + (m / norm - 1) x_d W^T + (m / norm) s x_d A^T B^T. */
+static void dora_prepare(Model *m, int l, TensorRole w, const LoraSite *s, int ia, const act_t *x, int N, int IC) {
+    const BackendOps *op = m->be->ops;
+    const int rows = (int)s->rows, r = m->desc.lora_r;
+    const act_t *wb = model_at(m, model_w(m, l, w), (size_t)s->row0 * (size_t)IC);
+    op->matmul_forward(m->be, m->dora_z, x, wb, NULL, N, IC, rows, rows);
+    op->dora_norm(m->be, m->dora_norm, wb, model_adapter_w(m, ia), model_adapter_w(m, ia + 1), rows, IC, r,
+                  (float)m->desc.lora_scale);
+}
+
+/* The adapters on weight role w of layer l: out[:, block] += scale * (x A^T) B^T per site (DoRA:
+ * dora_prepare's) */
 static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC) {
     const BackendOps *op = m->be->ops;
     const int r = m->desc.lora_r;
@@ -58,6 +74,12 @@ static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t 
         const act_t *x = lora_input(m, l, s, inp, N, IC);
         op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
         op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+        if (m->desc.lora_dora) {
+            dora_prepare(m, l, w, s, ia, x, N, IC);
+            op->dora_forward(m->be, model_at(m, out, (size_t)s->row0), OC, m->dora_z, m->lora_y,
+                             model_adapter_w(m, ia + 2), m->dora_norm, N, rows, (float)m->desc.lora_scale);
+            continue;
+        }
         op->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->lora_y, rows, N, rows, (float)m->desc.lora_scale,
                        1.0f);
     }
@@ -65,7 +87,10 @@ static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t 
 
 /* Their backward, after the base's (which overwrote dinp): with g = scale * dout[:, block],
  * h = x A^T (recomputed: one small GEMM instead of keeping h per layer),
- *   dB += g^T h,  dh = g B,  dA += dh^T x,  dinp += dropout'(dh A) */
+ *   dB += g^T h,  dh = g B,  dA += dh^T x,  dinp += dropout'(dh A)
+ * DoRA: y, z and the norms recomputed (the weights have not changed since the forward: the same
+ * bits), dora_backward gives dm and g = (m / norm) scale dout, dz = (m / norm - 1) dout, and
+ * dinp += dropout'(dz W_blk) before the LoRA part above. */
 static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_t *dout, const act_t *inp, int N,
                           int IC, int OC) {
     const BackendOps *op = m->be->ops;
@@ -75,8 +100,20 @@ static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_
         const int rows = (int)s->rows;
         const act_t *x = lora_input(m, l, s, inp, N, IC);
         op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-        op->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
-                       (float)m->desc.lora_scale, 0.0f);
+        if (m->desc.lora_dora) {
+            op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+            dora_prepare(m, l, w, s, ia, x, N, IC);
+            op->dora_backward(m->be, model_adapter_g(m, ia + 2), m->dora_z, m->lora_y, model_at(m, dout, (size_t)s->row0),
+                              OC, m->dora_z, m->lora_y, model_adapter_w(m, ia + 2), m->dora_norm, N, rows,
+                              (float)m->desc.lora_scale);
+            const act_t *wb = model_at(m, model_w(m, l, w), (size_t)s->row0 * (size_t)IC);
+            op->matmul_backward(m->be, m->lora_dx, NULL, NULL, m->dora_z, x, wb, N, IC, rows, rows);
+            if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, N, IC);
+            op->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
+        } else {
+            op->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
+                           (float)m->desc.lora_scale, 0.0f);
+        }
         op->matmul_backward(m->be, m->lora_dh, model_adapter_g(m, ia + 1), NULL, m->lora_y, m->lora_h,
                             model_adapter_w(m, ia + 1), N, r, rows, rows);
         op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC,
