@@ -73,7 +73,8 @@ uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter);
 uint64_t lora_dropout_key(uint64_t seed, long step, int layer, PeftModule module);
 
 /* The adapter tensor i of the layout (t = &pl->tensors[i]): elements [k0, k0 + n) of its initial
- * values per d->lora_init, deterministic in (seed, i, element) (arch_init_tensor calls it). */
+ * values per d->lora_init, deterministic in (seed, i, element) (model.c's initialisation calls it for
+ * the tensors the arch table does not describe). */
 void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
                       float *dst);
 

@@ -14,9 +14,16 @@
 
 /* ---------------------------------------------------------------- initialisation */
 
+/* elements [k0, k0 + n) of tensor i's initial values: the architecture table's for its tensors, the
+ * adapter's own (lora_init_tensor) for an adapter's (a tensor the table does not describe) */
+static void init_tensor(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
+                        float *dst) {
+    if (pl->tensors[i].spec) arch_init_tensor(pl, d, seed, i, k0, n, dst);
+    else lora_init_tensor(&pl->tensors[i], d, seed, i, k0, n, dst);
+}
+
 void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host) {
-    for (int i = 0; i < pl->n_tensors; i++)
-        arch_init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
+    for (int i = 0; i < pl->n_tensors; i++) init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
 }
 
 /* n fp32 values at float offset off of the trainable params (upload false) or the base weights */
@@ -40,13 +47,13 @@ static int init_layout(Model *m, const ParamLayout *pl, bool base, uint64_t seed
         if (t->numel > cap) {
             for (size_t k0 = 0; k0 < t->numel; k0 += cap) {
                 size_t n = t->numel - k0 < cap ? t->numel - k0 : cap;
-                arch_init_tensor(pl, &m->desc, seed, i, k0, n, m->staging);
+                init_tensor(pl, &m->desc, seed, i, k0, n, m->staging);
                 if (put_values(m, base, t->offset + k0, m->staging, n, err)) return -1;
             }
             continue;
         }
         if (fill == 0) start = t->offset;
-        arch_init_tensor(pl, &m->desc, seed, i, 0, t->numel, m->staging + fill);
+        init_tensor(pl, &m->desc, seed, i, 0, t->numel, m->staging + fill);
         fill += t->numel;
     }
     return fill ? put_values(m, base, start, m->staging, fill, err) : 0;
