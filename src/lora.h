@@ -50,8 +50,9 @@ void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]);
 /* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows) (+ rows: DoRA's magnitude). */
 uint64_t lora_num_params(const ModelDesc *d);
 
-/* Tensors per site in the adapters' layout: lora_A, lora_B and under DoRA the magnitude (peft.h's PEFT_PART_*). */
-static inline int lora_parts(const ModelDesc *d) { return d->lora_dora ? 3 : 2; }
+/* Tensors per site in the adapters' layout: lora_A, lora_B and under DoRA the magnitude (peft.h's
+ * PEFT_PART_*): the adapter kind's parts (adapter.h). */
+int lora_parts(const ModelDesc *d);
 
 /* The adapters' layout (the model's trainable layout under LoRA): for each layer, for each site,
  * lora_A [r, in] then lora_B [rows, r] (then under DoRA lora_magnitude_vector [rows]), named by their PEFT keys
@@ -114,12 +115,6 @@ int lora_pissa_init(struct Model *m, int niter, uint64_t seed, bool write, GtErr
  * its first halves, and the base, freshly loaded, becomes W - s B0 A0 from the second halves,
  * bit for bit what lora_pissa_init made. */
 int lora_load_adapter(struct Model *m, const char *dir, GtError *err);
-
-/* DoRA's magnitude from the loaded base: for every adapted block, m = || W + s B A ||_row (the
- * backend's dora_norm over the frozen base and the adapters as they are: B = 0 at PEFT's default
- * init, so m = ||W||_row and the model's output is the base's), as PEFT's DoRA layer initialises
- * it. No-op without DoRA. */
-int lora_dora_init(struct Model *m, GtError *err);
 
 /* A PiSSA run resumed into an output_dir without its initial adapter: write m->pissa_init_dir
  * from the second halves of the rank-2r conversion in conv_dir (the checkpoint resumed from). */

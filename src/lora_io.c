@@ -316,27 +316,3 @@ done:
     return rc;
 }
 
-/* ---------------------------------------------------------------- DoRA */
-
-int lora_dora_init(Model *m, GtError *err) {
-    if (!m->desc.lora_dora) return 0;
-    model_refresh_weights(m); /* A and B as the forward reads them */
-    const BackendOps *op = m->be->ops;
-    const int r = m->desc.lora_r, L = m->desc.n_layer;
-    for (int l = 0; l < L; l++)
-        for (int k = 0; k < m->n_lora_sites; k++) {
-            const LoraSite *s = &m->lora_sites[k];
-            const int ia = m->lora_idx[l][s->module];
-            const size_t rows = (size_t)s->rows;
-            const act_t *wb = model_at(m, m->base, block_offset(m, l, s));
-            op->dora_norm(m->be, m->dora_norm, wb, model_adapter_w(m, ia), model_adapter_w(m, ia + 1), (int)rows,
-                          (int)s->in, r, (float)m->desc.lora_scale);
-            /* the norms (fp32) into the magnitude's master weights, through the host */
-            if (op->to_host(m->be, m->staging, m->dora_norm, rows * sizeof(float), err) ||
-                op->to_device(m->be, m->params + m->layout.tensors[ia + PEFT_PART_M].offset, m->staging,
-                              rows * sizeof(float), err))
-                return -1;
-        }
-    model_params_changed(m);
-    return 0;
-}

@@ -2,7 +2,7 @@
  * device or offloaded to the host) gives the loss and every adapter gradient (the magnitudes'
  * included) bit for bit as without it, with lora_dropout > 0 (the same masks regenerated) and
  * without; the layout holds each site's lora_A, lora_B and a magnitude of the block's output rows;
- * lora_dora_init sets the magnitude to the row norms of W + s B A, so with B = 0 (PEFT's default
+ * the DoRA kind's init_from_base (adapter.h) sets the magnitude to the row norms of W + s B A, so with B = 0 (PEFT's default
  * init) the model's loss is the frozen base's (a LoRA model with B = 0, computed separately). The
  * agreement with PEFT itself (losses, gradient norms, 5 AdamW steps, the saved files) is
  * test_lora_io.c's, the merge test_merge.c's, the ops' test_ops_dora.c's. */
@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapter.h"
 #include "lora.h"
 #include "lora_fixture.h"
 #include "model.h"
@@ -45,7 +46,7 @@ static Fix fix_open(ModelDesc d, RecomputePolicy pol, uint64_t seed, bool random
     cr_assert_eq(model_upload_base(m, 0, h, bl->total, &err), 0, "%s", err.msg);
     free(h);
     model_params_changed(m);
-    cr_assert_eq(lora_dora_init(m, &err), 0, "%s", err.msg);
+    cr_assert_eq(adapter_init_from_base(m, &err), 0, "%s", err.msg);
     if (random_adapters) { /* A, B and the magnitudes all random (magnitudes in [0.5, 1.5]) */
         const ParamLayout *pl = &m->layout;
         float *p = malloc(pl->total * sizeof *p);

@@ -355,6 +355,12 @@ Test(lora_io, continue_dora_adapter_on_llama_like_peft, .timeout = 240) {
                      false);
 }
 
+/* all seven modules (q|k|v and gate|up blocks of fused weights, each block's own norm), rslora, a bf16 base */
+Test(lora_io, continue_all_linear_rslora_dora_adapter_on_a_bf16_qwen2_like_peft, .timeout = 240) {
+    continue_adapter("tiny-qwen2.json", "bf16", "--r 4 --alpha 6 --targets all-linear --rslora --dora --dtype f32", 4, 6,
+                     true);
+}
+
 Test(lora_io, continue_dora_conv1d_adapter_on_gpt2_like_peft, .timeout = 240) {
     continue_adapter("tiny-gpt2.json", "f32", "--r 4 --alpha 8 --targets c_attn,c_proj,c_fc --dora", 4, 8, false);
 }
