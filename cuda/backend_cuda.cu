@@ -594,6 +594,9 @@ static const BackendOps k_cuda_ops = {
     /* .memory_info = */ cu_memory_info,
     /* .axpby_rows = */ gtc_axpby_rows,
     /* .dropout = */ gtc_dropout,
+    /* .dora_norm = */ gtc_dora_norm,
+    /* .dora_forward = */ gtc_dora_forward,
+    /* .dora_backward = */ gtc_dora_backward,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

@@ -283,6 +283,14 @@ void gtc_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, 
                     float alpha, float beta);
 void gtc_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base,
                  uint32_t threshold, float scale);
+/* kernels_dora.cu: the DoRA ops (backend.h), bit for bit the CPU's */
+void gtc_dora_norm(Backend *b, float *norm, const act_t *W, const act_t *A, const act_t *B, int rows,
+                   int in, int r, float scale);
+void gtc_dora_forward(Backend *b, act_t *out, int ldo, const act_t *z, const act_t *y,
+                      const act_t *mag, const float *norm, int N, int rows, float scale);
+void gtc_dora_backward(Backend *b, float *dmag, act_t *dz, act_t *dy, const act_t *dout, int ldd,
+                       const act_t *z, const act_t *y, const act_t *mag, const float *norm, int N,
+                       int rows, float scale);
 
 /* kernels_attention.cu */
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */

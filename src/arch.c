@@ -2,7 +2,6 @@
  * layout, the parameter count, initialisation, HF names, the rotary table. */
 #include "arch.h"
 
-#include "lora.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -245,10 +244,6 @@ static double uniform01(uint64_t *s) { return ((double)(splitmix64(s) >> 11) + 0
 void arch_init_tensor(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
                       float *dst) {
     const ParamTensor *t = &pl->tensors[i];
-    if (!t->spec) { /* an adapter */
-        lora_init_tensor(t, d, seed, i, k0, n, dst);
-        return;
-    }
     const ArchInit init = t->spec->init;
     if (init == INIT_ONES || init == INIT_ZEROS) {
         float v = init == INIT_ONES ? 1.0f : 0.0f;

@@ -240,6 +240,25 @@ typedef struct BackendOps {
      * same call gives the same bits on every backend. */
     void (*dropout)(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base,
                     uint32_t threshold, float scale);
+
+    /* ---- DoRA ops (PEFT's use_dora; model_blocks.c's dora site). Deterministic: each output
+     * element is one thread's, in a fixed order, so every backend gives the same bits. ---- */
+    /* norm[i] = || W[i, :] + scale * B[i, :] A ||_2 for i < rows (W [rows, in], A [r, in],
+     * B [rows, r], act values): each element and the sum of squares in double (products and sums
+     * rounded separately, no FMA), the square root in double, rounded once to fp32. */
+    void (*dora_norm)(Backend *b, float *norm, const act_t *W, const act_t *A, const act_t *B, int rows, int in,
+                      int r, float scale);
+    /* With g_i = mag_i / norm_i (fp32): out[n*ldo + i] += (g_i - 1) z[n, i] + (g_i scale) y[n, i] for
+     * n < N, i < rows (z, y [N, rows] contiguous); fp32: a = g - 1, c = g * scale, then
+     * o + (a z + c y), each operation rounded, the result rounded once to the act dtype. */
+    void (*dora_forward)(Backend *b, act_t *out, int ldo, const act_t *z, const act_t *y, const act_t *mag,
+                         const float *norm, int N, int rows, float scale);
+    /* Its backward, with g, a, c as above and d = dout[n*ldd + i]: dz[n, i] = a d, dy[n, i] = c d
+     * (overwritten; dz may be z and dy y, in place), and dmag[i] += (float)(sum_n d (z + scale y)
+     * / norm_i), the sum over n in order in double, fp32 accumulate (the norm is a constant: no
+     * gradient flows through it, as PEFT detaches it). */
+    void (*dora_backward)(Backend *b, float *dmag, act_t *dz, act_t *dy, const act_t *dout, int ldd, const act_t *z,
+                          const act_t *y, const act_t *mag, const float *norm, int N, int rows, float scale);
 } BackendOps;
 
 struct Backend {

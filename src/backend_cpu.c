@@ -700,6 +700,9 @@ static const BackendOps k_cpu_ops = {
     .memory_info = cpu_memory_info,
     .axpby_rows = cpu_axpby_rows,
     .dropout = cpu_dropout,
+    .dora_norm = cpu_dora_norm,
+    .dora_forward = cpu_dora_forward,
+    .dora_backward = cpu_dora_backward,
 };
 
 /* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */

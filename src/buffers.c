@@ -20,6 +20,7 @@ static const char *const NAMES[BUF_COUNT] = {
     [BUF_DQKV] = "d qkv", [BUF_DFCH] = "d mlp", [BUF_ATT_WS] = "attention row sums", [BUF_HOST_STAGING] = "host staging",
     [BUF_FROZEN] = "frozen base weights", [BUF_LORA_XD] = "lora input after dropout", [BUF_LORA_H] = "lora x A^T",
     [BUF_LORA_Y] = "lora h B^T / d output", [BUF_LORA_DH] = "lora d h", [BUF_LORA_DX] = "lora d input",
+    [BUF_DORA_Z] = "dora x W^T", [BUF_DORA_NORM] = "dora row norms",
 };
 
 const char *buffer_name(BufferId id) { return id >= 0 && id < BUF_COUNT && NAMES[id] ? NAMES[id] : "?"; }
@@ -165,6 +166,10 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         if (s->train) {
             add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
             add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
+        }
+        if (d->lora_dora) {
+            add(&k, BUF_DORA_Z, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
+            add(&k, BUF_DORA_NORM, MEM_WORKSPACE, rows, f, 1);
         }
     }
     k.cur = "host_staging";

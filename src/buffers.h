@@ -55,6 +55,8 @@ typedef enum {
     BUF_LORA_Y,       /* h B^T, or the scaled output gradient [BT, widest output block] */
     BUF_LORA_DH,      /* [BT, r] */
     BUF_LORA_DX,      /* the adapter's input gradient [BT, widest input] */
+    BUF_DORA_Z,       /* DoRA: the adapter's input times the base block, x W_blk^T [BT, widest output block] */
+    BUF_DORA_NORM,    /* DoRA: || W + s B A ||_row of one block (fp32) [widest output block] */
     BUF_COUNT
 } BufferId;
 

@@ -102,6 +102,7 @@ typedef struct {
         double lora_alpha, lora_dropout;
         char target_modules[GT_PATH_MAX]; /* names separated by commas, "all-linear", or "" (PEFT's default) */
         bool use_rslora;
+        bool use_dora;                       /* DoRA: PEFT's use_dora */
         char init_lora_weights[GT_PATH_MAX]; /* true, false, gaussian, pissa, pissa_niter_N */
         char init_from[GT_PATH_MAX];         /* a PEFT adapter directory to continue from, or "" */
     } lora;

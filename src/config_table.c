@@ -217,6 +217,9 @@ const KeySpec CONFIG_SCHEMA[] = {
             "c_fc), or all-linear; empty = PEFT's default (q_proj, v_proj; GPT-2 c_attn)."},
     {.key = "lora.use_rslora", .type = KT_BOOL, FIELD(lora.use_rslora), .def = "false",
      .doc = "Rank-stabilised LoRA: scale by lora_alpha / sqrt(r)."},
+    {.key = "lora.use_dora", .type = KT_BOOL, FIELD(lora.use_dora), .def = "false",
+     .doc = "DoRA (PEFT's use_dora): a trained magnitude per output row of each adapted weight, the direction "
+            "W + scale B A normalised per row (the norm detached, as PEFT does); not with PiSSA."},
     {.key = "lora.init_lora_weights", .type = KT_STRING, FIELD(lora.init_lora_weights), .def = "true",
      .check = lora_check_init,
      .doc = "true (A Kaiming-uniform, B zero), gaussian, false, pissa (exact SVD of each base weight) or pissa_niter_N "

@@ -57,23 +57,30 @@ uint64_t lora_num_params(const ModelDesc *d) {
     LoraSite s[PEFT_MODULE_COUNT];
     const int n = lora_sites(d, s);
     uint64_t per_layer = 0;
-    for (int k = 0; k < n; k++) per_layer += (uint64_t)d->lora_r * (uint64_t)(s[k].in + s[k].rows);
+    for (int k = 0; k < n; k++)
+        per_layer += (uint64_t)d->lora_r * (uint64_t)(s[k].in + s[k].rows) + (d->lora_dora ? (uint64_t)s[k].rows : 0);
     return per_layer * (uint64_t)d->n_layer;
 }
 
-static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const LoraSite *s, int layer, bool lora_B) {
+static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const LoraSite *s, int layer, int part) {
     if (pl->n_tensors == *cap) {
         *cap = *cap ? 2 * *cap : 64;
         pl->tensors = gt_xrealloc(pl->tensors, (size_t)*cap * sizeof *pl->tensors);
     }
     ParamTensor *t = &pl->tensors[pl->n_tensors];
     memset(t, 0, sizeof *t);
-    if (peft_key(t->name, sizeof t->name, d->arch, layer, s->module, lora_B) != 0)
-        snprintf(t->name, sizeof t->name, "lora.%d.%d.%c", layer, (int)s->module, lora_B ? 'B' : 'A');
-    t->ndim = 2;
-    t->shape[0] = lora_B ? s->rows : d->lora_r;
-    t->shape[1] = lora_B ? d->lora_r : s->in;
-    t->numel = (size_t)t->shape[0] * (size_t)t->shape[1];
+    const bool lora_B = part == PEFT_PART_B;
+    if (peft_key(t->name, sizeof t->name, d->arch, layer, s->module, part) != 0)
+        snprintf(t->name, sizeof t->name, "lora.%d.%d.%c", layer, (int)s->module, "ABM"[part]);
+    if (part == PEFT_PART_M) { /* DoRA's magnitude [rows] */
+        t->ndim = 1;
+        t->shape[0] = s->rows;
+    } else {
+        t->ndim = 2;
+        t->shape[0] = lora_B ? s->rows : d->lora_r;
+        t->shape[1] = lora_B ? d->lora_r : s->in;
+    }
+    t->numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
     t->offset = pl->total;
     t->decay = true;
     t->layer = layer;
@@ -97,10 +104,8 @@ void lora_layout_init(ParamLayout *pl, const ModelDesc *d) {
     for (int l = 0; l < L; l++) {
         for (int r = 0; r < ROLE_COUNT; r++) pl->layer[l][r] = -1;
         pl->layer_begin[l] = pl->total;
-        for (int k = 0; k < n; k++) {
-            add_adapter(pl, &cap, d, &s[k], l, false);
-            add_adapter(pl, &cap, d, &s[k], l, true);
-        }
+        for (int k = 0; k < n; k++)
+            for (int part = 0; part < lora_parts(d); part++) add_adapter(pl, &cap, d, &s[k], l, part);
     }
     pl->layer_begin[L] = pl->total;
 }
@@ -134,6 +139,10 @@ static double draw01(uint64_t seed, int i, size_t e, int draw) {
 void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
                       float *dst) {
     const LoraInit init = (LoraInit)d->lora_init;
+    if (t->ndim == 1) { /* DoRA's magnitude: 1 here; the row norms of W + s B A once the base is loaded (lora_dora_init) */
+        for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
+        return;
+    }
     if (t->lora_B && init != LORA_INIT_FALSE) {
         memset(dst, 0, n * sizeof *dst);
         return;
@@ -207,6 +216,7 @@ static void apply_peft(ModelDesc *d, const PeftConfig *pc, const bool mask[PEFT_
     d->lora_r = pc->r;
     d->lora_scale = peft_scaling(pc);
     d->lora_dropout = pc->lora_dropout;
+    d->lora_dora = pc->use_dora;
     d->lora_targets = 0;
     for (int m = 0; m < PEFT_MODULE_COUNT; m++)
         if (mask[m]) d->lora_targets |= 1u << m;
@@ -255,6 +265,7 @@ static int run_targets(const PeftConfig *pc, const RunConfig *cfg, ModelArch arc
 int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err) {
     d->lora_r = 0;
     d->lora_targets = 0;
+    d->lora_dora = false;
     peft_config_defaults(pc);
     if (!cfg->lora.enabled) return 0;
     const char *where = cfg->config_path[0] ? cfg->config_path : "config";
@@ -292,6 +303,9 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
                 return key_error(cfg, "lora.target_modules", err, "expected the adapter's modules (%s), found others",
                                  cfile);
         }
+        if (given(cfg, "lora.use_dora") && cfg->lora.use_dora != pc->use_dora)
+            return key_error(cfg, "lora.use_dora", err, "expected the adapter's %s (%s), found %s",
+                             pc->use_dora ? "true" : "false", cfile, cfg->lora.use_dora ? "true" : "false");
         if (given(cfg, "lora.lora_dropout")) pc->lora_dropout = cfg->lora.lora_dropout;
         if (niter != -2) /* config_load refuses it first; kept for a RunConfig made otherwise */
             return key_error(cfg, "lora.init_lora_weights", err, "expected no PiSSA initialisation with lora.init_from "
@@ -302,6 +316,11 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         pc->lora_alpha = cfg->lora.lora_alpha;
         pc->lora_dropout = cfg->lora.lora_dropout;
         pc->use_rslora = cfg->lora.use_rslora;
+        pc->use_dora = cfg->lora.use_dora;
+        if (pc->use_dora && niter != -2) /* the rank-2r conversion gtrain saves is exact for LoRA only */
+            return key_error(cfg, "lora.use_dora", err, "expected false with init_lora_weights %s (PiSSA's rank-2r "
+                             "conversion is a plain LoRA's; a DoRA magnitude does not convert), found true",
+                             cfg->lora.init_lora_weights);
         snprintf(pc->init, sizeof pc->init, "%.31s", cfg->lora.init_lora_weights); /* checked: short */
         if (set_targets(pc, cfg->lora.target_modules[0] ? cfg->lora.target_modules : default_targets(d->arch), where, err) ||
             run_targets(pc, cfg, d->arch, mask, err))

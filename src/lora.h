@@ -47,11 +47,15 @@ int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]);
 /* d->lora_targets as a mask over PeftModule (what peft.h's functions take) */
 void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]);
 
-/* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows). */
+/* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows) (+ rows: DoRA's magnitude). */
 uint64_t lora_num_params(const ModelDesc *d);
 
+/* Tensors per site in the adapters' layout: lora_A, lora_B and under DoRA the magnitude (peft.h's
+ * PEFT_PART_*): the adapter kind's parts (adapter.h). */
+int lora_parts(const ModelDesc *d);
+
 /* The adapters' layout (the model's trainable layout under LoRA): for each layer, for each site,
- * lora_A [r, in] then lora_B [rows, r], named by their PEFT keys
+ * lora_A [r, in] then lora_B [rows, r] (then under DoRA lora_magnitude_vector [rows]), named by their PEFT keys
  * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), weight decay on (as HF's
  * Trainer decays every non-bias, non-norm weight). layer_begin brackets each layer's adapters;
  * there are no globals. */
@@ -70,7 +74,8 @@ uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter);
 uint64_t lora_dropout_key(uint64_t seed, long step, int layer, PeftModule module);
 
 /* The adapter tensor i of the layout (t = &pl->tensors[i]): elements [k0, k0 + n) of its initial
- * values per d->lora_init, deterministic in (seed, i, element) (arch_init_tensor calls it). */
+ * values per d->lora_init, deterministic in (seed, i, element) (model.c's initialisation calls it for
+ * the tensors the arch table does not describe). */
 void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
                       float *dst);
 

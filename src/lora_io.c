@@ -3,8 +3,9 @@
  * of what a PiSSA run saves, and the rebuilding of its residual base on resume (lora.h).
  *
  * The adapters' layout (lora_layout_init) and peft_entries_for's list are in the same order
- * (layer-major, modules in PeftModule order), so entry e is layout tensors 2e (lora_A) and 2e+1
- * (lora_B). Everything streams through bounded host buffers: an adapter tensor is r x width. */
+ * (layer-major, modules in PeftModule order), so entry e is layout tensors P e (lora_A), P e + 1
+ * (lora_B) and under DoRA P e + 2 (the magnitude), P = lora_parts. Everything streams through
+ * bounded host buffers: an adapter tensor is r x width. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@ static int model_entries(const Model *m, PeftEntry **out) {
     bool mask[PEFT_MODULE_COUNT];
     lora_targets_mask(&m->desc, mask);
     int n = peft_entries_for(&m->desc, mask, out);
-    if (2 * n != m->layout.n_tensors) { /* a module the architecture lacks in the mask: lora_sites skipped it */
+    if (lora_parts(&m->desc) * n != m->layout.n_tensors) { /* a module the architecture lacks in the mask: lora_sites skipped it */
         free(*out);
         *out = NULL;
         return -1;
@@ -44,6 +45,7 @@ static PeftConfig run_config(const Model *m) {
     pc.r = m->desc.lora_r;
     pc.lora_alpha = m->desc.lora_scale * m->desc.lora_r;
     pc.lora_dropout = m->desc.lora_dropout;
+    pc.use_dora = m->desc.lora_dora;
     bool mask[PEFT_MODULE_COUNT];
     lora_targets_mask(&m->desc, mask);
     peft_config_set_targets(&pc, mask);
@@ -89,6 +91,11 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
                  pissa ? "twice the run's r: a PiSSA run saves its rank-2r conversion" : "the run's lora.r", pc.r);
         goto done;
     }
+    if (pc.use_dora != m->desc.lora_dora) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: use_dora: expected %s (the run's lora.use_dora), found %s", dir,
+                 PEFT_CONFIG_FILE, m->desc.lora_dora ? "true" : "false", pc.use_dora ? "true" : "false");
+        goto done;
+    }
     if (!same_scale(peft_scaling(&pc), m->desc.lora_scale)) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: lora_alpha: expected the scale %g of the run (lora_alpha / r%s), found "
                  "lora_alpha %g, r %d, use_rslora %s", dir, PEFT_CONFIG_FILE, m->desc.lora_scale,
@@ -101,8 +108,9 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         if (wd > widest) widest = wd;
     }
     buf = gt_xmalloc((size_t)want_r * widest * sizeof *buf);
+    const int P = lora_parts(&m->desc);
     for (int e = 0; e < n; e++) {
-        const ParamTensor *ta = &m->layout.tensors[2 * e], *tb = &m->layout.tensors[2 * e + 1];
+        const ParamTensor *ta = &m->layout.tensors[P * e], *tb = &m->layout.tensors[P * e + 1];
         const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
         /* lora_A [want_r, in]: its first r rows */
         if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err)) goto done;
@@ -120,6 +128,12 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         }
         for (size_t o = 1; o < out && pissa; o++) memmove(buf + o * r, buf + o * want_r, r * sizeof *buf);
         if (m->be->ops->to_device(m->be, m->params + tb->offset, buf, out * r * sizeof(float), err)) goto done;
+        if (P == 3) { /* DoRA's magnitude [out] (PiSSA is refused with DoRA) */
+            const ParamTensor *tm = &m->layout.tensors[P * e + PEFT_PART_M];
+            if (peft_adapter_read(a, e, PEFT_PART_M, buf, out, err) ||
+                m->be->ops->to_device(m->be, m->params + tm->offset, buf, out * sizeof(float), err))
+                goto done;
+        }
         if (pissa) { /* the residual base W - s B0 A0, from the base as loaded */
             LoraSite s;
             lora_module_site(&m->desc, ent[e].module, &s);
@@ -151,11 +165,12 @@ typedef struct {
 
 /* elements [off, off + n) of entry e's tensor as saved: the adapter, or its rank-2r conversion
  * A2 = [A ; A0] (row blocks), B2 = [B | -B0] (column blocks) */
-static int save_fill(void *vctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
+static int save_fill(void *vctx, int e, int part, uint64_t off, size_t n, float *dst, GtError *err) {
     SaveCtx *c = vctx;
     Model *m = c->m;
-    const ParamTensor *t = &m->layout.tensors[2 * e + lora_B];
-    if (!c->init) return m->be->ops->to_host(m->be, dst, m->params + t->offset + off, n * sizeof(float), err);
+    const bool lora_B = part == PEFT_PART_B;
+    const ParamTensor *t = &m->layout.tensors[lora_parts(&m->desc) * e + part];
+    if (!c->init || part == PEFT_PART_M) return m->be->ops->to_host(m->be, dst, m->params + t->offset + off, n * sizeof(float), err);
     const uint64_t own = t->numel; /* A: r * in elements of A before A0's; B: see below */
     if (!lora_B) {
         size_t k = off < own ? (size_t)(own - off < n ? own - off : n) : 0;
@@ -219,8 +234,9 @@ typedef struct {
     float *tmp; /* rows of B2 */
 } InitCtx;
 
-static int init_fill(void *vctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
+static int init_fill(void *vctx, int e, int part, uint64_t off, size_t n, float *dst, GtError *err) {
     InitCtx *c = vctx;
+    const bool lora_B = part == PEFT_PART_B;
     const size_t r = (size_t)c->r;
     if (!lora_B) return peft_adapter_read_range(c->conv, e, false, r * (size_t)c->ent[e].in + off, n, dst, err);
     const size_t o0 = (size_t)(off / r), rows = n / r; /* whole rows: the staging is a multiple of r */
@@ -299,3 +315,4 @@ done:
     free(w), free(A), free(B);
     return rc;
 }
+

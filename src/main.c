@@ -382,8 +382,9 @@ int main(int argc, char **argv) {
         if (desc.lora_r > 0) {
             uint64_t n = lora_num_params(&desc);
             char grouped[40];
-            printf("trainable parameters: %llu (%s; LoRA r %d, lora_alpha %g, scale %g, init %s), %.4f%% of %llu; the "
-                   "base is frozen\n", (unsigned long long)n, group_digits(grouped, sizeof grouped, n), peft.r,
+            printf("trainable parameters: %llu (%s; %s r %d, lora_alpha %g, scale %g, init %s), %.4f%% of %llu; the "
+                   "base is frozen\n", (unsigned long long)n, group_digits(grouped, sizeof grouped, n),
+                   desc.lora_dora ? "DoRA" : "LoRA", peft.r,
                    peft.lora_alpha, desc.lora_scale,
                    cfg->lora.init_from[0] ? cfg->lora.init_from : peft.init,
                    100.0 * (double)n / (double)model_desc_num_params(&desc), (unsigned long long)model_desc_num_params(&desc));

@@ -1,5 +1,6 @@
-/* merge.c - gtrain merge: W + scale * B @ A for every adapted module of a base model, streamed
- * from the base's shards into save_pretrained's shards a staging buffer at a time. See merge.h. */
+/* merge.c - gtrain merge: W + scale * B @ A for every adapted module of a base model (DoRA: that
+ * times m / ||W + scale B @ A|| per output row), streamed from the base's shards into
+ * save_pretrained's shards a staging buffer at a time. See merge.h. */
 #include "merge.h"
 
 #include <dirent.h>
@@ -76,12 +77,55 @@ typedef struct {
     bool bf16;
     int cached;          /* the entry whose A and B are in At, Bd; -1 */
     double *At, *Bd;     /* A transposed [in, r], B [out, r] */
+    bool dora;           /* use_dora: each output row is scaled by factor */
+    double *factor;      /* DoRA: m / ||W + scale B A|| per output row [out] */
 } FillCtx;
 
 static void free_cached(FillCtx *c) {
-    free(c->At), free(c->Bd);
-    c->At = c->Bd = NULL;
+    free(c->At), free(c->Bd), free(c->factor);
+    c->At = c->Bd = c->factor = NULL;
     c->cached = -1;
+}
+
+/* (W + scale B A)[o, i] of entry e in double, from the base's value w */
+static double merged(const FillCtx *c, int e, size_t o, size_t i, float w) {
+    const size_t r = (size_t)c->r;
+    const double *b = c->Bd + o * r, *a = c->At + i * (size_t)r;
+    double s = 0;
+    for (size_t q = 0; q < r; q++) s += b[q] * a[q];
+    (void)e;
+    return (double)w + c->scale * s;
+}
+
+/* DoRA: factor[o] = m[o] / ||W[o, :] + scale B[o, :] A|| (PEFT's merge: the norm of the unmerged
+ * weight plus the delta), one pass over the base tensor in bounded chunks */
+static int dora_factors(FillCtx *c, int e, GtError *err) {
+    const size_t in = (size_t)c->entries[e].in, out = (size_t)c->entries[e].out, total = in * out;
+    const bool tr = c->tg[e].transposed;
+    const size_t chunk = (size_t)1 << 16;
+    double *acc = calloc(out, sizeof *acc);
+    float *buf = malloc((chunk > out ? chunk : out) * sizeof *buf);
+    c->factor = malloc(out * sizeof *c->factor);
+    int rc = -1;
+    if (!acc || !buf || !c->factor) {
+        gt_error(err, GT_EXIT_FAILURE, "merge: out of host memory for DoRA's norms of %zu rows", out);
+        goto out;
+    }
+    for (size_t e0 = 0; e0 < total; e0 += chunk) {
+        const size_t n = total - e0 < chunk ? total - e0 : chunk;
+        if (hf_weights_read_range_f32(c->w, c->tg[e].tensor, e0, n, buf, err)) goto out;
+        for (size_t k = 0; k < n; k++) {
+            const size_t idx = e0 + k, o = tr ? idx % out : idx / in, i = tr ? idx / out : idx % in;
+            const double v = merged(c, e, o, i, buf[k]);
+            acc[o] += v * v;
+        }
+    }
+    if (peft_adapter_read(c->a, e, PEFT_PART_M, buf, out, err)) goto out;
+    for (size_t o = 0; o < out; o++) c->factor[o] = (double)buf[o] / sqrt(acc[o]);
+    rc = 0;
+out:
+    free(acc), free(buf);
+    return rc;
 }
 
 /* entry e's A (as At [in, r]) and B [out, r], in double */
@@ -104,6 +148,7 @@ static int load_entry(FillCtx *c, int e, GtError *err) {
     if (peft_adapter_read(c->a, e, true, f, nb, err)) goto out;
     for (size_t q = 0; q < nb; q++) c->Bd[q] = f[q];
     c->cached = e;
+    if (c->dora && dora_factors(c, e, err)) goto out;
     rc = 0;
 out:
     free(f);
@@ -113,7 +158,7 @@ out:
 
 /* every adapter value read once before anything is created: a NaN or an infinity is refused by the
  * reader (hf_weights.h), naming the file and the tensor */
-static int check_adapter(const PeftAdapter *a, const PeftEntry *entries, int n, GtError *err) {
+static int check_adapter(const PeftAdapter *a, const PeftEntry *entries, int n, bool dora, GtError *err) {
     const size_t r = (size_t)peft_adapter_r(a);
     size_t widest = 0;
     for (int e = 0; e < n; e++) {
@@ -125,7 +170,8 @@ static int check_adapter(const PeftAdapter *a, const PeftEntry *entries, int n, 
     int rc = 0;
     for (int e = 0; e < n && rc == 0; e++)
         rc = peft_adapter_read(a, e, false, f, r * (size_t)entries[e].in, err) ||
-             peft_adapter_read(a, e, true, f, (size_t)entries[e].out * r, err) ? -1 : 0;
+             peft_adapter_read(a, e, true, f, (size_t)entries[e].out * r, err) ||
+             (dora && peft_adapter_read(a, e, PEFT_PART_M, f, (size_t)entries[e].out, err)) ? -1 : 0;
     free(f);
     return rc;
 }
@@ -141,16 +187,15 @@ static int merge_fill(void *vctx, int t, uint64_t e0, size_t n, float *dst, GtEr
     if (load_entry(c, e, err)) return -1;
     const size_t r = (size_t)c->r, in = (size_t)c->entries[e].in, out = (size_t)c->entries[e].out;
     const bool tr = c->tg[e].transposed, bf16 = c->bf16;
-    const double scale = c->scale, *At = c->At, *Bd = c->Bd;
+    const double *factor = c->factor;
     size_t bad = n; /* the first merged value that is not finite in the output dtype */
+    (void)r;
 #pragma omp parallel for schedule(static) if (n * r > 65536) reduction(min : bad)
     for (size_t k = 0; k < n; k++) {
         const size_t idx = (size_t)e0 + k;
         const size_t o = tr ? idx % out : idx / in, i = tr ? idx / out : idx % in; /* [in, out] or [out, in] */
-        const double *b = Bd + o * r, *a = At + i * r;
-        double s = 0;
-        for (size_t q = 0; q < r; q++) s += b[q] * a[q];
-        const double v = (double)dst[k] + scale * s;
+        double v = merged(c, e, o, i, dst[k]);
+        if (factor) v *= factor[o];
         dst[k] = bf16 ? merge_round_bf16(v) : (float)v;
         if (!isfinite(dst[k]) && k < bad) bad = k;
     }
@@ -295,7 +340,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
         goto done;
     }
     if (peft_adapter_open(&a, opt->adapter, d.arch, entries, n_entries, &cfg, err) ||
-        check_adapter(a, entries, n_entries, err))
+        check_adapter(a, entries, n_entries, cfg.use_dora, err))
         goto done;
     peft_warn_unconverted(&cfg, cfile);
 
@@ -328,7 +373,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     if (check_out(opt->out, err) || make_tmp(opt->out, tmp, sizeof tmp, err)) goto done;
     tmp_made = true;
     tmp_slot = gt_tmp_register(tmp, true); /* removed if the allocator exits */
-    ctx = (FillCtx){w, a, entries, tg, entry_of, cfg.r, peft_scaling(&cfg), bf16, -1, NULL, NULL};
+    ctx = (FillCtx){w, a, entries, tg, entry_of, cfg.r, peft_scaling(&cfg), bf16, -1, NULL, NULL, cfg.use_dora, NULL};
     HfSaveOptions so = {.max_shard_bytes = opt->max_shard_bytes, .staging_bytes = opt->staging_bytes};
     HfShardPlan plan;
     if (hf_plan_shards(&plan, ts, n, opt->max_shard_bytes, err)) goto done;

@@ -17,6 +17,9 @@
  *     [in, out], the table's `transposed`) gets the transpose of B @ A (PEFT's fan_in_fan_out);
  *   - every other tensor (biases, norms, embeddings, buffers) is copied, converted to the output
  *     dtype (exact from F32 to F32 and from BF16 to BF16 or F32).
+ *   - DoRA (use_dora true): the adapted weight is (m / ||W + scale B @ A||) (W + scale B @ A) per
+ *     output row (PEFT's DoRA merge, the norm of the unmerged weight plus the delta), the norms in
+ *     double over one extra pass of the base tensor.
  * The output dtype: MERGE_DTYPE_FP32 or _BF16, or AUTO: the base's dtype when all its tensors
  * share F32 or BF16, else F32 (F16, or a mix). config.json is the base's, copied with torch_dtype
  * set (checkpoint_copy_config); the weights are hf_save's (save_pretrained's split at

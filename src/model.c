@@ -14,9 +14,16 @@
 
 /* ---------------------------------------------------------------- initialisation */
 
+/* elements [k0, k0 + n) of tensor i's initial values: the architecture table's for its tensors, the
+ * adapter's own (lora_init_tensor) for an adapter's (a tensor the table does not describe) */
+static void init_tensor(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
+                        float *dst) {
+    if (pl->tensors[i].spec) arch_init_tensor(pl, d, seed, i, k0, n, dst);
+    else lora_init_tensor(&pl->tensors[i], d, seed, i, k0, n, dst);
+}
+
 void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host) {
-    for (int i = 0; i < pl->n_tensors; i++)
-        arch_init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
+    for (int i = 0; i < pl->n_tensors; i++) init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
 }
 
 /* n fp32 values at float offset off of the trainable params (upload false) or the base weights */
@@ -40,13 +47,13 @@ static int init_layout(Model *m, const ParamLayout *pl, bool base, uint64_t seed
         if (t->numel > cap) {
             for (size_t k0 = 0; k0 < t->numel; k0 += cap) {
                 size_t n = t->numel - k0 < cap ? t->numel - k0 : cap;
-                arch_init_tensor(pl, &m->desc, seed, i, k0, n, m->staging);
+                init_tensor(pl, &m->desc, seed, i, k0, n, m->staging);
                 if (put_values(m, base, t->offset + k0, m->staging, n, err)) return -1;
             }
             continue;
         }
         if (fill == 0) start = t->offset;
-        arch_init_tensor(pl, &m->desc, seed, i, 0, t->numel, m->staging + fill);
+        init_tensor(pl, &m->desc, seed, i, 0, t->numel, m->staging + fill);
         fill += t->numel;
     }
     return fill ? put_values(m, base, start, m->staging, fill, err) : 0;
@@ -185,6 +192,8 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_LORA_Y: return (void **)&m->lora_y;
     case BUF_LORA_DH: return (void **)&m->lora_dh;
     case BUF_LORA_DX: return (void **)&m->lora_dx;
+    case BUF_DORA_Z: return (void **)&m->dora_z;
+    case BUF_DORA_NORM: return (void **)&m->dora_norm;
     default: return NULL;
     }
 }
@@ -216,7 +225,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
             for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->lora_idx[l][k] = -1;
         for (int i = 0; i < m->layout.n_tensors; i++) {
             const ParamTensor *t = &m->layout.tensors[i];
-            if (!t->lora_B) m->lora_idx[t->layer][t->peft_module] = i;
+            if (m->lora_idx[t->layer][t->peft_module] < 0) m->lora_idx[t->layer][t->peft_module] = i; /* lora_A: the first */
         }
     }
     const size_t NP = m->layout.total;
@@ -307,7 +316,7 @@ void model_zero_grads(Model *m) {
 }
 
 /* the bf16 compute copy of the weights, from the fp32 master, if they changed since the last one */
-static void refresh_weights(Model *m) {
+void model_refresh_weights(Model *m) {
     if (!m->weights_stale) return;
     m->be->ops->to_act(m->be, m->weights, m->params, m->layout.total);
     m->weights_stale = false;
@@ -329,7 +338,7 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     const int C = m->desc.n_embd, V = m->desc.vocab_size, LV = plan_logits_stride(&m->desc), BT = rows * m->T;
     if (compute_grad && !m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
     if (upload_batch(m, tokens, targets, rows, err)) return -1;
-    refresh_weights(m);
+    model_refresh_weights(m);
     m->kv_len = 0; /* the activations are this batch's now */
     m->training = compute_grad;
     model_forward_blocks(m, rows, 0, m->T, compute_grad && m->policy.offload);
@@ -360,7 +369,7 @@ int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logi
     if (pos0 > m->kv_len)
         return gt_error(err, GT_EXIT_FAILURE, "model: continuing at position %d, but only %d are kept", pos0, m->kv_len);
     if (m->be->ops->to_device(m->be, m->tokens + pos0, tokens, (size_t)n * sizeof *tokens, err)) return -1;
-    refresh_weights(m);
+    model_refresh_weights(m);
     m->training = false;
     model_forward_blocks(m, 1, pos0, n, false);
     m->kv_len = model_keeps_kv(m) ? pos0 + n : 0;

@@ -43,7 +43,8 @@ typedef struct Model {
     ParamLayout layout, base_layout;
     act_t *base;
     /* LoRA: lora_idx[l][module] = index in layout of that adapter's lora_A (lora_B is the next
-     * one), -1 when the module is not adapted; NULL without LoRA */
+     * one, and under DoRA the magnitude the one after), -1 when the module is not adapted; NULL
+     * without LoRA */
     int (*lora_idx)[MODEL_LORA_SLOTS];
     /* LoRA dropout: the key of each application is lora_dropout_key(dropout_seed, dropout_step,
      * layer, module) (lora.h) and element (n, c) of the adapter's [B*T, in] input has the mask
@@ -62,6 +63,8 @@ typedef struct Model {
     LoraSite lora_sites[MODEL_LORA_SLOTS]; /* the adapted modules of a layer (lora_sites) */
     int n_lora_sites;
     act_t *lora_xd, *lora_h, *lora_y, *lora_dh, *lora_dx; /* the adapters' workspace (buffers.h) */
+    act_t *dora_z;            /* DoRA: x W_blk^T of one site; NULL without DoRA */
+    float *dora_norm;         /* DoRA: the row norms of W + s B A of one site */
     /* LoRA: the PEFT config the adapter files carry (lora_configure's; NULL: none set, the
      * defaults from the description are written), and for a PiSSA run the directory of its
      * initial adapter (NULL otherwise): then what is saved is the rank-2r conversion, and what is

@@ -13,86 +13,17 @@
  * (without the output) into the scratch first. */
 #include "model_internal.h"
 
-#include "dropout.h"
+#include "adapter.h"
 
 static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
 
-/* LoRA dropout on an adapter's input [N, IC] (dst may be src), with the key of (step, layer,
- * module) and the elements indexed over the step's whole batch (dropout.h): the micro-batch's
- * first row is row dropout_row0 of the step's batch, so its element 0 is dropout_row0 * T * IC */
-static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, int N, int IC) {
-    const double p = m->desc.lora_dropout;
-    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, l, s->module);
-    const uint64_t base = (uint64_t)m->dropout_row0 * (uint64_t)m->T * (uint64_t)IC;
-    m->be->ops->dropout(m->be, dst, src, (size_t)N * IC, key, base, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
-}
-
-/* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped
- * copy in lora_xd (the mask a pure function of the key: backward regenerates the same one). */
-static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, int N, int IC) {
-    if (!m->training || m->desc.lora_dropout <= 0) return inp;
-    lora_dropout(m, l, s, m->lora_xd, inp, N, IC);
-    return m->lora_xd;
-}
-
-/* The adapters of layer l on base weight w, one per call: the next site from *k on, with its
- * lora_A's index in the layout (lora_B is the next), or NULL when there are no more */
-static const LoraSite *next_adapter(const Model *m, int l, TensorRole w, int *k, int *ia) {
-    for (; *k < m->n_lora_sites; (*k)++) {
-        const LoraSite *s = &m->lora_sites[*k];
-        if (s->role == w && (*ia = m->lora_idx[l][s->module]) >= 0) {
-            (*k)++;
-            return s;
-        }
-    }
-    return NULL;
-}
-
-/* The adapters on weight role w of layer l: out[:, block] += scale * (x A^T) B^T per site */
-static void lora_forward(Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC) {
-    const BackendOps *op = m->be->ops;
-    const int r = m->desc.lora_r;
-    int k = 0, ia;
-    for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));) {
-        const int rows = (int)s->rows;
-        const act_t *x = lora_input(m, l, s, inp, N, IC);
-        op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-        op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
-        op->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->lora_y, rows, N, rows, (float)m->desc.lora_scale,
-                       1.0f);
-    }
-}
-
-/* Their backward, after the base's (which overwrote dinp): with g = scale * dout[:, block],
- * h = x A^T (recomputed: one small GEMM instead of keeping h per layer),
- *   dB += g^T h,  dh = g B,  dA += dh^T x,  dinp += dropout'(dh A) */
-static void lora_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_t *dout, const act_t *inp, int N,
-                          int IC, int OC) {
-    const BackendOps *op = m->be->ops;
-    const int r = m->desc.lora_r;
-    int k = 0, ia;
-    for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));) {
-        const int rows = (int)s->rows;
-        const act_t *x = lora_input(m, l, s, inp, N, IC);
-        op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-        op->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
-                       (float)m->desc.lora_scale, 0.0f);
-        op->matmul_backward(m->be, m->lora_dh, model_adapter_g(m, ia + 1), NULL, m->lora_y, m->lora_h,
-                            model_adapter_w(m, ia + 1), N, r, rows, rows);
-        op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC,
-                            r, r);
-        if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, N, IC); /* the same mask and scale */
-        op->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
-    }
-}
-
 /* One projection of layer l, by the roles of its weight and bias: out[N, OC] = inp[N, IC] W^T + b,
- * plus its adapters under LoRA. Every projection of a block goes through this pair, so what a
+ * plus its adapters (adapter.h). Every projection of a block goes through this pair, so what a
  * projection is lives here once. */
 static void linear_forward(Model *m, int l, TensorRole w, TensorRole b, act_t *out, const act_t *inp, int N, int IC,
                            int OC) {
     m->be->ops->matmul_forward(m->be, out, inp, model_w(m, l, w), model_w(m, l, b), N, IC, OC, OC);
-    if (m->n_lora_sites) lora_forward(m, l, w, out, inp, N, IC, OC);
+    if (m->n_lora_sites) adapter_forward(m, l, w, out, inp, N, IC, OC);
 }
 
 /* dinp[N, IC] = dout W (overwritten), dW += dout^T inp, db += colsum(dout); a NULL gradient (no
@@ -101,13 +32,7 @@ static void linear_backward(Model *m, int l, TensorRole w, TensorRole b, act_t *
                             const act_t *inp, int N, int IC, int OC) {
     m->be->ops->matmul_backward(m->be, dinp, model_g(m, l, w), model_g(m, l, b), dout, inp, model_w(m, l, w), N, IC, OC,
                                 OC);
-    if (m->n_lora_sites) lora_backward(m, l, w, dinp, dout, inp, N, IC, OC);
-}
-
-/* whether layer l's role w has an adapter */
-static bool adapted(const Model *m, int l, TensorRole w) {
-    int k = 0, ia;
-    return next_adapter(m, l, w, &k, &ia) != NULL;
+    if (m->n_lora_sites) adapter_backward(m, l, w, dinp, dout, inp, N, IC, OC);
 }
 
 /* the first norm of a block (and the final one): LayerNorm for GPT-2, RMSNorm for the Llama family */
@@ -162,7 +87,7 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
                                            model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
         /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU
          * epilogue), or the pair when an adapter adds to fch before the gelu */
-        if (adapted(m, l, ROLE_FC_W)) {
+        if (adapter_on(m, l, ROLE_FC_W)) {
             linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, I);
             op->gelu_forward(be, fch_act, fch, (size_t)N * I);
         } else {

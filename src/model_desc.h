@@ -44,6 +44,7 @@ typedef struct ModelDesc {
     double lora_scale;     /* alpha / r, or alpha / sqrt(r) with use_rslora (peft_scaling) */
     double lora_dropout;   /* PEFT's lora_dropout on each adapter's input, in [0, 1) */
     int lora_init;         /* LoraInit (lora.h): how model_create initialises the adapters */
+    bool lora_dora;        /* DoRA (PEFT's use_dora): a magnitude per output row of each adapted block */
     /* the bytes of config.json as they were read (model_desc_load_source; NULL otherwise), borrowed
      * from the loader, who frees them after the last use of this description and its copies: what
      * a checkpoint's config.json is written from, never the file read again */

@@ -30,6 +30,9 @@ static inline float *model_adapter_g(const Model *m, int i) {
     return m->grads ? m->grads + m->layout.tensors[i].offset : NULL;
 }
 
+/* the compute copy of the weights (bf16) refreshed from params if they changed (model.c) */
+void model_refresh_weights(Model *m);
+
 /* model_blocks.c */
 /* embedding and every block over positions pos0..pos0+n-1 of B rows; leaves lnf filled */
 void model_forward_blocks(Model *m, int B, int pos0, int n, bool offload);

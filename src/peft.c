@@ -178,10 +178,12 @@ static int parse_member(PeftConfig *cfg, const cJSON *j, const char *k, bool *se
         if (!cJSON_IsNumber(j) || !(j->valuedouble >= 0 && j->valuedouble < 1))
             return BAD("%s: lora_dropout: expected a number in [0, 1), found %s", path, mj_found(j, f, sizeof f));
         cfg->lora_dropout = j->valuedouble;
-    } else if (strcmp(k, "use_rslora") == 0 || strcmp(k, "fan_in_fan_out") == 0 || strcmp(k, "inference_mode") == 0) {
+    } else if (strcmp(k, "use_rslora") == 0 || strcmp(k, "use_dora") == 0 || strcmp(k, "fan_in_fan_out") == 0 ||
+               strcmp(k, "inference_mode") == 0) {
         if (!cJSON_IsBool(j)) return BAD("%s: %s: expected true or false, found %s", path, k, mj_found(j, f, sizeof f));
         bool v = cJSON_IsTrue(j);
-        if (k[0] == 'u') cfg->use_rslora = v;
+        if (strcmp(k, "use_dora") == 0) cfg->use_dora = v;
+        else if (k[0] == 'u') cfg->use_rslora = v;
         else if (k[0] == 'f') cfg->fan_in_fan_out = v;
         else cfg->inference_mode = v;
     } else if (strcmp(k, "init_lora_weights") == 0) {
@@ -205,7 +207,7 @@ static int parse_member(PeftConfig *cfg, const cJSON *j, const char *k, bool *se
         if (!cJSON_IsString(j) || strcmp(j->valuestring, "none") != 0)
             return BAD("%s: bias: expected \"none\" (gtrain trains no biases), found %s", path, mj_found(j, f, sizeof f));
     } else if (!inert_key(k) && !default_like(j)) {
-        /* modules_to_save, layers_to_transform, rank_pattern, use_dora, ... or a newer PEFT's feature */
+        /* modules_to_save, layers_to_transform, rank_pattern, ... or a newer PEFT's feature */
         return BAD("%s: %s: expected null, false or empty (gtrain does not implement it), found %s", path, k,
                    mj_found(j, f, sizeof f));
     }
@@ -368,7 +370,9 @@ char *peft_config_to_json(const PeftConfig *cfg) {
         }
         puts_(&t, cfg->n_targets ? "\n  ]" : "]");
     }
-    puts_(&t, ",\n  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": false,\n  \"use_rslora\": ");
+    puts_(&t, ",\n  \"task_type\": \"CAUSAL_LM\",\n  \"use_dora\": ");
+    puts_(&t, cfg->use_dora ? "true" : "false");
+    puts_(&t, ",\n  \"use_rslora\": ");
     puts_(&t, cfg->use_rslora ? "true" : "false");
     puts_(&t, "\n}");
     return t.s;
@@ -418,14 +422,17 @@ void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]
     }
 }
 
-int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, bool lora_B) {
-    if ((unsigned)module >= PEFT_MODULE_COUNT || MODULES[module].arch != arch || layer < 0) return -1;
-    int n = snprintf(buf, cap, KEY_ROOT "%s%d.%s.lora_%c.weight", layer_prefix(arch), layer, MODULES[module].path,
-                     lora_B ? 'B' : 'A');
+/* the key's end after the module's path, per part */
+static const char *const PART_SUFFIX[3] = {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"};
+
+int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, int part) {
+    if ((unsigned)module >= PEFT_MODULE_COUNT || MODULES[module].arch != arch || layer < 0 || (unsigned)part > 2)
+        return -1;
+    int n = snprintf(buf, cap, KEY_ROOT "%s%d.%s%s", layer_prefix(arch), layer, MODULES[module].path, PART_SUFFIX[part]);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
-int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *module, bool *lora_B) {
+int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *module, int *part) {
     const char *p = key, *pre = layer_prefix(arch);
     if (strncmp(p, KEY_ROOT, strlen(KEY_ROOT)) != 0) return -1;
     p += strlen(KEY_ROOT);
@@ -442,11 +449,13 @@ int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *modu
         size_t n = strlen(MODULES[m].path);
         if (MODULES[m].arch != arch || strncmp(p, MODULES[m].path, n) != 0) continue;
         const char *s = p + n;
-        if (strcmp(s, ".lora_A.weight") != 0 && strcmp(s, ".lora_B.weight") != 0) continue;
-        *layer = (int)l;
-        *module = (PeftModule)m;
-        *lora_B = s[6] == 'B';
-        return 0;
+        for (int k = 0; k < 3; k++)
+            if (strcmp(s, PART_SUFFIX[k]) == 0) {
+                *layer = (int)l;
+                *module = (PeftModule)m;
+                *part = k;
+                return 0;
+            }
     }
     return -1;
 }
@@ -468,8 +477,8 @@ int peft_entries_for(const ModelDesc *d, const bool mask[PEFT_MODULE_COUNT], Pef
 
 struct PeftAdapter {
     HfWeights *w;
-    int n, r;
-    int *idx; /* [2n]: lora_A, lora_B of each entry */
+    int n, r, parts;
+    int *idx; /* [parts * n]: lora_A, lora_B (and the magnitude) of each entry */
     int64_t *numel;
 };
 
@@ -504,11 +513,13 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
         return BAD("%s: expected the adapter's weights, found no such file", wfile);
     }
     PeftAdapter *a = gt_xcalloc(1, sizeof *a);
+    const int P = peft_parts(cfg);
     a->n = n;
     a->r = cfg->r;
-    a->idx = gt_xmalloc(2 * (size_t)n * sizeof *a->idx);
-    a->numel = gt_xmalloc(2 * (size_t)n * sizeof *a->numel);
-    for (int i = 0; i < 2 * n; i++) a->idx[i] = -1;
+    a->parts = P;
+    a->idx = gt_xmalloc((size_t)P * (size_t)n * sizeof *a->idx);
+    a->numel = gt_xmalloc((size_t)P * (size_t)n * sizeof *a->numel);
+    for (int i = 0; i < P * n; i++) a->idx[i] = -1;
     if (hf_weights_open(&a->w, wfile, err)) goto fail;
     const char *file = hf_weights_path(a->w);
     int count = hf_weights_count(a->w);
@@ -517,7 +528,7 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
         hf_weights_info(a->w, i, &t);
         int layer;
         PeftModule m;
-        bool B;
+        int B;
         if (peft_key_parse(t.name, arch, &layer, &m, &B)) {
             BAD("%s: tensor %s: expected only lora_A/lora_B weights of %s modules (base_model.model.%s...), found a "
                 "tensor that is not one", file, t.name, arch == ARCH_GPT2 ? "GPT-2" : "Llama-family", layer_prefix(arch));
@@ -535,6 +546,22 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
                 "does not have", file, t.name, layer, peft_module_path(m));
             goto fail;
         }
+        if (B == PEFT_PART_M) { /* DoRA's magnitude: one per output row of the module */
+            if (!cfg->use_dora) {
+                BAD("%s: tensor %s: expected no DoRA magnitude (use_dora is false in %s), found one", file, t.name,
+                    PEFT_CONFIG_FILE);
+                goto fail;
+            }
+            if (t.ndim != 1 || t.shape[0] != entries[e].out) {
+                BAD("%s: tensor %s: expected shape [%lld] (%s's output rows), found %d dimension(s), the first %lld",
+                    file, t.name, (long long)entries[e].out, peft_module_path(m), t.ndim,
+                    t.ndim > 0 ? (long long)t.shape[0] : 0LL);
+                goto fail;
+            }
+            a->idx[P * e + B] = i;
+            a->numel[P * e + B] = t.numel;
+            continue;
+        }
         int64_t want[2] = {B ? entries[e].out : cfg->r, B ? cfg->r : entries[e].in};
         if (t.ndim != 2 || t.shape[0] != want[0] || t.shape[1] != want[1]) {
             char found[64] = "[";
@@ -546,16 +573,18 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
                 peft_module_path(m), (long long)entries[e].out, (long long)entries[e].in, found);
             goto fail;
         }
-        a->idx[2 * e + B] = i;
-        a->numel[2 * e + B] = t.numel;
+        a->idx[P * e + B] = i;
+        a->numel[P * e + B] = t.numel;
     }
-    for (int i = 0; i < 2 * n; i++)
+    for (int i = 0; i < P * n; i++)
         if (a->idx[i] < 0) {
             char key[PEFT_KEY_MAX];
-            if (peft_key(key, sizeof key, arch, entries[i / 2].layer, entries[i / 2].module, i % 2))
-                snprintf(key, sizeof key, "(layer %d, %s)", entries[i / 2].layer, peft_module_path(entries[i / 2].module));
-            BAD("%s: tensor %s: expected it (target_modules of %s selects the module, and gtrain adapts a module in "
-                "every layer), found nothing", file, key, PEFT_CONFIG_FILE);
+            if (peft_key(key, sizeof key, arch, entries[i / P].layer, entries[i / P].module, i % P))
+                snprintf(key, sizeof key, "(layer %d, %s)", entries[i / P].layer, peft_module_path(entries[i / P].module));
+            BAD("%s: tensor %s: expected it (%s), found nothing", file, key,
+                i % P == PEFT_PART_M ? "use_dora is true in " PEFT_CONFIG_FILE
+                                     : "target_modules of " PEFT_CONFIG_FILE " selects the module, and gtrain adapts a "
+                                       "module in every layer");
             goto fail;
         }
     *out = a;
@@ -565,14 +594,16 @@ fail:
     return -1;
 }
 
-int peft_adapter_read(const PeftAdapter *a, int e, bool lora_B, float *dst, size_t n, GtError *err) {
-    if (e < 0 || e >= a->n) return gt_error(err, GT_EXIT_FAILURE, "peft_adapter_read: entry %d out of range", e);
-    return hf_weights_read_f32(a->w, a->idx[2 * e + lora_B], dst, n, err);
+int peft_adapter_read(const PeftAdapter *a, int e, int part, float *dst, size_t n, GtError *err) {
+    if (e < 0 || e >= a->n || part < 0 || part >= a->parts)
+        return gt_error(err, GT_EXIT_FAILURE, "peft_adapter_read: entry %d part %d out of range", e, part);
+    return hf_weights_read_f32(a->w, a->idx[a->parts * e + part], dst, n, err);
 }
 
-int peft_adapter_read_range(const PeftAdapter *a, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
-    if (e < 0 || e >= a->n) return gt_error(err, GT_EXIT_FAILURE, "peft_adapter_read_range: entry %d out of range", e);
-    return hf_weights_read_range_f32(a->w, a->idx[2 * e + lora_B], off, n, dst, err);
+int peft_adapter_read_range(const PeftAdapter *a, int e, int part, uint64_t off, size_t n, float *dst, GtError *err) {
+    if (e < 0 || e >= a->n || part < 0 || part >= a->parts)
+        return gt_error(err, GT_EXIT_FAILURE, "peft_adapter_read_range: entry %d part %d out of range", e, part);
+    return hf_weights_read_range_f32(a->w, a->idx[a->parts * e + part], off, n, dst, err);
 }
 
 int peft_adapter_r(const PeftAdapter *a) { return a->r; }
@@ -584,28 +615,33 @@ int peft_adapter_write(const char *dir, const PeftConfig *cfg, ModelArch arch, c
     if (n < 1 || (dtype != ST_F32 && dtype != ST_BF16) || cfg->r < 1)
         return gt_error(err, GT_EXIT_FAILURE, "%s: expected at least one entry, F32 or BF16 and r >= 1", wfile);
     if (staging_floats == 0) staging_floats = (size_t)1 << 20;
-    StTensorOut *t = gt_xcalloc(2 * (size_t)n, sizeof *t);
-    char *names = gt_xmalloc(2 * (size_t)n * PEFT_KEY_MAX);
+    const int P = peft_parts(cfg);
+    StTensorOut *t = gt_xcalloc((size_t)P * (size_t)n, sizeof *t);
+    char *names = gt_xmalloc((size_t)P * (size_t)n * PEFT_KEY_MAX);
     float *stage = gt_xmalloc(staging_floats * sizeof *stage);
     StWriter *w = NULL;
     int rc = -1;
-    for (int i = 0; i < 2 * n; i++) {
-        const PeftEntry *e = &entries[i / 2];
+    for (int i = 0; i < P * n; i++) {
+        const PeftEntry *e = &entries[i / P];
+        const int part = i % P;
         char *name = names + (size_t)i * PEFT_KEY_MAX;
-        if (e->in < 1 || e->out < 1 || peft_key(name, PEFT_KEY_MAX, arch, e->layer, e->module, i % 2)) {
+        if (e->in < 1 || e->out < 1 || peft_key(name, PEFT_KEY_MAX, arch, e->layer, e->module, part)) {
             gt_error(err, GT_EXIT_FAILURE, "%s: entry %d: expected a module of this architecture, a layer >= 0 and "
-                     "dimensions >= 1", wfile, i / 2);
+                     "dimensions >= 1", wfile, i / P);
             goto out;
         }
-        t[i] = (StTensorOut){name, dtype, 2, {i % 2 ? e->out : cfg->r, i % 2 ? cfg->r : e->in, 0, 0}, NULL};
+        if (part == PEFT_PART_M)
+            t[i] = (StTensorOut){name, dtype, 1, {e->out, 0, 0, 0}, NULL};
+        else
+            t[i] = (StTensorOut){name, dtype, 2, {part ? e->out : cfg->r, part ? cfg->r : e->in, 0, 0}, NULL};
     }
     static const char *const meta[] = {"format", "pt"};
-    if (st_writer_open(&w, wfile, t, 2 * n, meta, 1, err)) goto out;
-    for (int i = 0; i < 2 * n; i++) {
-        uint64_t numel = (uint64_t)t[i].shape[0] * (uint64_t)t[i].shape[1];
+    if (st_writer_open(&w, wfile, t, P * n, meta, 1, err)) goto out;
+    for (int i = 0; i < P * n; i++) {
+        uint64_t numel = (uint64_t)t[i].shape[0] * (uint64_t)(t[i].ndim == 2 ? t[i].shape[1] : 1);
         for (uint64_t off = 0; off < numel;) {
             size_t c = numel - off < staging_floats ? (size_t)(numel - off) : staging_floats;
-            if (fill(ctx, i / 2, i % 2, off, c, stage, err)) goto out;
+            if (fill(ctx, i / P, i % P, off, c, stage, err)) goto out;
             if (dtype == ST_BF16) { /* in place: element k's 2 bytes land at or before its 4 */
                 uint16_t *h = (uint16_t *)(void *)stage;
                 for (size_t k = 0; k < c; k++) {

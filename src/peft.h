@@ -6,6 +6,7 @@
  * Keys are what PEFT's get_peft_model_state_dict saves (the adapter name "default" removed):
  *   base_model.model.<HF module>.lora_A.weight  [r, in]
  *   base_model.model.<HF module>.lora_B.weight  [out, r]
+ *   base_model.model.<HF module>.lora_magnitude_vector  [out]   (DoRA, use_dora true, only)
  * with the HF module of arch.c's names: Llama family "model.layers.L.self_attn.q_proj", ...
  * "model.layers.L.mlp.down_proj"; GPT-2 "transformer.h.L.attn.c_attn", "...attn.c_proj",
  * "...mlp.c_fc", "...mlp.c_proj". GPT-2's Conv1D stores its weight [in, out], but PEFT's lora_A /
@@ -17,7 +18,7 @@
  * ...", code 2): at most PEFT_CONFIG_MAX_BYTES, nested at most PEFT_CONFIG_MAX_DEPTH, no NUL,
  * valid JSON object, every key once. Accepted: peft_type "LORA"; task_type "CAUSAL_LM" (or null:
  * the keys are the same for PeftModel); r an integer in [1, PEFT_MAX_R]; lora_alpha a finite
- * number > 0; lora_dropout in [0, 1); use_rslora, fan_in_fan_out, inference_mode booleans;
+ * number > 0; lora_dropout in [0, 1); use_rslora, use_dora, fan_in_fan_out, inference_mode booleans;
  * init_lora_weights true, false, "gaussian", "pissa", "pissa_niter_N" (N in [0, 1000]);
  * target_modules a list of module names (q_proj k_proj v_proj o_proj gate_proj up_proj
  * down_proj c_attn c_proj c_fc, or one qualified by its parent as PEFT's suffix match allows:
@@ -27,7 +28,7 @@
  * tensors say which layers, and a missing layer's key is refused) or the string "all-linear". PEFT reads any
  * other string as a regular expression matched against full module names; that form is refused
  * (one line), not interpreted. Refused rather than silently ignored (gtrain does not implement
- * them): bias other than "none", use_dora / use_qalora / lora_bias true, non-null
+ * them): bias other than "none", use_qalora / lora_bias true, non-null
  * modules_to_save, layers_to_transform, layers_pattern, exclude_modules, layer_replication,
  * trainable_token_indices, target_parameters, megatron_config, eva/corda/lora_ga configs, a
  * non-empty rank_pattern, alpha_pattern or loftq_config. Inert bookkeeping keys (revision,
@@ -64,6 +65,7 @@ typedef struct {
     int r;
     double lora_alpha, lora_dropout;
     bool use_rslora;
+    bool use_dora; /* DoRA: each entry also has lora_magnitude_vector [out] */
     char init[32]; /* "true", "false", "gaussian", "pissa", "pissa_niter_N" */
     char target_modules[PEFT_MAX_TARGETS][32]; /* as written (a full module name: its path); "all-linear" alone */
     int n_targets;
@@ -114,11 +116,17 @@ int peft_config_targets(const PeftConfig *cfg, ModelArch arch, bool mask[PEFT_MO
 /* Set target_modules to the names of the modules in mask (PEFT saves "all-linear" resolved). */
 void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]);
 
-/* PEFT's key of layer's module: lora_A or lora_B. Returns 0, or -1 when it does not fit. */
-int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, bool lora_B);
-/* The inverse: 0 with layer (0..PEFT_MAX_LAYER), module, lora_B; -1 for a key that is not one. */
+/* The tensors of one adapted module ("part"): lora_A, lora_B and, under DoRA, the magnitude. */
+enum { PEFT_PART_A = 0, PEFT_PART_B = 1, PEFT_PART_M = 2 };
+/* parts per entry: 2, or 3 with use_dora */
+static inline int peft_parts(const PeftConfig *cfg) { return cfg->use_dora ? 3 : 2; }
+
+/* PEFT's key of layer's module: part PEFT_PART_A (lora_A), _B or _M (lora_magnitude_vector).
+ * Returns 0, or -1 when it does not fit. */
+int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, int part);
+/* The inverse: 0 with layer (0..PEFT_MAX_LAYER), module, part; -1 for a key that is not one. */
 #define PEFT_MAX_LAYER 100000
-int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *module, bool *lora_B);
+int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *module, int *part);
 
 /* One adapted module: A [r, in], B [out, r]. */
 typedef struct {
@@ -134,26 +142,30 @@ int peft_entries_for(const ModelDesc *d, const bool mask[PEFT_MODULE_COUNT], Pef
 typedef struct PeftAdapter PeftAdapter;
 
 /* Open DIR: read and check adapter_config.json (into *cfg), then adapter_model.safetensors
- * through hf_weights: every entry's lora_A [r, in] and lora_B [out, r] present in a float dtype,
- * and no other tensor (a key of a module or layer not in the list, a DoRA magnitude, a bias: one
- * line naming the key and the file). The config's targets must select exactly the entries'
+ * through hf_weights: every entry's lora_A [r, in] and lora_B [out, r] (and with use_dora its
+ * lora_magnitude_vector [out]) present in a float dtype, and no other tensor (a key of a module
+ * or layer not in the list, a DoRA magnitude without use_dora, a bias: one line naming the key
+ * and the file). The config's targets must select exactly the entries'
  * modules for arch. Code 2 for a bad adapter. *out is NULL on failure. */
 int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const PeftEntry *entries, int n,
                       PeftConfig *cfg, GtError *err);
 void peft_adapter_close(PeftAdapter *a); /* NULL is fine */
-/* Entry e's lora_A (lora_B false) or lora_B as fp32 into dst[n] (n = r*in or out*r). */
-int peft_adapter_read(const PeftAdapter *a, int e, bool lora_B, float *dst, size_t n, GtError *err);
+/* Entry e's part (PEFT_PART_A: lora_A, _B: lora_B, _M: the magnitude) as fp32 into dst[n]
+ * (n = r*in, out*r or out). */
+int peft_adapter_read(const PeftAdapter *a, int e, int part, float *dst, size_t n, GtError *err);
 
-/* Elements [off, off + n) of entry e's lora_A / lora_B (row-major) as fp32 into dst. */
-int peft_adapter_read_range(const PeftAdapter *a, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err);
+/* Elements [off, off + n) of entry e's part (row-major) as fp32 into dst. */
+int peft_adapter_read_range(const PeftAdapter *a, int e, int part, uint64_t off, size_t n, float *dst, GtError *err);
 /* The adapter's rank (its config's r, which every tensor's shape was checked against). */
 int peft_adapter_r(const PeftAdapter *a);
 
-/* Fill dst[n] with elements [off, off + n) of entry e's lora_A / lora_B (row-major, [r, in] /
- * [out, r]) as fp32. Return 0, or -1 with err (stops the write, nothing left behind). */
-typedef int (*PeftFillFn)(void *ctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err);
+/* Fill dst[n] with elements [off, off + n) of entry e's part (row-major, lora_A [r, in], lora_B
+ * [out, r], the magnitude [out]) as fp32. Return 0, or -1 with err (stops the write, nothing left
+ * behind). */
+typedef int (*PeftFillFn)(void *ctx, int e, int part, uint64_t off, size_t n, float *dst, GtError *err);
 
-/* Write DIR/adapter_model.safetensors (lora_A then lora_B of each entry, in order; dtype ST_F32
+/* Write DIR/adapter_model.safetensors (lora_A, lora_B and with cfg->use_dora the magnitude of
+ * each entry, in order; dtype ST_F32
  * or ST_BF16) and DIR/adapter_config.json. staging_floats 0: 1 Mi floats. 0, or -1 (code 1). */
 int peft_adapter_write(const char *dir, const PeftConfig *cfg, ModelArch arch, const PeftEntry *entries, int n,
                        StDtype dtype, size_t staging_floats, PeftFillFn fill, void *ctx, GtError *err);

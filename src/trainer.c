@@ -23,6 +23,7 @@
 #include "optim.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
+#include "adapter.h"
 #include "lora.h"
 #include "plan.h"
 #include "report.h"
@@ -443,6 +444,7 @@ static int init_adapters(Trainer *t, GtError *err) {
     const RunConfig *cfg = t->cfg;
     Model *m = t->model;
     if (cfg->lora.init_from[0]) return 0; /* loaded before output_dir was claimed (open_run) */
+    if (adapter_init_from_base(m, err)) return -1; /* DoRA's magnitude from the loaded base (not with PiSSA) */
     const int niter = lora_pissa_niter_of(cfg->lora.init_lora_weights);
     if (niter == -2) return 0;
     double t0 = gt_now_seconds();

@@ -346,6 +346,25 @@ Test(lora_io, continue_conv1d_adapter_on_gpt2_like_peft, .timeout = 240) {
 /* PEFT names its targets in full below 20 adapted modules; gtrain reads each as its module in every
  * layer, so an adapter PEFT made for layer 0 alone (target_modules ["model.layers.0.self_attn.q_proj"])
  * is refused, one line naming layer 1's missing tensor, exit 2 and no output_dir */
+/* DoRA (use_dora): PEFT's adapter with its magnitude vectors (PEFT's ||W|| at creation, then random
+ * A and B, so the magnitude is not the norm of W + s B A), continued by gtrain: the losses and grad
+ * norms (the magnitudes' gradients in them) of 5 steps against PEFT's DoRA layers, and the saved
+ * adapter (lora_magnitude_vector keys, use_dora true) loaded by PeftModel.from_pretrained */
+Test(lora_io, continue_dora_adapter_on_llama_like_peft, .timeout = 240) {
+    continue_adapter("tiny-llama.json", "f32", "--r 4 --alpha 8 --targets q_proj,v_proj,o_proj,down_proj --dora", 4, 8,
+                     false);
+}
+
+/* all seven modules (q|k|v and gate|up blocks of fused weights, each block's own norm), rslora, a bf16 base */
+Test(lora_io, continue_all_linear_rslora_dora_adapter_on_a_bf16_qwen2_like_peft, .timeout = 240) {
+    continue_adapter("tiny-qwen2.json", "bf16", "--r 4 --alpha 6 --targets all-linear --rslora --dora --dtype f32", 4, 6,
+                     true);
+}
+
+Test(lora_io, continue_dora_conv1d_adapter_on_gpt2_like_peft, .timeout = 240) {
+    continue_adapter("tiny-gpt2.json", "f32", "--r 4 --alpha 8 --targets c_attn,c_proj,c_fc --dora", 4, 8, false);
+}
+
 Test(lora_io, peft_adapter_of_one_layer_is_refused, .timeout = 120) {
     Ws w;
     ws_make(&w, "tiny-llama.json", "f32");

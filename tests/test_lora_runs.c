@@ -876,6 +876,21 @@ static void edit_weights(const char *dir, const char *drop, bool add_dora, bool 
     st_free(&f);
 }
 static void m_absent(const Ws *w, const char *dir) { (void)w, edit_weights(dir, "self_attn.k_proj", false, false); }
+/* use_dora true with a magnitude one short of q_proj's 64 output rows (made for another base) */
+static void m_dora_short(const Ws *w, const char *dir) {
+    (void)w;
+    m_dora(w, dir);
+    const char *p = J(dir, "adapter_model.safetensors");
+    StFile f;
+    st_load(p, &f);
+    f.name[f.n] = strdup("base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector");
+    f.ndim[f.n] = 1;
+    f.shape[f.n][0] = 63;
+    f.data[f.n] = calloc(63, sizeof(float));
+    f.n++;
+    st_save(p, &f);
+    st_free(&f);
+}
 static void m_magnitude(const Ws *w, const char *dir) { (void)w, edit_weights(dir, NULL, true, false); }
 
 typedef struct {
@@ -904,9 +919,12 @@ static const BadAdapter BAD[] = {
     {"no adapter_model.safetensors", m_no_weights, "init.yaml", "adapter_model.safetensors", "no such file", NULL},
     {"a pickled adapter_model.bin only", m_bin_only, "init.yaml", "adapter_model.bin", "pickled", NULL},
     {"truncated adapter_model.safetensors", m_truncated, "init.yaml", "adapter_model.safetensors", NULL, NULL},
-    {"a DoRA lora_magnitude_vector", m_magnitude, "init.yaml", "adapter_model.safetensors",
-     "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", "not one"},
-    {"use_dora true", m_dora, "init.yaml", "adapter_config.json", "use_dora", NULL},
+    {"a DoRA lora_magnitude_vector without use_dora", m_magnitude, "init.yaml", "adapter_model.safetensors",
+     "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", "use_dora is false"},
+    {"use_dora true without magnitudes", m_dora, "init.yaml", "adapter_model.safetensors",
+     "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", "found nothing"},
+    {"use_dora true, a magnitude of 63 rows for q_proj's 64", m_dora_short, "init.yaml", "adapter_model.safetensors",
+     "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector", "expected shape [64]"},
     {"lora.r in the YAML against the adapter's", NULL, "init_r.yaml", "@init_r.yaml:24:", "lora.r", "adapter's r 4"},
 };
 

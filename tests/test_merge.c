@@ -157,6 +157,32 @@ Test(merge, gpt2_conv1d_weights_get_the_transposed_delta, .timeout = 180) {
     test_scratch_remove(dir);
 }
 
+/* DoRA (use_dora): W' = (m / ||W + s B A||_row) (W + s B A), against the float64 merge and PEFT's
+ * merge_and_unload of the same DoRA adapter (magnitudes that are neither ||W|| nor the merged norm);
+ * Llama's fused q|k|v and gate|up blocks (the norm of each module's own rows) and GPT-2's Conv1D
+ * (the rows are the stored columns) */
+Test(merge, dora_adapters_match_peft_merge_and_unload, .timeout = 180) {
+    const char *root = need_torch();
+    char dir[256];
+    test_scratch_make(dir, sizeof dir, "gt_merge_dora");
+    sh(PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' '%s/base' --seed 5 "
+       "--dtype f32 --init-std 0.1", root, root, dir);
+    sh(PY " '%s/tests/tools/peft_merge_ref.py' adapter '%s/base' '%s/ad' --targets q_proj,v_proj,up_proj,down_proj "
+       "--r 4 --alpha 8 --dora --seed 3 + gpt2 '%s/g' --seed 1 --layers 2 --embd 32 --heads 4 + "
+       "adapter '%s/g' '%s/gad' --targets c_attn,c_proj,c_fc --r 3 --alpha 6 --dora --seed 2", root, dir, dir, dir, dir,
+       dir);
+    char args[2048];
+    snprintf(args, sizeof args, "merge --base '%s/base' --adapter '%s/ad' --out '%s/merged'", dir, dir, dir);
+    int st = gtrain(dir, args);
+    cr_assert_eq(st, 0, "exit %d: %s", st, read_text(test_join(dir, "stderr")));
+    snprintf(args, sizeof args, "merge --base '%s/g' --adapter '%s/gad' --out '%s/gmerged'", dir, dir, dir);
+    st = gtrain(dir, args);
+    cr_assert_eq(st, 0, "exit %d: %s", st, read_text(test_join(dir, "stderr")));
+    sh(PY " '%s/tests/tools/peft_merge_ref.py' check '%s/base' '%s/ad' '%s/merged' --dtype f32 + "
+       "check '%s/g' '%s/gad' '%s/gmerged' --dtype f32", root, dir, dir, dir, dir, dir, dir);
+    test_scratch_remove(dir);
+}
+
 Test(merge, sharded_output_is_save_pretrained_split_read_back, .timeout = 180) {
     const char *root = need_torch();
     char dir[256];

@@ -163,7 +163,7 @@ Test(peft_config, hostile_configs_are_one_line_naming_the_key) {
         {"{" MIN_OK ", \"layers_pattern\": \"layers\"}", "layers_pattern"},
         {"{" MIN_OK ", \"rank_pattern\": {\"q_proj\": 4}}", "rank_pattern"},
         {"{" MIN_OK ", \"alpha_pattern\": {\"q_proj\": 4}}", "alpha_pattern"},
-        {"{" MIN_OK ", \"use_dora\": true}", "use_dora"},
+        {"{" MIN_OK ", \"use_dora\": 1}", "use_dora"},
         {"{" MIN_OK ", \"lora_bias\": true}", "lora_bias"},
         {"{" MIN_OK ", \"exclude_modules\": [\"k_proj\"]}", "exclude_modules"},
         {"{" MIN_OK ", \"loftq_config\": {\"loftq_bits\": 4}}", "loftq_config"},
@@ -205,19 +205,19 @@ Test(peft_files, keys_and_their_inverse) {
     cr_assert_eq(peft_key(k, 20, ARCH_LLAMA, 1, PEFT_Q_PROJ, true), -1);
     for (int a = 0; a < ARCH_COUNT; a++)
         for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-            for (int b = 0; b < 2; b++) {
+            for (int b = 0; b < 3; b++) { /* lora_A, lora_B, DoRA's lora_magnitude_vector */
                 if (peft_module_arch((PeftModule)m) != (ModelArch)a) continue;
                 cr_assert_eq(peft_key(k, sizeof k, (ModelArch)a, 12, (PeftModule)m, b), 0);
                 int l;
                 PeftModule pm;
-                bool pb;
+                int pb;
                 cr_assert_eq(peft_key_parse(k, (ModelArch)a, &l, &pm, &pb), 0, "%s", k);
-                cr_assert(l == 12 && pm == (PeftModule)m && pb == (bool)b, "%s", k);
+                cr_assert(l == 12 && pm == (PeftModule)m && pb == b, "%s", k);
                 cr_assert_eq(peft_key_parse(k, (ModelArch)(1 - a), &l, &pm, &pb), -1, "%s", k);
             }
     const char *bad[] = {"base_model.model.model.layers.01.self_attn.q_proj.lora_A.weight",
                          "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight",
-                         "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector",
+                         "base_model.model.model.layers.0.self_attn.q_proj.lora_magnitude_vector.weight",
                          "base_model.model.model.layers.0.self_attn.q_proj.lora_B.bias",
                          "base_model.model.model.layers.-1.self_attn.q_proj.lora_A.weight",
                          "base_model.model.model.layers.999999999999.self_attn.q_proj.lora_A.weight",
@@ -226,14 +226,14 @@ Test(peft_files, keys_and_their_inverse) {
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         int l;
         PeftModule pm;
-        bool pb;
+        int pb;
         cr_assert_eq(peft_key_parse(bad[i], ARCH_LLAMA, &l, &pm, &pb), -1, "%s", bad[i]);
     }
 }
 
 /* element k of tensor t = 2e + lora_B: exact in fp32 and bf16 (as peft_adapter_check.py) */
 static float value(uint64_t k, int t) { return (float)((int)((7 * k + 13 * (uint64_t)t) % 251) - 125) / 64.0f; }
-static int fill(void *ctx, int e, bool lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
+static int fill(void *ctx, int e, int lora_B, uint64_t off, size_t n, float *dst, GtError *err) {
     for (size_t k = 0; k < n; k++) dst[k] = value(off + k, 2 * e + lora_B);
     return 0;
 }

@@ -2,9 +2,10 @@
  * (peft_adapter_open's checks of its tensors against the model, and everything that reads them:
  * lora.init_from, a PiSSA run's resume, gtrain sample and merge). The input is written as the
  * weights of a scratch adapter directory whose adapter_config.json is valid (r 2, q_proj and
- * v_proj of a 2-layer Llama with hidden 8, kv width 4). Must hold: a refusal has a code and a
- * one-line message; an accepted adapter has exactly the model's entries with PEFT's shapes, and
- * each reads back whole and by ranges, the same values both ways. */
+ * v_proj of a 2-layer Llama with hidden 8, kv width 4); an input of odd length is read under a
+ * config with use_dora true (DoRA: each entry's lora_magnitude_vector [out] too). Must hold: a
+ * refusal has a code and a one-line message; an accepted adapter has exactly the model's entries
+ * with PEFT's shapes, and each reads back whole and by ranges, the same values both ways. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "peft.h"
 
 static char g_dir[64]; /* the scratch adapter directory, made on the first input */
+static int g_dora = -1; /* the config written: use_dora (1) or not (0) */
 
 static void cleanup(void) { fuzz_rm_tree(g_dir); }
 
@@ -25,13 +27,22 @@ static void setup(void) {
     snprintf(g_dir, sizeof g_dir, "/tmp/gtrain-fuzz-peft-XXXXXX");
     if (!mkdtemp(g_dir)) abort();
     atexit(cleanup);
-    static const char cfg[] = "{\"peft_type\": \"LORA\", \"task_type\": \"CAUSAL_LM\", \"r\": 2, \"lora_alpha\": 4, "
-                              "\"target_modules\": [\"q_proj\", \"v_proj\"], \"bias\": \"none\"}";
-    put(PEFT_CONFIG_FILE, cfg, sizeof cfg - 1);
+}
+
+static void write_config(bool dora) {
+    if (g_dora == (int)dora) return;
+    g_dora = dora;
+    char cfg[256];
+    int n = snprintf(cfg, sizeof cfg, "{\"peft_type\": \"LORA\", \"task_type\": \"CAUSAL_LM\", \"r\": 2, \"lora_alpha\": 4, "
+                     "\"target_modules\": [\"q_proj\", \"v_proj\"], \"bias\": \"none\", \"use_dora\": %s}",
+                     dora ? "true" : "false");
+    put(PEFT_CONFIG_FILE, cfg, (size_t)n);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (!g_dir[0]) setup();
+    const bool dora = size & 1;
+    write_config(dora);
     put(PEFT_WEIGHTS_FILE, data, size);
     ModelDesc d;
     memset(&d, 0, sizeof d);
@@ -50,11 +61,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(ent);
         return 0;
     }
-    if (cfg.r != 2 || peft_adapter_r(a) != 2) abort();
+    if (cfg.r != 2 || peft_adapter_r(a) != 2 || cfg.use_dora != dora) abort();
     float whole[64], part[64];
     for (int e = 0; e < n; e++)
-        for (int b = 0; b < 2; b++) {
-            const size_t numel = (size_t)(b ? ent[e].out : ent[e].in) * 2;
+        for (int b = 0; b < peft_parts(&cfg); b++) {
+            const size_t numel = b == PEFT_PART_M ? (size_t)ent[e].out : (size_t)(b ? ent[e].out : ent[e].in) * 2;
             if (numel > 64) abort();
             GtError e2 = {0};
             if (peft_adapter_read(a, e, b, whole, numel, &e2) != 0) {

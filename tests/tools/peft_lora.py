@@ -18,8 +18,10 @@ usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by 
       linear weight of every layer W = Q1 diag(c RHO^j) Q2^T (random orthonormal Q1, Q2: a known decaying
       spectrum, for the randomised SVD)
   peft_lora.py make-adapter MODELDIR OUTDIR --r R --alpha A --targets q_proj,v_proj|all-linear [--rslora]
-      [--seed S] [--std 0.02] [--dtype f32|bf16]
-      get_peft_model + save_pretrained: lora_A and lora_B both N(0, std) (torch's generator)
+      [--dora] [--seed S] [--std 0.02] [--dtype f32|bf16]
+      get_peft_model + save_pretrained: lora_A and lora_B both N(0, std) (torch's generator); --dora: use_dora,
+      the magnitude PEFT's own (||W|| per output row, computed at get_peft_model with B = 0, so after the
+      random B it is no longer ||W + s B A||: the runs see a magnitude that is not the norm)
   peft_lora.py train MODELDIR TOKENS.txt (--adapter DIR | --init true|gaussian|pissa|pissa_niter_N --r R
       --alpha A --targets ... [--rslora] [--seed S]) [--steps 5 --lr 1e-3 --weight-decay 0.1 --beta1 0.9
       --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17]
@@ -75,6 +77,10 @@ def targets_arg(t):
 
 
 def lora_params(pm):
+    return [p for n, p in pm.named_parameters() if "lora_A" in n or "lora_B" in n or "lora_magnitude_vector" in n]
+
+
+def ab_params(pm):
     return [p for n, p in pm.named_parameters() if "lora_A" in n or "lora_B" in n]
 
 
@@ -123,11 +129,12 @@ def cmd_make_base(a):
 def cmd_make_adapter(a):
     base = load_base(a.modeldir, torch.float32)
     lc = LoraConfig(r=a.r, lora_alpha=a.alpha, target_modules=targets_arg(a.targets), use_rslora=a.rslora,
-                    lora_dropout=0.0, init_lora_weights=True, task_type="CAUSAL_LM", fan_in_fan_out=is_conv1d(base))
+                    lora_dropout=0.0, init_lora_weights=True, task_type="CAUSAL_LM", fan_in_fan_out=is_conv1d(base),
+                    use_dora=a.dora)
     pm = get_peft_model(base, lc)
     g = torch.Generator().manual_seed(a.seed)
     with torch.no_grad():
-        for p in lora_params(pm):
+        for p in ab_params(pm):
             p.copy_(a.std * torch.randn(p.shape, generator=g, dtype=torch.float32))
     cast_lora(pm, DT[a.dtype])
     pm.save_pretrained(a.outdir)
@@ -411,6 +418,7 @@ def parser():
     p.add_argument("--alpha", type=float, required=True)
     p.add_argument("--targets", required=True)
     p.add_argument("--rslora", action="store_true")
+    p.add_argument("--dora", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--std", type=float, default=0.02)
     p.add_argument("--dtype", choices=list(DT), default="f32")

@@ -18,10 +18,11 @@ usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by 
       a random GPT2LMHeadModel directory (config.json as the Hub's gpt2 writes it, Conv1D weights
       [in, out]); --old-names: the old checkpoints' names without "transformer." and with the
       attention-mask buffers h.N.attn.bias [1, 1, P, P]
-  peft_merge_ref.py adapter BASEDIR OUTDIR --targets q_proj,v_proj [--r 4] [--alpha 8] [--rslora]
+  peft_merge_ref.py adapter BASEDIR OUTDIR --targets q_proj,v_proj [--r 4] [--alpha 8] [--rslora] [--dora]
                     [--seed S] [--dtype f32|bf16] [--config-r R] [--bad-shape] [--extra-layer]
       a PEFT adapter: get_peft_model(base, LoraConfig(...)) with lora_A, lora_B N(0, 0.3^2) (torch's
-      generator), save_pretrained. Hostile variants, edited into PEFT's files: --config-r (the config's r
+      generator), save_pretrained. --dora: use_dora, PEFT's magnitudes times 1 + 0.2 N(0, 1) (so m is
+      neither ||W|| nor ||W + s B A||); check then merges (m / ||W + s B A||_row) (W + s B A), PEFT's DoRA merge. Hostile variants, edited into PEFT's files: --config-r (the config's r
       differs from the tensors'), --bad-shape (the first lora_A one column wider than the base's in),
       --extra-layer (one more module a layer past the base's last)
   peft_merge_ref.py edit-base BASEDIR (--drop NAME | --bad-shape NAME)
@@ -147,12 +148,16 @@ def cmd_adapter(a):
     model = AutoModelForCausalLM.from_pretrained(a.base, dtype=torch.float32)
     targets = a.targets.split(",")
     pm = get_peft_model(model, LoraConfig(r=a.r, lora_alpha=a.alpha, target_modules=targets, use_rslora=a.rslora,
-                                          lora_dropout=0.0, task_type="CAUSAL_LM", fan_in_fan_out=conv1d))
+                                          lora_dropout=0.0, task_type="CAUSAL_LM", fan_in_fan_out=conv1d,
+                                          use_dora=a.dora))
     g = torch.Generator().manual_seed(a.seed)
     with torch.no_grad():
         for n, p in pm.named_parameters():
             if "lora_A" in n or "lora_B" in n:
                 p.copy_(0.3 * torch.randn(p.shape, generator=g, dtype=torch.float64))
+                p.data = p.data.to(torch.float32 if a.dtype == "f32" else torch.bfloat16)
+            elif "lora_magnitude_vector" in n:
+                p.mul_(1 + 0.2 * torch.randn(p.shape, generator=g, dtype=torch.float64).to(p.dtype))
                 p.data = p.data.to(torch.float32 if a.dtype == "f32" else torch.bfloat16)
     pm.save_pretrained(a.outdir)
     wpath, cpath = os.path.join(a.outdir, "adapter_model.safetensors"), os.path.join(a.outdir, "adapter_config.json")
@@ -220,8 +225,9 @@ def cmd_check(a):
     scale = alpha / math.sqrt(r) if acfg.get("use_rslora") else alpha / r
     ad = st_read(os.path.join(a.adapter, "adapter_model.safetensors"))
     mods = sorted({k[len(ROOT):-len(A_SUF)] for k in ad if k.endswith(A_SUF)})
-    if len(ad) != 2 * len(mods):
-        fail("adapter keys are not lora_A/lora_B pairs")
+    dora = bool(acfg.get("use_dora"))
+    if len(ad) != (3 if dora else 2) * len(mods):
+        fail("adapter keys are not lora_A/lora_B pairs" + (" with their magnitudes" if dora else ""))
     gpt2 = family(bcfg) == "gpt2"
     ref, adapted, bound = dict(base), set(), {}
     for mod in mods:
@@ -239,6 +245,15 @@ def cmd_check(a):
         ref[name] = ref[name] + delta
         absd = (B.abs() @ A.abs()) * scale
         bound[name] = (r + 2) * 2.0 ** -24 * (base[name].abs() + (absd.T if gpt2 else absd))
+        if dora:  # (m / ||W + s B A||_row) (W + s B A), rows = output rows ([in, out] columns for Conv1D)
+            M = ad[ROOT + mod + ".lora_magnitude_vector"]
+            Wd = ref[name].T if gpt2 else ref[name]
+            f = M / torch.linalg.norm(Wd, dim=1)
+            Wd = f[:, None] * Wd
+            ref[name] = Wd.T if gpt2 else Wd
+            fb = f[None, :] if gpt2 else f[:, None]
+            # PEFT in float32: the lora merge's roundings scaled by the factor, and the norm's over `in` terms
+            bound[name] = fb.abs() * bound[name] + (A.shape[1] + 8) * 2.0 ** -24 * ref[name].abs()
         adapted.add(name)
 
     want = DT[a.dtype]
@@ -360,6 +375,7 @@ def main():
     p.add_argument("--r", type=int, default=4)
     p.add_argument("--alpha", type=float, default=8)
     p.add_argument("--rslora", action="store_true")
+    p.add_argument("--dora", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--dtype", choices=list(DT), default="f32")
     p.add_argument("--config-r", type=int, default=0)

@@ -127,6 +127,11 @@ static inline float __fdividef(float a, float b) { return a / b; }
  * empty asm keeps the host compiler (-ffp-contract=fast) from fusing them too */
 static inline float __fmul_rn(float a, float b) { float r = a * b; __asm__("" : "+x"(r)); return r; }
 static inline float __fadd_rn(float a, float b) { float r = a + b; __asm__("" : "+x"(r)); return r; }
+static inline float __fsub_rn(float a, float b) { float r = a - b; __asm__("" : "+x"(r)); return r; }
+static inline float __fdiv_rn(float a, float b) { float r = a / b; __asm__("" : "+x"(r)); return r; }
+static inline double __dmul_rn(double a, double b) { double r = a * b; __asm__("" : "+x"(r)); return r; }
+static inline double __dadd_rn(double a, double b) { double r = a + b; __asm__("" : "+x"(r)); return r; }
+static inline double __ddiv_rn(double a, double b) { double r = a / b; __asm__("" : "+x"(r)); return r; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 static inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 static inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }

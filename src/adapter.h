@@ -1,0 +1,50 @@
+/* adapter.h - an adapter kind behind one interface: what a block's linear layer calls. model_blocks.c's
+ * linear_forward / linear_backward call adapter_forward / adapter_backward after the base's GEMM and
+ * never ask which adapter is on; the kind (from the model description) says, per adapted site
+ * (lora.h's LoraSite: a row block of a base weight):
+ *   parts           its tensors in the adapters' layout, in order (lora_A [r, in], lora_B [rows, r],
+ *                   and DoRA's lora_magnitude_vector [rows]: peft.h's PEFT_PART_*)
+ *   site_forward    out[:, block] += the adapter's contribution, given x (the site's input after
+ *                   dropout, or the input itself) and inp (the input without dropout)
+ *   site_backward   the gradients of its tensors (added) and dinp += its input gradient
+ *   init_from_base  its tensors' values that depend on the loaded base (DoRA's magnitude: m =
+ *                   ||W + s B A||_row, so with PEFT's B = 0 the model starts as the base), or NULL
+ * Kinds: LoRA (scale alpha / r or alpha / sqrt(r); its initialisations, PiSSA included, are lora.c's
+ * and lora_io.c's) and DoRA (PEFT's use_dora: LoRA plus a magnitude per output row, the norm of
+ * W + s B A detached as PEFT does). The workspace both use is buffers.c's BUF_LORA_* (and BUF_DORA_*
+ * under DoRA). */
+#ifndef GT_ADAPTER_H
+#define GT_ADAPTER_H
+
+#include "backend.h"
+#include "lora.h"
+
+struct Model;
+
+typedef struct AdapterKind {
+    const char *name; /* "lora", "dora" */
+    int parts;
+    /* ia: the site's first tensor in the layout (its parts follow) */
+    void (*site_forward)(struct Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
+                         const act_t *inp, int N, int IC);
+    /* dx: the gradient of x into m->lora_dx, then through dropout (undo) and into dinp */
+    void (*site_backward)(struct Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
+                          const act_t *x, const act_t *inp, int N, int IC);
+    int (*init_from_base)(struct Model *m, GtError *err);
+} AdapterKind;
+
+/* the kind of d's adapters (d->lora_dora: DoRA, else LoRA); NULL without adapters (lora_r 0) */
+const AdapterKind *adapter_kind(const ModelDesc *d);
+
+/* the adapters on layer l's weight of role w, after the base's forward (out = inp W^T + b) and
+ * backward (dinp overwritten with dout W) */
+void adapter_forward(struct Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC);
+void adapter_backward(struct Model *m, int l, TensorRole w, act_t *dinp, const act_t *dout, const act_t *inp, int N,
+                      int IC, int OC);
+/* whether layer l's weight of role w has an adapter */
+bool adapter_on(const struct Model *m, int l, TensorRole w);
+
+/* the kind's init_from_base on a model with its base loaded (nothing for LoRA) */
+int adapter_init_from_base(struct Model *m, GtError *err);
+
+#endif

@@ -1,0 +1,199 @@
+/* adapter_linear.c - the adapter kinds at a linear layer (adapter.h): the sites of a layer's weight,
+ * the adapter's input (LoRA dropout), and the forward and backward of LoRA and DoRA, device-blind
+ * (Backend ops only), with DoRA's magnitude initialised from the loaded base.
+ *
+ * LoRA at a site (rows of the base weight W_blk, input width IC, rank r, scale s):
+ *   forward   out[:, block] += s (x A^T) B^T
+ *   backward  with g = s dout[:, block] and h = x A^T (recomputed: one small GEMM instead of keeping h
+ *             per layer): dB += g^T h, dh = g B, dA += dh^T x, dinp += dropout'(dh A)
+ * DoRA (PEFT's DoraLinearLayer): with y = (x A^T) B^T, z = x W_blk^T and norm = ||W_blk + s B A||_row
+ * (a constant: PEFT detaches it), m the magnitude and g = m / norm:
+ *   forward   out[:, block] += (g - 1) z + g s y, i.e. g (x W^T + s x A^T B^T) + b without dropout,
+ *             and with it PEFT's x W^T + b + (g - 1) x_d W^T + g s x_d A^T B^T
+ *   backward  y, z and the norms recomputed (the weights have not changed since the forward: the
+ *             same bits); dora_backward gives dm += sum_n dout (z + s y) / norm, dy = g s dout and
+ *             dz = (g - 1) dout; dinp += dropout'(dz W_blk), then LoRA's backward with dy for g. */
+#include "adapter.h"
+
+#include "dropout.h"
+#include "model_internal.h"
+
+/* LoRA dropout on an adapter's input [N, IC] (dst may be src), with the key of (step, layer,
+ * module) and the elements indexed over the step's whole batch (dropout.h): the micro-batch's
+ * first row is row dropout_row0 of the step's batch, so its element 0 is dropout_row0 * T * IC */
+static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, int N, int IC) {
+    const double p = m->desc.lora_dropout;
+    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, l, s->module);
+    const uint64_t base = (uint64_t)m->dropout_row0 * (uint64_t)m->T * (uint64_t)IC;
+    m->be->ops->dropout(m->be, dst, src, (size_t)N * IC, key, base, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
+}
+
+/* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped
+ * copy in lora_xd (the mask a pure function of the key: backward regenerates the same one). */
+static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, int N, int IC) {
+    if (!m->training || m->desc.lora_dropout <= 0) return inp;
+    lora_dropout(m, l, s, m->lora_xd, inp, N, IC);
+    return m->lora_xd;
+}
+
+/* The adapters of layer l on base weight w, one per call: the next site from *k on, with its
+ * first tensor's index in the layout, or NULL when there are no more */
+static const LoraSite *next_adapter(const Model *m, int l, TensorRole w, int *k, int *ia) {
+    for (; *k < m->n_lora_sites; (*k)++) {
+        const LoraSite *s = &m->lora_sites[*k];
+        if (s->role == w && (*ia = m->lora_idx[l][s->module]) >= 0) {
+            (*k)++;
+            return s;
+        }
+    }
+    return NULL;
+}
+
+/* x's gradient in lora_dx: through the dropout (the same mask and scale) into dinp */
+static void add_input_grad(Model *m, int l, const LoraSite *s, act_t *dinp, const act_t *x, const act_t *inp, int N,
+                           int IC) {
+    if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, N, IC);
+    m->be->ops->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
+}
+
+/* ---------------------------------------------------------------- LoRA */
+
+/* h = x A^T into lora_h, y = h B^T into lora_y */
+static void lora_hy(Model *m, int ia, const LoraSite *s, const act_t *x, int N, int IC) {
+    const BackendOps *op = m->be->ops;
+    const int r = m->desc.lora_r, rows = (int)s->rows;
+    op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
+    op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+}
+
+static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
+                              const act_t *inp, int N, int IC) {
+    (void)l, (void)inp;
+    const int rows = (int)s->rows;
+    lora_hy(m, ia, s, x, N, IC);
+    m->be->ops->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->lora_y, rows, N, rows,
+                           (float)m->desc.lora_scale, 1.0f);
+}
+
+/* LoRA's backward from g in lora_y (h in lora_h): dB, dh, dA and the input's gradient */
+static void lora_backward_from_g(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *x,
+                                 const act_t *inp, int N, int IC) {
+    const BackendOps *op = m->be->ops;
+    const int r = m->desc.lora_r, rows = (int)s->rows;
+    op->matmul_backward(m->be, m->lora_dh, model_adapter_g(m, ia + 1), NULL, m->lora_y, m->lora_h,
+                        model_adapter_w(m, ia + 1), N, r, rows, rows);
+    op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC, r,
+                        r);
+    add_input_grad(m, l, s, dinp, x, inp, N, IC);
+}
+
+static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
+                               const act_t *x, const act_t *inp, int N, int IC) {
+    const int r = m->desc.lora_r, rows = (int)s->rows;
+    m->be->ops->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
+    m->be->ops->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
+                           (float)m->desc.lora_scale, 0.0f);
+    lora_backward_from_g(m, l, s, ia, dinp, x, inp, N, IC);
+}
+
+/* ---------------------------------------------------------------- DoRA */
+
+/* layer l's weight block of site s (the frozen base, act dtype) */
+static const act_t *dora_block(const Model *m, int l, const LoraSite *s) {
+    return model_at(m, model_w(m, l, s->role), (size_t)s->row0 * (size_t)s->in);
+}
+
+/* h and y (lora_hy), z = x W_blk^T into dora_z, the row norms of W_blk + s B A into dora_norm */
+static void dora_prepare(Model *m, int l, const LoraSite *s, int ia, const act_t *x, int N, int IC) {
+    const BackendOps *op = m->be->ops;
+    const int rows = (int)s->rows;
+    const act_t *wb = dora_block(m, l, s);
+    lora_hy(m, ia, s, x, N, IC);
+    op->matmul_forward(m->be, m->dora_z, x, wb, NULL, N, IC, rows, rows);
+    op->dora_norm(m->be, m->dora_norm, wb, model_adapter_w(m, ia), model_adapter_w(m, ia + 1), rows, IC,
+                  m->desc.lora_r, (float)m->desc.lora_scale);
+}
+
+static void dora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
+                              const act_t *inp, int N, int IC) {
+    (void)inp;
+    dora_prepare(m, l, s, ia, x, N, IC);
+    m->be->ops->dora_forward(m->be, model_at(m, out, (size_t)s->row0), OC, m->dora_z, m->lora_y,
+                             model_adapter_w(m, ia + PEFT_PART_M), m->dora_norm, N, (int)s->rows,
+                             (float)m->desc.lora_scale);
+}
+
+static void dora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
+                               const act_t *x, const act_t *inp, int N, int IC) {
+    const BackendOps *op = m->be->ops;
+    const int rows = (int)s->rows;
+    dora_prepare(m, l, s, ia, x, N, IC);
+    /* dz over z and dy (LoRA's g) over y, in place */
+    op->dora_backward(m->be, model_adapter_g(m, ia + PEFT_PART_M), m->dora_z, m->lora_y,
+                      model_at(m, dout, (size_t)s->row0), OC, m->dora_z, m->lora_y,
+                      model_adapter_w(m, ia + PEFT_PART_M), m->dora_norm, N, rows, (float)m->desc.lora_scale);
+    op->matmul_backward(m->be, m->lora_dx, NULL, NULL, m->dora_z, x, dora_block(m, l, s), N, IC, rows, rows);
+    add_input_grad(m, l, s, dinp, x, inp, N, IC);
+    lora_backward_from_g(m, l, s, ia, dinp, x, inp, N, IC);
+}
+
+/* m = ||W + s B A||_row for every site (dora_norm over the frozen base and the adapters as they are,
+ * then into the magnitudes' fp32 master weights through the host staging buffer) */
+static int dora_init_from_base(Model *m, GtError *err) {
+    model_refresh_weights(m); /* A and B as the forward reads them */
+    const BackendOps *op = m->be->ops;
+    for (int l = 0; l < m->desc.n_layer; l++)
+        for (int k = 0; k < m->n_lora_sites; k++) {
+            const LoraSite *s = &m->lora_sites[k];
+            const int ia = m->lora_idx[l][s->module];
+            const size_t rows = (size_t)s->rows;
+            op->dora_norm(m->be, m->dora_norm, dora_block(m, l, s), model_adapter_w(m, ia), model_adapter_w(m, ia + 1),
+                          (int)rows, (int)s->in, m->desc.lora_r, (float)m->desc.lora_scale);
+            if (op->to_host(m->be, m->staging, m->dora_norm, rows * sizeof(float), err) ||
+                op->to_device(m->be, m->params + m->layout.tensors[ia + PEFT_PART_M].offset, m->staging,
+                              rows * sizeof(float), err))
+                return -1;
+        }
+    model_params_changed(m);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the kinds */
+
+static const AdapterKind ADAPTER_LORA = {"lora", 2, lora_site_forward, lora_site_backward, NULL};
+static const AdapterKind ADAPTER_DORA = {"dora", 3, dora_site_forward, dora_site_backward, dora_init_from_base};
+
+const AdapterKind *adapter_kind(const ModelDesc *d) {
+    if (d->lora_r <= 0) return NULL;
+    return d->lora_dora ? &ADAPTER_DORA : &ADAPTER_LORA;
+}
+
+void adapter_forward(Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC) {
+    const AdapterKind *kind = adapter_kind(&m->desc);
+    int k = 0, ia;
+    for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));)
+        kind->site_forward(m, l, s, ia, out, OC, lora_input(m, l, s, inp, N, IC), inp, N, IC);
+}
+
+void adapter_backward(Model *m, int l, TensorRole w, act_t *dinp, const act_t *dout, const act_t *inp, int N, int IC,
+                      int OC) {
+    const AdapterKind *kind = adapter_kind(&m->desc);
+    int k = 0, ia;
+    for (const LoraSite *s; (s = next_adapter(m, l, w, &k, &ia));)
+        kind->site_backward(m, l, s, ia, dinp, dout, OC, lora_input(m, l, s, inp, N, IC), inp, N, IC);
+}
+
+bool adapter_on(const Model *m, int l, TensorRole w) {
+    int k = 0, ia;
+    return next_adapter(m, l, w, &k, &ia) != NULL;
+}
+
+int lora_parts(const ModelDesc *d) {
+    const AdapterKind *kind = adapter_kind(d);
+    return kind ? kind->parts : ADAPTER_LORA.parts;
+}
+
+int adapter_init_from_base(Model *m, GtError *err) {
+    const AdapterKind *kind = adapter_kind(&m->desc);
+    return kind && kind->init_from_base ? kind->init_from_base(m, err) : 0;
+}
