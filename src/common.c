@@ -122,11 +122,6 @@ void gt_signals_install(void) {
 
 int gt_stop_signal(void) { return (int)g_stop_signal; }
 
-void gt_stop_signal_reset(void) {
-    g_stop_signal = 0;
-    gt_signals_install();
-}
-
 void gt_log_set_rank(int rank) { g_log_rank = rank; }
 
 void gt_log_to_stderr(bool on) { g_log_stderr = on; }
@@ -184,12 +179,6 @@ char *gt_xstrdup(const char *s) {
 bool gt_mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return false;
     *out = a * b;
-    return true;
-}
-
-bool gt_add_size(size_t a, size_t b, size_t *out) {
-    if (b > SIZE_MAX - a) return false;
-    *out = a + b;
     return true;
 }
 
@@ -403,12 +392,6 @@ int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError
 done:
     free(tmp);
     return rc;
-}
-
-long gt_count_nonfinite(const float *x, size_t n) {
-    long c = 0;
-    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
-    return c;
 }
 
 void gt_bytes_put(GtBytes *b, const char *s, size_t n) {

@@ -50,8 +50,6 @@ void dist_abort(Dist *d, int exit_code) __attribute__((noreturn));
 /* --- additions (dist.c) --- */
 /* "mpi" when built with MPI=1, else "none" (for --version). */
 const char *dist_built(void);
-/* Change the collective timeout (e.g. once the config's dist_timeout is known). <= 0: no timeout. */
-void dist_set_timeout(Dist *d, double timeout_s);
 /* Drive the started all-reduces forward without waiting (MPI's non-blocking collectives progress
  * only inside MPI calls): call it between layers of backward for real overlap. */
 int dist_poll(Dist *d, GtError *err);

@@ -65,7 +65,7 @@ int trainer_grads_wait(Trainer *t, GtError *err) {
 /* world > 1: NCCL on the CUDA backend; MPI is then only the launcher (or absent: srun alone) */
 int trainer_open_comm(Trainer *t, GtError *err) {
     const RunConfig *cfg = t->cfg;
-    if (t->world > 1 && strcmp(t->be->ops->name, "cpu") != 0) {
+    if (t->world > 1 && (t->be->ops->caps & GT_CAP_DEVICE_MEMORY)) {
 #ifdef GT_HAVE_NCCL
         if (nccl_open(&t->nccl, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout, err)) return -1;
         char v[64];

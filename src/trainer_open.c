@@ -194,7 +194,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
     if (trainer_open_comm(t, err)) return -1;
     backend_set_act_dtype(t->be, plan_act_dtype(cfg->precision));
-    if (cfg->precision == PREC_BF16 && strcmp(t->be->ops->name, "cpu") == 0 && t->rank == 0)
+    if (cfg->precision == PREC_BF16 && !(t->be->ops->caps & GT_CAP_NATIVE_BF16) && t->rank == 0)
         gt_warn("precision: bf16 on the cpu backend rounds activations as the GPU does, for checking: it is slower "
                 "than fp32 there\n");
     uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
@@ -260,7 +260,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
         char a[32], b[32];
         if (total_b)
             gt_log("  %s's view: %s in use of %s (the process's own buffers, the runtime's and other processes')\n",
-                   strcmp(t->be->ops->name, "cuda") == 0 ? "driver" : "system", gt_format_bytes(a, sizeof a, total_b - free_b),
+                   t->be->ops->caps & GT_CAP_DRIVER_MEM_VIEW ? "driver" : "system", gt_format_bytes(a, sizeof a, total_b - free_b),
                    gt_format_bytes(b, sizeof b, total_b));
     }
     /* model: a Hugging Face model directory brings its weights, unless init_from names others or
