@@ -64,6 +64,13 @@ int gt_error(GtError *err, int code, const char *fmt, ...) {
     return -1;
 }
 
+int gt_key_error(GtError *err, const char *file, int line, int col, const char *key, const char *msg) {
+    if (!file) return gt_error(err, GT_EXIT_BAD_INPUT, "--set %s: %s", key, msg);
+    if (line <= 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: %s (the default)", file, key, msg);
+    if (col <= 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d: %s: %s", file, line, key, msg);
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: %s", file, line, col, key, msg);
+}
+
 /* async-signal-safe: unlink(2) only; a directory's files are the caller's (gt_tmp_cleanup) */
 static void unlink_tmp_files(void) {
     for (int i = 0; i < GT_TMP_SLOTS; i++)

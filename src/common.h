@@ -23,6 +23,10 @@ typedef struct {
 
 /* Fill err (if not NULL) and return -1, so callers can `return gt_error(err, ...)`. */
 int gt_error(GtError *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A setting's value refused, named where it was given, code 2: "FILE:LINE:COL: KEY: MSG" (col 0:
+ * "FILE:LINE: KEY: MSG"), "FILE: KEY: MSG (the default)" (line 0), or "--set KEY: MSG" (file NULL).
+ * Returns -1. */
+int gt_key_error(GtError *err, const char *file, int line, int col, const char *key, const char *msg);
 
 /* Process-wide logger (the only global mutable state): rank 0 prints, other ranks stay quiet
  * unless verbose. gt_log goes to stdout, gt_warn to stderr with a "warning: " prefix. */

@@ -11,7 +11,6 @@
 
 #include "hf_weights.h"
 #include "hf_writer.h"
-#include "lora.h"
 #include "model_desc.h"
 #include "sample.h"
 
@@ -142,11 +141,6 @@ static int validate(CfgCtx *c) {
         return cfg_key_error(c, i, "expected gradient_checkpointing: true (offload moves the inputs kept by gradient "
                                "checkpointing to host memory), found gradient_checkpointing: false");
     }
-    if (cfg->lora.init_from[0] && lora_pissa_niter_of(cfg->lora.init_lora_weights) != -2) {
-        snprintf(msg, sizeof msg, "expected no PiSSA initialisation with lora.init_from (the adapter is the "
-                 "initialisation), found %.40s", cfg->lora.init_lora_weights);
-        return cfg_key_error(c, config_schema_index("lora.init_lora_weights"), msg);
-    }
     if (cfg->per_device_train_batch_size == 0 && cfg->train_batch_size == 0)
         return cfg_key_error(c, config_schema_index("per_device_train_batch_size"),
                          "expected train_batch_size (the effective batch) to be set with \"auto\", found none");
@@ -232,13 +226,20 @@ int config_load(RunConfig *cfg, const char *path, const char *const *sets, int n
 /* ------------------------------------------------------------------------------------------ */
 /* checks against the model */
 
-int config_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg) {
+ConfigSource config_key_source(const RunConfig *cfg, const char *key, const char **file, int *line, int *col) {
     int i = config_schema_index(key);
-    const char *file = cfg->config_path[0] ? cfg->config_path : "config";
-    if (cfg->source[i] == CFG_SRC_FILE)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d: %s: %s", file, cfg->source_line[i], key, msg);
-    if (cfg->source[i] == CFG_SRC_SET) return gt_error(err, GT_EXIT_BAD_INPUT, "--set %s: %s", key, msg);
-    return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: %s (the default)", file, key, msg);
+    const ConfigSource src = i >= 0 ? cfg->source[i] : CFG_SRC_DEFAULT;
+    *file = src == CFG_SRC_SET ? NULL : cfg->config_path[0] ? cfg->config_path : "config";
+    *line = src == CFG_SRC_FILE ? cfg->source_line[i] : 0;
+    *col = src == CFG_SRC_FILE ? cfg->source_col[i] : 0;
+    return src;
+}
+
+int config_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg) {
+    const char *file;
+    int line, col;
+    config_key_source(cfg, key, &file, &line, &col);
+    return gt_key_error(err, file, line, 0, key, msg);
 }
 
 int config_check_model(const RunConfig *cfg, const struct ModelDesc *desc, GtError *err) {

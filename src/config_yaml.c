@@ -99,6 +99,7 @@ static void mark_source(CfgCtx *c, int i, ConfigSource src, int line, int col) {
         if (SCHEMA[j].offset == SCHEMA[i].offset) {
             c->cfg->source[j] = src;
             c->cfg->source_line[j] = line;
+            c->cfg->source_col[j] = col;
             c->line[j] = line;
             c->col[j] = col;
         }
