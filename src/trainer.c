@@ -2,7 +2,7 @@
  *   rows of all micro-batches drawn first -> num_items (valid targets, all micro-batches, all ranks)
  *   for each micro-batch: forward + backward with the loss gradient scaled by 1/num_items
  *   grad norm -> skip on NaN/Inf -> clip -> AdamW -> zero grads -> log, eval, checkpoint
- * The run is opened in trainer_open.c, evaluated in trainer_eval.c; its collectives are trainer_dist.c's. */
+ * The run is opened in trainer_open.c, evaluated in trainer_eval.c; its collectives are dist.h's DistComm. */
 #include "trainer_internal.h"
 
 #include <math.h>
@@ -11,9 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef GT_HAVE_NCCL
-#include "dist_nccl.h"
-#endif
 #include "optim.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
@@ -33,15 +30,16 @@ long count_items(const int *targets, size_t n) {
  * micro-batches' mean losses. */
 static int accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world, LossNormalization norm,
                       long num_items, double *loss_sum, double *steps_loss, GtError *err) {
-    const size_t rows = (size_t)B * m->T;
+    const size_t rows = (size_t)B * model_seq_len(m);
     double total = 0.0, mean_sum = 0.0;
     /* a grad-ready hook (data-parallel all-reduce) fires on the last micro-batch only: no
      * communication while gradients are still accumulating (DDP's no_sync) */
-    GradReadyFn hook = m->grad_ready;
-    m->grad_ready = NULL;
+    void *hook_ctx;
+    GradReadyFn hook = model_grad_ready(m, &hook_ctx);
+    model_set_grad_ready(m, NULL, NULL);
     for (int a = 0; a < A; a++) {
-        if (a == A - 1) m->grad_ready = hook;
-        m->dropout_row0 = ((long)a * world + m->data_rank) * B; /* fill_step's rows: dropout.h's index */
+        if (a == A - 1) model_set_grad_ready(m, hook, hook_ctx);
+        model_set_dropout_row0(m, ((long)a * world + model_data_rank(m)) * B); /* fill_step's rows: dropout.h's index */
         const int *tk = tokens + (size_t)a * rows, *tg = targets + (size_t)a * rows;
         long n = count_items(tg, rows);
         float scale;
@@ -54,13 +52,13 @@ static int accumulate(Model *m, const int *tokens, const int *targets, int B, in
         }
         double s = 0.0;
         if (model_step(m, tk, tg, B, scale, true, &s, err)) {
-            m->grad_ready = hook;
+            model_set_grad_ready(m, hook, hook_ctx);
             return -1;
         }
         total += s;
         if (n > 0) mean_sum += s / (double)n;
     }
-    m->grad_ready = hook;
+    model_set_grad_ready(m, hook, hook_ctx);
     *loss_sum = total;
     if (steps_loss) *steps_loss = mean_sum / ((double)A * world);
     return 0;
@@ -88,12 +86,13 @@ static int save_checkpoint(Trainer *t, GtError *err) {
     Model *m = t->model;
     float *full[2] = {NULL, NULL};
     if (check_weights(t, t->state.global_step, "before a checkpoint is saved (none saved)", err)) return -1;
-    if (m->shard_world > 1) {
-        float *shard[2] = {m->adam_m, m->adam_v};
+    const ModelShard sh = model_shard(m);
+    if (sh.world > 1) {
+        float *shard[2] = {sh.adam_m, sh.adam_v};
         for (int w = 0; w < 2; w++) {
-            full[w] = gt_xcalloc(m->padded_total, sizeof(float));
-            if (m->be->ops->to_host(m->be, full[w] + (size_t)m->shard_rank * m->shard, shard[w], m->shard * sizeof(float), err) ||
-                trainer_allgather_host(t, full[w], m->shard, err)) {
+            full[w] = gt_xcalloc(sh.padded_total, sizeof(float));
+            if (t->be->ops->to_host(t->be, full[w] + (size_t)sh.rank * sh.size, shard[w], sh.size * sizeof(float), err) ||
+                dist_comm_allgather_host(t->comm, full[w], sh.size, err)) {
                 free(full[0]), free(full[1]);
                 return -1;
             }
@@ -123,14 +122,7 @@ static int save_checkpoint(Trainer *t, GtError *err) {
 static void allreduce_when_ready(void *ctx, float *grads, size_t n) {
     Trainer *t = ctx;
     if (t->sync_failed) return;
-#ifdef GT_HAVE_NCCL
-    if (t->nccl) { /* on NCCL's stream, after this layer's backward on the compute stream */
-        if (nccl_allreduce_start(t->nccl, grads, n, &t->sync_err)) t->sync_failed = 1;
-        return;
-    }
-#endif
-    if (dist_allreduce_f32_start(t->dist, grads, n, &t->sync_err) || dist_poll(t->dist, &t->sync_err))
-        t->sync_failed = 1;
+    if (dist_comm_allreduce_start(t->comm, grads, n, &t->sync_err)) t->sync_failed = 1;
 }
 
 /* After accumulation: sum the gradients over the ranks, take the global norm, skip on NaN/Inf,
@@ -140,13 +132,14 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
     Backend *be = t->be;
     const RunConfig *cfg = t->cfg;
     double norm;
-    size_t lo = 0, hi = m->layout.total;
-    if (m->shard_world > 1) {
-        if (trainer_grads_reduce_scatter(t, m->grads, m->shard, err)) return -1;
-        lo = (size_t)m->shard_rank * m->shard;
-        hi = lo + m->shard;
-        double sq = be->ops->sum_squares(be, m->grads + lo, m->shard);
-        if (trainer_sum_f64(t, &sq, 1, err)) return -1;
+    const ModelShard sh = model_shard(m);
+    size_t lo = 0, hi = model_num_trainable(m);
+    if (sh.world > 1) {
+        if (dist_comm_reduce_scatter(t->comm, model_grads(m), sh.size, err)) return -1;
+        lo = (size_t)sh.rank * sh.size;
+        hi = lo + sh.size;
+        double sq = be->ops->sum_squares(be, model_grads(m) + lo, sh.size);
+        if (dist_comm_sum_f64(t->comm, &sq, 1, err)) return -1;
         norm = sqrt(sq);
     } else {
         if (t->world > 1) {
@@ -154,7 +147,7 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
                 *err = t->sync_err;
                 return -1;
             }
-            if (trainer_grads_wait(t, err)) return -1;
+            if (dist_comm_wait_all(t->comm, err)) return -1;
         }
         norm = grad_global_norm(m);
     }
@@ -164,8 +157,8 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
         clip_grads_range(m, norm, cfg->max_grad_norm, lo, hi);
         adamw_step_range(m, lr, cfg, (int)++t->state.adam_t, lo, hi);
     }
-    if (m->shard_world > 1) { /* the other ranks' shards of the weights arrive here */
-        if (trainer_params_allgather(t, m->params, m->shard, err)) return -1;
+    if (sh.world > 1) { /* the other ranks' shards of the weights arrive here */
+        if (dist_comm_allgather(t->comm, model_params(m), sh.size, err)) return -1;
         model_params_changed(m);
     }
     return 0;
@@ -173,7 +166,7 @@ static int optimizer_step(Trainer *t, double lr, double *norm_out, bool *skipped
 
 /* The weights must be finite: one sum of squares (in double) over them. */
 static int check_weights(Trainer *t, long step, const char *when, GtError *err) {
-    const double sq = t->be->ops->sum_squares(t->be, t->model->params, t->model->layout.total);
+    const double sq = t->be->ops->sum_squares(t->be, model_params(t->model), model_num_trainable(t->model));
     if (isfinite(sq)) return 0;
     return gt_error(err, GT_EXIT_FAILURE,
                     "step %ld: the weights are not finite %s (sum of squares %g); stopped, the last good checkpoint "
@@ -188,7 +181,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     const double rows_per_epoch = data_rows_per_epoch(t->train);
     /* a signal while loading: the state to resume from is the one loaded, saved as it is */
     int early = gt_stop_signal();
-    if (t->world > 1 && trainer_max_i32(t, &early, err)) return -1;
+    if (t->world > 1 && dist_comm_max_i32(t->comm, &early, err)) return -1;
     if (early) {
         gt_log("received %s before step %ld: saving the state and stopping\n", early == SIGTERM ? "SIGTERM" : "SIGINT",
                t->state.global_step + 1);
@@ -207,17 +200,17 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         const size_t n_tok = (size_t)t->plan.B * t->plan.A * cfg->data.seq_len;
         /* num_items_in_batch: valid targets of every micro-batch on every rank */
         int64_t items = count_items(t->tgt, n_tok);
-        if (trainer_sum_i64(t, &items, 1, err)) return -1;
+        if (dist_comm_sum_i64(t->comm, &items, 1, err)) return -1;
         const long num_items = (long)items;
         double sums[2] = {0.0, 0.0}; /* token-loss sum; LOSS_NORM_STEPS's loss (accumulate) */
         /* no target token in any micro-batch on any rank: nothing to learn from, and no 0/0 loss */
         const bool empty = num_items == 0;
         t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
-        m->dropout_step = step;
+        model_set_dropout_step(m, step);
         if (!empty && accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
                                  &sums[0], &sums[1], err))
             return -1;
-        if (trainer_sum_f64(t, sums, 2, err)) return -1;
+        if (dist_comm_sum_f64(t->comm, sums, 2, err)) return -1;
         /* the loss whose gradient the step applies, as HF's Trainer logs it: the token mean over the
          * whole step (tokens), or the mean of the micro-batches' mean losses (steps) */
         double loss = num_items == 0 ? NAN : cfg->loss_normalization == LOSS_NORM_TOKENS ? sums[0] / (double)num_items
@@ -306,7 +299,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
             return -1;
         bool save = cfg->save_steps > 0 && ((step + 1) % cfg->save_steps == 0 || last);
         int sig = gt_stop_signal();
-        if (t->world > 1 && trainer_max_i32(t, &sig, err)) return -1; /* every rank stops at the same step */
+        if (t->world > 1 && dist_comm_max_i32(t->comm, &sig, err)) return -1; /* every rank stops at the same step */
         if (sig) {
             if (t->tty) metrics_progress_clear(stdout);
             gt_log("received %s: finishing at step %ld\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", step + 1);
@@ -349,10 +342,8 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     summary->first_loss = summary->last_loss = summary->best_loss = NAN;
     int rc = trainer_open(&t, summary, err);
     if (rc == 0) {
-        if (t.world > 1 && t.model->shard_world == 1) { /* plain data parallel: overlap with backward */
-            t.model->grad_ready = allreduce_when_ready;
-            t.model->grad_ready_ctx = &t;
-        }
+        if (t.world > 1 && model_shard(t.model).world == 1) /* plain data parallel: overlap with backward */
+            model_set_grad_ready(t.model, allreduce_when_ready, &t);
         rc = train_loop(&t, summary, err);
     }
     if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
@@ -401,13 +392,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     rundir_close(t.rundir); /* after the last file is written: releases the lock */
     free(t.tok);
     free(t.tgt);
-#ifdef GT_HAVE_NCCL
-    /* before the buffers it may still read go; on a failure abort, so no finalize waits for peers */
-    if (rc == 0)
-        nccl_close(t.nccl);
-    else
-        nccl_abort(t.nccl);
-#endif
+    dist_comm_close(t.comm, rc == 0); /* before the buffers it may still read go */
     model_free(t.model);
     data_close(t.train);
     data_close(t.val);

@@ -19,13 +19,14 @@ static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err)
     if (t->cfg->eval_max_batches > 0 && cap < n_windows) n_windows = cap;
     double sum = 0.0;
     long items = 0;
-    for (long w = 0; w < n_windows; w += m->B) {
-        int rows = (int)(n_windows - w < m->B ? n_windows - w : m->B);
+    const int B = model_batch_rows(m);
+    for (long w = 0; w < n_windows; w += B) {
+        int rows = (int)(n_windows - w < B ? n_windows - w : B);
         data_fill_eval(t->val, w, rows, t->tok, t->tgt);
         double s = 0.0;
         if (model_step(m, t->tok, t->tgt, rows, 0.0f, false, &s, err)) return -1;
         sum += s;
-        items += count_items(t->tgt, (size_t)rows * m->T);
+        items += count_items(t->tgt, (size_t)rows * model_seq_len(m));
     }
     *mean_loss = items > 0 ? sum / (double)items : NAN;
     *n_tokens = items;

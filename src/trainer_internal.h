@@ -1,7 +1,7 @@
 /* trainer_internal.h - private to trainer*.c: the state of one training run (Trainer) and the
  * pieces of the run the loop (trainer.c) calls in the other files: opening the run and claiming
- * output_dir (trainer_open.c), the collectives (trainer_dist.c), eval and what a finished run adds
- * beside its weights (trainer_eval.c). */
+ * output_dir (trainer_open.c), eval and what a finished run adds beside its weights
+ * (trainer_eval.c). The collectives are dist.h's DistComm. */
 #ifndef GT_TRAINER_INTERNAL_H
 #define GT_TRAINER_INTERNAL_H
 
@@ -30,7 +30,7 @@ typedef struct {
     TrainerState state;
     int world, rank;
     Dist *dist;
-    struct NcclComm *nccl; /* CUDA backend, world > 1: gradients (and host scalars without MPI) */
+    DistComm *comm; /* the collectives, over MPI or NCCL (dist_comm.c) */
     GtError sync_err; /* an all-reduce started from backward that failed */
     int sync_failed;
     int *tok, *tgt;
@@ -53,15 +53,5 @@ int trainer_eval(Trainer *t, long step, TrainSummary *summary, GtError *err);
 int trainer_save_tokenizer(Trainer *t, GtError *err);
 /* rank 0: sample_max_new_tokens tokens from the trained model, printed */
 void trainer_sample_at_end(Trainer *t);
-
-/* trainer_dist.c: the collectives, MPI or NCCL */
-int trainer_open_comm(Trainer *t, GtError *err);
-int trainer_sum_i64(Trainer *t, int64_t *v, int n, GtError *err);
-int trainer_sum_f64(Trainer *t, double *v, int n, GtError *err);
-int trainer_max_i32(Trainer *t, int *v, GtError *err);
-int trainer_allgather_host(Trainer *t, float *buf, size_t shard, GtError *err);
-int trainer_grads_reduce_scatter(Trainer *t, float *buf, size_t shard, GtError *err);
-int trainer_params_allgather(Trainer *t, float *buf, size_t shard, GtError *err);
-int trainer_grads_wait(Trainer *t, GtError *err);
 
 #endif

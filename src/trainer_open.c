@@ -192,7 +192,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
     if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
-    if (trainer_open_comm(t, err)) return -1;
+    if (dist_comm_open(&t->comm, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout, cfg->config_path, err))
+        return -1;
     backend_set_act_dtype(t->be, plan_act_dtype(cfg->precision));
     if (cfg->precision == PREC_BF16 && !(t->be->ops->caps & GT_CAP_NATIVE_BF16) && t->rank == 0)
         gt_warn("precision: bf16 on the cpu backend rounds activations as the GPU does, for checking: it is slower "
@@ -279,8 +280,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                cfg->init == INIT_RANDOM ? "init: random" : "model is a config.json file, no init_from",
                cfg->resume_from_checkpoint[0] ? ", replaced by the checkpoint's if the run resumes" : "");
     }
-    t->model->dropout_seed = cfg->seed;
-    t->model->data_rank = t->rank; /* dropout's rows of the step's batch (trainer_accumulate) */
+    model_set_dropout_run(t->model, cfg->seed, t->rank); /* dropout's rows of the step's batch (trainer_accumulate) */
     if (desc->lora_r > 0) { /* the adapter files' config; a PiSSA run's initial adapter goes to output_dir/pissa_init */
         char dir[GT_PATH_MAX + 32];
         snprintf(dir, sizeof dir, "%s/%s", cfg->output_dir, RUNDIR_PISSA_INIT);
