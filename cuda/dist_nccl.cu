@@ -357,7 +357,7 @@ static int exchange_id(NcclComm *c, Dist *d, const char *init_file, ncclUniqueId
 extern "C" int nccl_open_ranks(NcclComm **out, int rank, int world, Dist *d, Backend *be, const char *init_file,
                                double timeout_s, GtError *err) {
     *out = NULL;
-    if (!be || !be->ops || strcmp(be->ops->name, "cuda") != 0)
+    if (!be || !be->ops || !(be->ops->caps & GT_CAP_NCCL))
         return gt_error(err, GT_EXIT_BAD_INPUT, "NCCL needs the cuda backend, found %s",
                         be && be->ops ? be->ops->name : "none");
     if (world < 1 || rank < 0 || rank >= world)
@@ -437,11 +437,6 @@ extern "C" void nccl_abort(NcclComm *c) {
     destroy(c);
 }
 
-extern "C" int nccl_rank(const NcclComm *c) { return c ? c->rank : 0; }
-extern "C" int nccl_world(const NcclComm *c) { return c ? c->world : 1; }
-extern "C" void nccl_set_timeout(NcclComm *c, double timeout_s) {
-    if (c) c->timeout_s = timeout_s;
-}
 
 extern "C" const char *nccl_version_string(char *buf, size_t cap) {
     int v = 0;

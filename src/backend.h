@@ -57,8 +57,17 @@ const char *gt_dtype_name(GtDtype t); /* "fp32" or "bf16" */
 /* An activation-type tensor (see the top of this file); act_t * is a void pointer. */
 typedef void act_t;
 
+/* What a backend can do, as flags in BackendOps.caps: callers ask these, never the backend's name. */
+enum {
+    GT_CAP_DEVICE_MEMORY = 1u << 0,  /* model buffers live in device memory, apart from the host's */
+    GT_CAP_NATIVE_BF16 = 1u << 1,    /* bf16 activations are computed natively (the CPU rounds, for checking) */
+    GT_CAP_NCCL = 1u << 2,           /* its buffers can go over NCCL collectives (cuda/dist_nccl.cu) */
+    GT_CAP_DRIVER_MEM_VIEW = 1u << 3 /* memory_info is the device driver's view (else the system's) */
+};
+
 typedef struct BackendOps {
-    const char *name; /* "cpu" or "cuda" */
+    const char *name; /* "cpu" or "cuda": for messages */
+    unsigned caps;    /* GT_CAP_* */
     void (*close)(Backend *b);
 
     /* ---- memory (raw; use backend_alloc/backend_free, which track by category) ---- */

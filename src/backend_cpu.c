@@ -655,6 +655,7 @@ static void cpu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_by
 
 static const BackendOps k_cpu_ops = {
     .name = "cpu",
+    .caps = 0,
     .close = cpu_close,
     .dev_alloc = cpu_alloc,
     .dev_free = cpu_free,

@@ -42,10 +42,9 @@ int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_s
 
 /* dir/config.json (atomically): the config.json at src, copied with torch_dtype ("float32" or
  * "bfloat16", and transformers 5's dtype when src has it) set. What checkpoint_save_weights writes
- * for the Llama family, and gtrain merge for both architectures. 0, or -1 (code 1; code 2 when
- * src is no longer a JSON object). */
-int checkpoint_copy_config(const char *dir, const char *src, bool bf16, GtError *err);
-/* The same from the bytes of src read earlier (bytes NULL: read src now); src names it in messages. */
+ * for the Llama family, and gtrain merge for both architectures. From the bytes of src read earlier
+ * (bytes NULL: read src now); src names it in messages. 0, or -1 (code 1; code 2 when src is no
+ * longer a JSON object). */
 int checkpoint_write_config(const char *dir, const char *src, const char *bytes, size_t n, bool bf16, GtError *err);
 
 /* Load HF weights: path is a model directory, a model.safetensors.index.json, or one .safetensors

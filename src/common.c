@@ -64,6 +64,13 @@ int gt_error(GtError *err, int code, const char *fmt, ...) {
     return -1;
 }
 
+int gt_key_error(GtError *err, const char *file, int line, int col, const char *key, const char *msg) {
+    if (!file) return gt_error(err, GT_EXIT_BAD_INPUT, "--set %s: %s", key, msg);
+    if (line <= 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: %s (the default)", file, key, msg);
+    if (col <= 0) return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d: %s: %s", file, line, key, msg);
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: %s", file, line, col, key, msg);
+}
+
 /* async-signal-safe: unlink(2) only; a directory's files are the caller's (gt_tmp_cleanup) */
 static void unlink_tmp_files(void) {
     for (int i = 0; i < GT_TMP_SLOTS; i++)
@@ -122,11 +129,6 @@ void gt_signals_install(void) {
 
 int gt_stop_signal(void) { return (int)g_stop_signal; }
 
-void gt_stop_signal_reset(void) {
-    g_stop_signal = 0;
-    gt_signals_install();
-}
-
 void gt_log_set_rank(int rank) { g_log_rank = rank; }
 
 void gt_log_to_stderr(bool on) { g_log_stderr = on; }
@@ -184,12 +186,6 @@ char *gt_xstrdup(const char *s) {
 bool gt_mul_size(size_t a, size_t b, size_t *out) {
     if (a != 0 && b > SIZE_MAX / a) return false;
     *out = a * b;
-    return true;
-}
-
-bool gt_add_size(size_t a, size_t b, size_t *out) {
-    if (b > SIZE_MAX - a) return false;
-    *out = a + b;
     return true;
 }
 
@@ -403,12 +399,6 @@ int gt_write_file_atomic(const char *path, const void *data, size_t len, GtError
 done:
     free(tmp);
     return rc;
-}
-
-long gt_count_nonfinite(const float *x, size_t n) {
-    long c = 0;
-    for (size_t i = 0; i < n; i++) c += !isfinite(x[i]);
-    return c;
 }
 
 void gt_bytes_put(GtBytes *b, const char *s, size_t n) {

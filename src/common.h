@@ -23,6 +23,10 @@ typedef struct {
 
 /* Fill err (if not NULL) and return -1, so callers can `return gt_error(err, ...)`. */
 int gt_error(GtError *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A setting's value refused, named where it was given, code 2: "FILE:LINE:COL: KEY: MSG" (col 0:
+ * "FILE:LINE: KEY: MSG"), "FILE: KEY: MSG (the default)" (line 0), or "--set KEY: MSG" (file NULL).
+ * Returns -1. */
+int gt_key_error(GtError *err, const char *file, int line, int col, const char *key, const char *msg);
 
 /* Process-wide logger (the only global mutable state): rank 0 prints, other ranks stay quiet
  * unless verbose. gt_log goes to stdout, gt_warn to stderr with a "warning: " prefix. */
@@ -53,9 +57,8 @@ void gt_bytes_free(GtBytes *b);
  * String::from_utf8_lossy replaces with one U+FFFD. */
 long gt_utf8_sequence(const unsigned char *s, size_t n);
 
-/* Overflow-checked size arithmetic: returns false on overflow. */
+/* Overflow-checked size multiplication: returns false on overflow. */
 bool gt_mul_size(size_t a, size_t b, size_t *out);
-bool gt_add_size(size_t a, size_t b, size_t *out);
 
 /* "1.5 GiB", "12.0 MiB", "512 B" into buf. Returns buf. */
 const char *gt_format_bytes(char *buf, size_t cap, uint64_t bytes);
@@ -120,8 +123,6 @@ static inline float gt_bf16_to_f32(uint16_t h) {
     return f;
 }
 
-/* how many of x[n] are NaN or infinite (loaded weights are warned about) */
-long gt_count_nonfinite(const float *x, size_t n);
 
 /* SIGTERM/SIGINT (Slurm preemption, Ctrl-C) from process start: the first one sets a flag that
  * long loops poll (the training step in flight finishes, a checkpoint is written, exit 0); a
@@ -130,8 +131,6 @@ long gt_count_nonfinite(const float *x, size_t n);
 void gt_signals_install(void);
 /* 0, or the signal number of the first SIGTERM/SIGINT received. */
 int gt_stop_signal(void);
-/* Forget a received signal and re-arm the handler (tests that run several jobs in one process). */
-void gt_stop_signal_reset(void);
 
 /* Temporaries in flight (at most 8 at once): registered, they are removed on the exits that skip
  * their writer's own cleanup -- out of memory in gt_x*alloc (files and directories of files) and a

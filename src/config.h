@@ -23,6 +23,11 @@ typedef enum { INIT_AUTO = 0, INIT_PRETRAINED, INIT_RANDOM } InitKind;
 
 #define GT_CONFIG_MAX_KEYS 96
 
+/* Bounds of the lora: section's values as text (PEFT's, which peft.h keeps; lora.c asserts they agree). */
+#define CONFIG_LORA_MAX_R 65536     /* lora.r */
+#define CONFIG_LORA_MAX_TARGETS 16  /* names in lora.target_modules */
+#define CONFIG_LORA_NAME_MAX 32     /* a name's bytes, with its NUL */
+
 /* Bounds of the batch layout keys, shared with the plan's auto-fit (every layout it considers or
  * suggests is one a config could spell). */
 #define GT_MAX_MICRO_BATCH 65536      /* per_device_train_batch_size */
@@ -95,12 +100,15 @@ typedef struct {
     double dist_timeout;         /* seconds a collective may wait for the other ranks */
 
     /* LoRA / PiSSA (PEFT LoraConfig's names). enabled: the config has a lora: section (or a
-     * lora.* --set); otherwise full fine-tuning. lora.c applies it to the model description. */
+     * lora.* --set); otherwise full fine-tuning. Read here as text and values only (r's range,
+     * target_modules' list form): lora.c checks what they mean and applies them to the model. */
     struct {
         bool enabled;
-        int r;
+        int r; /* [1, CONFIG_LORA_MAX_R] */
         double lora_alpha, lora_dropout;
-        char target_modules[GT_PATH_MAX]; /* names separated by commas, "all-linear", or "" (PEFT's default) */
+        /* names (at most CONFIG_LORA_MAX_TARGETS, each shorter than CONFIG_LORA_NAME_MAX) separated by
+         * commas, "all-linear", or "" (PEFT's default) */
+        char target_modules[GT_PATH_MAX];
         bool use_rslora;
         bool use_dora;                       /* DoRA: PEFT's use_dora */
         char init_lora_weights[GT_PATH_MAX]; /* true, false, gaussian, pissa, pissa_niter_N */
@@ -110,6 +118,7 @@ typedef struct {
     /* where each schema key's value came from, indexed like the schema table */
     ConfigSource source[GT_CONFIG_MAX_KEYS];
     int source_line[GT_CONFIG_MAX_KEYS]; /* 1-based line in the file (0 if not from the file) */
+    int source_col[GT_CONFIG_MAX_KEYS];  /* 1-based column of the value in the file (0 if not from the file) */
 } RunConfig;
 
 /* How resume_from_checkpoint reads: the one place its literals are told apart. */
@@ -138,6 +147,9 @@ int config_check_model(const RunConfig *cfg, const struct ModelDesc *desc, GtErr
  * "file:line: key: msg", "--set key: msg" or "file: key: msg (the default)" by where the value
  * came from, code 2. Returns -1. */
 int config_key_error(const RunConfig *cfg, const char *key, GtError *err, const char *msg);
+/* Where key's value came from: *file (the config's path, "config" without one; NULL for --set),
+ * *line and *col (0 when not from the file), as gt_key_error takes them; its ConfigSource. */
+ConfigSource config_key_source(const RunConfig *cfg, const char *key, const char **file, int *line, int *col);
 
 /* Print every key with its resolved value and where it came from (default / file:line / --set). */
 void config_print_resolved(const RunConfig *cfg, FILE *out);

@@ -8,7 +8,6 @@
 #include "config_schema.h"
 #include "data.h"
 #include "hf_writer.h"
-#include "lora.h"
 #include "sample.h"
 
 static const char *const LR_NAMES[] = {"constant", "linear", "cosine", "cosine_with_min_lr", NULL};
@@ -20,26 +19,19 @@ static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
 static const char *const INIT_NAMES[] = {"auto", "pretrained", "random", NULL};
 
-/* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone */
+/* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone; which
+ * names an adapter knows, and which of them the model has, is lora.c's to check */
 static int check_target_modules(const char *value, char *why, size_t cap) {
     if (strcmp(value, "all-linear") == 0 || value[0] == '\0') return 0;
     int n = 0;
     for (const char *p = value; *p; n++) {
         size_t len = strcspn(p, ",");
-        bool ok = len > 0 && len < 32;
+        bool ok = len > 0 && len < CONFIG_LORA_NAME_MAX;
         for (size_t i = 0; i < len && ok; i++)
             ok = (p[i] >= 'a' && p[i] <= 'z') || (p[i] >= '0' && p[i] <= '9') || p[i] == '_' || p[i] == '.';
-        if (!ok || n == PEFT_MAX_TARGETS) {
+        if (!ok || n == CONFIG_LORA_MAX_TARGETS) {
             snprintf(why, cap, "expected at most %d module names (letters, digits, _ and .) or all-linear, found \"%.60s\"",
-                     PEFT_MAX_TARGETS, value);
-            return -1;
-        }
-        char name[32];
-        memcpy(name, p, len);
-        name[len] = '\0';
-        if (!peft_target_known(name)) { /* which of them the model has is checked against the model (lora.c) */
-            snprintf(why, cap, "expected module names of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj "
-                     "(Llama family), c_attn, c_proj, c_fc (GPT-2) or all-linear, found \"%s\" in \"%.60s\"", name, value);
+                     CONFIG_LORA_MAX_TARGETS, value);
             return -1;
         }
         p += len;
@@ -203,7 +195,7 @@ const KeySpec CONFIG_SCHEMA[] = {
     {.key = "dist_timeout", .type = KT_FLOAT, FIELD(dist_timeout), .def = "300", .fmin = 0, .fmax = 1e6,
      .fmin_open = true, .doc = "Seconds a collective waits for the other ranks before the job is aborted."},
     /* LoRA / PiSSA: PEFT LoraConfig's names; a lora: section turns it on */
-    {.key = "lora.r", .type = KT_INT, FIELD(lora.r), .def = "8", .imin = 1, .imax = PEFT_MAX_R,
+    {.key = "lora.r", .type = KT_INT, FIELD(lora.r), .def = "8", .imin = 1, .imax = CONFIG_LORA_MAX_R,
      .doc = "LoRA rank (a lora: section trains adapters on a frozen base instead of every weight)."},
     {.key = "lora.lora_alpha", .type = KT_FLOAT, FIELD(lora.lora_alpha), .def = "8", .fmin = 0, .fmin_open = true,
      .fmax = 1e9, .doc = "LoRA alpha: the adapters' output is scaled by lora_alpha / r (lora_alpha / sqrt(r) with use_rslora)."},
@@ -221,7 +213,6 @@ const KeySpec CONFIG_SCHEMA[] = {
      .doc = "DoRA (PEFT's use_dora): a trained magnitude per output row of each adapted weight, the direction "
             "W + scale B A normalised per row (the norm detached, as PEFT does); not with PiSSA."},
     {.key = "lora.init_lora_weights", .type = KT_STRING, FIELD(lora.init_lora_weights), .def = "true",
-     .check = lora_check_init,
      .doc = "true (A Kaiming-uniform, B zero), gaussian, false, pissa (exact SVD of each base weight) or pissa_niter_N "
             "(randomised SVD, N subspace iterations)."},
     {.key = "lora.init_from", .type = KT_PATH, FIELD(lora.init_from), .def = "", .dir = true,

@@ -332,10 +332,6 @@ const char *dist_built(void) {
 #endif
 }
 
-void dist_set_timeout(Dist *d, double timeout_s) {
-    if (d) d->timeout_s = timeout_s;
-}
-
 /* world > 1 with no MPI ("env": the CUDA backend's NCCL carries everything): a host collective
  * here would silently do nothing, so it is refused. */
 static int no_transport(const Dist *d, const char *what, GtError *err) {

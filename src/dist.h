@@ -50,8 +50,6 @@ void dist_abort(Dist *d, int exit_code) __attribute__((noreturn));
 /* --- additions (dist.c) --- */
 /* "mpi" when built with MPI=1, else "none" (for --version). */
 const char *dist_built(void);
-/* Change the collective timeout (e.g. once the config's dist_timeout is known). <= 0: no timeout. */
-void dist_set_timeout(Dist *d, double timeout_s);
 /* Drive the started all-reduces forward without waiting (MPI's non-blocking collectives progress
  * only inside MPI calls): call it between layers of backward for real overlap. */
 int dist_poll(Dist *d, GtError *err);
@@ -62,5 +60,29 @@ int dist_barrier(Dist *d, const char *what, GtError *err);
 /* Print "gtrain: rank R: <err->msg>" (just "gtrain: <msg>" at world size 1) and end the whole job
  * with err->code. For a failure on one rank: the others are stopped instead of waiting. */
 void dist_fail(Dist *d, const GtError *err) __attribute__((noreturn));
+
+/* ---- the run's communicator (dist_comm.c): one interface over MPI and NCCL ----
+ * The transport of each collective is chosen once, at open: the backend's buffers over NCCL on a
+ * backend with device memory (GT_CAP_DEVICE_MEMORY; refused when built without NCCL), over MPI
+ * otherwise; host values over MPI when it is up, else NCCL. World 1: every call is a no-op. */
+typedef struct DistComm DistComm;
+/* Refused (code 2, naming config_path) when world > 1 has no transport for be. Logs NCCL's line. */
+int dist_comm_open(DistComm **out, Dist *d, Backend *be, const char *init_file, double timeout_s,
+                   const char *config_path, GtError *err);
+/* ok: finalize (bounded); else abort, so no peer is waited for. Before the buffers it may still
+ * read are freed. NULL is fine. */
+void dist_comm_close(DistComm *c, bool ok);
+/* host values: sums, a max, every rank's shard gathered in place (world * shard floats) */
+int dist_comm_sum_i64(DistComm *c, int64_t *v, int n, GtError *err);
+int dist_comm_sum_f64(DistComm *c, double *v, int n, GtError *err);
+int dist_comm_max_i32(DistComm *c, int *v, GtError *err);
+int dist_comm_allgather_host(DistComm *c, float *buf, size_t shard, GtError *err);
+/* the backend's buffers: an in-place sum started without waiting (ordered after the compute
+ * work issued so far), and the wait for every started one before the sums are read; ZeRO-1's
+ * reduce-scatter and all-gather, as dist_reduce_scatter_f32 / dist_allgather_f32 */
+int dist_comm_allreduce_start(DistComm *c, float *buf, size_t n, GtError *err);
+int dist_comm_wait_all(DistComm *c, GtError *err);
+int dist_comm_reduce_scatter(DistComm *c, float *buf, size_t shard, GtError *err);
+int dist_comm_allgather(DistComm *c, float *buf, size_t shard, GtError *err);
 
 #endif

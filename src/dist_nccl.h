@@ -62,9 +62,6 @@ void nccl_close(NcclComm *c);
  * time out instead of waiting for us) and free. NULL is fine. */
 void nccl_abort(NcclComm *c);
 
-int nccl_rank(const NcclComm *c);
-int nccl_world(const NcclComm *c);
-void nccl_set_timeout(NcclComm *c, double timeout_s);
 /* "NCCL 2.28.9" (the linked library's version) into buf; returns buf. */
 const char *nccl_version_string(char *buf, size_t cap);
 

@@ -88,10 +88,6 @@ static cJSON *config_with_dtype(const char *src, const char *bytes, size_t n, co
     return j;
 }
 
-int checkpoint_copy_config(const char *dir, const char *src, bool bf16, GtError *err) {
-    return checkpoint_write_config(dir, src, NULL, 0, bf16, err);
-}
-
 int checkpoint_write_config(const char *dir, const char *src, const char *bytes, size_t n, bool bf16, GtError *err) {
     cJSON *j = config_with_dtype(src, bytes, n, bf16 ? "bfloat16" : "float32", err);
     if (!j) return -1;

@@ -553,9 +553,6 @@ int hf_weights_find_prefixed(const HfWeights *w, const char *name, const char *o
     return k;
 }
 int hf_weights_shard_count(const HfWeights *w) { return w->n_shards; }
-const SafeTensors *hf_weights_shard(const HfWeights *w, int s) {
-    return (s >= 0 && s < w->n_shards) ? w->shards[s] : NULL;
-}
 uint64_t hf_weights_data_bytes(const HfWeights *w) { return w->data_bytes; }
 int hf_weights_warning_count(const HfWeights *w) { return w->n_warn; }
 const char *hf_weights_warning(const HfWeights *w, int k) { return (k >= 0 && k < w->n_warn) ? w->warn[k] : NULL; }

@@ -94,7 +94,6 @@ int hf_weights_find_prefixed(const HfWeights *w, const char *name, const char *o
 
 /* The shard files (one for a single .safetensors), in the order of their first use in the index. */
 int hf_weights_shard_count(const HfWeights *w);
-const SafeTensors *hf_weights_shard(const HfWeights *w, int s);
 
 /* Sum of the listed tensors' data bytes (what total_size should say). */
 uint64_t hf_weights_data_bytes(const HfWeights *w);

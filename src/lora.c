@@ -17,6 +17,9 @@
 
 _Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "Model.lora_idx has a slot per module");
 _Static_assert(PEFT_MODULE_COUNT <= 32, "ModelDesc.lora_targets has a bit per module");
+_Static_assert(CONFIG_LORA_MAX_R == PEFT_MAX_R && CONFIG_LORA_MAX_TARGETS == PEFT_MAX_TARGETS &&
+                   CONFIG_LORA_NAME_MAX == sizeof ((PeftConfig *)0)->target_modules[0],
+               "the run config's lora: bounds are PEFT's");
 
 bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *s) {
     const ArchSpec *spec = arch_spec(d->arch);
@@ -171,14 +174,6 @@ static int init_kind(const char *s, LoraInit *kind, int *niter) {
     return *niter == -2 ? -1 : 0;
 }
 
-int lora_check_init(const char *value, char *why, size_t cap) {
-    LoraInit k;
-    int niter;
-    if (init_kind(value, &k, &niter) == 0) return 0;
-    snprintf(why, cap, "expected true, false, gaussian, pissa or pissa_niter_N (N in [0, 1000], no leading zero), found \"%.40s\"", value);
-    return -1;
-}
-
 int lora_pissa_niter_of(const char *init) {
     LoraInit k;
     int niter;
@@ -238,20 +233,50 @@ int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtErro
 
 /* the key's value came from the run config (file or --set) rather than its default */
 static bool given(const RunConfig *cfg, const char *key) {
-    int i = config_schema_index(key);
-    return i >= 0 && cfg->source[i] != CFG_SRC_DEFAULT;
+    const char *file;
+    int line, col;
+    return config_key_source(cfg, key, &file, &line, &col) != CFG_SRC_DEFAULT;
 }
 
-/* a run-config key's value refused after loading: config.c's "file:line: key: ..." or "--set key: ..." */
-static int key_error(const RunConfig *cfg, const char *key, GtError *err, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int key_error(const RunConfig *cfg, const char *key, GtError *err, const char *fmt, ...) {
+/* a run-config key's value refused: "file:line:col: key: ..." where it was read (at_value), else
+ * "file:line: key: ..." (checked against the model or an adapter), or "--set key: ..." */
+static int key_error_at(const RunConfig *cfg, const char *key, bool at_value, GtError *err, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int key_error_at(const RunConfig *cfg, const char *key, bool at_value, GtError *err, const char *fmt, ...) {
     char msg[GT_ERR_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return config_key_error(cfg, key, err, msg);
+    const char *file;
+    int line, col;
+    config_key_source(cfg, key, &file, &line, &col);
+    return gt_key_error(err, file, line, at_value ? col : 0, key, msg);
+}
+#define key_error(cfg, key, err, ...) key_error_at(cfg, key, false, err, __VA_ARGS__)
+
+int lora_check_config(const RunConfig *cfg, GtError *err) {
+    const char *init = cfg->lora.init_lora_weights;
+    LoraInit kind;
+    int niter;
+    if (init_kind(init, &kind, &niter) != 0)
+        return key_error_at(cfg, "lora.init_lora_weights", true, err, "expected true, false, gaussian, pissa or "
+                            "pissa_niter_N (N in [0, 1000], no leading zero), found \"%.40s\"", init);
+    const char *list = cfg->lora.target_modules;
+    for (const char *p = list; strcmp(list, "all-linear") != 0 && *p;) { /* its form is the config's */
+        char name[CONFIG_LORA_NAME_MAX];
+        const size_t len = strcspn(p, ",");
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        if (!peft_target_known(name)) /* which of them the model has is checked against the model */
+            return key_error_at(cfg, "lora.target_modules", true, err, "expected module names of q_proj, k_proj, "
+                                "v_proj, o_proj, gate_proj, up_proj, down_proj (Llama family), c_attn, c_proj, c_fc "
+                                "(GPT-2) or all-linear, found \"%s\" in \"%.60s\"", name, list);
+        p += len + (p[len] == ',');
+    }
+    if (cfg->lora.init_from[0] && niter != -2)
+        return key_error_at(cfg, "lora.init_lora_weights", true, err, "expected no PiSSA initialisation with "
+                            "lora.init_from (the adapter is the initialisation), found %.40s", init);
+    return 0;
 }
 
 /* the run config's targets against the model: peft_config_targets, its refusal as lora.target_modules' */
@@ -268,12 +293,11 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     d->lora_dora = false;
     peft_config_defaults(pc);
     if (!cfg->lora.enabled) return 0;
+    if (lora_check_config(cfg, err)) return -1;
     const char *where = cfg->config_path[0] ? cfg->config_path : "config";
     LoraInit kind;
     int niter;
-    if (init_kind(cfg->lora.init_lora_weights, &kind, &niter) != 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: lora.init_lora_weights: expected true, false, gaussian, pissa or "
-                        "pissa_niter_N, found \"%.40s\"", where, cfg->lora.init_lora_weights);
+    init_kind(cfg->lora.init_lora_weights, &kind, &niter); /* checked */
     bool mask[PEFT_MODULE_COUNT];
     if (cfg->lora.init_from[0]) {
         /* continuing an adapter: its config says what the adapter is; keys given here must agree */
@@ -307,9 +331,6 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
             return key_error(cfg, "lora.use_dora", err, "expected the adapter's %s (%s), found %s",
                              pc->use_dora ? "true" : "false", cfile, cfg->lora.use_dora ? "true" : "false");
         if (given(cfg, "lora.lora_dropout")) pc->lora_dropout = cfg->lora.lora_dropout;
-        if (niter != -2) /* config_load refuses it first; kept for a RunConfig made otherwise */
-            return key_error(cfg, "lora.init_lora_weights", err, "expected no PiSSA initialisation with lora.init_from "
-                             "(the adapter is the initialisation), found %s", cfg->lora.init_lora_weights);
         pc->inference_mode = false;
     } else {
         pc->r = cfg->lora.r;

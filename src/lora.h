@@ -84,6 +84,10 @@ void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, i
  * adapter_config.json gives r, lora_alpha, use_rslora and the modules (keys also given in the run
  * config must agree; lora_dropout may differ). Errors name the file and key (code 2). */
 int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err);
+/* lora_configure's checks of the lora: section's values that need no model (init_lora_weights
+ * one of PEFT's, target_modules names PEFT knows, no PiSSA with init_from): the config reads them
+ * as text; these refuse one named at its file:line:col (or --set), code 2. */
+int lora_check_config(const RunConfig *cfg, GtError *err);
 
 /* The adapter directory's adapter_config.json applied to d (r, scale, dropout, modules), as
  * lora_configure does for lora.init_from; pc gets the config. Code 2 for a bad or foreign one. */
@@ -91,8 +95,6 @@ int lora_desc_from_adapter(ModelDesc *d, const char *dir, PeftConfig *pc, GtErro
 /* The same from a config already read (cfile names it in messages). */
 int lora_desc_apply(ModelDesc *d, const PeftConfig *pc, const char *cfile, GtError *err);
 
-/* the schema's check of lora.init_lora_weights (0, or -1 with "expected ..." in why) */
-int lora_check_init(const char *value, char *why, size_t cap);
 /* init_lora_weights: -1 "pissa" (exact SVD), N "pissa_niter_N", -2 not PiSSA */
 int lora_pissa_niter_of(const char *init);
 

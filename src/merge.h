@@ -22,7 +22,7 @@
  *     double over one extra pass of the base tensor.
  * The output dtype: MERGE_DTYPE_FP32 or _BF16, or AUTO: the base's dtype when all its tensors
  * share F32 or BF16, else F32 (F16, or a mix). config.json is the base's, copied with torch_dtype
- * set (checkpoint_copy_config); the weights are hf_save's (save_pretrained's split at
+ * set (checkpoint_write_config); the weights are hf_save's (save_pretrained's split at
  * max_shard_bytes, 0 meaning "5GB", with the index when there is more than one shard).
  *
  * Memory: one tensor's A and B (as doubles) and hf_save's staging buffer; the base streams

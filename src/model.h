@@ -163,4 +163,47 @@ static inline void model_params_changed(Model *m) {
     m->kv_len = 0;
 }
 
+/* ---- what a caller outside the model (the trainer) reads and sets: through these, not fields ---- */
+
+/* the micro-batch rows and the sequence length the activations are sized for */
+static inline int model_batch_rows(const Model *m) { return m->B; }
+static inline int model_seq_len(const Model *m) { return m->T; }
+/* floats that train: params, grads and AdamW state (the adapters alone under LoRA) */
+static inline size_t model_num_trainable(const Model *m) { return m->layout.total; }
+/* the fp32 trainable params and their gradients, model_num_trainable floats (padded to
+ * world x size under ZeRO-1), in the backend's memory; after writing params: model_params_changed */
+static inline float *model_params(Model *m) { return m->params; }
+static inline float *model_grads(Model *m) { return m->grads; }
+
+/* ZeRO-1: the AdamW state is sharded over world ranks (world 1: not sharded); this rank holds
+ * floats [rank * size, (rank + 1) * size) of padded_total, in adam_m / adam_v */
+typedef struct {
+    int world, rank;
+    size_t size, padded_total;
+    float *adam_m, *adam_v;
+} ModelShard;
+static inline ModelShard model_shard(const Model *m) {
+    return (ModelShard){m->shard_world, m->shard_rank, m->shard, m->padded_total, m->adam_m, m->adam_v};
+}
+
+/* the hook backward calls when a range of the gradients is final (NULL: none), and its context */
+static inline GradReadyFn model_grad_ready(const Model *m, void **ctx) {
+    *ctx = m->grad_ready_ctx;
+    return m->grad_ready;
+}
+static inline void model_set_grad_ready(Model *m, GradReadyFn fn, void *ctx) {
+    m->grad_ready = fn;
+    m->grad_ready_ctx = ctx;
+}
+
+/* dropout's key (see Model): the run's seed and this rank in the data-parallel world, set once;
+ * the optimizer step, set before each; the micro-batch's first row in the step's batch, before each */
+static inline void model_set_dropout_run(Model *m, uint64_t seed, int data_rank) {
+    m->dropout_seed = seed;
+    m->data_rank = data_rank;
+}
+static inline int model_data_rank(const Model *m) { return m->data_rank; }
+static inline void model_set_dropout_step(Model *m, long step) { m->dropout_step = step; }
+static inline void model_set_dropout_row0(Model *m, long row0) { m->dropout_row0 = row0; }
+
 #endif

@@ -232,7 +232,7 @@ static Merge heap_pop(Heap *h) {
 }
 
 /* merge_all on the symbols [r0, r1) of sym[0..n). */
-static void merge_run(const TokBpe *m, Symbol *sym, size_t n, size_t r0, size_t r1, Heap *h) {
+static void bpe_merge_span(const TokBpe *m, Symbol *sym, size_t n, size_t r0, size_t r1, Heap *h) {
     h->n = 0;
     for (size_t i = r0; i + 1 < r1; i++) {
         uint32_t rank;
@@ -345,7 +345,7 @@ static void merge_word(const TokBpe *m, TokBpeScratch *s, const char *w, size_t 
      * effect). A long word (a whole document, for a tokenizer without pre-tokenizer) is merged
      * run by run, in parallel when it is long, with a queue that stays small. */
     if (n < BPE_RUN_SPLIT_MIN) {
-        merge_run(m, s->sym, n, 0, n, &s->heap);
+        bpe_merge_span(m, s->sym, n, 0, n, &s->heap);
     } else {
         size_t n_runs = 0, cap = 0;
         size_t *runs = NULL;
@@ -368,7 +368,7 @@ static void merge_word(const TokBpe *m, TokBpeScratch *s, const char *w, size_t 
         {
             Heap h = {0};
 #pragma omp for schedule(dynamic, 64)
-            for (size_t r = 0; r < n_runs; r++) merge_run(m, sym, n, runs[2 * r], runs[2 * r + 1], &h);
+            for (size_t r = 0; r < n_runs; r++) bpe_merge_span(m, sym, n, runs[2 * r], runs[2 * r + 1], &h);
             free(h.v);
         }
         free(runs);

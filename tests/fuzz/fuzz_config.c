@@ -1,13 +1,16 @@
 /* fuzz_config.c - libFuzzer target: the YAML run config reader (config_load), file and --set.
  * An input with a NUL byte is "--set text\0file text" (the --set value is fuzzed too: documents,
  * markers, UTF-8); without one it is the file alone, with a fixed --set. A config that loads is
- * written back as resolved_config.yaml text, which must load again to the same values. */
+ * written back as resolved_config.yaml text, which must load again to the same values; its lora:
+ * section's values then go through the adapter's checks (lora_check_config), whose refusals are
+ * one line too. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
 #include "fuzz_util.h"
+#include "lora.h"
 
 /* text with each line's trailing "  # source" comment cut (the sources differ on a reload) */
 static void strip_sources(char *t) {
@@ -80,6 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         int rc = config_load(cfg, path, sets, 1, &err);
         if (rc != 0 && (err.code == 0 || !err.msg[0] || strchr(err.msg, '\n'))) abort();
         if (rc == 0) round_trip(cfg);
+        if (rc == 0 && lora_check_config(cfg, &err) != 0 && (err.code != GT_EXIT_BAD_INPUT || strchr(err.msg, '\n')))
+            abort();
         free(cfg);
     }
     close(fd);
