@@ -86,17 +86,60 @@ static const ArchTensor LLAMA_TENSORS[] = {
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 static const ArchSpec SPECS[ARCH_COUNT] = {
-    [ARCH_GPT2] = {ARCH_GPT2, "GPT2LMHeadModel", "transformer.", GPT2_TENSORS, COUNT(GPT2_TENSORS)},
-    [ARCH_LLAMA] = {ARCH_LLAMA, "LlamaForCausalLM", NULL, LLAMA_TENSORS, COUNT(LLAMA_TENSORS)},
+    [ARCH_GPT2] = {.arch = ARCH_GPT2, .name = "GPT-2", .norm = NORM_LAYERNORM, .mlp = MLP_GELU_TANH,
+                   .pos = POS_LEARNED, .n_families = 1, .families = {{"gpt2", "GPT2LMHeadModel", "GPT-2"}},
+                   .hf_optional_prefix = "transformer.", .layer_prefix = "transformer.h.", .n_peft = 4,
+                   .peft = {{PEFT_C_ATTN, "c_attn", "attn.c_attn"}, {PEFT_ATTN_C_PROJ, "c_proj", "attn.c_proj"},
+                            {PEFT_C_FC, "c_fc", "mlp.c_fc"}, {PEFT_MLP_C_PROJ, "c_proj", "mlp.c_proj"}},
+                   .peft_default_targets = "c_attn", .peft_summary = "c_attn, c_proj, c_fc", .config_from_desc = true,
+                   .tensors = GPT2_TENSORS, .n_tensors = COUNT(GPT2_TENSORS)},
+    [ARCH_LLAMA] = {.arch = ARCH_LLAMA, .name = "Llama-family", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU,
+                    .pos = POS_ROPE, .n_families = 3,
+                    .families = {{"llama", "LlamaForCausalLM", "Llama"}, {"mistral", "MistralForCausalLM", "Mistral"},
+                                 {"qwen2", "Qwen2ForCausalLM", "Qwen2"}},
+                    .layer_prefix = "model.layers.", .n_peft = 7,
+                    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
+                             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
+                             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
+                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
+                    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .tensors = LLAMA_TENSORS, .n_tensors = COUNT(LLAMA_TENSORS)},
 };
 
 const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }
 
-const char *arch_hf_class(const ModelDesc *d) {
-    if (d->arch == ARCH_GPT2) return "GPT2LMHeadModel";
-    if (strcmp(d->model_type, "mistral") == 0) return "MistralForCausalLM";
-    if (strcmp(d->model_type, "qwen2") == 0) return "Qwen2ForCausalLM";
-    return "LlamaForCausalLM";
+const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch) {
+    for (int a = 0; a < ARCH_COUNT; a++)
+        for (int f = 0; f < SPECS[a].n_families; f++)
+            if (strcmp(model_type, SPECS[a].families[f].model_type) == 0) {
+                if (arch) *arch = (ModelArch)a;
+                return &SPECS[a].families[f];
+            }
+    return NULL;
+}
+
+const ArchFamily *arch_family(const ModelDesc *d) {
+    const ArchSpec *s = arch_spec(d->arch);
+    for (int f = 0; f < s->n_families; f++)
+        if (strcmp(d->model_type, s->families[f].model_type) == 0) return &s->families[f];
+    return &s->families[0];
+}
+
+const char *arch_hf_class(const ModelDesc *d) { return arch_family(d)->hf_class; }
+
+const ArchPeft *arch_peft_module(ModelArch arch, PeftModule m) {
+    const ArchSpec *s = arch_spec(arch);
+    for (int i = 0; i < s->n_peft; i++)
+        if (s->peft[i].module == m) return &s->peft[i];
+    return NULL;
+}
+
+const ArchPeft *arch_peft_any(PeftModule m) {
+    for (int a = 0; a < ARCH_COUNT; a++) {
+        const ArchPeft *p = arch_peft_module((ModelArch)a, m);
+        if (p) return p;
+    }
+    return NULL;
 }
 
 int64_t arch_dim(const ModelDesc *d, ArchDim dim) {

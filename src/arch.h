@@ -1,6 +1,9 @@
-/* arch.h - each architecture as data: the table of its parameter tensors (role, shape from the
- * model's dims, initialisation, weight decay, Hugging Face name(s), transposed or not, row blocks
- * when one gtrain tensor is several HF tensors), and the parameter layout built from it.
+/* arch.h - each architecture as data: what its block computes (norm, MLP, positions, QK-norm),
+ * its Hugging Face classes and model_types, its PEFT module names and layer prefix, the table of
+ * its parameter tensors (role, shape from the model's dims, initialisation, weight decay, Hugging
+ * Face name(s), transposed or not, row blocks when one gtrain tensor is several HF tensors), and
+ * the parameter layout built from it. No code outside arch.c asks which family a model is: it
+ * reads these fields.
  *
  * Everything that needs to know what a model holds reads this table: the layout (offsets in the
  * flat params/grads buffers), the parameter count, initialisation, the memory plan, the
@@ -56,6 +59,40 @@ typedef enum {
 /* When a tensor exists (depends on the config) */
 typedef enum { WHEN_ALWAYS = 0, WHEN_UNTIED, WHEN_QKV_BIAS, WHEN_O_BIAS, WHEN_MLP_BIAS } ArchWhen;
 
+/* The linear modules of a layer that LoRA can adapt (PEFT's names: each architecture lists its
+ * own with arch_peft_module). */
+typedef enum {
+    PEFT_Q_PROJ = 0, PEFT_K_PROJ, PEFT_V_PROJ, PEFT_O_PROJ, PEFT_GATE_PROJ, PEFT_UP_PROJ, PEFT_DOWN_PROJ, /* Llama */
+    PEFT_C_ATTN, PEFT_ATTN_C_PROJ, PEFT_C_FC, PEFT_MLP_C_PROJ,                                           /* GPT-2 */
+    PEFT_MODULE_COUNT
+} PeftModule;
+
+/* What a block computes. */
+typedef enum { NORM_LAYERNORM = 0 /* (x - mean) rstd w + b */, NORM_RMSNORM /* x rstd w, no bias */ } ArchNorm;
+typedef enum {
+    MLP_GELU_TANH = 0, /* act = gelu_tanh(x Wfc + b) [I] */
+    MLP_SWIGLU         /* [gate | up] = x Wfc [2I] (gate first); act = silu(gate) * up */
+} ArchMlp;
+typedef enum {
+    POS_LEARNED = 0, /* wpe added to the token embedding */
+    POS_ROPE         /* rotary on q and k (halves rotated, as HF's Llama; llama3 rope_scaling when configured) */
+} ArchPos;
+
+/* One PEFT module of an architecture: PEFT's target name and its path inside a layer */
+typedef struct {
+    PeftModule module;
+    const char *name, *path;
+} ArchPeft;
+
+/* One Hugging Face family of an architecture: config.json's model_type and its ...ForCausalLM
+ * class; hf names it in messages ("HF's Qwen2"). */
+typedef struct {
+    const char *model_type, *hf_class, *hf;
+} ArchFamily;
+
+#define ARCH_MAX_FAMILIES 3
+#define ARCH_MAX_PEFT 7
+
 /* One HF tensor: its name ("%d": the layer) and the rows of the gtrain tensor it holds. */
 typedef struct {
     const char *hf;
@@ -79,15 +116,35 @@ typedef struct {
 
 typedef struct {
     ModelArch arch;
-    const char *hf_class;        /* "GPT2LMHeadModel", "LlamaForCausalLM" (config.json "architectures") */
+    const char *name;            /* in messages: "GPT-2", "Llama-family" */
+    ArchNorm norm;               /* every norm of the model (the two of a block and the final one) */
+    ArchMlp mlp;
+    ArchPos pos;
+    int n_families;
+    ArchFamily families[ARCH_MAX_FAMILIES]; /* the first is the default (a description filled by hand) */
     const char *hf_optional_prefix; /* loading also accepts HF names without it ("transformer."), or NULL */
+    const char *layer_prefix;    /* HF module names of layer L: layer_prefix L "." path ("model.layers.") */
+    int n_peft;
+    ArchPeft peft[ARCH_MAX_PEFT]; /* the modules LoRA can adapt, in the layer's forward order */
+    const char *peft_default_targets; /* PEFT's default target_modules (comma-separated) */
+    const char *peft_summary;    /* its module names for messages: "c_attn, c_proj, c_fc" */
+    bool config_from_desc;       /* a saved model's config.json is written from the description (GPT-2: every
+                                  * field it has is one gtrain reads), not copied from the one read */
     const ArchTensor *tensors;   /* globals before the layers, per-layer ones, globals after, in layout order */
     int n_tensors;
 } ArchSpec;
 
 const ArchSpec *arch_spec(ModelArch arch);
-/* HF class name for the config.json gtrain writes: per model_type for the Llama family */
+/* The family of model_type (NULL when no architecture has it), and its architecture in *arch */
+const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch);
+/* d's family (its model_type's; the architecture's first when d's model_type is not one of them) */
+const ArchFamily *arch_family(const ModelDesc *d);
+/* HF class name for the config.json gtrain writes and for messages: d's family's */
 const char *arch_hf_class(const ModelDesc *d);
+/* arch's entry for PEFT module m, or NULL when the architecture has no such module */
+const ArchPeft *arch_peft_module(ModelArch arch, PeftModule m);
+/* the entry of m in the first architecture that has it (names are the same wherever it appears) */
+const ArchPeft *arch_peft_any(PeftModule m);
 /* the size of a dimension for d */
 int64_t arch_dim(const ModelDesc *d, ArchDim dim);
 /* whether tensor t exists in model d */

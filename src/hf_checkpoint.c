@@ -41,8 +41,8 @@ static int write_json(const char *dir, cJSON *j, GtError *err) {
 static cJSON *gpt2_config(const ModelDesc *d) {
     cJSON *j = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(j, "model_type", "gpt2");
+    cJSON_AddItemToArray(arch, cJSON_CreateString(arch_hf_class(d)));
+    cJSON_AddStringToObject(j, "model_type", arch_family(d)->model_type);
     cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
     cJSON_AddNumberToObject(j, "n_head", d->n_head);
     cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
@@ -100,10 +100,10 @@ int checkpoint_write_config(const char *dir, const char *src, const char *bytes,
     return rc;
 }
 
-/* GPT-2's config.json from the description; a Llama-family model's: the one it was read from,
- * copied with torch_dtype set */
+/* config.json from the description (GPT-2: ArchSpec.config_from_desc), or the one it was read
+ * from, copied with torch_dtype set */
 static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
-    if (d->arch != ARCH_GPT2) return checkpoint_write_config(dir, d->path, d->source, d->source_len, bf16, err);
+    if (!arch_spec(d->arch)->config_from_desc) return checkpoint_write_config(dir, d->path, d->source, d->source_len, bf16, err);
     cJSON *j = gpt2_config(d);
     set_string(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
     int rc = write_json(dir, j, err);

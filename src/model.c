@@ -263,7 +263,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->lnfw = model_w(m, -1, ROLE_NORMF_W);
     m->lnfb = model_w(m, -1, ROLE_NORMF_B);
     m->lm_head = pl->global[ROLE_LM_HEAD] >= 0 ? model_w(m, -1, ROLE_LM_HEAD) : m->wte;
-    if (desc->arch != ARCH_GPT2 && upload_rope(m, err)) goto fail;
+    if (arch_spec(desc->arch)->pos == POS_ROPE && upload_rope(m, err)) goto fail;
     if (train) {
         m->dwte = model_g(m, -1, ROLE_WTE);
         m->dwpe = model_g(m, -1, ROLE_WPE);

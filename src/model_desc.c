@@ -183,7 +183,8 @@ int model_desc_load_source(ModelDesc *desc, const char *path, char **source, GtE
 void model_desc_defaults(ModelDesc *d) {
     if (d->n_kv_head == 0) d->n_kv_head = d->n_head;
     if (d->head_dim == 0 && d->n_head > 0) d->head_dim = d->n_embd / d->n_head;
-    if (d->model_type[0] == '\0') snprintf(d->model_type, sizeof d->model_type, "%s", d->arch == ARCH_GPT2 ? "gpt2" : "llama");
+    if (d->model_type[0] == '\0')
+        snprintf(d->model_type, sizeof d->model_type, "%s", arch_spec(d->arch)->families[0].model_type);
 }
 
 uint64_t model_desc_num_params(const ModelDesc *d) { return arch_num_params(d); }
