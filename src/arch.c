@@ -3,6 +3,7 @@
 #include "arch.h"
 
 #include "lora.h"
+#include "model_desc_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -85,6 +86,15 @@ static const ArchTensor LLAMA_TENSORS[] = {
 #undef ONE
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* the Llama family's sizes (HF's names), every one required */
+#define LLAMA_SIZES                                                                                                 \
+    {{"num_hidden_layers", NULL, FIELD_N_LAYER, 1, MAX_N_LAYER, 0},                                               \
+     {"num_attention_heads", NULL, FIELD_N_HEAD, 1, MAX_N_HEAD, 0},                                               \
+     {"hidden_size", NULL, FIELD_N_EMBD, 1, MAX_N_EMBD, 0},                                                       \
+     {"intermediate_size", NULL, FIELD_N_INNER, 1, MAX_N_INNER, 0},                                               \
+     {"vocab_size", NULL, FIELD_VOCAB, 1, MAX_VOCAB, 0},                                                          \
+     {"max_position_embeddings", NULL, FIELD_POSITIONS, 1, MAX_POSITIONS, 0}}
+
 static const ArchSpec SPECS[ARCH_COUNT] = {
     [ARCH_GPT2] = {.arch = ARCH_GPT2, .name = "GPT-2", .norm = NORM_LAYERNORM, .mlp = MLP_GELU_TANH,
                    .pos = POS_LEARNED, .n_families = 1, .families = {{"gpt2", "GPT2LMHeadModel", "GPT-2"}},
@@ -92,17 +102,29 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                    .peft = {{PEFT_C_ATTN, "c_attn", "attn.c_attn"}, {PEFT_ATTN_C_PROJ, "c_proj", "attn.c_proj"},
                             {PEFT_C_FC, "c_fc", "mlp.c_fc"}, {PEFT_MLP_C_PROJ, "c_proj", "mlp.c_proj"}},
                    .peft_default_targets = "c_attn", .peft_summary = "c_attn, c_proj, c_fc", .config_from_desc = true,
+                   .sizes = {{"n_layer", NULL, FIELD_N_LAYER, 1, MAX_N_LAYER, 0},
+                             {"n_head", NULL, FIELD_N_HEAD, 1, MAX_N_HEAD, 0},
+                             {"n_embd", NULL, FIELD_N_EMBD, 1, MAX_N_EMBD, 0},
+                             {"n_inner", NULL, FIELD_N_INNER, 1, MAX_N_INNER, 4},
+                             {"vocab_size", NULL, FIELD_VOCAB, 1, MAX_VOCAB, 0},
+                             {"n_positions", "n_ctx", FIELD_POSITIONS, 1, MAX_POSITIONS, 0}},
+                   .norm_eps_key = "layer_norm_epsilon",
                    .tensors = GPT2_TENSORS, .n_tensors = COUNT(GPT2_TENSORS)},
     [ARCH_LLAMA] = {.arch = ARCH_LLAMA, .name = "Llama-family", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU,
                     .pos = POS_ROPE, .n_families = 3,
-                    .families = {{"llama", "LlamaForCausalLM", "Llama"}, {"mistral", "MistralForCausalLM", "Mistral"},
-                                 {"qwen2", "Qwen2ForCausalLM", "Qwen2"}},
+                    .families = {{"llama", "LlamaForCausalLM", "Llama", 0, 0, BIAS_KEYS_LLAMA, WINDOW_KEYS_NONE, true,
+                                  {"attention_dropout"}},
+                                 {"mistral", "MistralForCausalLM", "Mistral", 8, 0, BIAS_KEYS_NONE, WINDOW_KEYS_REQUIRED,
+                                  false, {"attention_dropout"}},
+                                 {"qwen2", "Qwen2ForCausalLM", "Qwen2", 32, 0, BIAS_KEYS_QKV, WINDOW_KEYS_USE_FLAG, false,
+                                  {"attention_dropout"}}},
                     .layer_prefix = "model.layers.", .n_peft = 7,
                     .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
                              {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
                              {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
                              {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
                     .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
                     .tensors = LLAMA_TENSORS, .n_tensors = COUNT(LLAMA_TENSORS)},
 };
 
@@ -123,6 +145,18 @@ const ArchFamily *arch_family(const ModelDesc *d) {
     for (int f = 0; f < s->n_families; f++)
         if (strcmp(d->model_type, s->families[f].model_type) == 0) return &s->families[f];
     return &s->families[0];
+}
+
+int *arch_size_field(ModelDesc *d, ArchField f) {
+    switch (f) {
+    case FIELD_N_LAYER: return &d->n_layer;
+    case FIELD_N_HEAD: return &d->n_head;
+    case FIELD_N_EMBD: return &d->n_embd;
+    case FIELD_N_INNER: return &d->n_inner;
+    case FIELD_VOCAB: return &d->vocab_size;
+    case FIELD_POSITIONS: return &d->n_positions;
+    }
+    return &d->n_layer;
 }
 
 const char *arch_hf_class(const ModelDesc *d) { return arch_family(d)->hf_class; }

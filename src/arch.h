@@ -84,11 +84,45 @@ typedef struct {
     const char *name, *path;
 } ArchPeft;
 
+/* How a family's config.json says which biases there are (model_desc_llama.c reads them):
+ *   BIAS_KEYS_LLAMA  attention_bias (false): q, k, v and o biases; mlp_bias (false): gate, up, down
+ *   BIAS_KEYS_NONE   none; attention_bias / mlp_bias true refused (HF's class never has them)
+ *   BIAS_KEYS_QKV    q, k, v always, no o or MLP bias (HF hard-codes them): attention_bias true is
+ *                    accepted as saying the same, false refused; mlp_bias true refused
+ *   BIAS_KEYS_ATTN   attention_bias (false): q, k, v and o biases; mlp_bias true refused */
+typedef enum { BIAS_KEYS_NONE = 0, BIAS_KEYS_LLAMA, BIAS_KEYS_QKV, BIAS_KEYS_ATTN } ArchBiasKeys;
+/* How it says the attention window (one window for every layer, or none):
+ *   WINDOW_KEYS_NONE      HF's class has none and reads no key (layer_types must be full attention)
+ *   WINDOW_KEYS_REQUIRED  sliding_window on every layer, required (an integer or null)
+ *   WINDOW_KEYS_USE_FLAG  Qwen2's use_sliding_window / sliding_window / max_window_layers
+ *   WINDOW_KEYS_OPTIONAL  sliding_window on every layer; absent or null: none */
+typedef enum { WINDOW_KEYS_NONE = 0, WINDOW_KEYS_REQUIRED, WINDOW_KEYS_USE_FLAG, WINDOW_KEYS_OPTIONAL } ArchWindowKeys;
+
 /* One Hugging Face family of an architecture: config.json's model_type and its ...ForCausalLM
- * class; hf names it in messages ("HF's Qwen2"). */
+ * class; hf names it in messages ("HF's Qwen2"); and how its config.json is read where families
+ * of one architecture differ. */
 typedef struct {
     const char *model_type, *hf_class, *hf;
+    int kv_heads_absent;     /* num_key_value_heads absent: 0 means num_attention_heads; else it is HF's
+                              * default, not num_attention_heads, and absent is refused naming it */
+    int head_dim_absent;     /* head_dim absent: 0 means hidden_size / num_attention_heads; else HF's
+                              * default, and absent is refused naming it */
+    ArchBiasKeys biases;
+    ArchWindowKeys window;
+    bool pretraining_tp;     /* reads pretraining_tp (must be 1) */
+    const char *zero_keys[4]; /* dropout probabilities that must be 0 when present (gtrain has none), NULL-ended */
 } ArchFamily;
+
+/* A size config.json gives (model_desc.c reads the table in order, hf_checkpoint.c writes it). */
+typedef enum { FIELD_N_LAYER = 0, FIELD_N_HEAD, FIELD_N_EMBD, FIELD_N_INNER, FIELD_VOCAB, FIELD_POSITIONS } ArchField;
+typedef struct {
+    const char *key;   /* config.json's name */
+    const char *alt;   /* read when key is absent (GPT-2's n_ctx) and written too, or NULL */
+    ArchField field;
+    int lo, hi;        /* bounds (model_desc_internal.h's MAX_*) */
+    int embd_times;    /* 0: required; else optional (absent or null: embd_times * n_embd) */
+} ArchSizeKey;
+#define ARCH_MAX_SIZE_KEYS 6
 
 #define ARCH_MAX_FAMILIES 3
 #define ARCH_MAX_PEFT 7
@@ -130,6 +164,8 @@ typedef struct {
     const char *peft_summary;    /* its module names for messages: "c_attn, c_proj, c_fc" */
     bool config_from_desc;       /* a saved model's config.json is written from the description (GPT-2: every
                                   * field it has is one gtrain reads), not copied from the one read */
+    ArchSizeKey sizes[ARCH_MAX_SIZE_KEYS]; /* config.json's sizes, in the order they are read */
+    const char *norm_eps_key;    /* "layer_norm_epsilon" / "rms_norm_eps" */
     const ArchTensor *tensors;   /* globals before the layers, per-layer ones, globals after, in layout order */
     int n_tensors;
 } ArchSpec;
@@ -139,6 +175,8 @@ const ArchSpec *arch_spec(ModelArch arch);
 const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch);
 /* d's family (its model_type's; the architecture's first when d's model_type is not one of them) */
 const ArchFamily *arch_family(const ModelDesc *d);
+/* d's field of a size key */
+int *arch_size_field(ModelDesc *d, ArchField f);
 /* HF class name for the config.json gtrain writes and for messages: d's family's */
 const char *arch_hf_class(const ModelDesc *d);
 /* arch's entry for PEFT module m, or NULL when the architecture has no such module */
