@@ -82,6 +82,29 @@ static const ArchTensor LLAMA_TENSORS[] = {
     {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
      ONE("lm_head.weight", DIM_V)},
 };
+
+/* Phi-3 (Phi3ForCausalLM): Llama's block, with HF's q|k|v and gate|up already fused (gate first),
+ * no biases; gtrain's names are the Llama table's */
+static const ArchTensor PHI3_TENSORS[] = {
+    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE("model.embed_tokens.weight", DIM_V)},
+    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "input_layernorm.weight", DIM_C)},
+    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.qkv_proj.weight", DIM_QKV)},
+    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
+    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
+    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.gate_up_proj.weight", DIM_2I)},
+    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.down_proj.weight", DIM_C)},
+    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("model.norm.weight", DIM_C)},
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
+     ONE("lm_head.weight", DIM_V)},
+};
 #undef L_
 #undef ONE
 
@@ -113,11 +136,11 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
     [ARCH_LLAMA] = {.arch = ARCH_LLAMA, .name = "Llama-family", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU,
                     .pos = POS_ROPE, .n_families = 3,
                     .families = {{"llama", "LlamaForCausalLM", "Llama", 0, 0, BIAS_KEYS_LLAMA, WINDOW_KEYS_NONE, true,
-                                  {"attention_dropout"}},
+                                  true, {"attention_dropout"}},
                                  {"mistral", "MistralForCausalLM", "Mistral", 8, 0, BIAS_KEYS_NONE, WINDOW_KEYS_REQUIRED,
-                                  false, {"attention_dropout"}},
+                                  false, true, {"attention_dropout"}},
                                  {"qwen2", "Qwen2ForCausalLM", "Qwen2", 32, 0, BIAS_KEYS_QKV, WINDOW_KEYS_USE_FLAG, false,
-                                  {"attention_dropout"}}},
+                                  true, {"attention_dropout"}}},
                     .layer_prefix = "model.layers.", .n_peft = 7,
                     .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
                              {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
@@ -126,6 +149,20 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                     .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
                     .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
                     .tensors = LLAMA_TENSORS, .n_tensors = COUNT(LLAMA_TENSORS)},
+    /* HF's Phi3Config: num_key_value_heads None -> num_attention_heads, no biases, sliding_window on
+     * every layer when not null, the three dropouts; RoPE "default" only (longrope / su / yarn and
+     * partial_rotary_factor refused); PEFT has no default targets for it */
+    [ARCH_PHI3] = {.arch = ARCH_PHI3, .name = "Phi-3", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU, .pos = POS_ROPE,
+                   .n_families = 1,
+                   .families = {{"phi3", "Phi3ForCausalLM", "Phi3", 0, 0, BIAS_KEYS_NONE, WINDOW_KEYS_OPTIONAL, false,
+                                 false, {"attention_dropout", "resid_pdrop", "embd_pdrop"}}},
+                   .layer_prefix = "model.layers.", .n_peft = 4,
+                   .peft = {{PEFT_QKV_PROJ, "qkv_proj", "self_attn.qkv_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
+                            {PEFT_GATE_UP_PROJ, "gate_up_proj", "mlp.gate_up_proj"},
+                            {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
+                   .peft_default_targets = NULL, .peft_summary = "qkv_proj, o_proj, gate_up_proj, down_proj",
+                   .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                   .tensors = PHI3_TENSORS, .n_tensors = COUNT(PHI3_TENSORS)},
 };
 
 const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }

@@ -64,6 +64,7 @@ typedef enum { WHEN_ALWAYS = 0, WHEN_UNTIED, WHEN_QKV_BIAS, WHEN_O_BIAS, WHEN_ML
 typedef enum {
     PEFT_Q_PROJ = 0, PEFT_K_PROJ, PEFT_V_PROJ, PEFT_O_PROJ, PEFT_GATE_PROJ, PEFT_UP_PROJ, PEFT_DOWN_PROJ, /* Llama */
     PEFT_C_ATTN, PEFT_ATTN_C_PROJ, PEFT_C_FC, PEFT_MLP_C_PROJ,                                           /* GPT-2 */
+    PEFT_QKV_PROJ, PEFT_GATE_UP_PROJ,                       /* Phi-3's fused ones (its o_proj, down_proj: Llama's) */
     PEFT_MODULE_COUNT
 } PeftModule;
 
@@ -110,6 +111,7 @@ typedef struct {
     ArchBiasKeys biases;
     ArchWindowKeys window;
     bool pretraining_tp;     /* reads pretraining_tp (must be 1) */
+    bool rope_llama3;        /* rope_scaling "llama3" is one of HF's types for it (else only "default") */
     const char *zero_keys[4]; /* dropout probabilities that must be 0 when present (gtrain has none), NULL-ended */
 } ArchFamily;
 
@@ -160,7 +162,7 @@ typedef struct {
     const char *layer_prefix;    /* HF module names of layer L: layer_prefix L "." path ("model.layers.") */
     int n_peft;
     ArchPeft peft[ARCH_MAX_PEFT]; /* the modules LoRA can adapt, in the layer's forward order */
-    const char *peft_default_targets; /* PEFT's default target_modules (comma-separated) */
+    const char *peft_default_targets; /* PEFT's default target_modules (comma-separated); NULL: PEFT has none */
     const char *peft_summary;    /* its module names for messages: "c_attn, c_proj, c_fc" */
     bool config_from_desc;       /* a saved model's config.json is written from the description (GPT-2: every
                                   * field it has is one gtrain reads), not copied from the one read */

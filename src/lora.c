@@ -303,6 +303,9 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
         pc->lora_dropout = cfg->lora.lora_dropout;
         pc->use_rslora = cfg->lora.use_rslora;
         snprintf(pc->init, sizeof pc->init, "%.31s", cfg->lora.init_lora_weights); /* checked: short */
+        if (!cfg->lora.target_modules[0] && !default_targets(d->arch))
+            return key_error(cfg, "lora.target_modules", err, "expected module names (PEFT has no default targets for "
+                             "model_type %s; its modules: %s), found none", d->model_type, arch_spec(d->arch)->peft_summary);
         if (set_targets(pc, cfg->lora.target_modules[0] ? cfg->lora.target_modules : default_targets(d->arch), where, err) ||
             run_targets(pc, cfg, d->arch, mask, err))
             return -1;

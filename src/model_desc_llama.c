@@ -292,9 +292,12 @@ static int read_rope(Ctx *c) {
     const cJSON *t = rt ? rt : ty;
     const char *type = t ? t->valuestring : "default";
     bool llama3 = strcmp(type, "llama3") == 0;
+    if (llama3 && !c->fam->rope_llama3)
+        return BAD(c, "%s: %s: expected \"default\" (HF's %s has no llama3 RoPE; gtrain implements no other scaling), found %s",
+                   c->path, rt ? lt : lty, c->fam->hf, mj_found(t, f, sizeof f));
     if (!llama3 && strcmp(type, "default") != 0)
-        return BAD(c, "%s: %s: expected \"default\" or \"llama3\" (gtrain implements no other RoPE scaling), found %s",
-                   c->path, rt ? lt : lty, mj_found(t, f, sizeof f));
+        return BAD(c, "%s: %s: expected \"default\"%s (gtrain implements no other RoPE scaling), found %s", c->path,
+                   rt ? lt : lty, c->fam->rope_llama3 ? " or \"llama3\"" : "", mj_found(t, f, sizeof f));
     for (const cJSON *it = r->child; it; it = it->next)
         if (!rope_key_known(it->string, llama3))
             return BAD(c, "%s: %s: expected no such field with rope_type \"%s\" (%s), found %s", c->path,

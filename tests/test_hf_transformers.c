@@ -1,5 +1,6 @@
 /* test_hf_transformers.c - gtrain against Hugging Face transformers itself (tests/tools/hf_models.py:
- * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, eager attention, fp32).
+ * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM, eager
+ * attention, fp32).
  * For each family a tiny checkpoint with random weights is written by save_pretrained (sharded at
  * 20 kB, F32, BF16 or F16 storage) and loaded by gtrain (checkpoint_load_weights) and by from_pretrained:
  *   - the loss agrees to 1e-5 relative;
@@ -324,6 +325,17 @@ Test(hf_transformers, llama_f16_shards, .timeout = 120) { against_transformers(&
 
 Test(hf_transformers, mistral_window_16_below_t_f32_shards, .timeout = 120) {
     against_transformers(&(Case){"tiny-mistral.json", "f32", "", "Mistral window 16 < T"});
+}
+
+/* Phi-3: HF's fused qkv_proj and gate_up_proj (one block each), untied */
+Test(hf_transformers, phi3_fused_f32_shards, .timeout = 120) {
+    against_transformers(&(Case){"tiny-phi3.json", "f32", "", "Phi-3 fused qkv/gate_up, GQA 4/2"});
+}
+
+/* Phi-3's sliding_window (every layer) below T, a tied head, BF16 storage */
+Test(hf_transformers, phi3_window_8_tied_bf16, .timeout = 120) {
+    against_transformers(&(Case){"tiny-phi3.json", "bf16", "--set sliding_window=8 --set tie_word_embeddings=true",
+                                 "Phi-3 window 8, tied"});
 }
 
 Test(hf_transformers, qwen2_biases_tied_bf16_shards, .timeout = 120) {

@@ -1,0 +1,131 @@
+/* test_model_desc_families.c - the config.json of the families added by description (suite
+ * model_desc): Phi-3 (model_type phi3). What is accepted (sizes, the window, the tied head), the
+ * published parameter count (a closed-form count written here from HF's module list, independent
+ * of src/), and every refusal of what would change the computation (a table: one line, exit code
+ * 2, naming the file, the field and the value). */
+#define _POSIX_C_SOURCE 200809L
+#include <criterion/criterion.h>
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model_desc.h"
+
+static int parse(ModelDesc *d, const char *json, GtError *err) {
+    memset(err, 0, sizeof *err);
+    return model_desc_parse(d, json, strlen(json), "model.json", err);
+}
+
+static ModelDesc accept(const char *json) {
+    ModelDesc d;
+    GtError err;
+    cr_assert_eq(parse(&d, json, &err), 0, "%s: %s", json, err.msg);
+    return d;
+}
+
+#define PHI3_MIN                                                                                                       \
+    "\"model_type\": \"phi3\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"              \
+    " \"num_attention_heads\": 4, \"vocab_size\": 256, \"max_position_embeddings\": 256"
+
+/* microsoft/Phi-3-mini-4k-instruct's config.json (its size fields and the ones gtrain reads) */
+static const char PHI3_MINI[] =
+    "{\"architectures\": [\"Phi3ForCausalLM\"], \"attention_dropout\": 0.0, \"bos_token_id\": 1, \"embd_pdrop\": 0.0,"
+    " \"eos_token_id\": 32000, \"hidden_act\": \"silu\", \"hidden_size\": 3072, \"initializer_range\": 0.02,"
+    " \"intermediate_size\": 8192, \"max_position_embeddings\": 4096, \"model_type\": \"phi3\","
+    " \"num_attention_heads\": 32, \"num_hidden_layers\": 32, \"num_key_value_heads\": 32,"
+    " \"original_max_position_embeddings\": 4096, \"pad_token_id\": 32000, \"resid_pdrop\": 0.0, \"rms_norm_eps\": 1e-05,"
+    " \"rope_scaling\": null, \"rope_theta\": 10000.0, \"sliding_window\": 2047, \"tie_word_embeddings\": false,"
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.40.2\", \"use_cache\": true, \"vocab_size\": 32064}";
+
+/* Phi3ForCausalLM's parameters from HF's module list: embed_tokens, per layer qkv_proj
+ * [(H + 2 KV) hd, C], o_proj [C, H hd], gate_up_proj [2 I, C], down_proj [C, I], two RMSNorm
+ * weights; the final norm; lm_head unless tied */
+static uint64_t phi3_params(const ModelDesc *d) {
+    const uint64_t C = (uint64_t)d->n_embd, I = (uint64_t)d->n_inner, hd = (uint64_t)d->head_dim;
+    const uint64_t H = (uint64_t)d->n_head, KV = (uint64_t)d->n_kv_head, V = (uint64_t)d->vocab_size;
+    const uint64_t layer = (H + 2 * KV) * hd * C + C * H * hd + 2 * I * C + C * I + 2 * C;
+    return V * C + (uint64_t)d->n_layer * layer + C + (d->tie_word_embeddings ? 0 : V * C);
+}
+
+Test(model_desc, phi3_mini_4k) {
+    ModelDesc d = accept(PHI3_MINI);
+    cr_expect_eq(d.arch, ARCH_PHI3);
+    cr_expect_str_eq(d.model_type, "phi3");
+    cr_expect(d.n_layer == 32 && d.n_head == 32 && d.n_kv_head == 32 && d.head_dim == 96 && d.n_embd == 3072 &&
+              d.n_inner == 8192 && d.vocab_size == 32064 && d.n_positions == 4096);
+    cr_expect_eq(d.sliding_window, 2047);
+    cr_expect(!d.qkv_bias && !d.o_bias && !d.mlp_bias && !d.tie_word_embeddings && !d.rope_llama3);
+    cr_expect_eq(d.layer_norm_epsilon, 1e-5);
+    cr_expect_eq(phi3_params(&d), 3821079552ull, "the published 3.82B");
+    cr_expect_eq(model_desc_num_params(&d), phi3_params(&d));
+}
+
+Test(model_desc, phi3_defaults_and_variants) {
+    ModelDesc d = accept("{" PHI3_MIN "}");
+    cr_expect_eq(d.arch, ARCH_PHI3);
+    cr_expect_eq(d.n_kv_head, 4, "num_key_value_heads absent: num_attention_heads (HF's Phi3Config)");
+    cr_expect_eq(d.head_dim, 16);
+    cr_expect_eq(d.sliding_window, 0, "sliding_window absent: none (HF's default None)");
+    cr_expect_eq(d.rope_theta, 10000);
+    d = accept("{" PHI3_MIN ", \"sliding_window\": null, \"num_key_value_heads\": 2, \"tie_word_embeddings\": true}");
+    cr_expect(d.sliding_window == 0 && d.n_kv_head == 2 && d.tie_word_embeddings);
+    cr_expect_eq(model_desc_num_params(&d), phi3_params(&d));
+    d = accept("{" PHI3_MIN ", \"sliding_window\": 8, \"resid_pdrop\": 0, \"embd_pdrop\": 0.0, \"attention_dropout\": 0,"
+               " \"partial_rotary_factor\": 1.0, \"rope_scaling\": {\"rope_type\": \"default\"}}");
+    cr_expect_eq(d.sliding_window, 8);
+    d = accept("{" PHI3_MIN ", \"architectures\": [\"Phi3ForCausalLM\"], \"head_dim\": 8}");
+    cr_expect_eq(d.head_dim, 8);
+}
+
+typedef struct {
+    const char *json, *want1, *want2;
+} BadCase;
+
+static const BadCase BAD[] = {
+    {"{" PHI3_MIN ", \"architectures\": [\"LlamaForCausalLM\"]}", "architectures: expected [\"Phi3ForCausalLM\"]",
+     "\"LlamaForCausalLM\""},
+    {"{" PHI3_MIN ", \"resid_pdrop\": 0.1}", "resid_pdrop: expected 0", "found 0.1"},
+    {"{" PHI3_MIN ", \"embd_pdrop\": 0.05}", "embd_pdrop: expected 0", "found 0.05"},
+    {"{" PHI3_MIN ", \"attention_dropout\": 0.2}", "attention_dropout: expected 0", "found 0.2"},
+    {"{" PHI3_MIN ", \"resid_pdrop\": \"0\"}", "resid_pdrop", "found \"0\""},
+    {"{" PHI3_MIN ", \"partial_rotary_factor\": 0.75}", "partial_rotary_factor: expected 1", "found 0.75"},
+    {"{" PHI3_MIN ", \"rope_scaling\": {\"type\": \"longrope\", \"short_factor\": [1.0], \"long_factor\": [1.0]}}",
+     "rope_scaling.type: expected \"default\" (gtrain", "\"longrope\""},
+    {"{" PHI3_MIN ", \"rope_scaling\": {\"rope_type\": \"su\"}}", "rope_scaling.rope_type", "\"su\""},
+    {"{" PHI3_MIN ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+     " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}}",
+     "HF's Phi3 has no llama3 RoPE", "\"llama3\""},
+    {"{" PHI3_MIN ", \"attention_bias\": true}", "attention_bias", "HF's Phi3 has no attention biases"},
+    {"{" PHI3_MIN ", \"mlp_bias\": true}", "mlp_bias", "HF's Phi3 has no MLP biases"},
+    {"{" PHI3_MIN ", \"sliding_window\": 0}", "sliding_window: expected an integer in [1, ", "found 0"},
+    {"{" PHI3_MIN ", \"sliding_window\": 8, \"layer_types\": [\"full_attention\", \"full_attention\"]}", "layer_types",
+     "HF's Phi3 applies sliding_window to every layer"},
+    {"{" PHI3_MIN ", \"hidden_act\": \"gelu\"}", "hidden_act", "\"gelu\""},
+    {"{" PHI3_MIN ", \"num_key_value_heads\": 3}", "num_key_value_heads: expected a divisor", "found 3"},
+    {"{\"model_type\": \"phi3\", \"hidden_size\": 64, \"num_hidden_layers\": 2, \"num_attention_heads\": 4,"
+     " \"vocab_size\": 256, \"max_position_embeddings\": 256}",
+     "intermediate_size", "no such field"},
+    {"{" PHI3_MIN ", \"quantization_config\": {\"bits\": 4}}", "quantization_config", "found"},
+    {"{\"model_type\": \"phi\", \"hidden_size\": 64}", "model_type: expected \"gpt2\", \"llama\"", "\"phi\""},
+};
+
+Test(model_desc, family_refusals) {
+    int n = (int)(sizeof BAD / sizeof BAD[0]);
+    for (int i = 0; i < n; i++) {
+        const BadCase *b = &BAD[i];
+        ModelDesc d;
+        GtError err;
+        int rc = parse(&d, b->json, &err);
+        cr_expect_eq(rc, -1, "case %d accepted: %s", i, b->json);
+        if (rc != -1) continue;
+        cr_expect_eq(err.code, GT_EXIT_BAD_INPUT, "case %d: %s", i, err.msg);
+        cr_expect_null(strchr(err.msg, '\n'), "case %d: %s", i, err.msg);
+        cr_expect(strncmp(err.msg, "model.json: ", 12) == 0, "case %d: no file name: %s", i, err.msg);
+        cr_expect(strstr(err.msg, "expected"), "case %d: %s", i, err.msg);
+        cr_expect(strstr(err.msg, "found"), "case %d: %s", i, err.msg);
+        if (b->want1) cr_expect(strstr(err.msg, b->want1), "case %d: '%s' not in: %s", i, b->want1, err.msg);
+        if (b->want2) cr_expect(strstr(err.msg, b->want2), "case %d: '%s' not in: %s", i, b->want2, err.msg);
+    }
+}
