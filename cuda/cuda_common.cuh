@@ -243,6 +243,10 @@ void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int 
  * db[c] += sum_n dout (db NULL: skipped; mean NULL: 0, RMSNorm's dw) */
 void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, const act_t *inp,
                           const float *mean, const float *rstd, int N, int C);
+/* RMSNorm's dw over the rows of head_rmsnorm: for n < N and h < heads (in that order), the C
+ * values at dout/inp[n * ld + h * C] with rstd[n * sld + h]: dw[c] += sum dout * inp * rstd */
+void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const act_t *inp,
+                               const float *rstd, int N, int heads, size_t ld, int sld, int C);
 /* GEMM helpers with the element type given (out and bias both of type t):
  * out[n, c] += bias[c] (the fp32 fallback when the GEMM has no bias epilogue), and
  * out[n, c] = bias[c] (the bf16 fallback's prefill: the GEMM then adds with beta = 1, so the
@@ -250,7 +254,8 @@ void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, c
 void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 
-/* kernels_llama.cu: RMSNorm, RoPE, SwiGLU (backend.h's Llama-family ops) */
+/* kernels_llama.cu: RMSNorm (plain, fused, per head), RoPE, SwiGLU (backend.h's Llama-family
+ * ops) */
 void gtc_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w,
                          int N, int C, float eps);
 void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
@@ -258,6 +263,13 @@ void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout,
 /* res = x + y (rounded once), out = rmsnorm(res): bit for bit gtc_add + gtc_rmsnorm_forward */
 void gtc_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x,
                                   const act_t *y, const act_t *w, int N, int C, float eps);
+/* per-head RMSNorm of qkv's q and k heads (Qwen3's q_norm/k_norm), v heads copied */
+void gtc_head_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp,
+                              const act_t *wq, const act_t *wk, int N, int NH, int NKV, int hd,
+                              float eps);
+void gtc_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, const act_t *dout,
+                               const act_t *inp, const act_t *wq, const act_t *wk,
+                               const float *rstd, int N, int NH, int NKV, int hd);
 void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
                       int pos0, int NH, int NKV, int hd);
 void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,

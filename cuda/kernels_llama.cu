@@ -1,5 +1,5 @@
 /* kernels_llama.cu - the CUDA backend's Llama-family ops: RMSNorm (forward, backward, fused
- * residual + RMSNorm), rotary position embeddings (forward, backward) and SwiGLU (forward,
+ * residual + RMSNorm, per head as Qwen3's q/k norm), rotary position embeddings (forward, backward) and SwiGLU (forward,
  * backward). Contracts: backend.h; the formulas are the CPU backend's (backend_cpu*.c), so the
  * two agree to rounding (RoPE bit for bit).
  *
@@ -80,25 +80,142 @@ __global__ void residual_rmsnorm_forward_kernel(Act *res, Act *out, float *rstd,
     rmsnorm_row_finish(out + off, rstd, row, (const Act *)rr, w, C, eps, lane, s);
 }
 
-/* dinp += (dn - xhat * mean(dn * xhat)) * rstd, dn = dout * w; one warp per row. The += is a
- * read-modify-write in fp32, rounded once per element. */
+/* One row's gradient through the norm for the calling warp: (dn - xhat * mean(dn * xhat)) * rstd
+ * with dn = dout * w, added to dx (ACC: a read-modify-write in fp32, rounded once per element) or
+ * written over it. dx may equal dy: each element is read, then written, by one lane. Shared by
+ * rmsnorm_backward and head_rmsnorm_backward. */
+template <bool ACC, typename Act>
+__device__ __forceinline__ void rmsnorm_row_backward(Act *dx, const Act *dy, const Act *x,
+                                                     const Act *w, float r, int C, int lane) {
+    float s = 0.0f;
+    for (int c = lane; c < C; c += 32) s += load_f32(dy, c) * load_f32(w, c) * (load_f32(x, c) * r);
+    float mdnx = gtc_warp_sum(s) / (float)C;
+    for (int c = lane; c < C; c += 32) {
+        float xh = load_f32(x, c) * r;
+        float g = (load_f32(dy, c) * load_f32(w, c) - xh * mdnx) * r;
+        store_from_f32(dx, c, ACC ? load_f32(dx, c) + g : g);
+    }
+}
+
+/* dinp += the row's gradient; one warp per row */
 template <typename Act>
 __global__ void rmsnorm_backward_dinp_kernel(Act *dinp, const Act *dout, const Act *inp,
                                              const Act *w, const float *rstd, int N, int C) {
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     int lane = threadIdx.x & 31;
     if (row >= N) return;
-    const Act *x = inp + (size_t)row * C;
-    const Act *dy = dout + (size_t)row * C;
-    Act *dx = dinp + (size_t)row * C;
-    float r = rstd[row];
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += load_f32(dy, c) * load_f32(w, c) * (load_f32(x, c) * r);
-    float mdnx = gtc_warp_sum(s) / (float)C;
-    for (int c = lane; c < C; c += 32) {
-        float xh = load_f32(x, c) * r;
-        store_from_f32(dx, c, load_f32(dx, c) + (load_f32(dy, c) * load_f32(w, c) - xh * mdnx) * r);
+    const size_t off = (size_t)row * C;
+    rmsnorm_row_backward<true>(dinp + off, dout + off, inp + off, w, rstd[row], C, lane);
+}
+
+/* ------------------------------------------------------------------ per-head RMSNorm */
+
+/* One warp per (row n, head h) of the R = NH + 2*NKV heads of hd values: h < NH + NKV (q, then
+ * k heads) is rmsnorm_forward's row with wq or wk, rstd[n * (NH + NKV) + h]; a v head is copied. */
+template <typename Act>
+__global__ void head_rmsnorm_forward_kernel(Act *out, float *rstd, const Act *inp, const Act *wq,
+                                            const Act *wk, int N, int NH, int NKV, int hd,
+                                            float eps) {
+    const int H = NH + NKV, R = H + NKV;
+    size_t warp = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)N * R) return; /* warp-uniform */
+    int n = (int)(warp / R), h = (int)(warp % R);
+    const size_t off = warp * hd;
+    const Act *x = inp + off;
+    Act *o = out + off;
+    if (h >= H) {
+        for (int c = lane; c < hd; c += 32) o[c] = x[c];
+        return;
     }
+    float s = 0.0f;
+    for (int c = lane; c < hd; c += 32) {
+        float v = load_f32(x, c);
+        s = fmaf(v, v, s);
+    }
+    rmsnorm_row_finish(o, rstd, n * H + h, x, h < NH ? wq : wk, hd, eps, lane, s);
+}
+
+/* one warp per (row, head): a q or k head's gradient written over dinp's, a v head copied */
+template <typename Act>
+__global__ void head_rmsnorm_backward_kernel(Act *dinp, const Act *dout, const Act *inp,
+                                             const Act *wq, const Act *wk, const float *rstd, int N,
+                                             int NH, int NKV, int hd) {
+    const int H = NH + NKV, R = H + NKV;
+    size_t warp = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    int lane = threadIdx.x & 31;
+    if (warp >= (size_t)N * R) return; /* warp-uniform */
+    int n = (int)(warp / R), h = (int)(warp % R);
+    const size_t off = warp * hd;
+    if (h >= H) {
+        for (int c = lane; c < hd; c += 32) dinp[off + c] = dout[off + c];
+        return;
+    }
+    rmsnorm_row_backward<false>(dinp + off, dout + off, inp + off, h < NH ? wq : wk,
+                                rstd[(size_t)n * H + h], hd, lane);
+}
+
+template <typename Act>
+static void head_rmsnorm_forward_t(Backend *b, Act *out, float *rstd, const Act *inp, const Act *wq,
+                                   const Act *wk, int N, int NH, int NKV, int hd, float eps) {
+    size_t warps = (size_t)N * (NH + 2 * NKV), per_block = GTC_THREADS / 32;
+    GTC_LAUNCH(head_rmsnorm_forward_kernel<Act>, (unsigned)((warps + per_block - 1) / per_block),
+               GTC_THREADS, 0, gtc_stream(b), out, rstd, inp, wq, wk, N, NH, NKV, hd, eps);
+    CUDA_CHECK_LAUNCH();
+}
+
+static void head_rmsnorm_check(int NH, int NKV, int hd) {
+    if (NH <= 0 || NKV <= 0 || hd <= 0) {
+        fprintf(stderr, "%s:%d: head_rmsnorm: unsupported shape NH=%d NKV=%d hd=%d\n", __FILE__,
+                __LINE__, NH, NKV, hd);
+        exit(GT_EXIT_FAILURE);
+    }
+}
+
+void gtc_head_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp,
+                              const act_t *wq, const act_t *wk, int N, int NH, int NKV, int hd,
+                              float eps) {
+    if (N <= 0) return;
+    head_rmsnorm_check(NH, NKV, hd);
+    if (gtc_act_bf16(b))
+        head_rmsnorm_forward_t(b, (gtc_bf16 *)out, rstd, (const gtc_bf16 *)inp,
+                               (const gtc_bf16 *)wq, (const gtc_bf16 *)wk, N, NH, NKV, hd, eps);
+    else
+        head_rmsnorm_forward_t(b, (float *)out, rstd, (const float *)inp, (const float *)wq,
+                               (const float *)wk, N, NH, NKV, hd, eps);
+}
+
+/* dwq, dwk first (they read dout, which dinp may overwrite: same stream, in order), then dinp */
+template <typename Act>
+static void head_rmsnorm_backward_t(Backend *b, Act *dinp, float *dwq, float *dwk, const Act *dout,
+                                    const Act *inp, const Act *wq, const Act *wk,
+                                    const float *rstd, int N, int NH, int NKV, int hd) {
+    const int H = NH + NKV;
+    const size_t R = (size_t)(NH + 2 * NKV) * hd;
+    if (dwq) gtc_norm_param_grads_rows(b, dwq, dout, inp, rstd, N, NH, R, H, hd);
+    if (dwk)
+        gtc_norm_param_grads_rows(b, dwk, dout + (size_t)NH * hd, inp + (size_t)NH * hd, rstd + NH,
+                                  N, NKV, R, H, hd);
+    if (!dinp) return;
+    size_t warps = (size_t)N * (NH + 2 * NKV), per_block = GTC_THREADS / 32;
+    GTC_LAUNCH(head_rmsnorm_backward_kernel<Act>, (unsigned)((warps + per_block - 1) / per_block),
+               GTC_THREADS, 0, gtc_stream(b), dinp, dout, inp, wq, wk, rstd, N, NH, NKV, hd);
+    CUDA_CHECK_LAUNCH();
+}
+
+void gtc_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, const act_t *dout,
+                               const act_t *inp, const act_t *wq, const act_t *wk,
+                               const float *rstd, int N, int NH, int NKV, int hd) {
+    if (N <= 0) return;
+    head_rmsnorm_check(NH, NKV, hd);
+    if (gtc_act_bf16(b))
+        head_rmsnorm_backward_t(b, (gtc_bf16 *)dinp, dwq, dwk, (const gtc_bf16 *)dout,
+                                (const gtc_bf16 *)inp, (const gtc_bf16 *)wq, (const gtc_bf16 *)wk,
+                                rstd, N, NH, NKV, hd);
+    else
+        head_rmsnorm_backward_t(b, (float *)dinp, dwq, dwk, (const float *)dout,
+                                (const float *)inp, (const float *)wq, (const float *)wk, rstd, N,
+                                NH, NKV, hd);
 }
 
 template <typename Act>

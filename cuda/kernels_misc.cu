@@ -186,26 +186,31 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
 #define COL_TY 8
 #define col_row_splits gtc_row_splits
 
-/* if pb: pb[y, c] = sum over chunk y of dout[n, c]; if inp: pw[y, c] = sum dout[n, c] * xhat[n, c]
+/* if pb: pb[y, c] = sum over chunk y of dout[r, c]; if inp: pw[y, c] = sum dout[r, c] * xhat[r, c]
  * with xhat = (inp - mean) * rstd, mean NULL: 0 (RMSNorm; x - 0 is x exactly, so the bits are
- * those of x * rstd) (dout, inp: act dtype; mean, rstd: fp32) */
+ * those of x * rstd) (dout, inp: act dtype; mean, rstd: fp32). The NR = N * heads rows r, n = r /
+ * heads, h = r % heads, start at n * ld + h * C, their statistics at mean/rstd[n * sld + h]: a
+ * plain norm's rows are heads 1, ld C, sld 1; head_rmsnorm's are a row's q (or k) heads. */
 template <typename Act>
 __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, const Act *inp,
-                                      const float *mean, const float *rstd, int N, int C, int RS) {
+                                      const float *mean, const float *rstd, int NR, int heads,
+                                      size_t ld, int sld, int C, int RS) {
     __shared__ double s_w[COL_TY][COL_TX];
     __shared__ double s_b[COL_TY][COL_TX];
     int tx = threadIdx.x, ty = threadIdx.y;
     int c = blockIdx.x * COL_TX + tx;
     int y = blockIdx.y;
-    int chunk = (N + RS - 1) / RS;
+    int chunk = (NR + RS - 1) / RS;
     int r0 = y * chunk;
-    int r1 = min(N, r0 + chunk);
+    int r1 = min(NR, r0 + chunk);
     double aw = 0.0, ab = 0.0;
     if (c < C) {
-        for (int n = r0 + ty; n < r1; n += COL_TY) {
-            float dy = load_f32(dout, (size_t)n * C + c);
+        for (int r = r0 + ty; r < r1; r += COL_TY) {
+            int n = heads == 1 ? r : r / heads, h = r - n * heads;
+            size_t off = (size_t)n * ld + (size_t)h * C + c, si = (size_t)n * sld + h;
+            float dy = load_f32(dout, off);
             ab += dy;
-            if (inp) aw += dy * ((load_f32(inp, (size_t)n * C + c) - (mean ? mean[n] : 0.0f)) * rstd[n]);
+            if (inp) aw += dy * ((load_f32(inp, off) - (mean ? mean[si] : 0.0f)) * rstd[si]);
         }
     }
     s_w[ty][tx] = aw;
@@ -238,23 +243,33 @@ __global__ void colsum_final_kernel(float *dw, float *db, const double *pw, cons
     }
 }
 
-/* dw (if inp) and db: column reductions of dout (and dout * xhat) accumulated into dw/db */
+/* dw (if inp) and db: column reductions of dout (and dout * xhat) accumulated into dw/db, over
+ * the rows colsum_partial_kernel describes */
 template <typename Act>
-static void colreduce(Backend *b, float *dw, float *db, const Act *dout, const Act *inp,
-                      const float *mean, const float *rstd, int N, int C) {
-    if (N <= 0 || C <= 0) return;
-    int RS = col_row_splits(N);
+static void colreduce_rows(Backend *b, float *dw, float *db, const Act *dout, const Act *inp,
+                           const float *mean, const float *rstd, int N, int heads, size_t ld,
+                           int sld, int C) {
+    if (N <= 0 || heads <= 0 || C <= 0) return;
+    int NR = N * heads;
+    int RS = col_row_splits(NR);
     double *pw = (double *)gtc_scratch(b, (size_t)2 * RS * C * sizeof(double));
     double *pb = pw + (size_t)RS * C;
     cudaStream_t st = gtc_stream(b);
     dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
     dim3 block(COL_TX, COL_TY);
-    GTC_LAUNCH(colsum_partial_kernel<Act>, grid, block, 0, st, pw, db ? pb : NULL, dout, inp, mean, rstd, N,
-               C, RS);
+    GTC_LAUNCH(colsum_partial_kernel<Act>, grid, block, 0, st, pw, db ? pb : NULL, dout, inp, mean, rstd, NR,
+               heads, ld, sld, C, RS);
     CUDA_CHECK_LAUNCH();
     GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, inp ? dw : NULL, db, pw, pb, C,
                RS);
     CUDA_CHECK_LAUNCH();
+}
+
+/* rows of C, contiguous */
+template <typename Act>
+static void colreduce(Backend *b, float *dw, float *db, const Act *dout, const Act *inp,
+                      const float *mean, const float *rstd, int N, int C) {
+    colreduce_rows<Act>(b, dw, db, dout, inp, mean, rstd, N, 1, (size_t)C, 1, C);
 }
 
 void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, const act_t *inp,
@@ -263,6 +278,16 @@ void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, c
         colreduce<gtc_bf16>(b, dw, db, (const gtc_bf16 *)dout, (const gtc_bf16 *)inp, mean, rstd, N, C);
     else
         colreduce<float>(b, dw, db, (const float *)dout, (const float *)inp, mean, rstd, N, C);
+}
+
+void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const act_t *inp,
+                               const float *rstd, int N, int heads, size_t ld, int sld, int C) {
+    if (gtc_act_bf16(b))
+        colreduce_rows<gtc_bf16>(b, dw, NULL, (const gtc_bf16 *)dout, (const gtc_bf16 *)inp, NULL,
+                                 rstd, N, heads, ld, sld, C);
+    else
+        colreduce_rows<float>(b, dw, NULL, (const float *)dout, (const float *)inp, NULL, rstd, N,
+                              heads, ld, sld, C);
 }
 
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C) {

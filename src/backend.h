@@ -158,6 +158,19 @@ typedef struct BackendOps {
     void (*residual_rmsnorm_forward)(Backend *b, act_t *res, act_t *out, float *rstd,
                                      const act_t *x, const act_t *y, const act_t *w, int N, int C,
                                      float eps);
+    /* Per-head RMSNorm of the NH query and NKV key heads (Qwen3's q_norm/k_norm): inp, out
+     * [N,(NH+2*NKV)*hd], out != inp. For row n and head h < NH+NKV, x = inp[n, h*hd .. h*hd+hd),
+     * rstd[n*(NH+NKV)+h] = 1/sqrt(mean(x^2)+eps), out = x*rstd*w with w = wq[hd] for query heads,
+     * wk[hd] for key heads (fp32 math, output rounded once; rmsnorm_forward's row arithmetic);
+     * the NKV value heads are copied from inp unchanged. */
+    void (*head_rmsnorm_forward)(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *wq,
+                                 const act_t *wk, int N, int NH, int NKV, int hd, float eps);
+    /* dinp's q and k heads OVERWRITTEN with the gradient through the norm from dout's, its v heads
+     * copied from dout (dinp may equal dout); dwq, dwk ACCUMULATE (fp32, a fixed-order column
+     * reduction over rows and heads, as rmsnorm_backward's dw). inp: the forward's inp. */
+    void (*head_rmsnorm_backward)(Backend *b, act_t *dinp, float *dwq, float *dwk, const act_t *dout,
+                                  const act_t *inp, const act_t *wq, const act_t *wk, const float *rstd, int N,
+                                  int NH, int NKV, int hd);
     /* Rotary position embedding in HF's rotate_half convention, in place on the NH query and NKV
      * key heads of qkv[B,T,(NH+2*NKV)*hd] (the value heads are untouched): for each head x and
      * i < hd/2, with c = cos[p*hd/2 + i], s = sin[p*hd/2 + i] at position p = pos0 + t:

@@ -262,24 +262,26 @@ static void f32_layernorm_backward(Backend *b, float *dinp, float *dw, float *db
     if (dw || dbias) cpu_norm_param_grads(b, dw, dbias, dout, inp, mean, rstd, N, C);
 }
 
-void cpu_norm_param_grads(Backend *b, float *dw, float *dbias, const float *dout, const float *inp, const float *mean,
-                          const float *rstd, int N, int C) {
-    /* threads own channel blocks, rows summed in order (double) */
+void cpu_norm_param_grads_rows(Backend *b, float *dw, float *dbias, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, int N, int heads, size_t ld, int sld, int C) {
+    /* threads own channel blocks, rows summed in order (double): n, then the heads of row n */
     int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
-#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)N * C >= PAR_MIN)
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)N * heads * C >= PAR_MIN)
     for (int blk = 0; blk < nblk; blk++) {
         int c0 = blk * CH_BLOCK;
         int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
         double aw[CH_BLOCK] = {0}, ab[CH_BLOCK] = {0};
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C + c0;
-            const float *dy = dout + (size_t)n * C + c0;
-            float m = mean ? mean[n] : 0.0f, s = rstd[n];
-            for (int j = 0; j < cn; j++) {
-                aw[j] += dy[j] * ((x[j] - m) * s);
-                ab[j] += dy[j];
+        for (int n = 0; n < N; n++)
+            for (int h = 0; h < heads; h++) {
+                const float *x = inp + (size_t)n * ld + (size_t)h * C + c0;
+                const float *dy = dout + (size_t)n * ld + (size_t)h * C + c0;
+                size_t si = (size_t)n * sld + h;
+                float m = mean ? mean[si] : 0.0f, s = rstd[si];
+                for (int j = 0; j < cn; j++) {
+                    aw[j] += dy[j] * ((x[j] - m) * s);
+                    ab[j] += dy[j];
+                }
             }
-        }
         if (dw)
             for (int j = 0; j < cn; j++) dw[c0 + j] += (float)aw[j];
         if (dbias)
@@ -689,6 +691,8 @@ static const BackendOps k_cpu_ops = {
     .rmsnorm_forward = cpu_rmsnorm_forward,
     .rmsnorm_backward = cpu_rmsnorm_backward,
     .residual_rmsnorm_forward = cpu_residual_rmsnorm_forward,
+    .head_rmsnorm_forward = cpu_head_rmsnorm_forward,
+    .head_rmsnorm_backward = cpu_head_rmsnorm_backward,
     .rope_forward = cpu_rope_forward,
     .rope_backward = cpu_rope_backward,
     .swiglu_forward = cpu_swiglu_forward,

@@ -1,6 +1,6 @@
 /* backend_cpu_internal.h - what the CPU backend's source files share, not an API of its own:
  * backend_cpu.c (memory, the GPT-2 ops, the bf16 emulation, the ops table), backend_cpu_attention.c
- * (flash-style attention), backend_cpu_llama.c (RMSNorm, RoPE, SwiGLU) and backend_cpu_lora.c
+ * (flash-style attention), backend_cpu_llama.c (RMSNorm, per-head RMSNorm, RoPE, SwiGLU) and backend_cpu_lora.c
  * (axpby_rows, dropout). The determinism rules
  * all of them follow are in backend_cpu.c's header comment. */
 #ifndef GT_BACKEND_CPU_INTERNAL_H
@@ -25,11 +25,17 @@ extern float expf(float) __attribute__((simd("notinbranch")));
 static inline int nthr(const Backend *b) { return b->num_threads > 0 ? b->num_threads : 1; }
 
 /* A norm's parameter gradients over rows of C, deterministic (each thread owns a block of
- * channels; rows summed in order, in double): dw[c] += sum_n dout * (inp - mean) * rstd,
- * dbias[c] += sum_n dout; either may be NULL, and mean NULL is 0 (RMSNorm; x - 0 is x exactly).
- * backend_cpu.c. */
-void cpu_norm_param_grads(Backend *b, float *dw, float *dbias, const float *dout, const float *inp, const float *mean,
-                          const float *rstd, int N, int C);
+ * channels; rows summed in order, in double): dw[c] += sum_r dout * (inp - mean) * rstd,
+ * dbias[c] += sum_r dout; either may be NULL, and mean NULL is 0 (RMSNorm; x - 0 is x exactly).
+ * The rows: for n < N and h < heads, in that order, the C values at inp[n*ld + h*C] (dout alike)
+ * with statistics mean/rstd[n*sld + h] (head_rmsnorm's per-head rows; a plain norm is heads 1,
+ * ld C, sld 1: cpu_norm_param_grads). backend_cpu.c. */
+void cpu_norm_param_grads_rows(Backend *b, float *dw, float *dbias, const float *dout, const float *inp,
+                               const float *mean, const float *rstd, int N, int heads, size_t ld, int sld, int C);
+static inline void cpu_norm_param_grads(Backend *b, float *dw, float *dbias, const float *dout, const float *inp,
+                                        const float *mean, const float *rstd, int N, int C) {
+    cpu_norm_param_grads_rows(b, dw, dbias, dout, inp, mean, rstd, N, 1, (size_t)C, 1, C);
+}
 
 /* r = x + y over a row of C, rounded to bf16 when round_bf16 (as the bf16 add would store it): the
  * residual half of the fused residual + norm ops. r may alias x or y. */
@@ -87,6 +93,10 @@ void cpu_rope_forward(Backend *b, act_t *qkv, const float *cos, const float *sin
                       int NKV, int hd);
 void cpu_rope_backward(Backend *b, act_t *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
                        int hd);
+void cpu_head_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *wq, const act_t *wk,
+                              int N, int NH, int NKV, int hd, float eps);
+void cpu_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, const act_t *dout, const act_t *inp,
+                               const act_t *wq, const act_t *wk, const float *rstd, int N, int NH, int NKV, int hd);
 void cpu_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
 void cpu_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N, int I);
 /* backend_cpu_lora.c */

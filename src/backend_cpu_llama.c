@@ -1,5 +1,6 @@
 /* backend_cpu_llama.c - the CPU backend's Llama-family ops (backend.h): RMSNorm (forward,
- * backward, fused with the residual add), rotary position embeddings (RoPE) and SwiGLU.
+ * backward, fused with the residual add; per head, Qwen3's q/k norm), rotary position
+ * embeddings (RoPE) and SwiGLU.
  *
  * Conventions as in backend_cpu.c: fp32 compute on fp32 buffers, the bf16 act dtype through the
  * widening helpers (each act_t output rounded once), parameter gradients accumulated in fp32.
@@ -50,30 +51,83 @@ static void f32_residual_rmsnorm_forward(Backend *b, float *res, float *out, flo
 
 /* y_c = w_c x_c r with r = (mean(x^2) + eps)^(-1/2), so dr/dx_j = -r^3 x_j / C and
  *   dx_j = r (w_j dy_j) - x_j r^3 mean_c(w_c dy_c x_c),
- *   dw_c = sum over rows of dy_c x_c r. */
+ *   dw_c = sum over rows of dy_c x_c r.
+ * One row's dx, added to dx (accumulate) or written over it; dx may equal dy (each dy[c] is read
+ * before dx[c] is written). Shared by rmsnorm_backward and head_rmsnorm_backward. */
+static inline void rms_row_backward(float *dx, const float *dy, const float *x, const float *w, float s, int C,
+                                    float invC, bool accumulate) {
+    float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= C; i += 8)
+        for (int j = 0; j < 8; j++) a[j] += (dy[i + j] * w[i + j]) * x[i + j];
+    float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
+    for (; i < C; i++) sum += (dy[i] * w[i]) * x[i];
+    float k = s * s * s * (sum * invC);
+    if (accumulate)
+        for (int c = 0; c < C; c++) dx[c] += s * (dy[c] * w[c]) - x[c] * k;
+    else
+        for (int c = 0; c < C; c++) dx[c] = s * (dy[c] * w[c]) - x[c] * k;
+}
+
 static void f32_rmsnorm_backward(Backend *b, float *dinp, float *dw, const float *dout, const float *inp,
                                  const float *w, const float *rstd, int N, int C) {
     float invC = 1.0f / (float)C;
     /* 1. dinp (row-parallel; each row independent), accumulated */
     if (dinp) {
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * C >= PAR_MIN)
-        for (int n = 0; n < N; n++) {
-            const float *x = inp + (size_t)n * C;
-            const float *dy = dout + (size_t)n * C;
-            float *dx = dinp + (size_t)n * C;
-            float s = rstd[n];
-            float a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            int i = 0;
-            for (; i + 8 <= C; i += 8)
-                for (int j = 0; j < 8; j++) a[j] += (dy[i + j] * w[i + j]) * x[i + j];
-            float sum = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
-            for (; i < C; i++) sum += (dy[i] * w[i]) * x[i];
-            float k = s * s * s * (sum * invC);
-            for (int c = 0; c < C; c++) dx[c] += s * (dy[c] * w[c]) - x[c] * k;
-        }
+        for (int n = 0; n < N; n++)
+            rms_row_backward(dinp + (size_t)n * C, dout + (size_t)n * C, inp + (size_t)n * C, w, rstd[n], C, invC,
+                             true);
     }
     /* 2. dw: layernorm's deterministic column reduction with no mean */
     if (dw) cpu_norm_param_grads(b, dw, NULL, dout, inp, NULL, rstd, N, C);
+}
+
+/* ------------------------------------------------------------------ head rmsnorm */
+
+/* Qwen3's q_norm/k_norm: rmsnorm_forward's row (rms_row) on each of the NH + NKV q and k heads of
+ * a row of R = (NH + 2*NKV) * hd values, with wq on the q heads and wk on the k heads; the v
+ * heads copied. rstd[n * (NH + NKV) + h]. */
+static void f32_head_rmsnorm_forward(Backend *b, float *out, float *rstd, const float *inp, const float *wq,
+                                     const float *wk, int N, int NH, int NKV, int hd, float eps) {
+    const int H = NH + NKV;
+    const size_t R = (size_t)(NH + 2 * NKV) * hd;
+    float invC = 1.0f / (float)hd;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * R >= PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * R;
+        float *o = out + (size_t)n * R;
+        for (int h = 0; h < H; h++) {
+            float s = rms_row(o + (size_t)h * hd, x + (size_t)h * hd, h < NH ? wq : wk, hd, invC, eps);
+            if (rstd) rstd[(size_t)n * H + h] = s;
+        }
+        memcpy(o + (size_t)H * hd, x + (size_t)H * hd, (size_t)NKV * hd * sizeof(float));
+    }
+}
+
+/* dwq, dwk: the column reduction over (row, head) rows, n then h, from dout BEFORE dinp is
+ * written (dinp may equal dout); then dinp's q/k heads overwritten through rms_row_backward, its
+ * v heads = dout's */
+static void f32_head_rmsnorm_backward(Backend *b, float *dinp, float *dwq, float *dwk, const float *dout,
+                                      const float *inp, const float *wq, const float *wk, const float *rstd, int N,
+                                      int NH, int NKV, int hd) {
+    const int H = NH + NKV;
+    const size_t R = (size_t)(NH + 2 * NKV) * hd;
+    float invC = 1.0f / (float)hd;
+    if (dwq) cpu_norm_param_grads_rows(b, dwq, NULL, dout, inp, NULL, rstd, N, NH, R, H, hd);
+    if (dwk)
+        cpu_norm_param_grads_rows(b, dwk, NULL, dout + (size_t)NH * hd, inp + (size_t)NH * hd, NULL, rstd + NH, N,
+                                  NKV, R, H, hd);
+    if (!dinp) return;
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)N * R >= PAR_MIN)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * R, *dy = dout + (size_t)n * R;
+        float *dx = dinp + (size_t)n * R;
+        for (int h = 0; h < H; h++)
+            rms_row_backward(dx + (size_t)h * hd, dy + (size_t)h * hd, x + (size_t)h * hd, h < NH ? wq : wk,
+                             rstd[(size_t)n * H + h], hd, invC, false);
+        if (dx != dy) memcpy(dx + (size_t)H * hd, dy + (size_t)H * hd, (size_t)NKV * hd * sizeof(float));
+    }
 }
 
 /* ------------------------------------------------------------------ rope */
@@ -165,6 +219,27 @@ void cpu_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout,
 
 /* fused: widen x and y once, add and rmsnorm per row (res rounded to bf16 first under bf16), round
  * both outputs once. Equal to cpu_add + cpu_rmsnorm_forward bit for bit. */
+void cpu_head_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *wq, const act_t *wk,
+                              int N, int NH, int NKV, int hd, float eps) {
+    const size_t n = (size_t)N * (NH + 2 * NKV) * hd;
+    float *o = cpu_act_out(b, 0, out, n, false);
+    f32_head_rmsnorm_forward(b, o, rstd, cpu_act_in(b, 1, inp, n), cpu_act_in(b, 2, wq, (size_t)hd),
+                             cpu_act_in(b, 3, wk, (size_t)hd), N, NH, NKV, hd, eps);
+    cpu_act_done(b, out, o, n);
+}
+
+/* under bf16, dout is widened into its own slot before dinp (slot 0, not read) is written, so
+ * dinp == dout works as in fp32; the copied v heads are bf16 values, rounded back unchanged */
+void cpu_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, const act_t *dout, const act_t *inp,
+                               const act_t *wq, const act_t *wk, const float *rstd, int N, int NH, int NKV, int hd) {
+    const size_t n = (size_t)N * (NH + 2 * NKV) * hd;
+    const float *dy = cpu_act_in(b, 1, dout, n);
+    float *di = dinp ? cpu_act_out(b, 0, dinp, n, false) : NULL;
+    f32_head_rmsnorm_backward(b, di, dwq, dwk, dy, cpu_act_in(b, 2, inp, n), cpu_act_in(b, 3, wq, (size_t)hd),
+                              cpu_act_in(b, 4, wk, (size_t)hd), rstd, N, NH, NKV, hd);
+    if (di) cpu_act_done(b, dinp, di, n);
+}
+
 void cpu_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x, const act_t *y,
                                   const act_t *w, int N, int C, float eps) {
     const size_t NC = (size_t)N * C;

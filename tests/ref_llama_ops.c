@@ -35,6 +35,39 @@ void ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const do
     }
 }
 
+void ref_head_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *wq, const double *wk, int N,
+                              int NH, int NKV, int hd, double eps) {
+    const int H = NH + NKV;
+    const size_t R = (size_t)(H + NKV) * hd;
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H + NKV; h++) {
+            size_t o = n * R + (size_t)h * hd;
+            if (h < H)
+                ref_rmsnorm_forward(out + o, rstd ? rstd + (size_t)n * H + h : NULL, inp + o, h < NH ? wq : wk, 1,
+                                    hd, eps);
+            else
+                for (int c = 0; c < hd; c++) out[o + c] = inp[o + c];
+        }
+}
+
+void ref_head_rmsnorm_backward(double *dinp, double *dwq, double *dwk, const double *dout, const double *inp,
+                               const double *wq, const double *wk, int N, int NH, int NKV, int hd, double eps) {
+    const int H = NH + NKV;
+    const size_t R = (size_t)(H + NKV) * hd;
+    for (int n = 0; n < N; n++)
+        for (int h = 0; h < H + NKV; h++) {
+            size_t o = n * R + (size_t)h * hd;
+            if (h < H) {
+                if (dinp)
+                    for (int c = 0; c < hd; c++) dinp[o + c] = 0.0;
+                ref_rmsnorm_backward(dinp ? dinp + o : NULL, h < NH ? dwq : dwk, dout + o, inp + o, h < NH ? wq : wk, 1,
+                                     hd, eps);
+            } else if (dinp) {
+                for (int c = 0; c < hd; c++) dinp[o + c] = dout[o + c];
+            }
+        }
+}
+
 /* m = [[c, -s], [s, c]] (transpose: [[c, s], [-s, c]]) applied to every rotated pair of qkv */
 static void rope_apply(double *qkv, const double *cos, const double *sin, int B, int T, int pos0, int NH, int NKV,
                        int hd, int transpose) {

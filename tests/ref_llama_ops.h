@@ -14,6 +14,16 @@ void ref_rmsnorm_forward(double *out, double *rstd, const double *inp, const dou
 void ref_rmsnorm_backward(double *dinp, double *dw, const double *dout, const double *inp, const double *w, int N,
                           int C, double eps);
 
+/* Per-head RMSNorm (Qwen3's q_norm/k_norm) on inp[N,(NH+2*NKV)*hd]: each of the NH q heads and
+ * NKV k heads of a row is ref_rmsnorm_forward's row of hd values with wq (q heads) or wk (k
+ * heads), rstd[n*(NH+NKV)+h] (rstd may be NULL); the NKV v heads are copied. */
+void ref_head_rmsnorm_forward(double *out, double *rstd, const double *inp, const double *wq, const double *wk, int N,
+                              int NH, int NKV, int hd, double eps);
+/* dinp OVERWRITTEN: the q and k heads' gradient through ref_rmsnorm_backward, the v heads' = dout's;
+ * dwq, dwk ACCUMULATE (either may be NULL) */
+void ref_head_rmsnorm_backward(double *dinp, double *dwq, double *dwk, const double *dout, const double *inp,
+                               const double *wq, const double *wk, int N, int NH, int NKV, int hd, double eps);
+
 /* In place on the NH q heads and NKV k heads of qkv[B,T,(NH+2*NKV)*hd] (v heads untouched): each
  * pair (x[i], x[i+hd/2]) of a head is multiplied by the rotation [[c, -s], [s, c]], c and s from
  * cos/sin[p*hd/2 + i] at position p = pos0 + t. */
