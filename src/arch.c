@@ -105,6 +105,37 @@ static const ArchTensor PHI3_TENSORS[] = {
     {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
      ONE("lm_head.weight", DIM_V)},
 };
+
+/* Qwen3 (Qwen3ForCausalLM): Llama's tensors (attention_bias: q, k, v and o biases; no MLP bias)
+ * and the per-head q_norm / k_norm weights [head_dim] */
+static const ArchTensor QWEN3_TENSORS[] = {
+    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE("model.embed_tokens.weight", DIM_V)},
+    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "input_layernorm.weight", DIM_C)},
+    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 3,
+     {{L_ "self_attn.q_proj.weight", DIM_Q}, {L_ "self_attn.k_proj.weight", DIM_KV}, {L_ "self_attn.v_proj.weight", DIM_KV}}},
+    {ROLE_QKV_B, true, L_ "self_attn.qkv_proj.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_QKV_BIAS, 3,
+     {{L_ "self_attn.q_proj.bias", DIM_Q}, {L_ "self_attn.k_proj.bias", DIM_KV}, {L_ "self_attn.v_proj.bias", DIM_KV}}},
+    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
+    {ROLE_O_B, true, L_ "self_attn.o_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_O_BIAS,
+     ONE(L_ "self_attn.o_proj.bias", DIM_C)},
+    {ROLE_QNORM_W, true, L_ "self_attn.q_norm.weight", DIM_HD, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.q_norm.weight", DIM_HD)},
+    {ROLE_KNORM_W, true, L_ "self_attn.k_norm.weight", DIM_HD, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.k_norm.weight", DIM_HD)},
+    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
+    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 2,
+     {{L_ "mlp.gate_proj.weight", DIM_I}, {L_ "mlp.up_proj.weight", DIM_I}}},
+    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.down_proj.weight", DIM_C)},
+    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("model.norm.weight", DIM_C)},
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
+     ONE("lm_head.weight", DIM_V)},
+};
 #undef L_
 #undef ONE
 
@@ -163,6 +194,21 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                    .peft_default_targets = NULL, .peft_summary = "qkv_proj, o_proj, gate_up_proj, down_proj",
                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
                    .tensors = PHI3_TENSORS, .n_tensors = COUNT(PHI3_TENSORS)},
+    /* HF's Qwen3Config: num_key_value_heads (default 32) and head_dim (default 128, not
+     * hidden_size / num_attention_heads) must be written out; attention_bias gives q, k, v and o
+     * biases; Qwen2's window keys; PEFT's default targets q_proj, v_proj */
+    [ARCH_QWEN3] = {.arch = ARCH_QWEN3, .name = "Qwen3", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU, .pos = POS_ROPE,
+                    .qk_norm = true, .n_families = 1,
+                    .families = {{"qwen3", "Qwen3ForCausalLM", "Qwen3", 32, 128, BIAS_KEYS_ATTN, WINDOW_KEYS_USE_FLAG,
+                                  false, true, {"attention_dropout"}}},
+                    .layer_prefix = "model.layers.", .n_peft = 7,
+                    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
+                             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
+                             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
+                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
+                    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                    .tensors = QWEN3_TENSORS, .n_tensors = COUNT(QWEN3_TENSORS)},
 };
 
 const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }
@@ -224,6 +270,7 @@ int64_t arch_dim(const ModelDesc *d, ArchDim dim) {
     case DIM_QKV: return (int64_t)(d->n_head + 2 * d->n_kv_head) * d->head_dim;
     case DIM_I: return d->n_inner;
     case DIM_2I: return 2 * (int64_t)d->n_inner;
+    case DIM_HD: return d->head_dim;
     }
     return 0;
 }

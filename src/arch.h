@@ -33,6 +33,8 @@ typedef enum {
     ROLE_NORMF_W,  /* final norm */
     ROLE_NORMF_B,
     ROLE_LM_HEAD,  /* [V, C], absent when tied to wte */
+    ROLE_QNORM_W,  /* per-head RMSNorm weight of the queries [head_dim] (QK-norm) */
+    ROLE_KNORM_W,  /* and of the keys */
     ROLE_COUNT
 } TensorRole;
 
@@ -46,7 +48,8 @@ typedef enum {
     DIM_KV,    /* n_kv_head * head_dim */
     DIM_QKV,   /* Q + 2 KV */
     DIM_I,     /* n_inner (intermediate_size) */
-    DIM_2I     /* 2 n_inner (gate | up) */
+    DIM_2I,    /* 2 n_inner (gate | up) */
+    DIM_HD     /* head_dim */
 } ArchDim;
 
 typedef enum {
@@ -156,6 +159,8 @@ typedef struct {
     ArchNorm norm;               /* every norm of the model (the two of a block and the final one) */
     ArchMlp mlp;
     ArchPos pos;
+    bool qk_norm;                /* every query and key head RMS-normalised over head_dim (ROLE_QNORM_W,
+                                  * ROLE_KNORM_W) after the projection and before RoPE (Qwen3) */
     int n_families;
     ArchFamily families[ARCH_MAX_FAMILIES]; /* the first is the default (a description filled by hand) */
     const char *hf_optional_prefix; /* loading also accepts HF names without it ("transformer."), or NULL */

@@ -14,6 +14,7 @@ static const char *const NAMES[BUF_COUNT] = {
     [BUF_ACT_QKV] = "qkv", [BUF_ACT_ATTY] = "attention output", [BUF_ACT_LSE] = "attention lse",
     [BUF_ACT_RES2] = "residual after attention", [BUF_ACT_LN2] = "norm2 output", [BUF_ACT_LN2_MEAN] = "norm2 mean",
     [BUF_ACT_LN2_RSTD] = "norm2 rstd", [BUF_ACT_FCH] = "mlp up", [BUF_ACT_FCH_ACT] = "mlp activation",
+    [BUF_ACT_QKV_PRE] = "qkv before qk-norm", [BUF_ACT_QK_RSTD] = "qk-norm rstd",
     [BUF_FINAL_RES] = "final residual", [BUF_LNF] = "final norm output", [BUF_LNF_MEAN] = "final norm mean",
     [BUF_LNF_RSTD] = "final norm rstd", [BUF_TOKENS] = "tokens", [BUF_TARGETS] = "targets", [BUF_LOSSES] = "losses",
     [BUF_LOGITS] = "logits chunk", [BUF_DRES] = "d residual", [BUF_DBTC] = "d norm / attention output",
@@ -87,6 +88,10 @@ static void layer_acts(Builder *k, const ModelDesc *d, const BufferShape *s, Mem
     add(k, BUF_ACT_LN2_RSTD, cat, BT, f, count);
     add(k, BUF_ACT_FCH, cat, mul(k, BT, swiglu ? 2 * I : I), a, count);
     add(k, BUF_ACT_FCH_ACT, cat, mul(k, BT, I), a, count);
+    if (arch_spec(d->arch)->qk_norm) {
+        add(k, BUF_ACT_QKV_PRE, cat, mul(k, BT, (uint64_t)model_desc_qkv_dim(d)), a, count);
+        add(k, BUF_ACT_QK_RSTD, cat, mul(k, BT, (uint64_t)(d->n_head + d->n_kv_head)), f, count);
+    }
 }
 
 int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {

@@ -141,6 +141,8 @@ static void **layer_act_slot(LayerActs *a, BufferId id) {
     case BUF_ACT_LN2_RSTD: return (void **)&a->ln2_rstd;
     case BUF_ACT_FCH: return (void **)&a->fch;
     case BUF_ACT_FCH_ACT: return (void **)&a->fch_act;
+    case BUF_ACT_QKV_PRE: return (void **)&a->qkv_pre;
+    case BUF_ACT_QK_RSTD: return (void **)&a->qk_rstd;
     default: return NULL;
     }
 }

@@ -19,6 +19,8 @@
 typedef struct {
     act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_act;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+    act_t *qkv_pre; /* QK-norm: the projection's output, before the per-head norm (NULL otherwise) */
+    float *qk_rstd;
 } LayerActs;
 
 /* Called in backward when a range of the grads buffer is final for this micro-batch (a layer's

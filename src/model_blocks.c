@@ -149,7 +149,14 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     act_t *fch_act = model_at(m, a->fch_act, r * I), *x = model_at(m, in, r * C);
     norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, x, model_w(m, l, ROLE_NORM1_W),
                  model_w(m, l, ROLE_NORM1_B), N);
-    linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
+    if (spec(m)->qk_norm) { /* the projection into qkv_pre, then q and k heads normed into qkv */
+        act_t *pre = model_at(m, a->qkv_pre, r * QKV);
+        linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, pre, ln1, N, C, QKV);
+        op->head_rmsnorm_forward(be, qkv, a->qk_rstd + r * (size_t)(NH + NKV), pre, model_w(m, l, ROLE_QNORM_W),
+                                 model_w(m, l, ROLE_KNORM_W), N, NH, NKV, hd, eps);
+    } else {
+        linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
+    }
     if (spec(m)->pos == POS_ROPE) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd);
     /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
      * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
@@ -207,6 +214,10 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     linear_backward(m, l, ROLE_O_W, ROLE_O_B, m->dbtc, m->dres, a->atty, BT, Q, C);
     op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NKV, hd, m->window);
     if (spec(m)->pos == POS_ROPE) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd);
+    if (spec(m)->qk_norm) /* in place: d(qkv_pre) from d(qkv) */
+        op->head_rmsnorm_backward(be, m->dqkv, model_g(m, l, ROLE_QNORM_W), model_g(m, l, ROLE_KNORM_W), m->dqkv,
+                                  a->qkv_pre, model_w(m, l, ROLE_QNORM_W), model_w(m, l, ROLE_KNORM_W), a->qk_rstd, BT,
+                                  NH, NKV, hd);
     linear_backward(m, l, ROLE_QKV_W, ROLE_QKV_B, m->dbtc, m->dqkv, a->ln1, BT, C, QKV);
     norm_backward(m, m->dres, model_g(m, l, ROLE_NORM1_W), model_g(m, l, ROLE_NORM1_B), m->dbtc, in,
                   model_w(m, l, ROLE_NORM1_W), a->ln1_mean, a->ln1_rstd, BT);

@@ -10,6 +10,7 @@ typedef enum {
     ARCH_GPT2 = 0, /* pre-LN, learned positions, GELU MLP, LayerNorm with bias, Conv1D weights */
     ARCH_LLAMA,    /* llama / mistral / qwen2: RMSNorm, RoPE, SwiGLU MLP, grouped-query attention */
     ARCH_PHI3,     /* phi3: Llama's block with HF's fused qkv_proj and gate_up_proj tensors */
+    ARCH_QWEN3,    /* qwen3: Llama's block with per-head q/k RMSNorm (QK-norm) before RoPE */
     ARCH_COUNT
 } ModelArch;
 

@@ -1,5 +1,5 @@
 /* test_hf_transformers.c - gtrain against Hugging Face transformers itself (tests/tools/hf_models.py:
- * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM, eager
+ * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM, eager
  * attention, fp32).
  * For each family a tiny checkpoint with random weights is written by save_pretrained (sharded at
  * 20 kB, F32, BF16 or F16 storage) and loaded by gtrain (checkpoint_load_weights) and by from_pretrained:
@@ -336,6 +336,19 @@ Test(hf_transformers, phi3_fused_f32_shards, .timeout = 120) {
 Test(hf_transformers, phi3_window_8_tied_bf16, .timeout = 120) {
     against_transformers(&(Case){"tiny-phi3.json", "bf16", "--set sliding_window=8 --set tie_word_embeddings=true",
                                  "Phi-3 window 8, tied"});
+}
+
+/* Qwen3: per-head q_norm / k_norm, head_dim 32 (n_head * head_dim = 128 != hidden_size 64), tied */
+Test(hf_transformers, qwen3_qk_norm_head_dim_32_tied_f32_shards, .timeout = 120) {
+    against_transformers(&(Case){"tiny-qwen3.json", "f32", "", "Qwen3 QK-norm, head_dim 32, tied"});
+}
+
+/* attention_bias (q, k, v and o biases under the QK-norm), untied, a window of 8 on every layer, BF16 */
+Test(hf_transformers, qwen3_attention_bias_window_8_bf16, .timeout = 120) {
+    against_transformers(&(Case){"tiny-qwen3.json", "bf16",
+                                 "--set attention_bias=true --set tie_word_embeddings=false --set use_sliding_window=true "
+                                 "--set sliding_window=8 --set max_window_layers=0",
+                                 "Qwen3 attention biases, window 8, untied"});
 }
 
 Test(hf_transformers, qwen2_biases_tied_bf16_shards, .timeout = 120) {

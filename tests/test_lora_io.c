@@ -420,6 +420,11 @@ Test(lora_io, pissa_exact_conv1d_on_gpt2_like_peft, .timeout = 240) {
     pissa_run("tiny-gpt2.json", "[c_attn, c_proj, c_fc]", "c_attn,c_proj,c_fc", false);
 }
 
+/* Qwen3: the adapters on q_proj / k_proj act before the per-head q_norm / k_norm, as PEFT's do */
+Test(lora_io, continue_all_linear_adapter_on_qwen3_like_peft, .timeout = 240) {
+    continue_adapter("tiny-qwen3.json", "f32", "--r 4 --alpha 8 --targets all-linear --dtype f32", 4, 8, false);
+}
+
 Test(lora_io, pissa_exact_all_linear_on_phi3_like_peft, .timeout = 240) {
     pissa_run("tiny-phi3.json", "all-linear", "all-linear", false);
 }

@@ -1,5 +1,5 @@
 /* test_model_desc_families.c - the config.json of the families added by description (suite
- * model_desc): Phi-3 (model_type phi3). What is accepted (sizes, the window, the tied head), the
+ * model_desc): Phi-3 (model_type phi3) and Qwen3 (qwen3). What is accepted (sizes, the window, the tied head), the
  * published parameter count (a closed-form count written here from HF's module list, independent
  * of src/), and every refusal of what would change the computation (a table: one line, exit code
  * 2, naming the file, the field and the value). */
@@ -79,6 +79,60 @@ Test(model_desc, phi3_defaults_and_variants) {
     cr_expect_eq(d.head_dim, 8);
 }
 
+#define QWEN3_MIN                                                                                                      \
+    "\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"             \
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 32, \"vocab_size\": 256,"                  \
+    " \"max_position_embeddings\": 256"
+
+#define QWEN3_NO_HD                                                                                                    \
+    "\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"             \
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, \"max_position_embeddings\": 256"
+
+/* Qwen/Qwen3-0.6B's config.json (its size fields and the ones gtrain reads) */
+static const char QWEN3_06B[] =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"attention_bias\": false, \"attention_dropout\": 0.0,"
+    " \"bos_token_id\": 151643, \"eos_token_id\": 151645, \"head_dim\": 128, \"hidden_act\": \"silu\","
+    " \"hidden_size\": 1024, \"initializer_range\": 0.02, \"intermediate_size\": 3072,"
+    " \"max_position_embeddings\": 40960, \"max_window_layers\": 28, \"model_type\": \"qwen3\","
+    " \"num_attention_heads\": 16, \"num_hidden_layers\": 28, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06,"
+    " \"rope_scaling\": null, \"rope_theta\": 1000000, \"sliding_window\": null, \"tie_word_embeddings\": true,"
+    " \"torch_dtype\": \"bfloat16\", \"transformers_version\": \"4.51.0\", \"use_cache\": true,"
+    " \"use_sliding_window\": false, \"vocab_size\": 151936}";
+
+/* Qwen3ForCausalLM's parameters from HF's module list: Llama's (q/k/v/o with attention_bias) plus
+ * q_norm and k_norm [head_dim] per layer */
+static uint64_t qwen3_params(const ModelDesc *d) {
+    const uint64_t C = (uint64_t)d->n_embd, I = (uint64_t)d->n_inner, hd = (uint64_t)d->head_dim;
+    const uint64_t H = (uint64_t)d->n_head, KV = (uint64_t)d->n_kv_head, V = (uint64_t)d->vocab_size;
+    const uint64_t bias = d->qkv_bias ? (H + 2 * KV) * hd + C : 0;
+    const uint64_t layer = (H + 2 * KV) * hd * C + C * H * hd + 3 * I * C + 2 * C + 2 * hd + bias;
+    return V * C + (uint64_t)d->n_layer * layer + C + (d->tie_word_embeddings ? 0 : V * C);
+}
+
+Test(model_desc, qwen3_06b) {
+    ModelDesc d = accept(QWEN3_06B);
+    cr_expect_eq(d.arch, ARCH_QWEN3);
+    cr_expect(d.n_layer == 28 && d.n_head == 16 && d.n_kv_head == 8 && d.head_dim == 128 && d.n_embd == 1024 &&
+              d.n_inner == 3072 && d.vocab_size == 151936 && d.n_positions == 40960);
+    cr_expect(d.tie_word_embeddings && !d.qkv_bias && !d.o_bias && !d.mlp_bias && d.sliding_window == 0);
+    cr_expect_eq(d.rope_theta, 1e6);
+    cr_expect_eq(qwen3_params(&d), 596049920ull, "the published 0.6B (0.44B without the embedding)");
+    cr_expect_eq(model_desc_num_params(&d), qwen3_params(&d));
+}
+
+Test(model_desc, qwen3_variants) {
+    ModelDesc d = accept("{" QWEN3_MIN ", \"attention_bias\": true}");
+    cr_expect(d.qkv_bias && d.o_bias && !d.mlp_bias && !d.tie_word_embeddings);
+    cr_expect_eq(model_desc_num_params(&d), qwen3_params(&d));
+    d = accept("{" QWEN3_MIN ", \"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 0}");
+    cr_expect_eq(d.sliding_window, 8);
+    d = accept("{" QWEN3_MIN ", \"use_sliding_window\": false, \"sliding_window\": 4096}");
+    cr_expect_eq(d.sliding_window, 0);
+    d = accept("{" QWEN3_MIN ", \"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8.0, \"low_freq_factor\": 1.0,"
+               " \"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 64}}");
+    cr_expect(d.rope_llama3);
+}
+
 typedef struct {
     const char *json, *want1, *want2;
 } BadCase;
@@ -108,6 +162,26 @@ static const BadCase BAD[] = {
      " \"vocab_size\": 256, \"max_position_embeddings\": 256}",
      "intermediate_size", "no such field"},
     {"{" PHI3_MIN ", \"quantization_config\": {\"bits\": 4}}", "quantization_config", "found"},
+    /* Qwen3 */
+    {"{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"
+     " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"vocab_size\": 256, \"max_position_embeddings\": 256}",
+     "head_dim: expected an integer in [1, 4096] (absent means 128 in HF's Qwen3", "no such field"},
+    {"{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 96, \"num_hidden_layers\": 2,"
+     " \"num_attention_heads\": 4, \"head_dim\": 16, \"vocab_size\": 256, \"max_position_embeddings\": 256}",
+     "num_key_value_heads: expected an integer in [1, 4] (absent means 32 in HF's Qwen3", "no such field"},
+    {"{" QWEN3_MIN ", \"mlp_bias\": true}", "mlp_bias", "HF's Qwen3 has no MLP biases"},
+    {"{" QWEN3_MIN ", \"attention_bias\": 1}", "attention_bias: expected true or false", "found 1"},
+    {"{" QWEN3_NO_HD ", \"head_dim\": 15}", "head_dim: expected an even number", "found 15"},
+    {"{" QWEN3_NO_HD ", \"head_dim\": 32768}", "head_dim: expected an integer in [1, 4096]", "found 32768"},
+    {"{" QWEN3_MIN ", \"attention_dropout\": 0.1}", "attention_dropout: expected 0", "found 0.1"},
+    {"{" QWEN3_MIN ", \"use_sliding_window\": true, \"sliding_window\": 8, \"max_window_layers\": 1}",
+     "max_window_layers", "found 1"},
+    {"{" QWEN3_MIN ", \"use_sliding_window\": true, \"max_window_layers\": 0}", "sliding_window",
+     "absent means 4096 in HF's Qwen3"},
+    {"{" QWEN3_MIN ", \"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0}}", "rope_scaling.rope_type: expected \"default\" or \"llama3\"",
+     "\"yarn\""},
+    {"{" QWEN3_MIN ", \"architectures\": [\"Qwen2ForCausalLM\"]}", "architectures: expected [\"Qwen3ForCausalLM\"]",
+     "\"Qwen2ForCausalLM\""},
     {"{\"model_type\": \"phi\", \"hidden_size\": 64}", "model_type: expected \"gpt2\", \"llama\"", "\"phi\""},
 };
 
