@@ -1,7 +1,8 @@
 /* model_desc.c - the model description: a Hugging Face config.json read with cJSON. This file
- * checks the text (size, NUL bytes, nesting, syntax, trailing text), reads model_type and parses
- * GPT-2; the Llama family (model_type llama / mistral / qwen2) is model_desc_llama.c, which
- * documents its fields.
+ * checks the text (size, NUL bytes, nesting, syntax, trailing text), finds model_type's family in
+ * arch.c's descriptions, reads the sizes by the architecture's key table (model_desc_read_sizes)
+ * and the rest of GPT-2; the RoPE families (llama / mistral / qwen2 / phi3 / qwen3) are
+ * model_desc_llama.c, which documents their fields.
  *
  * GPT-2 (model_type "gpt2" or absent). Used fields: n_layer, n_head, n_embd, n_inner
  * (null/absent: 4*n_embd), vocab_size, n_positions (or n_ctx), layer_norm_epsilon (1e-5),

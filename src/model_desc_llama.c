@@ -1,15 +1,18 @@
-/* model_desc_llama.c - the Llama family's Hugging Face config.json (model_type "llama" /
- * LlamaForCausalLM, "mistral" / MistralForCausalLM, "qwen2" / Qwen2ForCausalLM) into a
- * ModelDesc (arch ARCH_LLAMA). Semantics are those of transformers' LlamaConfig, MistralConfig
- * and Qwen2Config (4.4x and 5.x); a field that would change the math in a way gtrain does not
+/* model_desc_llama.c - the RoPE families' Hugging Face config.json (model_type "llama" /
+ * LlamaForCausalLM, "mistral" / MistralForCausalLM, "qwen2" / Qwen2ForCausalLM: ARCH_LLAMA;
+ * "phi3" / Phi3ForCausalLM: ARCH_PHI3; "qwen3" / Qwen3ForCausalLM: ARCH_QWEN3) into a ModelDesc.
+ * Where the families differ is each one's ArchFamily (arch.c), not a test here. Semantics are
+ * those of transformers' LlamaConfig, MistralConfig, Qwen2Config, Phi3Config and Qwen3Config (4.4x
+ * and 5.x); a field that would change the math in a way gtrain does not
  * implement is refused, one line naming the field and the value found, code 2.
  *
  * Required: hidden_size -> n_embd, intermediate_size -> n_inner, num_hidden_layers -> n_layer,
  *   num_attention_heads -> n_head, vocab_size, max_position_embeddings -> n_positions (HF has
  *   defaults for these, but a config without them is broken, not small).
  * num_key_value_heads -> n_kv_head: a divisor of num_attention_heads; null -> num_attention_heads.
- *   Absent: llama -> num_attention_heads; mistral and qwen2 refuse it, because HF's default there
- *   is 8 (Mistral) or 32 (Qwen2), not num_attention_heads, and that surprise is better spelled out.
+ *   Absent: llama, phi3 -> num_attention_heads; mistral, qwen2 and qwen3 refuse it, because HF's
+ *   default there is 8 (Mistral) or 32 (Qwen2, Qwen3), not num_attention_heads, and that surprise
+ *   is better spelled out. qwen3 refuses an absent head_dim likewise (HF's default: 128).
  * head_dim (absent or null: hidden_size / num_attention_heads, which must then divide): even
  *   (RoPE rotates pairs), at most 4096, num_attention_heads * head_dim <= 65536; it need not
  *   equal hidden_size (Llama 3.2 style).
@@ -20,7 +23,10 @@
  *   down biases. mistral: none; attention_bias / mlp_bias true is refused (HF's Mistral never has
  *   them). qwen2: q, k, v biases always, no o or MLP bias (HF's Qwen2 hard-codes them and has no
  *   attention_bias field): attention_bias true is accepted as saying the same, false is refused as
- *   contradicting the weights; mlp_bias true is refused.
+ *   contradicting the weights; mlp_bias true is refused. phi3: as mistral. qwen3: attention_bias
+ *   (false) gives q, k, v and o biases; mlp_bias true is refused.
+ * phi3: resid_pdrop and embd_pdrop must be 0 too (as attention_dropout); rope_scaling only
+ *   "default" (HF's Phi3 has longrope / su / yarn, not implemented, and no llama3).
  * RoPE: rope_theta (> 0, default 10000). rope_scaling (transformers 4) or rope_parameters
  *   (transformers 5's name, which may also hold rope_theta; both given: refused; a theta in both
  *   places must agree). Null / absent / {} / rope_type "default": no scaling. rope_type (or the
@@ -39,6 +45,8 @@
  *     sliding_window and max_window_layers are ignored, 0. use_sliding_window true: sliding_window
  *     is required (null: no window) and max_window_layers is required; 0 windows every layer,
  *     >= num_hidden_layers none, anything between is a per-layer pattern and refused.
+ *   phi3: sliding_window absent or null: none; an integer: every layer (HF's Phi3 masks with it
+ *     whenever it is not None). qwen3: as qwen2.
  *   layer_types (transformers 5): null, or num_hidden_layers entries "full_attention" /
  *     "sliding_attention", all the same and matching the above (a "sliding_attention" layer with
  *     no sliding_window is refused: HF raises on it too).
