@@ -151,7 +151,9 @@ static const ArchTensor QWEN3_TENSORS[] = {
 
 static const ArchSpec SPECS[ARCH_COUNT] = {
     [ARCH_GPT2] = {.arch = ARCH_GPT2, .name = "GPT-2", .norm = NORM_LAYERNORM, .mlp = MLP_GELU_TANH,
-                   .pos = POS_LEARNED, .n_families = 1, .families = {{"gpt2", "GPT2LMHeadModel", "GPT-2"}},
+                   .pos = POS_LEARNED, .n_families = 1,
+                   .families = {{"gpt2", "GPT2LMHeadModel", "GPT-2", 0, 0, BIAS_KEYS_NONE, WINDOW_KEYS_NONE, false, false,
+                                 {NULL}}},
                    .hf_optional_prefix = "transformer.", .layer_prefix = "transformer.h.", .n_peft = 4,
                    .peft = {{PEFT_C_ATTN, "c_attn", "attn.c_attn"}, {PEFT_ATTN_C_PROJ, "c_proj", "attn.c_proj"},
                             {PEFT_C_FC, "c_fc", "mlp.c_fc"}, {PEFT_MLP_C_PROJ, "c_proj", "mlp.c_proj"}},
