@@ -203,3 +203,31 @@ Test(model_desc, family_refusals) {
         if (b->want2) cr_expect(strstr(err.msg, b->want2), "case %d: '%s' not in: %s", i, b->want2, err.msg);
     }
 }
+
+/* LoRA on Phi-3 names the fused modules: PEFT has no default target_modules for phi3 (none given is
+ * refused, naming them) and Llama's q_proj is not one of its modules; one line each, exit 2 */
+Test(model_desc, phi3_lora_targets_are_the_fused_names, .timeout = 60) {
+    const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
+    if (!bin || !root) cr_skip_test("GTRAIN_BIN / GTRAIN_ROOT not set (run through make test)");
+    static const char *const sets[][2] = {
+        {"lora.target_modules=", "PEFT has no default targets for model_type phi3; its modules: qkv_proj, o_proj, "
+                                 "gate_up_proj, down_proj), found none"},
+        {"lora.target_modules=q_proj", "expected modules of a Phi-3 (qkv_proj, o_proj, gate_up_proj, down_proj) model, "
+                                       "found \"q_proj\""},
+    };
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        char cmd[2048];
+        snprintf(cmd, sizeof cmd, "cd '%s' && '%s' plan --config configs/llama-shakespeare-lora.yaml --set "
+                 "model=tests/fixtures/hf_configs/tiny-phi3.json --set '%s' 2>&1; echo \"rc=$?\"", root, bin, sets[i][0]);
+        FILE *p = popen(cmd, "r");
+        cr_assert(p);
+        char out[4096] = "";
+        size_t n = fread(out, 1, sizeof out - 1, p);
+        out[n] = '\0';
+        pclose(p);
+        cr_expect(strstr(out, sets[i][1]), "%s: '%s' not in: %s", sets[i][0], sets[i][1], out);
+        cr_expect(strstr(out, "rc=2\n"), "%s: expected exit 2: %s", sets[i][0], out);
+        const char *nl = strchr(out, '\n');
+        cr_expect(nl && strncmp(nl + 1, "rc=", 3) == 0, "%s: expected one line: %s", sets[i][0], out);
+    }
+}
