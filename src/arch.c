@@ -2,6 +2,7 @@
  * layout, the parameter count, initialisation, HF names, the rotary table. */
 #include "arch.h"
 
+#include "model_desc_internal.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -80,22 +81,183 @@ static const ArchTensor LLAMA_TENSORS[] = {
     {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
      ONE("lm_head.weight", DIM_V)},
 };
+
+/* Phi-3 (Phi3ForCausalLM): Llama's block, with HF's q|k|v and gate|up already fused (gate first),
+ * no biases; gtrain's names are the Llama table's */
+static const ArchTensor PHI3_TENSORS[] = {
+    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE("model.embed_tokens.weight", DIM_V)},
+    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "input_layernorm.weight", DIM_C)},
+    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.qkv_proj.weight", DIM_QKV)},
+    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
+    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
+    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.gate_up_proj.weight", DIM_2I)},
+    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.down_proj.weight", DIM_C)},
+    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("model.norm.weight", DIM_C)},
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
+     ONE("lm_head.weight", DIM_V)},
+};
+
+/* Qwen3 (Qwen3ForCausalLM): Llama's tensors (attention_bias: q, k, v and o biases; no MLP bias)
+ * and the per-head q_norm / k_norm weights [head_dim] */
+static const ArchTensor QWEN3_TENSORS[] = {
+    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE("model.embed_tokens.weight", DIM_V)},
+    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "input_layernorm.weight", DIM_C)},
+    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 3,
+     {{L_ "self_attn.q_proj.weight", DIM_Q}, {L_ "self_attn.k_proj.weight", DIM_KV}, {L_ "self_attn.v_proj.weight", DIM_KV}}},
+    {ROLE_QKV_B, true, L_ "self_attn.qkv_proj.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_QKV_BIAS, 3,
+     {{L_ "self_attn.q_proj.bias", DIM_Q}, {L_ "self_attn.k_proj.bias", DIM_KV}, {L_ "self_attn.v_proj.bias", DIM_KV}}},
+    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
+    {ROLE_O_B, true, L_ "self_attn.o_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_O_BIAS,
+     ONE(L_ "self_attn.o_proj.bias", DIM_C)},
+    {ROLE_QNORM_W, true, L_ "self_attn.q_norm.weight", DIM_HD, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.q_norm.weight", DIM_HD)},
+    {ROLE_KNORM_W, true, L_ "self_attn.k_norm.weight", DIM_HD, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "self_attn.k_norm.weight", DIM_HD)},
+    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
+    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 2,
+     {{L_ "mlp.gate_proj.weight", DIM_I}, {L_ "mlp.up_proj.weight", DIM_I}}},
+    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
+     ONE(L_ "mlp.down_proj.weight", DIM_C)},
+    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
+     ONE("model.norm.weight", DIM_C)},
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
+     ONE("lm_head.weight", DIM_V)},
+};
 #undef L_
 #undef ONE
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
+/* the Llama family's sizes (HF's names), every one required */
+#define LLAMA_SIZES                                                                                                 \
+    {{"num_hidden_layers", NULL, FIELD_N_LAYER, 1, MAX_N_LAYER, 0},                                               \
+     {"num_attention_heads", NULL, FIELD_N_HEAD, 1, MAX_N_HEAD, 0},                                               \
+     {"hidden_size", NULL, FIELD_N_EMBD, 1, MAX_N_EMBD, 0},                                                       \
+     {"intermediate_size", NULL, FIELD_N_INNER, 1, MAX_N_INNER, 0},                                               \
+     {"vocab_size", NULL, FIELD_VOCAB, 1, MAX_VOCAB, 0},                                                          \
+     {"max_position_embeddings", NULL, FIELD_POSITIONS, 1, MAX_POSITIONS, 0}}
+
 static const ArchSpec SPECS[ARCH_COUNT] = {
-    [ARCH_GPT2] = {ARCH_GPT2, "GPT2LMHeadModel", "transformer.", GPT2_TENSORS, COUNT(GPT2_TENSORS)},
-    [ARCH_LLAMA] = {ARCH_LLAMA, "LlamaForCausalLM", NULL, LLAMA_TENSORS, COUNT(LLAMA_TENSORS)},
+    [ARCH_GPT2] = {.arch = ARCH_GPT2, .name = "GPT-2", .norm = NORM_LAYERNORM, .mlp = MLP_GELU_TANH,
+                   .pos = POS_LEARNED, .n_families = 1,
+                   .families = {{"gpt2", "GPT2LMHeadModel", "GPT-2", 0, 0, BIAS_KEYS_NONE, WINDOW_KEYS_NONE, false, false,
+                                 {NULL}}},
+                   .hf_optional_prefix = "transformer.", .layer_prefix = "transformer.h.", .n_peft = 4,
+                   .peft = {{PEFT_C_ATTN, "c_attn", "attn.c_attn"}, {PEFT_ATTN_C_PROJ, "c_proj", "attn.c_proj"},
+                            {PEFT_C_FC, "c_fc", "mlp.c_fc"}, {PEFT_MLP_C_PROJ, "c_proj", "mlp.c_proj"}},
+                   .peft_default_targets = "c_attn", .peft_summary = "c_attn, c_proj, c_fc", .config_from_desc = true,
+                   .sizes = {{"n_layer", NULL, FIELD_N_LAYER, 1, MAX_N_LAYER, 0},
+                             {"n_head", NULL, FIELD_N_HEAD, 1, MAX_N_HEAD, 0},
+                             {"n_embd", NULL, FIELD_N_EMBD, 1, MAX_N_EMBD, 0},
+                             {"n_inner", NULL, FIELD_N_INNER, 1, MAX_N_INNER, 4},
+                             {"vocab_size", NULL, FIELD_VOCAB, 1, MAX_VOCAB, 0},
+                             {"n_positions", "n_ctx", FIELD_POSITIONS, 1, MAX_POSITIONS, 0}},
+                   .norm_eps_key = "layer_norm_epsilon",
+                   .tensors = GPT2_TENSORS, .n_tensors = COUNT(GPT2_TENSORS)},
+    [ARCH_LLAMA] = {.arch = ARCH_LLAMA, .name = "Llama-family", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU,
+                    .pos = POS_ROPE, .n_families = 3,
+                    .families = {{"llama", "LlamaForCausalLM", "Llama", 0, 0, BIAS_KEYS_LLAMA, WINDOW_KEYS_NONE, true,
+                                  true, {"attention_dropout"}},
+                                 {"mistral", "MistralForCausalLM", "Mistral", 8, 0, BIAS_KEYS_NONE, WINDOW_KEYS_REQUIRED,
+                                  false, true, {"attention_dropout"}},
+                                 {"qwen2", "Qwen2ForCausalLM", "Qwen2", 32, 0, BIAS_KEYS_QKV, WINDOW_KEYS_USE_FLAG, false,
+                                  true, {"attention_dropout"}}},
+                    .layer_prefix = "model.layers.", .n_peft = 7,
+                    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
+                             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
+                             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
+                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
+                    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                    .tensors = LLAMA_TENSORS, .n_tensors = COUNT(LLAMA_TENSORS)},
+    /* HF's Phi3Config: num_key_value_heads None -> num_attention_heads, no biases, sliding_window on
+     * every layer when not null, the three dropouts; RoPE "default" only (longrope / su / yarn and
+     * partial_rotary_factor refused); PEFT has no default targets for it */
+    [ARCH_PHI3] = {.arch = ARCH_PHI3, .name = "Phi-3", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU, .pos = POS_ROPE,
+                   .n_families = 1,
+                   .families = {{"phi3", "Phi3ForCausalLM", "Phi3", 0, 0, BIAS_KEYS_NONE, WINDOW_KEYS_OPTIONAL, false,
+                                 false, {"attention_dropout", "resid_pdrop", "embd_pdrop"}}},
+                   .layer_prefix = "model.layers.", .n_peft = 4,
+                   .peft = {{PEFT_QKV_PROJ, "qkv_proj", "self_attn.qkv_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
+                            {PEFT_GATE_UP_PROJ, "gate_up_proj", "mlp.gate_up_proj"},
+                            {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
+                   .peft_default_targets = NULL, .peft_summary = "qkv_proj, o_proj, gate_up_proj, down_proj",
+                   .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                   .tensors = PHI3_TENSORS, .n_tensors = COUNT(PHI3_TENSORS)},
+    /* HF's Qwen3Config: num_key_value_heads (default 32) and head_dim (default 128, not
+     * hidden_size / num_attention_heads) must be written out; attention_bias gives q, k, v and o
+     * biases; Qwen2's window keys; PEFT's default targets q_proj, v_proj */
+    [ARCH_QWEN3] = {.arch = ARCH_QWEN3, .name = "Qwen3", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU, .pos = POS_ROPE,
+                    .qk_norm = true, .n_families = 1,
+                    .families = {{"qwen3", "Qwen3ForCausalLM", "Qwen3", 32, 128, BIAS_KEYS_ATTN, WINDOW_KEYS_USE_FLAG,
+                                  false, true, {"attention_dropout"}}},
+                    .layer_prefix = "model.layers.", .n_peft = 7,
+                    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
+                             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
+                             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
+                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
+                    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                    .tensors = QWEN3_TENSORS, .n_tensors = COUNT(QWEN3_TENSORS)},
 };
 
 const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }
 
-const char *arch_hf_class(const ModelDesc *d) {
-    if (d->arch == ARCH_GPT2) return "GPT2LMHeadModel";
-    if (strcmp(d->model_type, "mistral") == 0) return "MistralForCausalLM";
-    if (strcmp(d->model_type, "qwen2") == 0) return "Qwen2ForCausalLM";
-    return "LlamaForCausalLM";
+const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch) {
+    for (int a = 0; a < ARCH_COUNT; a++)
+        for (int f = 0; f < SPECS[a].n_families; f++)
+            if (strcmp(model_type, SPECS[a].families[f].model_type) == 0) {
+                if (arch) *arch = (ModelArch)a;
+                return &SPECS[a].families[f];
+            }
+    return NULL;
+}
+
+const ArchFamily *arch_family(const ModelDesc *d) {
+    const ArchSpec *s = arch_spec(d->arch);
+    for (int f = 0; f < s->n_families; f++)
+        if (strcmp(d->model_type, s->families[f].model_type) == 0) return &s->families[f];
+    return &s->families[0];
+}
+
+int *arch_size_field(ModelDesc *d, ArchField f) {
+    switch (f) {
+    case FIELD_N_LAYER: return &d->n_layer;
+    case FIELD_N_HEAD: return &d->n_head;
+    case FIELD_N_EMBD: return &d->n_embd;
+    case FIELD_N_INNER: return &d->n_inner;
+    case FIELD_VOCAB: return &d->vocab_size;
+    case FIELD_POSITIONS: return &d->n_positions;
+    }
+    return &d->n_layer;
+}
+
+const char *arch_hf_class(const ModelDesc *d) { return arch_family(d)->hf_class; }
+
+const ArchPeft *arch_peft_module(ModelArch arch, PeftModule m) {
+    const ArchSpec *s = arch_spec(arch);
+    for (int i = 0; i < s->n_peft; i++)
+        if (s->peft[i].module == m) return &s->peft[i];
+    return NULL;
+}
+
+const ArchPeft *arch_peft_any(PeftModule m) {
+    for (int a = 0; a < ARCH_COUNT; a++) {
+        const ArchPeft *p = arch_peft_module((ModelArch)a, m);
+        if (p) return p;
+    }
+    return NULL;
 }
 
 int64_t arch_dim(const ModelDesc *d, ArchDim dim) {
@@ -109,6 +271,7 @@ int64_t arch_dim(const ModelDesc *d, ArchDim dim) {
     case DIM_QKV: return (int64_t)(d->n_head + 2 * d->n_kv_head) * d->head_dim;
     case DIM_I: return d->n_inner;
     case DIM_2I: return 2 * (int64_t)d->n_inner;
+    case DIM_HD: return d->head_dim;
     }
     return 0;
 }

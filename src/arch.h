@@ -1,6 +1,9 @@
-/* arch.h - each architecture as data: the table of its parameter tensors (role, shape from the
- * model's dims, initialisation, weight decay, Hugging Face name(s), transposed or not, row blocks
- * when one gtrain tensor is several HF tensors), and the parameter layout built from it.
+/* arch.h - each architecture as data: what its block computes (norm, MLP, positions, QK-norm),
+ * its Hugging Face classes and model_types, its PEFT module names and layer prefix, the table of
+ * its parameter tensors (role, shape from the model's dims, initialisation, weight decay, Hugging
+ * Face name(s), transposed or not, row blocks when one gtrain tensor is several HF tensors), and
+ * the parameter layout built from it. No code outside arch.c asks which family a model is: it
+ * reads these fields.
  *
  * Everything that needs to know what a model holds reads this table: the layout (offsets in the
  * flat params/grads buffers), the parameter count, initialisation, the memory plan, the
@@ -30,6 +33,8 @@ typedef enum {
     ROLE_NORMF_W,  /* final norm */
     ROLE_NORMF_B,
     ROLE_LM_HEAD,  /* [V, C], absent when tied to wte */
+    ROLE_QNORM_W,  /* per-head RMSNorm weight of the queries [head_dim] (QK-norm) */
+    ROLE_KNORM_W,  /* and of the keys */
     ROLE_COUNT
 } TensorRole;
 
@@ -43,7 +48,8 @@ typedef enum {
     DIM_KV,    /* n_kv_head * head_dim */
     DIM_QKV,   /* Q + 2 KV */
     DIM_I,     /* n_inner (intermediate_size) */
-    DIM_2I     /* 2 n_inner (gate | up) */
+    DIM_2I,    /* 2 n_inner (gate | up) */
+    DIM_HD     /* head_dim */
 } ArchDim;
 
 typedef enum {
@@ -55,6 +61,76 @@ typedef enum {
 
 /* When a tensor exists (depends on the config) */
 typedef enum { WHEN_ALWAYS = 0, WHEN_UNTIED, WHEN_QKV_BIAS, WHEN_O_BIAS, WHEN_MLP_BIAS } ArchWhen;
+
+/* The linear modules of a layer that LoRA can adapt (PEFT's names: each architecture lists its
+ * own with arch_peft_module). */
+typedef enum {
+    PEFT_Q_PROJ = 0, PEFT_K_PROJ, PEFT_V_PROJ, PEFT_O_PROJ, PEFT_GATE_PROJ, PEFT_UP_PROJ, PEFT_DOWN_PROJ, /* Llama */
+    PEFT_C_ATTN, PEFT_ATTN_C_PROJ, PEFT_C_FC, PEFT_MLP_C_PROJ,                                           /* GPT-2 */
+    PEFT_QKV_PROJ, PEFT_GATE_UP_PROJ,                       /* Phi-3's fused ones (its o_proj, down_proj: Llama's) */
+    PEFT_MODULE_COUNT
+} PeftModule;
+
+/* What a block computes. */
+typedef enum { NORM_LAYERNORM = 0 /* (x - mean) rstd w + b */, NORM_RMSNORM /* x rstd w, no bias */ } ArchNorm;
+typedef enum {
+    MLP_GELU_TANH = 0, /* act = gelu_tanh(x Wfc + b) [I] */
+    MLP_SWIGLU         /* [gate | up] = x Wfc [2I] (gate first); act = silu(gate) * up */
+} ArchMlp;
+typedef enum {
+    POS_LEARNED = 0, /* wpe added to the token embedding */
+    POS_ROPE         /* rotary on q and k (halves rotated, as HF's Llama; llama3 rope_scaling when configured) */
+} ArchPos;
+
+/* One PEFT module of an architecture: PEFT's target name and its path inside a layer */
+typedef struct {
+    PeftModule module;
+    const char *name, *path;
+} ArchPeft;
+
+/* How a family's config.json says which biases there are (model_desc_llama.c reads them):
+ *   BIAS_KEYS_LLAMA  attention_bias (false): q, k, v and o biases; mlp_bias (false): gate, up, down
+ *   BIAS_KEYS_NONE   none; attention_bias / mlp_bias true refused (HF's class never has them)
+ *   BIAS_KEYS_QKV    q, k, v always, no o or MLP bias (HF hard-codes them): attention_bias true is
+ *                    accepted as saying the same, false refused; mlp_bias true refused
+ *   BIAS_KEYS_ATTN   attention_bias (false): q, k, v and o biases; mlp_bias true refused */
+typedef enum { BIAS_KEYS_NONE = 0, BIAS_KEYS_LLAMA, BIAS_KEYS_QKV, BIAS_KEYS_ATTN } ArchBiasKeys;
+/* How it says the attention window (one window for every layer, or none):
+ *   WINDOW_KEYS_NONE      HF's class has none and reads no key (layer_types must be full attention)
+ *   WINDOW_KEYS_REQUIRED  sliding_window on every layer, required (an integer or null)
+ *   WINDOW_KEYS_USE_FLAG  Qwen2's use_sliding_window / sliding_window / max_window_layers
+ *   WINDOW_KEYS_OPTIONAL  sliding_window on every layer; absent or null: none */
+typedef enum { WINDOW_KEYS_NONE = 0, WINDOW_KEYS_REQUIRED, WINDOW_KEYS_USE_FLAG, WINDOW_KEYS_OPTIONAL } ArchWindowKeys;
+
+/* One Hugging Face family of an architecture: config.json's model_type and its ...ForCausalLM
+ * class; hf names it in messages ("HF's Qwen2"); and how its config.json is read where families
+ * of one architecture differ. */
+typedef struct {
+    const char *model_type, *hf_class, *hf;
+    int kv_heads_absent;     /* num_key_value_heads absent: 0 means num_attention_heads; else it is HF's
+                              * default, not num_attention_heads, and absent is refused naming it */
+    int head_dim_absent;     /* head_dim absent: 0 means hidden_size / num_attention_heads; else HF's
+                              * default, and absent is refused naming it */
+    ArchBiasKeys biases;
+    ArchWindowKeys window;
+    bool pretraining_tp;     /* reads pretraining_tp (must be 1) */
+    bool rope_llama3;        /* rope_scaling "llama3" is one of HF's types for it (else only "default") */
+    const char *zero_keys[4]; /* dropout probabilities that must be 0 when present (gtrain has none), NULL-ended */
+} ArchFamily;
+
+/* A size config.json gives (model_desc.c reads the table in order, hf_checkpoint.c writes it). */
+typedef enum { FIELD_N_LAYER = 0, FIELD_N_HEAD, FIELD_N_EMBD, FIELD_N_INNER, FIELD_VOCAB, FIELD_POSITIONS } ArchField;
+typedef struct {
+    const char *key;   /* config.json's name */
+    const char *alt;   /* read when key is absent (GPT-2's n_ctx) and written too, or NULL */
+    ArchField field;
+    int lo, hi;        /* bounds (model_desc_internal.h's MAX_*) */
+    int embd_times;    /* 0: required; else optional (absent or null: embd_times * n_embd) */
+} ArchSizeKey;
+#define ARCH_MAX_SIZE_KEYS 6
+
+#define ARCH_MAX_FAMILIES 3
+#define ARCH_MAX_PEFT 7
 
 /* One HF tensor: its name ("%d": the layer) and the rows of the gtrain tensor it holds. */
 typedef struct {
@@ -79,15 +155,41 @@ typedef struct {
 
 typedef struct {
     ModelArch arch;
-    const char *hf_class;        /* "GPT2LMHeadModel", "LlamaForCausalLM" (config.json "architectures") */
+    const char *name;            /* in messages: "GPT-2", "Llama-family" */
+    ArchNorm norm;               /* every norm of the model (the two of a block and the final one) */
+    ArchMlp mlp;
+    ArchPos pos;
+    bool qk_norm;                /* every query and key head RMS-normalised over head_dim (ROLE_QNORM_W,
+                                  * ROLE_KNORM_W) after the projection and before RoPE (Qwen3) */
+    int n_families;
+    ArchFamily families[ARCH_MAX_FAMILIES]; /* the first is the default (a description filled by hand) */
     const char *hf_optional_prefix; /* loading also accepts HF names without it ("transformer."), or NULL */
+    const char *layer_prefix;    /* HF module names of layer L: layer_prefix L "." path ("model.layers.") */
+    int n_peft;
+    ArchPeft peft[ARCH_MAX_PEFT]; /* the modules LoRA can adapt, in the layer's forward order */
+    const char *peft_default_targets; /* PEFT's default target_modules (comma-separated); NULL: PEFT has none */
+    const char *peft_summary;    /* its module names for messages: "c_attn, c_proj, c_fc" */
+    bool config_from_desc;       /* a saved model's config.json is written from the description (GPT-2: every
+                                  * field it has is one gtrain reads), not copied from the one read */
+    ArchSizeKey sizes[ARCH_MAX_SIZE_KEYS]; /* config.json's sizes, in the order they are read */
+    const char *norm_eps_key;    /* "layer_norm_epsilon" / "rms_norm_eps" */
     const ArchTensor *tensors;   /* globals before the layers, per-layer ones, globals after, in layout order */
     int n_tensors;
 } ArchSpec;
 
 const ArchSpec *arch_spec(ModelArch arch);
-/* HF class name for the config.json gtrain writes: per model_type for the Llama family */
+/* The family of model_type (NULL when no architecture has it), and its architecture in *arch */
+const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch);
+/* d's family (its model_type's; the architecture's first when d's model_type is not one of them) */
+const ArchFamily *arch_family(const ModelDesc *d);
+/* d's field of a size key */
+int *arch_size_field(ModelDesc *d, ArchField f);
+/* HF class name for the config.json gtrain writes and for messages: d's family's */
 const char *arch_hf_class(const ModelDesc *d);
+/* arch's entry for PEFT module m, or NULL when the architecture has no such module */
+const ArchPeft *arch_peft_module(ModelArch arch, PeftModule m);
+/* the entry of m in the first architecture that has it (names are the same wherever it appears) */
+const ArchPeft *arch_peft_any(PeftModule m);
 /* the size of a dimension for d */
 int64_t arch_dim(const ModelDesc *d, ArchDim dim);
 /* whether tensor t exists in model d */

@@ -14,6 +14,7 @@ static const char *const NAMES[BUF_COUNT] = {
     [BUF_ACT_QKV] = "qkv", [BUF_ACT_ATTY] = "attention output", [BUF_ACT_LSE] = "attention lse",
     [BUF_ACT_RES2] = "residual after attention", [BUF_ACT_LN2] = "norm2 output", [BUF_ACT_LN2_MEAN] = "norm2 mean",
     [BUF_ACT_LN2_RSTD] = "norm2 rstd", [BUF_ACT_FCH] = "mlp up", [BUF_ACT_FCH_ACT] = "mlp activation",
+    [BUF_ACT_QKV_PRE] = "qkv before qk-norm", [BUF_ACT_QK_RSTD] = "qk-norm rstd",
     [BUF_FINAL_RES] = "final residual", [BUF_LNF] = "final norm output", [BUF_LNF_MEAN] = "final norm mean",
     [BUF_LNF_RSTD] = "final norm rstd", [BUF_TOKENS] = "tokens", [BUF_TARGETS] = "targets", [BUF_LOSSES] = "losses",
     [BUF_LOGITS] = "logits chunk", [BUF_DRES] = "d residual", [BUF_DBTC] = "d norm / attention output",
@@ -75,19 +76,23 @@ uint64_t buffers_staging_bytes(const ModelDesc *d) {
 static void layer_acts(Builder *k, const ModelDesc *d, const BufferShape *s, MemCategory cat, int count) {
     const uint64_t BT = mul(k, (uint64_t)s->B, (uint64_t)s->T), a = gt_dtype_size(s->act), f = sizeof(float);
     const uint64_t C = (uint64_t)d->n_embd, I = (uint64_t)d->n_inner;
-    const bool gpt2 = d->arch == ARCH_GPT2;
+    const bool mean = arch_spec(d->arch)->norm == NORM_LAYERNORM, swiglu = arch_spec(d->arch)->mlp == MLP_SWIGLU;
     add(k, BUF_ACT_LN1, cat, mul(k, BT, C), a, count);
-    if (gpt2) add(k, BUF_ACT_LN1_MEAN, cat, BT, f, count);
+    if (mean) add(k, BUF_ACT_LN1_MEAN, cat, BT, f, count);
     add(k, BUF_ACT_LN1_RSTD, cat, BT, f, count);
     add(k, BUF_ACT_QKV, cat, mul(k, BT, (uint64_t)model_desc_qkv_dim(d)), a, count);
     add(k, BUF_ACT_ATTY, cat, mul(k, BT, (uint64_t)model_desc_attn_dim(d)), a, count);
     add(k, BUF_ACT_LSE, cat, mul(k, BT, (uint64_t)d->n_head), f, count);
     add(k, BUF_ACT_RES2, cat, mul(k, BT, C), a, count);
     add(k, BUF_ACT_LN2, cat, mul(k, BT, C), a, count);
-    if (gpt2) add(k, BUF_ACT_LN2_MEAN, cat, BT, f, count);
+    if (mean) add(k, BUF_ACT_LN2_MEAN, cat, BT, f, count);
     add(k, BUF_ACT_LN2_RSTD, cat, BT, f, count);
-    add(k, BUF_ACT_FCH, cat, mul(k, BT, gpt2 ? I : 2 * I), a, count);
+    add(k, BUF_ACT_FCH, cat, mul(k, BT, swiglu ? 2 * I : I), a, count);
     add(k, BUF_ACT_FCH_ACT, cat, mul(k, BT, I), a, count);
+    if (arch_spec(d->arch)->qk_norm) {
+        add(k, BUF_ACT_QKV_PRE, cat, mul(k, BT, (uint64_t)model_desc_qkv_dim(d)), a, count);
+        add(k, BUF_ACT_QK_RSTD, cat, mul(k, BT, (uint64_t)(d->n_head + d->n_kv_head)), f, count);
+    }
 }
 
 int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
@@ -100,7 +105,7 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     const uint64_t NP = lora ? lora_num_params(d) : arch_num_params(d);
     const uint64_t world = (uint64_t)(s->shard_world > 0 ? s->shard_world : 1);
     const uint64_t shard = (NP + world - 1) / world;
-    const bool gpt2 = d->arch == ARCH_GPT2;
+    const ArchSpec *spec = arch_spec(d->arch);
     const RecomputePolicy *pol = &s->policy;
     const int L = d->n_layer, K = recompute_count(pol);
 
@@ -117,7 +122,7 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     }
     k.cur = "activations";
     const uint64_t BT = mul(&k, (uint64_t)s->B, (uint64_t)s->T), BTC = mul(&k, BT, C);
-    if (!gpt2) {
+    if (spec->pos == POS_ROPE) {
         const uint64_t rope = mul(&k, (uint64_t)s->T, (uint64_t)(d->head_dim / 2));
         add(&k, BUF_ROPE_COS, MEM_ACTIVATIONS, rope, f, 1);
         add(&k, BUF_ROPE_SIN, MEM_ACTIVATIONS, rope, f, 1);
@@ -126,7 +131,7 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     layer_acts(&k, d, s, MEM_ACTIVATIONS, L - K);
     add(&k, BUF_FINAL_RES, MEM_ACTIVATIONS, BTC, a, 1);
     add(&k, BUF_LNF, MEM_ACTIVATIONS, BTC, a, 1);
-    if (gpt2) add(&k, BUF_LNF_MEAN, MEM_ACTIVATIONS, BT, f, 1);
+    if (spec->norm == NORM_LAYERNORM) add(&k, BUF_LNF_MEAN, MEM_ACTIVATIONS, BT, f, 1);
     add(&k, BUF_LNF_RSTD, MEM_ACTIVATIONS, BT, f, 1);
     add(&k, BUF_TOKENS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
     add(&k, BUF_TARGETS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
@@ -148,7 +153,7 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         add(&k, BUF_DRES, MEM_WORKSPACE, BTC, a, 1);
         add(&k, BUF_DBTC, MEM_WORKSPACE, mul(&k, BT, Q > C ? Q : C), a, 1);
         add(&k, BUF_DQKV, MEM_WORKSPACE, mul(&k, BT, (uint64_t)model_desc_qkv_dim(d)), a, 1);
-        add(&k, BUF_DFCH, MEM_WORKSPACE, mul(&k, BT, gpt2 ? I : 3 * I), a, 1);
+        add(&k, BUF_DFCH, MEM_WORKSPACE, mul(&k, BT, spec->mlp == MLP_SWIGLU ? 3 * I : I), a, 1);
         add(&k, BUF_ATT_WS, MEM_WORKSPACE, mul(&k, BT, (uint64_t)d->n_head), f, 1);
     }
     if (lora) { /* one adapter at a time: the widest input and output block */

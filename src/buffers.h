@@ -35,6 +35,8 @@ typedef enum {
     BUF_ACT_LN2_RSTD,
     BUF_ACT_FCH,      /* GPT-2: c_fc output [I]; Llama: gate | up [2I] */
     BUF_ACT_FCH_ACT,  /* gelu(fch) / swiglu(gate, up) [I] */
+    BUF_ACT_QKV_PRE,  /* QK-norm families: the projection's q | k | v before the per-head norm */
+    BUF_ACT_QK_RSTD,  /* and the norm's rstd [(NH + NKV) per row] */
     BUF_FINAL_RES,
     BUF_LNF,
     BUF_LNF_MEAN,

@@ -5,7 +5,8 @@
  * model.safetensors.index.json past save_max_shard_size (save_pretrained's split), with HF's names
  * from arch.c's table (GPT2LMHeadModel: "transformer.h.0.attn.c_attn.weight", Conv1D weights stored
  * [in, out]; LlamaForCausalLM and kin: "model.layers.0.self_attn.q_proj.weight", q/k/v and
- * gate/up split out of gtrain's fused tensors; lm_head.weight only when untied) plus
+ * gate/up split out of gtrain's fused tensors, Phi3ForCausalLM's fused qkv_proj / gate_up_proj as
+ * they are; lm_head.weight only when untied) plus
  * DIR/config.json, so AutoModelForCausalLM.from_pretrained(DIR) loads a gtrain run. Every tensor
  * streams through the model's host staging buffer.
  *

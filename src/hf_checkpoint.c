@@ -38,19 +38,21 @@ static int write_json(const char *dir, cJSON *j, GtError *err) {
     return rc;
 }
 
-static cJSON *gpt2_config(const ModelDesc *d) {
+/* config.json from the description (ArchSpec.config_from_desc: GPT-2): its sizes by the key table
+ * the reader reads, then the fields gtrain implements as constants */
+static cJSON *config_from_desc(const ModelDesc *d) {
+    const ArchSpec *s = arch_spec(d->arch);
+    ModelDesc v = *d;
     cJSON *j = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-    cJSON_AddItemToArray(arch, cJSON_CreateString("GPT2LMHeadModel"));
-    cJSON_AddStringToObject(j, "model_type", "gpt2");
-    cJSON_AddNumberToObject(j, "n_layer", d->n_layer);
-    cJSON_AddNumberToObject(j, "n_head", d->n_head);
-    cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
-    cJSON_AddNumberToObject(j, "n_inner", d->n_inner);
-    cJSON_AddNumberToObject(j, "vocab_size", d->vocab_size);
-    cJSON_AddNumberToObject(j, "n_positions", d->n_positions);
-    cJSON_AddNumberToObject(j, "n_ctx", d->n_positions);
-    cJSON_AddNumberToObject(j, "layer_norm_epsilon", d->layer_norm_epsilon);
+    cJSON_AddItemToArray(arch, cJSON_CreateString(arch_hf_class(d)));
+    cJSON_AddStringToObject(j, "model_type", arch_family(d)->model_type);
+    for (int i = 0; i < ARCH_MAX_SIZE_KEYS && s->sizes[i].key; i++) {
+        const int value = *arch_size_field(&v, s->sizes[i].field);
+        cJSON_AddNumberToObject(j, s->sizes[i].key, value);
+        if (s->sizes[i].alt) cJSON_AddNumberToObject(j, s->sizes[i].alt, value);
+    }
+    cJSON_AddNumberToObject(j, s->norm_eps_key, d->layer_norm_epsilon);
     cJSON_AddStringToObject(j, "activation_function", "gelu_new");
     cJSON_AddBoolToObject(j, "tie_word_embeddings", d->tie_word_embeddings);
     /* gtrain trains without dropout */
@@ -96,11 +98,11 @@ int checkpoint_write_config(const char *dir, const char *src, const char *bytes,
     return rc;
 }
 
-/* GPT-2's config.json from the description; a Llama-family model's: the one it was read from,
- * copied with torch_dtype set */
+/* config.json from the description (GPT-2: ArchSpec.config_from_desc), or the one it was read
+ * from, copied with torch_dtype set */
 static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError *err) {
-    if (d->arch != ARCH_GPT2) return checkpoint_write_config(dir, d->path, d->source, d->source_len, bf16, err);
-    cJSON *j = gpt2_config(d);
+    if (!arch_spec(d->arch)->config_from_desc) return checkpoint_write_config(dir, d->path, d->source, d->source_len, bf16, err);
+    cJSON *j = config_from_desc(d);
     set_string(j, "torch_dtype", bf16 ? "bfloat16" : "float32");
     int rc = write_json(dir, j, err);
     cJSON_Delete(j);

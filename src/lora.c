@@ -46,9 +46,9 @@ bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *s) {
 int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]) {
     int n = 0;
     if (d->lora_r <= 0) return 0;
-    for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-        if ((d->lora_targets >> m & 1u) && peft_module_arch((PeftModule)m) == d->arch && lora_module_site(d, (PeftModule)m, &out[n]))
-            n++;
+    const ArchSpec *spec = arch_spec(d->arch); /* its modules, in the layer's forward order */
+    for (int i = 0; i < spec->n_peft; i++)
+        if ((d->lora_targets >> spec->peft[i].module & 1u) && lora_module_site(d, spec->peft[i].module, &out[n])) n++;
     return n;
 }
 
@@ -181,7 +181,7 @@ int lora_pissa_niter_of(const char *init) {
 }
 
 /* PEFT's default targets when target_modules is None (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING) */
-static const char *default_targets(ModelArch arch) { return arch == ARCH_GPT2 ? "c_attn" : "q_proj,v_proj"; }
+static const char *default_targets(ModelArch arch) { return arch_spec(arch)->peft_default_targets; }
 
 /* cfg's comma-separated target_modules into PeftConfig form */
 static int set_targets(PeftConfig *pc, const char *list, const char *where, GtError *err) {
@@ -343,6 +343,9 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
                              "conversion is a plain LoRA's; a DoRA magnitude does not convert), found true",
                              cfg->lora.init_lora_weights);
         snprintf(pc->init, sizeof pc->init, "%.31s", cfg->lora.init_lora_weights); /* checked: short */
+        if (!cfg->lora.target_modules[0] && !default_targets(d->arch))
+            return key_error(cfg, "lora.target_modules", err, "expected module names (PEFT has no default targets for "
+                             "model_type %s; its modules: %s), found none", d->model_type, arch_spec(d->arch)->peft_summary);
         if (set_targets(pc, cfg->lora.target_modules[0] ? cfg->lora.target_modules : default_targets(d->arch), where, err) ||
             run_targets(pc, cfg, d->arch, mask, err))
             return -1;

@@ -30,8 +30,8 @@ static void print_usage(FILE *out) {
     fprintf(out,
             "usage: gtrain [COMMAND] --config RUN.yaml [--set KEY=VALUE]...\n"
             "\n"
-            "Train a transformer a Hugging Face config.json describes (GPT-2, Llama, Mistral, Qwen2): every\n"
-            "weight, or LoRA / PiSSA adapters on a frozen base (a lora: section in the run config).\n"
+            "Train a transformer a Hugging Face config.json describes (GPT-2, Llama, Mistral, Qwen2, Qwen3,\n"
+            "Phi-3): every weight, or LoRA / PiSSA adapters on a frozen base (a lora: section in the run config).\n"
             "\n"
             "commands:\n"
             "  train (default)   run the training job of the config\n"

@@ -148,6 +148,8 @@ static void **layer_act_slot(LayerActs *a, BufferId id) {
     case BUF_ACT_LN2_RSTD: return (void **)&a->ln2_rstd;
     case BUF_ACT_FCH: return (void **)&a->fch;
     case BUF_ACT_FCH_ACT: return (void **)&a->fch_act;
+    case BUF_ACT_QKV_PRE: return (void **)&a->qkv_pre;
+    case BUF_ACT_QK_RSTD: return (void **)&a->qk_rstd;
     default: return NULL;
     }
 }
@@ -272,7 +274,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->lnfw = model_w(m, -1, ROLE_NORMF_W);
     m->lnfb = model_w(m, -1, ROLE_NORMF_B);
     m->lm_head = pl->global[ROLE_LM_HEAD] >= 0 ? model_w(m, -1, ROLE_LM_HEAD) : m->wte;
-    if (desc->arch != ARCH_GPT2 && upload_rope(m, err)) goto fail;
+    if (arch_spec(desc->arch)->pos == POS_ROPE && upload_rope(m, err)) goto fail;
     if (train) {
         m->dwte = model_g(m, -1, ROLE_WTE);
         m->dwpe = model_g(m, -1, ROLE_WPE);

@@ -1,6 +1,7 @@
 /* model.h - the transformer: GPT-2 (pre-LN, as HF's GPT2LMHeadModel) and the Llama family
- * (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM), written once against the Backend ops;
- * what tensors a model has is arch.c's table, what buffers it allocates is buffers.c's list. Owns
+ * (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM), written
+ * once against the Backend ops; what a block computes and what tensors a model has is arch.c's
+ * description, what buffers it allocates is buffers.c's list. Owns
  * params, grads, AdamW state and activations, all allocated at creation through the tracking
  * allocator (no allocation inside a step). */
 #ifndef GT_MODEL_H
@@ -19,6 +20,8 @@
 typedef struct {
     act_t *ln1, *qkv, *atty, *res2, *ln2, *fch, *fch_act;
     float *ln1_mean, *ln1_rstd, *lse, *ln2_mean, *ln2_rstd;
+    act_t *qkv_pre; /* QK-norm: the projection's output, before the per-head norm (NULL otherwise) */
+    float *qk_rstd;
 } LayerActs;
 
 /* Called in backward when a range of the grads buffer is final for this micro-batch (a layer's

@@ -15,7 +15,8 @@
 
 #include "adapter.h"
 
-static bool is_gpt2(const Model *m) { return m->desc.arch == ARCH_GPT2; }
+/* what the block computes: the architecture's description */
+static const ArchSpec *spec(const Model *m) { return arch_spec(m->desc.arch); }
 
 /* One projection of layer l, by the roles of its weight and bias: out[N, OC] = inp[N, IC] W^T + b,
  * plus its adapters (adapter.h). Every projection of a block goes through this pair, so what a
@@ -35,12 +36,12 @@ static void linear_backward(Model *m, int l, TensorRole w, TensorRole b, act_t *
     if (m->n_lora_sites) adapter_backward(m, l, w, dinp, dout, inp, N, IC, OC);
 }
 
-/* the first norm of a block (and the final one): LayerNorm for GPT-2, RMSNorm for the Llama family */
+/* a norm of a block (and the final one), of the architecture's kind */
 static void norm_forward(Model *m, act_t *out, float *mean, float *rstd, const act_t *x, const act_t *w,
                          const act_t *b, int N) {
     const BackendOps *op = m->be->ops;
     const float eps = (float)m->desc.layer_norm_epsilon;
-    if (is_gpt2(m))
+    if (spec(m)->norm == NORM_LAYERNORM)
         op->layernorm_forward(m->be, out, mean, rstd, x, w, b, N, m->desc.n_embd, eps);
     else
         op->rmsnorm_forward(m->be, out, rstd, x, w, N, m->desc.n_embd, eps);
@@ -49,7 +50,7 @@ static void norm_forward(Model *m, act_t *out, float *mean, float *rstd, const a
 static void norm_backward(Model *m, act_t *dinp, float *dw, float *db, const act_t *dout, const act_t *x,
                           const act_t *w, const float *mean, const float *rstd, int N) {
     const BackendOps *op = m->be->ops;
-    if (is_gpt2(m))
+    if (spec(m)->norm == NORM_LAYERNORM)
         op->layernorm_backward(m->be, dinp, dw, db, dout, x, w, mean, rstd, N, m->desc.n_embd);
     else
         op->rmsnorm_backward(m->be, dinp, dw, dout, x, w, rstd, N, m->desc.n_embd);
@@ -65,7 +66,7 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     const BackendOps *op = be->ops;
     const ModelDesc *d = &m->desc;
     const int C = d->n_embd, I = d->n_inner, NH = d->n_head, NKV = d->n_kv_head, hd = d->head_dim, N = B * n;
-    const int QKV = model_desc_qkv_dim(d), Q = model_desc_attn_dim(d), FC = is_gpt2(m) ? I : 2 * I;
+    const int QKV = model_desc_qkv_dim(d), Q = model_desc_attn_dim(d), FC = spec(m)->mlp == MLP_SWIGLU ? 2 * I : I;
     const size_t r = (size_t)pos0; /* the first row: B = 1 buffers are contiguous [T, ...] */
     const float eps = (float)d->layer_norm_epsilon;
     act_t *ln1 = model_at(m, a->ln1, r * C), *qkv = model_at(m, a->qkv, r * QKV), *atty = model_at(m, a->atty, r * Q);
@@ -73,8 +74,15 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     act_t *fch_act = model_at(m, a->fch_act, r * I), *x = model_at(m, in, r * C);
     norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, x, model_w(m, l, ROLE_NORM1_W),
                  model_w(m, l, ROLE_NORM1_B), N);
-    linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
-    if (!is_gpt2(m)) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd);
+    if (spec(m)->qk_norm) { /* the projection into qkv_pre, then q and k heads normed into qkv */
+        act_t *pre = model_at(m, a->qkv_pre, r * QKV);
+        linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, pre, ln1, N, C, QKV);
+        op->head_rmsnorm_forward(be, qkv, a->qk_rstd + r * (size_t)(NH + NKV), pre, model_w(m, l, ROLE_QNORM_W),
+                                 model_w(m, l, ROLE_KNORM_W), N, NH, NKV, hd, eps);
+    } else {
+        linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
+    }
+    if (spec(m)->pos == POS_ROPE) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd);
     /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
      * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
      * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
@@ -82,9 +90,12 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window);
     linear_forward(m, l, ROLE_O_W, ROLE_O_B, res2, atty, N, Q, C);
     /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
-    if (is_gpt2(m)) {
+    if (spec(m)->norm == NORM_LAYERNORM)
         backend_residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
                                            model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
+    else
+        backend_residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
+    if (spec(m)->mlp == MLP_GELU_TANH) {
         /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU
          * epilogue), or the pair when an adapter adds to fch before the gelu */
         if (adapter_on(m, l, ROLE_FC_W)) {
@@ -94,7 +105,6 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
             backend_matmul_gelu_forward(be, fch_act, fch, ln2, model_w(m, l, ROLE_FC_W), model_w(m, l, ROLE_FC_B), N, C, I);
         }
     } else {
-        backend_residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
         linear_forward(m, l, ROLE_FC_W, ROLE_FC_B, fch, ln2, N, C, 2 * I);
         op->swiglu_forward(be, fch_act, fch, N, I);
     }
@@ -113,7 +123,7 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     const int T = m->T, C = d->n_embd, I = d->n_inner, NH = d->n_head, NKV = d->n_kv_head, hd = d->head_dim;
     const int BT = B * T, QKV = model_desc_qkv_dim(d), Q = model_desc_attn_dim(d);
     /* out = res2 + act(norm2(res2) Wfc) Wdown */
-    if (is_gpt2(m)) {
+    if (spec(m)->mlp == MLP_GELU_TANH) {
         linear_backward(m, l, ROLE_DOWN_W, ROLE_DOWN_B, m->dfch, m->dres, a->fch_act, BT, I, C);
         op->gelu_backward(be, m->dfch, a->fch, m->dfch, (size_t)BT * I);
         linear_backward(m, l, ROLE_FC_W, ROLE_FC_B, m->dbtc, m->dfch, a->ln2, BT, C, I);
@@ -128,7 +138,11 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
     /* res2 = in + attn(norm1(in) Wqkv) Wo */
     linear_backward(m, l, ROLE_O_W, ROLE_O_B, m->dbtc, m->dres, a->atty, BT, Q, C);
     op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NKV, hd, m->window);
-    if (!is_gpt2(m)) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd);
+    if (spec(m)->pos == POS_ROPE) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd);
+    if (spec(m)->qk_norm) /* in place: d(qkv_pre) from d(qkv) */
+        op->head_rmsnorm_backward(be, m->dqkv, model_g(m, l, ROLE_QNORM_W), model_g(m, l, ROLE_KNORM_W), m->dqkv,
+                                  a->qkv_pre, model_w(m, l, ROLE_QNORM_W), model_w(m, l, ROLE_KNORM_W), a->qk_rstd, BT,
+                                  NH, NKV, hd);
     linear_backward(m, l, ROLE_QKV_W, ROLE_QKV_B, m->dbtc, m->dqkv, a->ln1, BT, C, QKV);
     norm_backward(m, m->dres, model_g(m, l, ROLE_NORM1_W), model_g(m, l, ROLE_NORM1_B), m->dbtc, in,
                   model_w(m, l, ROLE_NORM1_W), a->ln1_mean, a->ln1_rstd, BT);

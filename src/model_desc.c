@@ -1,7 +1,8 @@
 /* model_desc.c - the model description: a Hugging Face config.json read with cJSON. This file
- * checks the text (size, NUL bytes, nesting, syntax, trailing text), reads model_type and parses
- * GPT-2; the Llama family (model_type llama / mistral / qwen2) is model_desc_llama.c, which
- * documents its fields.
+ * checks the text (size, NUL bytes, nesting, syntax, trailing text), finds model_type's family in
+ * arch.c's descriptions, reads the sizes by the architecture's key table (model_desc_read_sizes)
+ * and the rest of GPT-2; the RoPE families (llama / mistral / qwen2 / phi3 / qwen3) are
+ * model_desc_llama.c, which documents their fields.
  *
  * GPT-2 (model_type "gpt2" or absent). Used fields: n_layer, n_head, n_embd, n_inner
  * (null/absent: 4*n_embd), vocab_size, n_positions (or n_ctx), layer_norm_epsilon (1e-5),
@@ -82,36 +83,33 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
                  mj_type_name(root));
         goto out;
     }
+    /* the family: model_type (absent: GPT-2) names one in the descriptions */
     if (mj_get(root, "model_type", NULL, &j, path, err)) goto out;
-    if (j && cJSON_IsString(j) && model_desc_is_llama_family(j->valuestring)) {
-        rc = model_desc_parse_llama(desc, root, j->valuestring, path, err);
+    desc->arch = ARCH_GPT2;
+    const ArchFamily *fam = j && cJSON_IsString(j) ? arch_family_of(j->valuestring, &desc->arch) : NULL;
+    if (j && !fam) {
+        char known[256] = "";
+        size_t n = 0;
+        int total = 0, k = 0;
+        for (int a = 0; a < ARCH_COUNT; a++) total += arch_spec((ModelArch)a)->n_families;
+        for (int a = 0; a < ARCH_COUNT; a++)
+            for (int i = 0; i < arch_spec((ModelArch)a)->n_families && n < sizeof known; i++, k++)
+                n += (size_t)snprintf(known + n, sizeof known - n, "%s\"%s\"", k == 0 ? "" : k == total - 1 ? " or " : ", ",
+                                      arch_spec((ModelArch)a)->families[i].model_type);
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: model_type: expected %s, found %s", path, known, mj_found(j, f, sizeof f));
         goto out;
     }
-    if (j && !(cJSON_IsString(j) && strcmp(j->valuestring, "gpt2") == 0)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: model_type: expected \"gpt2\", \"llama\", \"mistral\" or \"qwen2\", found %s",
-                 path, mj_found(j, f, sizeof f));
+    if (!fam) fam = &arch_spec(ARCH_GPT2)->families[0];
+    snprintf(desc->model_type, sizeof desc->model_type, "%s", fam->model_type);
+    if (desc->arch != ARCH_GPT2) {
+        rc = model_desc_parse_llama(desc, root, fam, path, err);
         goto out;
     }
-    if (mj_get_int(root, "n_layer", NULL, true, 1, MAX_N_LAYER, &desc->n_layer, NULL, path, err)) goto out;
-    if (mj_get_int(root, "n_head", NULL, true, 1, MAX_N_HEAD, &desc->n_head, NULL, path, err)) goto out;
-    if (mj_get_int(root, "n_embd", NULL, true, 1, MAX_N_EMBD, &desc->n_embd, NULL, path, err)) goto out;
+    if (model_desc_read_sizes(desc, root, path, err)) goto out;
     if (desc->n_embd % desc->n_head != 0) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: n_head: expected a divisor of n_embd = %d, found %d", path, desc->n_embd,
                  desc->n_head);
         goto out;
-    }
-    bool present = false;
-    desc->n_inner = 4 * desc->n_embd;
-    if (mj_get_int(root, "n_inner", NULL, false, 1, MAX_N_INNER, &desc->n_inner, &present, path, err)) goto out;
-    if (mj_get_int(root, "vocab_size", NULL, true, 1, MAX_VOCAB, &desc->vocab_size, NULL, path, err)) goto out;
-    if (mj_get_int(root, "n_positions", NULL, false, 1, MAX_POSITIONS, &desc->n_positions, &present, path, err)) goto out;
-    if (!present) {
-        if (mj_get_int(root, "n_ctx", NULL, false, 1, MAX_POSITIONS, &desc->n_positions, &present, path, err)) goto out;
-        if (!present) {
-            gt_error(err, GT_EXIT_BAD_INPUT, "%s: n_positions: expected an integer in [1, %d] (or n_ctx), found no such field",
-                     path, MAX_POSITIONS);
-            goto out;
-        }
     }
     desc->layer_norm_epsilon = 1e-5;
     if (mj_get(root, "layer_norm_epsilon", NULL, &j, path, err)) goto out;
@@ -141,12 +139,28 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         }
         desc->tie_word_embeddings = cJSON_IsTrue(j);
     }
-    desc->arch = ARCH_GPT2;
     model_desc_defaults(desc);
     rc = 0;
 out:
     cJSON_Delete(root);
     return rc;
+}
+
+int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const char *path, GtError *err) {
+    const ArchSpec *s = arch_spec(d->arch);
+    for (int i = 0; i < ARCH_MAX_SIZE_KEYS && s->sizes[i].key; i++) {
+        const ArchSizeKey *k = &s->sizes[i];
+        int *v = arch_size_field(d, k->field);
+        bool present = false;
+        if (k->embd_times) *v = k->embd_times * d->n_embd; /* the table reads n_embd before a key defaulting to it */
+        if (mj_get_int(root, k->key, NULL, !k->embd_times && !k->alt, k->lo, k->hi, v, &present, path, err)) return -1;
+        if (present || !k->alt) continue;
+        if (mj_get_int(root, k->alt, NULL, false, k->lo, k->hi, v, &present, path, err)) return -1;
+        if (!present)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected an integer in [%d, %d] (or %s), found no such field",
+                            path, k->key, k->lo, k->hi, k->alt);
+    }
+    return 0;
 }
 
 int model_desc_load(ModelDesc *desc, const char *path, GtError *err) {
@@ -183,7 +197,8 @@ int model_desc_load_source(ModelDesc *desc, const char *path, char **source, GtE
 void model_desc_defaults(ModelDesc *d) {
     if (d->n_kv_head == 0) d->n_kv_head = d->n_head;
     if (d->head_dim == 0 && d->n_head > 0) d->head_dim = d->n_embd / d->n_head;
-    if (d->model_type[0] == '\0') snprintf(d->model_type, sizeof d->model_type, "%s", d->arch == ARCH_GPT2 ? "gpt2" : "llama");
+    if (d->model_type[0] == '\0')
+        snprintf(d->model_type, sizeof d->model_type, "%s", arch_spec(d->arch)->families[0].model_type);
 }
 
 uint64_t model_desc_num_params(const ModelDesc *d) { return arch_num_params(d); }

@@ -1,6 +1,7 @@
 /* model_desc.h - the model description, read from a Hugging Face config.json: GPT-2
- * (model_type gpt2) or the Llama family (llama, mistral, qwen2). The tensors an architecture has
- * are arch.c's table; this is only the numbers the config gives. */
+ * (model_type gpt2), the Llama family (llama, mistral, qwen2), Phi-3 (phi3) or Qwen3 (qwen3). What
+ * an architecture computes and the tensors it has are arch.c's description; this is only the
+ * numbers the config gives. */
 #ifndef GT_MODEL_DESC_H
 #define GT_MODEL_DESC_H
 
@@ -9,6 +10,8 @@
 typedef enum {
     ARCH_GPT2 = 0, /* pre-LN, learned positions, GELU MLP, LayerNorm with bias, Conv1D weights */
     ARCH_LLAMA,    /* llama / mistral / qwen2: RMSNorm, RoPE, SwiGLU MLP, grouped-query attention */
+    ARCH_PHI3,     /* phi3: Llama's block with HF's fused qkv_proj and gate_up_proj tensors */
+    ARCH_QWEN3,    /* qwen3: Llama's block with per-head q/k RMSNorm (QK-norm) before RoPE */
     ARCH_COUNT
 } ModelArch;
 

@@ -7,6 +7,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "arch.h"
 #include "model_desc.h"
 
 #define MODEL_JSON_MAX_BYTES (1u << 20)
@@ -67,12 +68,12 @@ int mj_get_number(const cJSON *obj, const char *name, const char *label, bool nu
 /* Depth of [ and { outside strings: deep nesting is refused before cJSON recurses into it. */
 int mj_check_nesting(const char *json, size_t len, const char *path, GtError *err);
 
-/* model_type is "llama", "mistral" or "qwen2". */
-bool model_desc_is_llama_family(const char *model_type);
+/* The sizes of d->arch's description (ArchSpec.sizes), read in its order into d. */
+int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const char *path, GtError *err);
 
-/* Fill desc (already zeroed, path set) from the root object of a Llama-family config.json whose
- * model_type is model_type (model_desc_is_llama_family). */
-int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const char *model_type, const char *path,
+/* Fill the rest of desc (arch and model_type set) from the root object of a RoPE-family
+ * config.json of family fam (arch.h: how its keys differ from its siblings'). */
+int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path,
                            GtError *err);
 
 #endif

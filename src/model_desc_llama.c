@@ -1,15 +1,18 @@
-/* model_desc_llama.c - the Llama family's Hugging Face config.json (model_type "llama" /
- * LlamaForCausalLM, "mistral" / MistralForCausalLM, "qwen2" / Qwen2ForCausalLM) into a
- * ModelDesc (arch ARCH_LLAMA). Semantics are those of transformers' LlamaConfig, MistralConfig
- * and Qwen2Config (4.4x and 5.x); a field that would change the math in a way gtrain does not
+/* model_desc_llama.c - the RoPE families' Hugging Face config.json (model_type "llama" /
+ * LlamaForCausalLM, "mistral" / MistralForCausalLM, "qwen2" / Qwen2ForCausalLM: ARCH_LLAMA;
+ * "phi3" / Phi3ForCausalLM: ARCH_PHI3; "qwen3" / Qwen3ForCausalLM: ARCH_QWEN3) into a ModelDesc.
+ * Where the families differ is each one's ArchFamily (arch.c), not a test here. Semantics are
+ * those of transformers' LlamaConfig, MistralConfig, Qwen2Config, Phi3Config and Qwen3Config (4.4x
+ * and 5.x); a field that would change the math in a way gtrain does not
  * implement is refused, one line naming the field and the value found, code 2.
  *
  * Required: hidden_size -> n_embd, intermediate_size -> n_inner, num_hidden_layers -> n_layer,
  *   num_attention_heads -> n_head, vocab_size, max_position_embeddings -> n_positions (HF has
  *   defaults for these, but a config without them is broken, not small).
  * num_key_value_heads -> n_kv_head: a divisor of num_attention_heads; null -> num_attention_heads.
- *   Absent: llama -> num_attention_heads; mistral and qwen2 refuse it, because HF's default there
- *   is 8 (Mistral) or 32 (Qwen2), not num_attention_heads, and that surprise is better spelled out.
+ *   Absent: llama, phi3 -> num_attention_heads; mistral, qwen2 and qwen3 refuse it, because HF's
+ *   default there is 8 (Mistral) or 32 (Qwen2, Qwen3), not num_attention_heads, and that surprise
+ *   is better spelled out. qwen3 refuses an absent head_dim likewise (HF's default: 128).
  * head_dim (absent or null: hidden_size / num_attention_heads, which must then divide): even
  *   (RoPE rotates pairs), at most 4096, num_attention_heads * head_dim <= 65536; it need not
  *   equal hidden_size (Llama 3.2 style).
@@ -20,7 +23,10 @@
  *   down biases. mistral: none; attention_bias / mlp_bias true is refused (HF's Mistral never has
  *   them). qwen2: q, k, v biases always, no o or MLP bias (HF's Qwen2 hard-codes them and has no
  *   attention_bias field): attention_bias true is accepted as saying the same, false is refused as
- *   contradicting the weights; mlp_bias true is refused.
+ *   contradicting the weights; mlp_bias true is refused. phi3: as mistral. qwen3: attention_bias
+ *   (false) gives q, k, v and o biases; mlp_bias true is refused.
+ * phi3: resid_pdrop and embd_pdrop must be 0 too (as attention_dropout); rope_scaling only
+ *   "default" (HF's Phi3 has longrope / su / yarn, not implemented, and no llama3).
  * RoPE: rope_theta (> 0, default 10000). rope_scaling (transformers 4) or rope_parameters
  *   (transformers 5's name, which may also hold rope_theta; both given: refused; a theta in both
  *   places must agree). Null / absent / {} / rope_type "default": no scaling. rope_type (or the
@@ -39,6 +45,8 @@
  *     sliding_window and max_window_layers are ignored, 0. use_sliding_window true: sliding_window
  *     is required (null: no window) and max_window_layers is required; 0 windows every layer,
  *     >= num_hidden_layers none, anything between is a per-layer pattern and refused.
+ *   phi3: sliding_window absent or null: none; an integer: every layer (HF's Phi3 masks with it
+ *     whenever it is not None). qwen3: as qwen2.
  *   layer_types (transformers 5): null, or num_hidden_layers entries "full_attention" /
  *     "sliding_attention", all the same and matching the above (a "sliding_attention" layer with
  *     no sliding_window is refused: HF raises on it too).
@@ -57,34 +65,18 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef enum { FAM_LLAMA, FAM_MISTRAL, FAM_QWEN2, FAM_COUNT } Family;
-
-static const struct {
-    const char *model_type, *causal_lm, *hf; /* hf: the name in messages ("HF's Qwen2") */
-} FAMILY[FAM_COUNT] = {
-    [FAM_LLAMA] = {"llama", "LlamaForCausalLM", "Llama"},
-    [FAM_MISTRAL] = {"mistral", "MistralForCausalLM", "Mistral"},
-    [FAM_QWEN2] = {"qwen2", "Qwen2ForCausalLM", "Qwen2"},
-};
-
-/* What every reader below needs. */
+/* What every reader below needs: fam says how this family's keys differ (arch.h's ArchFamily). */
 typedef struct {
     const cJSON *root;
     const char *path;
     GtError *err;
-    Family fam;
+    const ArchFamily *fam;
     ModelDesc *d;
 } Ctx;
 
 #define BAD(c, ...) gt_error((c)->err, GT_EXIT_BAD_INPUT, __VA_ARGS__)
 /* a number for a message, in a buffer of the enclosing block */
 #define NUM(v) mj_num((v), (char[40]){0}, 40)
-
-bool model_desc_is_llama_family(const char *model_type) {
-    for (int f = 0; f < FAM_COUNT; f++)
-        if (strcmp(model_type, FAMILY[f].model_type) == 0) return true;
-    return false;
-}
 
 /* "prefix.key" for messages; a key that is not a plain identifier is quoted (and escaped). */
 static const char *key_label(const char *prefix, const char *key, char *buf, size_t cap) {
@@ -99,7 +91,7 @@ static const char *key_label(const char *prefix, const char *key, char *buf, siz
 static int read_architectures(Ctx *c) {
     const cJSON *j;
     char f[MJ_FOUND_MAX];
-    const char *want = FAMILY[c->fam].causal_lm;
+    const char *want = c->fam->hf_class;
     if (mj_get(c->root, "architectures", NULL, &j, c->path, c->err)) return -1;
     if (!j || cJSON_IsNull(j)) return 0;
     if (!cJSON_IsArray(j))
@@ -108,7 +100,7 @@ static int read_architectures(Ctx *c) {
     for (const cJSON *it = j->child; it; it = it->next)
         if (!cJSON_IsString(it) || strcmp(it->valuestring, want) != 0)
             return BAD(c, "%s: architectures: expected [\"%s\"] for model_type \"%s\" (gtrain trains a causal LM head), found %s",
-                       c->path, want, FAMILY[c->fam].model_type, mj_found(it, f, sizeof f));
+                       c->path, want, c->fam->model_type, mj_found(it, f, sizeof f));
     return 0;
 }
 
@@ -117,24 +109,21 @@ static int read_sizes(Ctx *c) {
     const cJSON *r = c->root, *j;
     const char *p = c->path;
     bool present;
-    if (mj_get_int(r, "num_hidden_layers", NULL, true, 1, MAX_N_LAYER, &d->n_layer, NULL, p, c->err) ||
-        mj_get_int(r, "num_attention_heads", NULL, true, 1, MAX_N_HEAD, &d->n_head, NULL, p, c->err) ||
-        mj_get_int(r, "hidden_size", NULL, true, 1, MAX_N_EMBD, &d->n_embd, NULL, p, c->err) ||
-        mj_get_int(r, "intermediate_size", NULL, true, 1, MAX_N_INNER, &d->n_inner, NULL, p, c->err) ||
-        mj_get_int(r, "vocab_size", NULL, true, 1, MAX_VOCAB, &d->vocab_size, NULL, p, c->err) ||
-        mj_get_int(r, "max_position_embeddings", NULL, true, 1, MAX_POSITIONS, &d->n_positions, NULL, p, c->err))
-        return -1;
-
+    /* the sizes themselves: the description's key table (model_desc_read_sizes), read before */
     if (mj_get(r, "num_key_value_heads", NULL, &j, p, c->err)) return -1;
-    if (!j && c->fam != FAM_LLAMA)
+    if (!j && c->fam->kv_heads_absent)
         return BAD(c, "%s: num_key_value_heads: expected an integer in [1, %d] (absent means %d in HF's %s, not num_attention_heads: write it out), found no such field",
-                   p, d->n_head, c->fam == FAM_MISTRAL ? 8 : 32, FAMILY[c->fam].hf);
+                   p, d->n_head, c->fam->kv_heads_absent, c->fam->hf);
     d->n_kv_head = d->n_head;
     if (mj_get_int(r, "num_key_value_heads", NULL, false, 1, d->n_head, &d->n_kv_head, NULL, p, c->err)) return -1;
     if (d->n_head % d->n_kv_head != 0)
         return BAD(c, "%s: num_key_value_heads: expected a divisor of num_attention_heads = %d, found %d", p, d->n_head,
                    d->n_kv_head);
 
+    if (mj_get(r, "head_dim", NULL, &j, p, c->err)) return -1;
+    if (!j && c->fam->head_dim_absent)
+        return BAD(c, "%s: head_dim: expected an integer in [1, %d] (absent means %d in HF's %s, not hidden_size / num_attention_heads: write it out), found no such field",
+                   p, MAX_HEAD_DIM, c->fam->head_dim_absent, c->fam->hf);
     if (mj_get_int(r, "head_dim", NULL, false, 1, MAX_HEAD_DIM, &d->head_dim, &present, p, c->err)) return -1;
     if (!present) {
         if (d->n_embd % d->n_head != 0)
@@ -185,30 +174,27 @@ static int refuse_bool(Ctx *c, const char *name, bool forbidden, const char *why
 
 static int read_biases(Ctx *c) {
     ModelDesc *d = c->d;
-    switch (c->fam) {
-    case FAM_LLAMA: {
+    char why[160], why2[80];
+    snprintf(why2, sizeof why2, "HF's %s has no MLP biases", c->fam->hf);
+    switch (c->fam->biases) {
+    case BIAS_KEYS_LLAMA:
+    case BIAS_KEYS_ATTN: {
         bool attn = false;
-        if (mj_get_bool(c->root, "attention_bias", NULL, false, &attn, NULL, c->path, c->err) ||
-            mj_get_bool(c->root, "mlp_bias", NULL, false, &d->mlp_bias, NULL, c->path, c->err))
-            return -1;
+        if (mj_get_bool(c->root, "attention_bias", NULL, false, &attn, NULL, c->path, c->err)) return -1;
         d->qkv_bias = d->o_bias = attn;
-        return 0;
+        if (c->fam->biases == BIAS_KEYS_ATTN) return refuse_bool(c, "mlp_bias", true, why2);
+        return mj_get_bool(c->root, "mlp_bias", NULL, false, &d->mlp_bias, NULL, c->path, c->err);
     }
-    case FAM_MISTRAL:
-        return refuse_bool(c, "attention_bias", true, "HF's Mistral has no attention biases") ||
-                       refuse_bool(c, "mlp_bias", true, "HF's Mistral has no MLP biases")
-                   ? -1
-                   : 0;
-    case FAM_QWEN2:
+    case BIAS_KEYS_NONE:
+        snprintf(why, sizeof why, "HF's %s has no attention biases", c->fam->hf);
+        return refuse_bool(c, "attention_bias", true, why) || refuse_bool(c, "mlp_bias", true, why2) ? -1 : 0;
+    case BIAS_KEYS_QKV:
         d->qkv_bias = true;
-        return refuse_bool(c, "attention_bias", false,
-                           "HF's Qwen2 always has q/k/v biases and no o_proj bias; it reads no attention_bias") ||
-                       refuse_bool(c, "mlp_bias", true, "HF's Qwen2 has no MLP biases")
-                   ? -1
-                   : 0;
-    default:
-        return BAD(c, "%s: model_type: internal error", c->path);
+        snprintf(why, sizeof why, "HF's %s always has q/k/v biases and no o_proj bias; it reads no attention_bias",
+                 c->fam->hf);
+        return refuse_bool(c, "attention_bias", false, why) || refuse_bool(c, "mlp_bias", true, why2) ? -1 : 0;
     }
+    return BAD(c, "%s: model_type: internal error", c->path);
 }
 
 /* partial_rotary_factor in obj (the root or a rope object) must be 1 when present. */
@@ -226,10 +212,13 @@ static int read_unsupported(Ctx *c) {
     char f[MJ_FOUND_MAX];
     double v = 0;
     bool present;
-    if (mj_get_number(r, "attention_dropout", NULL, true, "0", &v, &present, c->path, c->err)) return -1;
-    if (present && v != 0)
-        return BAD(c, "%s: attention_dropout: expected 0 (gtrain trains without dropout), found %s", c->path, NUM(v));
-    if (c->fam == FAM_LLAMA) {
+    for (int i = 0; i < 4 && c->fam->zero_keys[i]; i++) {
+        const char *k = c->fam->zero_keys[i];
+        if (mj_get_number(r, k, NULL, true, "0", &v, &present, c->path, c->err)) return -1;
+        if (present && v != 0)
+            return BAD(c, "%s: %s: expected 0 (gtrain trains without dropout), found %s", c->path, k, NUM(v));
+    }
+    if (c->fam->pretraining_tp) {
         if (mj_get(r, "pretraining_tp", NULL, &j, c->path, c->err)) return -1;
         if (j && !cJSON_IsNull(j) && !(cJSON_IsNumber(j) && j->valuedouble == 1))
             return BAD(c, "%s: pretraining_tp: expected 1 (gtrain does not reproduce the sliced matmuls of pretraining_tp > 1), found %s",
@@ -311,9 +300,12 @@ static int read_rope(Ctx *c) {
     const cJSON *t = rt ? rt : ty;
     const char *type = t ? t->valuestring : "default";
     bool llama3 = strcmp(type, "llama3") == 0;
+    if (llama3 && !c->fam->rope_llama3)
+        return BAD(c, "%s: %s: expected \"default\" (HF's %s has no llama3 RoPE; gtrain implements no other scaling), found %s",
+                   c->path, rt ? lt : lty, c->fam->hf, mj_found(t, f, sizeof f));
     if (!llama3 && strcmp(type, "default") != 0)
-        return BAD(c, "%s: %s: expected \"default\" or \"llama3\" (gtrain implements no other RoPE scaling), found %s",
-                   c->path, rt ? lt : lty, mj_found(t, f, sizeof f));
+        return BAD(c, "%s: %s: expected \"default\"%s (gtrain implements no other RoPE scaling), found %s", c->path,
+                   rt ? lt : lty, c->fam->rope_llama3 ? " or \"llama3\"" : "", mj_found(t, f, sizeof f));
     for (const cJSON *it = r->child; it; it = it->next)
         if (!rope_key_known(it->string, llama3))
             return BAD(c, "%s: %s: expected no such field with rope_type \"%s\" (%s), found %s", c->path,
@@ -393,24 +385,27 @@ static int read_window(Ctx *c) {
     bool types, present;
     d->sliding_window = 0;
     if (read_layer_types(c, &types, &n_sliding)) return -1;
-    switch (c->fam) {
-    case FAM_LLAMA: /* HF's Llama has no sliding window and reads none of these fields */
+    const char *hf = c->fam->hf;
+    switch (c->fam->window) {
+    case WINDOW_KEYS_NONE: /* HF's Llama has no sliding window and reads none of these fields */
         if (n_sliding)
-            return BAD(c, "%s: layer_types: expected \"full_attention\" layers (HF's Llama has no sliding window), found %d \"sliding_attention\"",
-                       p, n_sliding);
+            return BAD(c, "%s: layer_types: expected \"full_attention\" layers (HF's %s has no sliding window), found %d \"sliding_attention\"",
+                       p, hf, n_sliding);
         return 0;
-    case FAM_MISTRAL:
+    case WINDOW_KEYS_REQUIRED:
+    case WINDOW_KEYS_OPTIONAL:
         if (mj_get(r, "sliding_window", NULL, &j, p, c->err)) return -1;
-        if (!j)
-            return BAD(c, "%s: sliding_window: expected an integer in [1, %d] or null (absent means 4096 in HF's Mistral: write it out), found no such field",
-                       p, MAX_POSITIONS);
+        if (!j && c->fam->window == WINDOW_KEYS_REQUIRED)
+            return BAD(c, "%s: sliding_window: expected an integer in [1, %d] or null (absent means 4096 in HF's %s: write it out), found no such field",
+                       p, MAX_POSITIONS, hf);
         if (mj_get_int(r, "sliding_window", NULL, false, 1, MAX_POSITIONS, &window, NULL, p, c->err)) return -1;
         if (types && (n_sliding > 0) != (window > 0))
-            return BAD(c, "%s: layer_types: expected every layer \"%s\" (HF's Mistral applies sliding_window to every layer), found \"%s\"",
-                       p, window ? "sliding_attention" : "full_attention", window ? "full_attention" : "sliding_attention");
+            return BAD(c, "%s: layer_types: expected every layer \"%s\" (HF's %s applies sliding_window to every layer), found \"%s\"",
+                       p, window ? "sliding_attention" : "full_attention", hf,
+                       window ? "full_attention" : "sliding_attention");
         d->sliding_window = window;
         return 0;
-    case FAM_QWEN2: {
+    case WINDOW_KEYS_USE_FLAG: {
         bool use = false;
         if (mj_get_bool(r, "use_sliding_window", NULL, false, &use, NULL, p, c->err)) return -1;
         if (!use) { /* HF: sliding_window becomes None; max_window_layers then selects nothing */
@@ -418,14 +413,14 @@ static int read_window(Ctx *c) {
                 mj_get_int(r, "max_window_layers", NULL, false, 0, INT_MAX, &ignored, NULL, p, c->err))
                 return -1;
             if (n_sliding)
-                return BAD(c, "%s: layer_types: expected \"full_attention\" layers with use_sliding_window false (HF's Qwen2 then has no sliding_window), found %d \"sliding_attention\"",
-                           p, n_sliding);
+                return BAD(c, "%s: layer_types: expected \"full_attention\" layers with use_sliding_window false (HF's %s then has no sliding_window), found %d \"sliding_attention\"",
+                           p, hf, n_sliding);
             return 0;
         }
         if (mj_get(r, "sliding_window", NULL, &j, p, c->err)) return -1;
         if (!j)
-            return BAD(c, "%s: sliding_window: expected an integer in [1, %d] or null with use_sliding_window true (absent means 4096 in HF's Qwen2: write it out), found no such field",
-                       p, MAX_POSITIONS);
+            return BAD(c, "%s: sliding_window: expected an integer in [1, %d] or null with use_sliding_window true (absent means 4096 in HF's %s: write it out), found no such field",
+                       p, MAX_POSITIONS, hf);
         if (mj_get_int(r, "sliding_window", NULL, false, 1, MAX_POSITIONS, &window, NULL, p, c->err)) return -1;
         if (types) {
             if (n_sliding && !window)
@@ -438,28 +433,22 @@ static int read_window(Ctx *c) {
         if (mj_get_int(r, "max_window_layers", NULL, false, 0, INT_MAX, &mwl, &present, p, c->err)) return -1;
         if (!window) return 0; /* null: no layer has a window */
         if (!present)
-            return BAD(c, "%s: max_window_layers: expected an integer >= 0 with use_sliding_window true (layers from max_window_layers on use the window; absent means 28 in HF's Qwen2: write it out), found no such field",
-                       p);
+            return BAD(c, "%s: max_window_layers: expected an integer >= 0 with use_sliding_window true (layers from max_window_layers on use the window; absent means 28 in HF's %s: write it out), found no such field",
+                       p, hf);
         if (mwl > 0 && mwl < L)
             return BAD(c, "%s: max_window_layers: expected 0 (every layer windowed) or at least num_hidden_layers = %d (none) with use_sliding_window true, found %d (layers %d to %d would use the window and layers 0 to %d not: a per-layer pattern gtrain does not implement)",
                        p, L, mwl, mwl, L - 1, mwl - 1);
         d->sliding_window = mwl == 0 ? window : 0;
         return 0;
     }
-    default:
-        return BAD(c, "%s: model_type: internal error", p);
     }
+    return BAD(c, "%s: model_type: internal error", p);
 }
 
-int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const char *model_type, const char *path,
+int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path,
                            GtError *err) {
-    Ctx c = {.root = root, .path = path, .err = err, .fam = FAM_COUNT, .d = desc};
-    for (int f = 0; f < FAM_COUNT; f++)
-        if (strcmp(model_type, FAMILY[f].model_type) == 0) c.fam = (Family)f;
-    if (c.fam == FAM_COUNT) return BAD(&c, "%s: model_type: internal error", path);
-    desc->arch = ARCH_LLAMA;
-    snprintf(desc->model_type, sizeof desc->model_type, "%s", FAMILY[c.fam].model_type);
-    if (read_architectures(&c) || read_sizes(&c) || read_norm_act(&c) || read_biases(&c) || read_unsupported(&c) ||
+    Ctx c = {.root = root, .path = path, .err = err, .fam = fam, .d = desc};
+    if (read_architectures(&c) || model_desc_read_sizes(desc, root, path, err) || read_sizes(&c) || read_norm_act(&c) || read_biases(&c) || read_unsupported(&c) ||
         read_rope(&c) || read_window(&c))
         return -1;
     model_desc_defaults(desc);

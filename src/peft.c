@@ -14,23 +14,22 @@
 #include "lora.h"
 #include "model_desc_internal.h"
 
-static const struct {
-    const char *name, *path;
-    ModelArch arch;
-} MODULES[PEFT_MODULE_COUNT] = {
-    {"q_proj", "self_attn.q_proj", ARCH_LLAMA},  {"k_proj", "self_attn.k_proj", ARCH_LLAMA},
-    {"v_proj", "self_attn.v_proj", ARCH_LLAMA},  {"o_proj", "self_attn.o_proj", ARCH_LLAMA},
-    {"gate_proj", "mlp.gate_proj", ARCH_LLAMA},  {"up_proj", "mlp.up_proj", ARCH_LLAMA},
-    {"down_proj", "mlp.down_proj", ARCH_LLAMA},  {"c_attn", "attn.c_attn", ARCH_GPT2},
-    {"c_proj", "attn.c_proj", ARCH_GPT2},        {"c_fc", "mlp.c_fc", ARCH_GPT2},
-    {"c_proj", "mlp.c_proj", ARCH_GPT2},
-};
+/* the modules' names and each architecture's list are its description's (arch.h) */
+const char *peft_module_name(PeftModule m) {
+    const ArchPeft *p = arch_peft_any(m);
+    return p ? p->name : "?";
+}
+const char *peft_module_path(PeftModule m) {
+    const ArchPeft *p = arch_peft_any(m);
+    return p ? p->path : "?";
+}
+ModelArch peft_module_arch(PeftModule m) {
+    for (int a = 0; a < ARCH_COUNT; a++)
+        if (arch_peft_module((ModelArch)a, m)) return (ModelArch)a;
+    return ARCH_COUNT;
+}
 
-const char *peft_module_name(PeftModule m) { return (unsigned)m < PEFT_MODULE_COUNT ? MODULES[m].name : "?"; }
-const char *peft_module_path(PeftModule m) { return (unsigned)m < PEFT_MODULE_COUNT ? MODULES[m].path : "?"; }
-ModelArch peft_module_arch(PeftModule m) { return (unsigned)m < PEFT_MODULE_COUNT ? MODULES[m].arch : ARCH_COUNT; }
-
-static const char *layer_prefix(ModelArch arch) { return arch == ARCH_GPT2 ? "transformer.h." : "model.layers."; }
+static const char *layer_prefix(ModelArch arch) { return arch_spec(arch)->layer_prefix; }
 #define KEY_ROOT "base_model.model."
 
 void peft_config_defaults(PeftConfig *cfg) {
@@ -70,7 +69,7 @@ void peft_warn_unconverted(const PeftConfig *cfg, const char *config_file) {
 
 /* a target name (bare or qualified by its parent) matches module m: PEFT's suffix match */
 static bool target_matches(const char *t, PeftModule m) {
-    return strcmp(t, MODULES[m].name) == 0 || strcmp(t, MODULES[m].path) == 0;
+    return strcmp(t, peft_module_name(m)) == 0 || strcmp(t, peft_module_path(m)) == 0;
 }
 
 bool peft_target_known(const char *t) {
@@ -105,16 +104,16 @@ static bool inert_key(const char *k) {
  * adapts are its tensors': one that adapts only some layers is refused by the tensors' check (the
  * first missing key named). Any other name is returned as it is. */
 static const char *unqualified(const char *t) {
-    static const char *const pre[] = {"model.layers.", "transformer.h."};
-    for (size_t i = 0; i < sizeof pre / sizeof *pre; i++) {
-        size_t n = strlen(pre[i]);
-        if (strncmp(t, pre[i], n) != 0) continue;
+    for (int a = 0; a < ARCH_COUNT; a++) {
+        const char *pre = layer_prefix((ModelArch)a);
+        size_t n = strlen(pre);
+        if (strncmp(t, pre, n) != 0) continue;
         const char *p = t + n;
         if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return t;
         while (*p >= '0' && *p <= '9') p++;
         if (*p != '.' || p - (t + n) > 9) return t;
         for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-            if (strcmp(p + 1, MODULES[m].path) == 0) return p + 1;
+            if (strcmp(p + 1, peft_module_path((PeftModule)m)) == 0) return p + 1;
         return t;
     }
     return t;
@@ -391,18 +390,18 @@ int peft_config_write(const char *dir, const PeftConfig *cfg, GtError *err) {
 
 int peft_config_targets(const PeftConfig *cfg, ModelArch arch, bool mask[PEFT_MODULE_COUNT], const char *path,
                         GtError *err) {
-    for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = cfg->all_linear && MODULES[m].arch == arch;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = cfg->all_linear && arch_peft_module(arch, (PeftModule)m);
     if (cfg->all_linear) return 0;
     if (cfg->n_targets < 1)
         return BAD("%s: target_modules: expected at least one module name, found none", path);
     for (int i = 0; i < cfg->n_targets; i++) {
         bool any = false;
         for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-            if (MODULES[m].arch == arch && target_matches(cfg->target_modules[i], (PeftModule)m)) mask[m] = any = true;
+            if (arch_peft_module(arch, (PeftModule)m) && target_matches(cfg->target_modules[i], (PeftModule)m))
+                mask[m] = any = true;
         if (!any)
-            return BAD("%s: target_modules: expected modules of a %s model, found \"%s\"", path,
-                       arch == ARCH_GPT2 ? "GPT-2 (c_attn, c_proj, c_fc)" : "Llama-family (q_proj ... down_proj)",
-                       cfg->target_modules[i]);
+            return BAD("%s: target_modules: expected modules of a %s (%s) model, found \"%s\"", path,
+                       arch_spec(arch)->name, arch_spec(arch)->peft_summary, cfg->target_modules[i]);
     }
     return 0;
 }
@@ -414,7 +413,8 @@ void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]
     for (int m = 0; m < PEFT_MODULE_COUNT; m++) {
         if (!mask[m]) continue;
         /* GPT-2's two c_proj share PEFT's name: one without the other is named by its parent */
-        const char *name = one_c_proj && (m == PEFT_ATTN_C_PROJ || m == PEFT_MLP_C_PROJ) ? MODULES[m].path : MODULES[m].name;
+        const char *name = one_c_proj && (m == PEFT_ATTN_C_PROJ || m == PEFT_MLP_C_PROJ) ? peft_module_path((PeftModule)m)
+                                                                                       : peft_module_name((PeftModule)m);
         bool dup = false;
         for (int k = 0; k < cfg->n_targets; k++) dup |= strcmp(cfg->target_modules[k], name) == 0;
         if (!dup && cfg->n_targets < PEFT_MAX_TARGETS)
@@ -426,9 +426,9 @@ void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]
 static const char *const PART_SUFFIX[3] = {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"};
 
 int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, int part) {
-    if ((unsigned)module >= PEFT_MODULE_COUNT || MODULES[module].arch != arch || layer < 0 || (unsigned)part > 2)
-        return -1;
-    int n = snprintf(buf, cap, KEY_ROOT "%s%d.%s%s", layer_prefix(arch), layer, MODULES[module].path, PART_SUFFIX[part]);
+    const ArchPeft *ap = (unsigned)arch < ARCH_COUNT ? arch_peft_module(arch, module) : NULL;
+    if (!ap || layer < 0 || (unsigned)part > 2) return -1;
+    int n = snprintf(buf, cap, KEY_ROOT "%s%d.%s%s", layer_prefix(arch), layer, ap->path, PART_SUFFIX[part]);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
@@ -445,14 +445,15 @@ int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *modu
         if (l > PEFT_MAX_LAYER) return -1;
     }
     if (*p++ != '.') return -1;
-    for (int m = 0; m < PEFT_MODULE_COUNT; m++) {
-        size_t n = strlen(MODULES[m].path);
-        if (MODULES[m].arch != arch || strncmp(p, MODULES[m].path, n) != 0) continue;
+    const ArchSpec *spec = arch_spec(arch);
+    for (int i = 0; i < spec->n_peft; i++) {
+        size_t n = strlen(spec->peft[i].path);
+        if (strncmp(p, spec->peft[i].path, n) != 0) continue;
         const char *s = p + n;
         for (int k = 0; k < 3; k++)
             if (strcmp(s, PART_SUFFIX[k]) == 0) {
                 *layer = (int)l;
-                *module = (PeftModule)m;
+                *module = spec->peft[i].module;
                 *part = k;
                 return 0;
             }
@@ -461,16 +462,15 @@ int peft_key_parse(const char *key, ModelArch arch, int *layer, PeftModule *modu
 }
 
 int peft_entries_for(const ModelDesc *d, const bool mask[PEFT_MODULE_COUNT], PeftEntry **out) {
+    const ArchSpec *spec = arch_spec(d->arch);
     LoraSite site[PEFT_MODULE_COUNT];
-    bool have[PEFT_MODULE_COUNT];
     int per = 0;
-    for (int m = 0; m < PEFT_MODULE_COUNT; m++) /* the modules' widths: where each sits (lora.c) */
-        per += have[m] = mask[m] && MODULES[m].arch == d->arch && lora_module_site(d, (PeftModule)m, &site[m]);
+    for (int i = 0; i < spec->n_peft; i++) /* the modules' widths, in the layer's order: where each sits (lora.c) */
+        if (mask[spec->peft[i].module] && lora_module_site(d, spec->peft[i].module, &site[per])) per++;
     PeftEntry *e = gt_xcalloc((size_t)(per * d->n_layer) + 1, sizeof *e);
     int n = 0;
     for (int l = 0; l < d->n_layer; l++)
-        for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-            if (have[m]) e[n++] = (PeftEntry){l, (PeftModule)m, site[m].in, site[m].rows};
+        for (int k = 0; k < per; k++) e[n++] = (PeftEntry){l, site[k].module, site[k].in, site[k].rows};
     *out = e;
     return n;
 }
@@ -531,7 +531,7 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
         int B;
         if (peft_key_parse(t.name, arch, &layer, &m, &B)) {
             BAD("%s: tensor %s: expected only lora_A/lora_B weights of %s modules (base_model.model.%s...), found a "
-                "tensor that is not one", file, t.name, arch == ARCH_GPT2 ? "GPT-2" : "Llama-family", layer_prefix(arch));
+                "tensor that is not one", file, t.name, arch_spec(arch)->name, layer_prefix(arch));
             goto fail;
         }
         if (!mask[m]) {

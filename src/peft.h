@@ -43,7 +43,7 @@
 #ifndef GT_PEFT_H
 #define GT_PEFT_H
 
-#include "model_desc.h"
+#include "arch.h" /* PeftModule: each architecture lists its modules */
 #include "safetensors.h"
 
 #define PEFT_CONFIG_FILE "adapter_config.json"
@@ -54,12 +54,6 @@
 #define PEFT_MAX_TARGETS 16
 #define PEFT_KEY_MAX 160
 
-/* The linear modules of a layer that LoRA can adapt. */
-typedef enum {
-    PEFT_Q_PROJ = 0, PEFT_K_PROJ, PEFT_V_PROJ, PEFT_O_PROJ, PEFT_GATE_PROJ, PEFT_UP_PROJ, PEFT_DOWN_PROJ, /* Llama */
-    PEFT_C_ATTN, PEFT_ATTN_C_PROJ, PEFT_C_FC, PEFT_MLP_C_PROJ,                                           /* GPT-2 */
-    PEFT_MODULE_COUNT
-} PeftModule;
 
 typedef struct {
     int r;
@@ -99,8 +93,9 @@ int peft_pissa_niter(const PeftConfig *cfg);
  * naming config_file's init_lora_weights (it is right only on PiSSA's residual base). */
 void peft_warn_unconverted(const PeftConfig *cfg, const char *config_file);
 
-/* Module tables: PEFT's target name ("q_proj", "c_proj"), the path inside a layer
- * ("self_attn.q_proj", "attn.c_proj"), and the architecture it belongs to. */
+/* The modules' names, from the architectures' descriptions (arch.h): PEFT's target name ("q_proj",
+ * "c_proj"), the path inside a layer ("self_attn.q_proj", "attn.c_proj"), and the first
+ * architecture that has it. */
 const char *peft_module_name(PeftModule m);
 const char *peft_module_path(PeftModule m);
 ModelArch peft_module_arch(PeftModule m);

@@ -38,6 +38,8 @@ void lora_fix_module_dims(const ModelDesc *d, int module, int *in, int *out) {
     case PEFT_C_ATTN: *in = C, *out = 3 * C; break;
     case PEFT_ATTN_C_PROJ: *in = C, *out = C; break;
     case PEFT_C_FC: *in = C, *out = I; break;
+    case PEFT_QKV_PROJ: *in = C, *out = QD + 2 * KD; break; /* Phi-3's fused ones */
+    case PEFT_GATE_UP_PROJ: *in = C, *out = 2 * I; break;
     default: *in = I, *out = C; break; /* mlp.c_proj */
     }
 }

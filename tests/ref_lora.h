@@ -31,6 +31,7 @@ enum {
     REF_LORA_Q_PROJ = 0, REF_LORA_K_PROJ, REF_LORA_V_PROJ, REF_LORA_O_PROJ, REF_LORA_GATE_PROJ, REF_LORA_UP_PROJ,
     REF_LORA_DOWN_PROJ,                                                            /* Llama family */
     REF_LORA_C_ATTN, REF_LORA_ATTN_C_PROJ, REF_LORA_C_FC, REF_LORA_MLP_C_PROJ,     /* GPT-2 */
+    REF_LORA_QKV_PROJ, REF_LORA_GATE_UP_PROJ, /* Phi-3's fused modules: no reference model here (peft checks them) */
     REF_LORA_MODULES
 };
 

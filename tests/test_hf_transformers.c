@@ -1,5 +1,6 @@
 /* test_hf_transformers.c - gtrain against Hugging Face transformers itself (tests/tools/hf_models.py:
- * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, eager attention, fp32).
+ * GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM, Qwen3ForCausalLM, eager
+ * attention, fp32).
  * For each family a tiny checkpoint with random weights is written by save_pretrained (sharded at
  * 20 kB, F32, BF16 or F16 storage) and loaded by gtrain (checkpoint_load_weights) and by from_pretrained:
  *   - the loss agrees to 1e-5 relative;
@@ -45,6 +46,7 @@ typedef struct {
     const char *dtype;  /* save_pretrained's storage: f32 | bf16 | f16 */
     const char *sets;   /* extra `hf_models.py make --set` arguments, or "" */
     const char *label;  /* what the messages call it */
+    double lr;          /* AdamW's learning rate; 0: 1e-2 */
 } Case;
 
 static char *run_cmd(const char *cmd) { return test_sh_output(false, "%s", cmd); }
@@ -236,6 +238,7 @@ static void against_transformers(const Case *c) {
 
     /* gtrain first: 5 full-batch steps (loss and gradient norm of each, step 1's gradients), the
      * trained weights saved (sharded) and their loss */
+    const double lr = c->lr > 0 ? c->lr : 1e-2;
     RunConfig rc = {.adam_beta1 = 0.9, .adam_beta2 = 0.95, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     const long items = count_items(tgt, ROWS * T_SEQ);
     double got_loss[STEPS + 1], got_norm[STEPS + 1];
@@ -248,7 +251,7 @@ static void against_transformers(const Case *c) {
         if (step == 1)
             cr_assert_eq(be->ops->to_host(be, g1, m->grads, m->layout.total * sizeof *g1, &err), 0, "%s", err.msg);
         clip_grads(m, got_norm[step], 1.0);
-        adamw_step(m, 1e-2, &rc, step);
+        adamw_step(m, lr, &rc, step);
         model_zero_grads(m);
     }
     const char *ours = test_join(dir, "gtrain-trained");
@@ -259,8 +262,8 @@ static void against_transformers(const Case *c) {
     /* transformers: the same 5 steps with torch AdamW, step 1's gradients, the trained model saved
      * F32, and the loss of gtrain's saved weights through from_pretrained */
     snprintf(cmd, sizeof cmd, "cd '%s' && " PY " '%s/tests/tools/hf_models.py' train ref tokens.txt --compute f32 "
-             "--steps %d --lr 1e-2 --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0 --digits 17 "
-             "--grads grads/model.safetensors --print-decay --out ref-trained --eval-model gtrain-trained", dir, root, STEPS);
+             "--steps %d --lr %.17g --weight-decay 0.1 --beta1 0.9 --beta2 0.95 --eps 1e-8 --grad-clip 1.0 --digits 17 "
+             "--grads grads/model.safetensors --print-decay --out ref-trained --eval-model gtrain-trained", dir, root, STEPS, lr);
     char *out = run_cmd(cmd);
     check_decay(m, out, what);
     double worst_loss = 0, worst_norm = 0, norm1 = 0;
@@ -302,12 +305,12 @@ static void against_transformers(const Case *c) {
     test_scratch_remove(dir);
 }
 
-Test(hf_transformers, gpt2_f32_shards, .timeout = 120) { against_transformers(&(Case){NULL, "f32", "", "GPT-2"}); }
+Test(hf_transformers, gpt2_f32_shards, .timeout = 120) { against_transformers(&(Case){NULL, "f32", "", "GPT-2", 0}); }
 
-Test(hf_transformers, gpt2_bf16_shards, .timeout = 120) { against_transformers(&(Case){NULL, "bf16", "", "GPT-2"}); }
+Test(hf_transformers, gpt2_bf16_shards, .timeout = 120) { against_transformers(&(Case){NULL, "bf16", "", "GPT-2", 0}); }
 
 Test(hf_transformers, llama_gqa_bf16_shards, .timeout = 120) {
-    against_transformers(&(Case){"tiny-llama.json", "bf16", "", "Llama GQA 4/2"});
+    against_transformers(&(Case){"tiny-llama.json", "bf16", "", "Llama GQA 4/2", 0});
 }
 
 /* every bias Llama has (attention_bias: q, k, v, o; mlp_bias: gate, up, down), llama3 rope scaling
@@ -317,24 +320,52 @@ Test(hf_transformers, llama_all_biases_llama3_rope_tied_f32, .timeout = 120) {
                                  "--set attention_bias=true --set mlp_bias=true --set tie_word_embeddings=true "
                                  "--set 'rope_scaling={\"rope_type\": \"llama3\", \"factor\": 4.0, \"low_freq_factor\": 1.0, "
                                  "\"high_freq_factor\": 4.0, \"original_max_position_embeddings\": 8}'",
-                                 "Llama all biases, llama3 rope, tied"});
+                                 "Llama all biases, llama3 rope, tied", 0});
 }
 
-Test(hf_transformers, llama_f16_shards, .timeout = 120) { against_transformers(&(Case){"tiny-llama.json", "f16", "", "Llama GQA 4/2"}); }
+Test(hf_transformers, llama_f16_shards, .timeout = 120) { against_transformers(&(Case){"tiny-llama.json", "f16", "", "Llama GQA 4/2", 0}); }
 
 Test(hf_transformers, mistral_window_16_below_t_f32_shards, .timeout = 120) {
-    against_transformers(&(Case){"tiny-mistral.json", "f32", "", "Mistral window 16 < T"});
+    against_transformers(&(Case){"tiny-mistral.json", "f32", "", "Mistral window 16 < T", 0});
+}
+
+/* Phi-3: HF's fused qkv_proj and gate_up_proj (one block each), untied */
+Test(hf_transformers, phi3_fused_f32_shards, .timeout = 120) {
+    against_transformers(&(Case){"tiny-phi3.json", "f32", "", "Phi-3 fused qkv/gate_up, GQA 4/2", 0});
+}
+
+/* Phi-3's sliding_window (every layer) below T, a tied head, BF16 storage */
+Test(hf_transformers, phi3_window_8_tied_bf16, .timeout = 120) {
+    against_transformers(&(Case){"tiny-phi3.json", "bf16", "--set sliding_window=8 --set tie_word_embeddings=true",
+                                 "Phi-3 window 8, tied", 0});
+}
+
+/* Qwen3: per-head q_norm / k_norm, head_dim 32 (n_head * head_dim = 128 != hidden_size 64), tied.
+ * lr 3e-3, not 1e-2: q_norm / k_norm make the loss blind to each q and k head's scale, so the
+ * q_proj / k_proj gradients have directions that are rounding noise, which AdamW (dividing by the
+ * gradient's own size) turns into steps of up to lr; at 1e-2 the two trainings drift apart by 1e-5
+ * of the loss by step 4 on the CUDA simulator although step 1's every gradient agrees to 2e-6 */
+Test(hf_transformers, qwen3_qk_norm_head_dim_32_tied_f32_shards, .timeout = 120) {
+    against_transformers(&(Case){"tiny-qwen3.json", "f32", "", "Qwen3 QK-norm, head_dim 32, tied", 3e-3});
+}
+
+/* attention_bias (q, k, v and o biases under the QK-norm), untied, a window of 8 on every layer, BF16 */
+Test(hf_transformers, qwen3_attention_bias_window_8_bf16, .timeout = 120) {
+    against_transformers(&(Case){"tiny-qwen3.json", "bf16",
+                                 "--set attention_bias=true --set tie_word_embeddings=false --set use_sliding_window=true "
+                                 "--set sliding_window=8 --set max_window_layers=0",
+                                 "Qwen3 attention biases, window 8, untied", 3e-3});
 }
 
 Test(hf_transformers, qwen2_biases_tied_bf16_shards, .timeout = 120) {
-    against_transformers(&(Case){"tiny-qwen2.json", "bf16", "", "Qwen2 q/k/v biases, tied"});
+    against_transformers(&(Case){"tiny-qwen2.json", "bf16", "", "Qwen2 q/k/v biases, tied", 0});
 }
 
 /* gtrain has one window for all layers (a window from layer 1 on is refused in model_desc_llama.c) */
 Test(hf_transformers, qwen2_window_8_every_layer_f32, .timeout = 120) {
     against_transformers(&(Case){"tiny-qwen2.json", "f32",
                                  "--set use_sliding_window=true --set sliding_window=8 --set max_window_layers=0",
-                                 "Qwen2 window 8 on every layer"});
+                                 "Qwen2 window 8 on every layer", 0});
 }
 
 /* the window is applied by transformers at T = 24: the same weights with a window of 8 instead of 16

@@ -198,8 +198,7 @@ Test(llama_model, plan_prints_the_published_parameter_counts, .timeout = 60) {
 /* Sampling's incremental forward (keys and values kept, the new positions rotated at their own
  * offset) gives the logits a full forward of the same prefix gives, on a GQA model with a window
  * shorter than the prefix. */
-Test(llama_model, incremental_forward_matches_the_full_forward) {
-    ModelDesc d = llama_desc("mistral", 2, 4, 2, 8, 32, 40, 40, 4, false, false, false, false, true);
+static void incremental_matches_full(ModelDesc d) {
     const int T = 12, V = d.vocab_size;
     Backend *be = test_backend_open();
     Model *m = NULL, *full = NULL;
@@ -235,4 +234,15 @@ Test(llama_model, incremental_forward_matches_the_full_forward) {
     model_free(m);
     model_free(full);
     backend_close(be);
+}
+
+Test(llama_model, incremental_forward_matches_the_full_forward) {
+    incremental_matches_full(llama_desc("mistral", 2, 4, 2, 8, 32, 40, 40, 4, false, false, false, false, true));
+}
+
+/* Qwen3: the per-head q/k norm of the new positions at their row offset (qkv_pre and its rstd) */
+Test(llama_model, qwen3_incremental_forward_matches_the_full_forward) {
+    ModelDesc d = llama_desc("qwen3", 2, 4, 2, 8, 32, 40, 40, 4, true, true, false, false, false);
+    d.arch = ARCH_QWEN3;
+    incremental_matches_full(d);
 }

@@ -343,6 +343,13 @@ Test(lora_io, continue_conv1d_adapter_on_gpt2_like_peft, .timeout = 240) {
     continue_adapter("tiny-gpt2.json", "f32", "--r 4 --alpha 8 --targets c_attn,c_proj,c_fc", 4, 8, false);
 }
 
+/* Phi-3: PEFT adapts HF's fused qkv_proj and gate_up_proj as one nn.Linear each: one adapter over all
+ * the rows of the fused weight */
+Test(lora_io, continue_fused_adapter_on_phi3_like_peft, .timeout = 240) {
+    continue_adapter("tiny-phi3.json", "f32", "--r 4 --alpha 8 --targets qkv_proj,o_proj,gate_up_proj,down_proj", 4, 8,
+                     false);
+}
+
 /* PEFT names its targets in full below 20 adapted modules; gtrain reads each as its module in every
  * layer, so an adapter PEFT made for layer 0 alone (target_modules ["model.layers.0.self_attn.q_proj"])
  * is refused, one line naming layer 1's missing tensor, exit 2 and no output_dir */
@@ -430,6 +437,15 @@ Test(lora_io, pissa_exact_rslora_attention_on_mistral_like_peft, .timeout = 240)
 
 Test(lora_io, pissa_exact_conv1d_on_gpt2_like_peft, .timeout = 240) {
     pissa_run("tiny-gpt2.json", "[c_attn, c_proj, c_fc]", "c_attn,c_proj,c_fc", false);
+}
+
+/* Qwen3: the adapters on q_proj / k_proj act before the per-head q_norm / k_norm, as PEFT's do */
+Test(lora_io, continue_all_linear_adapter_on_qwen3_like_peft, .timeout = 240) {
+    continue_adapter("tiny-qwen3.json", "f32", "--r 4 --alpha 8 --targets all-linear --dtype f32", 4, 8, false);
+}
+
+Test(lora_io, pissa_exact_all_linear_on_phi3_like_peft, .timeout = 240) {
+    pissa_run("tiny-phi3.json", "all-linear", "all-linear", false);
 }
 
 /* pissa_niter_4: gtrain's randomised SVD is not torch's (its own Gaussian test matrix), so no

@@ -28,7 +28,8 @@ _Static_assert((int)REF_LORA_Q_PROJ == (int)PEFT_Q_PROJ && (int)REF_LORA_K_PROJ 
                (int)REF_LORA_GATE_PROJ == (int)PEFT_GATE_PROJ && (int)REF_LORA_UP_PROJ == (int)PEFT_UP_PROJ &&
                (int)REF_LORA_DOWN_PROJ == (int)PEFT_DOWN_PROJ && (int)REF_LORA_C_ATTN == (int)PEFT_C_ATTN &&
                (int)REF_LORA_ATTN_C_PROJ == (int)PEFT_ATTN_C_PROJ && (int)REF_LORA_C_FC == (int)PEFT_C_FC &&
-               (int)REF_LORA_MLP_C_PROJ == (int)PEFT_MLP_C_PROJ && (int)REF_LORA_MODULES == (int)PEFT_MODULE_COUNT,
+               (int)REF_LORA_MLP_C_PROJ == (int)PEFT_MLP_C_PROJ && (int)REF_LORA_QKV_PROJ == (int)PEFT_QKV_PROJ &&
+               (int)REF_LORA_GATE_UP_PROJ == (int)PEFT_GATE_UP_PROJ && (int)REF_LORA_MODULES == (int)PEFT_MODULE_COUNT,
                "ref_lora.h numbers modules as peft.h");
 
 enum { R = 3, BATCH = 2, SEQ = 6 };

@@ -47,7 +47,9 @@ static ModelDesc tied_llama(ModelDesc d) {
 }
 
 static bool module_of(const ModelDesc *d, int mod) {
-    return d->arch == ARCH_GPT2 ? mod >= PEFT_C_ATTN : mod < PEFT_C_ATTN;
+    if (d->arch == ARCH_PHI3)
+        return mod == PEFT_QKV_PROJ || mod == PEFT_O_PROJ || mod == PEFT_GATE_UP_PROJ || mod == PEFT_DOWN_PROJ;
+    return d->arch == ARCH_GPT2 ? mod >= PEFT_C_ATTN && mod <= PEFT_MLP_C_PROJ : mod < PEFT_C_ATTN;
 }
 
 /* where the module's weight sits in gtrain's fused base tensors (q | k | v, gate | up), from the
@@ -459,8 +461,7 @@ static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const 
 /* every recompute setting of 4 layers (every_n_layers 1 and 2, offload off and on) against none,
  * bit for bit: the recomputed forward re-draws the same masks (a pure function of the key), and
  * nothing else may differ. fp32 and bf16 (the bf16 run must differ from the fp32 one: in effect). */
-static void check_recompute(bool llama) {
-    const ModelDesc d = lora_fix_desc(llama, 4, AR, AALPHA, llama ? LLAMA_ALL : GPT_ALL, false, 0.1, LORA_INIT_FALSE);
+static void check_recompute_of(const ModelDesc d, const char *label) {
     ParamLayout bl;
     param_layout_init(&bl, &d);
     float *base_h = random_base(&bl, 7), *ad_h = random_floats(lora_params_from_dims(&d), 0.3, 8);
@@ -488,12 +489,36 @@ static void check_recompute(bool llama) {
         }
         if (act == GT_F32) loss_f32 = base.losses[0];
         else cr_assert(base.losses[0] != loss_f32, "bf16's loss equals fp32's bit for bit: bf16 is not in effect");
-        cr_log_info("%s %s: step-1 loss %.9g, recompute and offload bit-identical", llama ? "llama" : "gpt2",
+        cr_log_info("%s %s: step-1 loss %.9g, recompute and offload bit-identical", label,
                     gt_dtype_name((GtDtype)act), base.losses[0]);
         free(base.grads1), free(base.params3);
     }
     free(base_h), free(ad_h);
     param_layout_free(&bl);
+}
+
+static void check_recompute(bool llama) {
+    check_recompute_of(lora_fix_desc(llama, 4, AR, AALPHA, llama ? LLAMA_ALL : GPT_ALL, false, 0.1, LORA_INIT_FALSE),
+                       llama ? "llama" : "gpt2");
+}
+
+/* the families added by description: Phi-3's adapters on its fused qkv_proj / gate_up_proj, Qwen3's
+ * on q/k/v before the per-head norm */
+static ModelDesc family_desc(ModelArch arch, const char *model_type, uint32_t targets) {
+    ModelDesc d = lora_fix_desc(true, 4, AR, AALPHA, targets, false, 0.1, LORA_INIT_FALSE);
+    d.arch = arch, d.qkv_bias = d.o_bias = d.mlp_bias = false;
+    snprintf(d.model_type, sizeof d.model_type, "%s", model_type);
+    return d;
+}
+
+Test(lora_train, phi3_recompute_and_offload_are_bit_identical_fp32_and_bf16, .timeout = 60) {
+    check_recompute_of(family_desc(ARCH_PHI3, "phi3",
+                                   BIT(PEFT_QKV_PROJ) | BIT(PEFT_O_PROJ) | BIT(PEFT_GATE_UP_PROJ) | BIT(PEFT_DOWN_PROJ)),
+                       "phi3");
+}
+
+Test(lora_train, qwen3_recompute_and_offload_are_bit_identical_fp32_and_bf16, .timeout = 60) {
+    check_recompute_of(family_desc(ARCH_QWEN3, "qwen3", LLAMA_ALL), "qwen3");
 }
 
 Test(lora_train, llama_recompute_and_offload_are_bit_identical_fp32_and_bf16, .timeout = 60) { check_recompute(true); }

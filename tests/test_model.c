@@ -304,6 +304,23 @@ Test(recompute, llama_gradients_and_losses_bit_identical_for_every_setting, .tim
         for (int act = GT_F32; act <= GT_BF16; act++) recompute_bit_identity_of(test_model_desc(which, 5, 64, 16), (GtDtype)act);
 }
 
+/* the families added by description, on the test models' Mistral-style shape (GQA 4/2, a window of 5
+ * below T): Phi-3, and Qwen3 (QK-norm: its pre-norm projection and rstd are kept and recomputed) */
+static ModelDesc tiny_family(ModelArch arch, const char *model_type) {
+    ModelDesc d = test_model_desc(1, 5, 64, 16);
+    d.arch = arch;
+    snprintf(d.model_type, sizeof d.model_type, "%s", model_type);
+    return d;
+}
+
+Test(recompute, phi3_gradients_and_losses_bit_identical_for_every_setting, .timeout = 240) {
+    for (int act = GT_F32; act <= GT_BF16; act++) recompute_bit_identity_of(tiny_family(ARCH_PHI3, "phi3"), (GtDtype)act);
+}
+
+Test(recompute, qwen3_gradients_and_losses_bit_identical_for_every_setting, .timeout = 240) {
+    for (int act = GT_F32; act <= GT_BF16; act++) recompute_bit_identity_of(tiny_family(ARCH_QWEN3, "qwen3"), (GtDtype)act);
+}
+
 Test(recompute, gradients_and_losses_bit_identical_for_every_setting, .timeout = 120) { recompute_bit_identity(GT_F32); }
 Test(recompute, bf16_gradients_and_losses_bit_identical_for_every_setting, .timeout = 120) {
     recompute_bit_identity(GT_BF16);

@@ -213,7 +213,8 @@ Test(peft_files, keys_and_their_inverse) {
                 int pb;
                 cr_assert_eq(peft_key_parse(k, (ModelArch)a, &l, &pm, &pb), 0, "%s", k);
                 cr_assert(l == 12 && pm == (PeftModule)m && pb == b, "%s", k);
-                cr_assert_eq(peft_key_parse(k, (ModelArch)(1 - a), &l, &pm, &pb), -1, "%s", k);
+                if (a != ARCH_PHI3) /* Phi-3's o_proj and down_proj keys are the Llama family's too */
+                    cr_assert_eq(peft_key_parse(k, a == ARCH_GPT2 ? ARCH_LLAMA : ARCH_GPT2, &l, &pm, &pb), -1, "%s", k);
             }
     const char *bad[] = {"base_model.model.model.layers.01.self_attn.q_proj.lora_A.weight",
                          "base_model.model.model.layers.0.self_attn.q_proj.lora_A.default.weight",
@@ -412,7 +413,7 @@ Test(peft_files, peft_reads_ours_and_we_read_peft_s, .timeout = 120) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root) cr_skip_test("GTRAIN_ROOT not set (run through make test)");
     test_require_refs();
-    for (int arch = 0; arch < ARCH_COUNT; arch++) {
+    for (int arch = ARCH_GPT2; arch <= ARCH_LLAMA; arch++) {
         ModelDesc d;
         bool mask[PEFT_MODULE_COUNT];
         PeftEntry *e;

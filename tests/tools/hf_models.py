@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """hf_models.py - Hugging Face transformers itself as gtrain's model reference: GPT2LMHeadModel,
-LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM, built from a config.json through the
+LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Phi3ForCausalLM and Qwen3ForCausalLM, built from a config.json through the
 config classes (AutoConfig.for_model), checkpoints written by save_pretrained (sharded with
 max_shard_size, safetensors, F32 / BF16 / F16) and read by from_pretrained. Nothing here computes
 a forward of its own: the model, its attention masks (the sliding window included), rotary table,
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 
 DTYPE = {"f64": torch.float64, "f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
-FAMILIES = ("gpt2", "llama", "mistral", "qwen2")
+FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "phi3", "qwen3")
 
 
 def die(msg):
