@@ -592,6 +592,7 @@ static const BackendOps k_cuda_ops = {
     /* .memory_info = */ cu_memory_info,
     /* .axpby_rows = */ gtc_axpby_rows,
     /* .dropout = */ gtc_dropout,
+    /* .convert = */ gtc_convert,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

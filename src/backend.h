@@ -221,6 +221,13 @@ typedef struct BackendOps {
      * same call gives the same bits on every backend. */
     void (*dropout)(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base,
                     uint32_t threshold, float scale);
+
+    /* ---- storage ---- */
+    /* dst[n] (dst_dtype) = src[n] (src_dtype): widening is exact, narrowing rounds to nearest
+     * even (as to_act), the same dtype is a copy. A weight stored in a dtype other than the act
+     * dtype (arch.h's ParamTensor.dtype) is converted with this into a scratch before its GEMM.
+     * dst and src do not overlap. */
+    void (*convert)(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n);
 } BackendOps;
 
 struct Backend {
@@ -263,6 +270,8 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
 }
 /* Copy n act_t elements to the host as fp32 (synchronous). */
 int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, size_t n, GtError *err);
+/* The same for n elements stored in dtype t. */
+int backend_to_host_f32(Backend *b, float *host_dst, const void *dev_src, GtDtype t, size_t n, GtError *err);
 
 /* Which backends this binary was built with, e.g. "cpu cuda". */
 const char *backend_built_list(void);
