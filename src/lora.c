@@ -255,6 +255,7 @@ static int run_targets(const PeftConfig *pc, const RunConfig *cfg, ModelArch arc
 int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err) {
     d->lora_r = 0;
     d->lora_targets = 0;
+    d->base_dtype = BASE_DTYPE_AUTO;
     peft_config_defaults(pc);
     if (!cfg->lora.enabled) return 0;
     const char *where = cfg->config_path[0] ? cfg->config_path : "config";
@@ -332,5 +333,6 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     snprintf(pc->base_model, sizeof pc->base_model, "%s", realpath(cfg->model, abs) ? abs : cfg->model);
     apply_peft(d, pc, mask);
     d->lora_init = (int)kind;
+    d->base_dtype = cfg->lora.base_dtype;
     return 0;
 }
