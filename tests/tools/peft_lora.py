@@ -22,7 +22,7 @@ usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by 
       get_peft_model + save_pretrained: lora_A and lora_B both N(0, std) (torch's generator)
   peft_lora.py train MODELDIR TOKENS.txt (--adapter DIR | --init true|gaussian|pissa|pissa_niter_N --r R
       --alpha A --targets ... [--rslora] [--seed S]) [--steps 5 --lr 1e-3 --weight-decay 0.1 --beta1 0.9
-      --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17]
+      --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17] [--base-linear-bf16]
       prints "step k loss L grad_norm G" (before the step's update; G before clipping), "final loss L";
       --out: save_pretrained (a PiSSA run: the initial adapter to OUT/pissa_init, init_lora_weights true,
       and the trained one converted with path_initial_model_for_weight_conversion, PEFT's workflow)
