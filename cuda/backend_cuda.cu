@@ -598,6 +598,7 @@ static const BackendOps k_cuda_ops = {
     /* .dora_norm = */ gtc_dora_norm,
     /* .dora_forward = */ gtc_dora_forward,
     /* .dora_backward = */ gtc_dora_backward,
+    /* .convert = */ gtc_convert,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

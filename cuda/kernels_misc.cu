@@ -510,7 +510,7 @@ void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, co
                              (const float *)w, mean, rstd, N, C);
 }
 
-/* ------------------------------------------------------------------ gelu, add, scale, to_act
+/* ------------------------------------------------------------------ gelu, add, scale, to_act, convert
  *
  * Elementwise: each thread reads element i of every input before writing element i of the output,
  * so out may alias an input (gelu_backward's dinp = dout, add's out = x or y). */
@@ -607,6 +607,29 @@ void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
         CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                    gtc_stream(b)));
     }
+}
+
+__global__ void widen_kernel(float *dst, const gtc_bf16 *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = load_f32(src, i);
+}
+
+/* a stored weight into the act dtype (or back): to_act's rounding, or the exact widening */
+void gtc_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n) {
+    if (!n) return;
+    if (dst_dtype == src_dtype) {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * gt_dtype_size(dst_dtype), cudaMemcpyDeviceToDevice,
+                                   gtc_stream(b)));
+        return;
+    }
+    if (dst_dtype == GT_F32)
+        GTC_LAUNCH(widen_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b),
+                   (float *)dst, (const gtc_bf16 *)src, n);
+    else
+        GTC_LAUNCH(to_act_kernel<gtc_bf16>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
+                   gtc_stream(b), (gtc_bf16 *)dst, (const float *)src, n);
+    CUDA_CHECK_LAUNCH();
 }
 
 void gtc_scale(Backend *b, float *x, float s, size_t n) {

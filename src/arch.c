@@ -361,6 +361,28 @@ void param_layout_init(ParamLayout *pl, const ModelDesc *d) {
         if (arch_tensor_present(d, &s->tensors[i])) layout_add(pl, &cap, d, &s->tensors[i], -1);
 }
 
+GtDtype arch_storage_dtype(const ModelDesc *d, const ArchTensor *t, GtDtype act) {
+    if (d->lora_r <= 0 || !t || !t->per_layer || t->dim1 == DIM_1 || d->base_dtype == BASE_DTYPE_AUTO) return act;
+    return d->base_dtype == BASE_DTYPE_BF16 ? GT_BF16 : GT_F32;
+}
+
+void param_layout_storage(ParamLayout *pl, const ModelDesc *d, GtDtype act) {
+    uint64_t at = 0;
+    pl->convert_max = 0;
+    for (int i = 0; i < pl->n_tensors; i++) {
+        ParamTensor *t = &pl->tensors[i];
+        t->dtype = arch_storage_dtype(d, t->spec, act);
+        const uint64_t es = gt_dtype_size(t->dtype);
+        at = (at + es - 1) / es * es;
+        t->byte_offset = (size_t)at;
+        t->block = 0;
+        t->scales_offset = 0;
+        at += (uint64_t)t->numel * es;
+        if (t->dtype != act && t->numel > pl->convert_max) pl->convert_max = t->numel;
+    }
+    pl->bytes = at;
+}
+
 void param_layout_free(ParamLayout *pl) {
     free(pl->tensors);
     free(pl->layer);

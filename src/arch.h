@@ -12,6 +12,7 @@
 #ifndef GT_ARCH_H
 #define GT_ARCH_H
 
+#include "backend.h"
 #include "model_desc.h"
 
 /* What a tensor is to the forward. Per-layer roles are NORM1_W .. DOWN_B. */
@@ -209,6 +210,14 @@ typedef struct {
     const ArchTensor *spec; /* NULL for an adapter */
     int peft_module;   /* an adapter (lora.c): its PeftModule; -1 for the architecture's tensors */
     bool lora_B;       /* an adapter: lora_B [rows, r] (else lora_A [r, in]) */
+    /* Its storage in the buffer the layout describes (param_layout_storage; zero until then):
+     * dtype, and where it starts in bytes. Room for a block-quantized dtype (a 4-bit base): each
+     * block of `block` elements shares one scale, the scales at byte scales_offset of the same
+     * buffer; block 0: no scales (fp32, bf16). */
+    GtDtype dtype;
+    size_t byte_offset;
+    int block;
+    size_t scales_offset;
 } ParamTensor;
 
 typedef struct {
@@ -219,6 +228,10 @@ typedef struct {
     int global[ROLE_COUNT]; /* tensor index of each global role, -1 if absent */
     int (*layer)[ROLE_COUNT]; /* [n_layer][role]: tensor index of each per-layer role, -1 if absent */
     size_t *layer_begin;   /* [n_layer + 1]: offset of layer l's first tensor; [n_layer]: end of the last */
+    /* param_layout_storage: the buffer's bytes, and the most elements of one tensor whose
+     * storage dtype is not the act dtype (the model's conversion scratch; 0: none) */
+    uint64_t bytes;
+    size_t convert_max;
 } ParamLayout;
 
 void param_layout_init(ParamLayout *pl, const ModelDesc *d);
@@ -226,6 +239,16 @@ void param_layout_free(ParamLayout *pl);
 int param_layout_find(const ParamLayout *pl, const char *name);
 /* tensor index of a role (layer -1 for the globals), or -1 when the model has none */
 int param_layout_role(const ParamLayout *pl, int layer, TensorRole role);
+
+/* The storage dtype of tensor t of model d under act dtype act: the act dtype, but under LoRA
+ * with lora.base_dtype set the frozen base's per-layer matrices (the linear weights adapters
+ * attach to and a 4-bit base would quantize; embeddings, norms, biases and the LM head stay in
+ * the act dtype, which the forward reads them in directly). The one home of that rule. */
+GtDtype arch_storage_dtype(const ModelDesc *d, const ArchTensor *t, GtDtype act);
+/* Each tensor's storage (dtype, byte offset: packed in layout order, each tensor aligned to its
+ * element size, so a layout of one dtype has byte_offset = offset * size) and pl->bytes,
+ * pl->convert_max: what model.c's base buffer and buffers.c's plan both read. */
+void param_layout_storage(ParamLayout *pl, const ModelDesc *d, GtDtype act);
 
 /* Parameters of d (tied embeddings counted once), from the table without building a layout. */
 uint64_t arch_num_params(const ModelDesc *d);

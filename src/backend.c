@@ -111,7 +111,11 @@ const char *gt_dtype_name(GtDtype t) { return t == GT_BF16 ? "bf16" : "fp32"; }
 void backend_set_act_dtype(Backend *b, GtDtype t) { b->act_dtype = t; }
 
 int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, size_t n, GtError *err) {
-    if (b->act_dtype == GT_F32) return b->ops->to_host(b, host_dst, dev_src, n * sizeof(float), err);
+    return backend_to_host_f32(b, host_dst, dev_src, b->act_dtype, n, err);
+}
+
+int backend_to_host_f32(Backend *b, float *host_dst, const void *dev_src, GtDtype t, size_t n, GtError *err) {
+    if (t == GT_F32) return b->ops->to_host(b, host_dst, dev_src, n * sizeof(float), err);
     /* bf16: fetch into the upper half of the destination, then widen front to back (element i is
      * written at byte 4i, after the bf16 at byte 2n + 2i >= 4i has been read) */
     uint16_t *half = (uint16_t *)(void *)((char *)host_dst + n * sizeof(uint16_t));

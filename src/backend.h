@@ -268,6 +268,12 @@ typedef struct BackendOps {
      * gradient flows through it, as PEFT detaches it). */
     void (*dora_backward)(Backend *b, float *dmag, act_t *dz, act_t *dy, const act_t *dout, int ldd, const act_t *z,
                           const act_t *y, const act_t *mag, const float *norm, int N, int rows, float scale);
+    /* ---- storage ---- */
+    /* dst[n] (dst_dtype) = src[n] (src_dtype): widening is exact, narrowing rounds to nearest
+     * even (as to_act), the same dtype is a copy. A weight stored in a dtype other than the act
+     * dtype (arch.h's ParamTensor.dtype) is converted with this into a scratch before its GEMM.
+     * dst and src do not overlap. */
+    void (*convert)(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n);
 } BackendOps;
 
 struct Backend {
@@ -310,6 +316,8 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
 }
 /* Copy n act_t elements to the host as fp32 (synchronous). */
 int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, size_t n, GtError *err);
+/* The same for n elements stored in dtype t. */
+int backend_to_host_f32(Backend *b, float *host_dst, const void *dev_src, GtDtype t, size_t n, GtError *err);
 
 /* The optional (fused) entries, as the model calls them: the backend's entry when it has one,
  * else the unfused ops it replaces (add + layernorm_forward, matmul_forward + gelu_forward,

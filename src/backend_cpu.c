@@ -637,6 +637,15 @@ static void cpu_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
     narrow(b, dst, src, n);
 }
 
+static void cpu_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n) {
+    if (dst_dtype == src_dtype)
+        memcpy(dst, src, n * gt_dtype_size(dst_dtype));
+    else if (dst_dtype == GT_F32)
+        widen(b, dst, src, n);
+    else
+        narrow(b, dst, src, n);
+}
+
 /* ------------------------------------------------------------------ open / close */
 
 static void cpu_timer_start(Backend *b) { ((CpuImpl *)b->impl)->timer_start = gt_now_seconds(); }
@@ -704,6 +713,7 @@ static const BackendOps k_cpu_ops = {
     .dora_norm = cpu_dora_norm,
     .dora_forward = cpu_dora_forward,
     .dora_backward = cpu_dora_backward,
+    .convert = cpu_convert,
 };
 
 /* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */

@@ -22,6 +22,7 @@ static const char *const NAMES[BUF_COUNT] = {
     [BUF_FROZEN] = "frozen base weights", [BUF_LORA_XD] = "lora input after dropout", [BUF_LORA_H] = "lora x A^T",
     [BUF_LORA_Y] = "lora h B^T / d output", [BUF_LORA_DH] = "lora d h", [BUF_LORA_DX] = "lora d input",
     [BUF_DORA_Z] = "dora x W^T", [BUF_DORA_NORM] = "dora row norms",
+    [BUF_WCONV] = "stored weight in the act dtype",
 };
 
 const char *buffer_name(BufferId id) { return id >= 0 && id < BUF_COUNT && NAMES[id] ? NAMES[id] : "?"; }
@@ -100,7 +101,8 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     out->overflow = NULL;
     Builder k = {out, "params"};
     const uint64_t f = sizeof(float), a = gt_dtype_size(s->act), C = (uint64_t)d->n_embd;
-    /* what trains: every weight, or under LoRA the adapters (the base then frozen, once, in the act dtype) */
+    /* what trains: every weight, or under LoRA the adapters (the base then frozen, once, each tensor in
+     * its storage dtype: the layout's bytes) */
     const bool lora = d->lora_r > 0;
     const uint64_t NP = lora ? lora_num_params(d) : arch_num_params(d);
     const uint64_t world = (uint64_t)(s->shard_world > 0 ? s->shard_world : 1);
@@ -112,7 +114,15 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     add(&k, BUF_PARAMS, MEM_PARAMS, mul(&k, shard, world), f, 1);
     if (s->act != GT_F32) add(&k, BUF_WEIGHTS, MEM_PARAMS, NP, a, 1);
     k.cur = "frozen";
-    if (lora) add(&k, BUF_FROZEN, MEM_FROZEN, arch_num_params(d), a, 1);
+    size_t convert_max = 0;
+    if (lora) {
+        ParamLayout bl;
+        param_layout_init(&bl, d);
+        param_layout_storage(&bl, d, s->act);
+        add(&k, BUF_FROZEN, MEM_FROZEN, bl.bytes, 1, 1);
+        convert_max = bl.convert_max;
+        param_layout_free(&bl);
+    }
     k.cur = "grads";
     if (s->train) add(&k, BUF_GRADS, MEM_GRADS, mul(&k, shard, world), f, 1);
     k.cur = "optimizer";
@@ -177,6 +187,8 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
             add(&k, BUF_DORA_NORM, MEM_WORKSPACE, rows, f, 1);
         }
     }
+    k.cur = "workspace";
+    add(&k, BUF_WCONV, MEM_WORKSPACE, convert_max, a, convert_max > 0);
     k.cur = "host_staging";
     add(&k, BUF_HOST_STAGING, MEM_HOST_STAGING, buffers_staging_bytes(d), 1, 1);
     return out->overflow ? -1 : 0;

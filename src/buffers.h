@@ -9,7 +9,8 @@
 #include "recompute.h"
 
 /* Under LoRA (d->lora_r > 0) params, grads, the AdamW state and the compute copy hold the
- * adapters alone (lora.h) and BUF_FROZEN the base. */
+ * adapters alone (lora.h) and BUF_FROZEN the base, each tensor in its storage dtype
+ * (param_layout_storage). */
 typedef enum {
     BUF_PARAMS = 0,   /* fp32 master weights, padded to whole ZeRO-1 shards */
     BUF_GRADS,
@@ -59,6 +60,8 @@ typedef enum {
     BUF_LORA_DX,      /* the adapter's input gradient [BT, widest input] */
     BUF_DORA_Z,       /* DoRA: the adapter's input times the base block, x W_blk^T [BT, widest output block] */
     BUF_DORA_NORM,    /* DoRA: || W + s B A ||_row of one block (fp32) [widest output block] */
+    BUF_WCONV,        /* workspace: one stored weight converted to the act dtype for its GEMM (a base
+                       * stored in another dtype: arch.h's ParamTensor.dtype) */
     BUF_COUNT
 } BufferId;
 

@@ -113,6 +113,7 @@ typedef struct {
         bool use_dora;                       /* DoRA: PEFT's use_dora */
         char init_lora_weights[GT_PATH_MAX]; /* true, false, gaussian, pissa, pissa_niter_N */
         char init_from[GT_PATH_MAX];         /* a PEFT adapter directory to continue from, or "" */
+        int base_dtype;                      /* BaseDtype (model_desc.h): the frozen base's storage */
     } lora;
 
     /* where each schema key's value came from, indexed like the schema table */

@@ -17,6 +17,7 @@ static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
 static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
+static const char *const BASE_DTYPE_NAMES[] = {"auto", "fp32", "bf16", NULL}; /* BaseDtype's order */
 static const char *const INIT_NAMES[] = {"auto", "pretrained", "random", NULL};
 
 /* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone; which
@@ -217,6 +218,11 @@ const KeySpec CONFIG_SCHEMA[] = {
             "(randomised SVD, N subspace iterations)."},
     {.key = "lora.init_from", .type = KT_PATH, FIELD(lora.init_from), .def = "", .dir = true,
      .doc = "A PEFT adapter directory to continue training (its adapter_config.json gives r, alpha and the modules)."},
+    {.key = "lora.base_dtype", .type = KT_ENUM, FIELD(lora.base_dtype), .def = "auto", .names = BASE_DTYPE_NAMES,
+     .doc = "Storage of the frozen base's linear weights (the layers' projections): auto = the activation dtype "
+            "(precision), or bf16 / fp32; each is converted to the activation dtype for its matrix multiply (as "
+            "transformers' torch_dtype=bfloat16 base under fp32 compute). Embeddings, norms, biases and the LM head "
+            "stay in the activation dtype."},
 };
 
 const int CONFIG_N_KEYS = (int)(sizeof CONFIG_SCHEMA / sizeof CONFIG_SCHEMA[0]);

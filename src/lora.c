@@ -291,6 +291,7 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     d->lora_r = 0;
     d->lora_targets = 0;
     d->lora_dora = false;
+    d->base_dtype = BASE_DTYPE_AUTO;
     peft_config_defaults(pc);
     if (!cfg->lora.enabled) return 0;
     if (lora_check_config(cfg, err)) return -1;
@@ -375,5 +376,6 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     snprintf(pc->base_model, sizeof pc->base_model, "%s", realpath(cfg->model, abs) ? abs : cfg->model);
     apply_peft(d, pc, mask);
     d->lora_init = (int)kind;
+    d->base_dtype = cfg->lora.base_dtype;
     return 0;
 }

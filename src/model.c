@@ -59,19 +59,44 @@ static int init_layout(Model *m, const ParamLayout *pl, bool base, uint64_t seed
     return fill ? put_values(m, base, start, m->staging, fill, err) : 0;
 }
 
+/* the frozen base's elements [off, off + n) to (up) or from the host, tensor by tensor, each in its
+ * storage dtype at its byte offset (the layout's tensors are in element-offset order) */
+static int base_io(Model *m, bool up, size_t off, float *host, size_t n, GtError *err) {
+    const ParamLayout *pl = &m->base_layout;
+    if (off > pl->total || n > pl->total - off)
+        return gt_error(err, GT_EXIT_FAILURE, "model: base elements %zu..+%zu outside its %zu", off, n, pl->total);
+    int i = 0;
+    for (size_t done = 0; done < n;) {
+        const size_t at = off + done;
+        while (i + 1 < pl->n_tensors && pl->tensors[i + 1].offset <= at) i++;
+        const ParamTensor *t = &pl->tensors[i];
+        const size_t k = at - t->offset, cnt = t->numel - k < n - done ? t->numel - k : n - done;
+        const size_t es = gt_dtype_size(t->dtype);
+        void *dev = (char *)m->base + t->byte_offset + k * es;
+        float *h = host + done;
+        if (!up) {
+            if (backend_to_host_f32(m->be, h, dev, t->dtype, cnt, err)) return -1;
+        } else {
+            if (t->dtype == GT_BF16) { /* narrowed in place, front to back (element j's 2 bytes land before j's 4) */
+                uint16_t *h16 = (uint16_t *)h;
+                for (size_t j = 0; j < cnt; j++) h16[j] = gt_f32_to_bf16(h[j]);
+            }
+            if (m->be->ops->to_device(m->be, dev, h, cnt * es, err)) return -1;
+        }
+        done += cnt;
+    }
+    return 0;
+}
+
 int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
     if (m->desc.lora_r == 0)
         return m->be->ops->to_device(m->be, m->params + off, host, n * sizeof(float), err);
-    if (m->act == GT_BF16) { /* narrowed in place, front to back (element k's 2 bytes land before k's 4) */
-        uint16_t *h = (uint16_t *)host;
-        for (size_t k = 0; k < n; k++) h[k] = gt_f32_to_bf16(host[k]);
-    }
-    return m->be->ops->to_device(m->be, model_at(m, m->base, off), host, n * gt_dtype_size(m->act), err);
+    return base_io(m, true, off, host, n, err);
 }
 
 int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
     if (m->desc.lora_r == 0) return m->be->ops->to_host(m->be, host, m->params + off, n * sizeof(float), err);
-    return backend_act_to_host_f32(m->be, host, model_at(m, m->base, off), n, err);
+    return base_io(m, false, off, host, n, err);
 }
 
 /* the rotary table, positions in chunks through the staging buffer */
@@ -196,6 +221,7 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_LORA_DX: return (void **)&m->lora_dx;
     case BUF_DORA_Z: return (void **)&m->dora_z;
     case BUF_DORA_NORM: return (void **)&m->dora_norm;
+    case BUF_WCONV: return (void **)&m->wconv;
     default: return NULL;
     }
 }
@@ -215,6 +241,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->window = desc->sliding_window > 0 && desc->sliding_window < T ? desc->sliding_window : 0;
     const bool lora = desc->lora_r > 0;
     param_layout_init(&m->base_layout, desc);
+    param_layout_storage(&m->base_layout, desc, m->act);
     if (lora)
         lora_layout_init(&m->layout, desc);
     else

@@ -42,9 +42,11 @@ typedef struct Model {
     /* layout: what trains (params, grads, AdamW state): the architecture's tensors, or under
      * LoRA (desc.lora_r > 0) the adapters alone (lora_layout_init). base_layout: always the
      * architecture's tensors, in base: the weights the forward reads (== weights without LoRA; the
-     * frozen base, MEM_FROZEN, in the act dtype, with LoRA). */
+     * frozen base, MEM_FROZEN, with LoRA, each tensor in its storage dtype at its byte_offset:
+     * param_layout_storage). */
     ParamLayout layout, base_layout;
     act_t *base;
+    act_t *wconv; /* a base tensor stored in another dtype, converted for its GEMM (model_w); NULL: none */
     /* LoRA: lora_idx[l][module] = index in layout of that adapter's lora_A (lora_B is the next
      * one, and under DoRA the magnitude the one after), -1 when the module is not adapted; NULL
      * without LoRA */
@@ -152,9 +154,10 @@ bool model_keeps_kv(const Model *m);
 
 void model_zero_grads(Model *m);
 
-/* The base weights (base_layout), n fp32 values at float offset off: written from / read into a
- * host buffer. Without LoRA these are params (model_params_changed is the caller's); with LoRA the
- * frozen base in the act dtype (rounded to it on the way in; host is used as scratch). */
+/* The base weights (base_layout), n fp32 values at element offset off (ParamTensor.offset, across
+ * tensors as the layout orders them): written from / read into a host buffer. Without LoRA these
+ * are params (model_params_changed is the caller's); with LoRA the frozen base, each tensor in its
+ * storage dtype (rounded to it on the way in; host is used as scratch). */
 int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err);
 int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err);
 

@@ -48,12 +48,17 @@ typedef struct ModelDesc {
     double lora_dropout;   /* PEFT's lora_dropout on each adapter's input, in [0, 1) */
     int lora_init;         /* LoraInit (lora.h): how model_create initialises the adapters */
     bool lora_dora;        /* DoRA (PEFT's use_dora): a magnitude per output row of each adapted block */
+    int base_dtype;        /* BaseDtype: the frozen base's storage under LoRA (lora.base_dtype, arch.h) */
     /* the bytes of config.json as they were read (model_desc_load_source; NULL otherwise), borrowed
      * from the loader, who frees them after the last use of this description and its copies: what
      * a checkpoint's config.json is written from, never the file read again */
     const char *source;
     size_t source_len;
 } ModelDesc;
+
+/* The storage dtype of the frozen base's linear weights under LoRA (the run config's
+ * lora.base_dtype; arch_storage_dtype says which tensors): auto = the activation dtype. */
+typedef enum { BASE_DTYPE_AUTO = 0, BASE_DTYPE_FP32, BASE_DTYPE_BF16 } BaseDtype;
 
 /* For a description filled by hand (tests): n_kv_head 0 -> n_head, head_dim 0 -> n_embd / n_head. */
 void model_desc_defaults(ModelDesc *d);

@@ -10,10 +10,18 @@ static inline act_t *model_at(const Model *m, const act_t *p, size_t n) {
     return (char *)p + n * gt_dtype_size(m->act);
 }
 
-/* a base tensor's compute weights (act dtype) by role (layer -1: a global), NULL when the model has none */
+/* a base tensor's compute weights (act dtype) by role (layer -1: a global), NULL when the model has
+ * none. A tensor stored in another dtype (arch_storage_dtype) is converted into the one scratch
+ * wconv, valid until the next such call: a caller uses one converted weight at a time (a block's
+ * matrices; the globals the model keeps pointers to are never converted). */
 static inline const act_t *model_w(const Model *m, int layer, TensorRole role) {
     int i = param_layout_role(&m->base_layout, layer, role);
-    return i < 0 ? NULL : model_at(m, m->base, m->base_layout.tensors[i].offset);
+    if (i < 0) return NULL;
+    const ParamTensor *t = &m->base_layout.tensors[i];
+    const act_t *w = (const char *)m->base + t->byte_offset;
+    if (t->dtype == m->act) return w;
+    m->be->ops->convert(m->be, m->wconv, m->act, w, t->dtype, t->numel);
+    return m->wconv;
 }
 
 /* its gradient (fp32), NULL when the model has none, no gradients, or the base is frozen (LoRA) */

@@ -44,6 +44,14 @@ static uint64_t cadd(Checked *k, uint64_t a, uint64_t b) {
     return UINT64_MAX;
 }
 
+/* the storage of the base's linear weights: arch_storage_dtype of the table's first per-layer matrix */
+static GtDtype base_linear_dtype(const ModelDesc *d, GtDtype act) {
+    const ArchSpec *s = arch_spec(d->arch);
+    for (int i = 0; i < s->n_tensors; i++)
+        if (s->tensors[i].per_layer && s->tensors[i].dim1 != DIM_1) return arch_storage_dtype(d, &s->tensors[i], act);
+    return act;
+}
+
 int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
                 GtDtype act) {
     memset(p, 0, sizeof *p);
@@ -61,6 +69,7 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
     if (k.what) p->tokens_per_step = LONG_MAX;
     p->policy = pol;
     p->act = act;
+    p->base_linear = base_linear_dtype(d, act);
     p->n_params = model_desc_num_params(d);
     p->n_trainable = d->lora_r > 0 ? lora_num_params(d) : p->n_params;
     p->logits_rows = plan_logits_rows(d, B, T, act);
@@ -95,7 +104,12 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     fprintf(out, "memory plan (per rank): micro-batch %d x seq_len %d, %s activations, recompute %s%s\n", p->B,
             p->T, gt_dtype_name(p->act), recompute_describe(&p->policy, desc, sizeof desc),
             p->zero1 ? ", ZeRO-1 optimizer shards" : "");
-    if (p->n_trainable != p->n_params)
+    if (p->n_trainable != p->n_params && p->base_linear != p->act)
+        fprintf(out, "  LoRA: %llu trainable parameters (fp32 master, gradients, AdamW state), %llu frozen (linear "
+                "weights %s, converted to %s for each matrix multiply; the rest %s; once)\n",
+                (unsigned long long)p->n_trainable, (unsigned long long)p->n_params, gt_dtype_name(p->base_linear),
+                gt_dtype_name(p->act), gt_dtype_name(p->act));
+    else if (p->n_trainable != p->n_params)
         fprintf(out, "  LoRA: %llu trainable parameters (fp32 master, gradients, AdamW state), %llu frozen (%s, once)\n",
                 (unsigned long long)p->n_trainable, (unsigned long long)p->n_params, gt_dtype_name(p->act));
     if (p->zero1)

@@ -297,3 +297,13 @@ double ref_sum_squares(const double *x, size_t n) {
     for (size_t i = 0; i < n; i++) s += x[i] * x[i];
     return s;
 }
+
+double ref_round_bf16(double x) {
+    if (x == 0 || !isfinite(x)) return x;
+    int e;
+    const double m = frexp(fabs(x), &e); /* |x| = m 2^e, m in [0.5, 1) */
+    const double scaled = ldexp(m, 8);   /* [128, 256): the 8 kept bits are its integer part */
+    const double lo = floor(scaled), frac = scaled - lo;
+    const double q = frac > 0.5 || (frac == 0.5 && fmod(lo, 2.0) == 1.0) ? lo + 1 : lo;
+    return copysign(ldexp(q, e - 8), x);
+}

@@ -61,4 +61,9 @@ void ref_adamw(double *param, const double *grad, double *m, double *v, size_t n
                double beta1, double beta2, double eps, double weight_decay, int t);
 double ref_sum_squares(const double *x, size_t n);
 
+/* x rounded to bfloat16 from the definition (8 significant bits, the nearer of the two neighbours,
+ * a tie to the one whose last bit is 0), in double arithmetic: no bit patterns. Finite, normal
+ * bf16 range; zero, NaN and Inf come back as they are. */
+double ref_round_bf16(double x);
+
 #endif

@@ -350,6 +350,50 @@ Test(lora_io, continue_fused_adapter_on_phi3_like_peft, .timeout = 240) {
                      false);
 }
 
+/* lora.base_dtype: bf16 under fp32 activations, on an fp32 base: PEFT continuing the same adapter on
+ * the same base whose decoder layers' linear weights torch rounded to bf16 (peft_lora.py train
+ * --base-linear-bf16) gives gtrain's 5 steps (loss, grad norm, final loss within 1e-4); and PEFT on
+ * the unrounded base is at least 10 times farther from gtrain's losses than that (a gtrain that kept
+ * the base fp32, or rounded other tensors, lands on the wrong side: the check can fail) */
+static void bf16_base_like_peft(const char *fixture, const char *adapter_args) {
+    Ws w;
+    ws_make(&w, fixture, "f32");
+    char cmd[4096], adapter[256], ref_out[256], ref32_out[256], how[512], lora[512];
+    snprintf(adapter, sizeof adapter, "%s/adapter", w.dir);
+    snprintf(ref_out, sizeof ref_out, "%s/ref-bf16", w.dir);
+    snprintf(ref32_out, sizeof ref32_out, "%s/ref-f32", w.dir);
+    snprintf(cmd, sizeof cmd, "make-adapter '%s' '%s' %s --seed 11 --std 0.1 + ", w.base, adapter, adapter_args);
+    RefRun ref, ref32;
+    snprintf(how, sizeof how, "--adapter '%s' --base-linear-bf16", adapter);
+    ref_train(&w, cmd, how, ref_out, &ref);
+    snprintf(how, sizeof how, "--adapter '%s'", adapter);
+    ref_train(&w, "", how, ref32_out, &ref32);
+    snprintf(lora, sizeof lora, "  init_from: %s\n  lora_dropout: 0.0\n  base_dtype: bf16\n", adapter);
+    Losses l;
+    gtrain_run(&w, "run", lora, &l);
+    char what[160];
+    snprintf(what, sizeof what, "%s + adapter (%s), bf16 base", fixture, adapter_args);
+    expect_losses(what, &l, &ref);
+    double near = 0, far = 0;
+    for (int s = 0; s < STEPS; s++) {
+        near = fmax(near, fabs(l.loss[s] - ref.loss[s]) / fabs(ref.loss[s]));
+        far = fmax(far, fabs(l.loss[s] - ref32.loss[s]) / fabs(ref32.loss[s]));
+    }
+    cr_assert(far > 10 * near, "%s: gtrain's losses are within %.2e of PEFT's on the bf16-rounded base but also within "
+              "%.2e of PEFT's on the fp32 one: the check cannot tell", what, near, far);
+    cr_log_info("%s: losses within %.2e of PEFT on the bf16-rounded base, %.2e from PEFT on the fp32 base", what, near,
+                far);
+    ws_done(&w);
+}
+
+Test(lora_io, bf16_base_under_fp32_is_peft_on_the_rounded_llama, .timeout = 240) {
+    bf16_base_like_peft("tiny-llama.json", "--r 4 --alpha 8 --targets all-linear");
+}
+
+Test(lora_io, bf16_base_under_fp32_is_peft_on_the_rounded_gpt2, .timeout = 240) {
+    bf16_base_like_peft("tiny-gpt2.json", "--r 4 --alpha 8 --targets c_attn,c_proj,c_fc");
+}
+
 /* PEFT names its targets in full below 20 adapted modules; gtrain reads each as its module in every
  * layer, so an adapter PEFT made for layer 0 alone (target_modules ["model.layers.0.self_attn.q_proj"])
  * is refused, one line naming layer 1's missing tensor, exit 2 and no output_dir */

@@ -24,10 +24,12 @@ usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by 
       random B it is no longer ||W + s B A||: the runs see a magnitude that is not the norm)
   peft_lora.py train MODELDIR TOKENS.txt (--adapter DIR | --init true|gaussian|pissa|pissa_niter_N --r R
       --alpha A --targets ... [--rslora] [--seed S]) [--steps 5 --lr 1e-3 --weight-decay 0.1 --beta1 0.9
-      --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17]
+      --beta2 0.95 --eps 1e-8 --grad-clip 1.0] [--out DIR] [--digits 17] [--base-linear-bf16]
       prints "step k loss L grad_norm G" (before the step's update; G before clipping), "final loss L";
       --out: save_pretrained (a PiSSA run: the initial adapter to OUT/pissa_init, init_lora_weights true,
       and the trained one converted with path_initial_model_for_weight_conversion, PEFT's workflow)
+      --base-linear-bf16: the decoder layers' linear weights rounded to bf16 by torch first (a base stored
+      bf16 under fp32 compute, gtrain's lora.base_dtype: bf16)
   peft_lora.py loss MODELDIR ADAPTERDIR|- TOKENS.txt [--digits 17]
       PeftModel.from_pretrained(base, ADAPTERDIR) (- : the base alone): the mean loss
   peft_lora.py pissa-check MODELDIR INITDIR RESIDUAL.safetensors [--niter N --seed S] [--dtype f32|bf16]
@@ -172,8 +174,26 @@ def train(pm, ids, a, out=print):
     return final
 
 
+def round_linear_bf16(model):
+    """the decoder layers' linear weights (nn.Linear and GPT-2's Conv1D, 2-D, under .layers.N. / .h.N.)
+    rounded to bfloat16 by torch and widened back: a base stored in bf16 under fp32 compute (gtrain's
+    lora.base_dtype: bf16); embeddings, norms, biases and lm_head as loaded"""
+    import re
+    n = 0
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            w = getattr(mod, "weight", None)
+            if re.search(r"\.(layers|h)\.\d+\.", name) and isinstance(w, torch.nn.Parameter) and w.dim() == 2:
+                w.copy_(w.to(torch.bfloat16).to(w.dtype))
+                n += 1
+    if n == 0:
+        die("--base-linear-bf16: no linear weight found in the decoder layers")
+
+
 def cmd_train(a):
     base = load_base(a.modeldir)
+    if a.base_linear_bf16:
+        round_linear_bf16(base)
     ids = read_rows(a.tokens)
     pissa = False
     if a.adapter:
@@ -440,6 +460,8 @@ def parser():
     p.add_argument("--grad-clip", type=float, default=1.0, help="0: no clipping")
     p.add_argument("--digits", type=int, default=17)
     p.add_argument("--out")
+    p.add_argument("--base-linear-bf16", action="store_true",
+                   help="round the decoder layers' linear weights to bf16 first (lora.base_dtype: bf16)")
     p = sub.add_parser("loss")
     p.add_argument("modeldir"), p.add_argument("adapterdir"), p.add_argument("tokens")
     p.add_argument("--digits", type=int, default=17)
