@@ -406,6 +406,86 @@ static void run_info(Fx *fx, Rng *r, const int *s) {
     cr_expect(fr <= tot, "memory_info: free %llu > total %llu", (unsigned long long)fr, (unsigned long long)tot);
 }
 
+/* s: N, rows, in, r. DoRA's three entries (backend.h): the row norms of W + scale B A, the
+ * magnitude's forward on an adapted block of a wider output (ldo > rows) and its backward, against
+ * the formulas in double (the forward and backward from the backend's own norms, which the first
+ * check has compared) */
+static void run_dora(Fx *fx, Rng *r, const int *s) {
+    const int N = s[0], rows = s[1], in = s[2], rk = s[3], ld = rows + 3;
+    const float scale = 0.625f;
+    const size_t nz = (size_t)N * rows, no = (size_t)N * ld;
+    float *W = rand_a(fx, r, (size_t)rows * in, -1, 1), *A = rand_a(fx, r, (size_t)rk * in, -1, 1);
+    float *B = rand_a(fx, r, (size_t)rows * rk, -1, 1), *mag = rand_a(fx, r, (size_t)rows, 0.5f, 2);
+    float *d_norm = dnan(fx, (size_t)rows);
+    fx->be->ops->dora_norm(fx->be, d_norm, dup_a(fx, W, (size_t)rows * in), dup_a(fx, A, (size_t)rk * in),
+                           dup_a(fx, B, (size_t)rows * rk), rows, in, rk, scale);
+    double *rn = hd(fx, (size_t)rows);
+    for (int i = 0; i < rows; i++) {
+        double ss = 0;
+        for (int j = 0; j < in; j++) {
+            double v = W[(size_t)i * in + j];
+            for (int k = 0; k < rk; k++) v += (double)scale * B[(size_t)i * rk + k] * A[(size_t)k * in + j];
+            ss += v * v;
+        }
+        rn[i] = sqrt(ss);
+    }
+    const float *norm = get_f(fx, d_norm, (size_t)rows);
+    CHK("dora_norm", norm, rn, (size_t)rows);
+    float *z = rand_a(fx, r, nz, -2, 2), *y = rand_a(fx, r, nz, -2, 2), *out = rand_a(fx, r, no, -2, 2);
+    float *dout = rand_a(fx, r, no, -1, 1), *dmag0 = rand_f(fx, r, (size_t)rows, -1, 1);
+    void *d_z = dup_a(fx, z, nz), *d_y = dup_a(fx, y, nz), *d_mag = dup_a(fx, mag, (size_t)rows), *d_out = dup_a(fx, out, no);
+    fx->be->ops->dora_forward(fx->be, d_out, ld, d_z, d_y, d_mag, d_norm, N, rows, scale);
+    double *ro = to_d(fx, out, no); /* the columns past rows stay as they were */
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < rows; i++) {
+            const double g = (double)mag[i] / norm[i];
+            const size_t k = (size_t)n * rows + i;
+            ro[(size_t)n * ld + i] += (g - 1) * z[k] + g * scale * y[k];
+        }
+    CHK_A("dora_forward out", get_a(fx, d_out, no), ro, no);
+    float *d_dmag = dup_f(fx, dmag0, (size_t)rows);
+    void *d_dz = dnan_a(fx, nz), *d_dy = dnan_a(fx, nz);
+    fx->be->ops->dora_backward(fx->be, d_dmag, d_dz, d_dy, dup_a(fx, dout, no), ld, d_z, d_y, d_mag, d_norm, N, rows,
+                               scale);
+    double *rdz = hd(fx, nz), *rdy = hd(fx, nz), *rdm = to_d(fx, dmag0, (size_t)rows);
+    for (int i = 0; i < rows; i++) {
+        const double g = (double)mag[i] / norm[i];
+        double acc = 0;
+        for (int n = 0; n < N; n++) {
+            const size_t k = (size_t)n * rows + i;
+            const double d = dout[(size_t)n * ld + i];
+            rdz[k] = (g - 1) * d;
+            rdy[k] = g * scale * d;
+            acc += d * (z[k] + (double)scale * y[k]) / norm[i];
+        }
+        rdm[i] += acc;
+    }
+    CHK_A("dora_backward dz", get_a(fx, d_dz, nz), rdz, nz);
+    CHK_A("dora_backward dy", get_a(fx, d_dy, nz), rdy, nz);
+    CHK("dora_backward dmag", get_f(fx, d_dmag, (size_t)rows), rdm, (size_t)rows);
+}
+
+/* s: n. convert: fp32 -> bf16 rounds as ref_round_bf16 (bit for bit), bf16 -> fp32 is exact, a
+ * same-dtype convert a copy */
+static void run_convert(Fx *fx, Rng *r, const int *s) {
+    const size_t n = (size_t)s[0];
+    float *x = rand_f(fx, r, n, -3, 3);
+    float *d_x = dup_f(fx, x, n), *d_back = dnan(fx, n), *d_same = dnan(fx, n);
+    void *d_bf = dmem(fx, n * 2);
+    fx->be->ops->convert(fx->be, d_bf, GT_BF16, d_x, GT_F32, n);
+    fx->be->ops->convert(fx->be, d_back, GT_F32, d_bf, GT_BF16, n);
+    fx->be->ops->convert(fx->be, d_same, GT_F32, d_x, GT_F32, n);
+    const float *back = get_f(fx, d_back, n), *same = get_f(fx, d_same, n);
+    size_t bad = 0, bad_copy = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += (double)back[i] != ref_round_bf16(x[i]);
+        bad_copy += memcmp(&same[i], &x[i], sizeof x[i]) != 0;
+    }
+    cr_expect_eq(bad, 0, "convert fp32 -> bf16 -> fp32: %zu of %zu values are not the reference's rounding (%s)", bad, n,
+                 k_shape);
+    cr_expect_eq(bad_copy, 0, "convert fp32 -> fp32: %zu of %zu values changed (%s)", bad_copy, n, k_shape);
+}
+
 /* ------------------------------------------------------------------ the table */
 
 /* Shapes: small (the simulator runs them too), rows not multiples of 8 or 32, one above the CPU's
@@ -436,11 +516,13 @@ static const OpCase k_ops[] = {
       "synchronize"},
      {{1}, {100003}}},
     {"info", run_info, {"timer_start", "timer_elapsed_ms", "memory_info"}, {{1}}},
+    {"dora", run_dora, {"dora_norm", "dora_forward", "dora_backward"}, {{7, 13, 20, 4}, {33, 64, 48, 8}}},
+    {"convert", run_convert, {"convert"}, {{1}, {20001}}},
 };
 
 /* Entries no row checks a value of: the fixture's own (every row opens, allocates and closes
  * with them; the memory row's host buffer comes from host_alloc) */
-static const char *const k_infrastructure[] = {"name", "close", "dev_alloc", "dev_free", "host_alloc", "host_free"};
+static const char *const k_infrastructure[] = {"name", "caps", "close", "dev_alloc", "dev_free", "host_alloc", "host_free"};
 
 /* backend.h's optional entries (backend.c composes them when NULL) */
 static const char *const k_optional[] = {"residual_layernorm_forward", "residual_rmsnorm_forward",
@@ -451,7 +533,7 @@ static const struct {
     const char *name;
     size_t off;
 } k_slots[] = {
-    SLOT(name), SLOT(close), SLOT(dev_alloc), SLOT(dev_free), SLOT(host_alloc), SLOT(host_free), SLOT(to_device),
+    SLOT(name), SLOT(caps), SLOT(close), SLOT(dev_alloc), SLOT(dev_free), SLOT(host_alloc), SLOT(host_free), SLOT(to_device),
     SLOT(to_host), SLOT(dev_copy), SLOT(zero), SLOT(synchronize), SLOT(offload_to_host), SLOT(offload_to_device),
     SLOT(offload_wait), SLOT(encoder_forward), SLOT(encoder_backward), SLOT(layernorm_forward),
     SLOT(layernorm_backward), SLOT(matmul_forward), SLOT(matmul_backward), SLOT(attention_forward),
@@ -460,6 +542,7 @@ static const struct {
     SLOT(head_rmsnorm_forward), SLOT(head_rmsnorm_backward), SLOT(rope_forward), SLOT(rope_backward),
     SLOT(swiglu_forward), SLOT(swiglu_backward), SLOT(crossentropy), SLOT(adamw), SLOT(sum_squares), SLOT(scale),
     SLOT(to_act), SLOT(timer_start), SLOT(timer_elapsed_ms), SLOT(memory_info), SLOT(axpby_rows), SLOT(dropout),
+    SLOT(dora_norm), SLOT(dora_forward), SLOT(dora_backward), SLOT(convert),
 };
 #define NSLOTS (sizeof k_slots / sizeof k_slots[0])
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))
@@ -478,7 +561,8 @@ static int times_named(const char *name) {
 }
 
 Test(backend_ops, covers_every_entry) {
-    /* every slot of the struct is listed (all are pointers: the name and the functions) */
+    /* every slot of the struct is listed (pointers, the name and the functions, and the caps flags,
+     * which take a pointer's slot after the name) */
     cr_expect_eq(NSLOTS * sizeof(void *), sizeof(BackendOps),
                  "BackendOps has %zu pointer slots, this test lists %zu: a new entry needs a row in k_ops",
                  sizeof(BackendOps) / sizeof(void *), NSLOTS);
@@ -494,6 +578,7 @@ Test(backend_ops, covers_every_entry) {
     /* the backend under test fills every entry but the optional ones */
     Backend *b = test_backend_open();
     for (size_t i = 0; i < NSLOTS; i++) {
+        if (strcmp(k_slots[i].name, "caps") == 0) continue; /* flags, 0 on the CPU */
         void (*fn)(void) = NULL;
         memcpy(&fn, (const char *)b->ops + k_slots[i].off, sizeof fn);
         if (!name_in(k_slots[i].name, k_optional, NELEMS(k_optional)))
