@@ -61,7 +61,7 @@ _Static_assert(sizeof(long) == sizeof(int64_t), "long fields are stored as 64-bi
 
 const KeySpec CONFIG_SCHEMA[] = {
     {.key = "model", .type = KT_PATH, FIELD(model), .def = "", .required = "a path to the model JSON",
-     .doc = "The model: a Hugging Face config.json (gpt2, llama, mistral, qwen2), or a model directory holding one "
+     .doc = "The model: a Hugging Face config.json (gpt2, llama, mistral, qwen2, qwen3, phi3), or a model directory holding one "
             "(and its weights, loaded unless init_from names others); required."},
     {.key = "init_from", .type = KT_PATH, FIELD(init_from), .def = "",
      .doc = "Initial weights: a Hugging Face model directory, a model.safetensors.index.json, a .safetensors file or a run "
