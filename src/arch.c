@@ -223,6 +223,10 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
 const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }
 
 const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch) {
+    if (!model_type) { /* no model_type: GPT-2's (the description filled by hand's first family) */
+        if (arch) *arch = ARCH_GPT2;
+        return &SPECS[ARCH_GPT2].families[0];
+    }
     for (int a = 0; a < ARCH_COUNT; a++)
         for (int f = 0; f < SPECS[a].n_families; f++)
             if (strcmp(model_type, SPECS[a].families[f].model_type) == 0) {

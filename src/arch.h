@@ -188,7 +188,8 @@ typedef struct {
 } ArchSpec;
 
 const ArchSpec *arch_spec(ModelArch arch);
-/* The family of model_type (NULL when no architecture has it), and its architecture in *arch */
+/* The family of model_type (NULL when no architecture has it), and its architecture in *arch;
+ * model_type NULL (config.json has none): GPT-2's */
 const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch);
 /* d's family (its model_type's; the architecture's first when d's model_type is not one of them) */
 const ArchFamily *arch_family(const ModelDesc *d);

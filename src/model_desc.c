@@ -125,8 +125,8 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
     }
     /* the family: model_type (absent: GPT-2) names one in the descriptions */
     if (mj_get(root, "model_type", NULL, &j, path, err)) goto out;
-    desc->arch = ARCH_GPT2;
-    const ArchFamily *fam = j && cJSON_IsString(j) ? arch_family_of(j->valuestring, &desc->arch) : NULL;
+    /* absent: the default family; present but not a string: no family (refused below) */
+    const ArchFamily *fam = !j || cJSON_IsString(j) ? arch_family_of(j ? j->valuestring : NULL, &desc->arch) : NULL;
     if (j && !fam) {
         char known[256] = "";
         size_t n = 0;
@@ -139,7 +139,6 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: model_type: expected %s, found %s", path, known, mj_found(j, f, sizeof f));
         goto out;
     }
-    if (!fam) fam = &arch_spec(ARCH_GPT2)->families[0];
     snprintf(desc->model_type, sizeof desc->model_type, "%s", fam->model_type);
     /* the description's keys, in its order: the RoPE families' architectures, the sizes, the heads,
      * then norm, activation and tie, then the RoPE families' other keys */
