@@ -148,6 +148,12 @@ static const ArchTensor QWEN3_TENSORS[] = {
      {"vocab_size", NULL, FIELD_VOCAB, 1, MAX_VOCAB, 0},                                                          \
      {"max_position_embeddings", NULL, FIELD_POSITIONS, 1, MAX_POSITIONS, 0}}
 
+/* the RoPE families' keys beside the sizes: HF's LlamaConfig's names and defaults */
+#define ROPE_KEYS                                                                                                   \
+    .norm_eps_key = "rms_norm_eps", .norm_eps_default = 1e-6, .act_key = "hidden_act",                              \
+    .act_values = {"silu", "swish"}, .act_expected = "\"silu\" (the SwiGLU MLP)", .tie_default = false,              \
+    .rope_keys = true
+
 static const ArchSpec SPECS[ARCH_COUNT] = {
     [ARCH_GPT2] = {.arch = ARCH_GPT2, .name = "GPT-2", .norm = NORM_LAYERNORM, .mlp = MLP_GELU_TANH,
                    .pos = POS_LEARNED, .n_families = 1,
@@ -163,7 +169,9 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                              {"n_inner", NULL, FIELD_N_INNER, 1, MAX_N_INNER, 4},
                              {"vocab_size", NULL, FIELD_VOCAB, 1, MAX_VOCAB, 0},
                              {"n_positions", "n_ctx", FIELD_POSITIONS, 1, MAX_POSITIONS, 0}},
-                   .norm_eps_key = "layer_norm_epsilon",
+                   .norm_eps_key = "layer_norm_epsilon", .norm_eps_default = 1e-5, .act_key = "activation_function",
+                   .act_values = {"gelu_new", "gelu_pytorch_tanh"},
+                   .act_expected = "\"gelu_new\" or \"gelu_pytorch_tanh\" (tanh GELU)", .tie_default = true,
                    .tensors = GPT2_TENSORS, .n_tensors = COUNT(GPT2_TENSORS)},
     [ARCH_LLAMA] = {.arch = ARCH_LLAMA, .name = "Llama-family", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU,
                     .pos = POS_ROPE, .n_families = 3,
@@ -179,7 +187,7 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                              {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
                              {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
                     .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
-                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                    .sizes = LLAMA_SIZES, ROPE_KEYS,
                     .tensors = LLAMA_TENSORS, .n_tensors = COUNT(LLAMA_TENSORS)},
     /* HF's Phi3Config: num_key_value_heads None -> num_attention_heads, no biases, sliding_window on
      * every layer when not null, the three dropouts; RoPE "default" only (longrope / su / yarn and
@@ -193,7 +201,7 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                             {PEFT_GATE_UP_PROJ, "gate_up_proj", "mlp.gate_up_proj"},
                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
                    .peft_default_targets = NULL, .peft_summary = "qkv_proj, o_proj, gate_up_proj, down_proj",
-                   .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                   .sizes = LLAMA_SIZES, ROPE_KEYS,
                    .tensors = PHI3_TENSORS, .n_tensors = COUNT(PHI3_TENSORS)},
     /* HF's Qwen3Config: num_key_value_heads (default 32) and head_dim (default 128, not
      * hidden_size / num_attention_heads) must be written out; attention_bias gives q, k, v and o
@@ -208,13 +216,17 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                              {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
                              {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
                     .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
-                    .sizes = LLAMA_SIZES, .norm_eps_key = "rms_norm_eps",
+                    .sizes = LLAMA_SIZES, ROPE_KEYS,
                     .tensors = QWEN3_TENSORS, .n_tensors = COUNT(QWEN3_TENSORS)},
 };
 
 const ArchSpec *arch_spec(ModelArch arch) { return &SPECS[arch < ARCH_COUNT ? arch : ARCH_GPT2]; }
 
 const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch) {
+    if (!model_type) { /* no model_type: GPT-2's (the description filled by hand's first family) */
+        if (arch) *arch = ARCH_GPT2;
+        return &SPECS[ARCH_GPT2].families[0];
+    }
     for (int a = 0; a < ARCH_COUNT; a++)
         for (int f = 0; f < SPECS[a].n_families; f++)
             if (strcmp(model_type, SPECS[a].families[f].model_type) == 0) {

@@ -173,13 +173,23 @@ typedef struct {
     bool config_from_desc;       /* a saved model's config.json is written from the description (GPT-2: every
                                   * field it has is one gtrain reads), not copied from the one read */
     ArchSizeKey sizes[ARCH_MAX_SIZE_KEYS]; /* config.json's sizes, in the order they are read */
-    const char *norm_eps_key;    /* "layer_norm_epsilon" / "rms_norm_eps" */
+    /* config.json's keys beside the sizes (model_desc.c reads them after the sizes, in this order) */
+    const char *norm_eps_key;    /* "layer_norm_epsilon" / "rms_norm_eps": a number in (0, 1) */
+    double norm_eps_default;     /* when it is absent */
+    const char *act_key;         /* the MLP's activation: "activation_function" / "hidden_act" */
+    const char *act_values[3];   /* the values meaning the MLP's function, NULL-ended (absent: the same) */
+    const char *act_expected;    /* them in messages: "\"silu\" (the SwiGLU MLP)" */
+    bool tie_default;            /* tie_word_embeddings (true or false) when absent */
+    bool rope_keys;              /* reads the RoPE families' keys (model_desc_llama.c, by ArchFamily):
+                                  * architectures, num_key_value_heads, head_dim, biases, RoPE, window;
+                                  * false: every other key ignored, n_head divides n_embd */
     const ArchTensor *tensors;   /* globals before the layers, per-layer ones, globals after, in layout order */
     int n_tensors;
 } ArchSpec;
 
 const ArchSpec *arch_spec(ModelArch arch);
-/* The family of model_type (NULL when no architecture has it), and its architecture in *arch */
+/* The family of model_type (NULL when no architecture has it), and its architecture in *arch;
+ * model_type NULL (config.json has none): GPT-2's */
 const ArchFamily *arch_family_of(const char *model_type, ModelArch *arch);
 /* d's family (its model_type's; the architecture's first when d's model_type is not one of them) */
 const ArchFamily *arch_family(const ModelDesc *d);

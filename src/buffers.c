@@ -5,28 +5,6 @@
 #include "lora.h"
 #include "plan.h"
 
-static const char *const NAMES[BUF_COUNT] = {
-    [BUF_PARAMS] = "params", [BUF_GRADS] = "grads", [BUF_ADAM_M] = "adam_m", [BUF_ADAM_V] = "adam_v",
-    [BUF_WEIGHTS] = "weights (compute copy)", [BUF_ROPE_COS] = "rope cos", [BUF_ROPE_SIN] = "rope sin",
-    [BUF_LAYER_INPUT] = "layer input", [BUF_STASH_INPUT] = "recomputed layer input",
-    [BUF_STAGE] = "offload prefetch buffer", [BUF_HOST_STASH] = "offloaded layer input",
-    [BUF_ACT_LN1] = "norm1 output", [BUF_ACT_LN1_MEAN] = "norm1 mean", [BUF_ACT_LN1_RSTD] = "norm1 rstd",
-    [BUF_ACT_QKV] = "qkv", [BUF_ACT_ATTY] = "attention output", [BUF_ACT_LSE] = "attention lse",
-    [BUF_ACT_RES2] = "residual after attention", [BUF_ACT_LN2] = "norm2 output", [BUF_ACT_LN2_MEAN] = "norm2 mean",
-    [BUF_ACT_LN2_RSTD] = "norm2 rstd", [BUF_ACT_FCH] = "mlp up", [BUF_ACT_FCH_ACT] = "mlp activation",
-    [BUF_ACT_QKV_PRE] = "qkv before qk-norm", [BUF_ACT_QK_RSTD] = "qk-norm rstd",
-    [BUF_FINAL_RES] = "final residual", [BUF_LNF] = "final norm output", [BUF_LNF_MEAN] = "final norm mean",
-    [BUF_LNF_RSTD] = "final norm rstd", [BUF_TOKENS] = "tokens", [BUF_TARGETS] = "targets", [BUF_LOSSES] = "losses",
-    [BUF_LOGITS] = "logits chunk", [BUF_DRES] = "d residual", [BUF_DBTC] = "d norm / attention output",
-    [BUF_DQKV] = "d qkv", [BUF_DFCH] = "d mlp", [BUF_ATT_WS] = "attention row sums", [BUF_HOST_STAGING] = "host staging",
-    [BUF_FROZEN] = "frozen base weights", [BUF_LORA_XD] = "lora input after dropout", [BUF_LORA_H] = "lora x A^T",
-    [BUF_LORA_Y] = "lora h B^T / d output", [BUF_LORA_DH] = "lora d h", [BUF_LORA_DX] = "lora d input",
-    [BUF_DORA_Z] = "dora x W^T", [BUF_DORA_NORM] = "dora row norms",
-    [BUF_WCONV] = "stored weight in the act dtype",
-};
-
-const char *buffer_name(BufferId id) { return id >= 0 && id < BUF_COUNT && NAMES[id] ? NAMES[id] : "?"; }
-
 typedef struct {
     BufferList *l;
     const char *cur;

@@ -100,6 +100,4 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s);
 uint64_t buffers_stage_io_bytes(const ModelDesc *d);
 uint64_t buffers_staging_bytes(const ModelDesc *d);
 
-const char *buffer_name(BufferId id);
-
 #endif

@@ -53,7 +53,7 @@ static cJSON *config_from_desc(const ModelDesc *d) {
         if (s->sizes[i].alt) cJSON_AddNumberToObject(j, s->sizes[i].alt, value);
     }
     cJSON_AddNumberToObject(j, s->norm_eps_key, d->layer_norm_epsilon);
-    cJSON_AddStringToObject(j, "activation_function", "gelu_new");
+    cJSON_AddStringToObject(j, s->act_key, s->act_values[0]);
     cJSON_AddBoolToObject(j, "tie_word_embeddings", d->tie_word_embeddings);
     /* gtrain trains without dropout */
     cJSON_AddNumberToObject(j, "attn_pdrop", 0.0);

@@ -22,10 +22,6 @@ static void init_tensor(const ParamLayout *pl, const ModelDesc *d, uint64_t seed
     else lora_init_tensor(&pl->tensors[i], d, seed, i, k0, n, dst);
 }
 
-void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host) {
-    for (int i = 0; i < pl->n_tensors; i++) init_tensor(pl, d, seed, i, 0, pl->tensors[i].numel, host + pl->tensors[i].offset);
-}
-
 /* n fp32 values at float offset off of the trainable params (upload false) or the base weights */
 static int put_values(Model *m, bool base, size_t off, float *host, size_t n, GtError *err) {
     if (base) return model_upload_base(m, off, host, n, err);

@@ -133,10 +133,6 @@ int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int 
 size_t model_shard_size(size_t n_params, int shard_world);
 void model_free(Model *m);
 
-/* The table's initialisation (arch_init_tensor) into a host buffer of layout.total floats
- * (tests; the model itself streams it through its staging buffer), deterministic in seed. */
-void model_init_params_host(const ParamLayout *pl, const ModelDesc *d, uint64_t seed, float *host);
-
 /* One micro-batch: forward, and if compute_grad, backward with the loss gradient scaled by
  * dloss_scale, ADDING into the grads. tokens/targets are host arrays of B*T (targets -100 =
  * ignore); rows <= B. Returns the sum of the per-token losses (over valid targets). */

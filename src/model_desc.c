@@ -1,8 +1,9 @@
 /* model_desc.c - the model description: a Hugging Face config.json read with cJSON. This file
  * checks the text (size, NUL bytes, nesting, syntax, trailing text), finds model_type's family in
- * arch.c's descriptions, reads the sizes by the architecture's key table (model_desc_read_sizes)
- * and the rest of GPT-2; the RoPE families (llama / mistral / qwen2 / phi3 / qwen3) are
- * model_desc_llama.c, which documents their fields.
+ * arch.c's descriptions and reads the keys its ArchSpec names, in one sequence for every family:
+ * the sizes by the key table (model_desc_read_sizes), the heads, the norm's epsilon, the
+ * activation and the tie; a description with rope_keys also has the RoPE families' keys
+ * (model_desc_llama.c, which documents their fields), read by its ArchFamily.
  *
  * GPT-2 (model_type "gpt2" or absent). Used fields: n_layer, n_head, n_embd, n_inner
  * (null/absent: 4*n_embd), vocab_size, n_positions (or n_ctx), layer_norm_epsilon (1e-5),
@@ -20,6 +21,45 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* The heads: the RoPE families' num_key_value_heads and head_dim, or n_head dividing n_embd (named
+ * as the size table names them). */
+static int read_heads(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+    const ArchSpec *s = arch_spec(d->arch);
+    if (s->rope_keys) return model_desc_rope_heads(d, root, fam, path, err);
+    if (d->n_embd % d->n_head == 0) return 0;
+    const char *head = "", *embd = "";
+    for (int i = 0; i < ARCH_MAX_SIZE_KEYS && s->sizes[i].key; i++) {
+        if (s->sizes[i].field == FIELD_N_HEAD) head = s->sizes[i].key;
+        if (s->sizes[i].field == FIELD_N_EMBD) embd = s->sizes[i].key;
+    }
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a divisor of %s = %d, found %d", path, head, embd, d->n_embd,
+                    d->n_head);
+}
+
+/* The norm's epsilon, the MLP's activation and tie_word_embeddings, by the description's keys. */
+static int read_block_keys(ModelDesc *d, const cJSON *root, const char *path, GtError *err) {
+    const ArchSpec *s = arch_spec(d->arch);
+    const cJSON *j;
+    char f[MJ_FOUND_MAX];
+    bool present;
+    d->layer_norm_epsilon = s->norm_eps_default;
+    if (mj_get_number(root, s->norm_eps_key, NULL, false, "a number in (0, 1)", &d->layer_norm_epsilon, &present, path,
+                      err))
+        return -1;
+    if (present && !(d->layer_norm_epsilon > 0 && d->layer_norm_epsilon < 1))
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected a number in (0, 1), found %s", path, s->norm_eps_key,
+                        mj_num(d->layer_norm_epsilon, f, sizeof f));
+    if (mj_get(root, s->act_key, NULL, &j, path, err)) return -1;
+    bool known = false;
+    for (int i = 0; j && cJSON_IsString(j) && i < 3 && s->act_values[i]; i++)
+        known = known || strcmp(j->valuestring, s->act_values[i]) == 0;
+    if (j && !known)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s: expected %s, found %s", path, s->act_key, s->act_expected,
+                        mj_found(j, f, sizeof f));
+    d->tie_word_embeddings = s->tie_default;
+    return mj_get_bool(root, "tie_word_embeddings", NULL, false, &d->tie_word_embeddings, NULL, path, err);
+}
 
 int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *path, GtError *err) {
     memset(desc, 0, sizeof *desc);
@@ -85,8 +125,8 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
     }
     /* the family: model_type (absent: GPT-2) names one in the descriptions */
     if (mj_get(root, "model_type", NULL, &j, path, err)) goto out;
-    desc->arch = ARCH_GPT2;
-    const ArchFamily *fam = j && cJSON_IsString(j) ? arch_family_of(j->valuestring, &desc->arch) : NULL;
+    /* absent: the default family; present but not a string: no family (refused below) */
+    const ArchFamily *fam = !j || cJSON_IsString(j) ? arch_family_of(j ? j->valuestring : NULL, &desc->arch) : NULL;
     if (j && !fam) {
         char known[256] = "";
         size_t n = 0;
@@ -99,46 +139,14 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: model_type: expected %s, found %s", path, known, mj_found(j, f, sizeof f));
         goto out;
     }
-    if (!fam) fam = &arch_spec(ARCH_GPT2)->families[0];
     snprintf(desc->model_type, sizeof desc->model_type, "%s", fam->model_type);
-    if (desc->arch != ARCH_GPT2) {
-        rc = model_desc_parse_llama(desc, root, fam, path, err);
+    /* the description's keys, in its order: the RoPE families' architectures, the sizes, the heads,
+     * then norm, activation and tie, then the RoPE families' other keys */
+    const ArchSpec *s = arch_spec(desc->arch);
+    if ((s->rope_keys && model_desc_rope_architectures(desc, root, fam, path, err)) ||
+        model_desc_read_sizes(desc, root, path, err) || read_heads(desc, root, fam, path, err) ||
+        read_block_keys(desc, root, path, err) || (s->rope_keys && model_desc_rope_keys(desc, root, fam, path, err)))
         goto out;
-    }
-    if (model_desc_read_sizes(desc, root, path, err)) goto out;
-    if (desc->n_embd % desc->n_head != 0) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: n_head: expected a divisor of n_embd = %d, found %d", path, desc->n_embd,
-                 desc->n_head);
-        goto out;
-    }
-    desc->layer_norm_epsilon = 1e-5;
-    if (mj_get(root, "layer_norm_epsilon", NULL, &j, path, err)) goto out;
-    if (j) {
-        if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || !(j->valuedouble > 0) || !(j->valuedouble < 1)) {
-            gt_error(err, GT_EXIT_BAD_INPUT, "%s: layer_norm_epsilon: expected a number in (0, 1), found %s", path,
-                     mj_found(j, f, sizeof f));
-            goto out;
-        }
-        desc->layer_norm_epsilon = j->valuedouble;
-    }
-    if (mj_get(root, "activation_function", NULL, &j, path, err)) goto out;
-    if (j && !(cJSON_IsString(j) &&
-               (strcmp(j->valuestring, "gelu_new") == 0 || strcmp(j->valuestring, "gelu_pytorch_tanh") == 0))) {
-        gt_error(err, GT_EXIT_BAD_INPUT,
-                 "%s: activation_function: expected \"gelu_new\" or \"gelu_pytorch_tanh\" (tanh GELU), found %s", path,
-                 mj_found(j, f, sizeof f));
-        goto out;
-    }
-    desc->tie_word_embeddings = true;
-    if (mj_get(root, "tie_word_embeddings", NULL, &j, path, err)) goto out;
-    if (j) {
-        if (!cJSON_IsBool(j)) {
-            gt_error(err, GT_EXIT_BAD_INPUT, "%s: tie_word_embeddings: expected true or false, found %s", path,
-                     mj_found(j, f, sizeof f));
-            goto out;
-        }
-        desc->tie_word_embeddings = cJSON_IsTrue(j);
-    }
     model_desc_defaults(desc);
     rc = 0;
 out:

@@ -1,7 +1,7 @@
 /* model_desc_internal.h - what the model JSON readers share: the bounds on every size, the cJSON
  * field helpers (model_json.c: each field read once, a duplicate refused, messages
- * "PATH: FIELD: expected ..., found ...") and the Llama-family reader (model_desc_llama.c), which
- * model_desc.c calls for model_type llama / mistral / qwen2. Not part of the public interface. */
+ * "PATH: FIELD: expected ..., found ...") and the RoPE families' readers (model_desc_llama.c), which
+ * model_desc.c calls for a description with rope_keys. Not part of the public interface. */
 #ifndef GT_MODEL_DESC_INTERNAL_H
 #define GT_MODEL_DESC_INTERNAL_H
 
@@ -71,9 +71,13 @@ int mj_check_nesting(const char *json, size_t len, const char *path, GtError *er
 /* The sizes of d->arch's description (ArchSpec.sizes), read in its order into d. */
 int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const char *path, GtError *err);
 
-/* Fill the rest of desc (arch and model_type set) from the root object of a RoPE-family
- * config.json of family fam (arch.h: how its keys differ from its siblings'). */
-int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path,
-                           GtError *err);
+/* The RoPE families' keys (ArchSpec.rope_keys) of family fam (arch.h: how its keys differ from its
+ * siblings'), read by model_desc.c in this order around the shared ones: architectures (before
+ * the sizes), num_key_value_heads and head_dim (after them), and after the norm, activation and
+ * tie: biases, keys refused unless at their default, RoPE and the attention window. */
+int model_desc_rope_architectures(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path,
+                                  GtError *err);
+int model_desc_rope_heads(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err);
+int model_desc_rope_keys(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err);
 
 #endif

@@ -16,9 +16,9 @@
  * head_dim (absent or null: hidden_size / num_attention_heads, which must then divide): even
  *   (RoPE rotates pairs), at most 4096, num_attention_heads * head_dim <= 65536; it need not
  *   equal hidden_size (Llama 3.2 style).
- * rms_norm_eps -> layer_norm_epsilon: (0, 1), default 1e-6.
- * hidden_act: "silu" (or "swish", the same function in HF); absent: silu.
- * tie_word_embeddings: default false.
+ * rms_norm_eps -> layer_norm_epsilon: (0, 1), default 1e-6; hidden_act: "silu" (or "swish", the same
+ *   function in HF), absent: silu; tie_word_embeddings: default false (arch.c's ROPE_KEYS, read by
+ *   model_desc.c as every family's).
  * Biases: llama: attention_bias (false) gives q, k, v and o biases, mlp_bias (false) gate, up and
  *   down biases. mistral: none; attention_bias / mlp_bias true is refused (HF's Mistral never has
  *   them). qwen2: q, k, v biases always, no o or MLP bias (HF's Qwen2 hard-codes them and has no
@@ -104,7 +104,7 @@ static int read_architectures(Ctx *c) {
     return 0;
 }
 
-static int read_sizes(Ctx *c) {
+static int read_heads(Ctx *c) {
     ModelDesc *d = c->d;
     const cJSON *r = c->root, *j;
     const char *p = c->path;
@@ -142,24 +142,6 @@ static int read_sizes(Ctx *c) {
         return BAD(c, "%s: head_dim: expected num_attention_heads * head_dim <= %d, found %d * %d = %ld", p,
                    MAX_ATTN_DIM, d->n_head, d->head_dim, attn);
     return 0;
-}
-
-static int read_norm_act(Ctx *c) {
-    ModelDesc *d = c->d;
-    const cJSON *j;
-    char f[MJ_FOUND_MAX];
-    bool present;
-    d->layer_norm_epsilon = 1e-6;
-    if (mj_get_number(c->root, "rms_norm_eps", NULL, false, "a number in (0, 1)", &d->layer_norm_epsilon, &present,
-                      c->path, c->err))
-        return -1;
-    if (present && !(d->layer_norm_epsilon > 0 && d->layer_norm_epsilon < 1))
-        return BAD(c, "%s: rms_norm_eps: expected a number in (0, 1), found %s", c->path, NUM(d->layer_norm_epsilon));
-    if (mj_get(c->root, "hidden_act", NULL, &j, c->path, c->err)) return -1;
-    if (j && !(cJSON_IsString(j) && (strcmp(j->valuestring, "silu") == 0 || strcmp(j->valuestring, "swish") == 0)))
-        return BAD(c, "%s: hidden_act: expected \"silu\" (the SwiGLU MLP), found %s", c->path, mj_found(j, f, sizeof f));
-    d->tie_word_embeddings = false;
-    return mj_get_bool(c->root, "tie_word_embeddings", NULL, false, &d->tie_word_embeddings, NULL, c->path, c->err);
 }
 
 /* A boolean field that must not say `forbidden` (absent is fine); why ends the message. */
@@ -445,12 +427,20 @@ static int read_window(Ctx *c) {
     return BAD(c, "%s: model_type: internal error", p);
 }
 
-int model_desc_parse_llama(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path,
-                           GtError *err) {
-    Ctx c = {.root = root, .path = path, .err = err, .fam = fam, .d = desc};
-    if (read_architectures(&c) || model_desc_read_sizes(desc, root, path, err) || read_sizes(&c) || read_norm_act(&c) || read_biases(&c) || read_unsupported(&c) ||
-        read_rope(&c) || read_window(&c))
-        return -1;
-    model_desc_defaults(desc);
-    return 0;
+#define CTX(name) Ctx name = {.root = root, .path = path, .err = err, .fam = fam, .d = desc}
+
+int model_desc_rope_architectures(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path,
+                                  GtError *err) {
+    CTX(c);
+    return read_architectures(&c);
+}
+
+int model_desc_rope_heads(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+    CTX(c);
+    return read_heads(&c);
+}
+
+int model_desc_rope_keys(ModelDesc *desc, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+    CTX(c);
+    return read_biases(&c) || read_unsupported(&c) || read_rope(&c) || read_window(&c) ? -1 : 0;
 }
