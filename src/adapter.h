@@ -33,7 +33,7 @@ typedef struct AdapterKind {
     int (*init_from_base)(struct Model *m, GtError *err);
 } AdapterKind;
 
-/* the kind of d's adapters (d->lora_dora: DoRA, else LoRA); NULL without adapters (lora_r 0) */
+/* the kind of d's adapters (d->adapter.dora: DoRA, else LoRA); NULL without adapters (adapter.r 0) */
 const AdapterKind *adapter_kind(const ModelDesc *d);
 
 /* the adapters on layer l's weight of role w, after the base's forward (out = inp W^T + b) and

@@ -42,10 +42,10 @@ static PeftConfig run_config(const Model *m) {
     PeftConfig pc;
     if (m->peft) return *m->peft;
     peft_config_defaults(&pc);
-    pc.r = m->desc.lora_r;
-    pc.lora_alpha = m->desc.lora_scale * m->desc.lora_r;
-    pc.lora_dropout = m->desc.lora_dropout;
-    pc.use_dora = m->desc.lora_dora;
+    pc.r = m->desc.adapter.r;
+    pc.lora_alpha = m->desc.adapter.scale * m->desc.adapter.r;
+    pc.lora_dropout = m->desc.adapter.dropout;
+    pc.use_dora = m->desc.adapter.dora;
     bool mask[PEFT_MODULE_COUNT];
     lora_targets_mask(&m->desc, mask);
     peft_config_set_targets(&pc, mask);
@@ -70,14 +70,14 @@ static bool same_scale(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(
 /* ---------------------------------------------------------------- load */
 
 int lora_load_adapter(Model *m, const char *dir, GtError *err) {
-    if (m->desc.lora_r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
+    if (m->desc.adapter.r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
     PeftEntry *ent = NULL;
     const int n = model_entries(m, &ent);
     if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", dir);
     PeftConfig pc;
     PeftAdapter *a = NULL;
     const bool pissa = m->pissa_init_dir != NULL;
-    const int r = m->desc.lora_r, want_r = pissa ? 2 * r : r;
+    const int r = m->desc.adapter.r, want_r = pissa ? 2 * r : r;
     float *buf = NULL, *w = NULL, *a0 = NULL, *b0 = NULL;
     int rc = -1;
     if (peft_adapter_open(&a, dir, m->desc.arch, ent, n, &pc, err)) goto done;
@@ -91,14 +91,14 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
                  pissa ? "twice the run's r: a PiSSA run saves its rank-2r conversion" : "the run's lora.r", pc.r);
         goto done;
     }
-    if (pc.use_dora != m->desc.lora_dora) {
+    if (pc.use_dora != m->desc.adapter.dora) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: use_dora: expected %s (the run's lora.use_dora), found %s", dir,
-                 PEFT_CONFIG_FILE, m->desc.lora_dora ? "true" : "false", pc.use_dora ? "true" : "false");
+                 PEFT_CONFIG_FILE, m->desc.adapter.dora ? "true" : "false", pc.use_dora ? "true" : "false");
         goto done;
     }
-    if (!same_scale(peft_scaling(&pc), m->desc.lora_scale)) {
+    if (!same_scale(peft_scaling(&pc), m->desc.adapter.scale)) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: lora_alpha: expected the scale %g of the run (lora_alpha / r%s), found "
-                 "lora_alpha %g, r %d, use_rslora %s", dir, PEFT_CONFIG_FILE, m->desc.lora_scale,
+                 "lora_alpha %g, r %d, use_rslora %s", dir, PEFT_CONFIG_FILE, m->desc.adapter.scale,
                  pc.use_rslora ? " under rslora: / sqrt(r)" : "", pc.lora_alpha, pc.r, pc.use_rslora ? "true" : "false");
         goto done;
     }
@@ -140,7 +140,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
             const size_t off = block_offset(m, ent[e].layer, &s);
             w = gt_xrealloc(w, out * in * sizeof *w);
             if (model_download_base(m, off, w, out * in, err) ||
-                pissa_residual(w, (int)out, (int)in, r, m->desc.lora_scale, a0, b0, w, err) ||
+                pissa_residual(w, (int)out, (int)in, r, m->desc.adapter.scale, a0, b0, w, err) ||
                 model_upload_base(m, off, w, out * in, err))
                 goto done;
         }
@@ -196,7 +196,7 @@ int lora_save_adapter(const char *dir, Model *m, bool bf16, GtError *err) {
     const int n = model_entries(m, &ent);
     if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", dir);
     PeftConfig pc = run_config(m);
-    SaveCtx c = {m, NULL, m->desc.lora_r, NULL};
+    SaveCtx c = {m, NULL, m->desc.adapter.r, NULL};
     size_t staging = (size_t)1 << 20;
     int rc = -1;
     if (m->pissa_init_dir) {
@@ -254,7 +254,7 @@ int lora_write_pissa_init(Model *m, const char *conv_dir, GtError *err) {
         return gt_error(err, GT_EXIT_FAILURE, "%s: not a PiSSA run's adapters", conv_dir);
     }
     PeftConfig cc, pc = run_config(m);
-    InitCtx c = {NULL, ent, m->desc.lora_r, NULL};
+    InitCtx c = {NULL, ent, m->desc.adapter.r, NULL};
     const size_t staging = ((size_t)1 << 20) / (size_t)c.r * (size_t)c.r;
     int rc = -1;
     if (peft_adapter_open(&c.conv, conv_dir, m->desc.arch, ent, n, &cc, err)) goto done;
@@ -276,7 +276,7 @@ done:
 
 int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err) {
     if (!m->pissa_init_dir) return gt_error(err, GT_EXIT_FAILURE, "pissa: no directory for the initial adapter");
-    const int r = m->desc.lora_r, L = m->desc.n_layer;
+    const int r = m->desc.adapter.r, L = m->desc.n_layer;
     float *w = NULL, *A = NULL, *B = NULL;
     int rc = -1;
     for (int l = 0; l < L; l++)
@@ -290,7 +290,7 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
             B = gt_xrealloc(B, rows * r * sizeof *B);
             const uint64_t key = seed ^ ((uint64_t)(l + 1) << 20) ^ (uint64_t)s->module;
             if (model_download_base(m, off, w, rows * in, err)) goto done;
-            if (pissa_init(w, (int)rows, (int)in, r, m->desc.lora_scale, niter, key, A, B, w, err)) {
+            if (pissa_init(w, (int)rows, (int)in, r, m->desc.adapter.scale, niter, key, A, B, w, err)) {
                 char msg[GT_ERR_MAX];
                 snprintf(msg, sizeof msg, "%s", err->msg);
                 gt_error(err, err->code, "pissa: layer %d %s: %s", l, peft_module_path(s->module), msg);

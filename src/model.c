@@ -89,13 +89,13 @@ static int base_io(Model *m, bool up, size_t off, float *host, size_t n, GtError
 }
 
 int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
-    if (m->desc.lora_r == 0)
+    if (m->desc.adapter.r == 0)
         return m->be->ops->to_device(m->be, m->params + off, host, n * sizeof(float), err);
     return base_io(m, true, off, host, n, err);
 }
 
 int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
-    if (m->desc.lora_r == 0) return m->be->ops->to_host(m->be, host, m->params + off, n * sizeof(float), err);
+    if (m->desc.adapter.r == 0) return m->be->ops->to_host(m->be, host, m->params + off, n * sizeof(float), err);
     return base_io(m, false, off, host, n, err);
 }
 
@@ -239,7 +239,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->act = be->act_dtype;
     m->logits_rows = train ? plan_logits_rows(desc, B, T, m->act) : 1;
     m->window = desc->sliding_window > 0 && desc->sliding_window < T ? desc->sliding_window : 0;
-    const bool lora = desc->lora_r > 0;
+    const bool lora = desc->adapter.r > 0;
     param_layout_init(&m->base_layout, desc);
     param_layout_storage(&m->base_layout, desc, m->act);
     if (lora)

@@ -40,7 +40,7 @@ typedef struct Model {
     GtDtype act;       /* the backend's act dtype when the model was created (precision) */
     RecomputePolicy policy;
     /* layout: what trains (params, grads, AdamW state): the architecture's tensors, or under
-     * LoRA (desc.lora_r > 0) the adapters alone (lora_layout_init). base_layout: always the
+     * LoRA (desc.adapter.r > 0) the adapters alone (lora_layout_init). base_layout: always the
      * architecture's tensors, in base: the weights the forward reads (== weights without LoRA; the
      * frozen base, MEM_FROZEN, with LoRA, each tensor in its storage dtype at its byte_offset:
      * param_layout_storage). */

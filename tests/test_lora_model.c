@@ -104,7 +104,7 @@ static void load_random_base_as(Model *m, Backend *be, float *h, uint64_t seed, 
     }
     GtError err = {0};
     cr_assert_not_null(m->base, "a LoRA model has no frozen base");
-    if (m->act == GT_F32 && m->desc.base_dtype == BASE_DTYPE_AUTO) {
+    if (m->act == GT_F32 && m->desc.adapter.base_dtype == BASE_DTYPE_AUTO) {
         cr_assert_eq(be->ops->to_device(be, m->base, h, bl->total * sizeof *h, &err), 0, "%s", err.msg);
     } else {
         float *tmp = malloc(bl->total * sizeof *tmp);
@@ -138,7 +138,7 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
     for (int l = 0; l < f->d.n_layer; l++)
         for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
             const int idx = m->lora_idx[l][mod];
-            if (!(f->d.lora_targets & (1u << mod))) {
+            if (!(f->d.adapter.targets & (1u << mod))) {
                 cr_assert_eq(idx, -1, "layer %d: %s is not a target but has an adapter", l, peft_module_name(mod));
                 continue;
             }
@@ -183,7 +183,7 @@ static void llama_to_ref(Fix *f, const ParamTensor *t) {
  * (load_random_base_as), and the reference given the rounded values */
 static Fix fix_open_as(ModelDesc d, bool rslora, bool randomise_adapters, RecomputePolicy pol, uint64_t seed,
                        GtDtype act, bool round_linear) {
-    Fix f = {.d = d, .llama = d.arch == ARCH_LLAMA, .init_true = !randomise_adapters && d.lora_init == LORA_INIT_TRUE};
+    Fix f = {.d = d, .llama = d.arch == ARCH_LLAMA, .init_true = !randomise_adapters && d.adapter.init == LORA_INIT_TRUE};
     f.be = test_backend_open();
     backend_set_act_dtype(f.be, act);
     GtError err = {0};
@@ -193,7 +193,7 @@ static Fix fix_open_as(ModelDesc d, bool rslora, bool randomise_adapters, Recomp
     bind_adapters(&f, randomise_adapters, rslora, seed + 1);
     /* a micro-batch that starts at row 5 of the step's batch: its mask rows are 5 * SEQ on */
     f.m->dropout_seed = 1234 + seed, f.m->dropout_step = 5, f.m->dropout_row0 = 5;
-    f.lo.p = d.lora_dropout, f.lo.key = lora_fix_key;
+    f.lo.p = d.adapter.dropout, f.lo.key = lora_fix_key;
     f.lo.seed = f.m->dropout_seed, f.lo.step = f.m->dropout_step, f.lo.row_base = f.m->dropout_row0 * SEQ;
     fill_tokens(&f, seed + 2);
     const ParamLayout *bl = &f.m->base_layout;
@@ -553,7 +553,7 @@ static void check_bf16_base(bool llama) {
     const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
     const ModelDesc d = lora_desc(llama, targets, false, 0.1, LORA_INIT_FALSE);
     ModelDesc d16 = d;
-    d16.base_dtype = BASE_DTYPE_BF16;
+    d16.adapter.base_dtype = BASE_DTYPE_BF16;
     const RecomputePolicy pols[3] = {recompute_policy(false, 1, false, 2), recompute_policy(true, 1, false, 2),
                                      recompute_policy(true, 1, true, 2)};
     const char *what = llama ? "llama bf16 base" : "gpt2 bf16 base";
@@ -609,7 +609,7 @@ static void check_fp32_base_bf16_act(bool llama) {
     const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
     const ModelDesc d = lora_desc(llama, targets, false, 0.1, LORA_INIT_FALSE);
     ModelDesc d32 = d;
-    d32.base_dtype = BASE_DTYPE_FP32;
+    d32.adapter.base_dtype = BASE_DTYPE_FP32;
     const RecomputePolicy pols[2] = {recompute_policy(false, 1, false, 2), recompute_policy(true, 1, true, 2)};
     const char *what = llama ? "llama fp32 base, bf16 activations" : "gpt2 fp32 base, bf16 activations";
     Fix a = fix_open_as(d, false, true, pols[0], 700, GT_BF16, false);

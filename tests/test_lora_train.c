@@ -90,10 +90,10 @@ static uint64_t base_params_from_dims(const ModelDesc *d) {
 static uint64_t lora_params_from_dims(const ModelDesc *d) {
     uint64_t n = 0;
     for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
-        if (!(d->lora_targets & BIT(mod)) || !module_of(d, mod)) continue;
+        if (!(d->adapter.targets & BIT(mod)) || !module_of(d, mod)) continue;
         int in, out;
         lora_fix_module_dims(d, mod, &in, &out);
-        n += (uint64_t)d->lora_r * (uint64_t)(in + out);
+        n += (uint64_t)d->adapter.r * (uint64_t)(in + out);
     }
     return n * (uint64_t)d->n_layer;
 }
@@ -218,7 +218,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
         r->base_d = malloc(r->bl.total * sizeof *r->base_d);
         for (size_t k = 0; k < r->bl.total; k++) r->base_d[k] = base_h[k];
     }
-    ref_lora_init(&r->lo, d->n_layer, d->lora_r, ref_lora_scaling(alpha, d->lora_r, rslora));
+    ref_lora_init(&r->lo, d->n_layer, d->adapter.r, ref_lora_scaling(alpha, d->adapter.r, rslora));
     ParamLayout pl;
     lora_layout_init(&pl, d);
     cr_assert_eq((uint64_t)pl.total, lora_params_from_dims(d));
@@ -228,7 +228,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
                   ta->name, tb->name);
         int in, out;
         lora_fix_module_dims(d, ta->peft_module, &in, &out);
-        cr_assert(ta->shape[0] == d->lora_r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->lora_r,
+        cr_assert(ta->shape[0] == d->adapter.r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->adapter.r,
                   "%s: not PEFT's shapes", ta->name);
         RefLoraAdapter *a = ref_lora_add(&r->lo, ta->layer, ta->peft_module, in, out);
         for (size_t k = 0; k < ta->numel; k++) a->A[k] = ad_h[ta->offset + k];
@@ -705,7 +705,7 @@ static void pissa_close(Pissa *f) {
 /* the loss of a plain model (no LoRA) holding base_h */
 static double base_model_loss(const ModelDesc *d_lora, const float *base_h, const int *tok, const int *tgt) {
     ModelDesc d0 = *d_lora;
-    d0.lora_r = 0, d0.lora_targets = 0, d0.lora_dropout = 0;
+    d0.adapter.r = 0, d0.adapter.targets = 0, d0.adapter.dropout = 0;
     Backend *be = test_backend_open();
     backend_set_act_dtype(be, GT_F32);
     Model *m0 = NULL;
@@ -1100,7 +1100,7 @@ static float *init_values(const ParamTensor *t, const ModelDesc *d, uint64_t see
 Test(lora_train, init_gaussian_is_normal_with_std_1_over_r_and_b_zero) {
     for (int r = 4; r <= 16; r *= 4) {
         ModelDesc d = lora_fix_base(true, 2);
-        d.lora_r = r, d.lora_init = LORA_INIT_GAUSSIAN;
+        d.adapter.r = r, d.adapter.init = LORA_INIT_GAUSSIAN;
         const int in = 32768 / r;
         const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(in, r, true);
         float *a = init_values(&ta, &d, 12345, 2), *b = init_values(&tb, &d, 12345, 3);
@@ -1149,13 +1149,13 @@ static void expect_uniform(const float *x, size_t n, double bound, const char *w
 Test(lora_train, init_false_is_uniform_for_both_and_true_zeroes_b) {
     const int r = 4, in = 8192, out = 8192;
     ModelDesc d = lora_fix_base(true, 2);
-    d.lora_r = r;
+    d.adapter.r = r;
     const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(out, r, true);
-    d.lora_init = LORA_INIT_FALSE;
+    d.adapter.init = LORA_INIT_FALSE;
     float *a = init_values(&ta, &d, 99, 0), *b = init_values(&tb, &d, 99, 1);
     expect_uniform(a, ta.numel, 1 / sqrt((double)in), "false lora_A");
     expect_uniform(b, tb.numel, 1 / sqrt((double)r), "false lora_B");
-    d.lora_init = LORA_INIT_TRUE;
+    d.adapter.init = LORA_INIT_TRUE;
     float *a1 = init_values(&ta, &d, 99, 0), *b1 = init_values(&tb, &d, 99, 1);
     expect_uniform(a1, ta.numel, 1 / sqrt((double)in), "true lora_A");
     for (size_t k = 0; k < tb.numel; k++) cr_assert_eq(b1[k], 0.0f, "true: lora_B[%zu] = %g", k, b1[k]);
