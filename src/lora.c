@@ -15,7 +15,7 @@
 #include "svd.h"
 #include "model.h"
 
-_Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "Model.lora_idx has a slot per module");
+_Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "AdapterState.idx has a slot per module");
 _Static_assert(PEFT_MODULE_COUNT <= 32, "ModelDesc.lora_targets has a bit per module");
 _Static_assert(CONFIG_LORA_MAX_R == PEFT_MAX_R && CONFIG_LORA_MAX_TARGETS == PEFT_MAX_TARGETS &&
                    CONFIG_LORA_NAME_MAX == sizeof ((PeftConfig *)0)->target_modules[0],

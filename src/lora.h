@@ -106,19 +106,19 @@ void lora_set_run(struct Model *m, const PeftConfig *pc, const char *pissa_init_
 /* PiSSA (init_lora_weights pissa / pissa_niter_N; niter -1: exact SVD): for every adapted block
  * of the loaded base weights W (read in the act dtype, as PEFT reads a bf16 model's weights),
  * A = diag(sqrt(S_r/s)) Vh_r, B = U_r diag(sqrt(S_r/s)) into the adapters and W - s B A into the
- * frozen base (svd.h's pissa_init); then (write) the initial adapter is written to m->pissa_init_dir as a
+ * frozen base (svd.h's pissa_init); then (write) the initial adapter is written to m->ad.pissa_init_dir as a
  * PEFT adapter directory (PEFT's pissa_init save, which the rank-2r conversion reads). Host
  * memory: one block of W and the SVD's workspace (svd.h) at a time. */
 int lora_pissa_init(struct Model *m, int niter, uint64_t seed, bool write, GtError *err);
 
 /* Read a PEFT adapter directory into the model's adapters: its r, modules and scale checked
  * against the model's (code 2 naming the file and key otherwise). On a PiSSA run
- * (m->pissa_init_dir) the directory holds the rank-2r conversion (a run checkpoint): A and B are
+ * (m->ad.pissa_init_dir) the directory holds the rank-2r conversion (a run checkpoint): A and B are
  * its first halves, and the base, freshly loaded, becomes W - s B0 A0 from the second halves,
  * bit for bit what lora_pissa_init made. */
 int lora_load_adapter(struct Model *m, const char *dir, GtError *err);
 
-/* A PiSSA run resumed into an output_dir without its initial adapter: write m->pissa_init_dir
+/* A PiSSA run resumed into an output_dir without its initial adapter: write m->ad.pissa_init_dir
  * from the second halves of the rank-2r conversion in conv_dir (the checkpoint resumed from). */
 int lora_write_pissa_init(struct Model *m, const char *conv_dir, GtError *err);
 

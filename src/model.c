@@ -214,13 +214,13 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_ATT_WS: return (void **)&m->att_ws;
     case BUF_HOST_STAGING: return (void **)&m->staging;
     case BUF_FROZEN: return (void **)&m->base;
-    case BUF_LORA_XD: return (void **)&m->lora_xd;
-    case BUF_LORA_H: return (void **)&m->lora_h;
-    case BUF_LORA_Y: return (void **)&m->lora_y;
-    case BUF_LORA_DH: return (void **)&m->lora_dh;
-    case BUF_LORA_DX: return (void **)&m->lora_dx;
-    case BUF_DORA_Z: return (void **)&m->dora_z;
-    case BUF_DORA_NORM: return (void **)&m->dora_norm;
+    case BUF_LORA_XD: return (void **)&m->ad.xd;
+    case BUF_LORA_H: return (void **)&m->ad.h;
+    case BUF_LORA_Y: return (void **)&m->ad.y;
+    case BUF_LORA_DH: return (void **)&m->ad.dh;
+    case BUF_LORA_DX: return (void **)&m->ad.dx;
+    case BUF_DORA_Z: return (void **)&m->ad.dora_z;
+    case BUF_DORA_NORM: return (void **)&m->ad.dora_norm;
     case BUF_WCONV: return (void **)&m->wconv;
     default: return NULL;
     }
@@ -248,13 +248,13 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
         param_layout_init(&m->layout, desc);
     const int L = desc->n_layer;
     if (lora) {
-        m->n_lora_sites = lora_sites(desc, m->lora_sites);
-        m->lora_idx = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *m->lora_idx);
+        m->ad.n_sites = lora_sites(desc, m->ad.sites);
+        m->ad.idx = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *m->ad.idx);
         for (int l = 0; l < L; l++)
-            for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->lora_idx[l][k] = -1;
+            for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->ad.idx[l][k] = -1;
         for (int i = 0; i < m->layout.n_tensors; i++) {
             const ParamTensor *t = &m->layout.tensors[i];
-            if (m->lora_idx[t->layer][t->peft_module] < 0) m->lora_idx[t->layer][t->peft_module] = i; /* lora_A: the first */
+            if (m->ad.idx[t->layer][t->peft_module] < 0) m->ad.idx[t->layer][t->peft_module] = i; /* lora_A: the first */
         }
     }
     const size_t NP = m->layout.total;
@@ -334,9 +334,9 @@ void model_free(Model *m) {
     free(m->losses_host);
     param_layout_free(&m->layout);
     param_layout_free(&m->base_layout);
-    free(m->lora_idx);
-    free(m->peft);
-    free(m->pissa_init_dir);
+    free(m->ad.idx);
+    free(m->ad.peft);
+    free(m->ad.pissa_init_dir);
     free(m);
 }
 

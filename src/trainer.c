@@ -353,8 +353,8 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
             if (rc == 0) snprintf(summary->weights, sizeof summary->weights, "%s (PEFT LoRA adapter)", cfg->output_dir);
             if (rc == 0)
                 gt_log("adapter: %s (PEFT LoRA, r %d%s, %s; base %s)\n", cfg->output_dir,
-                       t.model->pissa_init_dir ? 2 * desc->adapter.r : desc->adapter.r,
-                       t.model->pissa_init_dir ? ": PiSSA converted to a plain LoRA of rank 2r" : "",
+                       t.model->ad.pissa_init_dir ? 2 * desc->adapter.r : desc->adapter.r,
+                       t.model->ad.pissa_init_dir ? ": PiSSA converted to a plain LoRA of rank 2r" : "",
                        bf16 ? "bf16" : "fp32", cfg->model);
         } else {
             rc = checkpoint_save_weights(cfg->output_dir, t.model, bf16, trainer_max_shard_bytes(cfg), err);

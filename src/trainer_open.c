@@ -186,7 +186,7 @@ static int init_adapters(Trainer *t, GtError *err) {
     double t0 = gt_now_seconds();
     if (lora_pissa_init(m, niter, cfg->seed, t->rank == 0, err)) return -1;
     gt_log("adapters: PiSSA (%s) from the base weights in %.1f s; initial adapter in %s\n",
-           niter < 0 ? "exact SVD" : "randomised SVD", gt_now_seconds() - t0, m->pissa_init_dir);
+           niter < 0 ? "exact SVD" : "randomised SVD", gt_now_seconds() - t0, m->ad.pissa_init_dir);
     return 0;
 }
 
@@ -318,10 +318,10 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
      * initialising them again would take PiSSA's SVD of the residual base */
     if (desc->adapter.r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
     struct stat sb;
-    if (t->model->pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->pissa_init_dir, &sb) != 0) {
+    if (t->model->ad.pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->ad.pissa_init_dir, &sb) != 0) {
         /* resumed into another output_dir: its initial adapter, which the conversion reads, from the checkpoint */
         if (lora_write_pissa_init(t->model, t->resumed_from, err)) return -1;
-        gt_log("adapters: the initial PiSSA adapter rebuilt in %s from %s\n", t->model->pissa_init_dir, t->resumed_from);
+        gt_log("adapters: the initial PiSSA adapter rebuilt in %s from %s\n", t->model->ad.pissa_init_dir, t->resumed_from);
     }
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));

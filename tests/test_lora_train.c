@@ -318,7 +318,7 @@ static Split run_split(const ModelDesc *d, int B, int A, const int *tok, const i
                  err.msg);
     put_base(m, base_h);
     put_params(m, ad_h);
-    m->dropout_seed = DROP_SEED, m->dropout_step = DROP_STEP;
+    m->ad.dropout_seed = DROP_SEED, m->ad.dropout_step = DROP_STEP;
     const long items = count_items(tgt, (size_t)8 * AT);
     double loss_sum = 0;
     cr_assert_eq(trainer_accumulate(m, tok, tgt, B, A, 1, LOSS_NORM_TOKENS, items, &loss_sum, &err), 0, "%s", err.msg);
@@ -436,14 +436,14 @@ static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const 
     cr_assert_eq(m->act, act);
     put_base(m, base_h);
     put_params(m, ad_h);
-    m->dropout_seed = 99;
+    m->ad.dropout_seed = 99;
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     RcRun r = {.grads1 = NULL};
     int tok[2 * B * T], tgt[2 * B * T];
     for (int step = 1; step <= 3; step++) {
         random_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
         const long items = count_items(tgt, 2 * B * T);
-        m->dropout_step = step;
+        m->ad.dropout_step = step;
         double s = 0;
         cr_assert_eq(trainer_accumulate(m, tok, tgt, B, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
         r.losses[step - 1] = s / (double)items;
@@ -949,12 +949,12 @@ static void check_conversion(bool llama, bool rslora) {
     const double l_base = base_model_loss(&f.d, f.base_h, f.tok, f.tgt);
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.95, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     int tok[2 * PB * PT], tgt[2 * PB * PT];
-    m->dropout_seed = 17;
+    m->ad.dropout_seed = 17;
     for (int step = 1; step <= 4; step++) {
         random_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
         const long items = count_items(tgt, 2 * PB * PT);
         double s = 0;
-        m->dropout_step = step;
+        m->ad.dropout_step = step;
         cr_assert_eq(trainer_accumulate(m, tok, tgt, PB, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
         clip_grads(m, grad_global_norm(m), 1.0);
         adamw_step(m, 1e-2, &cfg, step);
@@ -1025,7 +1025,7 @@ static void check_conversion(bool llama, bool rslora) {
     Model *m3 = NULL;
     cr_assert_eq(model_create(&m3, &f.d, f.be, PB, PT, recompute_policy(false, 1, false, 2), 9, &err), 0, "%s", err.msg);
     put_base(m3, f.base_h);
-    lora_set_run(m3, m->peft, f.init_dir);
+    lora_set_run(m3, m->ad.peft, f.init_dir);
     cr_assert_eq(lora_load_adapter(m3, conv, &err), 0, "%s: %s", what, err.msg);
     float *w1 = get_base(m), *w3 = get_base(m3), *ad3 = dev_floats(f.be, m3->params, m3->layout.total);
     cr_assert(memcmp(w1, w3, m->base_layout.total * sizeof(float)) == 0, "%s: the resumed residual base differs", what);
