@@ -53,10 +53,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (getenv("BENCH_LORA_R")) { /* all-linear adapters, as lora_configure applies them */
-        d.lora_r = atoi(getenv("BENCH_LORA_R"));
-        d.lora_scale = 2.0;
+        d.adapter.r = atoi(getenv("BENCH_LORA_R"));
+        d.adapter.scale = 2.0;
         for (int k = 0; k < PEFT_MODULE_COUNT; k++)
-            if (peft_module_arch((PeftModule)k) == d.arch) d.lora_targets |= 1u << k;
+            if (peft_module_arch((PeftModule)k) == d.arch) d.adapter.targets |= 1u << k;
     }
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = argc > 4 ? atoi(argv[4]) : 10;
     int every = argc > 5 ? atoi(argv[5]) : 0, off = argc > 6 ? atoi(argv[6]) : 0;
@@ -117,7 +117,7 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     char lora[32] = "";
-    if (d.lora_r > 0) snprintf(lora, sizeof lora, " lora r%d", d.lora_r);
+    if (d.adapter.r > 0) snprintf(lora, sizeof lora, " lora r%d", d.adapter.r);
     printf("gtrain  %-28s %s%s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "
            "peak RSS %.0f MiB  (%s, blas core %s)\n",
            argv[1], gt_dtype_name(m->act), lora, B, T, every, off, med * 1e3, B * T / med, sgemm_gflops(1024),

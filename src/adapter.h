@@ -21,19 +21,52 @@
 
 struct Model;
 
+/* slots per layer in AdapterState's idx: at least PEFT_MODULE_COUNT (lora.c checks) */
+#define MODEL_LORA_SLOTS 16
+
+/* The adapters' state in a model (Model's ad member; all zero without adapters). */
+typedef struct AdapterState {
+    /* idx[l][module] = index in the model's layout of that adapter's lora_A (lora_B is the next
+     * one, and under DoRA the magnitude the one after), -1 when the module is not adapted; NULL
+     * without LoRA */
+    int (*idx)[MODEL_LORA_SLOTS];
+    /* LoRA dropout: the key of each application is lora_dropout_key(dropout_seed, dropout_step,
+     * layer, module) (lora.h) and element (n, c) of the adapter's [B*T, in] input has the mask
+     * index (dropout_row0 * T + n) * in + c (dropout.h): a function of (seed, step, the row's
+     * place in the step's batch, layer, module, element), so the accumulation split and the
+     * number of ranks change nothing. Only a model_step with compute_grad drops. The trainer sets
+     * dropout_step before each optimizer step and, per micro-batch a (trainer_accumulate),
+     * dropout_row0 = (a * world + data_rank) * B, the micro-batch's first row in the step's batch
+     * (the rows fill_step draws); data_rank is the Model's. */
+    uint64_t dropout_seed;
+    long dropout_step;
+    long dropout_row0;
+    LoraSite sites[MODEL_LORA_SLOTS]; /* the adapted modules of a layer (lora_sites) */
+    int n_sites;
+    act_t *xd, *h, *y, *dh, *dx; /* the adapters' workspace (buffers.h's BUF_LORA_*) */
+    act_t *dora_z;               /* DoRA: x W_blk^T of one site; NULL without DoRA */
+    float *dora_norm;            /* DoRA: the row norms of W + s B A of one site */
+    /* the PEFT config the adapter files carry (lora_configure's; NULL: none set, the defaults
+     * from the description are written), and for a PiSSA run the directory of its initial
+     * adapter (NULL otherwise): then what is saved is the rank-2r conversion, and what is loaded
+     * from a run checkpoint is one (lora.h). Owned. */
+    PeftConfig *peft;
+    char *pissa_init_dir;
+} AdapterState;
+
 typedef struct AdapterKind {
     const char *name; /* "lora", "dora" */
     int parts;
     /* ia: the site's first tensor in the layout (its parts follow) */
     void (*site_forward)(struct Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
                          const act_t *inp, int N, int IC);
-    /* dx: the gradient of x into m->lora_dx, then through dropout (undo) and into dinp */
+    /* dx: the gradient of x into m->ad.dx, then through dropout (undo) and into dinp */
     void (*site_backward)(struct Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
                           const act_t *x, const act_t *inp, int N, int IC);
     int (*init_from_base)(struct Model *m, GtError *err);
 } AdapterKind;
 
-/* the kind of d's adapters (d->lora_dora: DoRA, else LoRA); NULL without adapters (lora_r 0) */
+/* the kind of d's adapters (d->adapter.dora: DoRA, else LoRA); NULL without adapters (adapter.r 0) */
 const AdapterKind *adapter_kind(const ModelDesc *d);
 
 /* the adapters on layer l's weight of role w, after the base's forward (out = inp W^T + b) and

@@ -22,26 +22,26 @@
  * module) and the elements indexed over the step's whole batch (dropout.h): the micro-batch's
  * first row is row dropout_row0 of the step's batch, so its element 0 is dropout_row0 * T * IC */
 static void lora_dropout(Model *m, int l, const LoraSite *s, act_t *dst, const act_t *src, int N, int IC) {
-    const double p = m->desc.lora_dropout;
-    const uint64_t key = lora_dropout_key(m->dropout_seed, m->dropout_step, l, s->module);
-    const uint64_t base = (uint64_t)m->dropout_row0 * (uint64_t)m->T * (uint64_t)IC;
+    const double p = m->desc.adapter.dropout;
+    const uint64_t key = lora_dropout_key(m->ad.dropout_seed, m->ad.dropout_step, l, s->module);
+    const uint64_t base = (uint64_t)m->ad.dropout_row0 * (uint64_t)m->T * (uint64_t)IC;
     m->be->ops->dropout(m->be, dst, src, (size_t)N * IC, key, base, gt_dropout_threshold(p), (float)(1.0 / (1.0 - p)));
 }
 
 /* The input an adapter multiplies: inp itself, or under training with lora_dropout its dropped
- * copy in lora_xd (the mask a pure function of the key: backward regenerates the same one). */
+ * copy in ad.xd (the mask a pure function of the key: backward regenerates the same one). */
 static const act_t *lora_input(Model *m, int l, const LoraSite *s, const act_t *inp, int N, int IC) {
-    if (!m->training || m->desc.lora_dropout <= 0) return inp;
-    lora_dropout(m, l, s, m->lora_xd, inp, N, IC);
-    return m->lora_xd;
+    if (!m->training || m->desc.adapter.dropout <= 0) return inp;
+    lora_dropout(m, l, s, m->ad.xd, inp, N, IC);
+    return m->ad.xd;
 }
 
 /* The adapters of layer l on base weight w, one per call: the next site from *k on, with its
  * first tensor's index in the layout, or NULL when there are no more */
 static const LoraSite *next_adapter(const Model *m, int l, TensorRole w, int *k, int *ia) {
-    for (; *k < m->n_lora_sites; (*k)++) {
-        const LoraSite *s = &m->lora_sites[*k];
-        if (s->role == w && (*ia = m->lora_idx[l][s->module]) >= 0) {
+    for (; *k < m->ad.n_sites; (*k)++) {
+        const LoraSite *s = &m->ad.sites[*k];
+        if (s->role == w && (*ia = m->ad.idx[l][s->module]) >= 0) {
             (*k)++;
             return s;
         }
@@ -49,11 +49,11 @@ static const LoraSite *next_adapter(const Model *m, int l, TensorRole w, int *k,
     return NULL;
 }
 
-/* x's gradient in lora_dx: through the dropout (the same mask and scale) into dinp */
+/* x's gradient in ad.dx: through the dropout (the same mask and scale) into dinp */
 static void add_input_grad(Model *m, int l, const LoraSite *s, act_t *dinp, const act_t *x, const act_t *inp, int N,
                            int IC) {
-    if (x != inp) lora_dropout(m, l, s, m->lora_dx, m->lora_dx, N, IC);
-    m->be->ops->axpby_rows(m->be, dinp, IC, m->lora_dx, IC, N, IC, 1.0f, 1.0f);
+    if (x != inp) lora_dropout(m, l, s, m->ad.dx, m->ad.dx, N, IC);
+    m->be->ops->axpby_rows(m->be, dinp, IC, m->ad.dx, IC, N, IC, 1.0f, 1.0f);
 }
 
 /* ---------------------------------------------------------------- LoRA */
@@ -61,9 +61,9 @@ static void add_input_grad(Model *m, int l, const LoraSite *s, act_t *dinp, cons
 /* h = x A^T into lora_h, y = h B^T into lora_y */
 static void lora_hy(Model *m, int ia, const LoraSite *s, const act_t *x, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.lora_r, rows = (int)s->rows;
-    op->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-    op->matmul_forward(m->be, m->lora_y, m->lora_h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+    const int r = m->desc.adapter.r, rows = (int)s->rows;
+    op->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
+    op->matmul_forward(m->be, m->ad.y, m->ad.h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
 }
 
 static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
@@ -71,28 +71,28 @@ static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t 
     (void)l, (void)inp;
     const int rows = (int)s->rows;
     lora_hy(m, ia, s, x, N, IC);
-    m->be->ops->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->lora_y, rows, N, rows,
-                           (float)m->desc.lora_scale, 1.0f);
+    m->be->ops->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->ad.y, rows, N, rows,
+                           (float)m->desc.adapter.scale, 1.0f);
 }
 
 /* LoRA's backward from g in lora_y (h in lora_h): dB, dh, dA and the input's gradient */
 static void lora_backward_from_g(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *x,
                                  const act_t *inp, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.lora_r, rows = (int)s->rows;
-    op->matmul_backward(m->be, m->lora_dh, model_adapter_g(m, ia + 1), NULL, m->lora_y, m->lora_h,
+    const int r = m->desc.adapter.r, rows = (int)s->rows;
+    op->matmul_backward(m->be, m->ad.dh, model_adapter_g(m, ia + 1), NULL, m->ad.y, m->ad.h,
                         model_adapter_w(m, ia + 1), N, r, rows, rows);
-    op->matmul_backward(m->be, m->lora_dx, model_adapter_g(m, ia), NULL, m->lora_dh, x, model_adapter_w(m, ia), N, IC, r,
+    op->matmul_backward(m->be, m->ad.dx, model_adapter_g(m, ia), NULL, m->ad.dh, x, model_adapter_w(m, ia), N, IC, r,
                         r);
     add_input_grad(m, l, s, dinp, x, inp, N, IC);
 }
 
 static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
                                const act_t *x, const act_t *inp, int N, int IC) {
-    const int r = m->desc.lora_r, rows = (int)s->rows;
-    m->be->ops->matmul_forward(m->be, m->lora_h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-    m->be->ops->axpby_rows(m->be, m->lora_y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
-                           (float)m->desc.lora_scale, 0.0f);
+    const int r = m->desc.adapter.r, rows = (int)s->rows;
+    m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
+    m->be->ops->axpby_rows(m->be, m->ad.y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
+                           (float)m->desc.adapter.scale, 0.0f);
     lora_backward_from_g(m, l, s, ia, dinp, x, inp, N, IC);
 }
 
@@ -109,18 +109,18 @@ static void dora_prepare(Model *m, int l, const LoraSite *s, int ia, const act_t
     const int rows = (int)s->rows;
     const act_t *wb = dora_block(m, l, s);
     lora_hy(m, ia, s, x, N, IC);
-    op->matmul_forward(m->be, m->dora_z, x, wb, NULL, N, IC, rows, rows);
-    op->dora_norm(m->be, m->dora_norm, wb, model_adapter_w(m, ia), model_adapter_w(m, ia + 1), rows, IC,
-                  m->desc.lora_r, (float)m->desc.lora_scale);
+    op->matmul_forward(m->be, m->ad.dora_z, x, wb, NULL, N, IC, rows, rows);
+    op->dora_norm(m->be, m->ad.dora_norm, wb, model_adapter_w(m, ia), model_adapter_w(m, ia + 1), rows, IC,
+                  m->desc.adapter.r, (float)m->desc.adapter.scale);
 }
 
 static void dora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
                               const act_t *inp, int N, int IC) {
     (void)inp;
     dora_prepare(m, l, s, ia, x, N, IC);
-    m->be->ops->dora_forward(m->be, model_at(m, out, (size_t)s->row0), OC, m->dora_z, m->lora_y,
-                             model_adapter_w(m, ia + PEFT_PART_M), m->dora_norm, N, (int)s->rows,
-                             (float)m->desc.lora_scale);
+    m->be->ops->dora_forward(m->be, model_at(m, out, (size_t)s->row0), OC, m->ad.dora_z, m->ad.y,
+                             model_adapter_w(m, ia + PEFT_PART_M), m->ad.dora_norm, N, (int)s->rows,
+                             (float)m->desc.adapter.scale);
 }
 
 static void dora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
@@ -129,10 +129,10 @@ static void dora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t
     const int rows = (int)s->rows;
     dora_prepare(m, l, s, ia, x, N, IC);
     /* dz over z and dy (LoRA's g) over y, in place */
-    op->dora_backward(m->be, model_adapter_g(m, ia + PEFT_PART_M), m->dora_z, m->lora_y,
-                      model_at(m, dout, (size_t)s->row0), OC, m->dora_z, m->lora_y,
-                      model_adapter_w(m, ia + PEFT_PART_M), m->dora_norm, N, rows, (float)m->desc.lora_scale);
-    op->matmul_backward(m->be, m->lora_dx, NULL, NULL, m->dora_z, x, dora_block(m, l, s), N, IC, rows, rows);
+    op->dora_backward(m->be, model_adapter_g(m, ia + PEFT_PART_M), m->ad.dora_z, m->ad.y,
+                      model_at(m, dout, (size_t)s->row0), OC, m->ad.dora_z, m->ad.y,
+                      model_adapter_w(m, ia + PEFT_PART_M), m->ad.dora_norm, N, rows, (float)m->desc.adapter.scale);
+    op->matmul_backward(m->be, m->ad.dx, NULL, NULL, m->ad.dora_z, x, dora_block(m, l, s), N, IC, rows, rows);
     add_input_grad(m, l, s, dinp, x, inp, N, IC);
     lora_backward_from_g(m, l, s, ia, dinp, x, inp, N, IC);
 }
@@ -143,13 +143,13 @@ static int dora_init_from_base(Model *m, GtError *err) {
     model_refresh_weights(m); /* A and B as the forward reads them */
     const BackendOps *op = m->be->ops;
     for (int l = 0; l < m->desc.n_layer; l++)
-        for (int k = 0; k < m->n_lora_sites; k++) {
-            const LoraSite *s = &m->lora_sites[k];
-            const int ia = m->lora_idx[l][s->module];
+        for (int k = 0; k < m->ad.n_sites; k++) {
+            const LoraSite *s = &m->ad.sites[k];
+            const int ia = m->ad.idx[l][s->module];
             const size_t rows = (size_t)s->rows;
-            op->dora_norm(m->be, m->dora_norm, dora_block(m, l, s), model_adapter_w(m, ia), model_adapter_w(m, ia + 1),
-                          (int)rows, (int)s->in, m->desc.lora_r, (float)m->desc.lora_scale);
-            if (op->to_host(m->be, m->staging, m->dora_norm, rows * sizeof(float), err) ||
+            op->dora_norm(m->be, m->ad.dora_norm, dora_block(m, l, s), model_adapter_w(m, ia), model_adapter_w(m, ia + 1),
+                          (int)rows, (int)s->in, m->desc.adapter.r, (float)m->desc.adapter.scale);
+            if (op->to_host(m->be, m->staging, m->ad.dora_norm, rows * sizeof(float), err) ||
                 op->to_device(m->be, m->params + m->layout.tensors[ia + PEFT_PART_M].offset, m->staging,
                               rows * sizeof(float), err))
                 return -1;
@@ -164,8 +164,8 @@ static const AdapterKind ADAPTER_LORA = {"lora", 2, lora_site_forward, lora_site
 static const AdapterKind ADAPTER_DORA = {"dora", 3, dora_site_forward, dora_site_backward, dora_init_from_base};
 
 const AdapterKind *adapter_kind(const ModelDesc *d) {
-    if (d->lora_r <= 0) return NULL;
-    return d->lora_dora ? &ADAPTER_DORA : &ADAPTER_LORA;
+    if (d->adapter.r <= 0) return NULL;
+    return d->adapter.dora ? &ADAPTER_DORA : &ADAPTER_LORA;
 }
 
 void adapter_forward(Model *m, int l, TensorRole w, act_t *out, const act_t *inp, int N, int IC, int OC) {

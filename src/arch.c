@@ -374,8 +374,8 @@ void param_layout_init(ParamLayout *pl, const ModelDesc *d) {
 }
 
 GtDtype arch_storage_dtype(const ModelDesc *d, const ArchTensor *t, GtDtype act) {
-    if (d->lora_r <= 0 || !t || !t->per_layer || t->dim1 == DIM_1 || d->base_dtype == BASE_DTYPE_AUTO) return act;
-    return d->base_dtype == BASE_DTYPE_BF16 ? GT_BF16 : GT_F32;
+    if (d->adapter.r <= 0 || !t || !t->per_layer || t->dim1 == DIM_1 || d->adapter.base_dtype == BASE_DTYPE_AUTO) return act;
+    return d->adapter.base_dtype == BASE_DTYPE_BF16 ? GT_BF16 : GT_F32;
 }
 
 void param_layout_storage(ParamLayout *pl, const ModelDesc *d, GtDtype act) {

@@ -81,7 +81,7 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     const uint64_t f = sizeof(float), a = gt_dtype_size(s->act), C = (uint64_t)d->n_embd;
     /* what trains: every weight, or under LoRA the adapters (the base then frozen, once, each tensor in
      * its storage dtype: the layout's bytes) */
-    const bool lora = d->lora_r > 0;
+    const bool lora = d->adapter.r > 0;
     const uint64_t NP = lora ? lora_num_params(d) : arch_num_params(d);
     const uint64_t world = (uint64_t)(s->shard_world > 0 ? s->shard_world : 1);
     const uint64_t shard = (NP + world - 1) / world;
@@ -152,15 +152,15 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
             if ((uint64_t)site[i].in > in) in = (uint64_t)site[i].in;
             if ((uint64_t)site[i].rows > rows) rows = (uint64_t)site[i].rows;
         }
-        const uint64_t r = (uint64_t)d->lora_r;
-        if (s->train && d->lora_dropout > 0) add(&k, BUF_LORA_XD, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
+        const uint64_t r = (uint64_t)d->adapter.r;
+        if (s->train && d->adapter.dropout > 0) add(&k, BUF_LORA_XD, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
         add(&k, BUF_LORA_H, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
         add(&k, BUF_LORA_Y, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
         if (s->train) {
             add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
             add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
         }
-        if (d->lora_dora) {
+        if (d->adapter.dora) {
             add(&k, BUF_DORA_Z, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
             add(&k, BUF_DORA_NORM, MEM_WORKSPACE, rows, f, 1);
         }

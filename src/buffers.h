@@ -8,7 +8,7 @@
 #include "model_desc.h"
 #include "recompute.h"
 
-/* Under LoRA (d->lora_r > 0) params, grads, the AdamW state and the compute copy hold the
+/* Under LoRA (d->adapter.r > 0) params, grads, the AdamW state and the compute copy hold the
  * adapters alone (lora.h) and BUF_FROZEN the base, each tensor in its storage dtype
  * (param_layout_storage). */
 typedef enum {

@@ -172,7 +172,7 @@ static int write_state(const char *dir, const TrainerState *s, const ModelDesc *
     cJSON_AddNumberToObject(j, "empty_steps", (double)s->empty_steps);
     cJSON_AddNumberToObject(j, "adam_step", (double)s->adam_t);
     cJSON_AddNumberToObject(j, "num_parameters", (double)model_desc_num_params(d));
-    if (d->lora_r > 0) cJSON_AddNumberToObject(j, "num_trainable_parameters", (double)lora_num_params(d)); /* the adapters */
+    if (d->adapter.r > 0) cJSON_AddNumberToObject(j, "num_trainable_parameters", (double)lora_num_params(d)); /* the adapters */
     /* the data position: rows of step s are a pure function of (seed, s, row) */
     cJSON *data = cJSON_AddObjectToObject(j, "data");
     cJSON_AddStringToObject(data, "sampler", "splitmix64(seed, step, row); resumes at global_step");
@@ -281,7 +281,7 @@ int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, co
     rundir_remove_owned(tmp, RUNDIR_CHECKPOINT_FILES);
     if (mkdir(tmp, 0755) != 0) return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", tmp, strerror(errno));
     /* the weights: every one, or a LoRA run's adapters (its base is the model's, unchanged) */
-    int wrc = m->desc.lora_r > 0 ? lora_save_adapter(tmp, m, false, err)
+    int wrc = m->desc.adapter.r > 0 ? lora_save_adapter(tmp, m, false, err)
                                  : checkpoint_save_weights(tmp, m, false, max_shard_bytes, err);
     size_t tok_len = 0;
     const uint8_t *tok_json = tok ? tokenizer_raw(tok, &tok_len) : NULL;
@@ -315,6 +315,6 @@ int checkpoint_save(const char *output_dir, Model *m, const TrainerState *st, co
 
 int checkpoint_load(const char *dir, Model *m, TrainerState *st, GtError *err) {
     if (checkpoint_read_state(dir, st, err)) return -1;
-    if (m->desc.lora_r > 0 ? lora_load_adapter(m, dir, err) : checkpoint_load_weights(m, dir, err)) return -1;
+    if (m->desc.adapter.r > 0 ? lora_load_adapter(m, dir, err) : checkpoint_load_weights(m, dir, err)) return -1;
     return load_optimizer(dir, m, st->adam_t, err);
 }

@@ -15,7 +15,7 @@
 #include "svd.h"
 #include "model.h"
 
-_Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "Model.lora_idx has a slot per module");
+_Static_assert(PEFT_MODULE_COUNT <= MODEL_LORA_SLOTS, "AdapterState.idx has a slot per module");
 _Static_assert(PEFT_MODULE_COUNT <= 32, "ModelDesc.lora_targets has a bit per module");
 _Static_assert(CONFIG_LORA_MAX_R == PEFT_MAX_R && CONFIG_LORA_MAX_TARGETS == PEFT_MAX_TARGETS &&
                    CONFIG_LORA_NAME_MAX == sizeof ((PeftConfig *)0)->target_modules[0],
@@ -45,15 +45,15 @@ bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *s) {
 
 int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]) {
     int n = 0;
-    if (d->lora_r <= 0) return 0;
+    if (d->adapter.r <= 0) return 0;
     const ArchSpec *spec = arch_spec(d->arch); /* its modules, in the layer's forward order */
     for (int i = 0; i < spec->n_peft; i++)
-        if ((d->lora_targets >> spec->peft[i].module & 1u) && lora_module_site(d, spec->peft[i].module, &out[n])) n++;
+        if ((d->adapter.targets >> spec->peft[i].module & 1u) && lora_module_site(d, spec->peft[i].module, &out[n])) n++;
     return n;
 }
 
 void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]) {
-    for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->lora_targets >> m & 1u;
+    for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->adapter.targets >> m & 1u;
 }
 
 uint64_t lora_num_params(const ModelDesc *d) {
@@ -61,7 +61,7 @@ uint64_t lora_num_params(const ModelDesc *d) {
     const int n = lora_sites(d, s);
     uint64_t per_layer = 0;
     for (int k = 0; k < n; k++)
-        per_layer += (uint64_t)d->lora_r * (uint64_t)(s[k].in + s[k].rows) + (d->lora_dora ? (uint64_t)s[k].rows : 0);
+        per_layer += (uint64_t)d->adapter.r * (uint64_t)(s[k].in + s[k].rows) + (d->adapter.dora ? (uint64_t)s[k].rows : 0);
     return per_layer * (uint64_t)d->n_layer;
 }
 
@@ -80,8 +80,8 @@ static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const Lor
         t->shape[0] = s->rows;
     } else {
         t->ndim = 2;
-        t->shape[0] = lora_B ? s->rows : d->lora_r;
-        t->shape[1] = lora_B ? d->lora_r : s->in;
+        t->shape[0] = lora_B ? s->rows : d->adapter.r;
+        t->shape[1] = lora_B ? d->adapter.r : s->in;
     }
     t->numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
     t->offset = pl->total;
@@ -118,8 +118,8 @@ uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter) {
     const int n = lora_sites(d, s);
     uint64_t most = 0;
     for (int k = 0; k < n; k++) { /* the block in fp32, A and B, and the SVD's own */
-        const uint64_t rows = (uint64_t)s[k].rows, in = (uint64_t)s[k].in, r = (uint64_t)d->lora_r;
-        const uint64_t b = 4 * (rows * in + r * (rows + in)) + pissa_host_bytes((int)rows, (int)in, d->lora_r, niter);
+        const uint64_t rows = (uint64_t)s[k].rows, in = (uint64_t)s[k].in, r = (uint64_t)d->adapter.r;
+        const uint64_t b = 4 * (rows * in + r * (rows + in)) + pissa_host_bytes((int)rows, (int)in, d->adapter.r, niter);
         if (b > most) most = b;
     }
     return most;
@@ -141,7 +141,7 @@ static double draw01(uint64_t seed, int i, size_t e, int draw) {
 
 void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
                       float *dst) {
-    const LoraInit init = (LoraInit)d->lora_init;
+    const LoraInit init = (LoraInit)d->adapter.init;
     if (t->ndim == 1) { /* DoRA's magnitude: 1 here; the row norms of W + s B A once the base is loaded (lora_dora_init) */
         for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
         return;
@@ -155,7 +155,7 @@ void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, i
         const size_t e = k0 + k;
         if (init == LORA_INIT_GAUSSIAN) { /* nn.init.normal_(std = 1 / r) */
             double u1 = draw01(seed, i, e, 0), u2 = draw01(seed, i, e, 1);
-            dst[k] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2) / d->lora_r);
+            dst[k] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2) / d->adapter.r);
         } else { /* kaiming_uniform_(a = sqrt(5)): bound = sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in) */
             dst[k] = (float)((2.0 * draw01(seed, i, e, 0) - 1.0) / sqrt(fan_in));
         }
@@ -208,20 +208,20 @@ static int set_targets(PeftConfig *pc, const char *list, const char *where, GtEr
 }
 
 static void apply_peft(ModelDesc *d, const PeftConfig *pc, const bool mask[PEFT_MODULE_COUNT]) {
-    d->lora_r = pc->r;
-    d->lora_scale = peft_scaling(pc);
-    d->lora_dropout = pc->lora_dropout;
-    d->lora_dora = pc->use_dora;
-    d->lora_targets = 0;
+    d->adapter.r = pc->r;
+    d->adapter.scale = peft_scaling(pc);
+    d->adapter.dropout = pc->lora_dropout;
+    d->adapter.dora = pc->use_dora;
+    d->adapter.targets = 0;
     for (int m = 0; m < PEFT_MODULE_COUNT; m++)
-        if (mask[m]) d->lora_targets |= 1u << m;
+        if (mask[m]) d->adapter.targets |= 1u << m;
 }
 
 int lora_desc_apply(ModelDesc *d, const PeftConfig *pc, const char *cfile, GtError *err) {
     bool mask[PEFT_MODULE_COUNT];
     if (peft_config_targets(pc, d->arch, mask, cfile, err)) return -1;
     apply_peft(d, pc, mask);
-    d->lora_init = LORA_INIT_TRUE;
+    d->adapter.init = LORA_INIT_TRUE;
     return 0;
 }
 
@@ -288,10 +288,10 @@ static int run_targets(const PeftConfig *pc, const RunConfig *cfg, ModelArch arc
 }
 
 int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err) {
-    d->lora_r = 0;
-    d->lora_targets = 0;
-    d->lora_dora = false;
-    d->base_dtype = BASE_DTYPE_AUTO;
+    d->adapter.r = 0;
+    d->adapter.targets = 0;
+    d->adapter.dora = false;
+    d->adapter.base_dtype = BASE_DTYPE_AUTO;
     peft_config_defaults(pc);
     if (!cfg->lora.enabled) return 0;
     if (lora_check_config(cfg, err)) return -1;
@@ -375,7 +375,7 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     char abs[GT_PATH_MAX];
     snprintf(pc->base_model, sizeof pc->base_model, "%s", realpath(cfg->model, abs) ? abs : cfg->model);
     apply_peft(d, pc, mask);
-    d->lora_init = (int)kind;
-    d->base_dtype = cfg->lora.base_dtype;
+    d->adapter.init = (int)kind;
+    d->adapter.base_dtype = cfg->lora.base_dtype;
     return 0;
 }

@@ -41,10 +41,10 @@ typedef struct {
  * entries, gtrain merge's target tensors) is this one. */
 bool lora_module_site(const ModelDesc *d, PeftModule module, LoraSite *out);
 
-/* The adapted modules of d (d->lora_targets), in the order of the layer's forward. Returns the count. */
+/* The adapted modules of d (d->adapter.targets), in the order of the layer's forward. Returns the count. */
 int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]);
 
-/* d->lora_targets as a mask over PeftModule (what peft.h's functions take) */
+/* d->adapter.targets as a mask over PeftModule (what peft.h's functions take) */
 void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]);
 
 /* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows) (+ rows: DoRA's magnitude). */
@@ -74,12 +74,12 @@ uint64_t lora_pissa_host_bytes(const ModelDesc *d, int niter);
 uint64_t lora_dropout_key(uint64_t seed, long step, int layer, PeftModule module);
 
 /* The adapter tensor i of the layout (t = &pl->tensors[i]): elements [k0, k0 + n) of its initial
- * values per d->lora_init, deterministic in (seed, i, element) (model.c's initialisation calls it for
+ * values per d->adapter.init, deterministic in (seed, i, element) (model.c's initialisation calls it for
  * the tensors the arch table does not describe). */
 void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, int i, size_t k0, size_t n,
                       float *dst);
 
-/* Apply the run config's lora: section to d (lora_r 0 without one), and fill pc with the PEFT
+/* Apply the run config's lora: section to d (adapter.r 0 without one), and fill pc with the PEFT
  * config the run's adapter files will carry. With lora.init_from the adapter's
  * adapter_config.json gives r, lora_alpha, use_rslora and the modules (keys also given in the run
  * config must agree; lora_dropout may differ). Errors name the file and key (code 2). */
@@ -106,19 +106,19 @@ void lora_set_run(struct Model *m, const PeftConfig *pc, const char *pissa_init_
 /* PiSSA (init_lora_weights pissa / pissa_niter_N; niter -1: exact SVD): for every adapted block
  * of the loaded base weights W (read in the act dtype, as PEFT reads a bf16 model's weights),
  * A = diag(sqrt(S_r/s)) Vh_r, B = U_r diag(sqrt(S_r/s)) into the adapters and W - s B A into the
- * frozen base (svd.h's pissa_init); then (write) the initial adapter is written to m->pissa_init_dir as a
+ * frozen base (svd.h's pissa_init); then (write) the initial adapter is written to m->ad.pissa_init_dir as a
  * PEFT adapter directory (PEFT's pissa_init save, which the rank-2r conversion reads). Host
  * memory: one block of W and the SVD's workspace (svd.h) at a time. */
 int lora_pissa_init(struct Model *m, int niter, uint64_t seed, bool write, GtError *err);
 
 /* Read a PEFT adapter directory into the model's adapters: its r, modules and scale checked
  * against the model's (code 2 naming the file and key otherwise). On a PiSSA run
- * (m->pissa_init_dir) the directory holds the rank-2r conversion (a run checkpoint): A and B are
+ * (m->ad.pissa_init_dir) the directory holds the rank-2r conversion (a run checkpoint): A and B are
  * its first halves, and the base, freshly loaded, becomes W - s B0 A0 from the second halves,
  * bit for bit what lora_pissa_init made. */
 int lora_load_adapter(struct Model *m, const char *dir, GtError *err);
 
-/* A PiSSA run resumed into an output_dir without its initial adapter: write m->pissa_init_dir
+/* A PiSSA run resumed into an output_dir without its initial adapter: write m->ad.pissa_init_dir
  * from the second halves of the rank-2r conversion in conv_dir (the checkpoint resumed from). */
 int lora_write_pissa_init(struct Model *m, const char *conv_dir, GtError *err);
 

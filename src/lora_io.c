@@ -17,11 +17,11 @@
 #include "svd.h"
 
 void lora_set_run(Model *m, const PeftConfig *pc, const char *pissa_init_dir) {
-    free(m->peft);
-    m->peft = gt_xmalloc(sizeof *m->peft);
-    *m->peft = *pc;
-    free(m->pissa_init_dir);
-    m->pissa_init_dir = pissa_init_dir ? gt_xstrdup(pissa_init_dir) : NULL;
+    free(m->ad.peft);
+    m->ad.peft = gt_xmalloc(sizeof *m->ad.peft);
+    *m->ad.peft = *pc;
+    free(m->ad.pissa_init_dir);
+    m->ad.pissa_init_dir = pissa_init_dir ? gt_xstrdup(pissa_init_dir) : NULL;
 }
 
 /* the entries of the model's adapters, in layout order */
@@ -40,12 +40,12 @@ static int model_entries(const Model *m, PeftEntry **out) {
 /* the config the files carry: the run's, or one from the description */
 static PeftConfig run_config(const Model *m) {
     PeftConfig pc;
-    if (m->peft) return *m->peft;
+    if (m->ad.peft) return *m->ad.peft;
     peft_config_defaults(&pc);
-    pc.r = m->desc.lora_r;
-    pc.lora_alpha = m->desc.lora_scale * m->desc.lora_r;
-    pc.lora_dropout = m->desc.lora_dropout;
-    pc.use_dora = m->desc.lora_dora;
+    pc.r = m->desc.adapter.r;
+    pc.lora_alpha = m->desc.adapter.scale * m->desc.adapter.r;
+    pc.lora_dropout = m->desc.adapter.dropout;
+    pc.use_dora = m->desc.adapter.dora;
     bool mask[PEFT_MODULE_COUNT];
     lora_targets_mask(&m->desc, mask);
     peft_config_set_targets(&pc, mask);
@@ -70,14 +70,14 @@ static bool same_scale(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(
 /* ---------------------------------------------------------------- load */
 
 int lora_load_adapter(Model *m, const char *dir, GtError *err) {
-    if (m->desc.lora_r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
+    if (m->desc.adapter.r <= 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model has no adapters to load into", dir);
     PeftEntry *ent = NULL;
     const int n = model_entries(m, &ent);
     if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", dir);
     PeftConfig pc;
     PeftAdapter *a = NULL;
-    const bool pissa = m->pissa_init_dir != NULL;
-    const int r = m->desc.lora_r, want_r = pissa ? 2 * r : r;
+    const bool pissa = m->ad.pissa_init_dir != NULL;
+    const int r = m->desc.adapter.r, want_r = pissa ? 2 * r : r;
     float *buf = NULL, *w = NULL, *a0 = NULL, *b0 = NULL;
     int rc = -1;
     if (peft_adapter_open(&a, dir, m->desc.arch, ent, n, &pc, err)) goto done;
@@ -91,14 +91,14 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
                  pissa ? "twice the run's r: a PiSSA run saves its rank-2r conversion" : "the run's lora.r", pc.r);
         goto done;
     }
-    if (pc.use_dora != m->desc.lora_dora) {
+    if (pc.use_dora != m->desc.adapter.dora) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: use_dora: expected %s (the run's lora.use_dora), found %s", dir,
-                 PEFT_CONFIG_FILE, m->desc.lora_dora ? "true" : "false", pc.use_dora ? "true" : "false");
+                 PEFT_CONFIG_FILE, m->desc.adapter.dora ? "true" : "false", pc.use_dora ? "true" : "false");
         goto done;
     }
-    if (!same_scale(peft_scaling(&pc), m->desc.lora_scale)) {
+    if (!same_scale(peft_scaling(&pc), m->desc.adapter.scale)) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: lora_alpha: expected the scale %g of the run (lora_alpha / r%s), found "
-                 "lora_alpha %g, r %d, use_rslora %s", dir, PEFT_CONFIG_FILE, m->desc.lora_scale,
+                 "lora_alpha %g, r %d, use_rslora %s", dir, PEFT_CONFIG_FILE, m->desc.adapter.scale,
                  pc.use_rslora ? " under rslora: / sqrt(r)" : "", pc.lora_alpha, pc.r, pc.use_rslora ? "true" : "false");
         goto done;
     }
@@ -140,7 +140,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
             const size_t off = block_offset(m, ent[e].layer, &s);
             w = gt_xrealloc(w, out * in * sizeof *w);
             if (model_download_base(m, off, w, out * in, err) ||
-                pissa_residual(w, (int)out, (int)in, r, m->desc.lora_scale, a0, b0, w, err) ||
+                pissa_residual(w, (int)out, (int)in, r, m->desc.adapter.scale, a0, b0, w, err) ||
                 model_upload_base(m, off, w, out * in, err))
                 goto done;
         }
@@ -196,15 +196,15 @@ int lora_save_adapter(const char *dir, Model *m, bool bf16, GtError *err) {
     const int n = model_entries(m, &ent);
     if (n < 0) return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", dir);
     PeftConfig pc = run_config(m);
-    SaveCtx c = {m, NULL, m->desc.lora_r, NULL};
+    SaveCtx c = {m, NULL, m->desc.adapter.r, NULL};
     size_t staging = (size_t)1 << 20;
     int rc = -1;
-    if (m->pissa_init_dir) {
+    if (m->ad.pissa_init_dir) {
         PeftConfig ic;
-        if (peft_adapter_open(&c.init, m->pissa_init_dir, m->desc.arch, ent, n, &ic, err)) goto done;
+        if (peft_adapter_open(&c.init, m->ad.pissa_init_dir, m->desc.arch, ent, n, &ic, err)) goto done;
         if (ic.r != c.r) {
             gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: r: expected the run's %d (its initial PiSSA adapter), found %d",
-                     m->pissa_init_dir, PEFT_CONFIG_FILE, c.r, ic.r);
+                     m->ad.pissa_init_dir, PEFT_CONFIG_FILE, c.r, ic.r);
             goto done;
         }
         staging = staging / (2 * (size_t)c.r) * 2 * (size_t)c.r;
@@ -249,12 +249,12 @@ static int init_fill(void *vctx, int e, int part, uint64_t off, size_t n, float 
 int lora_write_pissa_init(Model *m, const char *conv_dir, GtError *err) {
     PeftEntry *ent = NULL;
     const int n = model_entries(m, &ent);
-    if (n < 0 || !m->pissa_init_dir) {
+    if (n < 0 || !m->ad.pissa_init_dir) {
         free(ent);
         return gt_error(err, GT_EXIT_FAILURE, "%s: not a PiSSA run's adapters", conv_dir);
     }
     PeftConfig cc, pc = run_config(m);
-    InitCtx c = {NULL, ent, m->desc.lora_r, NULL};
+    InitCtx c = {NULL, ent, m->desc.adapter.r, NULL};
     const size_t staging = ((size_t)1 << 20) / (size_t)c.r * (size_t)c.r;
     int rc = -1;
     if (peft_adapter_open(&c.conv, conv_dir, m->desc.arch, ent, n, &cc, err)) goto done;
@@ -264,9 +264,9 @@ int lora_write_pissa_init(Model *m, const char *conv_dir, GtError *err) {
         goto done;
     }
     c.tmp = gt_xmalloc(2 * staging * sizeof *c.tmp);
-    if (make_dir(m->pissa_init_dir, err)) goto done;
+    if (make_dir(m->ad.pissa_init_dir, err)) goto done;
     pc.inference_mode = true;
-    rc = peft_adapter_write(m->pissa_init_dir, &pc, m->desc.arch, ent, n, ST_F32, staging, init_fill, &c, err);
+    rc = peft_adapter_write(m->ad.pissa_init_dir, &pc, m->desc.arch, ent, n, ST_F32, staging, init_fill, &c, err);
 done:
     peft_adapter_close(c.conv);
     free(c.tmp);
@@ -275,14 +275,14 @@ done:
 }
 
 int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err) {
-    if (!m->pissa_init_dir) return gt_error(err, GT_EXIT_FAILURE, "pissa: no directory for the initial adapter");
-    const int r = m->desc.lora_r, L = m->desc.n_layer;
+    if (!m->ad.pissa_init_dir) return gt_error(err, GT_EXIT_FAILURE, "pissa: no directory for the initial adapter");
+    const int r = m->desc.adapter.r, L = m->desc.n_layer;
     float *w = NULL, *A = NULL, *B = NULL;
     int rc = -1;
     for (int l = 0; l < L; l++)
-        for (int k = 0; k < m->n_lora_sites; k++) {
-            const LoraSite *s = &m->lora_sites[k];
-            const int ia = m->lora_idx[l][s->module];
+        for (int k = 0; k < m->ad.n_sites; k++) {
+            const LoraSite *s = &m->ad.sites[k];
+            const int ia = m->ad.idx[l][s->module];
             const size_t rows = (size_t)s->rows, in = (size_t)s->in;
             const size_t off = block_offset(m, l, s);
             w = gt_xrealloc(w, rows * in * sizeof *w);
@@ -290,7 +290,7 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
             B = gt_xrealloc(B, rows * r * sizeof *B);
             const uint64_t key = seed ^ ((uint64_t)(l + 1) << 20) ^ (uint64_t)s->module;
             if (model_download_base(m, off, w, rows * in, err)) goto done;
-            if (pissa_init(w, (int)rows, (int)in, r, m->desc.lora_scale, niter, key, A, B, w, err)) {
+            if (pissa_init(w, (int)rows, (int)in, r, m->desc.adapter.scale, niter, key, A, B, w, err)) {
                 char msg[GT_ERR_MAX];
                 snprintf(msg, sizeof msg, "%s", err->msg);
                 gt_error(err, err->code, "pissa: layer %d %s: %s", l, peft_module_path(s->module), msg);
@@ -306,11 +306,11 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
     if (!write) goto done;
     rc = -1;
     /* the initial adapter, as PEFT's workflow saves it before training (and as the conversion reads it) */
-    if (make_dir(m->pissa_init_dir, err)) goto done;
-    char *keep = m->pissa_init_dir;
-    m->pissa_init_dir = NULL; /* written as it is: a plain rank-r adapter */
+    if (make_dir(m->ad.pissa_init_dir, err)) goto done;
+    char *keep = m->ad.pissa_init_dir;
+    m->ad.pissa_init_dir = NULL; /* written as it is: a plain rank-r adapter */
     rc = lora_save_adapter(keep, m, false, err);
-    m->pissa_init_dir = keep;
+    m->ad.pissa_init_dir = keep;
 done:
     free(w), free(A), free(B);
     return rc;

@@ -379,13 +379,13 @@ int main(int argc, char **argv) {
         printf("model: %s (%s), %d layers, hidden %d, %d heads (%d kv), vocab %d\n", desc.model_type,
                arch_hf_class(&desc), desc.n_layer, desc.n_embd, desc.n_head, desc.n_kv_head, desc.vocab_size);
         printf("parameters: %llu\n", (unsigned long long)model_desc_num_params(&desc));
-        if (desc.lora_r > 0) {
+        if (desc.adapter.r > 0) {
             uint64_t n = lora_num_params(&desc);
             char grouped[40];
             printf("trainable parameters: %llu (%s; %s r %d, lora_alpha %g, scale %g, init %s), %.4f%% of %llu; the "
                    "base is frozen\n", (unsigned long long)n, group_digits(grouped, sizeof grouped, n),
-                   desc.lora_dora ? "DoRA" : "LoRA", peft.r,
-                   peft.lora_alpha, desc.lora_scale,
+                   desc.adapter.dora ? "DoRA" : "LoRA", peft.r,
+                   peft.lora_alpha, desc.adapter.scale,
                    cfg->lora.init_from[0] ? cfg->lora.init_from : peft.init,
                    100.0 * (double)n / (double)model_desc_num_params(&desc), (unsigned long long)model_desc_num_params(&desc));
             printf("target modules:");

@@ -85,13 +85,13 @@ static int base_io(Model *m, bool up, size_t off, float *host, size_t n, GtError
 }
 
 int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
-    if (m->desc.lora_r == 0)
+    if (m->desc.adapter.r == 0)
         return m->be->ops->to_device(m->be, m->params + off, host, n * sizeof(float), err);
     return base_io(m, true, off, host, n, err);
 }
 
 int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err) {
-    if (m->desc.lora_r == 0) return m->be->ops->to_host(m->be, host, m->params + off, n * sizeof(float), err);
+    if (m->desc.adapter.r == 0) return m->be->ops->to_host(m->be, host, m->params + off, n * sizeof(float), err);
     return base_io(m, false, off, host, n, err);
 }
 
@@ -210,13 +210,13 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_ATT_WS: return (void **)&m->att_ws;
     case BUF_HOST_STAGING: return (void **)&m->staging;
     case BUF_FROZEN: return (void **)&m->base;
-    case BUF_LORA_XD: return (void **)&m->lora_xd;
-    case BUF_LORA_H: return (void **)&m->lora_h;
-    case BUF_LORA_Y: return (void **)&m->lora_y;
-    case BUF_LORA_DH: return (void **)&m->lora_dh;
-    case BUF_LORA_DX: return (void **)&m->lora_dx;
-    case BUF_DORA_Z: return (void **)&m->dora_z;
-    case BUF_DORA_NORM: return (void **)&m->dora_norm;
+    case BUF_LORA_XD: return (void **)&m->ad.xd;
+    case BUF_LORA_H: return (void **)&m->ad.h;
+    case BUF_LORA_Y: return (void **)&m->ad.y;
+    case BUF_LORA_DH: return (void **)&m->ad.dh;
+    case BUF_LORA_DX: return (void **)&m->ad.dx;
+    case BUF_DORA_Z: return (void **)&m->ad.dora_z;
+    case BUF_DORA_NORM: return (void **)&m->ad.dora_norm;
     case BUF_WCONV: return (void **)&m->wconv;
     default: return NULL;
     }
@@ -235,7 +235,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->act = be->act_dtype;
     m->logits_rows = train ? plan_logits_rows(desc, B, T, m->act) : 1;
     m->window = desc->sliding_window > 0 && desc->sliding_window < T ? desc->sliding_window : 0;
-    const bool lora = desc->lora_r > 0;
+    const bool lora = desc->adapter.r > 0;
     param_layout_init(&m->base_layout, desc);
     param_layout_storage(&m->base_layout, desc, m->act);
     if (lora)
@@ -244,13 +244,13 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
         param_layout_init(&m->layout, desc);
     const int L = desc->n_layer;
     if (lora) {
-        m->n_lora_sites = lora_sites(desc, m->lora_sites);
-        m->lora_idx = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *m->lora_idx);
+        m->ad.n_sites = lora_sites(desc, m->ad.sites);
+        m->ad.idx = gt_xcalloc((size_t)(L > 0 ? L : 1), sizeof *m->ad.idx);
         for (int l = 0; l < L; l++)
-            for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->lora_idx[l][k] = -1;
+            for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->ad.idx[l][k] = -1;
         for (int i = 0; i < m->layout.n_tensors; i++) {
             const ParamTensor *t = &m->layout.tensors[i];
-            if (m->lora_idx[t->layer][t->peft_module] < 0) m->lora_idx[t->layer][t->peft_module] = i; /* lora_A: the first */
+            if (m->ad.idx[t->layer][t->peft_module] < 0) m->ad.idx[t->layer][t->peft_module] = i; /* lora_A: the first */
         }
     }
     const size_t NP = m->layout.total;
@@ -330,9 +330,9 @@ void model_free(Model *m) {
     free(m->losses_host);
     param_layout_free(&m->layout);
     param_layout_free(&m->base_layout);
-    free(m->lora_idx);
-    free(m->peft);
-    free(m->pissa_init_dir);
+    free(m->ad.idx);
+    free(m->ad.peft);
+    free(m->ad.pissa_init_dir);
     free(m);
 }
 

@@ -9,6 +9,7 @@
 
 #include "arch.h"
 #include "backend.h"
+#include "adapter.h"
 #include "lora.h"
 #include "model_desc.h"
 #include "recompute.h"
@@ -29,9 +30,6 @@ typedef struct {
  * all-reduce can start while the rest of backward runs. */
 typedef void (*GradReadyFn)(void *ctx, float *grads, size_t n);
 
-/* slots per layer in lora_idx: at least PEFT_MODULE_COUNT (lora.c checks) */
-#define MODEL_LORA_SLOTS 16
-
 typedef struct Model {
     ModelDesc desc;
     Backend *be;
@@ -40,42 +38,18 @@ typedef struct Model {
     GtDtype act;       /* the backend's act dtype when the model was created (precision) */
     RecomputePolicy policy;
     /* layout: what trains (params, grads, AdamW state): the architecture's tensors, or under
-     * LoRA (desc.lora_r > 0) the adapters alone (lora_layout_init). base_layout: always the
+     * LoRA (desc.adapter.r > 0) the adapters alone (lora_layout_init). base_layout: always the
      * architecture's tensors, in base: the weights the forward reads (== weights without LoRA; the
      * frozen base, MEM_FROZEN, with LoRA, each tensor in its storage dtype at its byte_offset:
      * param_layout_storage). */
     ParamLayout layout, base_layout;
     act_t *base;
     act_t *wconv; /* a base tensor stored in another dtype, converted for its GEMM (model_w); NULL: none */
-    /* LoRA: lora_idx[l][module] = index in layout of that adapter's lora_A (lora_B is the next
-     * one, and under DoRA the magnitude the one after), -1 when the module is not adapted; NULL
-     * without LoRA */
-    int (*lora_idx)[MODEL_LORA_SLOTS];
-    /* LoRA dropout: the key of each application is lora_dropout_key(dropout_seed, dropout_step,
-     * layer, module) (lora.h) and element (n, c) of the adapter's [B*T, in] input has the mask
-     * index (dropout_row0 * T + n) * in + c (dropout.h): a function of (seed, step, the row's
-     * place in the step's batch, layer, module, element), so the accumulation split and the
-     * number of ranks change nothing. Only a model_step with compute_grad drops. The trainer sets
-     * dropout_step before each optimizer step and, per micro-batch a (trainer_accumulate),
-     * dropout_row0 = (a * world + data_rank) * B, the micro-batch's first row in the step's batch
-     * (the rows fill_step draws). data_rank: this rank in the data-parallel world (0 alone),
-     * set by the trainer when it creates the model. */
-    uint64_t dropout_seed;
-    long dropout_step;
-    long dropout_row0;
+    /* this rank in the data-parallel world (0 alone), set by the trainer when it creates the
+     * model (the adapters' dropout rows, AdapterState) */
     int data_rank;
     bool training;            /* the model_step in flight computes gradients (dropout applies) */
-    LoraSite lora_sites[MODEL_LORA_SLOTS]; /* the adapted modules of a layer (lora_sites) */
-    int n_lora_sites;
-    act_t *lora_xd, *lora_h, *lora_y, *lora_dh, *lora_dx; /* the adapters' workspace (buffers.h) */
-    act_t *dora_z;            /* DoRA: x W_blk^T of one site; NULL without DoRA */
-    float *dora_norm;         /* DoRA: the row norms of W + s B A of one site */
-    /* LoRA: the PEFT config the adapter files carry (lora_configure's; NULL: none set, the
-     * defaults from the description are written), and for a PiSSA run the directory of its
-     * initial adapter (NULL otherwise): then what is saved is the rank-2r conversion, and what is
-     * loaded from a run checkpoint is one (lora.h). Owned. */
-    PeftConfig *peft;
-    char *pissa_init_dir;
+    AdapterState ad; /* the adapters' state (adapter.h); all zero without adapters */
 
     float *params, *grads, *adam_m, *adam_v; /* fp32: master weights, their gradients, AdamW */
     /* The weights forward and backward read, in the act dtype: params itself under fp32, a bf16
@@ -201,11 +175,11 @@ static inline void model_set_grad_ready(Model *m, GradReadyFn fn, void *ctx) {
 /* dropout's key (see Model): the run's seed and this rank in the data-parallel world, set once;
  * the optimizer step, set before each; the micro-batch's first row in the step's batch, before each */
 static inline void model_set_dropout_run(Model *m, uint64_t seed, int data_rank) {
-    m->dropout_seed = seed;
+    m->ad.dropout_seed = seed;
     m->data_rank = data_rank;
 }
 static inline int model_data_rank(const Model *m) { return m->data_rank; }
-static inline void model_set_dropout_step(Model *m, long step) { m->dropout_step = step; }
-static inline void model_set_dropout_row0(Model *m, long row0) { m->dropout_row0 = row0; }
+static inline void model_set_dropout_step(Model *m, long step) { m->ad.dropout_step = step; }
+static inline void model_set_dropout_row0(Model *m, long row0) { m->ad.dropout_row0 = row0; }
 
 #endif

@@ -24,7 +24,7 @@ static const ArchSpec *spec(const Model *m) { return arch_spec(m->desc.arch); }
 static void linear_forward(Model *m, int l, TensorRole w, TensorRole b, act_t *out, const act_t *inp, int N, int IC,
                            int OC) {
     m->be->ops->matmul_forward(m->be, out, inp, model_w(m, l, w), model_w(m, l, b), N, IC, OC, OC);
-    if (m->n_lora_sites) adapter_forward(m, l, w, out, inp, N, IC, OC);
+    if (m->ad.n_sites) adapter_forward(m, l, w, out, inp, N, IC, OC);
 }
 
 /* dinp[N, IC] = dout W (overwritten), dW += dout^T inp, db += colsum(dout); a NULL gradient (no
@@ -33,7 +33,7 @@ static void linear_backward(Model *m, int l, TensorRole w, TensorRole b, act_t *
                             const act_t *inp, int N, int IC, int OC) {
     m->be->ops->matmul_backward(m->be, dinp, model_g(m, l, w), model_g(m, l, b), dout, inp, model_w(m, l, w), N, IC, OC,
                                 OC);
-    if (m->n_lora_sites) adapter_backward(m, l, w, dinp, dout, inp, N, IC, OC);
+    if (m->ad.n_sites) adapter_backward(m, l, w, dinp, dout, inp, N, IC, OC);
 }
 
 /* a norm of a block (and the final one), of the architecture's kind */

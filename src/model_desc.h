@@ -5,6 +5,7 @@
 #ifndef GT_MODEL_DESC_H
 #define GT_MODEL_DESC_H
 
+#include "adapter_desc.h"
 #include "common.h"
 
 typedef enum {
@@ -40,25 +41,15 @@ typedef struct ModelDesc {
     bool qkv_bias;       /* q/k/v projections have biases (Qwen2; Llama attention_bias) */
     bool o_bias;         /* o_proj has a bias (Llama attention_bias) */
     bool mlp_bias;       /* gate/up/down have biases (Llama mlp_bias) */
-    /* LoRA adapters (the run config's lora: section, lora.c). lora_r 0: none (full fine-tuning);
-     * otherwise the base weights are frozen and only the adapters train. Not part of config.json. */
-    int lora_r;
-    uint32_t lora_targets; /* bit (1u << PeftModule) for each adapted module of the architecture */
-    double lora_scale;     /* alpha / r, or alpha / sqrt(r) with use_rslora (peft_scaling) */
-    double lora_dropout;   /* PEFT's lora_dropout on each adapter's input, in [0, 1) */
-    int lora_init;         /* LoraInit (lora.h): how model_create initialises the adapters */
-    bool lora_dora;        /* DoRA (PEFT's use_dora): a magnitude per output row of each adapted block */
-    int base_dtype;        /* BaseDtype: the frozen base's storage under LoRA (lora.base_dtype, arch.h) */
+    /* the run's adapters (the run config's lora: section, lora.c; adapter_desc.h): not part of
+     * config.json */
+    AdapterDesc adapter;
     /* the bytes of config.json as they were read (model_desc_load_source; NULL otherwise), borrowed
      * from the loader, who frees them after the last use of this description and its copies: what
      * a checkpoint's config.json is written from, never the file read again */
     const char *source;
     size_t source_len;
 } ModelDesc;
-
-/* The storage dtype of the frozen base's linear weights under LoRA (the run config's
- * lora.base_dtype; arch_storage_dtype says which tensors): auto = the activation dtype. */
-typedef enum { BASE_DTYPE_AUTO = 0, BASE_DTYPE_FP32, BASE_DTYPE_BF16 } BaseDtype;
 
 /* For a description filled by hand (tests): n_kv_head 0 -> n_head, head_dim 0 -> n_embd / n_head. */
 void model_desc_defaults(ModelDesc *d);

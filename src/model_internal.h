@@ -27,7 +27,7 @@ static inline const act_t *model_w(const Model *m, int layer, TensorRole role) {
 /* its gradient (fp32), NULL when the model has none, no gradients, or the base is frozen (LoRA) */
 static inline float *model_g(const Model *m, int layer, TensorRole role) {
     int i = param_layout_role(&m->base_layout, layer, role);
-    return i < 0 || !m->grads || m->desc.lora_r > 0 ? NULL : m->grads + m->base_layout.tensors[i].offset;
+    return i < 0 || !m->grads || m->desc.adapter.r > 0 ? NULL : m->grads + m->base_layout.tensors[i].offset;
 }
 
 /* adapter tensor i of the layout: its compute weights and gradient (NULL without gradients) */

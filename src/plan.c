@@ -71,7 +71,7 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
     p->act = act;
     p->base_linear = base_linear_dtype(d, act);
     p->n_params = model_desc_num_params(d);
-    p->n_trainable = d->lora_r > 0 ? lora_num_params(d) : p->n_params;
+    p->n_trainable = d->adapter.r > 0 ? lora_num_params(d) : p->n_params;
     p->logits_rows = plan_logits_rows(d, B, T, act);
 
     /* the model's buffers, as model_create allocates them (buffers.c) */

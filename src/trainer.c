@@ -348,13 +348,13 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     }
     if (rc == 0 && t.rank == 0 && !summary->stopped_by_signal) {
         const bool bf16 = cfg->save_dtype == SAVE_DTYPE_BF16;
-        if (desc->lora_r > 0) { /* the adapter alone, never a copy of the base */
+        if (desc->adapter.r > 0) { /* the adapter alone, never a copy of the base */
             rc = lora_save_adapter(cfg->output_dir, t.model, bf16, err);
             if (rc == 0) snprintf(summary->weights, sizeof summary->weights, "%s (PEFT LoRA adapter)", cfg->output_dir);
             if (rc == 0)
                 gt_log("adapter: %s (PEFT LoRA, r %d%s, %s; base %s)\n", cfg->output_dir,
-                       t.model->pissa_init_dir ? 2 * desc->lora_r : desc->lora_r,
-                       t.model->pissa_init_dir ? ": PiSSA converted to a plain LoRA of rank 2r" : "",
+                       t.model->ad.pissa_init_dir ? 2 * desc->adapter.r : desc->adapter.r,
+                       t.model->ad.pissa_init_dir ? ": PiSSA converted to a plain LoRA of rank 2r" : "",
                        bf16 ? "bf16" : "fp32", cfg->model);
         } else {
             rc = checkpoint_save_weights(cfg->output_dir, t.model, bf16, trainer_max_shard_bytes(cfg), err);

@@ -18,7 +18,7 @@ uint64_t trainer_max_shard_bytes(const RunConfig *cfg);
  * micro-batch's mean loss is divided by A and by world, the ranks the gradients are summed over
  * (HF's fallback; DDP averages over ranks). Grads are ADDED to. *loss_sum gets the
  * sum of per-token losses (divide by num_items for the token-weighted mean). m->grad_ready, when
- * set, fires during the last micro-batch only. Micro-batch a runs with m->dropout_row0 =
+ * set, fires during the last micro-batch only. Micro-batch a runs with m->ad.dropout_row0 =
  * (a * world + m->data_rank) * B, its first row in the step's batch (LoRA dropout's index). */
 int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
                        LossNormalization norm, long num_items, double *loss_sum, GtError *err);

@@ -30,9 +30,9 @@ static char *run_identity(const Trainer *t) {
     cJSON_AddNumberToObject(j, "n_embd", d->n_embd);
     cJSON_AddNumberToObject(j, "vocab_size", d->vocab_size);
     cJSON_AddNumberToObject(j, "effective_batch", (double)t->plan.effective_batch);
-    if (d->lora_r > 0) { /* a LoRA run: its adapters' shape and initialisation too (absent otherwise, as before) */
-        cJSON_AddNumberToObject(j, "lora_r", d->lora_r);
-        cJSON_AddNumberToObject(j, "lora_targets", d->lora_targets);
+    if (d->adapter.r > 0) { /* a LoRA run: its adapters' shape and initialisation too (absent otherwise, as before) */
+        cJSON_AddNumberToObject(j, "lora_r", d->adapter.r);
+        cJSON_AddNumberToObject(j, "lora_targets", d->adapter.targets);
         cJSON_AddStringToObject(j, "lora_init", t->cfg->lora.init_from[0] ? t->cfg->lora.init_from : t->cfg->lora.init_lora_weights);
     }
     char *s = cJSON_PrintUnformatted(j);
@@ -186,7 +186,7 @@ static int init_adapters(Trainer *t, GtError *err) {
     double t0 = gt_now_seconds();
     if (lora_pissa_init(m, niter, cfg->seed, t->rank == 0, err)) return -1;
     gt_log("adapters: PiSSA (%s) from the base weights in %.1f s; initial adapter in %s\n",
-           niter < 0 ? "exact SVD" : "randomised SVD", gt_now_seconds() - t0, m->pissa_init_dir);
+           niter < 0 ? "exact SVD" : "randomised SVD", gt_now_seconds() - t0, m->ad.pissa_init_dir);
     return 0;
 }
 
@@ -283,7 +283,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                cfg->resume_from_checkpoint[0] ? ", replaced by the checkpoint's if the run resumes" : "");
     }
     model_set_dropout_run(t->model, cfg->seed, t->rank); /* dropout's rows of the step's batch (trainer_accumulate) */
-    if (desc->lora_r > 0) { /* the adapter files' config; a PiSSA run's initial adapter goes to output_dir/pissa_init */
+    if (desc->adapter.r > 0) { /* the adapter files' config; a PiSSA run's initial adapter goes to output_dir/pissa_init */
         char dir[GT_PATH_MAX + 32];
         snprintf(dir, sizeof dir, "%s/%s", cfg->output_dir, RUNDIR_PISSA_INIT);
         lora_set_run(t->model, t->peft, lora_pissa_niter_of(cfg->lora.init_lora_weights) != -2 ? dir : NULL);
@@ -308,7 +308,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
      * directory as it was (a resumed run's adapters are its checkpoint's: with auto, the checkpoint's
      * replace these when it finds one) */
     const ResumeMode rm = config_resume_mode(cfg);
-    if (desc->lora_r > 0 && cfg->lora.init_from[0] && (rm == RESUME_NEVER || rm == RESUME_AUTO)) {
+    if (desc->adapter.r > 0 && cfg->lora.init_from[0] && (rm == RESUME_NEVER || rm == RESUME_AUTO)) {
         if (lora_load_adapter(t->model, cfg->lora.init_from, err)) return -1;
         gt_log("adapters: continued from %s\n", cfg->lora.init_from);
     }
@@ -316,12 +316,12 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     if (t->rank == 0 && write_resolved_config(t, err)) return -1;
     /* a resumed run's adapters (and a PiSSA run's residual base) are the checkpoint's, checkpoint-0 included:
      * initialising them again would take PiSSA's SVD of the residual base */
-    if (desc->lora_r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
+    if (desc->adapter.r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
     struct stat sb;
-    if (t->model->pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->pissa_init_dir, &sb) != 0) {
+    if (t->model->ad.pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->ad.pissa_init_dir, &sb) != 0) {
         /* resumed into another output_dir: its initial adapter, which the conversion reads, from the checkpoint */
         if (lora_write_pissa_init(t->model, t->resumed_from, err)) return -1;
-        gt_log("adapters: the initial PiSSA adapter rebuilt in %s from %s\n", t->model->pissa_init_dir, t->resumed_from);
+        gt_log("adapters: the initial PiSSA adapter rebuilt in %s from %s\n", t->model->ad.pissa_init_dir, t->resumed_from);
     }
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));

@@ -22,8 +22,8 @@ double lora_fix_scaling(double alpha, int r, bool rslora) { return rslora ? alph
 
 ModelDesc lora_fix_desc(bool llama, int L, int r, double alpha, uint32_t targets, bool rslora, double p, LoraInit init) {
     ModelDesc d = lora_fix_base(llama, L);
-    d.lora_r = r, d.lora_targets = targets, d.lora_scale = lora_fix_scaling(alpha, r, rslora), d.lora_dropout = p;
-    d.lora_init = (int)init;
+    d.adapter.r = r, d.adapter.targets = targets, d.adapter.scale = lora_fix_scaling(alpha, r, rslora), d.adapter.dropout = p;
+    d.adapter.init = (int)init;
     return d;
 }
 

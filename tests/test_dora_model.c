@@ -86,7 +86,7 @@ static float *grads_host(const Fix *f) {
 
 static ModelDesc dora_desc(bool llama, double p) {
     ModelDesc d = lora_fix_desc(llama, 2, R, 6.0, llama ? LORA_FIX_LLAMA_ALL : LORA_FIX_GPT_ALL, false, p, LORA_INIT_TRUE);
-    d.lora_dora = true;
+    d.adapter.dora = true;
     return d;
 }
 
@@ -151,7 +151,7 @@ Test(dora_model, layout_has_a_magnitude_per_output_row) {
 static void check_init_is_base(bool llama) {
     Fix f = fix_open(dora_desc(llama, 0.0), recompute_policy(false, 1, false, 2), 700, false);
     ModelDesc dl = dora_desc(llama, 0.0);
-    dl.lora_dora = false;
+    dl.adapter.dora = false;
     Fix g = fix_open(dl, recompute_policy(false, 1, false, 2), 700, false);
     GtError err = {0};
     double lf = 0, lg = 0;

@@ -104,7 +104,7 @@ static void load_random_base_as(Model *m, Backend *be, float *h, uint64_t seed, 
     }
     GtError err = {0};
     cr_assert_not_null(m->base, "a LoRA model has no frozen base");
-    if (m->act == GT_F32 && m->desc.base_dtype == BASE_DTYPE_AUTO) {
+    if (m->act == GT_F32 && m->desc.adapter.base_dtype == BASE_DTYPE_AUTO) {
         cr_assert_eq(be->ops->to_device(be, m->base, h, bl->total * sizeof *h, &err), 0, "%s", err.msg);
     } else {
         float *tmp = malloc(bl->total * sizeof *tmp);
@@ -122,7 +122,7 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
     const ParamLayout *pl = &m->layout;
     GtError err = {0};
     cr_assert_eq(pl->total, (size_t)lora_num_params(&f->d), "the trainable layout is not the adapters alone");
-    cr_assert_not_null(m->lora_idx);
+    cr_assert_not_null(m->ad.idx);
     f->params_h = malloc(pl->total * sizeof *f->params_h);
     cr_assert_eq(f->be->ops->to_host(f->be, f->params_h, m->params, pl->total * sizeof(float), &err), 0, "%s", err.msg);
     if (randomise) {
@@ -137,8 +137,8 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
     int seen = 0;
     for (int l = 0; l < f->d.n_layer; l++)
         for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
-            const int idx = m->lora_idx[l][mod];
-            if (!(f->d.lora_targets & (1u << mod))) {
+            const int idx = m->ad.idx[l][mod];
+            if (!(f->d.adapter.targets & (1u << mod))) {
                 cr_assert_eq(idx, -1, "layer %d: %s is not a target but has an adapter", l, peft_module_name(mod));
                 continue;
             }
@@ -183,7 +183,7 @@ static void llama_to_ref(Fix *f, const ParamTensor *t) {
  * (load_random_base_as), and the reference given the rounded values */
 static Fix fix_open_as(ModelDesc d, bool rslora, bool randomise_adapters, RecomputePolicy pol, uint64_t seed,
                        GtDtype act, bool round_linear) {
-    Fix f = {.d = d, .llama = d.arch == ARCH_LLAMA, .init_true = !randomise_adapters && d.lora_init == LORA_INIT_TRUE};
+    Fix f = {.d = d, .llama = d.arch == ARCH_LLAMA, .init_true = !randomise_adapters && d.adapter.init == LORA_INIT_TRUE};
     f.be = test_backend_open();
     backend_set_act_dtype(f.be, act);
     GtError err = {0};
@@ -192,9 +192,9 @@ static Fix fix_open_as(ModelDesc d, bool rslora, bool randomise_adapters, Recomp
     load_random_base_as(f.m, f.be, f.base_h, seed, round_linear);
     bind_adapters(&f, randomise_adapters, rslora, seed + 1);
     /* a micro-batch that starts at row 5 of the step's batch: its mask rows are 5 * SEQ on */
-    f.m->dropout_seed = 1234 + seed, f.m->dropout_step = 5, f.m->dropout_row0 = 5;
-    f.lo.p = d.lora_dropout, f.lo.key = lora_fix_key;
-    f.lo.seed = f.m->dropout_seed, f.lo.step = f.m->dropout_step, f.lo.row_base = f.m->dropout_row0 * SEQ;
+    f.m->ad.dropout_seed = 1234 + seed, f.m->ad.dropout_step = 5, f.m->ad.dropout_row0 = 5;
+    f.lo.p = d.adapter.dropout, f.lo.key = lora_fix_key;
+    f.lo.seed = f.m->ad.dropout_seed, f.lo.step = f.m->ad.dropout_step, f.lo.row_base = f.m->ad.dropout_row0 * SEQ;
     fill_tokens(&f, seed + 2);
     const ParamLayout *bl = &f.m->base_layout;
     if (f.llama) {
@@ -261,7 +261,7 @@ static void check_model(Fix *f, const char *what) {
         for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
             const RefLoraAdapter *a = &f->lo.ad[l][mod];
             if (!a->A) continue;
-            const int idx = f->m->lora_idx[l][mod];
+            const int idx = f->m->ad.idx[l][mod];
             for (int w = 0; w < 2; w++) {
                 const ParamTensor *t = &f->m->layout.tensors[idx + w];
                 const double *fd = w ? a->dB : a->dA;
@@ -412,7 +412,7 @@ static void check_frozen(bool llama) {
     cr_assert_eq(f.be->ops->to_host(f.be, before, m->base, nb * sizeof(float), &err), 0, "%s", err.msg);
     cr_assert(memcmp(before, f.base_h, nb * sizeof(float)) == 0, "m->base does not read back as loaded");
     for (int step = 1; step <= 3; step++) {
-        m->dropout_step = step;
+        m->ad.dropout_step = step;
         float *by_hand[2] = {NULL, NULL};
         /* rank 1 of 2 first, then alone: the optimizer steps on the lone rank's gradient */
         for (int pass = 0; pass < 2; pass++) {
@@ -421,14 +421,14 @@ static void check_frozen(bool llama) {
             model_zero_grads(m);
             for (int a = 0; a < 2; a++) {
                 double ls = 0;
-                m->dropout_row0 = ((long)a * world + rank) * BATCH;
+                m->ad.dropout_row0 = ((long)a * world + rank) * BATCH;
                 cr_assert_eq(model_step(m, tok + (size_t)a * BATCH * SEQ, tgt + (size_t)a * BATCH * SEQ, BATCH,
                                         (float)(1.0 / items), true, &ls, &err), 0, "%s", err.msg);
             }
             float *g1 = grads_host(&f);
             model_zero_grads(m);
             double loss = 0;
-            m->dropout_row0 = 99; /* the trainer's to set */
+            m->ad.dropout_row0 = 99; /* the trainer's to set */
             m->data_rank = rank;  /* the trainer's when it creates the model */
             cr_assert_eq(trainer_accumulate(m, tok, tgt, BATCH, 2, world, LOSS_NORM_TOKENS, items, &loss, &err), 0,
                          "%s", err.msg);
@@ -437,10 +437,10 @@ static void check_frozen(bool llama) {
             for (size_t k = 0; k < np; k++) diff = fmax(diff, fabs((double)g1[k] - g2[k])), big = fmax(big, fabs(g1[k]));
             cr_assert(big > 0 && diff <= 1e-6 * big,
                       "step %d, rank %d of %d: trainer_accumulate's gradient differs from micro-batches 0 and 1 dropped "
-                      "from rows %d and %d by %.3g (largest %.3g): it must set m->dropout_row0 to (a * world + "
+                      "from rows %d and %d by %.3g (largest %.3g): it must set m->ad.dropout_row0 to (a * world + "
                       "data_rank) * B for micro-batch a", step, rank, world, rank * BATCH, (world + rank) * BATCH, diff,
                       big);
-            cr_assert_eq(m->dropout_row0, (long)(world + rank) * BATCH, "step %d: dropout_row0 after micro-batch 1",
+            cr_assert_eq(m->ad.dropout_row0, (long)(world + rank) * BATCH, "step %d: dropout_row0 after micro-batch 1",
                          step);
             by_hand[pass] = g1;
             free(g2);
@@ -553,7 +553,7 @@ static void check_bf16_base(bool llama) {
     const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
     const ModelDesc d = lora_desc(llama, targets, false, 0.1, LORA_INIT_FALSE);
     ModelDesc d16 = d;
-    d16.base_dtype = BASE_DTYPE_BF16;
+    d16.adapter.base_dtype = BASE_DTYPE_BF16;
     const RecomputePolicy pols[3] = {recompute_policy(false, 1, false, 2), recompute_policy(true, 1, false, 2),
                                      recompute_policy(true, 1, true, 2)};
     const char *what = llama ? "llama bf16 base" : "gpt2 bf16 base";
@@ -609,7 +609,7 @@ static void check_fp32_base_bf16_act(bool llama) {
     const uint32_t targets = llama ? LLAMA_ALL : GPT_ALL;
     const ModelDesc d = lora_desc(llama, targets, false, 0.1, LORA_INIT_FALSE);
     ModelDesc d32 = d;
-    d32.base_dtype = BASE_DTYPE_FP32;
+    d32.adapter.base_dtype = BASE_DTYPE_FP32;
     const RecomputePolicy pols[2] = {recompute_policy(false, 1, false, 2), recompute_policy(true, 1, true, 2)};
     const char *what = llama ? "llama fp32 base, bf16 activations" : "gpt2 fp32 base, bf16 activations";
     Fix a = fix_open_as(d, false, true, pols[0], 700, GT_BF16, false);

@@ -90,10 +90,10 @@ static uint64_t base_params_from_dims(const ModelDesc *d) {
 static uint64_t lora_params_from_dims(const ModelDesc *d) {
     uint64_t n = 0;
     for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
-        if (!(d->lora_targets & BIT(mod)) || !module_of(d, mod)) continue;
+        if (!(d->adapter.targets & BIT(mod)) || !module_of(d, mod)) continue;
         int in, out;
         lora_fix_module_dims(d, mod, &in, &out);
-        n += (uint64_t)d->lora_r * (uint64_t)(in + out);
+        n += (uint64_t)d->adapter.r * (uint64_t)(in + out);
     }
     return n * (uint64_t)d->n_layer;
 }
@@ -218,7 +218,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
         r->base_d = malloc(r->bl.total * sizeof *r->base_d);
         for (size_t k = 0; k < r->bl.total; k++) r->base_d[k] = base_h[k];
     }
-    ref_lora_init(&r->lo, d->n_layer, d->lora_r, ref_lora_scaling(alpha, d->lora_r, rslora));
+    ref_lora_init(&r->lo, d->n_layer, d->adapter.r, ref_lora_scaling(alpha, d->adapter.r, rslora));
     ParamLayout pl;
     lora_layout_init(&pl, d);
     cr_assert_eq((uint64_t)pl.total, lora_params_from_dims(d));
@@ -228,7 +228,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
                   ta->name, tb->name);
         int in, out;
         lora_fix_module_dims(d, ta->peft_module, &in, &out);
-        cr_assert(ta->shape[0] == d->lora_r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->lora_r,
+        cr_assert(ta->shape[0] == d->adapter.r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->adapter.r,
                   "%s: not PEFT's shapes", ta->name);
         RefLoraAdapter *a = ref_lora_add(&r->lo, ta->layer, ta->peft_module, in, out);
         for (size_t k = 0; k < ta->numel; k++) a->A[k] = ad_h[ta->offset + k];
@@ -318,7 +318,7 @@ static Split run_split(const ModelDesc *d, int B, int A, const int *tok, const i
                  err.msg);
     put_base(m, base_h);
     put_params(m, ad_h);
-    m->dropout_seed = DROP_SEED, m->dropout_step = DROP_STEP;
+    m->ad.dropout_seed = DROP_SEED, m->ad.dropout_step = DROP_STEP;
     const long items = count_items(tgt, (size_t)8 * AT);
     double loss_sum = 0;
     cr_assert_eq(trainer_accumulate(m, tok, tgt, B, A, 1, LOSS_NORM_TOKENS, items, &loss_sum, &err), 0, "%s", err.msg);
@@ -436,14 +436,14 @@ static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const 
     cr_assert_eq(m->act, act);
     put_base(m, base_h);
     put_params(m, ad_h);
-    m->dropout_seed = 99;
+    m->ad.dropout_seed = 99;
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     RcRun r = {.grads1 = NULL};
     int tok[2 * B * T], tgt[2 * B * T];
     for (int step = 1; step <= 3; step++) {
         random_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
         const long items = count_items(tgt, 2 * B * T);
-        m->dropout_step = step;
+        m->ad.dropout_step = step;
         double s = 0;
         cr_assert_eq(trainer_accumulate(m, tok, tgt, B, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
         r.losses[step - 1] = s / (double)items;
@@ -705,7 +705,7 @@ static void pissa_close(Pissa *f) {
 /* the loss of a plain model (no LoRA) holding base_h */
 static double base_model_loss(const ModelDesc *d_lora, const float *base_h, const int *tok, const int *tgt) {
     ModelDesc d0 = *d_lora;
-    d0.lora_r = 0, d0.lora_targets = 0, d0.lora_dropout = 0;
+    d0.adapter.r = 0, d0.adapter.targets = 0, d0.adapter.dropout = 0;
     Backend *be = test_backend_open();
     backend_set_act_dtype(be, GT_F32);
     Model *m0 = NULL;
@@ -949,12 +949,12 @@ static void check_conversion(bool llama, bool rslora) {
     const double l_base = base_model_loss(&f.d, f.base_h, f.tok, f.tgt);
     RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.95, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     int tok[2 * PB * PT], tgt[2 * PB * PT];
-    m->dropout_seed = 17;
+    m->ad.dropout_seed = 17;
     for (int step = 1; step <= 4; step++) {
         random_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
         const long items = count_items(tgt, 2 * PB * PT);
         double s = 0;
-        m->dropout_step = step;
+        m->ad.dropout_step = step;
         cr_assert_eq(trainer_accumulate(m, tok, tgt, PB, 2, 1, LOSS_NORM_TOKENS, items, &s, &err), 0, "%s", err.msg);
         clip_grads(m, grad_global_norm(m), 1.0);
         adamw_step(m, 1e-2, &cfg, step);
@@ -1025,7 +1025,7 @@ static void check_conversion(bool llama, bool rslora) {
     Model *m3 = NULL;
     cr_assert_eq(model_create(&m3, &f.d, f.be, PB, PT, recompute_policy(false, 1, false, 2), 9, &err), 0, "%s", err.msg);
     put_base(m3, f.base_h);
-    lora_set_run(m3, m->peft, f.init_dir);
+    lora_set_run(m3, m->ad.peft, f.init_dir);
     cr_assert_eq(lora_load_adapter(m3, conv, &err), 0, "%s: %s", what, err.msg);
     float *w1 = get_base(m), *w3 = get_base(m3), *ad3 = dev_floats(f.be, m3->params, m3->layout.total);
     cr_assert(memcmp(w1, w3, m->base_layout.total * sizeof(float)) == 0, "%s: the resumed residual base differs", what);
@@ -1100,7 +1100,7 @@ static float *init_values(const ParamTensor *t, const ModelDesc *d, uint64_t see
 Test(lora_train, init_gaussian_is_normal_with_std_1_over_r_and_b_zero) {
     for (int r = 4; r <= 16; r *= 4) {
         ModelDesc d = lora_fix_base(true, 2);
-        d.lora_r = r, d.lora_init = LORA_INIT_GAUSSIAN;
+        d.adapter.r = r, d.adapter.init = LORA_INIT_GAUSSIAN;
         const int in = 32768 / r;
         const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(in, r, true);
         float *a = init_values(&ta, &d, 12345, 2), *b = init_values(&tb, &d, 12345, 3);
@@ -1149,13 +1149,13 @@ static void expect_uniform(const float *x, size_t n, double bound, const char *w
 Test(lora_train, init_false_is_uniform_for_both_and_true_zeroes_b) {
     const int r = 4, in = 8192, out = 8192;
     ModelDesc d = lora_fix_base(true, 2);
-    d.lora_r = r;
+    d.adapter.r = r;
     const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(out, r, true);
-    d.lora_init = LORA_INIT_FALSE;
+    d.adapter.init = LORA_INIT_FALSE;
     float *a = init_values(&ta, &d, 99, 0), *b = init_values(&tb, &d, 99, 1);
     expect_uniform(a, ta.numel, 1 / sqrt((double)in), "false lora_A");
     expect_uniform(b, tb.numel, 1 / sqrt((double)r), "false lora_B");
-    d.lora_init = LORA_INIT_TRUE;
+    d.adapter.init = LORA_INIT_TRUE;
     float *a1 = init_values(&ta, &d, 99, 0), *b1 = init_values(&tb, &d, 99, 1);
     expect_uniform(a1, ta.numel, 1 / sqrt((double)in), "true lora_A");
     for (size_t k = 0; k < tb.numel; k++) cr_assert_eq(b1[k], 0.0f, "true: lora_B[%zu] = %g", k, b1[k]);

@@ -44,7 +44,7 @@ Test(storage_plan, planned_equals_measured_for_every_base_dtype, .timeout = 120)
         ModelDesc d = lora_fix_desc(llama, L, 4, 8.0, llama ? LORA_FIX_LLAMA_ALL : LORA_FIX_GPT_ALL, false, 0.1,
                                     LORA_INIT_TRUE);
         ModelDesc dauto = d;
-        d.base_dtype = bd;
+        d.adapter.base_dtype = bd;
         char what[128];
         snprintf(what, sizeof what, "%s act %s base_dtype %d recompute %d", llama ? "llama" : "gpt2", gt_dtype_name(a),
                  bd, pk);
@@ -94,7 +94,7 @@ Test(storage_plan, planned_equals_measured_for_every_base_dtype, .timeout = 120)
 Test(storage_plan, the_plan_names_the_base_storage) {
     ModelDesc d = lora_fix_desc(true, 2, 4, 8.0, LORA_FIX_LLAMA_ALL, false, 0.0, LORA_INIT_TRUE);
     for (int bd = BASE_DTYPE_AUTO; bd <= BASE_DTYPE_BF16; bd++) {
-        d.base_dtype = bd;
+        d.adapter.base_dtype = bd;
         MemPlan p;
         cr_assert_eq(plan_memory(&p, &d, 1, 1, 1, 8, recompute_policy(false, 1, false, 2), false, GT_F32), 0);
         char *buf = NULL;
@@ -138,11 +138,11 @@ Test(storage_plan, lora_base_dtype_reaches_the_description_and_a_bad_value_is_re
         cr_assert_eq(config_load(cfg, path, NULL, 0, &err), 0, "%s", err.msg);
         unlink(path);
         ModelDesc d = lora_fix_base(true, 2);
-        d.base_dtype = 99; /* lora_configure sets it */
+        d.adapter.base_dtype = 99; /* lora_configure sets it */
         PeftConfig pc;
         cr_assert_eq(lora_configure(&d, &pc, cfg, &err), 0, "%s", err.msg);
-        cr_assert_eq(d.lora_r, 4);
-        cr_assert_eq(d.base_dtype, want[k], "base_dtype %s: %d", vals[k] ? vals[k] : "(default)", d.base_dtype);
+        cr_assert_eq(d.adapter.r, 4);
+        cr_assert_eq(d.adapter.base_dtype, want[k], "base_dtype %s: %d", vals[k] ? vals[k] : "(default)", d.adapter.base_dtype);
         free(cfg);
     }
     write_yaml(path, sizeof path, "model: m\ndata:\n  train: t\noutput_dir: o\nlora:\n  r: 4\n  base_dtype: fp16\n");
