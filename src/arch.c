@@ -334,7 +334,6 @@ static void layout_add(ParamLayout *pl, int *cap, const ModelDesc *d, const Arch
     t->layer = spec->per_layer ? layer : -1;
     t->role = spec->role;
     t->spec = spec;
-    t->peft_module = -1;
     if (spec->per_layer)
         pl->layer[layer][spec->role] = pl->n_tensors;
     else

@@ -218,8 +218,6 @@ typedef struct {
     int layer;        /* -1 for non-layer tensors */
     TensorRole role;   /* an adapter: the role of the base weight it adapts */
     const ArchTensor *spec; /* NULL for an adapter */
-    int peft_module;   /* an adapter (lora.c): its PeftModule; -1 for the architecture's tensors */
-    bool lora_B;       /* an adapter: lora_B [rows, r] (else lora_A [r, in]) */
     /* Its storage in the buffer the layout describes (param_layout_storage; zero until then):
      * dtype, and where it starts in bytes. Room for a block-quantized dtype (a 4-bit base): each
      * block of `block` elements shares one scale, the scales at byte scales_offset of the same

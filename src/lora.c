@@ -88,11 +88,17 @@ static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const Lor
     t->decay = true;
     t->layer = layer;
     t->role = s->role;
-    t->peft_module = (int)s->module;
-    t->lora_B = lora_B;
     pl->n_tensors++;
     pl->total += t->numel;
 }
+
+PeftModule lora_tensor_module(const ModelDesc *d, int i) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = lora_sites(d, s);
+    return n > 0 && i >= 0 ? s[(i / lora_parts(d)) % n].module : PEFT_MODULE_COUNT;
+}
+
+int lora_tensor_part(const ModelDesc *d, int i) { return i >= 0 ? i % lora_parts(d) : -1; }
 
 void lora_layout_init(ParamLayout *pl, const ModelDesc *d) {
     memset(pl, 0, sizeof *pl);
@@ -146,7 +152,7 @@ void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, i
         for (size_t k = 0; k < n; k++) dst[k] = 1.0f;
         return;
     }
-    if (t->lora_B && init != LORA_INIT_FALSE) {
+    if (lora_tensor_part(d, i) == PEFT_PART_B && init != LORA_INIT_FALSE) {
         memset(dst, 0, n * sizeof *dst);
         return;
     }

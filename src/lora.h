@@ -54,6 +54,12 @@ uint64_t lora_num_params(const ModelDesc *d);
  * PEFT_PART_*): the adapter kind's parts (adapter.h). */
 int lora_parts(const ModelDesc *d);
 
+/* What adapter tensor i of the layout lora_layout_init builds for d is, from the layout's fixed order
+ * (per layer, per site, per part), so the tensor table itself knows no adapter: its module, and its
+ * part (PEFT_PART_A, PEFT_PART_B or DoRA's PEFT_PART_M). */
+PeftModule lora_tensor_module(const ModelDesc *d, int i);
+int lora_tensor_part(const ModelDesc *d, int i);
+
 /* The adapters' layout (the model's trainable layout under LoRA): for each layer, for each site,
  * lora_A [r, in] then lora_B [rows, r] (then under DoRA lora_magnitude_vector [rows]), named by their PEFT keys
  * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), weight decay on (as HF's

@@ -249,8 +249,8 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
         for (int l = 0; l < L; l++)
             for (int k = 0; k < MODEL_LORA_SLOTS; k++) m->ad.idx[l][k] = -1;
         for (int i = 0; i < m->layout.n_tensors; i++) {
-            const ParamTensor *t = &m->layout.tensors[i];
-            if (m->ad.idx[t->layer][t->peft_module] < 0) m->ad.idx[t->layer][t->peft_module] = i; /* lora_A: the first */
+            const int layer = m->layout.tensors[i].layer, mod = (int)lora_tensor_module(desc, i);
+            if (m->ad.idx[layer][mod] < 0) m->ad.idx[layer][mod] = i; /* lora_A: the first */
         }
     }
     const size_t NP = m->layout.total;

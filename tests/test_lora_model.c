@@ -95,7 +95,7 @@ static void load_random_base_as(Model *m, Backend *be, float *h, uint64_t seed, 
     uint64_t s = seed;
     for (int i = 0; i < bl->n_tensors; i++) {
         const ParamTensor *t = &bl->tensors[i];
-        cr_assert_eq(t->peft_module, -1, "base tensor %s is marked an adapter", t->name);
+        cr_assert_not_null(t->spec, "base tensor %s is not in the architecture's table", t->name);
         const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
         const double a = t->ndim == 1 && !norm ? 0.2 : 0.3;
         for (size_t k = 0; k < t->numel; k++) h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + a * (2 * lora_fix_rng_uniform(&s) - 1));
@@ -146,10 +146,13 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
             const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[idx + 1];
             int in, out;
             lora_fix_module_dims(&f->d, mod, &in, &out);
-            cr_assert(ta->peft_module == mod && !ta->lora_B && ta->layer == l, "%s: not layer %d's %s lora_A", ta->name,
-                      l, peft_module_name(mod));
-            cr_assert(tb->peft_module == mod && tb->lora_B && tb->layer == l, "%s: not layer %d's %s lora_B", tb->name,
-                      l, peft_module_name(mod));
+            char ka[PEFT_KEY_MAX], kb[PEFT_KEY_MAX];
+            cr_assert_eq(peft_key(ka, sizeof ka, f->d.arch, l, (PeftModule)mod, PEFT_PART_A), 0);
+            cr_assert_eq(peft_key(kb, sizeof kb, f->d.arch, l, (PeftModule)mod, PEFT_PART_B), 0);
+            cr_assert(strcmp(ta->name, ka) == 0 && ta->layer == l, "%s: not layer %d's %s lora_A", ta->name, l,
+                      peft_module_name(mod));
+            cr_assert(strcmp(tb->name, kb) == 0 && tb->layer == l, "%s: not layer %d's %s lora_B", tb->name, l,
+                      peft_module_name(mod));
             cr_assert(ta->numel == (size_t)R * in && ta->shape[0] == R && ta->shape[1] == in,
                       "%s: [%lld, %lld], PEFT's lora_A is [%d, %d]", ta->name, (long long)ta->shape[0],
                       (long long)ta->shape[1], R, in);
@@ -162,7 +165,7 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
             seen += 2;
         }
     cr_assert_eq(seen, pl->n_tensors, "the layout has %d tensors, the targets %d adapters", pl->n_tensors, seen);
-    for (int i = 0; i < pl->n_tensors; i++) cr_assert(pl->tensors[i].peft_module >= 0, "%s", pl->tensors[i].name);
+    for (int i = 0; i < pl->n_tensors; i++) cr_assert_null(pl->tensors[i].spec, "%s", pl->tensors[i].name);
 }
 
 /* gtrain tensor t of base_layout as the Llama reference's HF tensors (arch.c's blocks) */
@@ -337,16 +340,17 @@ static void check_init_true(bool llama) {
     for (int i = 0; i < f.m->layout.n_tensors; i++) {
         const ParamTensor *t = &f.m->layout.tensors[i];
         int in, out;
-        lora_fix_module_dims(&f.d, t->peft_module, &in, &out);
+        lora_fix_module_dims(&f.d, lora_tensor_module(&f.d, i), &in, &out);
+        const bool lora_B = strstr(t->name, ".lora_B.") != NULL;
         const double bound = 1.0 / sqrt((double)in);
         double big = 0;
         for (size_t k = 0; k < t->numel; k++) {
             const double x = f.params_h[t->offset + k];
-            if (t->lora_B) cr_assert_eq(x, 0.0, "%s[%zu] = %g: lora_B starts at zero", t->name, k, x);
+            if (lora_B) cr_assert_eq(x, 0.0, "%s[%zu] = %g: lora_B starts at zero", t->name, k, x);
             else cr_assert(fabs(x) <= bound * (1 + 1e-6), "%s[%zu] = %g outside U(-1/sqrt(%d), ..)", t->name, k, x, in);
             big = fmax(big, fabs(x));
         }
-        if (!t->lora_B) cr_assert(big > 0.5 * bound, "%s: largest %g of bound %g", t->name, big, bound);
+        if (!lora_B) cr_assert(big > 0.5 * bound, "%s: largest %g of bound %g", t->name, big, bound);
     }
     /* the base model itself: no LoRA, the same weights as its params */
     ModelDesc d0 = base_desc(llama);
@@ -370,7 +374,7 @@ static void check_init_true(bool llama) {
     float *g = grads_host(&f);
     for (int i = 0; i < f.m->layout.n_tensors; i++) {
         const ParamTensor *t = &f.m->layout.tensors[i];
-        if (t->lora_B) continue;
+        if (strstr(t->name, ".lora_B.")) continue;
         for (size_t k = 0; k < t->numel; k++)
             cr_assert_eq(g[t->offset + k], 0.0f, "%s[%zu]: gradient %g with B = 0", t->name, k, g[t->offset + k]);
     }

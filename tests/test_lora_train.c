@@ -224,13 +224,16 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
     cr_assert_eq((uint64_t)pl.total, lora_params_from_dims(d));
     for (int i = 0; i < pl.n_tensors; i += 2) {
         const ParamTensor *ta = &pl.tensors[i], *tb = &pl.tensors[i + 1];
-        cr_assert(!ta->lora_B && tb->lora_B && ta->peft_module == tb->peft_module && ta->layer == tb->layer, "%s, %s",
-                  ta->name, tb->name);
+        const char *ea = strstr(ta->name, ".lora_A.weight"), *eb = strstr(tb->name, ".lora_B.weight");
+        cr_assert(ea && eb && ea - ta->name == eb - tb->name && strncmp(ta->name, tb->name, (size_t)(ea - ta->name)) == 0 &&
+                      ta->layer == tb->layer,
+                  "%s, %s", ta->name, tb->name);
+        const PeftModule mod = lora_tensor_module(d, i);
         int in, out;
-        lora_fix_module_dims(d, ta->peft_module, &in, &out);
+        lora_fix_module_dims(d, mod, &in, &out);
         cr_assert(ta->shape[0] == d->adapter.r && ta->shape[1] == in && tb->shape[0] == out && tb->shape[1] == d->adapter.r,
                   "%s: not PEFT's shapes", ta->name);
-        RefLoraAdapter *a = ref_lora_add(&r->lo, ta->layer, ta->peft_module, in, out);
+        RefLoraAdapter *a = ref_lora_add(&r->lo, ta->layer, mod, in, out);
         for (size_t k = 0; k < ta->numel; k++) a->A[k] = ad_h[ta->offset + k];
         for (size_t k = 0; k < tb->numel; k++) a->B[k] = ad_h[tb->offset + k];
     }
@@ -276,8 +279,8 @@ static double expect_grads_match_ref(Ref *r, const float *g, const ModelDesc *d,
     double worst = 0;
     for (int i = 0; i < pl.n_tensors; i++) {
         const ParamTensor *t = &pl.tensors[i];
-        const RefLoraAdapter *a = &r->lo.ad[t->layer][t->peft_module];
-        const double *fd = t->lora_B ? a->dB : a->dA;
+        const RefLoraAdapter *a = &r->lo.ad[t->layer][lora_tensor_module(d, i)];
+        const double *fd = strstr(t->name, ".lora_B.") ? a->dB : a->dA;
         double diff = 0, big = 0;
         size_t at = 0;
         for (size_t k = 0; k < t->numel; k++) {
@@ -724,7 +727,9 @@ static double base_model_loss(const ModelDesc *d_lora, const float *base_h, cons
 static const ParamTensor *adapter(const Model *m, int layer, int mod, bool lora_B) {
     for (int i = 0; i < m->layout.n_tensors; i++) {
         const ParamTensor *t = &m->layout.tensors[i];
-        if (t->layer == layer && t->peft_module == mod && t->lora_B == lora_B) return t;
+        if (t->layer == layer && (int)lora_tensor_module(&m->desc, i) == mod &&
+            (lora_tensor_part(&m->desc, i) == PEFT_PART_B) == lora_B)
+            return t;
     }
     cr_assert_fail("no adapter for layer %d module %d", layer, mod);
     return NULL;
@@ -1070,12 +1075,13 @@ static Moments moments(const float *x, size_t n) {
     return mo;
 }
 
-/* the tensor [rows, cols] of a layout (i its index): lora_A [r, in] or lora_B [out, r] */
-static ParamTensor init_tensor(int64_t rows, int64_t cols, bool lora_B) {
+/* the tensor [rows, cols] of a layout: lora_A [r, in] or lora_B [out, r] (which one: its index, lora.h's
+ * lora_tensor_part: even A, odd B) */
+static ParamTensor init_tensor(int64_t rows, int64_t cols) {
     ParamTensor t;
     memset(&t, 0, sizeof t);
-    t.ndim = 2, t.shape[0] = rows, t.shape[1] = cols, t.numel = (size_t)(rows * cols), t.lora_B = lora_B;
-    t.peft_module = PEFT_Q_PROJ, t.role = ROLE_QKV_W;
+    t.ndim = 2, t.shape[0] = rows, t.shape[1] = cols, t.numel = (size_t)(rows * cols);
+    t.role = ROLE_QKV_W;
     return t;
 }
 
@@ -1102,7 +1108,7 @@ Test(lora_train, init_gaussian_is_normal_with_std_1_over_r_and_b_zero) {
         ModelDesc d = lora_fix_base(true, 2);
         d.adapter.r = r, d.adapter.init = LORA_INIT_GAUSSIAN;
         const int in = 32768 / r;
-        const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(in, r, true);
+        const ParamTensor ta = init_tensor(r, in), tb = init_tensor(in, r);
         float *a = init_values(&ta, &d, 12345, 2), *b = init_values(&tb, &d, 12345, 3);
         const size_t n = ta.numel;
         const double sigma = 1.0 / r;
@@ -1150,7 +1156,7 @@ Test(lora_train, init_false_is_uniform_for_both_and_true_zeroes_b) {
     const int r = 4, in = 8192, out = 8192;
     ModelDesc d = lora_fix_base(true, 2);
     d.adapter.r = r;
-    const ParamTensor ta = init_tensor(r, in, false), tb = init_tensor(out, r, true);
+    const ParamTensor ta = init_tensor(r, in), tb = init_tensor(out, r);
     d.adapter.init = LORA_INIT_FALSE;
     float *a = init_values(&ta, &d, 99, 0), *b = init_values(&tb, &d, 99, 1);
     expect_uniform(a, ta.numel, 1 / sqrt((double)in), "false lora_A");
