@@ -17,7 +17,7 @@ CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
 CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
-CFLAGS   += -std=c11 $(OPT) $(ARCH_FLAGS) -g -fopenmp -fno-math-errno -D_GNU_SOURCE $(WARN) $(PKG_CFLAGS) -Isrc $(SAN)
+CFLAGS   += -std=c11 $(OPT) $(ARCH_FLAGS) -g -fopenmp -fno-math-errno -D_GNU_SOURCE $(WARN) $(PKG_CFLAGS) $(SRC_INC) $(SAN)
 LDLIBS   += $(PKG_LIBS) -fopenmp -lmvec -lm $(SAN)
 
 # CUDA backend: built when nvcc is found (CUDA=0 leaves it out, CUDA=1 insists).
@@ -31,7 +31,7 @@ ifeq ($(CUDA),auto)
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # CUDA sources always compile with warnings as errors (CI checks this without a GPU).
-NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) -Isrc -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) $(SRC_INC) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror
 CU_SRCS  := $(wildcard cuda/*.cu)
 ifeq ($(CUDA),1)
   CFLAGS  += -DGT_HAVE_CUDA
@@ -79,7 +79,10 @@ ifeq ($(MPI),1)
   LDLIBS += $(shell $(MPICC) --showme:link)
 endif
 
-SRCS     := $(wildcard src/*.c)
+SRC_DIRS := src src/tokenizer src/model src/io src/run src/backend
+SRC_INC  := $(addprefix -I,$(SRC_DIRS))
+SRC_HDRS := $(wildcard $(addsuffix /*.h,$(SRC_DIRS)))
+SRCS     := $(wildcard $(addsuffix /*.c,$(SRC_DIRS)))
 OBJS     := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(SRCS))
 LIB_OBJS := $(filter-out $(BUILD)/obj/main.o,$(OBJS))
 TEST_SRCS := $(wildcard tests/*.c)
@@ -95,13 +98,14 @@ $(BUILD)/gtrain: $(OBJS) $(CU_OBJS)
 FLAGS_STAMP := $(BUILD)/flags.stamp
 $(shell mkdir -p $(BUILD) && echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' | cmp -s - $(FLAGS_STAMP) || echo '$(CC) $(CFLAGS) $(NVCCFLAGS)' > $(FLAGS_STAMP))
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) $(FLAGS_STAMP) | $(BUILD)/obj
+$(BUILD)/obj/%.o: src/%.c $(SRC_HDRS) $(FLAGS_STAMP) | $(BUILD)/obj
+	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) $(wildcard src/*.h) $(FLAGS_STAMP) | $(BUILD)/cuda
+$(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) $(SRC_HDRS) $(FLAGS_STAMP) | $(BUILD)/cuda
 	$(NVCC) $(NVCCFLAGS) -c -o $@ $<
 
-$(BUILD)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) $(FLAGS_STAMP) | $(BUILD)/tests
+$(BUILD)/tests/%.o: tests/%.c $(SRC_HDRS) $(wildcard tests/*.h) $(FLAGS_STAMP) | $(BUILD)/tests
 	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
 
 $(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) $(CU_OBJS)
@@ -111,12 +115,12 @@ $(BUILD)/obj $(BUILD)/cuda $(BUILD)/tests:
 	mkdir -p $@
 
 # A small MPI program that exercises every collective of dist.c (tests/test_dist.c runs it).
-$(BUILD)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard src/*.h) $(FLAGS_STAMP) | $(BUILD)/obj
-	$(CC) $(CFLAGS) -o $@ tests/mpi/dist_probe.c src/dist.c src/common.c $(LDLIBS)
+$(BUILD)/dist_probe: tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SRC_HDRS) $(FLAGS_STAMP) | $(BUILD)/obj
+	$(CC) $(CFLAGS) -o $@ tests/mpi/dist_probe.c src/run/dist.c src/common.c $(LDLIBS)
 
 # The test binary finds gtrain and the repo through these variables.
 # GOMP_SPINCOUNT: Criterion runs tests in parallel, so OpenMP threads share the cores (see
-# cpu_runtime_setup in src/blas_setup.c). OPENBLAS_CORETYPE: the kernel gtrain chooses on this CPU
+# cpu_runtime_setup in src/backend/blas_setup.c). OPENBLAS_CORETYPE: the kernel gtrain chooses on this CPU
 # (bench_step --blas-core), so the op tests check the GEMMs gtrain's runs use.
 # bench_step and bench_svd are built (not run) so that a change that breaks the benchmark fails the tests
 # GTRAIN_REFS_PY: the Python of the test references (scripts/install-deps.sh --test-refs), whose

@@ -1,4 +1,4 @@
-/* dist_nccl.cu - data parallel on the CUDA backend over NCCL; see src/dist_nccl.h.
+/* dist_nccl.cu - data parallel on the CUDA backend over NCCL; see src/run/dist_nccl.h.
  *
  * Compiled to nothing without GT_HAVE_NCCL (the Makefile builds every .cu file in cuda/; NCCL=0 or no
  * nccl.h leaves this file empty, so CUDA builds without NCCL are unaffected).

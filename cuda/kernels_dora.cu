@@ -1,5 +1,5 @@
 /* kernels_dora.cu - the CUDA backend's DoRA ops (backend.h): dora_norm, dora_forward and
- * dora_backward, the CPU backend's formulas (src/backend_cpu_dora.c) with its bits:
+ * dora_backward, the CPU backend's formulas (src/backend/backend_cpu_dora.c) with its bits:
  *
  *   dora_norm: one thread per row, the element W + scale * (B A) and the sum of squares in double
  *     with __dmul_rn / __dadd_rn (no FMA), in the order j = 0, 1, ..., k = 0, 1, ...; IEEE sqrt in

@@ -1,6 +1,6 @@
 /* kernels_lora.cu - the CUDA backend's LoRA ops (backend.h): axpby_rows (a strided, scaled row
  * update) and dropout with the counter-based mask of dropout.h. The formulas are the CPU
- * backend's (src/backend_cpu_lora.c), and both ops give its bits exactly:
+ * backend's (src/backend/backend_cpu_lora.c), and both ops give its bits exactly:
  *
  *   axpby_rows: dst = beta * d + alpha * s, each product rounded to fp32 and then the sum
  *     (__fmul_rn / __fadd_rn: nvcc would otherwise fuse one product and the sum into an FMA);

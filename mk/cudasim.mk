@@ -14,7 +14,7 @@ SIM_HAVE_NCCL   := $(if $(filter 1,$(MPI)),$(wildcard cuda/sim/nccl.cpp)) # the 
 SIM_SRCS := $(filter-out $(if $(SIM_HAVE_NCCL),,cuda/sim/nccl.cpp),$(wildcard cuda/sim/*.cpp))
 SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
 SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
-SIM_INC  := -Icuda/sim/include -Icuda/sim -Icuda -Isrc
+SIM_INC  := -Icuda/sim/include -Icuda/sim -Icuda $(SRC_INC)
 SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
   $(SIM_DEFS) $(SIM_INC) $(if $(SIM_HAVE_NCCL),-DOMPI_SKIP_MPICXX=1 $(shell $(MPICC) --showme:compile))
 SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -lstdc++ $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
@@ -36,15 +36,16 @@ endif
 .PHONY: test-cudasim cudasim-build test-cudasim-mutants
 cudasim-build: $(BUILD_SIM)/gtrain $(BUILD_SIM)/test_gtrain $(BUILD_SIM)/dist_probe
 
-$(BUILD_SIM)/obj/%.o: src/%.c $(wildcard src/*.h) $(SIM_STAMP) | $(BUILD_SIM)/obj
+$(BUILD_SIM)/obj/%.o: src/%.c $(SRC_HDRS) $(SIM_STAMP) | $(BUILD_SIM)/obj
+	@mkdir -p $(@D)
 	$(CC) $(SIM_CFLAGS) -c -o $@ $<
-$(BUILD_SIM)/tests/%.o: tests/%.c $(wildcard src/*.h) $(wildcard tests/*.h) $(SIM_STAMP) | $(BUILD_SIM)/tests
+$(BUILD_SIM)/tests/%.o: tests/%.c $(SRC_HDRS) $(wildcard tests/*.h) $(SIM_STAMP) | $(BUILD_SIM)/tests
 	$(CC) $(SIM_CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
 $(BUILD_SIM)/gen/%.cpp: cuda/%.cu | $(BUILD_SIM)/gen
 	{ echo '#line 1 "$<"'; sed -E 's/extern __shared__ (__align__\([0-9]+\) )?([A-Za-z_][A-Za-z_0-9 ]*[A-Za-z_0-9]) ([A-Za-z_][A-Za-z_0-9]*)\[\];/\2 *const \3 = (\2 *)gtcsim::dyn_smem();/' $<; } > $@.tmp
 	@! grep -n 'extern __shared__' $@.tmp || { echo "$<: an extern __shared__ declaration the rewrite does not know"; rm -f $@.tmp; exit 1; }
 	mv $@.tmp $@
-$(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(wildcard src/*.h) $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/cuda
+$(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(SRC_HDRS) $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/cuda
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
 $(BUILD_SIM)/sim/%.o: cuda/sim/%.cpp $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/sim
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
@@ -53,8 +54,8 @@ $(BUILD_SIM)/gtrain: $(SIM_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
 $(BUILD_SIM)/test_gtrain: $(SIM_TEST_OBJS) $(SIM_LIB_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
 	$(CC) -o $@ $^ $(CRIT_LIBS) $(SIM_LDLIBS)
 # the MPI probe the dist_mpi tests look for beside $$GTRAIN_BIN (no CUDA in it)
-$(BUILD_SIM)/dist_probe: tests/mpi/dist_probe.c src/dist.c src/common.c $(wildcard src/*.h) $(SIM_STAMP) | $(BUILD_SIM)/obj
-	$(CC) $(SIM_CFLAGS) -o $@ tests/mpi/dist_probe.c src/dist.c src/common.c $(SIM_LDLIBS)
+$(BUILD_SIM)/dist_probe: tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SRC_HDRS) $(SIM_STAMP) | $(BUILD_SIM)/obj
+	$(CC) $(SIM_CFLAGS) -o $@ tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SIM_LDLIBS)
 $(BUILD_SIM)/obj $(BUILD_SIM)/tests $(BUILD_SIM)/gen $(BUILD_SIM)/cuda $(BUILD_SIM)/sim:
 	mkdir -p $@
 

@@ -11,17 +11,17 @@ CUDASIM_NCCL_FLAGS := -std=c++20 -O1 -g -Wall -Wextra -Werror -DOMPI_SKIP_MPICXX
 CUDASIM_NCCL_RUN = $(CUDASIM_MPIRUN) --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1
 
 .PHONY: test-cudasim-nccl
-# the real cuda/dist_nccl.cu over the model, with src/dist.c's MPI and a stand-in runtime
-CUDASIM_NCCL_RUN_INC := -Itests/cudasim/ncclrun/include -Icuda/sim -Icuda/sim/include -Icuda -Isrc -DGT_HAVE_NCCL -DGT_HAVE_MPI
+# the real cuda/dist_nccl.cu over the model, with src/run/dist.c's MPI and a stand-in runtime
+CUDASIM_NCCL_RUN_INC := -Itests/cudasim/ncclrun/include -Icuda/sim -Icuda/sim/include -Icuda $(SRC_INC) -DGT_HAVE_NCCL -DGT_HAVE_MPI
 build/cudasim/nccl_run: tests/cudasim/nccl_run.cpp cuda/dist_nccl.cu cuda/sim/nccl.cpp cuda/sim/fail.cpp cuda/sim/gtcsim.h cuda/sim/include/nccl.h \
-                        $(wildcard tests/cudasim/ncclrun/include/*.h) src/dist.c src/common.c $(wildcard src/*.h)
+                        $(wildcard tests/cudasim/ncclrun/include/*.h) src/run/dist.c src/common.c $(SRC_HDRS)
 	mkdir -p $(dir $@)
 	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_RUN_INC) $(CUDASIM_NCCL_FLAGS) -Wno-unused-parameter -c -o build/cudasim/dist_nccl.o -x c++ cuda/dist_nccl.cu
 	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_RUN_INC) $(CUDASIM_NCCL_FLAGS) -Wno-unused-parameter -c -o build/cudasim/nccl_run.o tests/cudasim/nccl_run.cpp
 	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_FLAGS) -c -o build/cudasim/nccl_model.o cuda/sim/nccl.cpp
 	$(CUDASIM_MPICXX) $(CUDASIM_NCCL_FLAGS) -c -o build/cudasim/sim_fail.o cuda/sim/fail.cpp
-	mpicc -std=c11 -O1 -g -D_GNU_SOURCE -DGT_HAVE_MPI -DGT_HAVE_NCCL $(WARN) -Isrc -c -o build/cudasim/dist.o src/dist.c
-	mpicc -std=c11 -O1 -g -D_GNU_SOURCE $(WARN) -Isrc -c -o build/cudasim/common.o src/common.c
+	mpicc -std=c11 -O1 -g -D_GNU_SOURCE -DGT_HAVE_MPI -DGT_HAVE_NCCL $(WARN) $(SRC_INC) -c -o build/cudasim/dist.o src/run/dist.c
+	mpicc -std=c11 -O1 -g -D_GNU_SOURCE $(WARN) $(SRC_INC) -c -o build/cudasim/common.o src/common.c
 	$(CUDASIM_MPICXX) -o $@ build/cudasim/nccl_run.o build/cudasim/dist_nccl.o build/cudasim/nccl_model.o \
 	  build/cudasim/sim_fail.o build/cudasim/dist.o build/cudasim/common.o -lm
 build/cudasim/test_nccl_sim: tests/cudasim/test_nccl_sim.cpp cuda/sim/nccl.cpp cuda/sim/fail.cpp cuda/sim/gtcsim.h cuda/sim/include/nccl.h

@@ -61,7 +61,7 @@ else
   echo "gtrain sample: the 124M checkpoint could not be made (see below)"; tail -3 "$tmp/train.log"
 fi
 
-# PiSSA's SVD (src/svd.c) on a uniform random matrix (flat spectrum: the randomised values are
+# PiSSA's SVD (src/model/svd.c) on a uniform random matrix (flat spectrum: the randomised values are
 # the hardest case here, not a measure of accuracy), r = 128
 "$build/bench_svd" 4096 1024 128 -1 4
 "$build/bench_svd" 14336 4096 128 4

@@ -4,7 +4,7 @@
 #   scripts/mpirun-example.sh [NP] [extra gtrain args...]      e.g.  scripts/mpirun-example.sh 2 --set max_steps=200
 #
 # What happens: mpirun starts NP copies of build/gtrain and sets OMPI_COMM_WORLD_RANK,
-# OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_LOCAL_RANK in each; gtrain (src/dist.c) reads them, calls
+# OMPI_COMM_WORLD_SIZE and OMPI_COMM_WORLD_LOCAL_RANK in each; gtrain (src/run/dist.c) reads them, calls
 # MPI_Init and all-reduces the gradients and the token count every optimizer step. Rank 0 alone
 # logs, evaluates and writes checkpoints. Effective batch = per_device_train_batch_size x NP x
 # gradient_accumulation_steps (printed at start).

@@ -7,7 +7,7 @@
  *     y = x W^T (+ b) + scale * (dropout(x) A^T) B^T
  * where dropout (only when p > 0) keeps element (n, c) of x iff
  *     gt_dropout_keep(key(seed, step, layer, module), (row_base + n)*in + c, gt_dropout_threshold(p))
- * (src/dropout.h, the mask's definition) and multiplies kept elements by 1/(1-p) exactly (double).
+ * (src/model/dropout.h, the mask's definition) and multiplies kept elements by 1/(1-p) exactly (double).
  * row_base is the micro-batch's first row of x in the step's whole batch: g0 * T when its first
  * sequence is row g0 of the step's batch (the trainer's g = (a * world + rank) * B + b), so the
  * mask of a row does not depend on how the step is split into micro-batches or ranks. Each module

@@ -1,4 +1,4 @@
-/* test_dist.c - data parallel (src/dist.c), on the CPU.
+/* test_dist.c - data parallel (src/run/dist.c), on the CPU.
  *
  * 1. In process: rank discovery from the environment (world 1 needs no launcher; bad values and
  *    world > 1 without a usable launcher are refused with one line).

@@ -1,4 +1,4 @@
-/* test_hf_weights.c - the Hugging Face model directory reader (src/hf_weights.c): a directory with
+/* test_hf_weights.c - the Hugging Face model directory reader (src/io/hf_weights.c): a directory with
  * model.safetensors, an index given directly, the Hugging Face cache's links, and every hostile
  * index: each refused in one line, code 2, naming the file and the tensor or shard. Round trips
  * through the writer are in test_hf_writer.c. */

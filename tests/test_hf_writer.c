@@ -1,4 +1,4 @@
-/* test_hf_writer.c - the sharded Hugging Face writer (src/hf_writer.c): max_shard_size parsing as
+/* test_hf_writer.c - the sharded Hugging Face writer (src/io/hf_writer.c): max_shard_size parsing as
  * transformers / huggingface_hub read it, the shard split on hand-computed cases, round trips read
  * back through hf_weights (whole and by rows, bit for bit, F32 and BF16), the index byte for byte,
  * stale files, failures that leave nothing behind, and the Hugging Face stack's own split and reader

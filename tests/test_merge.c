@@ -1,4 +1,4 @@
-/* test_merge.c - gtrain merge (src/merge.c) against Hugging Face PEFT itself
+/* test_merge.c - gtrain merge (src/io/merge.c) against Hugging Face PEFT itself
  * (tests/tools/peft_merge_ref.py: the base loaded with transformers, PeftModel.from_pretrained,
  * merge_and_unload; adapters written by PEFT's get_peft_model + save_pretrained): a Llama with all
  * seven modules adapted and rslora, GPT-2's Conv1D weights (fan_in_fan_out: the transposed delta)

@@ -1,4 +1,4 @@
-/* test_nccl.c - the NCCL path of data parallel (cuda/dist_nccl.cu, src/dist_nccl.h).
+/* test_nccl.c - the NCCL path of data parallel (cuda/dist_nccl.cu, src/run/dist_nccl.h).
  *
  * Built without NCCL (no GT_HAVE_NCCL: CUDA=0, NCCL=0, or no nccl.h) the one test here is skipped.
  * With NCCL:

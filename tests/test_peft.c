@@ -1,4 +1,4 @@
-/* test_peft.c - PEFT LoRA adapter directories (src/peft.c): adapter_config.json round trips and a
+/* test_peft.c - PEFT LoRA adapter directories (src/io/peft.c): adapter_config.json round trips and a
  * table of hostile configs (each one line naming the file and the key, code 2), PEFT's key names
  * and their inverse, adapter round trips (F32, BF16) for the Llama family and GPT-2, hostile
  * adapter files, and PEFT itself reading ours (PeftModel.from_pretrained on a transformers model: every

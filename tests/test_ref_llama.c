@@ -4,7 +4,7 @@
  * attention against plain multi-head attention with the kv weights repeated (repeat_kv's head
  * mapping), and its loss against Hugging Face transformers' own classes (tests/tools/hf_models.py:
  * LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM in float64) on the same checkpoint
- * (written by save_pretrained through `hf_models.py make`, read here with src/safetensors.h), which
+ * (written by save_pretrained through `hf_models.py make`, read here with src/io/safetensors.h), which
  * fails where the test references are not installed. transformers keeps the RMSNorm statistics,
  * the softmax and the rotary angles of a float64 model in float32, so the two agree to 1e-7, not to
  * double rounding. */

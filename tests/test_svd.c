@@ -1,4 +1,4 @@
-/* test_svd.c - src/svd.c against independent references: a naive double-precision one-sided
+/* test_svd.c - src/model/svd.c against independent references: a naive double-precision one-sided
  * Jacobi SVD written here, matrices with a spectrum known by construction, PEFT's identities
  * for PiSSA's A, B and W_res, and (where Debian's python3-torch is installed) torch.linalg.svd. */
 #include <criterion/criterion.h>
@@ -10,7 +10,7 @@
 #include "svd.h"
 #include "test_util.h"
 
-/* ---- the test's own helpers (none from src/svd.c) ---- */
+/* ---- the test's own helpers (none from src/model/svd.c) ---- */
 
 static float *random_matrix(int rows, int cols, uint64_t seed) {
     float *w = malloc(sizeof(float) * (size_t)rows * cols);

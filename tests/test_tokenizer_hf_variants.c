@@ -8,7 +8,7 @@
  * decoded too (HF's ids and random arrays; the texts must be HF's).
  * The variants start from the file trimmed to its first 8000 ids (tests/tools/trim_tokenizer.py: a
  * valid, smaller BPE that loads quickly), so that two dozen loads cost little.
- * Every variant here uses only what src/tokenizer.h says gtrain implements, so a refusal to load
+ * Every variant here uses only what src/tokenizer/tokenizer.h says gtrain implements, so a refusal to load
  * one fails too (reported as such). A failure lists each variant that differs, with its first
  * differing inputs, and keeps the workspace (the variant files are there). */
 #ifndef _GNU_SOURCE

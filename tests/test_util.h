@@ -55,7 +55,7 @@ double test_normal(uint64_t *st);
 double *test_random_orthonormal(int m, int n, uint64_t seed);
 
 /* One-sided Jacobi (Hestenes) SVD in double of A [m, n] row-major, m >= n: A = U diag(S) V^T with
- * U [m, n], V [n, n], S descending (an independent reference for src/svd.c). */
+ * U [m, n], V [n, n], S descending (an independent reference for src/model/svd.c). */
 void test_jacobi_svd(const double *A, int m, int n, double *U, double *S, double *V);
 /* max |x[i]| and max |x[i] - y[i]| over n floats, in double */
 double test_max_abs(const float *x, size_t n);

@@ -3,7 +3,7 @@
  *
  * - ncclGetUniqueId: a magic string, a random 64-bit tag and the creator's pid.
  * - ncclCommInitRankConfig: nranks 1 needs no MPI. nranks > 1 needs MPI up (MPI_Init by the
- *   caller, as src/dist.c does under mpirun); it is collective over MPI_COMM_WORLD (every process
+ *   caller, as src/run/dist.c does under mpirun); it is collective over MPI_COMM_WORLD (every process
  *   calls it at the same point): a dup of MPI_COMM_WORLD, an all-gather of (tag, nranks, rank) and
  *   a split by tag give the communicator, ordered by NCCL rank; disagreements fail loudly.
  * - Collectives (ncclAllReduce, ncclReduceScatter, ncclAllGather) validate their arguments when

@@ -1,5 +1,5 @@
 /* nccl_run.cpp - the real cuda/dist_nccl.cu run through the simulator's NCCL model
- * (cuda/sim/nccl.cpp), two ranks under `mpirun -np 2` with src/dist.c's MPI (make
+ * (cuda/sim/nccl.cpp), two ranks under `mpirun -np 2` with src/run/dist.c's MPI (make
  * test-cudasim-nccl), before the simulator's runtime (cuda/sim/runtime.cpp) exists.
  *
  * It carries a small stand-in CUDA runtime behind tests/cudasim/ncclrun/include/cuda_runtime.h

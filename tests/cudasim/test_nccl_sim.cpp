@@ -398,7 +398,7 @@ int mismatch(const char *mode) {
 
 int main(int argc, char **argv) {
     int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided); /* as src/dist.c */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided); /* as src/run/dist.c */
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_world);
     if (argc > 1) {

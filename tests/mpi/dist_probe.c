@@ -1,5 +1,5 @@
-/* dist_probe - exercises src/dist.c under a real launcher, independently of the trainer.
- * Built as build/dist_probe (src/dist.c + src/common.c); tests/test_dist.c runs it through
+/* dist_probe - exercises src/run/dist.c under a real launcher, independently of the trainer.
+ * Built as build/dist_probe (src/run/dist.c + src/common.c); tests/test_dist.c runs it through
  * `mpirun --allow-run-as-root --oversubscribe -np 2`.
  *
  *   dist_probe collectives              every collective, checked against closed-form sums; exit 0

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Check of gtrain's sharded Hugging Face writer (src/hf_writer.c) by the Hugging Face stack itself:
+"""Check of gtrain's sharded Hugging Face writer (src/io/hf_writer.c) by the Hugging Face stack itself:
 the split save_pretrained makes (huggingface_hub.split_torch_state_dict_into_shards on the same
 tensors, filename pattern model{suffix}.safetensors), and DIR's files read by safetensors' own
 reader (safetensors.safe_open), plus the bytes of the format that matter.
