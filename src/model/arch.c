@@ -53,88 +53,84 @@ static const ArchTensor GPT2_TENSORS[] = {
  * q/k/v are one gtrain tensor of three row blocks, gate/up one of two, so each is one GEMM;
  * HF's initialisation: normal(0, 0.02) for every linear and the embedding, norms 1, biases 0. */
 #define L_ "model.layers.%d."
+/* the rows the RoPE families share (each table lists them in its layout order) */
+#define R_WTE                                                                                                     \
+    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,            \
+     ONE("model.embed_tokens.weight", DIM_V)}
+#define R_NORM1                                                                                                   \
+    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,          \
+     ONE(L_ "input_layernorm.weight", DIM_C)}
+#define R_QKV_W                                                                                                   \
+    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 3,   \
+     {{L_ "self_attn.q_proj.weight", DIM_Q}, {L_ "self_attn.k_proj.weight", DIM_KV}, {L_ "self_attn.v_proj.weight", DIM_KV}}}
+#define R_QKV_B                                                                                                   \
+    {ROLE_QKV_B, true, L_ "self_attn.qkv_proj.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_QKV_BIAS, 3,   \
+     {{L_ "self_attn.q_proj.bias", DIM_Q}, {L_ "self_attn.k_proj.bias", DIM_KV}, {L_ "self_attn.v_proj.bias", DIM_KV}}}
+#define R_O_W                                                                                                     \
+    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,            \
+     ONE(L_ "self_attn.o_proj.weight", DIM_C)}
+#define R_O_B                                                                                                     \
+    {ROLE_O_B, true, L_ "self_attn.o_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_O_BIAS,              \
+     ONE(L_ "self_attn.o_proj.bias", DIM_C)}
+#define R_NORM2                                                                                                   \
+    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS, \
+     ONE(L_ "post_attention_layernorm.weight", DIM_C)}
+#define R_FC_W                                                                                                    \
+    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 2,       \
+     {{L_ "mlp.gate_proj.weight", DIM_I}, {L_ "mlp.up_proj.weight", DIM_I}}}
+#define R_DOWN_W                                                                                                  \
+    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,            \
+     ONE(L_ "mlp.down_proj.weight", DIM_C)}
+#define R_NORMF                                                                                                   \
+    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,                 \
+     ONE("model.norm.weight", DIM_C)}
+#define R_LM_HEAD                                                                                                 \
+    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,                   \
+     ONE("lm_head.weight", DIM_V)}
+
 static const ArchTensor LLAMA_TENSORS[] = {
-    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE("model.embed_tokens.weight", DIM_V)},
-    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE(L_ "input_layernorm.weight", DIM_C)},
-    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 3,
-     {{L_ "self_attn.q_proj.weight", DIM_Q}, {L_ "self_attn.k_proj.weight", DIM_KV}, {L_ "self_attn.v_proj.weight", DIM_KV}}},
-    {ROLE_QKV_B, true, L_ "self_attn.qkv_proj.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_QKV_BIAS, 3,
-     {{L_ "self_attn.q_proj.bias", DIM_Q}, {L_ "self_attn.k_proj.bias", DIM_KV}, {L_ "self_attn.v_proj.bias", DIM_KV}}},
-    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
-    {ROLE_O_B, true, L_ "self_attn.o_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_O_BIAS,
-     ONE(L_ "self_attn.o_proj.bias", DIM_C)},
-    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
-    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 2,
-     {{L_ "mlp.gate_proj.weight", DIM_I}, {L_ "mlp.up_proj.weight", DIM_I}}},
+    R_WTE, R_NORM1, R_QKV_W, R_QKV_B, R_O_W, R_O_B, R_NORM2, R_FC_W,
     {ROLE_FC_B, true, L_ "mlp.gate_up_proj.bias", DIM_2I, DIM_1, INIT_ZEROS, false, false, WHEN_MLP_BIAS, 2,
      {{L_ "mlp.gate_proj.bias", DIM_I}, {L_ "mlp.up_proj.bias", DIM_I}}},
-    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE(L_ "mlp.down_proj.weight", DIM_C)},
+    R_DOWN_W,
     {ROLE_DOWN_B, true, L_ "mlp.down_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_MLP_BIAS,
      ONE(L_ "mlp.down_proj.bias", DIM_C)},
-    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE("model.norm.weight", DIM_C)},
-    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
-     ONE("lm_head.weight", DIM_V)},
+    R_NORMF, R_LM_HEAD,
 };
 
 /* Phi-3 (Phi3ForCausalLM): Llama's block, with HF's q|k|v and gate|up already fused (gate first),
  * no biases; gtrain's names are the Llama table's */
 static const ArchTensor PHI3_TENSORS[] = {
-    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE("model.embed_tokens.weight", DIM_V)},
-    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE(L_ "input_layernorm.weight", DIM_C)},
+    R_WTE, R_NORM1,
     {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
      ONE(L_ "self_attn.qkv_proj.weight", DIM_QKV)},
-    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
-    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
+    R_O_W, R_NORM2,
     {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
      ONE(L_ "mlp.gate_up_proj.weight", DIM_2I)},
-    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE(L_ "mlp.down_proj.weight", DIM_C)},
-    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE("model.norm.weight", DIM_C)},
-    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
-     ONE("lm_head.weight", DIM_V)},
+    R_DOWN_W, R_NORMF, R_LM_HEAD,
 };
 
 /* Qwen3 (Qwen3ForCausalLM): Llama's tensors (attention_bias: q, k, v and o biases; no MLP bias)
  * and the per-head q_norm / k_norm weights [head_dim] */
 static const ArchTensor QWEN3_TENSORS[] = {
-    {ROLE_WTE, false, "model.embed_tokens.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE("model.embed_tokens.weight", DIM_V)},
-    {ROLE_NORM1_W, true, L_ "input_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE(L_ "input_layernorm.weight", DIM_C)},
-    {ROLE_QKV_W, true, L_ "self_attn.qkv_proj.weight", DIM_QKV, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 3,
-     {{L_ "self_attn.q_proj.weight", DIM_Q}, {L_ "self_attn.k_proj.weight", DIM_KV}, {L_ "self_attn.v_proj.weight", DIM_KV}}},
-    {ROLE_QKV_B, true, L_ "self_attn.qkv_proj.bias", DIM_QKV, DIM_1, INIT_ZEROS, false, false, WHEN_QKV_BIAS, 3,
-     {{L_ "self_attn.q_proj.bias", DIM_Q}, {L_ "self_attn.k_proj.bias", DIM_KV}, {L_ "self_attn.v_proj.bias", DIM_KV}}},
-    {ROLE_O_W, true, L_ "self_attn.o_proj.weight", DIM_C, DIM_Q, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE(L_ "self_attn.o_proj.weight", DIM_C)},
-    {ROLE_O_B, true, L_ "self_attn.o_proj.bias", DIM_C, DIM_1, INIT_ZEROS, false, false, WHEN_O_BIAS,
-     ONE(L_ "self_attn.o_proj.bias", DIM_C)},
+    R_WTE, R_NORM1, R_QKV_W, R_QKV_B, R_O_W, R_O_B,
     {ROLE_QNORM_W, true, L_ "self_attn.q_norm.weight", DIM_HD, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
      ONE(L_ "self_attn.q_norm.weight", DIM_HD)},
     {ROLE_KNORM_W, true, L_ "self_attn.k_norm.weight", DIM_HD, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
      ONE(L_ "self_attn.k_norm.weight", DIM_HD)},
-    {ROLE_NORM2_W, true, L_ "post_attention_layernorm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE(L_ "post_attention_layernorm.weight", DIM_C)},
-    {ROLE_FC_W, true, L_ "mlp.gate_up_proj.weight", DIM_2I, DIM_C, INIT_NORMAL, true, false, WHEN_ALWAYS, 2,
-     {{L_ "mlp.gate_proj.weight", DIM_I}, {L_ "mlp.up_proj.weight", DIM_I}}},
-    {ROLE_DOWN_W, true, L_ "mlp.down_proj.weight", DIM_C, DIM_I, INIT_NORMAL, true, false, WHEN_ALWAYS,
-     ONE(L_ "mlp.down_proj.weight", DIM_C)},
-    {ROLE_NORMF_W, false, "model.norm.weight", DIM_C, DIM_1, INIT_ONES, false, false, WHEN_ALWAYS,
-     ONE("model.norm.weight", DIM_C)},
-    {ROLE_LM_HEAD, false, "lm_head.weight", DIM_V, DIM_C, INIT_NORMAL, true, false, WHEN_UNTIED,
-     ONE("lm_head.weight", DIM_V)},
+    R_NORM2, R_FC_W, R_DOWN_W, R_NORMF, R_LM_HEAD,
 };
+#undef R_WTE
+#undef R_NORM1
+#undef R_QKV_W
+#undef R_QKV_B
+#undef R_O_W
+#undef R_O_B
+#undef R_NORM2
+#undef R_FC_W
+#undef R_DOWN_W
+#undef R_NORMF
+#undef R_LM_HEAD
 #undef L_
 #undef ONE
 
