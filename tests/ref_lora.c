@@ -28,7 +28,7 @@ void ref_lora_free(RefLora *lo) {
     for (int l = 0; l < lo->layers; l++)
         for (int m = 0; m < REF_LORA_MODULES; m++) {
             RefLoraAdapter *a = &lo->ad[l][m];
-            free(a->A), free(a->B), free(a->dA), free(a->dB);
+            free(a->A), free(a->B), free(a->dA), free(a->dB), free(a->m), free(a->dm), free(a->norm);
         }
     free(lo->ad);
     lo->ad = NULL;
@@ -37,10 +37,51 @@ void ref_lora_free(RefLora *lo) {
 RefLoraAdapter *ref_lora_add(RefLora *lo, int layer, int module, int in, int out) {
     if (layer < 0 || layer >= lo->layers || module < 0 || module >= REF_LORA_MODULES || in <= 0 || out <= 0) abort();
     RefLoraAdapter *a = &lo->ad[layer][module];
-    free(a->A), free(a->B), free(a->dA), free(a->dB);
+    free(a->A), free(a->B), free(a->dA), free(a->dB), free(a->m), free(a->dm), free(a->norm);
     const size_t na = (size_t)lo->r * in, nb = (size_t)out * lo->r;
-    *a = (RefLoraAdapter){zalloc(na), zalloc(nb), zalloc(na), zalloc(nb), in, out};
+    *a = (RefLoraAdapter){.A = zalloc(na), .B = zalloc(nb), .dA = zalloc(na), .dB = zalloc(nb), .in = in, .out = out};
     return a;
+}
+
+RefLoraAdapter *ref_lora_add_dora(RefLora *lo, int layer, int module, int in, int out, const double *W) {
+    if (!W) abort();
+    RefLoraAdapter *a = ref_lora_add(lo, layer, module, in, out);
+    a->m = zalloc((size_t)out), a->dm = zalloc((size_t)out), a->norm = zalloc((size_t)out), a->W = W;
+    return a;
+}
+
+void ref_lora_dora_norms(const RefLora *lo, const RefLoraAdapter *a, double *norm) {
+    const int r = lo->r, in = a->in;
+    for (int o = 0; o < a->out; o++) {
+        double ss = 0;
+        for (int c = 0; c < in; c++) {
+            double ba = 0;
+            for (int k = 0; k < r; k++) ba += a->B[(size_t)o * r + k] * a->A[(size_t)k * in + c];
+            const double w = a->W[(size_t)o * in + c] + lo->scale * ba;
+            ss += w * w;
+        }
+        norm[o] = sqrt(ss);
+    }
+}
+
+void ref_lora_freeze_norms(RefLora *lo) {
+    for (int l = 0; l < lo->layers; l++)
+        for (int m = 0; m < REF_LORA_MODULES; m++) {
+            RefLoraAdapter *a = &lo->ad[l][m];
+            if (a->A && a->m) ref_lora_dora_norms(lo, a, a->norm);
+        }
+    lo->freeze_norm = true;
+}
+
+/* g[o] = m[o] / norm[o]: the stored norm when frozen, else the current one */
+static double *dora_gain(const RefLora *lo, const RefLoraAdapter *a) {
+    double *g = zalloc((size_t)a->out);
+    if (lo->freeze_norm)
+        memcpy(g, a->norm, (size_t)a->out * sizeof *g);
+    else
+        ref_lora_dora_norms(lo, a, g);
+    for (int o = 0; o < a->out; o++) g[o] = a->m[o] / g[o];
+    return g;
 }
 
 double ref_lora_scaling(double lora_alpha, int r, bool use_rslora) {
@@ -73,6 +114,7 @@ void ref_lora_apply(const RefLora *lo, int layer, int module, const double *x, i
     const uint32_t thr = gt_dropout_threshold(lo->p);
     const double keep_scale = drop ? 1.0 / (1.0 - lo->p) : 1.0;
     double *xd = zalloc((size_t)in), *z = zalloc((size_t)r);
+    double *gain = a->m ? dora_gain(lo, a) : NULL;
     for (int n = 0; n < rows; n++) {
         const uint64_t base = (uint64_t)(lo->row_base + row0 + n) * (uint64_t)in; /* the step's whole batch */
         for (int c = 0; c < in; c++) {
@@ -87,21 +129,74 @@ void ref_lora_apply(const RefLora *lo, int layer, int module, const double *x, i
         for (int o = 0; o < out; o++) {
             double s = 0;
             for (int k = 0; k < r; k++) s += a->B[(size_t)o * r + k] * z[k];
-            y[(size_t)n * out + o] += lo->scale * s;
+            if (!gain) {
+                y[(size_t)n * out + o] += lo->scale * s;
+                continue;
+            }
+            double wx = 0; /* DoRA: (g - 1) W xd + g scale B A xd */
+            for (int c = 0; c < in; c++) wx += a->W[(size_t)o * in + c] * xd[c];
+            y[(size_t)n * out + o] += (gain[o] - 1.0) * wx + gain[o] * lo->scale * s;
         }
     }
-    free(xd), free(z);
+    free(xd), free(z), free(gain);
 }
 
 void ref_lora_merge(const RefLora *lo, int layer, int module, double *W, int out, int in) {
     const RefLoraAdapter *a = adapter(lo, layer, module, in, out);
     if (!a) return;
+    double *norm = NULL;
+    if (a->m) {
+        norm = zalloc((size_t)out);
+        ref_lora_dora_norms(lo, a, norm);
+    }
     for (int o = 0; o < out; o++)
         for (int c = 0; c < in; c++) {
             double s = 0;
             for (int k = 0; k < lo->r; k++) s += a->B[(size_t)o * lo->r + k] * a->A[(size_t)k * in + c];
             W[(size_t)o * in + c] += lo->scale * s;
+            if (norm) W[(size_t)o * in + c] *= a->m[o] / norm[o];
         }
+    free(norm);
+}
+
+void ref_lora_dora_backward(RefLora *lo, int layer, int module, const double *x, int rows, const double *dy, double *dx) {
+    if (!lo || layer < 0 || layer >= lo->layers || module < 0 || module >= REF_LORA_MODULES) abort();
+    RefLoraAdapter *a = &lo->ad[layer][module];
+    if (!a->A || !a->m || lo->p > 0) {
+        fprintf(stderr, "ref_lora: dora_backward needs a DoRA adapter and no dropout\n");
+        abort();
+    }
+    const int r = lo->r, in = a->in, out = a->out;
+    const double s = lo->scale;
+    double *gain = dora_gain(lo, a), *z = zalloc((size_t)r), *dz = zalloc((size_t)r);
+    for (int n = 0; n < rows; n++) {
+        const double *xn = x + (size_t)n * in, *dyn = dy + (size_t)n * out;
+        for (int k = 0; k < r; k++) {
+            double t = 0;
+            for (int c = 0; c < in; c++) t += a->A[(size_t)k * in + c] * xn[c];
+            z[k] = t, dz[k] = 0;
+        }
+        for (int o = 0; o < out; o++) {
+            /* y_o = g_o (W x + s B z)_o + b_o, g_o = m_o / norm_o with norm_o a constant */
+            double wx = 0, bz = 0;
+            for (int c = 0; c < in; c++) wx += a->W[(size_t)o * in + c] * xn[c];
+            for (int k = 0; k < r; k++) bz += a->B[(size_t)o * r + k] * z[k];
+            const double u = wx + s * bz, gy = gain[o] * dyn[o];
+            a->dm[o] += dyn[o] * u * (gain[o] / a->m[o]); /* d g_o / d m_o = 1 / norm_o */
+            for (int k = 0; k < r; k++) {
+                a->dB[(size_t)o * r + k] += gy * s * z[k];
+                dz[k] += gy * s * a->B[(size_t)o * r + k];
+            }
+            if (dx)
+                for (int c = 0; c < in; c++) dx[(size_t)n * in + c] += gy * a->W[(size_t)o * in + c];
+        }
+        for (int k = 0; k < r; k++)
+            for (int c = 0; c < in; c++) {
+                a->dA[(size_t)k * in + c] += dz[k] * xn[c];
+                if (dx) dx[(size_t)n * in + c] += dz[k] * a->A[(size_t)k * in + c];
+            }
+    }
+    free(gain), free(z), free(dz);
 }
 
 /* d loss / d w[i] for every i < n by central differences; returns the largest |gradient| */
@@ -129,8 +224,9 @@ double ref_lora_fd_grads(RefLora *lo, RefLoraLossFn loss, void *ctx, double rel_
             if (!a->A) continue;
             const double ba = fd_array(lo, a->A, a->dA, (size_t)lo->r * a->in, loss, ctx, rel_step);
             const double bb = fd_array(lo, a->B, a->dB, (size_t)a->out * lo->r, loss, ctx, rel_step);
-            if (isnan(ba) || isnan(bb)) return NAN;
-            big = fmax(big, fmax(ba, bb));
+            const double bm = a->m ? fd_array(lo, a->m, a->dm, (size_t)a->out, loss, ctx, rel_step) : 0.0;
+            if (isnan(ba) || isnan(bb) || isnan(bm)) return NAN;
+            big = fmax(big, fmax(ba, fmax(bb, bm)));
         }
     return big;
 }
