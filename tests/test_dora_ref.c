@@ -6,7 +6,9 @@
  * (2) a tiny GQA Llama (biases) and a tiny GPT-2 with DoRA on every target, random A, B (B nonzero)
  * and magnitudes: one model_step's loss and every adapter tensor's gradient (lora_A, lora_B,
  * lora_magnitude_vector) against the reference model's loss and its finite-difference gradients
- * with the norms frozen. The reference knows the base by HF names (ref_llama.c, ref_gpt.c) and the
+ * with the norms frozen, without and with lora_dropout (PEFT's DoRA then adds (g - 1) W dropout(x)
+ * + g s B A dropout(x) to the undropped base; the reference drops the same elements). A live norm
+ * moves lora_A's gradients far beyond the tolerance, so an undetached norm would be seen. The reference knows the base by HF names (ref_llama.c, ref_gpt.c) and the
  * adapters by PEFT's shapes; test_dora_model.c has recompute and the layout, test_lora_io.c peft. */
 #include <criterion/criterion.h>
 #include <math.h>
@@ -178,9 +180,9 @@ static const double *base_weight(Fix *f, int l, int mod) {
     return f->base_d + f->m->base_layout.tensors[i].offset;
 }
 
-static Fix fix_open(bool llama, uint64_t seed) {
+static Fix fix_open(bool llama, uint64_t seed, double p) {
     Fix f = {.llama = llama};
-    f.d = lora_fix_desc(llama, 2, R, ALPHA, llama ? LORA_FIX_LLAMA_ALL : LORA_FIX_GPT_ALL, false, 0.0, LORA_INIT_TRUE);
+    f.d = lora_fix_desc(llama, 2, R, ALPHA, llama ? LORA_FIX_LLAMA_ALL : LORA_FIX_GPT_ALL, false, p, LORA_INIT_TRUE);
     f.d.adapter.dora = true;
     GtError err = {0};
     f.be = test_backend_open();
@@ -258,6 +260,10 @@ static Fix fix_open(bool llama, uint64_t seed) {
             seen += 3;
         }
     cr_assert_eq(seen, pl->n_tensors);
+    /* dropout: the micro-batch starts at row 3 of the step's batch; the reference drops the same elements */
+    m->ad.dropout_seed = 4321 + seed, m->ad.dropout_step = 2, m->ad.dropout_row0 = 3;
+    f.lo.p = p, f.lo.key = lora_fix_key;
+    f.lo.seed = m->ad.dropout_seed, f.lo.step = m->ad.dropout_step, f.lo.row_base = m->ad.dropout_row0 * SEQ;
     uint64_t ts = seed ^ 0x5151;
     for (int i = 0; i < BATCH * SEQ; i++) {
         f.tok[i] = (int)(lora_fix_rng_next(&ts) % (uint64_t)f.d.vocab_size);
@@ -283,17 +289,25 @@ static double ref_loss(void *vf, const RefLora *lo) {
     return cnt ? s / (double)cnt : 0.0;
 }
 
-static void check_model(bool llama, uint64_t seed) {
-    Fix f = fix_open(llama, seed);
+static void check_model(bool llama, uint64_t seed, double p) {
+    Fix f = fix_open(llama, seed, p);
     GtError err = {0};
     double loss_sum = 0;
     model_zero_grads(f.m);
     cr_assert_eq(model_step(f.m, f.tok, f.tgt, BATCH, (float)(1.0 / f.items), true, &loss_sum, &err), 0, "%s", err.msg);
     const double want = ref_loss(&f, &f.lo), got = loss_sum / f.items;
-    cr_log_info("dora_ref %s: loss %.9g, reference %.9g (rel %.3g)", llama ? "llama" : "gpt2", got, want,
+    cr_log_info("dora_ref %s p %g: loss %.9g, reference %.9g (rel %.3g)", llama ? "llama" : "gpt2", p, got, want,
                 fabs(got - want) / fabs(want));
     cr_assert(isfinite(want) && fabs(got - want) <= 1e-5 * fabs(want), "loss %.9g vs reference %.9g", got, want);
 
+    if (p > 0) { /* dropout moves the loss well beyond the tolerance, so the check saw the masks */
+        RefLora nodrop = f.lo;
+        nodrop.p = 0;
+        const double l0 = ref_loss(&f, &nodrop);
+        cr_log_info("dora_ref %s: dropout moves the reference loss by %.3g relative", llama ? "llama" : "gpt2",
+                    fabs(want - l0) / fabs(l0));
+        cr_assert(fabs(want - l0) > 1e-4 * fabs(l0), "dropout changes the loss only by %.3g", fabs(want - l0));
+    }
     ref_lora_freeze_norms(&f.lo); /* PEFT's detached norm: the gradient of the loss with it constant */
     const double gmax = ref_lora_fd_grads(&f.lo, ref_loss, &f, 1e-6);
     cr_assert(isfinite(gmax) && gmax > 1e-3, "gradients tiny (%g)", gmax);
@@ -322,8 +336,8 @@ static void check_model(bool llama, uint64_t seed) {
                           worst, g[t->offset + worst], fd[worst], big);
             }
         }
-    cr_log_info("dora_ref %s: worst |gtrain - fd| / tensor max: lora_A %.3g, lora_B %.3g, magnitude %.3g (max grad %.3g)",
-                llama ? "llama" : "gpt2", worst_rel[0], worst_rel[1], worst_rel[2], gmax);
+    cr_log_info("dora_ref %s p %g: worst |gtrain - fd| / tensor max: lora_A %.3g, lora_B %.3g, magnitude %.3g (max grad %.3g)",
+                llama ? "llama" : "gpt2", p, worst_rel[0], worst_rel[1], worst_rel[2], gmax);
     /* a gtrain that did not detach the norm would be seen: the live-norm gradients are far off */
     f.lo.freeze_norm = false;
     cr_assert(isfinite(ref_lora_fd_grads(&f.lo, ref_loss, &f, 1e-6)));
@@ -341,5 +355,8 @@ static void check_model(bool llama, uint64_t seed) {
     fix_close(&f);
 }
 
-Test(dora_ref, llama_loss_and_every_adapter_gradient_match_the_reference) { check_model(true, 600); }
-Test(dora_ref, gpt2_loss_and_every_adapter_gradient_match_the_reference) { check_model(false, 610); }
+Test(dora_ref, llama_loss_and_every_adapter_gradient_match_the_reference) { check_model(true, 600, 0.0); }
+Test(dora_ref, gpt2_loss_and_every_adapter_gradient_match_the_reference) { check_model(false, 610, 0.0); }
+/* with lora_dropout: PEFT's DoRA then adds (g - 1) W dropout(x) + g s B A dropout(x) to the undropped base */
+Test(dora_ref, llama_with_dropout_matches_the_reference) { check_model(true, 620, 0.1); }
+Test(dora_ref, gpt2_with_dropout_matches_the_reference) { check_model(false, 630, 0.1); }
