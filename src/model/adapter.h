@@ -11,12 +11,14 @@
  *                   ||W + s B A||_row, so with PEFT's B = 0 the model starts as the base), or NULL
  * Kinds: LoRA (scale alpha / r or alpha / sqrt(r); its initialisations, PiSSA included, are lora.c's
  * and lora_io.c's) and DoRA (PEFT's use_dora: LoRA plus a magnitude per output row, the norm of
- * W + s B A detached as PEFT does). The workspace both use is buffers.c's BUF_LORA_* (and BUF_DORA_*
- * under DoRA). */
+ * W + s B A detached as PEFT does). Their plan is data here too: each part's shape (the layout,
+ * lora_num_params) and the workspace a kind needs beside LoRA's BUF_LORA_* (DoRA's BUF_DORA_*), which
+ * buffers.c adds from the kind's list. */
 #ifndef GT_ADAPTER_H
 #define GT_ADAPTER_H
 
 #include "backend.h"
+#include "buffers.h"
 #include "lora.h"
 
 struct Model;
@@ -54,9 +56,28 @@ typedef struct AdapterState {
     char *pissa_init_dir;
 } AdapterState;
 
+/* The shape of one part of a site's adapter, in the site's r, input width and output rows. */
+typedef enum { PART_R_BY_IN = 0, /* [r, in]: lora_A */
+               PART_ROWS_BY_R,   /* [rows, r]: lora_B */
+               PART_ROWS         /* [rows]: DoRA's magnitude */ } AdapterPartShape;
+
+/* A workspace buffer a kind needs beside LoRA's (BUF_LORA_*), one site at a time: [BT, widest output
+ * block] (per_token) or [widest output block]. */
+typedef struct {
+    BufferId buf;
+    bool per_token;
+    bool fp32; /* else the act dtype */
+} AdapterWork;
+
+#define ADAPTER_MAX_PARTS 3
+#define ADAPTER_MAX_WORK 2
+
 typedef struct AdapterKind {
     const char *name; /* "lora", "dora" */
     int parts;
+    AdapterPartShape shape[ADAPTER_MAX_PARTS]; /* each part's shape, in the layout's order (PEFT_PART_*) */
+    int n_work;
+    AdapterWork work[ADAPTER_MAX_WORK]; /* the plan's extra workspace (buffers.c) */
     /* ia: the site's first tensor in the layout (its parts follow) */
     void (*site_forward)(struct Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
                          const act_t *inp, int N, int IC);
@@ -68,6 +89,8 @@ typedef struct AdapterKind {
 
 /* the kind of d's adapters (d->adapter.dora: DoRA, else LoRA); NULL without adapters (adapter.r 0) */
 const AdapterKind *adapter_kind(const ModelDesc *d);
+/* the shape [*dim0, *dim1] (dim1 1: a vector) of part p of an adapter of kind on site s at rank r */
+void adapter_part_shape(const AdapterKind *kind, int p, const LoraSite *s, int r, int64_t *dim0, int64_t *dim1);
 
 /* the adapters on layer l's weight of role w, after the base's forward (out = inp W^T + b) and
  * backward (dinp overwritten with dout W) */

@@ -160,8 +160,19 @@ static int dora_init_from_base(Model *m, GtError *err) {
 
 /* ---------------------------------------------------------------- the kinds */
 
-static const AdapterKind ADAPTER_LORA = {"lora", 2, lora_site_forward, lora_site_backward, NULL};
-static const AdapterKind ADAPTER_DORA = {"dora", 3, dora_site_forward, dora_site_backward, dora_init_from_base};
+static const AdapterKind ADAPTER_LORA = {"lora", 2, {PART_R_BY_IN, PART_ROWS_BY_R}, 0, {{0}},
+                                         lora_site_forward, lora_site_backward, NULL};
+static const AdapterKind ADAPTER_DORA = {"dora", 3, {PART_R_BY_IN, PART_ROWS_BY_R, PART_ROWS}, 2,
+                                         {{BUF_DORA_Z, true, false}, {BUF_DORA_NORM, false, true}},
+                                         dora_site_forward, dora_site_backward, dora_init_from_base};
+
+void adapter_part_shape(const AdapterKind *kind, int p, const LoraSite *s, int r, int64_t *dim0, int64_t *dim1) {
+    switch (kind->shape[p]) {
+    case PART_R_BY_IN: *dim0 = r, *dim1 = s->in; break;
+    case PART_ROWS_BY_R: *dim0 = s->rows, *dim1 = r; break;
+    default: *dim0 = s->rows, *dim1 = 1; break;
+    }
+}
 
 const AdapterKind *adapter_kind(const ModelDesc *d) {
     if (d->adapter.r <= 0) return NULL;

@@ -1,6 +1,7 @@
 /* buffers.c - the list of a model's buffers (see buffers.h). Every size is a checked product. */
 #include "buffers.h"
 
+#include "adapter.h"
 #include "arch.h"
 #include "lora.h"
 #include "plan.h"
@@ -160,10 +161,10 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
             add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
             add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
         }
-        if (d->adapter.dora) {
-            add(&k, BUF_DORA_Z, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
-            add(&k, BUF_DORA_NORM, MEM_WORKSPACE, rows, f, 1);
-        }
+        const AdapterKind *kind = adapter_kind(d); /* the kind's own, one site at a time */
+        for (int w = 0; w < kind->n_work; w++)
+            add(&k, kind->work[w].buf, MEM_WORKSPACE, kind->work[w].per_token ? mul(&k, BT, rows) : rows,
+                kind->work[w].fp32 ? f : a, 1);
     }
     k.cur = "workspace";
     add(&k, BUF_WCONV, MEM_WORKSPACE, convert_max, a, convert_max > 0);

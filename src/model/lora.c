@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "adapter.h"
 #include "dropout.h"
 #include "svd.h"
 #include "model.h"
@@ -59,9 +60,14 @@ void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]) {
 uint64_t lora_num_params(const ModelDesc *d) {
     LoraSite s[PEFT_MODULE_COUNT];
     const int n = lora_sites(d, s);
+    const AdapterKind *kind = adapter_kind(d);
     uint64_t per_layer = 0;
-    for (int k = 0; k < n; k++)
-        per_layer += (uint64_t)d->adapter.r * (uint64_t)(s[k].in + s[k].rows) + (d->adapter.dora ? (uint64_t)s[k].rows : 0);
+    for (int k = 0; k < n && kind; k++)
+        for (int p = 0; p < kind->parts; p++) { /* the kind's parts' shapes */
+            int64_t d0, d1;
+            adapter_part_shape(kind, p, &s[k], d->adapter.r, &d0, &d1);
+            per_layer += (uint64_t)d0 * (uint64_t)d1;
+        }
     return per_layer * (uint64_t)d->n_layer;
 }
 
@@ -72,18 +78,14 @@ static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const Lor
     }
     ParamTensor *t = &pl->tensors[pl->n_tensors];
     memset(t, 0, sizeof *t);
-    const bool lora_B = part == PEFT_PART_B;
     if (peft_key(t->name, sizeof t->name, d->arch, layer, s->module, part) != 0)
         snprintf(t->name, sizeof t->name, "lora.%d.%d.%c", layer, (int)s->module, "ABM"[part]);
-    if (part == PEFT_PART_M) { /* DoRA's magnitude [rows] */
-        t->ndim = 1;
-        t->shape[0] = s->rows;
-    } else {
-        t->ndim = 2;
-        t->shape[0] = lora_B ? s->rows : d->adapter.r;
-        t->shape[1] = lora_B ? d->adapter.r : s->in;
-    }
-    t->numel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+    int64_t d0, d1; /* the kind says each part's shape */
+    adapter_part_shape(adapter_kind(d), part, s, d->adapter.r, &d0, &d1);
+    t->ndim = adapter_kind(d)->shape[part] == PART_ROWS ? 1 : 2;
+    t->shape[0] = d0;
+    t->shape[1] = t->ndim == 2 ? d1 : 0;
+    t->numel = (size_t)d0 * (size_t)d1;
     t->offset = pl->total;
     t->decay = true;
     t->layer = layer;
