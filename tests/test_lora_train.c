@@ -403,20 +403,20 @@ static void check_accumulation(bool llama, bool tied, uint32_t targets, double p
     param_layout_free(&bl), param_layout_free(&pl);
 }
 
-Test(lora_train, llama_accumulation_matches_the_big_batch, .timeout = 60) {
+Test(lora_train, llama_accumulation_matches_the_big_batch, .timeout = 120) {
     const uint32_t sets[3] = {BIT(PEFT_Q_PROJ) | BIT(PEFT_V_PROJ), BIT(PEFT_O_PROJ) | BIT(PEFT_DOWN_PROJ), LLAMA_ALL};
     for (int k = 0; k < 3; k++) check_accumulation(true, false, sets[k], 0.0);
     check_accumulation(true, true, LLAMA_ALL, 0.0);
 }
-Test(lora_train, gpt2_accumulation_matches_the_big_batch, .timeout = 60) {
+Test(lora_train, gpt2_accumulation_matches_the_big_batch, .timeout = 120) {
     const uint32_t sets[3] = {BIT(PEFT_C_ATTN), BIT(PEFT_ATTN_C_PROJ) | BIT(PEFT_C_FC), GPT_ALL};
     for (int k = 0; k < 3; k++) check_accumulation(false, false, sets[k], 0.0);
 }
-Test(lora_train, llama_accumulation_with_dropout_matches_the_big_batch, .timeout = 60) {
+Test(lora_train, llama_accumulation_with_dropout_matches_the_big_batch, .timeout = 120) {
     check_accumulation(true, false, BIT(PEFT_K_PROJ) | BIT(PEFT_UP_PROJ), 0.1);
     check_accumulation(true, true, LLAMA_ALL, 0.1);
 }
-Test(lora_train, gpt2_accumulation_with_dropout_matches_the_big_batch, .timeout = 60) {
+Test(lora_train, gpt2_accumulation_with_dropout_matches_the_big_batch, .timeout = 120) {
     /* one target set: the GPT-2 reference is the slow one (~1 ms a loss, 2 per adapter value) */
     check_accumulation(false, false, BIT(PEFT_C_ATTN) | BIT(PEFT_MLP_C_PROJ), 0.1);
 }
