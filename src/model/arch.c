@@ -150,6 +150,15 @@ static const ArchTensor QWEN3_TENSORS[] = {
     .act_values = {"silu", "swish"}, .act_expected = "\"silu\" (the SwiGLU MLP)", .tie_default = false,              \
     .rope_keys = true
 
+/* the Llama family's seven PEFT modules (Qwen3's too), PEFT's default targets and their summary */
+#define LLAMA_PEFT                                                                                                  \
+    .n_peft = 7,                                                                                                    \
+    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},               \
+             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},               \
+             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},               \
+             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},                                                        \
+    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj"
+
 static const ArchSpec SPECS[ARCH_COUNT] = {
     [ARCH_GPT2] = {.arch = ARCH_GPT2, .name = "GPT-2", .norm = NORM_LAYERNORM, .mlp = MLP_GELU_TANH,
                    .pos = POS_LEARNED, .n_families = 1,
@@ -177,12 +186,7 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                                   false, true, {"attention_dropout"}},
                                  {"qwen2", "Qwen2ForCausalLM", "Qwen2", 32, 0, BIAS_KEYS_QKV, WINDOW_KEYS_USE_FLAG, false,
                                   true, {"attention_dropout"}}},
-                    .layer_prefix = "model.layers.", .n_peft = 7,
-                    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
-                             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
-                             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
-                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
-                    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .layer_prefix = "model.layers.", LLAMA_PEFT,
                     .sizes = LLAMA_SIZES, ROPE_KEYS,
                     .tensors = LLAMA_TENSORS, .n_tensors = COUNT(LLAMA_TENSORS)},
     /* HF's Phi3Config: num_key_value_heads None -> num_attention_heads, no biases, sliding_window on
@@ -206,12 +210,7 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                     .qk_norm = true, .n_families = 1,
                     .families = {{"qwen3", "Qwen3ForCausalLM", "Qwen3", 32, 128, BIAS_KEYS_ATTN, WINDOW_KEYS_USE_FLAG,
                                   false, true, {"attention_dropout"}}},
-                    .layer_prefix = "model.layers.", .n_peft = 7,
-                    .peft = {{PEFT_Q_PROJ, "q_proj", "self_attn.q_proj"}, {PEFT_K_PROJ, "k_proj", "self_attn.k_proj"},
-                             {PEFT_V_PROJ, "v_proj", "self_attn.v_proj"}, {PEFT_O_PROJ, "o_proj", "self_attn.o_proj"},
-                             {PEFT_GATE_PROJ, "gate_proj", "mlp.gate_proj"}, {PEFT_UP_PROJ, "up_proj", "mlp.up_proj"},
-                             {PEFT_DOWN_PROJ, "down_proj", "mlp.down_proj"}},
-                    .peft_default_targets = "q_proj,v_proj", .peft_summary = "q_proj ... down_proj",
+                    .layer_prefix = "model.layers.", LLAMA_PEFT,
                     .sizes = LLAMA_SIZES, ROPE_KEYS,
                     .tensors = QWEN3_TENSORS, .n_tensors = COUNT(QWEN3_TENSORS)},
 };
