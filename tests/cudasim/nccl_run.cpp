@@ -341,6 +341,7 @@ int main(int argc, char **argv) {
     g_rank = dist_rank(d);
     BackendOps ops = {};
     ops.name = "cuda";
+    ops.caps = GT_CAP_NCCL; /* what cuda/dist_nccl.cu checks before it opens (the real cuda backend sets it) */
     CudaImpl *im = (CudaImpl *)calloc(1, sizeof(CudaImpl));
     cudaStreamCreateWithFlags(&im->compute, cudaStreamNonBlocking);
     Backend be = {};
