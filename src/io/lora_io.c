@@ -45,7 +45,7 @@ static PeftConfig run_config(const Model *m) {
     pc.r = m->desc.adapter.r;
     pc.lora_alpha = m->desc.adapter.scale * m->desc.adapter.r;
     pc.lora_dropout = m->desc.adapter.dropout;
-    pc.use_dora = m->desc.adapter.dora;
+    pc.use_dora = adapter_kind(&m->desc)->parts->peft_use_dora;
     bool mask[PEFT_MODULE_COUNT];
     lora_targets_mask(&m->desc, mask);
     peft_config_set_targets(&pc, mask);
@@ -91,9 +91,10 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
                  pissa ? "twice the run's r: a PiSSA run saves its rank-2r conversion" : "the run's lora.r", pc.r);
         goto done;
     }
-    if (pc.use_dora != m->desc.adapter.dora) {
+    const AdapterParts *kind = adapter_kind(&m->desc)->parts;
+    if (peft_kind(&pc) != kind) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: use_dora: expected %s (the run's lora.use_dora), found %s", dir,
-                 PEFT_CONFIG_FILE, m->desc.adapter.dora ? "true" : "false", pc.use_dora ? "true" : "false");
+                 PEFT_CONFIG_FILE, kind->peft_use_dora ? "true" : "false", pc.use_dora ? "true" : "false");
         goto done;
     }
     if (!same_scale(peft_scaling(&pc), m->desc.adapter.scale)) {
@@ -108,7 +109,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         if (wd > widest) widest = wd;
     }
     buf = gt_xmalloc((size_t)want_r * widest * sizeof *buf);
-    const int P = lora_parts(&m->desc);
+    const int P = kind->n;
     for (int e = 0; e < n; e++) {
         const ParamTensor *ta = &m->layout.tensors[P * e], *tb = &m->layout.tensors[P * e + 1];
         const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
@@ -128,10 +129,11 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         }
         for (size_t o = 1; o < out && pissa; o++) memmove(buf + o * r, buf + o * want_r, r * sizeof *buf);
         if (m->be->ops->to_device(m->be, m->params + tb->offset, buf, out * r * sizeof(float), err)) goto done;
-        if (P == 3) { /* DoRA's magnitude [out] (PiSSA is refused with DoRA) */
-            const ParamTensor *tm = &m->layout.tensors[P * e + PEFT_PART_M];
-            if (peft_adapter_read(a, e, PEFT_PART_M, buf, out, err) ||
-                m->be->ops->to_device(m->be, m->params + tm->offset, buf, out * sizeof(float), err))
+        for (int p = PEFT_PART_B + 1; p < P; p++) { /* the kind's further parts as they are (DoRA's magnitude;
+                                                       PiSSA is refused with DoRA) */
+            const ParamTensor *tp = &m->layout.tensors[P * e + p];
+            if (peft_adapter_read(a, e, p, buf, tp->numel, err) ||
+                m->be->ops->to_device(m->be, m->params + tp->offset, buf, tp->numel * sizeof(float), err))
                 goto done;
         }
         if (pissa) { /* the residual base W - s B0 A0, from the base as loaded */
@@ -170,7 +172,7 @@ static int save_fill(void *vctx, int e, int part, uint64_t off, size_t n, float 
     Model *m = c->m;
     const bool lora_B = part == PEFT_PART_B;
     const ParamTensor *t = &m->layout.tensors[lora_parts(&m->desc) * e + part];
-    if (!c->init || part == PEFT_PART_M) return m->be->ops->to_host(m->be, dst, m->params + t->offset + off, n * sizeof(float), err);
+    if (!c->init || part > PEFT_PART_B) return m->be->ops->to_host(m->be, dst, m->params + t->offset + off, n * sizeof(float), err);
     const uint64_t own = t->numel; /* A: r * in elements of A before A0's; B: see below */
     if (!lora_B) {
         size_t k = off < own ? (size_t)(own - off < n ? own - off : n) : 0;

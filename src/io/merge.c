@@ -77,8 +77,9 @@ typedef struct {
     bool bf16;
     int cached;          /* the entry whose A and B are in At, Bd; -1 */
     double *At, *Bd;     /* A transposed [in, r], B [out, r] */
-    bool dora;           /* use_dora: each output row is scaled by factor */
-    double *factor;      /* DoRA: m / ||W + scale B A|| per output row [out] */
+    const AdapterParts *kind; /* the adapter's kind (adapter_config.json's use_dora) */
+    bool row_norm;       /* the kind's merge_row_norm (DoRA): each output row is scaled by factor */
+    double *factor;      /* m / ||W + scale B A|| per output row [out] */
 } FillCtx;
 
 static void free_cached(FillCtx *c) {
@@ -97,9 +98,10 @@ static double merged(const FillCtx *c, int e, size_t o, size_t i, float w) {
     return (double)w + c->scale * s;
 }
 
-/* DoRA: factor[o] = m[o] / ||W[o, :] + scale B[o, :] A|| (PEFT's merge: the norm of the unmerged
- * weight plus the delta), one pass over the base tensor in bounded chunks */
-static int dora_factors(FillCtx *c, int e, GtError *err) {
+/* merge_row_norm (DoRA): factor[o] = m[o] / ||W[o, :] + scale B[o, :] A|| (PEFT's merge: the norm of
+ * the unmerged weight plus the delta; m the kind's PART_ROWS part), one pass over the base tensor in
+ * bounded chunks */
+static int row_norm_factors(FillCtx *c, int e, GtError *err) {
     const size_t in = (size_t)c->entries[e].in, out = (size_t)c->entries[e].out, total = in * out;
     const bool tr = c->tg[e].transposed;
     const size_t chunk = (size_t)1 << 16;
@@ -120,7 +122,9 @@ static int dora_factors(FillCtx *c, int e, GtError *err) {
             acc[o] += v * v;
         }
     }
-    if (peft_adapter_read(c->a, e, PEFT_PART_M, buf, out, err)) goto out;
+    int pm = 0; /* the per-row part */
+    while (c->kind->shape[pm] != PART_ROWS) pm++;
+    if (peft_adapter_read(c->a, e, pm, buf, out, err)) goto out;
     for (size_t o = 0; o < out; o++) c->factor[o] = (double)buf[o] / sqrt(acc[o]);
     rc = 0;
 out:
@@ -148,7 +152,7 @@ static int load_entry(FillCtx *c, int e, GtError *err) {
     if (peft_adapter_read(c->a, e, true, f, nb, err)) goto out;
     for (size_t q = 0; q < nb; q++) c->Bd[q] = f[q];
     c->cached = e;
-    if (c->dora && dora_factors(c, e, err)) goto out;
+    if (c->row_norm && row_norm_factors(c, e, err)) goto out;
     rc = 0;
 out:
     free(f);
@@ -158,7 +162,8 @@ out:
 
 /* every adapter value read once before anything is created: a NaN or an infinity is refused by the
  * reader (hf_weights.h), naming the file and the tensor */
-static int check_adapter(const PeftAdapter *a, const PeftEntry *entries, int n, bool dora, GtError *err) {
+static int check_adapter(const PeftAdapter *a, const AdapterParts *kind, const PeftEntry *entries, int n,
+                         GtError *err) {
     const size_t r = (size_t)peft_adapter_r(a);
     size_t widest = 0;
     for (int e = 0; e < n; e++) {
@@ -169,9 +174,11 @@ static int check_adapter(const PeftAdapter *a, const PeftEntry *entries, int n, 
     if (!f) return gt_error(err, GT_EXIT_FAILURE, "merge: out of host memory for an adapter of %zu values", r * widest);
     int rc = 0;
     for (int e = 0; e < n && rc == 0; e++)
-        rc = peft_adapter_read(a, e, false, f, r * (size_t)entries[e].in, err) ||
-             peft_adapter_read(a, e, true, f, (size_t)entries[e].out * r, err) ||
-             (dora && peft_adapter_read(a, e, PEFT_PART_M, f, (size_t)entries[e].out, err)) ? -1 : 0;
+        for (int p = 0; p < kind->n && rc == 0; p++) { /* every part of the kind */
+            int64_t d0, d1;
+            adapter_parts_shape(kind, p, (int64_t)r, entries[e].in, entries[e].out, &d0, &d1);
+            rc = peft_adapter_read(a, e, p, f, (size_t)d0 * (size_t)d1, err);
+        }
     free(f);
     return rc;
 }
@@ -340,7 +347,7 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
         goto done;
     }
     if (peft_adapter_open(&a, opt->adapter, d.arch, entries, n_entries, &cfg, err) ||
-        check_adapter(a, entries, n_entries, cfg.use_dora, err))
+        check_adapter(a, peft_kind(&cfg), entries, n_entries, err))
         goto done;
     peft_warn_unconverted(&cfg, cfile);
 
@@ -373,7 +380,8 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     if (check_out(opt->out, err) || make_tmp(opt->out, tmp, sizeof tmp, err)) goto done;
     tmp_made = true;
     tmp_slot = gt_tmp_register(tmp, true); /* removed if the allocator exits */
-    ctx = (FillCtx){w, a, entries, tg, entry_of, cfg.r, peft_scaling(&cfg), bf16, -1, NULL, NULL, cfg.use_dora, NULL};
+    ctx = (FillCtx){w, a, entries, tg, entry_of, cfg.r, peft_scaling(&cfg), bf16, -1, NULL, NULL, peft_kind(&cfg),
+                    peft_kind(&cfg)->merge_row_norm, NULL};
     HfSaveOptions so = {.max_shard_bytes = opt->max_shard_bytes, .staging_bytes = opt->staging_bytes};
     HfShardPlan plan;
     if (hf_plan_shards(&plan, ts, n, opt->max_shard_bytes, err)) goto done;

@@ -424,6 +424,7 @@ void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]
 
 /* the key's end after the module's path, per part */
 static const char *const PART_SUFFIX[3] = {".lora_A.weight", ".lora_B.weight", ".lora_magnitude_vector"};
+static const char *const PART_NAME[3] = {"lora_A", "lora_B", "DoRA magnitude"};
 
 int peft_key(char *buf, size_t cap, ModelArch arch, int layer, PeftModule module, int part) {
     const ArchPeft *ap = (unsigned)arch < ARCH_COUNT ? arch_peft_module(arch, module) : NULL;
@@ -513,7 +514,8 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
         return BAD("%s: expected the adapter's weights, found no such file", wfile);
     }
     PeftAdapter *a = gt_xcalloc(1, sizeof *a);
-    const int P = peft_parts(cfg);
+    const AdapterParts *kind = peft_kind(cfg);
+    const int P = kind->n;
     a->n = n;
     a->r = cfg->r;
     a->parts = P;
@@ -546,24 +548,20 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
                 "does not have", file, t.name, layer, peft_module_path(m));
             goto fail;
         }
-        if (B == PEFT_PART_M) { /* DoRA's magnitude: one per output row of the module */
-            if (!cfg->use_dora) {
-                BAD("%s: tensor %s: expected no DoRA magnitude (use_dora is false in %s), found one", file, t.name,
-                    PEFT_CONFIG_FILE);
-                goto fail;
-            }
-            if (t.ndim != 1 || t.shape[0] != entries[e].out) {
-                BAD("%s: tensor %s: expected shape [%lld] (%s's output rows), found %d dimension(s), the first %lld",
-                    file, t.name, (long long)entries[e].out, peft_module_path(m), t.ndim,
-                    t.ndim > 0 ? (long long)t.shape[0] : 0LL);
-                goto fail;
-            }
-            a->idx[P * e + B] = i;
-            a->numel[P * e + B] = t.numel;
-            continue;
+        if (B >= P) { /* a part of another kind: only DoRA's magnitude can be (use_dora false) */
+            BAD("%s: tensor %s: expected no %s (use_dora is %s in %s), found one", file, t.name, PART_NAME[B],
+                kind->peft_use_dora ? "true" : "false", PEFT_CONFIG_FILE);
+            goto fail;
         }
-        int64_t want[2] = {B ? entries[e].out : cfg->r, B ? cfg->r : entries[e].in};
-        if (t.ndim != 2 || t.shape[0] != want[0] || t.shape[1] != want[1]) {
+        int64_t want[2]; /* the kind says each part's shape */
+        const int ndim = adapter_parts_shape(kind, B, cfg->r, entries[e].in, entries[e].out, &want[0], &want[1]);
+        if (ndim == 1 && (t.ndim != 1 || t.shape[0] != want[0])) {
+            BAD("%s: tensor %s: expected shape [%lld] (%s's output rows), found %d dimension(s), the first %lld",
+                file, t.name, (long long)want[0], peft_module_path(m), t.ndim,
+                t.ndim > 0 ? (long long)t.shape[0] : 0LL);
+            goto fail;
+        }
+        if (ndim == 2 && (t.ndim != 2 || t.shape[0] != want[0] || t.shape[1] != want[1])) {
             char found[64] = "[";
             for (int d = 0; d < t.ndim; d++)
                 snprintf(found + strlen(found), sizeof found - strlen(found), "%s%lld", d ? ", " : "",
@@ -582,7 +580,7 @@ int peft_adapter_open(PeftAdapter **out, const char *dir, ModelArch arch, const 
             if (peft_key(key, sizeof key, arch, entries[i / P].layer, entries[i / P].module, i % P))
                 snprintf(key, sizeof key, "(layer %d, %s)", entries[i / P].layer, peft_module_path(entries[i / P].module));
             BAD("%s: tensor %s: expected it (%s), found nothing", file, key,
-                i % P == PEFT_PART_M ? "use_dora is true in " PEFT_CONFIG_FILE
+                kind->shape[i % P] == PART_ROWS ? "use_dora is true in " PEFT_CONFIG_FILE
                                      : "target_modules of " PEFT_CONFIG_FILE " selects the module, and gtrain adapts a "
                                        "module in every layer");
             goto fail;
@@ -615,7 +613,8 @@ int peft_adapter_write(const char *dir, const PeftConfig *cfg, ModelArch arch, c
     if (n < 1 || (dtype != ST_F32 && dtype != ST_BF16) || cfg->r < 1)
         return gt_error(err, GT_EXIT_FAILURE, "%s: expected at least one entry, F32 or BF16 and r >= 1", wfile);
     if (staging_floats == 0) staging_floats = (size_t)1 << 20;
-    const int P = peft_parts(cfg);
+    const AdapterParts *kind = peft_kind(cfg);
+    const int P = kind->n;
     StTensorOut *t = gt_xcalloc((size_t)P * (size_t)n, sizeof *t);
     char *names = gt_xmalloc((size_t)P * (size_t)n * PEFT_KEY_MAX);
     float *stage = gt_xmalloc(staging_floats * sizeof *stage);
@@ -630,10 +629,9 @@ int peft_adapter_write(const char *dir, const PeftConfig *cfg, ModelArch arch, c
                      "dimensions >= 1", wfile, i / P);
             goto out;
         }
-        if (part == PEFT_PART_M)
-            t[i] = (StTensorOut){name, dtype, 1, {e->out, 0, 0, 0}, NULL};
-        else
-            t[i] = (StTensorOut){name, dtype, 2, {part ? e->out : cfg->r, part ? cfg->r : e->in, 0, 0}, NULL};
+        int64_t d0, d1; /* the kind says each part's shape */
+        const int ndim = adapter_parts_shape(kind, part, cfg->r, e->in, e->out, &d0, &d1);
+        t[i] = (StTensorOut){name, dtype, ndim, {d0, ndim == 2 ? d1 : 0, 0, 0}, NULL};
     }
     static const char *const meta[] = {"format", "pt"};
     if (st_writer_open(&w, wfile, t, P * n, meta, 1, err)) goto out;

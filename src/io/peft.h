@@ -43,6 +43,7 @@
 #ifndef GT_PEFT_H
 #define GT_PEFT_H
 
+#include "adapter_parts.h"
 #include "arch.h" /* PeftModule: each architecture lists its modules */
 #include "safetensors.h"
 
@@ -113,8 +114,8 @@ void peft_config_set_targets(PeftConfig *cfg, const bool mask[PEFT_MODULE_COUNT]
 
 /* The tensors of one adapted module ("part"): lora_A, lora_B and, under DoRA, the magnitude. */
 enum { PEFT_PART_A = 0, PEFT_PART_B = 1, PEFT_PART_M = 2 };
-/* parts per entry: 2, or 3 with use_dora */
-static inline int peft_parts(const PeftConfig *cfg) { return cfg->use_dora ? 3 : 2; }
+/* the adapter kind the config names (use_dora: DoRA): its parts per entry and their shapes */
+static inline const AdapterParts *peft_kind(const PeftConfig *cfg) { return adapter_parts_of_peft(cfg->use_dora); }
 
 /* PEFT's key of layer's module: part PEFT_PART_A (lora_A), _B or _M (lora_magnitude_vector).
  * Returns 0, or -1 when it does not fit. */

@@ -17,6 +17,7 @@
 #ifndef GT_ADAPTER_H
 #define GT_ADAPTER_H
 
+#include "adapter_parts.h"
 #include "backend.h"
 #include "buffers.h"
 #include "lora.h"
@@ -56,11 +57,6 @@ typedef struct AdapterState {
     char *pissa_init_dir;
 } AdapterState;
 
-/* The shape of one part of a site's adapter, in the site's r, input width and output rows. */
-typedef enum { PART_R_BY_IN = 0, /* [r, in]: lora_A */
-               PART_ROWS_BY_R,   /* [rows, r]: lora_B */
-               PART_ROWS         /* [rows]: DoRA's magnitude */ } AdapterPartShape;
-
 /* A workspace buffer a kind needs beside LoRA's (BUF_LORA_*), one site at a time: [BT, widest output
  * block] (per_token) or [widest output block]. */
 typedef struct {
@@ -69,13 +65,10 @@ typedef struct {
     bool fp32; /* else the act dtype */
 } AdapterWork;
 
-#define ADAPTER_MAX_PARTS 3
 #define ADAPTER_MAX_WORK 2
 
 typedef struct AdapterKind {
-    const char *name; /* "lora", "dora" */
-    int parts;
-    AdapterPartShape shape[ADAPTER_MAX_PARTS]; /* each part's shape, in the layout's order (PEFT_PART_*) */
+    const AdapterParts *parts; /* what it stores and how files carry it (adapter_parts.h) */
     int n_work;
     AdapterWork work[ADAPTER_MAX_WORK]; /* the plan's extra workspace (buffers.c) */
     /* ia: the site's first tensor in the layout (its parts follow) */
@@ -89,8 +82,8 @@ typedef struct AdapterKind {
 
 /* the kind of d's adapters (d->adapter.dora: DoRA, else LoRA); NULL without adapters (adapter.r 0) */
 const AdapterKind *adapter_kind(const ModelDesc *d);
-/* the shape [*dim0, *dim1] (dim1 1: a vector) of part p of an adapter of kind on site s at rank r */
-void adapter_part_shape(const AdapterKind *kind, int p, const LoraSite *s, int r, int64_t *dim0, int64_t *dim1);
+/* the shape [*dim0, *dim1] (dim1 1: a vector) of part p of an adapter of kind on site s at rank r; its ndim */
+int adapter_part_shape(const AdapterKind *kind, int p, const LoraSite *s, int r, int64_t *dim0, int64_t *dim1);
 
 /* the adapters on layer l's weight of role w, after the base's forward (out = inp W^T + b) and
  * backward (dinp overwritten with dout W) */

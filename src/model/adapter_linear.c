@@ -160,18 +160,13 @@ static int dora_init_from_base(Model *m, GtError *err) {
 
 /* ---------------------------------------------------------------- the kinds */
 
-static const AdapterKind ADAPTER_LORA = {"lora", 2, {PART_R_BY_IN, PART_ROWS_BY_R}, 0, {{0}},
-                                         lora_site_forward, lora_site_backward, NULL};
-static const AdapterKind ADAPTER_DORA = {"dora", 3, {PART_R_BY_IN, PART_ROWS_BY_R, PART_ROWS}, 2,
+static const AdapterKind ADAPTER_LORA = {&ADAPTER_PARTS_LORA, 0, {{0}}, lora_site_forward, lora_site_backward, NULL};
+static const AdapterKind ADAPTER_DORA = {&ADAPTER_PARTS_DORA, 2,
                                          {{BUF_DORA_Z, true, false}, {BUF_DORA_NORM, false, true}},
                                          dora_site_forward, dora_site_backward, dora_init_from_base};
 
-void adapter_part_shape(const AdapterKind *kind, int p, const LoraSite *s, int r, int64_t *dim0, int64_t *dim1) {
-    switch (kind->shape[p]) {
-    case PART_R_BY_IN: *dim0 = r, *dim1 = s->in; break;
-    case PART_ROWS_BY_R: *dim0 = s->rows, *dim1 = r; break;
-    default: *dim0 = s->rows, *dim1 = 1; break;
-    }
+int adapter_part_shape(const AdapterKind *kind, int p, const LoraSite *s, int r, int64_t *dim0, int64_t *dim1) {
+    return adapter_parts_shape(kind->parts, p, r, s->in, s->rows, dim0, dim1);
 }
 
 const AdapterKind *adapter_kind(const ModelDesc *d) {
@@ -201,7 +196,7 @@ bool adapter_on(const Model *m, int l, TensorRole w) {
 
 int lora_parts(const ModelDesc *d) {
     const AdapterKind *kind = adapter_kind(d);
-    return kind ? kind->parts : ADAPTER_LORA.parts;
+    return (kind ? kind->parts : ADAPTER_LORA.parts)->n;
 }
 
 int adapter_init_from_base(Model *m, GtError *err) {

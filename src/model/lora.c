@@ -63,7 +63,7 @@ uint64_t lora_num_params(const ModelDesc *d) {
     const AdapterKind *kind = adapter_kind(d);
     uint64_t per_layer = 0;
     for (int k = 0; k < n && kind; k++)
-        for (int p = 0; p < kind->parts; p++) { /* the kind's parts' shapes */
+        for (int p = 0; p < kind->parts->n; p++) { /* the kind's parts' shapes */
             int64_t d0, d1;
             adapter_part_shape(kind, p, &s[k], d->adapter.r, &d0, &d1);
             per_layer += (uint64_t)d0 * (uint64_t)d1;
@@ -81,8 +81,7 @@ static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const Lor
     if (peft_key(t->name, sizeof t->name, d->arch, layer, s->module, part) != 0)
         snprintf(t->name, sizeof t->name, "lora.%d.%d.%c", layer, (int)s->module, "ABM"[part]);
     int64_t d0, d1; /* the kind says each part's shape */
-    adapter_part_shape(adapter_kind(d), part, s, d->adapter.r, &d0, &d1);
-    t->ndim = adapter_kind(d)->shape[part] == PART_ROWS ? 1 : 2;
+    t->ndim = adapter_part_shape(adapter_kind(d), part, s, d->adapter.r, &d0, &d1);
     t->shape[0] = d0;
     t->shape[1] = t->ndim == 2 ? d1 : 0;
     t->numel = (size_t)d0 * (size_t)d1;
