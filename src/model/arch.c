@@ -148,7 +148,8 @@ static const ArchTensor QWEN3_TENSORS[] = {
 #define ROPE_KEYS                                                                                                   \
     .norm_eps_key = "rms_norm_eps", .norm_eps_default = 1e-6, .act_key = "hidden_act",                              \
     .act_values = {"silu", "swish"}, .act_expected = "\"silu\" (the SwiGLU MLP)", .tie_default = false,              \
-    .rope_keys = true
+    .readers = {model_desc_rope_architectures, model_desc_read_sizes, model_desc_rope_heads, model_desc_block_keys, \
+                model_desc_rope_keys}
 
 /* the Llama family's seven PEFT modules (Qwen3's too), PEFT's default targets and their summary */
 #define LLAMA_PEFT                                                                                                  \
@@ -177,6 +178,7 @@ static const ArchSpec SPECS[ARCH_COUNT] = {
                    .norm_eps_key = "layer_norm_epsilon", .norm_eps_default = 1e-5, .act_key = "activation_function",
                    .act_values = {"gelu_new", "gelu_pytorch_tanh"},
                    .act_expected = "\"gelu_new\" or \"gelu_pytorch_tanh\" (tanh GELU)", .tie_default = true,
+                   .readers = {model_desc_read_sizes, model_desc_heads_divide, model_desc_block_keys},
                    .tensors = GPT2_TENSORS, .n_tensors = COUNT(GPT2_TENSORS)},
     [ARCH_LLAMA] = {.arch = ARCH_LLAMA, .name = "Llama-family", .norm = NORM_RMSNORM, .mlp = MLP_SWIGLU,
                     .pos = POS_ROPE, .n_families = 3,

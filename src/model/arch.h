@@ -106,7 +106,7 @@ typedef enum { WINDOW_KEYS_NONE = 0, WINDOW_KEYS_REQUIRED, WINDOW_KEYS_USE_FLAG,
 /* One Hugging Face family of an architecture: config.json's model_type and its ...ForCausalLM
  * class; hf names it in messages ("HF's Qwen2"); and how its config.json is read where families
  * of one architecture differ. */
-typedef struct {
+typedef struct ArchFamily {
     const char *model_type, *hf_class, *hf;
     int kv_heads_absent;     /* num_key_value_heads absent: 0 means num_attention_heads; else it is HF's
                               * default, not num_attention_heads, and absent is refused naming it */
@@ -154,6 +154,12 @@ typedef struct {
     ArchBlock blocks[ARCH_MAX_BLOCKS];
 } ArchTensor;
 
+struct cJSON;
+/* one step of reading config.json into d (model_desc_internal.h's readers): 0, or -1 with err set */
+typedef int (*ArchKeyReader)(ModelDesc *d, const struct cJSON *root, const ArchFamily *fam, const char *path,
+                             GtError *err);
+#define ARCH_MAX_READERS 6
+
 typedef struct {
     ModelArch arch;
     const char *name;            /* in messages: "GPT-2", "Llama-family" */
@@ -180,9 +186,11 @@ typedef struct {
     const char *act_values[3];   /* the values meaning the MLP's function, NULL-ended (absent: the same) */
     const char *act_expected;    /* them in messages: "\"silu\" (the SwiGLU MLP)" */
     bool tie_default;            /* tie_word_embeddings (true or false) when absent */
-    bool rope_keys;              /* reads the RoPE families' keys (model_desc_llama.c, by ArchFamily):
-                                  * architectures, num_key_value_heads, head_dim, biases, RoPE, window;
-                                  * false: every other key ignored, n_head divides n_embd */
+    /* how config.json is read: the readers in order (model_desc.c runs them, NULL-ended): the sizes
+     * by the table above, the heads, the norm/activation/tie keys above, and for the RoPE families
+     * their keys (model_desc_llama.c, by ArchFamily: architectures, num_key_value_heads, head_dim,
+     * biases, RoPE, window); a key no reader names is ignored */
+    ArchKeyReader readers[ARCH_MAX_READERS];
     const ArchTensor *tensors;   /* globals before the layers, per-layer ones, globals after, in layout order */
     int n_tensors;
 } ArchSpec;

@@ -1,9 +1,9 @@
 /* model_desc.c - the model description: a Hugging Face config.json read with cJSON. This file
  * checks the text (size, NUL bytes, nesting, syntax, trailing text), finds model_type's family in
  * arch.c's descriptions and reads the keys its ArchSpec names, in one sequence for every family:
- * the sizes by the key table (model_desc_read_sizes), the heads, the norm's epsilon, the
- * activation and the tie; a description with rope_keys also has the RoPE families' keys
- * (model_desc_llama.c, which documents their fields), read by its ArchFamily.
+ * its readers (ArchSpec.readers) in order: the sizes by the key table (model_desc_read_sizes), the
+ * heads, the norm's epsilon, the activation and the tie (model_desc_block_keys); the RoPE families'
+ * descriptions add their keys (model_desc_llama.c, which documents their fields), read by ArchFamily.
  *
  * GPT-2 (model_type "gpt2" or absent). Used fields: n_layer, n_head, n_embd, n_inner
  * (null/absent: 4*n_embd), vocab_size, n_positions (or n_ctx), layer_norm_epsilon (1e-5),
@@ -22,11 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* The heads: the RoPE families' num_key_value_heads and head_dim, or n_head dividing n_embd (named
- * as the size table names them). */
-static int read_heads(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+int model_desc_heads_divide(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+    (void)root, (void)fam;
     const ArchSpec *s = arch_spec(d->arch);
-    if (s->rope_keys) return model_desc_rope_heads(d, root, fam, path, err);
     if (d->n_embd % d->n_head == 0) return 0;
     const char *head = "", *embd = "";
     for (int i = 0; i < ARCH_MAX_SIZE_KEYS && s->sizes[i].key; i++) {
@@ -37,8 +35,8 @@ static int read_heads(ModelDesc *d, const cJSON *root, const ArchFamily *fam, co
                     d->n_head);
 }
 
-/* The norm's epsilon, the MLP's activation and tie_word_embeddings, by the description's keys. */
-static int read_block_keys(ModelDesc *d, const cJSON *root, const char *path, GtError *err) {
+int model_desc_block_keys(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+    (void)fam;
     const ArchSpec *s = arch_spec(d->arch);
     const cJSON *j;
     char f[MJ_FOUND_MAX];
@@ -140,13 +138,10 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
         goto out;
     }
     snprintf(desc->model_type, sizeof desc->model_type, "%s", fam->model_type);
-    /* the description's keys, in its order: the RoPE families' architectures, the sizes, the heads,
-     * then norm, activation and tie, then the RoPE families' other keys */
+    /* the description's readers, in its order */
     const ArchSpec *s = arch_spec(desc->arch);
-    if ((s->rope_keys && model_desc_rope_architectures(desc, root, fam, path, err)) ||
-        model_desc_read_sizes(desc, root, path, err) || read_heads(desc, root, fam, path, err) ||
-        read_block_keys(desc, root, path, err) || (s->rope_keys && model_desc_rope_keys(desc, root, fam, path, err)))
-        goto out;
+    for (int i = 0; i < ARCH_MAX_READERS && s->readers[i]; i++)
+        if (s->readers[i](desc, root, fam, path, err)) goto out;
     model_desc_defaults(desc);
     rc = 0;
 out:
@@ -154,7 +149,8 @@ out:
     return rc;
 }
 
-int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const char *path, GtError *err) {
+int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err) {
+    (void)fam;
     const ArchSpec *s = arch_spec(d->arch);
     for (int i = 0; i < ARCH_MAX_SIZE_KEYS && s->sizes[i].key; i++) {
         const ArchSizeKey *k = &s->sizes[i];

@@ -68,10 +68,14 @@ int mj_get_number(const cJSON *obj, const char *name, const char *label, bool nu
 /* Depth of [ and { outside strings: deep nesting is refused before cJSON recurses into it. */
 int mj_check_nesting(const char *json, size_t len, const char *path, GtError *err);
 
-/* The sizes of d->arch's description (ArchSpec.sizes), read in its order into d. */
-int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const char *path, GtError *err);
-
-/* The RoPE families' keys (ArchSpec.rope_keys) of family fam (arch.h: how its keys differ from its
+/* The readers an ArchSpec lists (ArchKeyReader): */
+/* the sizes of d->arch's description (ArchSpec.sizes), read in its order into d */
+int model_desc_read_sizes(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err);
+/* n_head dividing n_embd (named as the size table names them): GPT-2's heads */
+int model_desc_heads_divide(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err);
+/* the norm's epsilon, the MLP's activation and tie_word_embeddings, by the description's keys */
+int model_desc_block_keys(ModelDesc *d, const cJSON *root, const ArchFamily *fam, const char *path, GtError *err);
+/* The RoPE families' keys of family fam (arch.h: how its keys differ from its
  * siblings'), read by model_desc.c in this order around the shared ones: architectures (before
  * the sizes), num_key_value_heads and head_dim (after them), and after the norm, activation and
  * tie: biases, keys refused unless at their default, RoPE and the attention window. */
