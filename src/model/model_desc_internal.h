@@ -1,7 +1,7 @@
 /* model_desc_internal.h - what the model JSON readers share: the bounds on every size, the cJSON
  * field helpers (model_json.c: each field read once, a duplicate refused, messages
- * "PATH: FIELD: expected ..., found ...") and the RoPE families' readers (model_desc_llama.c), which
- * model_desc.c calls for a description with rope_keys. Not part of the public interface. */
+ * "PATH: FIELD: expected ..., found ...") and the readers an ArchSpec lists (ArchKeyReader: the shared
+ * ones in model_desc.c, the RoPE families' in model_desc_llama.c). Not part of the public interface. */
 #ifndef GT_MODEL_DESC_INTERNAL_H
 #define GT_MODEL_DESC_INTERNAL_H
 
