@@ -222,7 +222,7 @@ static int read_levels(uint8_t *lv, size_t n, uint32_t max, const uint8_t *p, si
 /* ---- values ---- */
 
 static int grow_vals(PqLeafData *d, size_t more, const Ctx *c) {
-    if (more <= d->cap_vals - d->n_vals) return 0;
+    if (d->cap_vals && more <= d->cap_vals - d->n_vals) return 0;
     size_t cap = d->cap_vals ? d->cap_vals : 64;
     while (cap - d->n_vals < more) {
         if (cap > SIZE_MAX / 4 / sizeof(PqStr)) return gt_error(c->err, GT_EXIT_FAILURE, "%s: too many values", c->w->file);
@@ -323,7 +323,7 @@ static int page_values(PqLeafData *d, int enc, const uint8_t *p, size_t len, siz
 }
 
 static int grow_levels(PqLeafData *d, size_t more) {
-    if (more <= d->cap_levels - d->n_levels) return 0;
+    if (d->cap_levels && more <= d->cap_levels - d->n_levels) return 0;
     size_t cap = d->cap_levels ? d->cap_levels : 256;
     while (cap - d->n_levels < more) cap *= 2;
     if (d->max_def) d->def = gt_xrealloc(d->def, cap);
