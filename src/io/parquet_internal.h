@@ -112,4 +112,12 @@ int pq_decode_chunk(PqLeafData *d, const PqChunkMeta *cm, uint8_t *chunk, size_t
                     uint64_t file_off, const PqWhere *w, GtError *err);
 void pq_leaf_clear(PqLeafData *d); /* frees the data, keeps type and levels */
 
+/* The DELTA encodings (parquet_delta.c): n values from p[0..len); *used: the bytes taken. On bad
+ * input -1 with msg[cap] saying what was expected and found. DELTA_LENGTH_BYTE_ARRAY's strings point
+ * into p; DELTA_BYTE_ARRAY's into *buf (malloc'd, at most max_bytes; the caller frees it). */
+int pq_delta_binary(const uint8_t *p, size_t len, size_t n, int64_t *out, size_t *used, char *msg, size_t cap);
+int pq_delta_length(const uint8_t *p, size_t len, size_t n, PqStr *out, size_t *used, char *msg, size_t cap);
+int pq_delta_byte_array(const uint8_t *p, size_t len, size_t n, PqStr *out, uint8_t **buf, size_t max_bytes, char *msg,
+                        size_t cap);
+
 #endif

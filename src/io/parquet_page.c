@@ -313,9 +313,21 @@ static int page_values(PqLeafData *d, int enc, const uint8_t *p, size_t len, siz
             for (size_t j = 0; j < k && !rc; j++) iv[i + j] = tmp[j];
             i += k;
         }
+    } else if ((enc == PQE_DELTA_BINARY_PACKED && (d->type == PQT_INT32 || d->type == PQT_INT64)) ||
+               ((enc == PQE_DELTA_LENGTH_BYTE_ARRAY || enc == PQE_DELTA_BYTE_ARRAY) && d->type == PQT_BYTE_ARRAY)) {
+        char msg[300];
+        size_t used;
+        uint8_t *buf = NULL;
+        rc = enc == PQE_DELTA_BINARY_PACKED ? pq_delta_binary(p, len, n, iv, &used, msg, sizeof msg)
+             : enc == PQE_DELTA_LENGTH_BYTE_ARRAY ? pq_delta_length(p, len, n, s, &used, msg, sizeof msg)
+             : pq_delta_byte_array(p, len, n, s, &buf, PQ_MAX_PAGE_BYTES, msg, sizeof msg);
+        if (buf) keep_buf(d, buf);
+        if (rc) return pfail(c, "%s: %s", encoding_name(enc), msg);
+        if (d->type == PQT_INT32)
+            for (size_t k = 0; k < n; k++) iv[k] = (int32_t)(uint32_t)(uint64_t)iv[k];
     } else {
-        return pfail(c, "expected the encoding PLAIN, PLAIN_DICTIONARY or RLE_DICTIONARY, found %s (%d)",
-                     encoding_name(enc), enc);
+        return pfail(c, "expected the encoding PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY or DELTA_* for a %s column, found %s (%d)",
+                     d->type == PQT_BYTE_ARRAY ? "string" : "integer", encoding_name(enc), enc);
     }
     if (rc) return -1;
     d->n_vals += n;

@@ -3,7 +3,7 @@ back from each (the reference the C reader is compared against).
 
 usage: python pq_write.py MODE DIR
   matrix  every codec (none/snappy/gzip/zstd) x data page v1/v2 x dictionary on/off, plus a
-          dictionary that overflows into PLAIN pages; small row groups and pages
+          dictionary that overflows into PLAIN pages and the DELTA encodings; small row groups and pages
   glob    part-000..003.parquet (one of them empty) whose rows concatenate
   bad     files for the bad-input tests: small.parquet (to truncate), codec/encoding bytes edited,
           codecs and encodings outside the reader's set, columns of other types, offsets.json
@@ -97,6 +97,13 @@ def matrix(d, m):
     # a dictionary that outgrows its limit: dictionary pages, then PLAIN pages in the same chunk
     write(d, "m_fallback", make_rows(300, 2), m, compression="snappy", use_dictionary=True,
           dictionary_pagesize_limit=256, **SMALL)
+    # the DELTA encodings (no dictionary), both page versions
+    delta = {"text": "DELTA_LENGTH_BYTE_ARRAY", "category": "DELTA_BYTE_ARRAY", "n32": "DELTA_BINARY_PACKED",
+             "n64": "DELTA_BINARY_PACKED", "messages.list.element.role": "DELTA_BYTE_ARRAY",
+             "messages.list.element.content": "DELTA_LENGTH_BYTE_ARRAY"}
+    for v in ["1.0", "2.0"]:
+        write(d, "m_delta_v" + v[0], rows, m, compression="zstd", data_page_version=v, use_dictionary=False,
+              column_encoding=delta, **SMALL)
     # one row group, default page sizes
     write(d, "m_defaults", make_rows(150, 3), m)
 
@@ -203,9 +210,6 @@ def bad(d, m):
     write(d, "brotli", rows, m, compression="brotli")
     write(d, "lz4", rows, m, compression="lz4")
     write(d, "bss", rows, m, use_dictionary=False, column_encoding={"n64": "BYTE_STREAM_SPLIT"})
-    write(d, "delta", rows, m, use_dictionary=False,
-          column_encoding={"text": "DELTA_LENGTH_BYTE_ARRAY", "n64": "DELTA_BINARY_PACKED",
-                           "category": "DELTA_BYTE_ARRAY"})
     # columns of other types
     other = pa.schema([("d", pa.float64()), ("tags", pa.list_(pa.string())), ("s", pa.struct([("x", pa.int32())])),
                        ("chat", pa.list_(pa.struct([("role", pa.string()), ("text", pa.string())]))),
@@ -236,6 +240,12 @@ def seeds(d, m):
             write(d, "seed%d" % i, rows, m, compression=comp, data_page_version=v, use_dictionary=i % 2 == 0,
                   row_group_size=3)
             i += 1
+    delta = {"text": "DELTA_LENGTH_BYTE_ARRAY", "category": "DELTA_BYTE_ARRAY", "n64": "DELTA_BINARY_PACKED",
+             "messages.list.element.content": "DELTA_BYTE_ARRAY"}
+    for v in ["1.0", "2.0"]:
+        write(d, "seed%d" % i, rows, m, compression="none", data_page_version=v, use_dictionary=False,
+              column_encoding=delta, row_group_size=3)
+        i += 1
 
 
 def main():
