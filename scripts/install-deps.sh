@@ -56,7 +56,7 @@ mkdir -p "$(dirname "$venv")"
 "$venv/bin/python" - <<'EOF' >&2
 import importlib, sys
 mods = ["torch", "transformers", "peft", "trl", "tokenizers", "safetensors", "pyarrow", "jinja2",
-        "bitsandbytes", "accelerate", "datasets", "numpy"]
+        "bitsandbytes", "accelerate", "datasets", "numpy", "duckdb"]
 bad = []
 for m in mods:
     try:

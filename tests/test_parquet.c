@@ -158,6 +158,16 @@ Test(parquet, every_codec_page_version_and_encoding) {
     for (int i = 0; i < n; i++) check_file(dir, names[i], i % 2);
 }
 
+/* A second writer: DuckDB (every codec, PARQUET_VERSION V1 and V2: its DELTA encodings, data pages v2
+ * and RLE dictionaries), against DuckDB's own read back (which equals pyarrow's where pyarrow reads) */
+Test(parquet, duckdb_writes) {
+    const char *dir = write_files("duckdb");
+    char names[32][64];
+    int n = for_each_name(dir, names, 32);
+    cr_assert_eq(n, 8);
+    for (int i = 0; i < n; i++) check_file(dir, names[i], i % 2);
+}
+
 Test(parquet, several_files_by_glob) {
     const char *dir = write_files("glob");
     char pattern[600];

@@ -8,6 +8,7 @@ usage: python pq_write.py MODE DIR
   bad     files for the bad-input tests: small.parquet (to truncate), codec/encoding bytes edited,
           codecs and encodings outside the reader's set, columns of other types, offsets.json
   seeds   small files for the fuzz corpus
+  duckdb  the rows written by DuckDB instead (a second writer): every codec x PARQUET_VERSION V1/V2
 Each NAME.parquet has NAME.json beside it: pyarrow's read back, a list of rows, integers and
 booleans as strings (JSON numbers lose int64 precision). manifest.txt lists the names.
 """
@@ -116,6 +117,35 @@ def glob_files(d, m):
               data_page_version="2.0" if i == 3 else "1.0")
         rows += part
     dump(os.path.join(d, "glob_expected.json"), rows)
+
+
+def duckdb_files(d, m):
+    """The same rows written by DuckDB (a second, independent writer), each codec x parquet version."""
+    import duckdb
+    rows = make_rows(2500, 8)
+    for r in rows:
+        if r["text"] and len(r["text"]) > 3000:
+            r["text"] = r["text"][:3000]
+    table = pa.Table.from_pylist(rows, schema=SCHEMA)
+    con = duckdb.connect()
+    con.register("t", table)
+    for comp in ["uncompressed", "snappy", "gzip", "zstd"]:
+        for ver in ["V1", "V2"]:
+            name = "duck_%s_%s" % (comp, ver)
+            path = os.path.join(d, name + ".parquet")
+            con.execute("COPY t TO '%s' (FORMAT parquet, COMPRESSION %s, ROW_GROUP_SIZE 1000, PARQUET_VERSION %s)"
+                        % (path, comp, ver))
+            # the reference: DuckDB's own read back, which pyarrow's must equal where pyarrow reads the file
+            # (pyarrow 26 refuses DuckDB's DELTA_BINARY_PACKED int32 pages: "InitBlock EOF")
+            back = con.sql("SELECT * FROM read_parquet('%s')" % path).to_arrow_table().to_pylist()
+            try:
+                theirs = pq.read_table(path).to_pylist()
+            except OSError:
+                theirs = None
+            if theirs is not None and theirs != back:
+                sys.exit("%s: pyarrow and DuckDB read it differently" % path)
+            dump(os.path.join(d, name + ".json"), back)
+            m.append(name)
 
 
 def varint(b, p):
@@ -252,7 +282,7 @@ def main():
     mode, d = sys.argv[1], sys.argv[2]
     os.makedirs(d, exist_ok=True)
     manifest = []
-    {"matrix": matrix, "glob": glob_files, "bad": bad, "seeds": seeds}[mode](d, manifest)
+    {"matrix": matrix, "glob": glob_files, "bad": bad, "seeds": seeds, "duckdb": duckdb_files}[mode](d, manifest)
     with open(os.path.join(d, "manifest.txt"), "w") as f:
         f.write("".join(n + "\n" for n in manifest))
 
