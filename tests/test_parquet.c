@@ -102,6 +102,10 @@ static void compare_rows(ParquetReader *r, const cJSON *rows, const char *name) 
                 for (size_t m = 0; m < v[c].n_msgs; m++) {
                     const cJSON *wm = cJSON_GetArrayItem(want, (int)m);
                     char w2[300];
+                    if (cJSON_IsNull(wm)) { /* a null struct: role and content null */
+                        cr_assert(!v[c].msgs[m].role && !v[c].msgs[m].content, "%s message %zu: expected a null message", what, m);
+                        continue;
+                    }
                     snprintf(w2, sizeof w2, "%s message %zu role", what, m);
                     const PqMessage *pm = &v[c].msgs[m];
                     same_str(w2, cJSON_GetObjectItemCaseSensitive(wm, "role"), pm->role, pm->role_len, pm->role == NULL);
@@ -154,7 +158,7 @@ Test(parquet, every_codec_page_version_and_encoding) {
     const char *dir = write_files("matrix");
     char names[32][64];
     int n = for_each_name(dir, names, 32);
-    cr_assert_geq(n, 20);
+    cr_assert_geq(n, 22);
     for (int i = 0; i < n; i++) check_file(dir, names[i], i % 2);
 }
 

@@ -18,7 +18,7 @@ typedef enum { PQ_NULL, PQ_STRING, PQ_INT, PQ_MESSAGES } PqKind;
 typedef struct {
     const char *role, *content;
     size_t role_len, content_len;
-} PqMessage; /* a null role/content: NULL, 0 */
+} PqMessage; /* a null role/content: NULL, 0 (a null message in the list: both) */
 typedef struct {
     PqKind kind;
     const char *s;
@@ -43,7 +43,7 @@ PqKind parquet_column_kind(const ParquetReader *r, int column);
  * expected, what was found) or I/O / memory failure (code 1). */
 int parquet_next_row(ParquetReader *r, PqValue *v, GtError *err);
 const char *parquet_current_file(const ParquetReader *r); /* the file of the row last returned */
-uint64_t parquet_current_row(const ParquetReader *r);     /* its row number within that file */
+uint64_t parquet_current_row(const ParquetReader *r);     /* its row number within that file, from 0 */
 void parquet_close(ParquetReader *r);                     /* NULL is fine */
 
 #endif

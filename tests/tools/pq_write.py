@@ -51,6 +51,9 @@ def make_rows(n, seed):
         else:
             msgs = []
             for k in range(rng.randint(1, 4)):
+                if rng.random() < 0.03:  # a null struct in the list
+                    msgs.append(None)
+                    continue
                 c = rng.random()
                 content = None if c < 0.1 else "" if c < 0.2 else rng.choice(WORDS) + " turn %d" % k
                 role = None if rng.random() < 0.03 else rng.choice(["system", "user", "assistant"])
@@ -76,10 +79,10 @@ def dump(path, rows):
         json.dump([as_json(r) for r in rows], f, ensure_ascii=False)
 
 
-def write(d, name, rows, manifest, schema=SCHEMA, **kw):
+def write(d, name, rows, manifest, schema=SCHEMA, ref=True, **kw):
     path = os.path.join(d, name + ".parquet")
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), path, **kw)
-    if schema is SCHEMA:
+    if ref:
         dump(os.path.join(d, name + ".json"), pq.read_table(path).to_pylist())
     manifest.append(name)
     return path
@@ -105,6 +108,14 @@ def matrix(d, m):
     for v in ["1.0", "2.0"]:
         write(d, "m_delta_v" + v[0], rows, m, compression="zstd", data_page_version=v, use_dictionary=False,
               column_encoding=delta, **SMALL)
+    # the legacy list names (list/item), and a schema where the list, its structs and roles are required
+    write(d, "m_item_names", rows, m, use_compliant_nested_type=False, **SMALL)
+    req = pa.schema([f if f.name != "messages" else pa.field("messages", pa.list_(pa.field("element", pa.struct(
+        [pa.field("role", pa.string(), nullable=False), ("content", pa.string())]), nullable=False)), nullable=False)
+        for f in SCHEMA])
+    rows_req = [dict(r, messages=[dict(x or {"content": None}, role=(x or {}).get("role") or "user")
+                                  for x in r["messages"] or []]) for r in rows]
+    write(d, "m_required", rows_req, m, schema=req, **SMALL)
     # one row group, default page sizes
     write(d, "m_defaults", make_rows(150, 3), m)
 
@@ -246,7 +257,7 @@ def bad(d, m):
                        ("blob", pa.binary()), ("dec", pa.decimal128(10, 2))])
     import decimal
     write(d, "types", [{"d": 1.5, "tags": ["a"], "s": {"x": 1}, "chat": [], "blob": b"\x00\x01",
-                        "dec": decimal.Decimal("1.25")}], m, schema=other)
+                        "dec": decimal.Decimal("1.25")}], m, schema=other, ref=False)
     # where each column's chunks lie in a multi-row-group file (the lazy-read test spoils one column)
     lazy = write(d, "lazy", make_rows(90, 5), m, compression="snappy", row_group_size=30)
     md = pq.ParquetFile(lazy).metadata
