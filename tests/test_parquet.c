@@ -248,6 +248,30 @@ Test(parquet, bad_files) {
     const char *blob[] = {"blob"};
     GtError err;
     cr_assert_str_eq(try_read(test_join(dir, "types.parquet"), blob, 1, &err), "");
+    /* unsigned integers as pyarrow reads them; a UINT_64 of 2^63 does not fit */
+    const char *u[] = {"u8", "u16", "u32", "u64"};
+    ParquetReader *r = NULL;
+    cr_assert_eq(parquet_open(&r, test_join(dir, "uints.parquet"), u, 4, &err), 0, "%s", err.msg);
+    cJSON *urows = read_json(test_join(dir, "uints.json"));
+    const cJSON *row;
+    PqValue v[4];
+    cJSON_ArrayForEach(row, urows) {
+        cr_assert_eq(parquet_next_row(r, v, &err), 1, "%s", err.msg);
+        for (int c = 0; c < 4; c++) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(row, u[c]);
+            if (cJSON_IsNull(w)) {
+                cr_assert_eq(v[c].kind, PQ_NULL, "%s", u[c]);
+            } else {
+                cr_assert_eq(v[c].kind, PQ_INT, "%s", u[c]);
+                cr_assert_eq(v[c].i, strtoll(w->valuestring, NULL, 10), "%s: %lld, pyarrow %s", u[c], (long long)v[c].i,
+                             w->valuestring);
+            }
+        }
+    }
+    cr_assert_eq(parquet_next_row(r, v, &err), 0, "%s", err.msg);
+    parquet_close(r);
+    cJSON_Delete(urows);
+    expect_bad(dir, "u64_big.parquet", u, 4, "2^63", "column u64, row 0");
     /* not a regular file */
     expect_bad(g_dir, "bad", COLS, NCOLS, "bad", NULL);
 }

@@ -19,6 +19,7 @@ typedef struct {
     int type[2];          /* the leaves' physical types */
     int max_def[2], max_rep[2];
     int d_row, d_list, d_elem; /* messages: the def levels at which the row, a list entry, the struct are there */
+    int unsigned_bits;         /* 32 or 64: an unsigned integer column (UINT_32 / UINT_64) */
 } ColPlan;
 
 typedef struct {
@@ -150,6 +151,8 @@ static int plan_column(const PqFileMeta *m, const Tree *t, const char *file, con
         else
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s: column \"%s\": expected %s, found a %s%s column", file, col,
                             expected, is_decimal(s) ? "decimal " : "", type_name(s->type));
+        if (s->converted_type == PQ_CONVERTED_UINT_32 && s->type == PQT_INT32) p->unsigned_bits = 32;
+        if (s->converted_type == PQ_CONVERTED_UINT_64 && s->type == PQT_INT64) p->unsigned_bits = 64;
         p->n_leaves = 1;
         p->leaf[0] = t->leaf[e];
         p->type[0] = s->type;
@@ -469,8 +472,15 @@ static int flat_value(ParquetReader *r, int c, PqValue *v, GtError *err) {
         v->s = d->strs[lc->val].s;
         v->len = d->strs[lc->val].len;
     } else {
+        const ColPlan *p = &r->files[r->file_i].plan[c];
         v->kind = PQ_INT;
         v->i = d->ints[lc->val];
+        if (p->unsigned_bits == 32) v->i = (int64_t)(uint32_t)v->i;
+        if (p->unsigned_bits == 64 && v->i < 0) {
+            char msg[160];
+            snprintf(msg, sizeof msg, "expected an unsigned integer below 2^63, found %llu", (unsigned long long)v->i);
+            return row_fail(r, c, err, msg);
+        }
     }
     lc->val++;
     return 0;

@@ -258,6 +258,14 @@ def bad(d, m):
     import decimal
     write(d, "types", [{"d": 1.5, "tags": ["a"], "s": {"x": 1}, "chat": [], "blob": b"\x00\x01",
                         "dec": decimal.Decimal("1.25")}], m, schema=other, ref=False)
+    # unsigned integers (UINT_8/16/32 in INT32, UINT_64 in INT64), and a UINT_64 beyond int64
+    us = pa.schema([("u8", pa.uint8()), ("u16", pa.uint16()), ("u32", pa.uint32()), ("u64", pa.uint64())])
+    urows = [{"u8": 255, "u16": 65535, "u32": 2**32 - 1, "u64": 2**63 - 1}, {"u8": 0, "u16": None, "u32": 2**31, "u64": 0},
+             {"u8": 7, "u16": 300, "u32": 5, "u64": 2**40}]
+    write(d, "uints", urows, m, schema=us, ref=False)
+    json.dump([{k: None if v is None else str(v) for k, v in r.items()} for r in pq.read_table(
+        os.path.join(d, "uints.parquet")).to_pylist()], open(os.path.join(d, "uints.json"), "w"))
+    write(d, "u64_big", [{"u8": 1, "u16": 1, "u32": 1, "u64": 2**63}], m, schema=us, ref=False)
     # where each column's chunks lie in a multi-row-group file (the lazy-read test spoils one column)
     lazy = write(d, "lazy", make_rows(90, 5), m, compression="snappy", row_group_size=30)
     md = pq.ParquetFile(lazy).metadata
