@@ -292,6 +292,9 @@ static int dict_values(PqLeafData *d, const uint8_t *p, size_t len, size_t n, Pq
 
 /* n non-null values of one data page, encoded with enc, appended to d */
 static int page_values(PqLeafData *d, int enc, const uint8_t *p, size_t len, size_t n, const Ctx *c) {
+    size_t per = d->type == PQT_INT64 ? 8 : 4;
+    if (enc == PQE_PLAIN && d->type != PQT_BOOLEAN && n > len / per) /* checked before the allocation */
+        return pfail(c, "expected %zu PLAIN values of at least %zu bytes each, found a page of %zu bytes", n, per, len);
     if (grow_vals(d, n, c)) return -1;
     PqStr *s = d->type == PQT_BYTE_ARRAY ? d->strs + d->n_vals : NULL;
     int64_t *iv = s ? NULL : d->ints + d->n_vals;
@@ -401,7 +404,10 @@ int pq_decode_chunk(PqLeafData *d, const PqChunkMeta *cm, uint8_t *chunk, size_t
             if (h.encoding != PQE_PLAIN && h.encoding != PQE_PLAIN_DICTIONARY)
                 return pfail(&c, "expected a PLAIN dictionary, found %s (%d)", encoding_name(h.encoding), h.encoding);
             if (decompress(d, &c, cm->codec, pg, pn, (size_t)h.uncompressed_size, &data)) return -1;
-            size_t n = (size_t)h.num_values;
+            size_t n = (size_t)h.num_values, per = d->type == PQT_INT64 ? 8 : 4;
+            if (d->type != PQT_BOOLEAN && n > (size_t)h.uncompressed_size / per) /* checked before the allocation */
+                return pfail(&c, "expected a dictionary of at most %zu values in its %d bytes, found %zu", (size_t)h.uncompressed_size / per,
+                             h.uncompressed_size, n);
             if (d->type == PQT_BYTE_ARRAY) d->dict_s = gt_xmalloc((n ? n : 1) * sizeof *d->dict_s);
             else d->dict_i = gt_xmalloc((n ? n : 1) * sizeof *d->dict_i);
             if (plain(d, data, (size_t)h.uncompressed_size, n, d->dict_s, d->dict_i, &c)) return -1;
