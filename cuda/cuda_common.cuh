@@ -214,9 +214,9 @@ __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int
 
 /* kernels_misc.cu */
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
-                         const act_t *wpe, int B, int T, int C);
+                         const act_t *wpe, int B, int T, int C, const int *pos);
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
-                          const int *tokens, int B, int T, int C);
+                          const int *tokens, int B, int T, int C, const int *pos);
 void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
                            const act_t *w, const act_t *bias, int N, int C, float eps);
 void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
@@ -272,9 +272,9 @@ void gtc_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, 
                                const act_t *inp, const act_t *wq, const act_t *wk,
                                const float *rstd, int N, int NH, int NKV, int hd);
 void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
-                      int pos0, int NH, int NKV, int hd);
+                      int pos0, int NH, int NKV, int hd, const int *pos);
 void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
-                       int NH, int NKV, int hd);
+                       int NH, int NKV, int hd, const int *pos);
 void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
 void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
                          int I);
@@ -297,10 +297,10 @@ void gtc_dora_backward(Backend *b, float *dmag, act_t *dz, act_t *dy, const act_
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */
 int gtc_attention_init(CudaImpl *im, GtError *err);
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                           int NH, int NKV, int hd, int window);
+                           int NH, int NKV, int hd, int window, const int *pos);
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                            int NH, int NKV, int hd, int window);
+                            int NH, int NKV, int hd, int window, const int *pos);
 
 /* kernels_attention_tc.cu: the bf16 tensor-core attention that gtc_attention_forward/backward
  * dispatch to when the act dtype is bf16 and gtc_attention_tc_supported(hs): hs 64 or 128 on an

@@ -407,7 +407,8 @@ static void attention_forward_t(Backend *b, Act *out, float *lse, const Act *qkv
 }
 
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                           int NH, int NKV, int hd, int window) {
+                           int NH, int NKV, int hd, int window, const int *pos) {
+    (void)pos; /* never given: this backend has no GT_CAP_POSITIONS (backend.h) */
     if (B <= 0 || T <= 0) return;
     att_check_shape(NH, NKV, hd, window);
     if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, hd))
@@ -451,7 +452,8 @@ static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const 
 
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                            int NH, int NKV, int hd, int window) {
+                            int NH, int NKV, int hd, int window, const int *pos) {
+    (void)pos; /* never given: this backend has no GT_CAP_POSITIONS (backend.h) */
     if (B <= 0 || T <= 0) return;
     att_check_shape(NH, NKV, hd, window);
     if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, hd)) {

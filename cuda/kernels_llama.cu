@@ -339,12 +339,14 @@ static void rope_launch(Backend *b, act_t *qkv, const float *cosv, const float *
 }
 
 void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
-                      int pos0, int NH, int NKV, int hd) {
+                      int pos0, int NH, int NKV, int hd, const int *pos) {
+    (void)pos; /* never given: this backend has no GT_CAP_POSITIONS (backend.h) */
     rope_launch(b, qkv, cosv, sinv, B, T, pos0, NH, NKV, hd, 1);
 }
 
 void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
-                       int NH, int NKV, int hd) {
+                       int NH, int NKV, int hd, const int *pos) {
+    (void)pos; /* never given: this backend has no GT_CAP_POSITIONS (backend.h) */
     rope_launch(b, dqkv, cosv, sinv, B, T, 0, NH, NKV, hd, -1);
 }
 

@@ -78,7 +78,8 @@ static void encoder_forward_t(Backend *b, Act *out, const int *tokens, const Act
 }
 
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
-                         const act_t *wpe, int B, int T, int C) {
+                         const act_t *wpe, int B, int T, int C, const int *pos) {
+    (void)pos; /* never given: this backend has no GT_CAP_POSITIONS (backend.h) */
     if (gtc_act_bf16(b))
         encoder_forward_t(b, (gtc_bf16 *)out, tokens, (const gtc_bf16 *)wte, (const gtc_bf16 *)wpe,
                           B, T, C);
@@ -170,7 +171,8 @@ static void encoder_backward_t(Backend *b, float *dwte, float *dwpe, const Act *
 }
 
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
-                          const int *tokens, int B, int T, int C) {
+                          const int *tokens, int B, int T, int C, const int *pos) {
+    (void)pos; /* never given: this backend has no GT_CAP_POSITIONS (backend.h) */
     if (gtc_act_bf16(b))
         encoder_backward_t(b, dwte, dwpe, (const gtc_bf16 *)dout, tokens, B, T, C);
     else

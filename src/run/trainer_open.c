@@ -241,6 +241,10 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
         data_open_text(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
                        cfg->data.val_fraction, &text, err))
         return -1;
+    if (data_packed(t->train) && !(t->be->ops->caps & GT_CAP_POSITIONS))
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: data.packing: true needs per-token positions, which the %s backend does not have yet; "
+                        "expected data.packing: false on it", cfg->config_path, t->be->ops->name);
     trainer_log_data(split_train == DATA_SPLIT_TRAIN ? "train split of" : "train", cfg->data.train, t->train);
     if (t->val) trainer_log_data(split_val == DATA_SPLIT_VAL ? "val split of" : "val", val_path, t->val);
 
@@ -326,6 +330,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));
     t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
+    if (data_packed(t->train)) t->pos = gt_xmalloc(step_rows * T * sizeof(int));
     summary->steps = t->state.global_step;
     return 0;
 }
