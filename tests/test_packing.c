@@ -9,20 +9,27 @@
  *     the double reference per segment (ops_positions.c; test_backend_ops.c runs the short rows);
  *   - a packed step's loss and every gradient equal the unpacked step's over the same examples
  *     (fp32 rounding), GPT-2 and Llama, full and LoRA, num_items equal;
- *   - recompute and offload change no bit of a packed step. */
+ *   - recompute and offload change no bit of a packed step;
+ *   - against transformers: the same examples through DataCollatorWithFlattening (one row,
+ *     position_ids) in LlamaForCausalLM / GPT2LMHeadModel (tests/tools/hf_packed.py): the loss sum,
+ *     num_items and every gradient. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "backend.h"
+#include "checkpoint.h"
 #include "data.h"
+#include "hf_weights.h"
 #include "lora_fixture.h"
 #include "model.h"
 #include "ops_fixture.h"
 #include "recompute.h"
 #include "test_backend_select.h"
+#include "test_util.h"
 
 /* ------------------------------------------------------------------ examples */
 
@@ -286,3 +293,131 @@ Test(packing, gpt2_lora_packed_step_equals_unpacked) {
 Test(packing, llama_lora_packed_step_equals_unpacked) {
     check_packed_step(lora_fix_desc(true, 2, 4, 8.0, LORA_FIX_LLAMA_ALL, false, 0.0, LORA_INIT_FALSE), "llama lora", 24);
 }
+
+/* ------------------------------------------------------------------ against transformers */
+
+/* GPT-2 made tiny (test_hf_transformers.c's); dropouts 0 */
+static const char TINY_GPT2[] =
+    "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"activation_function\": \"gelu_new\", "
+    "\"n_embd\": 64, \"n_head\": 4, \"n_layer\": 2, \"n_positions\": 64, \"n_ctx\": 64, \"n_inner\": null, "
+    "\"vocab_size\": 256, \"layer_norm_epsilon\": 1e-05, \"attn_pdrop\": 0.0, \"embd_pdrop\": 0.0, "
+    "\"resid_pdrop\": 0.0, \"tie_word_embeddings\": true, \"bos_token_id\": 0, \"eos_token_id\": 0}\n";
+
+static double after(const char *out, const char *key) {
+    const char *p = strstr(out, key);
+    cr_assert(p, "the reference printed no \"%s\": %s", key, out);
+    return strtod(p + strlen(key), NULL);
+}
+
+/* every gradient block (HF names, arch_block_name) against the reference's file */
+static void compare_hf_grads(Model *m, const float *g, const char *path, const char *what) {
+    const ParamLayout *pl = &m->layout;
+    GtError err = {0};
+    HfWeights *w = NULL;
+    cr_assert_eq(hf_weights_open(&w, path, &err), 0, "%s", err.msg);
+    double worst = 0;
+    for (int i = 0; i < pl->n_tensors; i++) {
+        const ParamTensor *t = &pl->tensors[i];
+        double dmax = 0, gmax = 0;
+        for (int b = 0; b < t->spec->n_blocks; b++) {
+            char name[128];
+            int64_t row0, rows;
+            arch_block_name(t, b, name, sizeof name, &m->desc, &row0, &rows);
+            int k = hf_weights_find(w, name);
+            cr_assert(k >= 0, "%s: transformers has no parameter %s (gtrain's %s)", what, name, t->name);
+            HfTensorInfo info;
+            hf_weights_info(w, k, &info);
+            const int64_t cols = t->ndim == 1 ? 1 : t->shape[1];
+            cr_assert_eq(info.numel, rows * cols, "%s: %s", what, name);
+            float *h = malloc((size_t)info.numel * sizeof *h);
+            cr_assert_eq(hf_weights_read_f32(w, k, h, (size_t)info.numel, &err), 0, "%s", err.msg);
+            for (int64_t r = 0; r < rows; r++)
+                for (int64_t c = 0; c < cols; c++) {
+                    const double ours = g[t->offset + (size_t)((row0 + r) * cols + c)];
+                    const double theirs = t->transposed ? h[c * rows + r] : h[r * cols + c]; /* Conv1D: [in, out] */
+                    gmax = fmax(gmax, fabs(theirs));
+                    dmax = fmax(dmax, fabs(ours - theirs));
+                }
+            free(h);
+        }
+        cr_assert(gmax > 0, "%s: %s: transformers' gradient is zero everywhere", what, t->name);
+        cr_assert(dmax <= 1e-4 * gmax, "%s: gradient of %s differs by %.3g (largest |gradient| %.3g, %.2g of it)", what,
+                  t->name, dmax, gmax, dmax / gmax);
+        worst = fmax(worst, dmax / gmax);
+    }
+    hf_weights_close(w);
+    cr_log_info("%s: every gradient within %.1e of transformers' (relative to each tensor's largest)", what, worst);
+}
+
+/* gtrain's packed rows (several examples a row, several rows) against DataCollatorWithFlattening's
+ * one flattened row with position_ids in transformers: the loss sum, num_items, every gradient */
+static void against_flattening(const char *config, const char *what) {
+    const char *root = getenv("GTRAIN_ROOT");
+    if (!root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
+    test_require_refs();
+    char dir[128], cfg[300], cmd[4096];
+    test_scratch_make(dir, sizeof dir, "gt_pack_hf");
+    if (config)
+        snprintf(cfg, sizeof cfg, "%s/tests/fixtures/hf_configs/%s", root, config);
+    else
+        snprintf(cfg, sizeof cfg, "%s", test_join(dir, "gpt2.json")), test_write_file(cfg, TINY_GPT2, strlen(TINY_GPT2));
+    const char *ref = test_join(dir, "ref");
+    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' make '%s' '%s' --seed 5 --dtype f32 --init-std 0.1 "
+             "--bias-std 0.1", root, cfg, ref);
+    free(test_sh_output(false, "%s", cmd));
+    ModelDesc d;
+    GtError err = {0};
+    cr_assert_eq(model_desc_load(&d, ref, &err), 0, "%s", err.msg);
+
+    const int T = 24, n = 12;
+    Examples *ex = malloc(sizeof *ex);
+    make_examples(ex, n, 34, d.vocab_size, 41);
+    char *lines = malloc(80 * 8 * n), *at = lines;
+    for (int e = 0; e < n; e++) {
+        at += sprintf(at, "%d", ex->plen[e]);
+        for (int t = 0; t < ex->len[e]; t++) at += sprintf(at, " %d", ex->tok[e][t]);
+        at += sprintf(at, "\n");
+    }
+    test_write_file(test_join(dir, "examples.txt"), lines, (size_t)(at - lines));
+    free(lines);
+    DataSource *p = open_examples(ex, true, T, d.vocab_size);
+    const int rows = (int)data_rows_per_epoch(p);
+    int *tk = malloc((size_t)rows * T * sizeof(int)), *tg = malloc((size_t)rows * T * sizeof(int));
+    int *ps = malloc((size_t)rows * T * sizeof(int));
+    data_fill_eval_pos(p, 0, rows, tk, tg, ps);
+    const long items = count_targets(tg, (size_t)rows * T);
+
+    Backend *be = test_backend_open();
+    Model *m = NULL;
+    cr_assert_eq(model_create(&m, &d, be, rows, T, recompute_policy(false, 1, false, d.n_layer), 1, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(checkpoint_load_weights(m, ref, &err), 0, "%s", err.msg);
+    double loss_sum = 0;
+    model_zero_grads(m);
+    cr_assert_eq(model_step_pos(m, tk, tg, ps, rows, 1.0f, true, &loss_sum, &err), 0, "%s", err.msg);
+    float *g = malloc(m->layout.total * sizeof *g);
+    cr_assert_eq(be->ops->to_host(be, g, m->grads, m->layout.total * sizeof *g, &err), 0, "%s", err.msg);
+
+    snprintf(cmd, sizeof cmd, "cd '%s' && " PY " '%s/tests/tools/hf_packed.py' ref examples.txt --seq-len %d "
+             "--grads grads/model.safetensors", dir, root, T);
+    char *out = test_sh_output(false, "%s", cmd);
+    cr_assert_eq((long)after(out, "items "), items, "%s: num_items %ld, transformers' %ld", what, items,
+                 (long)after(out, "items "));
+    const double want = after(out, "loss_sum ");
+    cr_assert(fabs(loss_sum - want) <= 1e-5 * fabs(want), "%s: packed loss sum %.9g, transformers' %.9g", what,
+              loss_sum, want);
+    free(out);
+    compare_hf_grads(m, g, test_join(dir, "grads/model.safetensors"), what);
+    cr_log_info("%s: %d examples in %d packed rows of %d, %ld targets, loss sum within %.1e of transformers'", what, n,
+                rows, T, items, fabs(loss_sum - want) / fabs(want));
+    free(g), free(tk), free(tg), free(ps), free(ex);
+    model_free(m);
+    backend_close(be);
+    data_close(p);
+    test_scratch_remove(dir);
+}
+
+Test(packing, llama_equals_transformers_flattening, .timeout = 120) {
+    against_flattening("tiny-llama.json", "Llama GQA 4/2 packed");
+}
+Test(packing, gpt2_equals_transformers_flattening, .timeout = 120) { against_flattening(NULL, "GPT-2 packed"); }
