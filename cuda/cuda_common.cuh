@@ -204,6 +204,14 @@ __host__ __device__ __forceinline__ int gtc_att_kv_head(int h, int NH, int NKV) 
 __host__ __device__ __forceinline__ int gtc_att_first_key(int t, int window) {
     return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
 }
+/* with per-token positions (backend.h; posr: the sequence's, NULL without): also no key before
+ * t's own example, t - posr[t]. t must be < T when posr is given. The start never decreases with
+ * t, so a block's or warp's first row has its first visible key. */
+__device__ __forceinline__ int gtc_att_first_key_pos(int t, int window, const int *posr) {
+    int j = gtc_att_first_key(t, window);
+    if (posr && t - posr[t] > j) j = t - posr[t];
+    return j;
+}
 /* one past the last query position that sees key j: j + window with a window, else T (<= T) */
 __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int T) {
     return window > 0 && j + window < T ? j + window : T;
@@ -310,10 +318,10 @@ bool gtc_attention_tc_supported(Backend *b, int hs);
  * their kernels' shared-memory limits; 0 or -1 */
 int gtc_attention_tc_init(CudaImpl *im, GtError *err);
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
-                              int T, int NH, int NKV, int hd, int window);
+                              int T, int NH, int NKV, int hd, int window, const int *pos);
 /* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */
 void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
                                const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
-                               int NKV, int hd, int window);
+                               int NKV, int hd, int window, const int *pos);
 
 #endif

@@ -209,6 +209,9 @@ Test(packing, attention_positions_long_rows) {
     check_attention_pos(GT_F32, (AttCase){1, 200, 4, 1, 16, 9}, 100, 12);
     check_attention_pos(GT_F32, (AttCase){2, 130, 2, 2, 64, 0}, 140, 13); /* segments longer than a tile */
     check_attention_pos(GT_BF16, (AttCase){2, 150, 4, 2, 16, 0}, 80, 14);
+    /* bf16 at head size 64 and 128: CUDA's tensor-core kernels (kernels_attention_tc.cu) */
+    check_attention_pos(GT_BF16, (AttCase){2, 140, 4, 2, 64, 0}, 90, 15);
+    check_attention_pos(GT_BF16, (AttCase){1, 150, 2, 1, 128, 11}, 70, 16);
 }
 
 /* ------------------------------------------------------------------ packed step = unpacked step */
@@ -421,3 +424,41 @@ Test(packing, llama_equals_transformers_flattening, .timeout = 120) {
     against_flattening("tiny-llama.json", "Llama GQA 4/2 packed");
 }
 Test(packing, gpt2_equals_transformers_flattening, .timeout = 120) { against_flattening(NULL, "GPT-2 packed"); }
+
+/* ------------------------------------------------------------------ what plan and a run say */
+
+/* `gtrain plan` and a run's first lines: how many rows the examples pack into and the padding
+ * left, the numbers the data reader gives */
+Test(packing, plan_and_run_say_rows_and_padding, .timeout = 120) {
+    const char *bin = getenv("GTRAIN_BIN"), *root = getenv("GTRAIN_ROOT");
+    if (!bin || !root) cr_skip_test("GTRAIN_BIN / GTRAIN_ROOT are not set (run through make test)");
+    char dir[128], cfg[4096];
+    test_scratch_make(dir, sizeof dir, "gt_pack_plan");
+    Examples *ex = malloc(sizeof *ex);
+    make_examples(ex, 30, 30, 256, 51);
+    size_t len;
+    char *text = examples_jsonl(ex, &len);
+    test_write_file(test_join(dir, "train.jsonl"), text, len);
+    free(text);
+    DataSource *p = open_examples(ex, true, 24, 256);
+    DataStats st;
+    data_stats(p, &st);
+    char want[160];
+    snprintf(want, sizeof want, "packed into %llu rows of 24 (first-fit decreasing, no cross-talk), %.1f%% padding left",
+             (unsigned long long)st.packed_rows, 100.0 * (1.0 - (double)st.packed_tokens / ((double)st.packed_rows * 24)));
+    data_close(p);
+    free(ex);
+    snprintf(cfg, sizeof cfg,
+             "model: %s/tests/fixtures/hf_configs/tiny-llama.json\n"
+             "data: {train: %s, format: jsonl, seq_len: 24, packing: true}\n"
+             "per_device_train_batch_size: 2\nmax_steps: 1\nsave_steps: 0\neval_steps: 0\noutput_dir: %s\n",
+             root, test_join(dir, "train.jsonl"), test_join(dir, "out"));
+    test_write_file(test_join(dir, "run.yaml"), cfg, strlen(cfg));
+    for (int k = 0; k < 2; k++) {
+        char *out = test_sh_output(true, "'%s' %s --config '%s' --set device=cpu", bin, k ? "" : "plan",
+                                   test_join(dir, "run.yaml"));
+        cr_assert(strstr(out, want), "%s: no \"%s\" in:\n%s", k ? "run" : "plan", want, out);
+        free(out);
+    }
+    test_scratch_remove(dir);
+}
