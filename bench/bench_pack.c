@@ -9,11 +9,13 @@
  * lognormal with mean 176 and standard deviation 105, each at least 8 (total mean ~268, sd ~113),
  * ids uniform in [1, vocab). Both modes read the same jsonl through the data reader (file order),
  * run the same number of full steps of B rows (forward, backward, clip, AdamW) after one warm-up,
- * and count the targets that trained. Prints one line each and their ratio. */
+ * in turn (a padded step, a packed step, ...), and count the targets that trained. Prints one line
+ * each and their ratio, by wall time and by process CPU time (steadier on a shared machine). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "blas_setup.h"
 #include "data.h"
@@ -65,49 +67,66 @@ static long targets(const int *tg, size_t n) {
     return c;
 }
 
-/* completion tokens trained per second over `steps` steps of B rows (after one warm-up) */
-static double run(const ModelDesc *d, const DataSource *src, int B, int T, int steps, const char *what, double *pad) {
+/* one mode: its model and data, and what its timed steps did */
+typedef struct {
+    const char *what;
+    const DataSource *src;
+    Backend *be;
+    Model *m;
+    int *tok, *tgt, *pos;
+    double wall, cpu;
+    long trained, cells, filled;
+} Mode;
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void mode_open(Mode *o, const char *what, const ModelDesc *d, const DataSource *src, int B, int T) {
     GtError err = {0};
-    Backend *be = NULL;
-    Model *m = NULL;
-    if (backend_open(&be, DEVICE_CPU, 0, 0, &err) ||
-        model_create(&m, d, be, B, T, recompute_policy(false, 1, false, d->n_layer), 1, &err)) {
+    *o = (Mode){.what = what, .src = src};
+    if (backend_open(&o->be, DEVICE_CPU, 0, 0, &err) ||
+        model_create(&o->m, d, o->be, B, T, recompute_policy(false, 1, false, d->n_layer), 1, &err)) {
         fprintf(stderr, "bench_pack: %s\n", err.msg);
         exit(1);
     }
-    const bool packed = data_packed(src);
     const size_t BT = (size_t)B * T;
-    int *tok = malloc(BT * sizeof *tok), *tgt = malloc(BT * sizeof *tgt), *pos = malloc(BT * sizeof *pos);
-    RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
-    double secs = 0;
-    long trained = 0, cells = 0, filled = 0;
-    for (int i = -1; i < steps; i++) {
-        data_fill_train_pos(src, 1, false, i + 1, B, 0, B, tok, tgt, pos);
-        const long items = targets(tgt, BT);
-        double t0 = gt_now_seconds(), loss;
-        if (model_step_pos(m, tok, tgt, packed ? pos : NULL, B, (float)(1.0 / (double)(items ? items : 1)), true, &loss,
-                           &err)) {
-            fprintf(stderr, "bench_pack: %s\n", err.msg);
-            exit(1);
-        }
-        clip_grads(m, grad_global_norm(m), 1.0);
-        adamw_step(m, 1e-4, &cfg, i + 2);
-        model_zero_grads(m);
-        be->ops->synchronize(be);
-        if (i < 0) continue;
-        secs += gt_now_seconds() - t0;
-        trained += items;
-        cells += (long)BT;
-        for (size_t k = 0; k < BT; k++) /* a real token: any but the padding's trailing run */
-            filled += !(tok[k] == DATA_PAD_TOKEN && tgt[k] == DATA_IGNORE_INDEX);
+    o->tok = malloc(BT * sizeof(int)), o->tgt = malloc(BT * sizeof(int)), o->pos = malloc(BT * sizeof(int));
+    if (!o->tok || !o->tgt || !o->pos) exit(1);
+}
+
+/* one full step (forward, backward, clip, AdamW) on rows step*B.. in file order; timed unless warm-up */
+static void mode_step(Mode *o, int B, int T, int step, bool timed) {
+    static const RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
+    GtError err = {0};
+    const size_t BT = (size_t)B * T;
+    data_fill_train_pos(o->src, 1, false, step, B, 0, B, o->tok, o->tgt, o->pos);
+    const long items = targets(o->tgt, BT);
+    double w0 = gt_now_seconds(), c0 = cpu_now(), loss;
+    if (model_step_pos(o->m, o->tok, o->tgt, data_packed(o->src) ? o->pos : NULL, B,
+                       (float)(1.0 / (double)(items ? items : 1)), true, &loss, &err)) {
+        fprintf(stderr, "bench_pack: %s\n", err.msg);
+        exit(1);
     }
-    *pad = 1.0 - (double)filled / (double)cells;
-    printf("%-7s B=%d T=%d: %d steps, %ld completion tokens trained in %.2f s: %.0f completion tok/s (%.1f%% "
-           "padding)\n", what, B, T, steps, trained, secs, trained / secs, 100.0 * *pad);
-    free(tok), free(tgt), free(pos);
-    model_free(m);
-    backend_close(be);
-    return trained / secs;
+    clip_grads(o->m, grad_global_norm(o->m), 1.0);
+    adamw_step(o->m, 1e-4, &cfg, step + 1);
+    model_zero_grads(o->m);
+    o->be->ops->synchronize(o->be);
+    if (!timed) return;
+    o->wall += gt_now_seconds() - w0, o->cpu += cpu_now() - c0;
+    o->trained += items, o->cells += (long)BT;
+    for (size_t k = 0; k < BT; k++) o->filled += !(o->tok[k] == DATA_PAD_TOKEN && o->tgt[k] == DATA_IGNORE_INDEX);
+}
+
+static void mode_close(Mode *o, int B, int T, int steps) {
+    printf("%-7s B=%d T=%d: %d steps, %ld completion tokens trained in %.2f s (%.2f s CPU): %.0f completion tok/s "
+           "(%.0f per CPU second), %.1f%% padding\n", o->what, B, T, steps, o->trained, o->wall, o->cpu,
+           o->trained / o->wall, o->trained / o->cpu, 100.0 * (1.0 - (double)o->filled / (double)o->cells));
+    free(o->tok), free(o->tgt), free(o->pos);
+    model_free(o->m);
+    backend_close(o->be);
 }
 
 int main(int argc, char **argv) {
@@ -141,10 +160,19 @@ int main(int argc, char **argv) {
            "(%.1f%% padding), padded %d rows (%.1f%% padding)\n", n, mean_len, (unsigned long long)st.truncated, T + 1,
            (unsigned long long)st.packed_rows, 100.0 * (1.0 - (double)st.packed_tokens / ((double)st.packed_rows * T)),
            n, 100.0 * (1.0 - (double)st.packed_tokens / ((double)n * T)));
-    double pad_u, pad_p;
-    const double u = run(&d, un, B, T, steps, "padded", &pad_u), p = run(&d, pk, B, T, steps, "packed", &pad_p);
-    printf("ratio   packed / padded completion tokens per second = %.2f  (%s, %s, B %d, T %d)\n", p / u, argv[1],
-           blas_core_name(), B, T);
+    /* the two modes step by step in turn, so that a change in the machine's load hits both alike */
+    Mode u, p;
+    mode_open(&u, "padded", &d, un, B, T);
+    mode_open(&p, "packed", &d, pk, B, T);
+    for (int i = -1; i < steps; i++) {
+        mode_step(&u, B, T, i + 1, i >= 0);
+        mode_step(&p, B, T, i + 1, i >= 0);
+    }
+    const double rw = (p.trained / p.wall) / (u.trained / u.wall), rc = (p.trained / p.cpu) / (u.trained / u.cpu);
+    mode_close(&u, B, T, steps);
+    mode_close(&p, B, T, steps);
+    printf("ratio   packed / padded completion tokens per second = %.2f (per CPU second %.2f)  (%s, %s, B %d, T %d)\n",
+           rw, rc, argv[1], blas_core_name(), B, T);
     data_close(pk), data_close(un);
     free(text);
     return 0;
