@@ -7,7 +7,7 @@
  * Alpaca-style prompt template the PiSSA/MetaMath scripts use, then the query; the response):
  * prompt lengths lognormal with mean 92 and standard deviation 40 tokens, completion lengths
  * lognormal with mean 176 and standard deviation 105, each at least 8 (total mean ~268, sd ~113),
- * ids uniform in [1, vocab). Both modes read the same jsonl through the data reader (file order),
+ * ids uniform in [1, vocab). Both modes read the same jsonl through the data reader (rows shuffled),
  * run the same number of full steps of B rows (forward, backward, clip, AdamW) after one warm-up,
  * in turn (a padded step, a packed step, ...), and count the targets that trained. Prints one line
  * each and their ratio, by wall time and by process CPU time (steadier on a shared machine). */
@@ -44,12 +44,18 @@ static char *make_jsonl(int n, int vocab, size_t *len, double *mean_len) {
     for (int e = 0; e < n && buf; e++) {
         int pl = lognormal(&s, 92, 40), cl = lognormal(&s, 176, 105);
         sum += pl + cl;
-        if (cap - k < (size_t)(pl + cl) * 8 + 64) buf = realloc(buf, cap *= 2);
+        while (buf && cap - k < (size_t)(pl + cl) * 8 + 64) {
+            char *nb = realloc(buf, cap *= 2);
+            if (!nb) free(buf);
+            buf = nb;
+        }
         if (!buf) break;
         k += (size_t)sprintf(buf + k, "{\"prompt_ids\": [");
-        for (int j = 0; j < pl; j++) k += (size_t)sprintf(buf + k, "%s%d", j ? "," : "", 1 + (int)(rng(&s) % (uint64_t)(vocab - 1)));
+        for (int j = 0; j < pl; j++)
+            k += (size_t)sprintf(buf + k, "%s%d", j ? "," : "", 1 + (int)(rng(&s) % (uint64_t)(vocab - 1)));
         k += (size_t)sprintf(buf + k, "], \"completion_ids\": [");
-        for (int j = 0; j < cl; j++) k += (size_t)sprintf(buf + k, "%s%d", j ? "," : "", 1 + (int)(rng(&s) % (uint64_t)(vocab - 1)));
+        for (int j = 0; j < cl; j++)
+            k += (size_t)sprintf(buf + k, "%s%d", j ? "," : "", 1 + (int)(rng(&s) % (uint64_t)(vocab - 1)));
         k += (size_t)sprintf(buf + k, "]}\n");
     }
     if (!buf) {
@@ -97,12 +103,13 @@ static void mode_open(Mode *o, const char *what, const ModelDesc *d, const DataS
     if (!o->tok || !o->tgt || !o->pos) exit(1);
 }
 
-/* one full step (forward, backward, clip, AdamW) on rows step*B.. in file order; timed unless warm-up */
+/* one full step (forward, backward, clip, AdamW) on the rows of step `step` (shuffled, as a run draws them:
+ * a sample of the whole epoch, not its first, fullest packed rows); timed unless warm-up */
 static void mode_step(Mode *o, int B, int T, int step, bool timed) {
     static const RunConfig cfg = {.adam_beta1 = 0.9, .adam_beta2 = 0.999, .adam_epsilon = 1e-8, .weight_decay = 0.1};
     GtError err = {0};
     const size_t BT = (size_t)B * T;
-    data_fill_train_pos(o->src, 1, false, step, B, 0, B, o->tok, o->tgt, o->pos);
+    data_fill_train_pos(o->src, 1, true, step, B, 0, B, o->tok, o->tgt, o->pos);
     const long items = targets(o->tgt, BT);
     double w0 = gt_now_seconds(), c0 = cpu_now(), loss;
     if (model_step_pos(o->m, o->tok, o->tgt, data_packed(o->src) ? o->pos : NULL, B,

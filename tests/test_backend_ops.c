@@ -10,6 +10,10 @@
  * GTRAIN_TEST_DEVICE=cuda (scripts/test-cudasim.sh runs it on the simulator). Suites
  * backend_ops (fp32 activations) and backend_ops_bf16.
  *
+ * The encoder, rope and attention rows also run with per-token positions (packed rows: segments
+ * restarting at 0) on a backend with GT_CAP_POSITIONS, against the references per segment
+ * (ops_positions.c).
+ *
  * Besides the values:
  *   - coverage: the table plus the infrastructure entries (memory, timer, close) name every slot
  *     of BackendOps exactly once, and their count is sizeof(BackendOps) / sizeof(a pointer); an
