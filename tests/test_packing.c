@@ -12,7 +12,9 @@
  *   - recompute and offload change no bit of a packed step;
  *   - against transformers: the same examples through DataCollatorWithFlattening (one row,
  *     position_ids) in LlamaForCausalLM / GPT2LMHeadModel (tests/tools/hf_packed.py): the loss sum,
- *     num_items and every gradient. */
+ *     num_items and every gradient;
+ *   - what gtrain plan and a run print about the rows; positions that are not what the ops take
+ *     are refused. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -461,4 +463,25 @@ Test(packing, plan_and_run_say_rows_and_padding, .timeout = 120) {
         free(out);
     }
     test_scratch_remove(dir);
+}
+
+/* positions that are not what the ops take (a row not starting at 0, a jump) are refused with
+ * one line before any op runs, never read past the tables */
+Test(packing, bad_positions_refused) {
+    ModelDesc d = lora_fix_base(true, 1);
+    const int T = 8;
+    Backend *be = test_backend_open();
+    Model *m = NULL;
+    GtError err = {0};
+    cr_assert_eq(model_create(&m, &d, be, 1, T, recompute_policy(false, 1, false, 1), 3, &err), 0, "%s", err.msg);
+    int tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tgt[8] = {2, 3, 4, 5, 6, 7, 8, -100};
+    const int bad[2][8] = {{1, 2, 3, 4, 5, 6, 7, 8}, {0, 1, 2, 0, 1, 9, 0, 1}};
+    for (int k = 0; k < 2; k++) {
+        double s = 0;
+        err = (GtError){0};
+        cr_assert_eq(model_step_pos(m, tok, tgt, bad[k], 1, 1.0f, true, &s, &err), -1, "bad positions %d accepted", k);
+        cr_assert(strstr(err.msg, "position") && !strchr(err.msg, '\n'), "%s", err.msg);
+    }
+    model_free(m);
+    backend_close(be);
 }

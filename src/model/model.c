@@ -357,6 +357,14 @@ static int upload_batch(Model *m, const int *tokens, const int *targets, const i
     if (positions && !(m->be->ops->caps & GT_CAP_POSITIONS))
         return gt_error(err, GT_EXIT_BAD_INPUT, "model: the %s backend does not take per-token positions (packed rows)",
                         m->be->ops->name);
+    /* what the ops take (backend.h): each row starts at 0, then 0 or one more; never past T */
+    for (int r = 0; positions && r < rows; r++)
+        for (int t = 0; t < m->T; t++) {
+            const int p = positions[(size_t)r * m->T + t], prev = t ? positions[(size_t)r * m->T + t - 1] : -1;
+            if (p != 0 && p != prev + 1)
+                return gt_error(err, GT_EXIT_FAILURE, "model: row %d position %d is %d, expected 0 or %d", r, t, p,
+                                prev + 1);
+        }
     if (m->be->ops->to_device(m->be, m->tokens, tokens, n, err)) return -1;
     m->pos_on = positions != NULL;
     if (positions && m->be->ops->to_device(m->be, m->positions, positions, n, err)) return -1;
