@@ -549,7 +549,7 @@ static double cu_timer_elapsed_ms(Backend *b) {
 
 static const BackendOps k_cuda_ops = {
     /* .name = */ "cuda",
-    /* .caps = */ GT_CAP_DEVICE_MEMORY | GT_CAP_NATIVE_BF16 | GT_CAP_NCCL | GT_CAP_DRIVER_MEM_VIEW,
+    /* .caps = */ GT_CAP_DEVICE_MEMORY | GT_CAP_NATIVE_BF16 | GT_CAP_NCCL | GT_CAP_DRIVER_MEM_VIEW | GT_CAP_POSITIONS,
     /* .close = */ cu_close,
     /* .dev_alloc = */ cu_dev_alloc,
     /* .dev_free = */ cu_dev_free,

@@ -204,6 +204,14 @@ __host__ __device__ __forceinline__ int gtc_att_kv_head(int h, int NH, int NKV) 
 __host__ __device__ __forceinline__ int gtc_att_first_key(int t, int window) {
     return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;
 }
+/* with per-token positions (backend.h; posr: the sequence's, NULL without): also no key before
+ * t's own example, t - posr[t]. t must be < T when posr is given. The start never decreases with
+ * t, so a block's or warp's first row has its first visible key. */
+__device__ __forceinline__ int gtc_att_first_key_pos(int t, int window, const int *posr) {
+    int j = gtc_att_first_key(t, window);
+    if (posr && t - posr[t] > j) j = t - posr[t];
+    return j;
+}
 /* one past the last query position that sees key j: j + window with a window, else T (<= T) */
 __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int T) {
     return window > 0 && j + window < T ? j + window : T;
@@ -214,9 +222,9 @@ __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int
 
 /* kernels_misc.cu */
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
-                         const act_t *wpe, int B, int T, int C);
+                         const act_t *wpe, int B, int T, int C, const int *pos);
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
-                          const int *tokens, int B, int T, int C);
+                          const int *tokens, int B, int T, int C, const int *pos);
 void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
                            const act_t *w, const act_t *bias, int N, int C, float eps);
 void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
@@ -272,9 +280,9 @@ void gtc_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, 
                                const act_t *inp, const act_t *wq, const act_t *wk,
                                const float *rstd, int N, int NH, int NKV, int hd);
 void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
-                      int pos0, int NH, int NKV, int hd);
+                      int pos0, int NH, int NKV, int hd, const int *pos);
 void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
-                       int NH, int NKV, int hd);
+                       int NH, int NKV, int hd, const int *pos);
 void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
 void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
                          int I);
@@ -297,10 +305,10 @@ void gtc_dora_backward(Backend *b, float *dmag, act_t *dz, act_t *dy, const act_
 /* sets the kernels' shared-memory limits and picks the tensor-core head sizes; 0 or -1 */
 int gtc_attention_init(CudaImpl *im, GtError *err);
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                           int NH, int NKV, int hd, int window);
+                           int NH, int NKV, int hd, int window, const int *pos);
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                            int NH, int NKV, int hd, int window);
+                            int NH, int NKV, int hd, int window, const int *pos);
 
 /* kernels_attention_tc.cu: the bf16 tensor-core attention that gtc_attention_forward/backward
  * dispatch to when the act dtype is bf16 and gtc_attention_tc_supported(hs): hs 64 or 128 on an
@@ -310,10 +318,10 @@ bool gtc_attention_tc_supported(Backend *b, int hs);
  * their kernels' shared-memory limits; 0 or -1 */
 int gtc_attention_tc_init(CudaImpl *im, GtError *err);
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
-                              int T, int NH, int NKV, int hd, int window);
+                              int T, int NH, int NKV, int hd, int window, const int *pos);
 /* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */
 void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
                                const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
-                               int NKV, int hd, int window);
+                               int NKV, int hd, int window, const int *pos);
 
 #endif

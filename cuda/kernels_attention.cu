@@ -128,7 +128,7 @@ __device__ __forceinline__ void att_load_tile(float *dst, int ld, const Act *src
 template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_forward_kernel(Act *out, float *lse, const Act *qkv, int T, int NH, int NKV, int hs,
-                             int window, float scale) {
+                             int window, float scale, const int *pos) {
     extern __shared__ float sm[];
     int ld = att_ld(hs);
     float *Qs = sm;                 /* [ATT_BR][ld] */
@@ -141,6 +141,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const Act *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * hs;
     const Act *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * hs;
     const Act *vbase = kbase + (size_t)NKV * hs;
+    const int *posr = pos ? pos + (size_t)bb * T : nullptr; /* packed rows: this sequence's positions */
 
     att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
 
@@ -154,7 +155,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     }
     int q_last = min(q0 + ATT_BR, T) - 1;
     /* the first key tile holding a key the block's first query sees (0 without a window) */
-    int k_first = gtc_att_first_key(q0, window) / ATT_BC * ATT_BC;
+    int k_first = gtc_att_first_key_pos(q0, window, posr) / ATT_BC * ATT_BC;
     for (int k0 = k_first; k0 <= q_last; k0 += ATT_BC) {
         __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */
         att_load_tile(Ks, ld, kbase, C3, k0, ATT_BC, T, hs);
@@ -164,7 +165,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int i = 0; i < ATT_RPW; i++) {
             int r = warp + ATT_WARPS * i;
             int t = q0 + r;
-            int jlo = gtc_att_first_key(t, window);
+            int jlo = t < T ? gtc_att_first_key_pos(t, window, posr) : 0;
             /* warp-uniform: no key of the tile in [jlo, t] */
             if (t >= T || k0 > t || k0 + ATT_BC <= jlo) continue;
             int j = k0 + lane;
@@ -220,7 +221,7 @@ template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dkdv_kernel(Act *dqkv, const Act *dout, const Act *qkv, const float *lse,
                                    const float *D, int T, int NH, int NKV, int hs, int window,
-                                   float scale) {
+                                   float scale, const int *pos) {
     extern __shared__ float sm[];
     int ld = att_ld(hs);
     float *Ks = sm;                  /* [ATT_BK][ld] */
@@ -235,6 +236,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const size_t C = (size_t)NH * hs, C3 = (size_t)(NH + 2 * NKV) * hs;
     const Act *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * hs;
     const Act *vbase = kbase + (size_t)NKV * hs;
+    const int *posr = pos ? pos + (size_t)bb * T : nullptr; /* packed rows: this sequence's positions */
 
     att_load_tile(Ks, ld, kbase, C3, k0, ATT_BK, T, hs);
     att_load_tile(Vs, ld, vbase, C3, k0, ATT_BK, T, hs);
@@ -272,7 +274,8 @@ __global__ void __launch_bounds__(ATT_THREADS)
                 if (j >= T || q0 + ATT_BQ - 1 < j || q0 >= tend) continue;
                 int t = q0 + lane;
                 float p = 0.0f, ds = 0.0f;
-                if (t < tend && t >= j) {
+                /* positions: t sees key j only within its own example (t - posr[t] <= j) */
+                if (t < tend && t >= j && (!posr || t - posr[t] <= j)) {
                     p = expf(att_score(Qs + lane * ld, Ks + kr * ld, hs, scale) - Ls[lane]);
                     ds = p * (att_dot(dOs + lane * ld, Vs + kr * ld, hs) - Ds[lane]);
                 }
@@ -297,7 +300,7 @@ template <typename Act>
 __global__ void __launch_bounds__(ATT_THREADS)
     attention_backward_dq_kernel(Act *dqkv, const Act *dout, const Act *qkv, const float *lse,
                                  const float *D, int T, int NH, int NKV, int hs, int window,
-                                 float scale) {
+                                 float scale, const int *pos) {
     extern __shared__ float sm[];
     int ld = att_ld(hs);
     float *Qs = sm;                 /* [ATT_BR][ld] */
@@ -314,6 +317,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
     const Act *dobase = dout + (size_t)bb * T * C + (size_t)h * hs;
     const float *lrow = lse + ((size_t)bb * NH + h) * T;
     const float *drow = D + ((size_t)bb * NH + h) * T;
+    const int *posr = pos ? pos + (size_t)bb * T : nullptr; /* packed rows: this sequence's positions */
 
     att_load_tile(Qs, ld, qbase, C3, q0, ATT_BR, T, hs);
     att_load_tile(dOs, ld, dobase, C, q0, ATT_BR, T, hs);
@@ -328,7 +332,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int r = 0; r < ATT_DPL; r++) dq[i][r] = 0.0f;
     }
     int q_last = min(q0 + ATT_BR, T) - 1;
-    int k_first = gtc_att_first_key(q0, window) / ATT_BC * ATT_BC;
+    int k_first = gtc_att_first_key_pos(q0, window, posr) / ATT_BC * ATT_BC;
     for (int k0 = k_first; k0 <= q_last; k0 += ATT_BC) {
         __syncthreads();
         att_load_tile(Ks, ld, kbase, C3, k0, ATT_BC, T, hs);
@@ -338,7 +342,7 @@ __global__ void __launch_bounds__(ATT_THREADS)
         for (int i = 0; i < ATT_RPW; i++) {
             int r = warp + ATT_WARPS * i;
             int t = q0 + r;
-            int jlo = gtc_att_first_key(t, window);
+            int jlo = t < T ? gtc_att_first_key_pos(t, window, posr) : 0;
             if (t >= T || k0 > t || k0 + ATT_BC <= jlo) continue; /* warp-uniform */
             int j = k0 + lane;
             float ds = 0.0f;
@@ -398,26 +402,26 @@ static void att_check_shape(int NH, int NKV, int hd, int window) {
 
 template <typename Act>
 static void attention_forward_t(Backend *b, Act *out, float *lse, const Act *qkv, int B, int T,
-                                int NH, int NKV, int hs, int window) {
+                                int NH, int NKV, int hs, int window, const int *pos) {
     float scale = 1.0f / sqrtf((float)hs);
     dim3 grid((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
     GTC_LAUNCH(attention_forward_kernel<Act>, grid, ATT_THREADS, att_fwd_smem(hs), gtc_stream(b),
-               out, lse, qkv, T, NH, NKV, hs, window, scale);
+               out, lse, qkv, T, NH, NKV, hs, window, scale, pos);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                           int NH, int NKV, int hd, int window) {
+                           int NH, int NKV, int hd, int window, const int *pos) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(NH, NKV, hd, window);
     if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, hd))
         gtc_attention_tc_forward(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, NH, NKV, hd,
-                                 window);
+                                 window, pos);
     else if (gtc_act_bf16(b))
         attention_forward_t(b, (gtc_bf16 *)out, lse, (const gtc_bf16 *)qkv, B, T, NH, NKV, hd,
-                            window);
+                            window, pos);
     else
-        attention_forward_t(b, (float *)out, lse, (const float *)qkv, B, T, NH, NKV, hd, window);
+        attention_forward_t(b, (float *)out, lse, (const float *)qkv, B, T, NH, NKV, hd, window, pos);
 }
 
 /* D = rowsum(dout * out) into the workspace (both paths) */
@@ -435,35 +439,35 @@ static void attention_backward_d(Backend *b, float *workspace, const Act *dout, 
 template <typename Act>
 static void attention_backward_t(Backend *b, Act *dqkv, float *workspace, const Act *dout,
                                  const Act *qkv, const Act *out, const float *lse, int B, int T,
-                                 int NH, int NKV, int hs, int window) {
+                                 int NH, int NKV, int hs, int window, const int *pos) {
     float scale = 1.0f / sqrtf((float)hs);
     cudaStream_t st = gtc_stream(b);
     attention_backward_d(b, workspace, dout, out, B, T, NH, hs);
     dim3 gk((unsigned)((T + ATT_BK - 1) / ATT_BK), (unsigned)NKV, (unsigned)B);
     GTC_LAUNCH(attention_backward_dkdv_kernel<Act>, gk, ATT_THREADS, att_dkdv_smem(hs), st, dqkv,
-               dout, qkv, lse, workspace, T, NH, NKV, hs, window, scale);
+               dout, qkv, lse, workspace, T, NH, NKV, hs, window, scale, pos);
     CUDA_CHECK_LAUNCH();
     dim3 gq((unsigned)((T + ATT_BR - 1) / ATT_BR), (unsigned)NH, (unsigned)B);
     GTC_LAUNCH(attention_backward_dq_kernel<Act>, gq, ATT_THREADS, att_dq_smem(hs), st, dqkv, dout,
-               qkv, lse, workspace, T, NH, NKV, hs, window, scale);
+               qkv, lse, workspace, T, NH, NKV, hs, window, scale, pos);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                            int NH, int NKV, int hd, int window) {
+                            int NH, int NKV, int hd, int window, const int *pos) {
     if (B <= 0 || T <= 0) return;
     att_check_shape(NH, NKV, hd, window);
     if (gtc_act_bf16(b) && gtc_attention_tc_supported(b, hd)) {
         attention_backward_d(b, workspace, (const gtc_bf16 *)dout, (const gtc_bf16 *)out, B, T, NH,
                              hd);
         gtc_attention_tc_backward(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
-                                  (const gtc_bf16 *)qkv, lse, B, T, NH, NKV, hd, window);
+                                  (const gtc_bf16 *)qkv, lse, B, T, NH, NKV, hd, window, pos);
     } else if (gtc_act_bf16(b))
         attention_backward_t(b, (gtc_bf16 *)dqkv, workspace, (const gtc_bf16 *)dout,
                              (const gtc_bf16 *)qkv, (const gtc_bf16 *)out, lse, B, T, NH, NKV, hd,
-                             window);
+                             window, pos);
     else
         attention_backward_t(b, (float *)dqkv, workspace, (const float *)dout, (const float *)qkv,
-                             (const float *)out, lse, B, T, NH, NKV, hd, window);
+                             (const float *)out, lse, B, T, NH, NKV, hd, window, pos);
 }

@@ -4,7 +4,8 @@
  * kernels need, see gtc_attention_tc_init). Same contract as the ops (backend.h): qkv[B, T,
  * (NH + 2 NKV) hs] with NH query | NKV key | NKV value heads, query head h reading kv head
  * gtc_att_kv_head(h); out[B, T, NH hs], lse[B, NH, T] = log sum_j exp(scale * q_t . k_j) over the
- * keys t sees (j in [gtc_att_first_key(t, window), t]), scale = 1/sqrt(hs). Key tiles (and 16-key
+ * keys t sees (j in [gtc_att_first_key(t, window), t]; with positions, packed rows, from
+ * gtc_att_first_key_pos: t's own example only), scale = 1/sqrt(hs). Key tiles (and 16-key
  * blocks of a warp) wholly outside the band are skipped; partial ones are masked.
  *
  * Products use nvcuda::wmma 16x16x16 tiles, bf16 operands and fp32 accumulators (sm_80 and
@@ -227,7 +228,7 @@ template <int HS>
 __global__ void __launch_bounds__(TC_THREADS, 2)
     attention_tc_forward_kernel(bf16 *__restrict__ out, float *__restrict__ lse,
                                 const bf16 *__restrict__ qkv, int T, int NH, int NKV, int window,
-                                int BH, int ntiles, float scale, int vec) {
+                                int BH, int ntiles, float scale, int vec, const int *__restrict__ pos) {
     typedef TcFwd<HS> L;
     constexpr int LD = L::LD, LDO = L::LDO, NF = HS / 16;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -249,6 +250,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2)
     const bf16 *qbase = qkv + (size_t)bb * T * C3 + (size_t)h * HS;
     const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
     const bf16 *vbase = kbase + (size_t)NKV * HS;
+    const int *posr = pos ? pos + (size_t)bb * T : nullptr; /* packed rows: this sequence's positions */
 
     tc_load_tile<HS, LD>(Qs, qbase, C3, q0, T, vec);
     for (int i = lane; i < TC_WM * LDO; i += 32) Ow[i] = 0.0f;
@@ -257,11 +259,12 @@ __global__ void __launch_bounds__(TC_THREADS, 2)
     const int w0 = q0 + warp * TC_WM;   /* the warp's first row */
     const bool active = w0 < T;         /* warp-uniform: rows past T need no work */
     const int tlim = min(w0 + TC_WM - 1, T - 1); /* last key any valid row of the warp sees */
-    const int wlo = gtc_att_first_key(w0, window); /* first key any row of the warp sees */
+    /* first key any row of the warp sees (w0 < T when active; an inactive warp does no work) */
+    const int wlo = gtc_att_first_key_pos(active ? w0 : 0, window, posr);
     const int r = lane >> 1, half = lane & 1; /* softmax: two lanes per row, even/odd columns */
     const int t = w0 + r;
     const int jmax = min(t, T - 1);     /* last key row t may use (rows past T: finite filler) */
-    const int jmin = gtc_att_first_key(jmax, window); /* first key row t may use */
+    const int jmin = gtc_att_first_key_pos(jmax, window, posr); /* first key row t may use */
 
     FragA qa[NF];
     if (active) {
@@ -273,7 +276,7 @@ __global__ void __launch_bounds__(TC_THREADS, 2)
     float m = -INFINITY, l = 0.0f; /* identical in both lanes of a row */
     int q_last = min(q0 + TC_TILE, T) - 1;
     /* from the key tile holding the first key the block's first row sees (0 without a window) */
-    for (int k0 = gtc_att_first_key(q0, window) / TC_TILE * TC_TILE; k0 <= q_last; k0 += TC_TILE) {
+    for (int k0 = gtc_att_first_key_pos(q0, window, posr) / TC_TILE * TC_TILE; k0 <= q_last; k0 += TC_TILE) {
         __syncthreads(); /* every warp is done with the previous K/V tile */
         tc_load_tile<HS, LD>(Ks, kbase, C3, k0, T, vec);
         tc_load_tile<HS, LD>(Vs, vbase, C3, k0, T, vec);
@@ -388,7 +391,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dkdv_kernel(bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout,
                              const bf16 *__restrict__ qkv, const float *__restrict__ lse,
                              const float *__restrict__ D, int T, int NH, int NKV, int window,
-                             int BKV, float scale, int vec) {
+                             int BKV, float scale, int vec, const int *__restrict__ pos) {
     typedef TcBwd<HS> L;
     constexpr int LD = L::LD, NF = HS / 16;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -412,6 +415,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const size_t C = (size_t)NH * HS, C3 = (size_t)(NH + 2 * NKV) * HS;
     const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
     const bf16 *vbase = kbase + (size_t)NKV * HS;
+    const int *posr = pos ? pos + (size_t)bb * T : nullptr; /* packed rows: this sequence's positions */
 
     tc_load_tile<HS, LD>(Ks, kbase, C3, k0, T, vec);
     tc_load_tile<HS, LD>(Vs, vbase, C3, k0, T, vec);
@@ -469,7 +473,8 @@ __global__ void __launch_bounds__(TC_THREADS)
                     int c = 2 * i + half;
                     int t = q0 + c;
                     float p = 0.0f, ds = 0.0f;
-                    if (t < jq_end && t >= j) {
+                    /* positions: t sees key j only within its own example (t - posr[t] <= j) */
+                    if (t < jq_end && t >= j && (!posr || t - posr[t] <= j)) {
                         p = expf(srow[c] * scale - Ls[c]);
                         ds = p * (dprow[c] - Ds[c]);
                     }
@@ -513,7 +518,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     attention_tc_dq_kernel(bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout,
                            const bf16 *__restrict__ qkv, const float *__restrict__ lse,
                            const float *__restrict__ D, int T, int NH, int NKV, int window, int BH,
-                           int ntiles, float scale, int vec) {
+                           int ntiles, float scale, int vec, const int *__restrict__ pos) {
     typedef TcBwd<HS> L;
     constexpr int LD = L::LD, NF = HS / 16;
     extern __shared__ __align__(128) unsigned char tc_smem[];
@@ -540,6 +545,7 @@ __global__ void __launch_bounds__(TC_THREADS)
     const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)g * HS;
     const bf16 *vbase = kbase + (size_t)NKV * HS;
     const bf16 *dobase = dout + (size_t)bb * T * C + (size_t)h * HS;
+    const int *posr = pos ? pos + (size_t)bb * T : nullptr; /* packed rows: this sequence's positions */
 
     tc_load_tile<HS, LD>(Qs, qbase, C3, q0, T, vec);
     tc_load_tile<HS, LD>(dOs, dobase, C, q0, T, vec);
@@ -549,18 +555,18 @@ __global__ void __launch_bounds__(TC_THREADS)
     const int w0 = q0 + warp * TC_WM;
     const bool active = w0 < T; /* warp-uniform */
     const int tlim = min(w0 + TC_WM - 1, T - 1);
-    const int wlo = gtc_att_first_key(w0, window); /* first key any row of the warp sees */
+    const int wlo = gtc_att_first_key_pos(active ? w0 : 0, window, posr); /* first key any row of the warp sees */
     const int r = lane >> 1, half = lane & 1;
     const int t = w0 + r;
     const int jmax = min(t, T - 1);
-    const int jmin = gtc_att_first_key(jmax, window);
+    const int jmin = gtc_att_first_key_pos(jmax, window, posr);
 
     FragC dq[NF];
     #pragma unroll
     for (int nb = 0; nb < NF; nb++) wmma::fill_fragment(dq[nb], 0.0f);
 
     int q_last = min(q0 + TC_TILE, T) - 1;
-    for (int k0 = gtc_att_first_key(q0, window) / TC_TILE * TC_TILE; k0 <= q_last; k0 += TC_TILE) {
+    for (int k0 = gtc_att_first_key_pos(q0, window, posr) / TC_TILE * TC_TILE; k0 <= q_last; k0 += TC_TILE) {
         __syncthreads(); /* every warp is done with the previous K/V tile (Q/dO/L/D loads issued) */
         tc_load_tile<HS, LD>(Ks, kbase, C3, k0, T, vec);
         tc_load_tile<HS, LD>(Vs, vbase, C3, k0, T, vec);
@@ -683,13 +689,13 @@ static unsigned tc_grid(int ntiles, int B, int NH) {
 
 template <int HS>
 static void tc_forward_t(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B, int T,
-                         int NH, int NKV, int window) {
+                         int NH, int NKV, int window, const int *pos) {
     float scale = 1.0f / sqrtf((float)HS);
     int ntiles = (T + TC_TILE - 1) / TC_TILE;
     unsigned blocks = tc_grid(ntiles, B, NH);
     int vec = tc_aligned16(out) && tc_aligned16(qkv);
     GTC_LAUNCH(attention_tc_forward_kernel<HS>, blocks, TC_THREADS, TcFwd<HS>::BYTES, gtc_stream(b),
-               out, lse, qkv, T, NH, NKV, window, B * NH, ntiles, scale, vec);
+               out, lse, qkv, T, NH, NKV, window, B * NH, ntiles, scale, vec, pos);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -697,34 +703,34 @@ static void tc_forward_t(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *
 template <int HS>
 static void tc_backward_t(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
                           const gtc_bf16 *qkv, const float *lse, int B, int T, int NH, int NKV,
-                          int window) {
+                          int window, const int *pos) {
     float scale = 1.0f / sqrtf((float)HS);
     int ntiles = (T + TC_TILE - 1) / TC_TILE;
     int vec = tc_aligned16(dqkv) && tc_aligned16(dout) && tc_aligned16(qkv);
     cudaStream_t st = gtc_stream(b);
     GTC_LAUNCH(attention_tc_dkdv_kernel<HS>, tc_grid(ntiles, B, NKV), TC_THREADS, TcBwd<HS>::BYTES,
-               st, dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NKV, scale, vec);
+               st, dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NKV, scale, vec, pos);
     CUDA_CHECK_LAUNCH();
     GTC_LAUNCH(attention_tc_dq_kernel<HS>, tc_grid(ntiles, B, NH), TC_THREADS, TcBwd<HS>::BYTES, st,
-               dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NH, ntiles, scale, vec);
+               dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NH, ntiles, scale, vec, pos);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
-                              int T, int NH, int NKV, int hd, int window) {
+                              int T, int NH, int NKV, int hd, int window, const int *pos) {
     if (B <= 0 || T <= 0) return;
     if (hd == 64)
-        tc_forward_t<64>(b, out, lse, qkv, B, T, NH, NKV, window);
+        tc_forward_t<64>(b, out, lse, qkv, B, T, NH, NKV, window, pos);
     else
-        tc_forward_t<128>(b, out, lse, qkv, B, T, NH, NKV, window);
+        tc_forward_t<128>(b, out, lse, qkv, B, T, NH, NKV, window, pos);
 }
 
 void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
                                const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
-                               int NKV, int hd, int window) {
+                               int NKV, int hd, int window, const int *pos) {
     if (B <= 0 || T <= 0) return;
     if (hd == 64)
-        tc_backward_t<64>(b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window);
+        tc_backward_t<64>(b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window, pos);
     else
-        tc_backward_t<128>(b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window);
+        tc_backward_t<128>(b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window, pos);
 }

@@ -288,7 +288,7 @@ void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout,
  * dir = +1: forward rotation; -1: the inverse (backward). pos0: the first position of t = 0. */
 template <typename Act>
 __global__ void rope_kernel(Act *qkv, const float *cosv, const float *sinv, int BT, int T,
-                            int pos0, int NH, int NKV, int hd, int dir) {
+                            int pos0, int NH, int NKV, int hd, int dir, const int *pos) {
     const int half = hd / 2, nheads = NH + NKV;
     const size_t stride = (size_t)(NH + 2 * NKV) * hd;
     const size_t n = (size_t)BT * nheads * half;
@@ -298,7 +298,7 @@ __global__ void rope_kernel(Act *qkv, const float *cosv, const float *sinv, int 
         size_t rest = idx / half;
         int head = (int)(rest % nheads);
         size_t bt = rest / nheads;
-        int p = pos0 + (int)(bt % T);
+        int p = pos ? pos[bt] : pos0 + (int)(bt % T); /* packed rows: the token's position */
         float c = cosv[(size_t)p * half + i], s = sinv[(size_t)p * half + i];
         size_t o = bt * stride + (size_t)head * hd + i;
         float x0 = load_f32(qkv, o), x1 = load_f32(qkv, o + half);
@@ -324,28 +324,28 @@ static void rope_check(int NH, int NKV, int hd) {
 }
 
 static void rope_launch(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B,
-                        int T, int pos0, int NH, int NKV, int hd, int dir) {
+                        int T, int pos0, int NH, int NKV, int hd, int dir, const int *pos) {
     if (B <= 0 || T <= 0) return;
     rope_check(NH, NKV, hd);
     size_t n = (size_t)B * T * (NH + NKV) * (hd / 2);
     unsigned blocks = gtc_blocks(n, GTC_THREADS);
     if (gtc_act_bf16(b))
         GTC_LAUNCH(rope_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b), (gtc_bf16 *)qkv,
-                   cosv, sinv, B * T, T, pos0, NH, NKV, hd, dir);
+                   cosv, sinv, B * T, T, pos0, NH, NKV, hd, dir, pos);
     else
         GTC_LAUNCH(rope_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)qkv, cosv,
-                   sinv, B * T, T, pos0, NH, NKV, hd, dir);
+                   sinv, B * T, T, pos0, NH, NKV, hd, dir, pos);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_rope_forward(Backend *b, act_t *qkv, const float *cosv, const float *sinv, int B, int T,
-                      int pos0, int NH, int NKV, int hd) {
-    rope_launch(b, qkv, cosv, sinv, B, T, pos0, NH, NKV, hd, 1);
+                      int pos0, int NH, int NKV, int hd, const int *pos) {
+    rope_launch(b, qkv, cosv, sinv, B, T, pos0, NH, NKV, hd, 1, pos);
 }
 
 void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *sinv, int B, int T,
-                       int NH, int NKV, int hd) {
-    rope_launch(b, dqkv, cosv, sinv, B, T, 0, NH, NKV, hd, -1);
+                       int NH, int NKV, int hd, const int *pos) {
+    rope_launch(b, dqkv, cosv, sinv, B, T, 0, NH, NKV, hd, -1, pos);
 }
 
 /* ------------------------------------------------------------------ SwiGLU */

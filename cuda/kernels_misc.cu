@@ -55,13 +55,13 @@ __device__ float block_max(float v, float *shared /* >= 33 */) {
 
 template <typename Act>
 __global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *wte,
-                                       const Act *wpe, int BT, int T, int C) {
+                                       const Act *wpe, int BT, int T, int C, const int *pos) {
     size_t n = (size_t)BT * C;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         size_t bt = i / C;
         int c = (int)(i % C);
-        int t = (int)(bt % T);
+        int t = pos ? pos[bt] : (int)(bt % T); /* packed rows: the token's position */
         float v = load_f32(wte, (size_t)tokens[bt] * C + c);
         if (wpe) v += load_f32(wpe, (size_t)t * C + c); /* NULL: no position embedding (Llama) */
         store_from_f32(out, i, v);
@@ -70,20 +70,20 @@ __global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *w
 
 template <typename Act>
 static void encoder_forward_t(Backend *b, Act *out, const int *tokens, const Act *wte,
-                              const Act *wpe, int B, int T, int C) {
+                              const Act *wpe, int B, int T, int C, const int *pos) {
     size_t n = (size_t)B * T * C;
     GTC_LAUNCH(encoder_forward_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C);
+               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C, pos);
     CUDA_CHECK_LAUNCH();
 }
 
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
-                         const act_t *wpe, int B, int T, int C) {
+                         const act_t *wpe, int B, int T, int C, const int *pos) {
     if (gtc_act_bf16(b))
         encoder_forward_t(b, (gtc_bf16 *)out, tokens, (const gtc_bf16 *)wte, (const gtc_bf16 *)wpe,
-                          B, T, C);
+                          B, T, C, pos);
     else
-        encoder_forward_t(b, (float *)out, tokens, (const float *)wte, (const float *)wpe, B, T, C);
+        encoder_forward_t(b, (float *)out, tokens, (const float *)wte, (const float *)wpe, B, T, C, pos);
 }
 
 /* dwpe[t, c] += sum_b dout[b, t, c]: one thread per (t, c), b summed in order (as the CPU). */
@@ -94,6 +94,22 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const Act *dout, int B,
          i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
         for (int bb = 0; bb < B; bb++) s += load_f32(dout, (size_t)bb * n + i);
+        dwpe[i] += s;
+    }
+}
+
+/* packed rows: dwpe[p, c] += the dout of the (b, t) at position p, in (b, t) order: one thread per
+ * (p, c), as the CPU sums them */
+template <typename Act>
+__global__ void encoder_backward_wpe_pos_kernel(float *dwpe, const Act *dout, const int *pos, int BT, int T,
+                                                int C) {
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const int p = (int)(i / C), c = (int)(i % C);
+        float s = 0.0f;
+        for (int bt = 0; bt < BT; bt++)
+            if (pos[bt] == p) s += load_f32(dout, (size_t)bt * C + c);
         dwpe[i] += s;
     }
 }
@@ -154,14 +170,19 @@ __global__ void encoder_backward_wte_kernel(float *dwte, const Act *dout, const 
 
 template <typename Act>
 static void encoder_backward_t(Backend *b, float *dwte, float *dwpe, const Act *dout,
-                               const int *tokens, int B, int T, int C) {
+                               const int *tokens, int B, int T, int C, const int *pos) {
     cudaStream_t st = gtc_stream(b);
     if (dwte && B * T > 0) {
         GTC_LAUNCH(encoder_backward_wte_kernel<Act>, B * T, ENC_THREADS, 0, st, dwte, dout, tokens,
                    B * T, C);
         CUDA_CHECK_LAUNCH();
     }
-    if (dwpe) {
+    if (dwpe && pos) {
+        size_t n = (size_t)T * C;
+        GTC_LAUNCH(encoder_backward_wpe_pos_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st,
+                   dwpe, dout, pos, B * T, T, C);
+        CUDA_CHECK_LAUNCH();
+    } else if (dwpe) {
         size_t n = (size_t)T * C;
         GTC_LAUNCH(encoder_backward_wpe_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st,
                    dwpe, dout, B, T, C);
@@ -170,11 +191,11 @@ static void encoder_backward_t(Backend *b, float *dwte, float *dwpe, const Act *
 }
 
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
-                          const int *tokens, int B, int T, int C) {
+                          const int *tokens, int B, int T, int C, const int *pos) {
     if (gtc_act_bf16(b))
-        encoder_backward_t(b, dwte, dwpe, (const gtc_bf16 *)dout, tokens, B, T, C);
+        encoder_backward_t(b, dwte, dwpe, (const gtc_bf16 *)dout, tokens, B, T, C, pos);
     else
-        encoder_backward_t(b, dwte, dwpe, (const float *)dout, tokens, B, T, C);
+        encoder_backward_t(b, dwte, dwpe, (const float *)dout, tokens, B, T, C, pos);
 }
 
 /* ------------------------------------------------------------------ column reductions */

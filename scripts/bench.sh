@@ -63,5 +63,8 @@ fi
 
 # PiSSA's SVD (src/model/svd.c) on a uniform random matrix (flat spectrum: the randomised values are
 # the hardest case here, not a measure of accuracy), r = 128
+# packing (data.packing: true) vs padding: completion tokens trained per second at seq_len 512 on
+# MetaMathQA-like lengths (bench/bench_pack.c says which), the 34M Llama-style model, B 4
+"$build/bench_pack" configs/bench-llama-34m.json 4 512 "${BENCH_PACK_STEPS:-3}"
 "$build/bench_svd" 4096 1024 128 -1 4
 "$build/bench_svd" 14336 4096 128 4

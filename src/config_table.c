@@ -85,10 +85,13 @@ const KeySpec CONFIG_SCHEMA[] = {
      .fmax = 0.9,
      .doc = "Text data without data.val: fraction of the bytes (at the end) kept for validation; 0 = no validation split."},
     {.key = "data.packing", .type = KT_BOOL, FIELD(data.packing), .def = "false",
-     .doc = "jsonl: concatenate examples into full rows of seq_len+1 instead of one padded row each."},
+     .doc = "jsonl: pack whole examples (truncated to seq_len+1 as unpacked) into rows of seq_len by first-fit "
+            "decreasing, each attending only to itself with positions from 0 (HF's DataCollatorWithFlattening, TRL's "
+            "padding_free): the same loss and gradients as one padded row each, without the padding's compute."},
     {.key = "data.shuffle", .type = KT_BOOL, FIELD(data.shuffle), .def = "true",
      .doc = "Training rows in a seeded random order (jsonl: a permutation per epoch; text/tokens: random windows); "
-            "false = file order, epoch after epoch (jsonl: example i mod n; text/tokens: consecutive windows)."},
+            "false = file order, epoch after epoch (jsonl: example, or packed row, i mod n; text/tokens: consecutive "
+            "windows)."},
     {.key = "data.prompt_template", .type = KT_STRING, FIELD(data.prompt_template), .def = "", .check = check_template,
      .doc = "jsonl: the prompt, from each line's string members: {name} is member name, {{ and }} are braces "
             "(e.g. \"### Instruction:\\n{query}\\n\\n### Response:\"); empty = the \"prompt\" member."},

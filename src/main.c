@@ -441,6 +441,9 @@ int main(int argc, char **argv) {
             printf("layout: micro-batch %d x accumulation %d, recompute %s\n", plan.B, plan.A,
                    recompute_describe(&plan.policy, layout, sizeof layout));
             plan_print(&plan, NULL, stdout);
+            /* packed data: how many rows the examples pack into and the padding left (reads the data) */
+            if (cfg->data.packing && cfg->data.format == DATA_JSONL && trainer_plan_data(cfg, &desc, &err))
+                rc = fail(&err);
         }
     } else {
         /* several ranks: a failure on one ends every rank with a line naming it (dist_fail) */

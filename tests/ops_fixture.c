@@ -216,11 +216,11 @@ void check_attention_gqa(GtDtype act, AttCase c, bool ramp, uint64_t seed) {
 
     void *d_qkv = dup_a(&fx, qkv, n3), *d_out = dnan_a(&fx, nout);
     float *d_lse = dnan(&fx, nl);
-    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NKV, hs, c.window);
+    fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NKV, hs, c.window, NULL);
     void *d_dqkv = dnan_a(&fx, n3);
     float *d_ws = dnan(&fx, nl);
     fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse, B, T, NH, NKV,
-                                   hs, c.window);
+                                   hs, c.window, NULL);
 
     double *rqkv = to_d(&fx, qkv, n3), *ro = hd(&fx, nout), *rl = hd(&fx, nl), *rd = hd(&fx, n3);
     ref_attention_gqa_forward(ro, rl, rqkv, B, T, NH, NKV, hs, c.window);

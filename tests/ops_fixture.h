@@ -111,4 +111,11 @@ typedef struct {
 } AttCase;
 void check_attention_gqa(GtDtype act, AttCase c, bool ramp, uint64_t seed);
 
+/* ---- the position ops on packed rows (ops_positions.c): rows of segments of random lengths
+ * 1..max_len, each segment checked against the double reference run on it alone from position 0 */
+void pos_random_segments(Rng *r, int *pos, int B, int T, int max_len);
+void check_attention_pos(GtDtype act, AttCase c, int max_len, uint64_t seed);
+void check_encoder_pos(Fx *fx, Rng *r, int B, int T, int C, int V, double act_tol);
+void check_rope_pos(Fx *fx, Rng *r, int B, int T, int NH, int NKV, int hs, double act_tol);
+
 #endif

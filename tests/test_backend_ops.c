@@ -10,6 +10,10 @@
  * GTRAIN_TEST_DEVICE=cuda (scripts/test-cudasim.sh runs it on the simulator). Suites
  * backend_ops (fp32 activations) and backend_ops_bf16.
  *
+ * The encoder, rope and attention rows also run with per-token positions (packed rows: segments
+ * restarting at 0) on a backend with GT_CAP_POSITIONS, against the references per segment
+ * (ops_positions.c).
+ *
  * Besides the values:
  *   - coverage: the table plus the infrastructure entries (memory, timer, close) name every slot
  *     of BackendOps exactly once, and their count is sizeof(BackendOps) / sizeof(a pointer); an
@@ -60,14 +64,16 @@ static void run_encoder(Fx *fx, Rng *r, const int *s) {
     int *d_tok = dup_i(fx, tok, BT);
     void *d_out = dnan_a(fx, BT * C);
     float *d_dwte = dup_f(fx, dwte0, VC), *d_dwpe = dup_f(fx, dwpe0, TC);
-    fx->be->ops->encoder_forward(fx->be, d_out, d_tok, dup_a(fx, wte, VC), dup_a(fx, wpe, TC), B, T, C);
-    fx->be->ops->encoder_backward(fx->be, d_dwte, d_dwpe, dup_a(fx, dout, BT * C), d_tok, B, T, C);
+    fx->be->ops->encoder_forward(fx->be, d_out, d_tok, dup_a(fx, wte, VC), dup_a(fx, wpe, TC), B, T, C, NULL);
+    fx->be->ops->encoder_backward(fx->be, d_dwte, d_dwpe, dup_a(fx, dout, BT * C), d_tok, B, T, C, NULL);
     double *ro = hd(fx, BT * C), *rdwte = to_d(fx, dwte0, VC), *rdwpe = to_d(fx, dwpe0, TC);
     ref_encoder_forward(ro, tok, to_d(fx, wte, VC), to_d(fx, wpe, TC), B, T, C);
     ref_encoder_backward(rdwte, rdwpe, to_d(fx, dout, BT * C), tok, B, T, C);
     CHK_A("encoder out", get_a(fx, d_out, BT * C), ro, BT * C);
     CHK("encoder dwte", get_f(fx, d_dwte, VC), rdwte, VC);
     CHK("encoder dwpe", get_f(fx, d_dwpe, TC), rdwpe, TC);
+    /* packed rows: per-token positions (ops_positions.c) */
+    if (fx->be->ops->caps & GT_CAP_POSITIONS) check_encoder_pos(fx, r, B, T, C, V, fx->act_tol);
 }
 
 /* s: N, C */
@@ -119,6 +125,8 @@ static void run_matmul(Fx *fx, Rng *r, const int *s) {
 static void run_attention(Fx *fx, Rng *r, const int *s) {
     AttCase c = {s[0], s[1], s[2], s[3], s[4], s[5]};
     check_attention_gqa(fx->act, c, false, rng_next(r));
+    /* packed rows: segments of up to T/3+1 tokens (ops_positions.c) */
+    if (fx->be->ops->caps & GT_CAP_POSITIONS) check_attention_pos(fx->act, c, c.T / 3 + 1, rng_next(r));
 }
 
 /* s: n */
@@ -264,14 +272,16 @@ static void run_rope(Fx *fx, Rng *r, const int *s) {
     float *d_c = dup_f(fx, fc, ntab), *d_s = dup_f(fx, fs, ntab);
     float *x = rand_a(fx, r, n, -2, 2), *dy = rand_a(fx, r, n, -1, 1);
     void *d_x = dup_a(fx, x, n), *d_dy = dup_a(fx, dy, n);
-    fx->be->ops->rope_forward(fx->be, d_x, d_c, d_s, B, T, pos0, NH, NKV, hs);
-    fx->be->ops->rope_backward(fx->be, d_dy, d_c, d_s, B, T, NH, NKV, hs);
+    fx->be->ops->rope_forward(fx->be, d_x, d_c, d_s, B, T, pos0, NH, NKV, hs, NULL);
+    fx->be->ops->rope_backward(fx->be, d_dy, d_c, d_s, B, T, NH, NKV, hs, NULL);
     double *rx = to_d(fx, x, n), *rdy = to_d(fx, dy, n);
     ref_rope_forward(rx, dc, ds, B, T, pos0, NH, NKV, hs);
     /* the backward at pos0 0: its own tables start at position 0, the same rows */
     ref_rope_backward(rdy, dc, ds, B, T, NH, NKV, hs);
     CHK_A("rope forward", get_a(fx, d_x, n), rx, n);
     CHK_A("rope backward", get_a(fx, d_dy, n), rdy, n);
+    /* packed rows: per-token positions (ops_positions.c) */
+    if (fx->be->ops->caps & GT_CAP_POSITIONS) check_rope_pos(fx, r, B, T, NH, NKV, hs, fx->act_tol);
 }
 
 /* s: N, I */
@@ -578,7 +588,7 @@ Test(backend_ops, covers_every_entry) {
     /* the backend under test fills every entry but the optional ones */
     Backend *b = test_backend_open();
     for (size_t i = 0; i < NSLOTS; i++) {
-        if (strcmp(k_slots[i].name, "caps") == 0) continue; /* flags, 0 on the CPU */
+        if (strcmp(k_slots[i].name, "caps") == 0) continue; /* flags, not an entry */
         void (*fn)(void) = NULL;
         memcpy(&fn, (const char *)b->ops + k_slots[i].off, sizeof fn);
         if (!name_in(k_slots[i].name, k_optional, NELEMS(k_optional)))

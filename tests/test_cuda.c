@@ -102,8 +102,8 @@ static void check_attention_gqa(Pair *p, int B, int T, int NH, int NKV, int hd, 
         Backend *b = bs[k];
         float *d_qkv = dup_to(b, qkv, n3 * sizeof(float)), *d_dout = dup_to(b, dout, nc * sizeof(float));
         float *d_out = dnan_on(b, nc), *d_lse = dnan_on(b, nl), *d_dqkv = dnan_on(b, n3), *d_ws = dnan_on(b, nl);
-        b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, NH, NKV, hd, window);
-        b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, hd, window);
+        b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, NH, NKV, hd, window, NULL);
+        b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, hd, window, NULL);
         res[k][0] = fetch(b, d_out, nc);
         res[k][1] = fetch(b, d_lse, nl);
         res[k][2] = fetch(b, d_dqkv, n3);
@@ -164,7 +164,7 @@ Test(cuda, encoder_backward_bit_identical_to_cpu) {
         float *d_dout = dup_to(b, dout, BT * C * sizeof(float));
         float *d_dwte = dup_to(b, dwte0, (size_t)V * C * sizeof(float));
         float *d_dwpe = dup_to(b, dwpe0, (size_t)T * C * sizeof(float));
-        b->ops->encoder_backward(b, d_dwte, d_dwpe, d_dout, d_tok, B, T, C);
+        b->ops->encoder_backward(b, d_dwte, d_dwpe, d_dout, d_tok, B, T, C, NULL);
         res[k][0] = fetch(b, d_dwte, (size_t)V * C);
         res[k][1] = fetch(b, d_dwpe, (size_t)T * C);
         void *bufs[] = {d_tok, d_dout, d_dwte, d_dwpe};
@@ -477,8 +477,8 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
         void *qkv = dup_to(b, in->qkv, 3 * NC * 2), *dout = dup_to(b, in->att_dout, NC * 2);
         void *out = dnan_bf16_on(b, NC), *dqkv = dnan_bf16_on(b, 3 * NC);
         float *lse = dnan_on(b, NL), *ws = dnan_on(b, NL);
-        b->ops->attention_forward(b, out, lse, qkv, B, T, NH, NH, C / NH, 0);
-        b->ops->attention_backward(b, dqkv, ws, dout, qkv, out, lse, B, T, NH, NH, C / NH, 0);
+        b->ops->attention_forward(b, out, lse, qkv, B, T, NH, NH, C / NH, 0, NULL);
+        b->ops->attention_backward(b, dqkv, ws, dout, qkv, out, lse, B, T, NH, NH, C / NH, 0, NULL);
         bf_keep_bf16(r, k, b, "attention out", out, NC);
         bf_keep_f32(r, k, b, "attention lse", lse, NL);
         bf_keep_bf16(r, k, b, "attention dqkv", dqkv, 3 * NC);
@@ -521,8 +521,8 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
         void *out = dnan_bf16_on(b, NC), *dout = dup_to(b, in->enc_dout, NC * 2);
         float *dwte = dup_to(b, in->dwte0, (size_t)V * C * sizeof(float));
         float *dwpe = dup_to(b, in->dwpe0, (size_t)T * C * sizeof(float));
-        b->ops->encoder_forward(b, out, tok, wte, wpe, B, T, C);
-        b->ops->encoder_backward(b, dwte, dwpe, dout, tok, B, T, C);
+        b->ops->encoder_forward(b, out, tok, wte, wpe, B, T, C, NULL);
+        b->ops->encoder_backward(b, dwte, dwpe, dout, tok, B, T, C, NULL);
         bf_keep_bf16(r, k, b, "encoder out", out, NC);
         bf_keep_f32(r, k, b, "encoder dwte (accumulated)", dwte, (size_t)V * C);
         bf_keep_f32(r, k, b, "encoder dwpe (accumulated)", dwpe, (size_t)T * C);
@@ -624,8 +624,8 @@ static void bf16_attention_gqa_case(Pair *p, int B, int T, int NH, int NKV, int 
         cr_assert_eq(b->ops->to_device(b, bo + o, nan16, nc * 2, &err), 0, "%s", err.msg);
         cr_assert_eq(b->ops->to_device(b, bdq + o, nan16, n3 * 2, &err), 0, "%s", err.msg);
         float *lse = dnan_on(b, nl), *ws = dnan_on(b, nl);
-        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, NH, NKV, hd, window);
-        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, NH, NKV, hd, window);
+        b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, NH, NKV, hd, window, NULL);
+        b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, NH, NKV, hd, window, NULL);
         res[k][0] = fetch_bf16(b, bo + o, nc);
         res[k][1] = fetch(b, lse, nl);
         res[k][2] = fetch_bf16(b, bdq + o, n3);
@@ -761,8 +761,8 @@ static void llama_run(Backend *b, int k, GtDtype act, const LlIn *in, BfRes *r) 
         size_t n3 = (size_t)in->B * in->T * (in->NH + 2 * in->NKV) * in->hd, nt = (size_t)in->P * (in->hd / 2);
         void *q = dup_act(b, in->qkv, n3), *dq = dup_act(b, in->qkv, n3);
         float *cs = dup_to(b, in->cosv, nt * sizeof(float)), *sn = dup_to(b, in->sinv, nt * sizeof(float));
-        b->ops->rope_forward(b, q, cs, sn, in->B, in->T, in->pos0, in->NH, in->NKV, in->hd);
-        b->ops->rope_backward(b, dq, cs, sn, in->B, in->T, in->NH, in->NKV, in->hd);
+        b->ops->rope_forward(b, q, cs, sn, in->B, in->T, in->pos0, in->NH, in->NKV, in->hd, NULL);
+        b->ops->rope_backward(b, dq, cs, sn, in->B, in->T, in->NH, in->NKV, in->hd, NULL);
         keep_act(r, k, b, "rope forward", q, n3);
         keep_act(r, k, b, "rope backward", dq, n3);
         void *bufs[] = {q, dq, cs, sn};
@@ -786,8 +786,8 @@ static void llama_run(Backend *b, int k, GtDtype act, const LlIn *in, BfRes *r) 
         void *wte = dup_act(b, in->wte, VC), *out = dnan_act(b, BT * in->hd);
         void *dout = dup_act(b, in->enc_dout, BT * in->hd);
         float *dwte = dup_to(b, in->dwte0, VC * sizeof(float));
-        b->ops->encoder_forward(b, out, tok, wte, NULL, in->B, in->T, in->hd);
-        b->ops->encoder_backward(b, dwte, NULL, dout, tok, in->B, in->T, in->hd);
+        b->ops->encoder_forward(b, out, tok, wte, NULL, in->B, in->T, in->hd, NULL);
+        b->ops->encoder_backward(b, dwte, NULL, dout, tok, in->B, in->T, in->hd, NULL);
         keep_act(r, k, b, "encoder (no wpe) out", out, BT * in->hd);
         bf_keep_f32(r, k, b, "encoder (no wpe) dwte (accumulated)", dwte, VC);
         void *bufs[] = {tok, wte, out, dout, dwte};

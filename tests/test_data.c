@@ -586,57 +586,45 @@ Test(data, eval_windows_fixed_and_consecutive) {
 /* ---------------------------------------------------------------------------------------------
  * packed jsonl */
 
-/* '.' in a label string stands for -100 */
-static int lab_of(char c) { return c == '.' ? -100 : (int)(unsigned char)c; }
-
-/* Written by hand from the file below: every example end to end, nothing truncated or padded;
- * the labels are the completion tokens, -100 on the prompt tokens. */
-Test(data, packed_stream_is_the_concatenation) {
+/* Written by hand from the file below (seq_len 4: examples kept to 5 tokens): sizes (input
+ * positions) abcde 4, fg 1, hij 2, klmno 4; first-fit decreasing: row 0 abcd, row 1 klmn, row 2
+ * hi then f, one padding. Targets under each example's labels (-100 on its prompt), positions
+ * from 0 per example; no target crosses into the next example. */
+Test(data, packed_rows_by_hand) {
     write_str(test_join(g_dir, "k.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"cde\"}\n"
                                 "\n"
                                 "{\"prompt\": \"\", \"completion\": \"fg\"}\r\n"
                                 "{\"prompt\": \"hij\", \"completion\": \"\"}\n"
                                 "{\"prompt\": \"k\", \"completion\": \"lmnopqrstuvw\"}\n");
-    const char *stream = "abcdefghijklmnopqrstuvw";
-    const char *labels = "..cdefg....lmnopqrstuvw";
-    const int T = 4, n = (int)strlen(stream);
+    const int T = 4;
     DataSource *d = open_ok_packing(test_join(g_dir, "k.jsonl"), DATA_JSONL, true, T, 256, DATA_SPLIT_ALL, 0);
-    cr_assert_eq(data_num_tokens(d), (uint64_t)n, "stream of %llu tokens", (unsigned long long)data_num_tokens(d));
-    long nw = data_num_eval_windows(d);
-    cr_assert_eq(nw, (n - 1) / T);
-    int tk[7 * 4], tg[7 * 4];
-    data_fill_eval(d, 0, 7, tk, tg);
-    for (long w = 0; w < nw; w++)
-        for (int t = 0; t < T; t++) {
-            long p = w * T + t;
-            cr_assert_eq(tk[p], (unsigned char)stream[p], "window %ld token %d: %d", w, t, tk[p]);
-            cr_assert_eq(tg[p], lab_of(labels[p + 1]), "window %ld target %d: %d", w, t, tg[p]);
-        }
-    for (long p = nw * T; p < 7 * T; p++) {
-        cr_assert_eq(tk[p], 0);
-        cr_assert_eq(tg[p], -100);
+    cr_assert(data_packed(d));
+    cr_assert_eq(data_num_tokens(d), 4, "examples");
+    cr_assert_eq(data_num_eval_windows(d), 3);
+    cr_assert_eq(data_rows_per_epoch(d), 3.0);
+    const int X = -100;
+    const int want_tk[4 * 4] = {'a', 'b', 'c', 'd', 'k', 'l', 'm', 'n', 'h', 'i', 'f', 0, 0, 0, 0, 0};
+    const int want_tg[4 * 4] = {X, 'c', 'd', 'e', 'l', 'm', 'n', 'o', X, X, 'g', X, X, X, X, X};
+    const int want_ps[4 * 4] = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 0, 0, 0, 1, 2, 3};
+    int tk[16], tg[16], ps[16];
+    data_fill_eval_pos(d, 0, 4, tk, tg, ps); /* window 3 is beyond the rows: empty */
+    for (int i = 0; i < 16; i++) {
+        cr_assert_eq(tk[i], want_tk[i], "row %d token %d: %d, want %d", i / 4, i % 4, tk[i], want_tk[i]);
+        cr_assert_eq(tg[i], want_tg[i], "row %d target %d: %d, want %d", i / 4, i % 4, tg[i], want_tg[i]);
+        cr_assert_eq(ps[i], want_ps[i], "row %d position %d: %d, want %d", i / 4, i % 4, ps[i], want_ps[i]);
     }
-    /* windows cross example boundaries: window 1 is e|fg|hi (targets f g h i: f g train, the next
-     * prompt's h i do not); the 13-token example "k.." (seq_len+1 = 5) runs untruncated through windows 2..4 */
-    const int w1t[4] = {'e', 'f', 'g', 'h'}, w1g[4] = {'f', 'g', -100, -100};
-    for (int t = 0; t < T; t++) {
-        cr_assert_eq(tk[T + t], w1t[t]);
-        cr_assert_eq(tg[T + t], w1g[t]);
-    }
-    cr_assert_eq(tk[4 * T + 3], 't');
-    cr_assert_eq(tg[4 * T + 3], 'u');
-    /* the unpacked reader on the same file: one padded, truncated row per example */
-    DataSource *u = open_ok(test_join(g_dir, "k.jsonl"), DATA_JSONL, T, 256, DATA_SPLIT_ALL, 0);
-    cr_assert_eq(data_num_tokens(u), 4);
-    data_close(u);
+    DataStats st;
+    data_stats(d, &st);
+    cr_assert_eq(st.packed_rows, 3);
+    cr_assert_eq(st.packed_tokens, 11);
     data_close(d);
 }
 
 /* A generated file: example k has prompt length k % 5 and completion length (3k) % 7, with token
- * ids 1, 2, 3, ... in stream order, so a window's first token tells where it starts. */
+ * ids 1, 2, 3, ... in file order. */
 enum { PK_N = 40, PK_MAX = 16 * PK_N, PK_VOCAB = 5000 };
 
-static int packed_file(const char *name, int *tok, int *lab, int *is_prompt) {
+static int packed_file(const char *name) {
     char *buf = malloc(64 * 1024);
     cr_assert_not_null(buf);
     size_t at = 0;
@@ -644,15 +632,9 @@ static int packed_file(const char *name, int *tok, int *lab, int *is_prompt) {
     for (int k = 0; k < PK_N; k++) {
         int pl = k % 5, cl = (3 * k) % 7;
         at += (size_t)sprintf(buf + at, "{\"prompt_ids\": [");
-        for (int j = 0; j < pl; j++, n++) {
-            at += (size_t)sprintf(buf + at, "%s%d", j ? ", " : "", n + 1);
-            tok[n] = n + 1, lab[n] = -100, is_prompt[n] = 1;
-        }
+        for (int j = 0; j < pl; j++, n++) at += (size_t)sprintf(buf + at, "%s%d", j ? ", " : "", n + 1);
         at += (size_t)sprintf(buf + at, "], \"completion_ids\": [");
-        for (int j = 0; j < cl; j++, n++) {
-            at += (size_t)sprintf(buf + at, "%s%d", j ? ", " : "", n + 1);
-            tok[n] = n + 1, lab[n] = n + 1, is_prompt[n] = 0;
-        }
+        for (int j = 0; j < cl; j++, n++) at += (size_t)sprintf(buf + at, "%s%d", j ? ", " : "", n + 1);
         at += (size_t)sprintf(buf + at, "]}\n");
     }
     cr_assert(n <= PK_MAX && at < 64 * 1024);
@@ -661,85 +643,42 @@ static int packed_file(const char *name, int *tok, int *lab, int *is_prompt) {
     return n;
 }
 
-Test(data, packed_targets_ignore_exactly_prompt_tokens) {
-    static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
-    const int n = packed_file("g.jsonl", tok, lab, isp), T = 8;
-    DataSource *d = open_ok_packing(test_join(g_dir, "g.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
-    cr_assert_eq(data_num_tokens(d), (uint64_t)n);
-    /* the window starts come from the text/tokens sampler: a shard of the same length whose
-     * token i is i must start every row at the same place */
-    static uint16_t ids[PK_MAX];
-    for (int i = 0; i < n; i++) ids[i] = (uint16_t)i;
-    raw_shard(test_join(g_dir, "same.bin"), DATA_SHARD_MAGIC, DATA_SHARD_VERSION, n, ids, (size_t)n, 0);
-    DataSource *s = open_ok(test_join(g_dir, "same.bin"), DATA_TOKENS, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
-    int tk[8], tg[8], stk[8], stg[8], crossings = 0, ignored = 0, trained = 0;
-    bool seen_start[PK_MAX] = {false};
-    for (long step = 0; step < 300; step++) {
-        data_fill_train(d, 31, true, step, 3, step % 3, 1, tk, tg);
-        data_fill_train(s, 31, true, step, 3, step % 3, 1, stk, stg);
-        int st = tk[0] - 1;
-        cr_assert(st >= 0 && st <= n - T - 1, "start %d", st);
-        cr_assert_eq(st, stk[0], "step %ld: packed start %d, text/tokens sampler start %d", step, st, stk[0]);
-        seen_start[st] = true;
-        for (int t = 0; t < T; t++) {
-            cr_assert_eq(tk[t], tok[st + t]);
-            cr_assert_eq(tg[t], lab[st + t + 1], "step %ld pos %d: target %d", step, t, tg[t]);
-            /* -100 exactly where the target token is a prompt token */
-            cr_assert_eq(tg[t] == -100, isp[st + t + 1] == 1);
-            ignored += tg[t] == -100;
-            trained += tg[t] != -100;
-            if (t > 0 && !isp[st + t - 1] && isp[st + t]) crossings++; /* a completion then the next prompt */
-        }
-    }
-    int distinct = 0;
-    for (int i = 0; i < n; i++) distinct += seen_start[i];
-    cr_assert_gt(crossings, 0, "no window crossed an example boundary");
-    cr_assert_gt(ignored, 0);
-    cr_assert_gt(trained, 0);
-    cr_assert_gt(distinct, 50, "only %d distinct starts", distinct);
-    data_close(s);
-    data_close(d);
-}
-
 /* Row g of a step depends on (seed, step, g) only: 8 rows in one call == 2 x 4 == 8 x 1. */
 Test(data, packed_rows_split_independent) {
-    static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
-    packed_file("r.jsonl", tok, lab, isp);
+    packed_file("r.jsonl");
     const int T = 6;
     DataSource *d = open_ok_packing(test_join(g_dir, "r.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     for (long step = 0; step < 5; step++) {
-        int a[8 * 6], ag[8 * 6], b[8 * 6], bg[8 * 6], c[8 * 6], cg[8 * 6];
-        data_fill_train(d, 1234, true, step, 8, 0, 8, a, ag);
-        for (int h = 0; h < 2; h++) data_fill_train(d, 1234, true, step, 8, 4 * h, 4, b + 4 * h * T, bg + 4 * h * T);
-        for (int r = 0; r < 8; r++) data_fill_train(d, 1234, true, step, 8, r, 1, c + r * T, cg + r * T);
+        int a[8 * 6], ag[8 * 6], ap[8 * 6], b[8 * 6], bg[8 * 6], bp[8 * 6], c[8 * 6], cg[8 * 6], cp[8 * 6];
+        data_fill_train_pos(d, 1234, true, step, 8, 0, 8, a, ag, ap);
+        for (int h = 0; h < 2; h++)
+            data_fill_train_pos(d, 1234, true, step, 8, 4 * h, 4, b + 4 * h * T, bg + 4 * h * T, bp + 4 * h * T);
+        for (int r = 0; r < 8; r++) data_fill_train_pos(d, 1234, true, step, 8, r, 1, c + r * T, cg + r * T, cp + r * T);
         cr_assert_eq(memcmp(a, b, sizeof a), 0, "step %ld: 8 rows != 2 x 4", step);
         cr_assert_eq(memcmp(ag, bg, sizeof ag), 0);
+        cr_assert_eq(memcmp(ap, bp, sizeof ap), 0);
         cr_assert_eq(memcmp(a, c, sizeof a), 0, "step %ld: 8 rows != 8 x 1", step);
         cr_assert_eq(memcmp(ag, cg, sizeof ag), 0);
+        cr_assert_eq(memcmp(ap, cp, sizeof ap), 0);
         bool differ = false;
         for (int r = 1; r < 8; r++) differ |= a[r * T] != a[0];
-        cr_assert(differ, "step %ld: every row starts at the same place", step);
+        cr_assert(differ, "step %ld: every row starts with the same token", step);
     }
     data_close(d);
 }
 
-Test(data, packed_eval_windows_consecutive) {
-    static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
-    const int n = packed_file("e.jsonl", tok, lab, isp), T = 7;
+/* Eval windows are the packed rows in order; asked in chunks they are the same; beyond: empty. */
+Test(data, packed_eval_windows_are_the_rows) {
+    packed_file("e.jsonl");
+    const int T = 7;
     DataSource *d = open_ok_packing(test_join(g_dir, "e.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_ALL, 0);
     const long nw = data_num_eval_windows(d);
-    cr_assert_eq(nw, (n - 1) / T);
+    cr_assert_eq((double)nw, data_rows_per_epoch(d));
     const int rows = (int)nw + 2;
     int *tk = malloc(sizeof(int) * (size_t)rows * T), *tg = malloc(sizeof(int) * (size_t)rows * T);
     int *tk2 = malloc(sizeof(int) * (size_t)rows * T), *tg2 = malloc(sizeof(int) * (size_t)rows * T);
     cr_assert(tk && tg && tk2 && tg2);
     data_fill_eval(d, 0, rows, tk, tg);
-    for (long w = 0; w < nw; w++)
-        for (int t = 0; t < T; t++) {
-            long p = w * T + t; /* window w starts at w * T: stride seq_len */
-            cr_assert_eq(tk[p], tok[p], "window %ld token %d", w, t);
-            cr_assert_eq(tg[p], lab[p + 1], "window %ld target %d", w, t);
-        }
     for (long p = nw * T; p < (long)rows * T; p++) {
         cr_assert_eq(tk[p], 0);
         cr_assert_eq(tg[p], -100);
@@ -759,19 +698,25 @@ Test(data, packed_eval_windows_consecutive) {
 
 /* The split is by examples; each split's examples are packed on their own. */
 Test(data, packed_split_by_examples) {
-    static int tok[PK_MAX], lab[PK_MAX], isp[PK_MAX];
-    const int n = packed_file("s.jsonl", tok, lab, isp), T = 4;
+    const int n = packed_file("s.jsonl"), T = 8;
     DataSource *tr = open_ok_packing(test_join(g_dir, "s.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_TRAIN, 0.25);
     DataSource *va = open_ok_packing(test_join(g_dir, "s.jsonl"), DATA_JSONL, true, T, PK_VOCAB, DATA_SPLIT_VAL, 0.25);
     int n_train = 0; /* tokens of the first 30 examples */
     for (int k = 0; k < 30; k++) n_train += k % 5 + (3 * k) % 7;
-    cr_assert_eq(data_num_tokens(tr), (uint64_t)n_train);
-    cr_assert_eq(data_num_tokens(va), (uint64_t)(n - n_train));
-    int tk[4], tg[4];
-    data_fill_eval(va, 0, 1, tk, tg);
-    for (int t = 0; t < T; t++) {
-        cr_assert_eq(tk[t], tok[n_train + t]);
-        cr_assert_eq(tg[t], lab[n_train + t + 1]);
+    cr_assert_eq(data_num_tokens(tr), 30);
+    cr_assert_eq(data_num_tokens(va), 10);
+    DataSource *sp[2] = {tr, va};
+    for (int k = 0; k < 2; k++) {
+        const long nw = data_num_eval_windows(sp[k]);
+        int *tk = malloc(sizeof(int) * (size_t)nw * T), *tg = malloc(sizeof(int) * (size_t)nw * T);
+        cr_assert(tk && tg);
+        data_fill_eval(sp[k], 0, (int)nw, tk, tg);
+        for (long i = 0; i < nw * T; i++)
+            if (tk[i] != 0)
+                cr_assert(k == 0 ? tk[i] <= n_train : tk[i] > n_train && tk[i] <= n, "%s: token %d",
+                          k ? "val" : "train", tk[i]);
+        free(tk);
+        free(tg);
     }
     data_close(tr);
     data_close(va);
@@ -788,22 +733,14 @@ static void expect_packed_error(const char *path, int T, int split, double vf, c
     cr_assert_not_null(strstr(err.msg, what), "message lacks \"%s\": %s", what, err.msg);
 }
 
-Test(data, packed_too_short_names_the_file) {
-    /* 2 examples, 7 tokens in all: packed they cannot fill one window of seq_len+1 = 9 */
+Test(data, packed_short_file_and_no_targets) {
+    /* 2 examples, 7 tokens in all: packed into one row of 8 (two examples, one padding) */
     write_str(test_join(g_dir, "short.jsonl"), "{\"prompt\": \"ab\", \"completion\": \"c\"}\n{\"prompt\": \"d\", \"completion\": \"efg\"}\n");
-    expect_packed_error(test_join(g_dir, "short.jsonl"), 8, DATA_SPLIT_ALL, 0, "7 tokens, expected at least seq_len+1 = 9");
-    /* seq_len+1 = 7 fits exactly */
-    DataSource *d = open_ok_packing(test_join(g_dir, "short.jsonl"), DATA_JSONL, true, 6, 256, DATA_SPLIT_ALL, 0);
-    cr_assert_eq(data_num_tokens(d), 7);
+    DataSource *d = open_ok_packing(test_join(g_dir, "short.jsonl"), DATA_JSONL, true, 8, 256, DATA_SPLIT_ALL, 0);
+    cr_assert_eq(data_num_tokens(d), 2);
     cr_assert_eq(data_num_eval_windows(d), 1);
     data_close(d);
-    /* unpacked, the same file is two padded rows */
-    d = open_ok(test_join(g_dir, "short.jsonl"), DATA_JSONL, 8, 256, DATA_SPLIT_ALL, 0);
-    cr_assert_eq(data_num_tokens(d), 2);
-    data_close(d);
-    /* a split too short on its own: the val split is the second example, 4 tokens */
-    expect_packed_error(test_join(g_dir, "short.jsonl"), 4, DATA_SPLIT_VAL, 0.5, "val split");
-    /* nothing to train on at all */
+    /* nothing to train on at all: as unpacked */
     write_str(test_join(g_dir, "none.jsonl"), "{\"prompt\": \"abcdefgh\", \"completion\": \"\"}\n{\"prompt\": \"ijklmnop\", \"completion\": \"\"}\n");
     expect_packed_error(test_join(g_dir, "none.jsonl"), 4, DATA_SPLIT_ALL, 0, "no example has a completion");
 }

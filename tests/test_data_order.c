@@ -1,7 +1,7 @@
 /* test_data_order.c - data.shuffle = false: training rows in file order, epoch after epoch
  * (data_fill_train with shuffle false), against the order computed here from the examples / bytes
- * this test writes: jsonl example i % n, packed jsonl and text windows i % W of the stream at
- * w * seq_len, for the global row i = step * effective_batch + g, whatever the micro-batch / rank
+ * this test writes: jsonl example i % n, packed jsonl row i % rows, text windows i % W of the stream
+ * at w * seq_len, for the global row i = step * effective_batch + g, whatever the micro-batch / rank
  * split, the seed or the step the rows are asked at (what a resume does); and through the binary, a
  * run in file order resumed from a checkpoint is the unbroken run bit for bit, while resuming it
  * with the order changed is refused (the order is part of the run's identity, as the seed is). */
@@ -173,32 +173,21 @@ Test(data, shuffle_false_token_shards_consecutive_windows) {
     }
 }
 
-/* packed jsonl: the stream is every example (prompt then completion, untruncated) end to end;
- * windows as text, a target -100 where its token is a prompt token. */
-static int g_pk_tok[N_EX * MAX_LEN], g_pk_prompt[N_EX * MAX_LEN], g_pk_n;
-enum { PK_T = 5 };
+/* packed jsonl: the packed rows (test_packing.c checks them against a naive first-fit
+ * decreasing) in their order, row i % rows, epoch after epoch */
+static DataSource *g_pk_src;
+enum { PK_T = 12 };
 
 static void want_packed(long i, int *tok, int *tgt) {
-    long W = (g_pk_n - 1) / PK_T, s = (i % W) * PK_T;
-    for (int t = 0; t < PK_T; t++) {
-        tok[t] = g_pk_tok[s + t];
-        tgt[t] = g_pk_prompt[s + t + 1] ? -100 : g_pk_tok[s + t + 1];
-    }
+    data_fill_eval(g_pk_src, (long)(i % data_num_eval_windows(g_pk_src)), 1, tok, tgt);
 }
 
-Test(data, shuffle_false_packed_consecutive_windows) {
-    g_pk_n = 0;
-    for (int e = 0; e < N_EX; e++) {
-        int ids[MAX_LEN], plen, len = example_ids(e, ids, &plen);
-        for (int k = 0; k < len; k++) {
-            g_pk_tok[g_pk_n] = ids[k];
-            g_pk_prompt[g_pk_n++] = k < plen;
-        }
-    }
+Test(data, shuffle_false_packed_rows_in_order) {
     const char *text = jsonl_text();
     DataSource *d = open_mem("order.jsonl", text, strlen(text), DATA_JSONL, true, PK_T);
-    cr_assert_eq(data_num_tokens(d), (uint64_t)g_pk_n);
-    check_order(d, 3, 9, want_packed); /* 27 rows over floor((n - 1) / 5) windows: wraps */
+    g_pk_src = d;
+    cr_assert_lt(data_num_eval_windows(d), N_EX, "several examples a row");
+    check_order(d, 3, 9, want_packed); /* 27 rows over fewer packed rows: wraps */
     data_close(d);
 }
 

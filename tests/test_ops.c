@@ -52,9 +52,9 @@ static void check_encoder(GtDtype act, int B, int T, int C, int V, uint64_t seed
     int *d_tok = dup_i(&fx, tok, BT);
     void *d_out = dnan_a(&fx, BT * C);
     fx.be->ops->encoder_forward(fx.be, d_out, d_tok, dup_a(&fx, wte, (size_t)V * C),
-                                dup_a(&fx, wpe, (size_t)T * C), B, T, C);
+                                dup_a(&fx, wpe, (size_t)T * C), B, T, C, NULL);
     float *d_dwte = dup_f(&fx, dwte0, (size_t)V * C), *d_dwpe = dup_f(&fx, dwpe0, (size_t)T * C);
-    fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, dup_a(&fx, dout, BT * C), d_tok, B, T, C);
+    fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, dup_a(&fx, dout, BT * C), d_tok, B, T, C, NULL);
 
     double *ro = hd(&fx, BT * C);
     double *rdwte = to_d(&fx, dwte0, (size_t)V * C), *rdwpe = to_d(&fx, dwpe0, (size_t)T * C);
@@ -601,8 +601,8 @@ Test(ops, deterministic) {
     double ss[2];
     for (int rep = 0; rep < 2; rep++) {
         float *d_out = dnan(&fx, NC), *d_lse = dnan(&fx, nl), *d_dqkv = dnan(&fx, n3), *d_ws = dnan(&fx, nl);
-        fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0);
-        fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH, 0);
+        fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0, NULL);
+        fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH, 0, NULL);
         float *d_ln = dnan(&fx, NC), *d_m = dnan(&fx, BT), *d_s = dnan(&fx, BT);
         fx.be->ops->layernorm_forward(fx.be, d_ln, d_m, d_s, d_x, d_lw, d_lb, (int)BT, C, 1e-5f);
         float *d_dx = dup_f(&fx, x, NC), *d_dlw = dup_f(&fx, lw, C), *d_dlb = dup_f(&fx, lb, C);
@@ -610,7 +610,7 @@ Test(ops, deterministic) {
         float *d_dinp = dnan(&fx, NC), *d_dw = dup_f(&fx, w, (size_t)OC * C), *d_db = dup_f(&fx, dmm, OC);
         fx.be->ops->matmul_backward(fx.be, d_dinp, d_dw, d_db, d_dmm, d_x, d_w, (int)BT, C, OC, OC);
         float *d_dwte = dup_f(&fx, w, (size_t)V * C), *d_dwpe = dup_f(&fx, x, (size_t)T * C);
-        fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, d_dout, d_tok, B, T, C);
+        fx.be->ops->encoder_backward(fx.be, d_dwte, d_dwpe, d_dout, d_tok, B, T, C, NULL);
         float *d_lg = dup_f(&fx, logits, BT * V), *d_loss = dnan(&fx, BT);
         fx.be->ops->crossentropy(fx.be, d_loss, d_lg, d_tok, (int)BT, V, V, 0.01f, 1);
         float *outs[] = {d_out, d_lse, d_dqkv, d_ln, d_dx, d_dlw, d_dlb, d_dinp, d_dw, d_db, d_dwte, d_dwpe, d_lg};

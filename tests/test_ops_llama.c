@@ -214,7 +214,7 @@ static void check_rope(GtDtype act, int B, int T, int pos0, int NH, int NKV, int
     float *x = rand_a(&fx, &r, n, -2, 2), *dy = rand_a(&fx, &r, n, -1, 1);
 
     void *d_x = dup_a(&fx, x, n);
-    fx.be->ops->rope_forward(fx.be, d_x, d_cos, d_sin, B, T, pos0, NH, NKV, hs);
+    fx.be->ops->rope_forward(fx.be, d_x, d_cos, d_sin, B, T, pos0, NH, NKV, hs, NULL);
     float *got = get_a(&fx, d_x, n);
     double *rx = to_d(&fx, x, n);
     ref_rope_forward(rx, tab.dcos, tab.dsin, B, T, pos0, NH, NKV, hs);
@@ -225,7 +225,7 @@ static void check_rope(GtDtype act, int B, int T, int pos0, int NH, int NKV, int
     expect_same_bits("rope forward", got, want, n, NH, NKV, hs, shape);
 
     void *d_dy = dup_a(&fx, dy, n);
-    fx.be->ops->rope_backward(fx.be, d_dy, d_cos, d_sin, B, T, NH, NKV, hs);
+    fx.be->ops->rope_backward(fx.be, d_dy, d_cos, d_sin, B, T, NH, NKV, hs, NULL);
     got = get_a(&fx, d_dy, n);
     double *rdy = to_d(&fx, dy, n);
     ref_rope_backward(rdy, tab.dcos, tab.dsin, B, T, NH, NKV, hs);
@@ -334,9 +334,9 @@ static void check_encoder_nopos(GtDtype act, int B, int T, int C, int V, uint64_
     float *dwte0 = rand_f(&fx, &r, (size_t)V * C, -1, 1);
     int *d_tok = dup_i(&fx, tok, BT);
     void *d_out = dnan_a(&fx, BT * C);
-    fx.be->ops->encoder_forward(fx.be, d_out, d_tok, dup_a(&fx, wte, (size_t)V * C), NULL, B, T, C);
+    fx.be->ops->encoder_forward(fx.be, d_out, d_tok, dup_a(&fx, wte, (size_t)V * C), NULL, B, T, C, NULL);
     float *d_dwte = dup_f(&fx, dwte0, (size_t)V * C);
-    fx.be->ops->encoder_backward(fx.be, d_dwte, NULL, dup_a(&fx, dout, BT * C), d_tok, B, T, C);
+    fx.be->ops->encoder_backward(fx.be, d_dwte, NULL, dup_a(&fx, dout, BT * C), d_tok, B, T, C, NULL);
 
     double *ro = hd(&fx, BT * C), *rdwte = to_d(&fx, dwte0, (size_t)V * C);
     ref_encoder_forward(ro, tok, to_d(&fx, wte, (size_t)V * C), NULL, B, T, C);
@@ -391,8 +391,8 @@ static void det_run(Fx *fx, Fx *keep, DetOut *o, size_t nbytes[NDET]) {
     RopeTab tab = rope_tab(fx, T, hs);
     float *cs = dup_f(fx, tab.fcos, ntab), *sn = dup_f(fx, tab.fsin, ntab);
     void *rq = dup_a(fx, rand_a(fx, &r, nq, -2, 2), nq), *rdq = dup_a(fx, rand_a(fx, &r, nq, -1, 1), nq);
-    ops->rope_forward(b, rq, cs, sn, B, T, 0, NH, NKV, hs);
-    ops->rope_backward(b, rdq, cs, sn, B, T, NH, NKV, hs);
+    ops->rope_forward(b, rq, cs, sn, B, T, 0, NH, NKV, hs, NULL);
+    ops->rope_backward(b, rdq, cs, sn, B, T, NH, NKV, hs, NULL);
 
     void *sg_in = dup_a(fx, rand_a(fx, &r, 2 * NI, -6, 6), 2 * NI), *sg_dy = dup_a(fx, rand_a(fx, &r, NI, -1, 1), NI);
     void *sg_out = dnan_a(fx, NI), *sg_din = dnan_a(fx, 2 * NI);
@@ -402,8 +402,8 @@ static void det_run(Fx *fx, Fx *keep, DetOut *o, size_t nbytes[NDET]) {
     void *qkv = dup_a(fx, rand_a(fx, &r, nq, -2, 2), nq), *a_dy = dup_a(fx, rand_a(fx, &r, no, -1, 1), no);
     void *a_out = dnan_a(fx, no), *a_dq = dnan_a(fx, nq);
     float *lse = dnan(fx, nl), *ws = dnan(fx, nl);
-    ops->attention_forward(b, a_out, lse, qkv, B, T, NH, NKV, hs, W);
-    ops->attention_backward(b, a_dq, ws, a_dy, qkv, a_out, lse, B, T, NH, NKV, hs, W);
+    ops->attention_forward(b, a_out, lse, qkv, B, T, NH, NKV, hs, W, NULL);
+    ops->attention_backward(b, a_dq, ws, a_dy, qkv, a_out, lse, B, T, NH, NKV, hs, W, NULL);
 
     const void *outs[NDET] = {rn_out, rstd, dinp, dw, res, rr_out, rr_rstd, rq, rdq, sg_out, sg_din, a_out, lse, a_dq};
     const size_t ab = gt_dtype_size(b->act_dtype);

@@ -62,7 +62,8 @@ enum {
     GT_CAP_DEVICE_MEMORY = 1u << 0,  /* model buffers live in device memory, apart from the host's */
     GT_CAP_NATIVE_BF16 = 1u << 1,    /* bf16 activations are computed natively (the CPU rounds, for checking) */
     GT_CAP_NCCL = 1u << 2,           /* its buffers can go over NCCL collectives (cuda/dist_nccl.cu) */
-    GT_CAP_DRIVER_MEM_VIEW = 1u << 3 /* memory_info is the device driver's view (else the system's) */
+    GT_CAP_DRIVER_MEM_VIEW = 1u << 3, /* memory_info is the device driver's view (else the system's) */
+    GT_CAP_POSITIONS = 1u << 4        /* the position ops take per-token positions (pos != NULL; packing) */
 };
 
 typedef struct BackendOps {
@@ -89,13 +90,21 @@ typedef struct BackendOps {
     void (*offload_to_device)(Backend *b, void *dev_dst, const void *host_src, size_t bytes, int slot);
     void (*offload_wait)(Backend *b, int slot);
 
-    /* ---- ops ---- */
-    /* out[B,T,C] = wte[tokens[b,t]] + wpe[t] (wpe NULL: no position embedding, as Llama) */
+    /* ---- ops ----
+     * Positions (packed rows, src/io/data_pack.c): the encoder, rope and attention ops take pos,
+     * NULL (position t of each row is t: every existing caller, today's code path and bits) or
+     * int[B*T] on the device: per row pos[0] = 0 and pos[t] is 0 (an example starts) or
+     * pos[t-1] + 1, each < the model's positions. Token t then has position pos[t] and attends
+     * to keys t-pos[t]..t only (its own example), as HF derives cu_seqlens from position_ids.
+     * Only a backend with GT_CAP_POSITIONS is given pos != NULL. */
+    /* out[B,T,C] = wte[tokens[b,t]] + wpe[p] (p = pos ? pos[b,t] : t; wpe NULL: no position
+     * embedding, as Llama) */
     void (*encoder_forward)(Backend *b, act_t *out, const int *tokens, const act_t *wte,
-                            const act_t *wpe, int B, int T, int C);
-    /* dwte[tokens] += dout, dwpe[t] += sum_b dout (accumulate; dwpe NULL: skipped) */
+                            const act_t *wpe, int B, int T, int C, const int *pos);
+    /* dwte[tokens] += dout, dwpe[p] += sum of dout over the (b, t) at position p (accumulate;
+     * dwpe NULL: skipped) */
     void (*encoder_backward)(Backend *b, float *dwte, float *dwpe, const act_t *dout,
-                             const int *tokens, int B, int T, int C);
+                             const int *tokens, int B, int T, int C, const int *pos);
 
     /* out = (inp - mean) * rstd * w + bias over rows of C; mean/rstd[N] saved for backward */
     void (*layernorm_forward)(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
@@ -124,13 +133,13 @@ typedef struct BackendOps {
      * GPT-2). window > 0: position t sees keys t-window+1..t only (Mistral's sliding window, HF's
      * mask keeps t - j < window); window 0: all of 0..t. Never materialises B*NH*T*T. */
     void (*attention_forward)(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
-                              int NH, int NKV, int hd, int window);
+                              int NH, int NKV, int hd, int window, const int *pos);
     /* dqkv[B,T,(NH+2*NKV)*hd] overwritten; the dK and dV of a kv head are summed over the query
      * heads of its group in a fixed order (no atomics). workspace: B*NH*T floats (row sums of
      * dout*out). */
     void (*attention_backward)(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                                const act_t *qkv, const act_t *out, const float *lse, int B, int T,
-                               int NH, int NKV, int hd, int window);
+                               int NH, int NKV, int hd, int window, const int *pos);
 
     /* GELU, tanh form (HF gelu_new). dinp overwritten; dinp may equal dout. */
     void (*gelu_forward)(Backend *b, act_t *out, const act_t *inp, size_t n);
@@ -188,15 +197,16 @@ typedef struct BackendOps {
                                   int NH, int NKV, int hd);
     /* Rotary position embedding in HF's rotate_half convention, in place on the NH query and NKV
      * key heads of qkv[B,T,(NH+2*NKV)*hd] (the value heads are untouched): for each head x and
-     * i < hd/2, with c = cos[p*hd/2 + i], s = sin[p*hd/2 + i] at position p = pos0 + t:
+     * i < hd/2, with c = cos[p*hd/2 + i], s = sin[p*hd/2 + i] at position p = pos0 + t
+     * (pos != NULL: p = pos[b,t], pos0 ignored):
      *   x[i] <- x[i]*c - x[i+hd/2]*s,   x[i+hd/2] <- x[i+hd/2]*c + x[i]*s.
      * cos/sin: the model's table (fp32, [positions, hd/2], computed once on the host in double). */
     void (*rope_forward)(Backend *b, act_t *qkv, const float *cos, const float *sin, int B, int T,
-                         int pos0, int NH, int NKV, int hd);
+                         int pos0, int NH, int NKV, int hd, const int *pos);
     /* the gradient through rope_forward (pos0 = 0), in place on dqkv: the inverse rotation
      * x[i] <- x[i]*c + x[i+hd/2]*s, x[i+hd/2] <- x[i+hd/2]*c - x[i]*s of the q and k heads */
     void (*rope_backward)(Backend *b, act_t *dqkv, const float *cos, const float *sin, int B, int T,
-                          int NH, int NKV, int hd);
+                          int NH, int NKV, int hd, const int *pos);
     /* SwiGLU: inp[N,2I] = gate | up per row; out[N,I] = silu(gate) * up, silu(g) = g/(1+exp(-g))
      * (I = n_inner; the parameter is not called I, which complex.h defines) */
     void (*swiglu_forward)(Backend *b, act_t *out, const act_t *inp, int N, int n_inner);

@@ -116,7 +116,7 @@ static void colsum_accumulate(Backend *b, float *dst, const float *src, int N, i
 /* ------------------------------------------------------------------ encoder */
 
 static void f32_encoder_forward(Backend *b, float *out, const int *tokens, const float *wte,
-                                const float *wpe, int B, int T, int C) {
+                                const float *wpe, int B, int T, int C, const int *pos) {
     int BT = B * T;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * C >= PAR_MIN)
     for (int bt = 0; bt < BT; bt++) {
@@ -127,13 +127,13 @@ static void f32_encoder_forward(Backend *b, float *out, const int *tokens, const
             memcpy(o, we, (size_t)C * sizeof(float));
             continue;
         }
-        const float *pe = wpe + (size_t)t * C;
+        const float *pe = wpe + (size_t)(pos ? pos[bt] : t) * C;
         for (int c = 0; c < C; c++) o[c] = we[c] + pe[c];
     }
 }
 
 static void f32_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
-                                 const int *tokens, int B, int T, int C) {
+                                 const int *tokens, int B, int T, int C, const int *pos) {
     int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
     int BT = B * T;
     /* dwte: each thread owns a block of channels of every row of dwte and walks the positions in
@@ -149,6 +149,21 @@ static void f32_encoder_backward(Backend *b, float *dwte, float *dwpe, const flo
                 for (int j = 0; j < cn; j++) dst[j] += src[j];
             }
         }
+    }
+    /* positions: dwpe[p] += the dout of the (b, t) at position p, in (b, t) order, each p owned
+     * by one thread */
+    if (dwpe && pos) {
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * C >= PAR_MIN)
+        for (int p = 0; p < T; p++) {
+            float *dst = dwpe + (size_t)p * C;
+            for (int c = 0; c < C; c++) {
+                float s = 0.0f;
+                for (int bt = 0; bt < BT; bt++)
+                    if (pos[bt] == p) s += dout[(size_t)bt * C + c];
+                dst[c] += s;
+            }
+        }
+        return;
     }
     /* dwpe[t] += sum_b dout[b, t]: each t owned by one thread, b summed in order */
     if (dwpe) {
@@ -534,7 +549,7 @@ void cpu_act_done(Backend *b, act_t *x, const float *w, size_t n) {
 }
 
 static void cpu_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte, const act_t *wpe,
-                                int B, int T, int C) {
+                                int B, int T, int C, const int *pos) {
     /* bf16: widen the table rows up to the largest token (only the emulation needs V, so the
      * fp32 path skips the scan) */
     const size_t BTC = (size_t)B * T * C;
@@ -543,13 +558,14 @@ static void cpu_encoder_forward(Backend *b, act_t *out, const int *tokens, const
         for (int i = 0; i < B * T; i++)
             if (tokens[i] + 1 > V) V = tokens[i] + 1;
     float *o = cpu_act_out(b, 0, out, BTC, false);
-    f32_encoder_forward(b, o, tokens, cpu_act_in(b, 1, wte, (size_t)V * C), cpu_act_in(b, 2, wpe, (size_t)T * C), B, T, C);
+    f32_encoder_forward(b, o, tokens, cpu_act_in(b, 1, wte, (size_t)V * C), cpu_act_in(b, 2, wpe, (size_t)T * C), B, T, C,
+                        pos);
     cpu_act_done(b, out, o, BTC);
 }
 
 static void cpu_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout, const int *tokens, int B,
-                                 int T, int C) {
-    f32_encoder_backward(b, dwte, dwpe, cpu_act_in(b, 0, dout, (size_t)B * T * C), tokens, B, T, C);
+                                 int T, int C, const int *pos) {
+    f32_encoder_backward(b, dwte, dwpe, cpu_act_in(b, 0, dout, (size_t)B * T * C), tokens, B, T, C, pos);
 }
 
 static void cpu_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp, const act_t *w,
@@ -664,7 +680,7 @@ static void cpu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_by
 
 static const BackendOps k_cpu_ops = {
     .name = "cpu",
-    .caps = 0,
+    .caps = GT_CAP_POSITIONS,
     .close = cpu_close,
     .dev_alloc = cpu_alloc,
     .dev_free = cpu_free,

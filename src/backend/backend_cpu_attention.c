@@ -18,6 +18,9 @@
  * sees keys t-W+1..t. Key tiles stay on the fixed grid k0 = 0, ATT_BK, ...; a tile no row of a
  * query block sees is skipped, a partly visible one is masked per row (att_lo, att_valid), as
  * the causal mask is. No window (or W >= T) takes exactly the path of plain causal attention.
+ * Positions (packed rows, backend.h): row t's first key is also at least t - pos[t] (its example's
+ * first token); as t - W + 1, that start never decreases with t, so a block's first row has the
+ * block's first visible key and the same tile skipping holds. pos NULL: the code path without.
  *
  * Determinism: each work item (forward: a (b, h, query block); backward: a whole (b, kv head),
  * its G query heads in order h = g*G, g*G+1, ..., so dK and dV of the kv head sum the group's
@@ -49,15 +52,23 @@ static inline int att_valid(int q, int k0, int nk) {
     return v < 0 ? 0 : (v > nk ? nk : v);
 }
 
-/* the first of the keys k0.. that query row q may see (window W): j >= att_lo, at most hi */
-static inline int att_lo(int q, int k0, int W, int hi) {
-    int lo = q - W + 1 - k0;
+/* the first key query row q may see: the window's t - W + 1, or its example's first token
+ * (pos: the sequence's positions, NULL without) */
+static inline int att_start(int q, int W, const int *pos) {
+    int s = q - W + 1;
+    if (pos && q - pos[q] > s) s = q - pos[q];
+    return s;
+}
+
+/* the first of the keys k0.. that query row q may see: j >= att_lo, at most hi */
+static inline int att_lo(int q, int k0, int W, const int *pos, int hi) {
+    int lo = att_start(q, W, pos) - k0;
     return lo < 0 ? 0 : (lo > hi ? hi : lo);
 }
 
 /* the first key tile query row q0 (and so every later row) may see */
-static inline int att_first_tile(int q0, int W) {
-    int j = q0 - W + 1;
+static inline int att_first_tile(int q0, int W, const int *pos) {
+    int j = att_start(q0, W, pos);
     return j > 0 ? j / ATT_BK * ATT_BK : 0;
 }
 
@@ -70,14 +81,14 @@ static inline float max_f(const float *restrict a, int n) {
 
 /* forward of one block of nq query rows starting at i0 of query head h of one sequence */
 static void att_fwd_block(float *restrict o, float *restrict lse_row, const float *base, const AttGeom *g, int h,
-                          int i0, int nq) {
+                          int i0, int nq, const int *pos) {
     const int R = g->R, C = g->C, hs = g->hd, kvh = h / g->G;
     float S[ATT_BQ * ATT_BK] __attribute__((aligned(64)));
     float m[ATT_BQ], l[ATT_BQ];
     const float *q = base + (size_t)i0 * R + (size_t)h * hs;
     const float *k = base + (size_t)(g->NH + kvh) * hs;
     const float *v = base + (size_t)(g->NH + g->NKV + kvh) * hs;
-    int kbeg = att_first_tile(i0, g->W), kend = i0 + nq;
+    int kbeg = att_first_tile(i0, g->W, pos), kend = i0 + nq;
     for (int r = 0; r < nq; r++) {
         m[r] = -INFINITY;
         l[r] = 0.0f;
@@ -89,7 +100,7 @@ static void att_fwd_block(float *restrict o, float *restrict lse_row, const floa
                     0.0f, S, ATT_BK);
         for (int r = 0; r < nq; r++) {
             float *s = S + (size_t)r * ATT_BK;
-            int hi = att_valid(i0 + r, k0, nk), lo = att_lo(i0 + r, k0, g->W, hi);
+            int hi = att_valid(i0 + r, k0, nk), lo = att_lo(i0 + r, k0, g->W, pos, hi);
             float *sv = s + lo; /* the visible keys: sv[0 .. nv) */
             int nv = hi - lo;
             float mx = nv > 0 ? max_f(sv, nv) : -INFINITY;
@@ -120,7 +131,8 @@ static void att_fwd_block(float *restrict o, float *restrict lse_row, const floa
     }
 }
 
-static void f32_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B, const AttGeom *g) {
+static void f32_attention_forward(Backend *b, float *out, float *lse, const float *qkv, int B, const AttGeom *g,
+                                  const int *pos) {
     const int T = g->T, NH = g->NH;
     int nqb = (T + ATT_BQ - 1) / ATT_BQ;
     int items = B * NH * nqb;
@@ -134,14 +146,14 @@ static void f32_attention_forward(Backend *b, float *out, float *lse, const floa
         int i0 = qb * ATT_BQ;
         int nq = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
         att_fwd_block(out + ((size_t)bb * T + i0) * g->C + (size_t)h * g->hd, lse + (size_t)u * T + i0,
-                      qkv + (size_t)bb * T * g->R, g, h, i0, nq);
+                      qkv + (size_t)bb * T * g->R, g, h, i0, nq, pos ? pos + (size_t)bb * T : NULL);
     }
 }
 
 /* backward of kv head kvh of one sequence and its G query heads, in order: writes (overwrites)
  * the q columns of those heads and the k and v columns of kvh in dqkv. lse_b, D_b: [NH, T] */
 static void att_bwd_group(float *dbase, const float *base, const float *dout, const float *lse_b, const float *D_b,
-                          const AttGeom *g, int kvh) {
+                          const AttGeom *g, int kvh, const int *pos) {
     const int T = g->T, R = g->R, C = g->C, hs = g->hd, W = g->W;
     float P[ATT_BQ * ATT_BK] __attribute__((aligned(64)));
     float dS[ATT_BQ * ATT_BK] __attribute__((aligned(64)));
@@ -162,7 +174,7 @@ static void att_bwd_group(float *dbase, const float *base, const float *dout, co
             for (int i0 = k0 / ATT_BQ * ATT_BQ; i0 < T; i0 += ATT_BQ) {
                 int nq = T - i0 < ATT_BQ ? T - i0 : ATT_BQ;
                 if (i0 + nq - 1 < k0) continue; /* no row of this block sees the tile (causal) */
-                if (k0 + nk - 1 < i0 - W + 1) break; /* the tile is before the window of this block and all later */
+                if (k0 + nk - 1 < att_start(i0, W, pos)) break; /* before what this block and all later see */
                 const float *q = base + (size_t)i0 * R + qoff;
                 const float *dy = dout + (size_t)i0 * C + qoff;
                 float *dq = dbase + (size_t)i0 * R + qoff;
@@ -171,7 +183,7 @@ static void att_bwd_group(float *dbase, const float *base, const float *dout, co
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, hs, 1.0f, dy, C, v, R, 0.0f, dS, ATT_BK);
                 for (int r = 0; r < nq; r++) {
                     float *p = P + (size_t)r * ATT_BK, *ds = dS + (size_t)r * ATT_BK;
-                    int hi = att_valid(i0 + r, k0, nk), lo = att_lo(i0 + r, k0, W, hi);
+                    int hi = att_valid(i0 + r, k0, nk), lo = att_lo(i0 + r, k0, W, pos, hi);
                     float *pv = p + lo, *dsv = ds + lo; /* the visible keys: [0 .. nv) */
                     int nv = hi - lo;
                     float l = lrow[i0 + r], Dt = Drow[i0 + r];
@@ -195,7 +207,7 @@ static void att_bwd_group(float *dbase, const float *base, const float *dout, co
                 cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, hs, nq, 1.0f, dS, ATT_BK, q, R, beta, dk, R);
                 /* dQ: the block's first visible tile overwrites */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hs, nk, 1.0f, dS, ATT_BK, k, R,
-                            k0 > att_first_tile(i0, W) ? 1.0f : 0.0f, dq, R);
+                            k0 > att_first_tile(i0, W, pos) ? 1.0f : 0.0f, dq, R);
                 first = 0;
             }
         }
@@ -203,7 +215,7 @@ static void att_bwd_group(float *dbase, const float *base, const float *dout, co
 }
 
 static void f32_attention_backward(Backend *b, float *dqkv, float *workspace, const float *dout, const float *qkv,
-                                   const float *out, const float *lse, int B, const AttGeom *g) {
+                                   const float *out, const float *lse, int B, const AttGeom *g, const int *pos) {
     const int T = g->T, NH = g->NH, hs = g->hd, C = g->C;
     int rows = B * NH * T;
     float *D = workspace;
@@ -223,7 +235,7 @@ static void f32_attention_backward(Backend *b, float *dqkv, float *workspace, co
         int kvh = u % g->NKV;
         int bb = u / g->NKV;
         att_bwd_group(dqkv + (size_t)bb * T * g->R, qkv + (size_t)bb * T * g->R, dout + (size_t)bb * T * C,
-                      lse + (size_t)bb * NH * T, D + (size_t)bb * NH * T, g, kvh);
+                      lse + (size_t)bb * NH * T, D + (size_t)bb * NH * T, g, kvh, pos ? pos + (size_t)bb * T : NULL);
     }
 }
 
@@ -238,24 +250,25 @@ static void att_check(int NH, int NKV, int hd) {
 }
 
 void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T, int NH, int NKV,
-                           int hd, int window) {
+                           int hd, int window, const int *pos) {
     att_check(NH, NKV, hd);
     if (B <= 0 || T <= 0) return;
     const AttGeom g = att_geom(T, NH, NKV, hd, window);
     const size_t BT = (size_t)B * T;
     float *o = cpu_act_out(b, 0, out, BT * g.C, false);
-    f32_attention_forward(b, o, lse, cpu_act_in(b, 1, qkv, BT * g.R), B, &g);
+    f32_attention_forward(b, o, lse, cpu_act_in(b, 1, qkv, BT * g.R), B, &g, pos);
     cpu_act_done(b, out, o, BT * g.C);
 }
 
 void cpu_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout, const act_t *qkv,
-                            const act_t *out, const float *lse, int B, int T, int NH, int NKV, int hd, int window) {
+                            const act_t *out, const float *lse, int B, int T, int NH, int NKV, int hd, int window,
+                            const int *pos) {
     att_check(NH, NKV, hd);
     if (B <= 0 || T <= 0) return;
     const AttGeom g = att_geom(T, NH, NKV, hd, window);
     const size_t BT = (size_t)B * T;
     float *dq = cpu_act_out(b, 0, dqkv, BT * g.R, false);
     f32_attention_backward(b, dq, workspace, cpu_act_in(b, 1, dout, BT * g.C), cpu_act_in(b, 2, qkv, BT * g.R),
-                           cpu_act_in(b, 3, out, BT * g.C), lse, B, &g);
+                           cpu_act_in(b, 3, out, BT * g.C), lse, B, &g, pos);
     cpu_act_done(b, dqkv, dq, BT * g.R);
 }

@@ -80,9 +80,10 @@ void cpu_act_done(Backend *b, act_t *x, const float *w, size_t n);
 
 /* ---- ops defined outside backend_cpu.c, for its ops table (contracts: backend.h) */
 void cpu_attention_forward(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T, int NH, int NKV,
-                           int hd, int window);
+                           int hd, int window, const int *pos);
 void cpu_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act_t *dout, const act_t *qkv,
-                            const act_t *out, const float *lse, int B, int T, int NH, int NKV, int hd, int window);
+                            const act_t *out, const float *lse, int B, int T, int NH, int NKV, int hd, int window,
+                            const int *pos);
 void cpu_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w, int N, int C,
                          float eps);
 void cpu_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp, const act_t *w,
@@ -90,9 +91,9 @@ void cpu_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout,
 void cpu_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x, const act_t *y,
                                   const act_t *w, int N, int C, float eps);
 void cpu_rope_forward(Backend *b, act_t *qkv, const float *cos, const float *sin, int B, int T, int pos0, int NH,
-                      int NKV, int hd);
+                      int NKV, int hd, const int *pos);
 void cpu_rope_backward(Backend *b, act_t *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
-                       int hd);
+                       int hd, const int *pos);
 void cpu_head_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *wq, const act_t *wk,
                               int N, int NH, int NKV, int hd, float eps);
 void cpu_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, const act_t *dout, const act_t *inp,

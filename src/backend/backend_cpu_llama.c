@@ -140,13 +140,13 @@ static void f32_head_rmsnorm_backward(Backend *b, float *dinp, float *dwq, float
  * the sum. A CUDA kernel computing x*c - y*s the same way (__fmul_rn / __fsub_rn / __fadd_rn, or
  * nvcc --fmad=false) matches bit for bit; ops_llama::rope checks the bits. */
 static void f32_rope(Backend *b, float *qkv, const float *cos, const float *sin, int B, int T, int pos0, int NH,
-                     int NKV, int hd, int dir) {
+                     int NKV, int hd, int dir, const int *pos) {
     const int half = hd / 2, heads = NH + NKV;
     const size_t R = (size_t)(NH + 2 * NKV) * hd;
     const int BT = B * T;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * heads * hd >= PAR_MIN)
     for (int bt = 0; bt < BT; bt++) {
-        const size_t p = (size_t)(pos0 + bt % T);
+        const size_t p = (size_t)(pos ? pos[bt] : pos0 + bt % T);
         const float *cr = cos + p * half, *sr = sin + p * half;
         float *row = qkv + (size_t)bt * R;
         for (int h = 0; h < heads; h++) {
@@ -255,18 +255,18 @@ void cpu_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rst
 /* in place; under bf16 the whole rows are widened and rounded back, which leaves the v heads'
  * bf16 values exactly as they were */
 void cpu_rope_forward(Backend *b, act_t *qkv, const float *cos, const float *sin, int B, int T, int pos0, int NH,
-                      int NKV, int hd) {
+                      int NKV, int hd, const int *pos) {
     const size_t n = (size_t)B * T * (NH + 2 * NKV) * hd;
     float *x = cpu_act_out(b, 0, qkv, n, true);
-    f32_rope(b, x, cos, sin, B, T, pos0, NH, NKV, hd, +1);
+    f32_rope(b, x, cos, sin, B, T, pos0, NH, NKV, hd, +1, pos);
     cpu_act_done(b, qkv, x, n);
 }
 
 void cpu_rope_backward(Backend *b, act_t *dqkv, const float *cos, const float *sin, int B, int T, int NH, int NKV,
-                       int hd) {
+                       int hd, const int *pos) {
     const size_t n = (size_t)B * T * (NH + 2 * NKV) * hd;
     float *x = cpu_act_out(b, 0, dqkv, n, true);
-    f32_rope(b, x, cos, sin, B, T, 0, NH, NKV, hd, -1);
+    f32_rope(b, x, cos, sin, B, T, 0, NH, NKV, hd, -1, pos);
     cpu_act_done(b, dqkv, x, n);
 }
 

@@ -424,6 +424,13 @@ static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
     return d;
 }
 
+/* jsonl: the examples, packed into rows when packing (data_pack.c) */
+static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+                       double val_fraction, const DataText *text, GtError *err) {
+    if (data_jsonl_build(d, name, buf, len, false, split, val_fraction, text, err) != 0) return -1;
+    return packing ? data_pack_build(d, name, err) : 0;
+}
+
 int data_open(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
               int split, double val_fraction, GtError *err) {
     return data_open_text(out, path, format, packing, seq_len, vocab_size, split, val_fraction, NULL, err);
@@ -452,7 +459,7 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
             if (format == DATA_TEXT) {
                 rc = text_build(d, path, buf, len, split, val_fraction, text, err); /* owns buf */
             } else {
-                rc = data_jsonl_build(d, path, (const char *)buf, len, packing, split, val_fraction, text, err);
+                rc = jsonl_build(d, path, (const char *)buf, len, packing, split, val_fraction, text, err);
                 free(buf);
             }
         }
@@ -484,7 +491,7 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
             rc = text_build(d, name, copy, len, split, val_fraction, text, err);
         }
     } else {
-        rc = data_jsonl_build(d, name, buf ? buf : "", len, packing, split, val_fraction, text, err);
+        rc = jsonl_build(d, name, buf ? buf : "", len, packing, split, val_fraction, text, err);
     }
     if (rc != 0) {
         data_close(d);
@@ -504,21 +511,27 @@ void data_close(DataSource *d) {
     free(d->ex_plen);
     free(d->ex_len);
     free(d->pk_lab);
+    free(d->pk_row_off);
+    free(d->pk_ex);
     free(d);
 }
 
 uint64_t data_num_tokens(const DataSource *d) { return d->n; }
 
+bool data_packed(const DataSource *d) { return d->pk_row_off != NULL; }
+
 double data_rows_per_epoch(const DataSource *d) {
+    if (d->pk_row_off) return (double)d->pk_rows;                     /* packed rows */
     if (d->format == DATA_JSONL && !d->pk_lab) return (double)d->n; /* one example a row */
     return (double)d->n / (double)d->seq_len;                       /* a stream cut into windows */
 }
 DataFormat data_format(const DataSource *d) { return d->format; }
 void data_stats(const DataSource *d, DataStats *s) {
     if (d->format == DATA_JSONL)
-        *s = (DataStats){d->st_examples, d->st_tokens, d->st_tokens_full, d->st_truncated, d->st_no_target};
+        *s = (DataStats){d->st_examples, d->st_tokens, d->st_tokens_full, d->st_truncated, d->st_no_target,
+                         d->pk_rows, d->pk_used};
     else
-        *s = (DataStats){0, d->n, d->n, 0, 0};
+        *s = (DataStats){0, d->n, d->n, 0, 0, 0, 0};
 }
 int data_seq_len(const DataSource *d) { return d->seq_len; }
 
@@ -594,8 +607,31 @@ static uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
 #define DOMAIN_WINDOWS 0x77696E646F777331ull /* "windows1" */
 #define DOMAIN_EPOCHS 0x65706F6368733031ull  /* "epochs01" */
 
+/* packed: rows as examples are (a seeded permutation per epoch, or file order) */
+static void fill_packed_train(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
+                              long first_row, int n_rows, int *tokens, int *targets, int *positions) {
+    const int T = d->seq_len;
+    const uint64_t ke = mix64(seed ^ DOMAIN_EPOCHS), n = d->pk_rows;
+    for (int r = 0; r < n_rows; r++) {
+        uint64_t g = (uint64_t)first_row + (uint64_t)r;
+        uint64_t i = (uint64_t)step * (uint64_t)(effective_batch > 0 ? effective_batch : 1) + g; /* global row */
+        size_t o = (size_t)r * (size_t)T;
+        uint64_t row = shuffle ? permute_index(i % n, n, mix64(ke ^ mix64(i / n))) : i % n;
+        data_pack_fill_row(d, row, tokens + o, targets + o, positions ? positions + o : NULL);
+    }
+}
+
 void data_fill_train(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
                      long first_row, int n_rows, int *tokens, int *targets) {
+    data_fill_train_pos(d, seed, shuffle, step, effective_batch, first_row, n_rows, tokens, targets, NULL);
+}
+
+void data_fill_train_pos(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
+                         long first_row, int n_rows, int *tokens, int *targets, int *positions) {
+    if (d->pk_row_off) {
+        fill_packed_train(d, seed, shuffle, step, effective_batch, first_row, n_rows, tokens, targets, positions);
+        return;
+    }
     int T = d->seq_len;
     uint64_t ks = mix64(seed ^ DOMAIN_WINDOWS);
     uint64_t ke = mix64(seed ^ DOMAIN_EPOCHS);
@@ -618,22 +654,34 @@ void data_fill_train(const DataSource *d, uint64_t seed, bool shuffle, long step
             uint64_t h = mix64(mix64(ks ^ (uint64_t)step) ^ g);
             fill_window(d, uniform_below(h, d->n - (uint64_t)T), tk, tg);
         }
+        if (positions)
+            for (int t = 0; t < T; t++) positions[(size_t)r * (size_t)T + (size_t)t] = t;
     }
 }
 
 long data_num_eval_windows(const DataSource *d) {
+    if (d->pk_row_off) return (long)d->pk_rows;
     if (d->format == DATA_JSONL && !d->pk_lab) return (long)d->n;
     return (long)((d->n - 1) / (uint64_t)d->seq_len);
 }
 
 void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets) {
+    data_fill_eval_pos(d, first_window, n_rows, tokens, targets, NULL);
+}
+
+void data_fill_eval_pos(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets,
+                        int *positions) {
     int T = d->seq_len;
     long nw = data_num_eval_windows(d);
     for (int r = 0; r < n_rows; r++) {
         long w = first_window + r;
         int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
+        if (positions)
+            for (int t = 0; t < T; t++) positions[(size_t)r * (size_t)T + (size_t)t] = t;
         if (w < 0 || w >= nw)
             fill_empty(T, tk, tg);
+        else if (d->pk_row_off)
+            data_pack_fill_row(d, (uint64_t)w, tk, tg, positions ? positions + (size_t)r * (size_t)T : NULL);
         else if (d->format == DATA_JSONL && !d->pk_lab)
             fill_example(d, (uint64_t)w, tk, tg);
         else

@@ -38,16 +38,15 @@
  *           prompt: masked, as the Alpaca/PiSSA/MetaMath SFT scripts and TRL do.
  *           Each example becomes one row of seq_len+1 tokens: prompt then completion, truncated to
  *           seq_len+1 and padded with token 0; labels are -100 on the prompt and on the padding.
- *           Packed (packing = true; ignored by text/tokens): the split's examples, prompt then
- *           completion, untruncated and unpadded, are laid end to end in file order as one token
- *           stream with a parallel label stream (a completion token's label is the token, a prompt
- *           token's label -100), which is then windowed like text/tokens (see data_fill_train and
- *           data_fill_eval): a target is -100 exactly where its token is a prompt token, so no loss
- *           crosses an example boundary into the next prompt. The stream must hold at least seq_len+1
- *           tokens.
+ *           Packed (packing = true; ignored by text/tokens): the split's examples, kept as above
+ *           (truncated to seq_len+1), are packed whole into rows of seq_len by first-fit decreasing
+ *           (data_pack.c; HF's DataCollatorWithFlattening, TRL's padding_free): an example of n
+ *           tokens fills n-1 positions (inputs e[0..n-2], targets e[1..n-1] under its labels) with
+ *           positions 0..n-2, attends only to itself (the ops' per-token positions, backend.h), and
+ *           no target crosses an example boundary; the rest of a row is padding (token 0, target
+ *           -100, positions 0.. as a segment of its own). Rows then go as examples do (below).
  *           The split that is opened must hold a target that is not -100: at least one example
- *           with a completion token within seq_len+1 tokens (unpacked), or a completion token
- *           after the stream's first token (packed); otherwise it is an error naming the file
+ *           with a completion token within seq_len+1 tokens (packed or not); otherwise it is an error naming the file
  *           (and the split). Some such examples are a warning.
  *
  * Split (no separate val file): DATA_SPLIT_TRAIN keeps the first floor(n * (1 - val_fraction))
@@ -111,18 +110,19 @@ int data_open_memory(DataSource **out, const char *name, const void *buf, size_t
 
 void data_close(DataSource *d); /* NULL is fine */
 
-/* tokens (text/tokens), examples (jsonl) or stream tokens (packed jsonl) of the chosen split */
+/* tokens (text/tokens) or examples (jsonl, packed or not) of the chosen split */
 uint64_t data_num_tokens(const DataSource *d);
 DataFormat data_format(const DataSource *d);
-/* What the opened split holds: jsonl: examples, their tokens as kept (truncated to seq_len+1
- * unless packed) and before truncation, the examples truncated, the examples with no target
- * token (no completion token within seq_len+1, or none at all when packed: they train nothing);
+/* What the opened split holds: jsonl: examples, their tokens as kept (truncated to seq_len+1,
+ * packed or not) and before truncation, the examples truncated, the examples with no target
+ * token (no completion token within seq_len+1: they train nothing);
  * text/tokens: examples 0, tokens = tokens_full = the split's tokens. */
 typedef struct {
     uint64_t examples, tokens, tokens_full, truncated, no_target;
+    uint64_t packed_rows, packed_tokens; /* packed: the rows, and the input positions examples fill */
 } DataStats;
 void data_stats(const DataSource *d, DataStats *s);
-/* training rows that make one epoch: examples (unpacked jsonl), or stream tokens / seq_len */
+/* training rows that make one epoch: examples (unpacked jsonl), packed rows, or tokens / seq_len */
 double data_rows_per_epoch(const DataSource *d);
 int data_seq_len(const DataSource *d);
 
@@ -131,27 +131,35 @@ int data_seq_len(const DataSource *d);
  * shuffle = false only on (seed, shuffle, i) -- never on how the step is cut into micro-batches or
  * ranks, so it is the same after a resume.
  * shuffle = true:
- *   text/tokens, packed jsonl (x = the token stream, targets from its label stream y):
- *                window start s uniform in [0, n - seq_len - 1] from a counter-based RNG
- *                (splitmix64 of seed, step, g); inputs = x[s .. s+T-1], targets = x[s+1 .. s+T]
- *                (packed jsonl: y[s+1 .. s+T]).
- *   jsonl:       epoch = i / n_examples; the example is perm_epoch(i % n_examples), perm_epoch a
- *                seeded bijection of [0, n_examples) (a keyed Feistel network with cycle walking,
- *                seeded by (seed, epoch)); inputs = row[0 .. T-1], targets = labels[1 .. T].
+ *   text/tokens: window start s uniform in [0, n - seq_len - 1] from a counter-based RNG
+ *                (splitmix64 of seed, step, g); inputs = x[s .. s+T-1], targets = x[s+1 .. s+T].
+ *   jsonl:       epoch = i / n_rows; the row is perm_epoch(i % n_rows), perm_epoch a seeded
+ *                bijection of [0, n_rows) (a keyed Feistel network with cycle walking, seeded by
+ *                (seed, epoch)); rows: examples (inputs = row[0 .. T-1], targets = labels[1 .. T]),
+ *                or packed rows.
  * shuffle = false (file order, epoch after epoch; seed unused):
- *   text/tokens, packed jsonl: window w = i % W, W = floor((n - 1) / seq_len): the eval windows of
+ *   text/tokens: window w = i % W, W = floor((n - 1) / seq_len): the eval windows of
  *                data_fill_eval, start w * seq_len, consecutive and non-overlapping, wrapping;
- *   jsonl:       example i % n_examples.
+ *   jsonl:       row i % n_rows (examples in file order, or packed rows in packing order).
  * Writes rows first_row .. first_row + n_rows - 1 into tokens[n_rows * T], targets[n_rows * T]. */
 void data_fill_train(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
                      long first_row, int n_rows, int *tokens, int *targets);
+/* The same, with each token's position into positions[n_rows * T] (NULL: not written): t for
+ * unpacked rows and windows; packed rows restart at 0 with each example (data_pack.c). */
+void data_fill_train_pos(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
+                         long first_row, int n_rows, int *tokens, int *targets, int *positions);
+/* jsonl packed into rows (packing = true): the rows need positions (model_step_pos) */
+bool data_packed(const DataSource *d);
 
-/* Eval windows, a fixed documented set: text/tokens and packed jsonl: window w starts at w * seq_len and holds
+/* Eval windows, a fixed documented set: text/tokens: window w starts at w * seq_len and holds
  * seq_len + 1 tokens (consecutive, non-overlapping targets), count = floor((n - 1) / seq_len);
- * jsonl: example w, count = n_examples. Windows at or beyond the count are filled with token 0
+ * jsonl: example w, count = n_examples; packed jsonl: packed row w, count = the rows.
+ * Windows at or beyond the count are filled with token 0
  * and target -100 (they count for nothing), so a last partial batch can be padded. */
 long data_num_eval_windows(const DataSource *d);
 void data_fill_eval(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets);
+void data_fill_eval_pos(const DataSource *d, long first_window, int n_rows, int *tokens, int *targets,
+                        int *positions);
 
 /* ---------------------------------------------------------------------------------------------
  * Writing llm.c shards (either layout above), atomically: the tokens go to a fresh temporary file

@@ -34,10 +34,30 @@ struct DataSource {
     const int32_t *pk_tok;
     int32_t *pk_lab;
 
+    /* packed jsonl (data_pack.c): rows of whole examples; row r holds the split's examples
+     * pk_ex[pk_row_off[r] .. pk_row_off[r+1]) in that order; pk_used: the input positions they
+     * fill (the rest is padding). pk_row_off is non-NULL exactly when the source is packed. */
+    uint64_t pk_rows, pk_used;
+    uint64_t *pk_row_off;
+    uint32_t *pk_ex;
+
     /* jsonl: the split's examples, their tokens as kept and before truncation, how many were
      * truncated and how many train nothing (data_stats) */
     uint64_t st_examples, st_tokens, st_tokens_full, st_truncated, st_no_target;
 };
+
+/* Example e of the split (0 <= e < n, jsonl): its tokens as kept, how many, and the label of its
+ * token t (1 <= t < len): the token itself when it trains, DATA_IGNORE_INDEX on the prompt. */
+static inline const int32_t *data_ex_tokens(const DataSource *d, uint64_t e) { return d->ex_tok + d->ex_off[d->ex_first + e]; }
+static inline int32_t data_ex_len(const DataSource *d, uint64_t e) { return d->ex_len[d->ex_first + e]; }
+static inline int data_ex_label(const DataSource *d, uint64_t e, int t) {
+    return t >= d->ex_plen[d->ex_first + e] ? data_ex_tokens(d, e)[t] : DATA_IGNORE_INDEX;
+}
+
+/* Pack the split's (unpacked, truncated) examples into rows (data_pack.c). */
+int data_pack_build(DataSource *d, const char *name, GtError *err);
+/* Packed row r: tokens, targets and positions (NULL: not written) [seq_len]. */
+void data_pack_fill_row(const DataSource *d, uint64_t r, int *tokens, int *targets, int *positions);
 
 /* malloc that reports failure in err (code 1) instead of exiting: data buffers can be huge */
 void *data_malloc(size_t bytes, const char *name, GtError *err);

@@ -124,6 +124,7 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     add(&k, BUF_LNF_RSTD, MEM_ACTIVATIONS, BT, f, 1);
     add(&k, BUF_TOKENS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
     add(&k, BUF_TARGETS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
+    add(&k, BUF_POSITIONS, MEM_ACTIVATIONS, BT, sizeof(int), 1);
     add(&k, BUF_LOSSES, MEM_ACTIVATIONS, BT, f, 1);
     k.cur = "recompute_scratch";
     if (K > 0) layer_acts(&k, d, s, MEM_RECOMPUTE_SCRATCH, 1);

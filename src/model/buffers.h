@@ -44,6 +44,7 @@ typedef enum {
     BUF_LNF_RSTD,
     BUF_TOKENS,
     BUF_TARGETS,
+    BUF_POSITIONS,    /* per-token positions of packed rows (model_step_pos) */
     BUF_LOSSES,
     BUF_LOGITS,       /* one chunk of the LM head's logits */
     BUF_DRES,         /* workspace: residual-stream gradient */

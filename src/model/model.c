@@ -201,6 +201,7 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_LNF_RSTD: return (void **)&m->lnf_rstd;
     case BUF_TOKENS: return (void **)&m->tokens;
     case BUF_TARGETS: return (void **)&m->targets;
+    case BUF_POSITIONS: return (void **)&m->positions;
     case BUF_LOSSES: return (void **)&m->losses;
     case BUF_LOGITS: return (void **)&m->logits;
     case BUF_DRES: return (void **)&m->dres;
@@ -349,20 +350,39 @@ void model_refresh_weights(Model *m) {
 
 /* ---------------------------------------------------------------- steps */
 
-static int upload_batch(Model *m, const int *tokens, const int *targets, int rows, GtError *err) {
+static int upload_batch(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                        GtError *err) {
     const size_t n = (size_t)rows * m->T * sizeof(int);
     if (rows < 1 || rows > m->B) return gt_error(err, GT_EXIT_FAILURE, "model: %d rows, model sized for %d", rows, m->B);
+    if (positions && !(m->be->ops->caps & GT_CAP_POSITIONS))
+        return gt_error(err, GT_EXIT_BAD_INPUT, "model: the %s backend does not take per-token positions (packed rows)",
+                        m->be->ops->name);
+    /* what the ops take (backend.h): each row starts at 0, then 0 or one more; never past T */
+    for (int r = 0; positions && r < rows; r++)
+        for (int t = 0; t < m->T; t++) {
+            const int p = positions[(size_t)r * m->T + t], prev = t ? positions[(size_t)r * m->T + t - 1] : -1;
+            if (p != 0 && p != prev + 1)
+                return gt_error(err, GT_EXIT_FAILURE, "model: row %d position %d is %d, expected 0 or %d", r, t, p,
+                                prev + 1);
+        }
     if (m->be->ops->to_device(m->be, m->tokens, tokens, n, err)) return -1;
+    m->pos_on = positions != NULL;
+    if (positions && m->be->ops->to_device(m->be, m->positions, positions, n, err)) return -1;
     return targets ? m->be->ops->to_device(m->be, m->targets, targets, n, err) : 0;
 }
 
 int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale, bool compute_grad,
                double *loss_sum, GtError *err) {
+    return model_step_pos(m, tokens, targets, NULL, rows, dloss_scale, compute_grad, loss_sum, err);
+}
+
+int model_step_pos(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                   float dloss_scale, bool compute_grad, double *loss_sum, GtError *err) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
     const int C = m->desc.n_embd, V = m->desc.vocab_size, LV = plan_logits_stride(&m->desc), BT = rows * m->T;
     if (compute_grad && !m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
-    if (upload_batch(m, tokens, targets, rows, err)) return -1;
+    if (upload_batch(m, tokens, targets, positions, rows, err)) return -1;
     model_refresh_weights(m);
     m->kv_len = 0; /* the activations are this batch's now */
     m->training = compute_grad;
@@ -394,6 +414,7 @@ int model_forward_rows(Model *m, const int *tokens, int pos0, int n, float *logi
     if (pos0 > m->kv_len)
         return gt_error(err, GT_EXIT_FAILURE, "model: continuing at position %d, but only %d are kept", pos0, m->kv_len);
     if (m->be->ops->to_device(m->be, m->tokens + pos0, tokens, (size_t)n * sizeof *tokens, err)) return -1;
+    m->pos_on = false;
     model_refresh_weights(m);
     m->training = false;
     model_forward_blocks(m, 1, pos0, n, false);

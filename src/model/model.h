@@ -79,6 +79,8 @@ typedef struct Model {
     float *lnf_mean, *lnf_rstd;
     act_t *logits;
     int *tokens, *targets;
+    int *positions; /* [B*T] per-token positions of packed rows, read only while pos_on */
+    bool pos_on;    /* this batch came with positions (model_step_pos) */
     float *losses;
     float *losses_host;
     /* activation-gradient workspace (act dtype) and attention row sums (fp32) */
@@ -112,6 +114,10 @@ void model_free(Model *m);
  * ignore); rows <= B. Returns the sum of the per-token losses (over valid targets). */
 int model_step(Model *m, const int *tokens, const int *targets, int rows, float dloss_scale,
                bool compute_grad, double *loss_sum, GtError *err);
+/* The same with per-token positions (host, B*T; NULL = model_step): packed rows, each example
+ * with positions from 0 attending only to itself (backend.h; needs GT_CAP_POSITIONS). */
+int model_step_pos(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                   float dloss_scale, bool compute_grad, double *loss_sum, GtError *err);
 
 /* Sampling: forward positions pos0..pos0+n-1 of row 0 (tokens[n], host) and copy the logits of the
  * last one to logits_host[vocab_size]. The keys and values of positions 0..pos0-1 are those the

@@ -82,12 +82,13 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     } else {
         linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
     }
-    if (spec(m)->pos == POS_ROPE) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd);
+    const int *pos = m->pos_on ? m->positions : NULL; /* packed rows (pos0 = 0, n = T) */
+    if (spec(m)->pos == POS_ROPE) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd, pos);
     /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
      * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
      * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
      * forward is followed by backward. */
-    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window);
+    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window, pos);
     linear_forward(m, l, ROLE_O_W, ROLE_O_B, res2, atty, N, Q, C);
     /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
     if (spec(m)->norm == NORM_LAYERNORM)
@@ -137,8 +138,9 @@ static void layer_backward(Model *m, int l, int B, const act_t *in, const LayerA
                   model_w(m, l, ROLE_NORM2_W), a->ln2_mean, a->ln2_rstd, BT);
     /* res2 = in + attn(norm1(in) Wqkv) Wo */
     linear_backward(m, l, ROLE_O_W, ROLE_O_B, m->dbtc, m->dres, a->atty, BT, Q, C);
-    op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NKV, hd, m->window);
-    if (spec(m)->pos == POS_ROPE) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd);
+    const int *pos = m->pos_on ? m->positions : NULL;
+    op->attention_backward(be, m->dqkv, m->att_ws, m->dbtc, a->qkv, a->atty, a->lse, B, T, NH, NKV, hd, m->window, pos);
+    if (spec(m)->pos == POS_ROPE) op->rope_backward(be, m->dqkv, m->rope_cos, m->rope_sin, B, T, NH, NKV, hd, pos);
     if (spec(m)->qk_norm) /* in place: d(qkv_pre) from d(qkv) */
         op->head_rmsnorm_backward(be, m->dqkv, model_g(m, l, ROLE_QNORM_W), model_g(m, l, ROLE_KNORM_W), m->dqkv,
                                   a->qkv_pre, model_w(m, l, ROLE_QNORM_W), model_w(m, l, ROLE_KNORM_W), a->qk_rstd, BT,
@@ -159,7 +161,7 @@ void model_forward_blocks(Model *m, int B, int pos0, int n, bool offload) {
     const size_t input_bytes = (size_t)N * C * gt_dtype_size(m->act);
     if (offload && recompute_offloaded(pol, 0)) op->offload_wait(be, recompute_slot(pol, 0));
     op->encoder_forward(be, model_at(m, m->input[0], r * C), m->tokens + r, m->wte,
-                        m->wpe ? model_at(m, m->wpe, r * C) : NULL, B, n, C);
+                        m->wpe ? model_at(m, m->wpe, r * C) : NULL, B, n, C, m->pos_on ? m->positions : NULL);
     for (int l = 0; l < L; l++) {
         /* the kept input of an offloaded layer leaves for the host as soon as it exists; the
          * copy runs on the copy stream while this layer computes (it only reads the input) */
@@ -204,7 +206,8 @@ void model_backward_blocks(Model *m, int B) {
         if (m->grad_ready) /* layer l's tensors are contiguous */
             m->grad_ready(m->grad_ready_ctx, m->grads + pl->layer_begin[l], pl->layer_begin[l + 1] - pl->layer_begin[l]);
     }
-    if (m->dwte) op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C); /* none: frozen (LoRA) */
+    if (m->dwte) /* none: frozen (LoRA) */
+        op->encoder_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C, m->pos_on ? m->positions : NULL);
     if (m->grad_ready) { /* the globals before the layers (wte, wpe); then those after (final norm, lm_head) */
         m->grad_ready(m->grad_ready_ctx, m->grads, pl->layer_begin[0]);
         m->grad_ready(m->grad_ready_ctx, m->grads + pl->layer_begin[L], m->padded_total - pl->layer_begin[L]);

@@ -15,11 +15,15 @@ void trainer_log_data(const char *which, const char *path, const DataSource *d) 
                (unsigned long long)st.tokens, data_rows_per_epoch(d), T);
         return;
     }
-    if (data_rows_per_epoch(d) != (double)st.examples) { /* packed */
-        gt_log("data: %s %s: %llu examples, %llu tokens packed end to end (%.0f windows of %d per epoch), 0 truncated, "
-               "%llu with an empty completion (context only)\n",
-               which, path, (unsigned long long)st.examples, (unsigned long long)st.tokens, data_rows_per_epoch(d), T,
-               (unsigned long long)st.no_target);
+    if (data_packed(d)) {
+        const double cells = (double)st.packed_rows * T;
+        gt_log("data: %s %s: %llu examples, %llu tokens (%llu before truncation), %llu truncated to seq_len+1 = %d, "
+               "%llu train nothing; packed into %llu rows of %d (first-fit decreasing, no cross-talk), %.1f%% padding "
+               "left\n",
+               which, path, (unsigned long long)st.examples, (unsigned long long)st.tokens,
+               (unsigned long long)st.tokens_full, (unsigned long long)st.truncated, T + 1,
+               (unsigned long long)st.no_target, (unsigned long long)st.packed_rows, T,
+               cells > 0 ? 100.0 * (1.0 - (double)st.packed_tokens / cells) : 0.0);
         return;
     }
     gt_log("data: %s %s: %llu examples, %llu tokens (%llu before truncation), %llu truncated to seq_len+1 = %d, %llu "

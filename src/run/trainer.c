@@ -28,8 +28,8 @@ long count_items(const int *targets, size_t n) {
  * (A * world), in double (a micro-batch without targets adds 0). Summed over the ranks it is HF
  * Trainer's logged loss when the loss is not normalised by num_items_in_batch: the mean of the
  * micro-batches' mean losses. */
-static int accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world, LossNormalization norm,
-                      long num_items, double *loss_sum, double *steps_loss, GtError *err) {
+static int accumulate(Model *m, const int *tokens, const int *targets, const int *positions, int B, int A, int world,
+                      LossNormalization norm, long num_items, double *loss_sum, double *steps_loss, GtError *err) {
     const size_t rows = (size_t)B * model_seq_len(m);
     double total = 0.0, mean_sum = 0.0;
     /* a grad-ready hook (data-parallel all-reduce) fires on the last micro-batch only: no
@@ -51,7 +51,7 @@ static int accumulate(Model *m, const int *tokens, const int *targets, int B, in
             scale = n > 0 ? (float)(1.0 / ((double)n * A * world)) : 0.0f;
         }
         double s = 0.0;
-        if (model_step(m, tk, tg, B, scale, true, &s, err)) {
+        if (model_step_pos(m, tk, tg, positions ? positions + (size_t)a * rows : NULL, B, scale, true, &s, err)) {
             model_set_grad_ready(m, hook, hook_ctx);
             return -1;
         }
@@ -66,15 +66,16 @@ static int accumulate(Model *m, const int *tokens, const int *targets, int B, in
 
 int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
                        LossNormalization norm, long num_items, double *loss_sum, GtError *err) {
-    return accumulate(m, tokens, targets, B, A, world, norm, num_items, loss_sum, NULL, err);
+    return accumulate(m, tokens, targets, NULL, B, A, world, norm, num_items, loss_sum, NULL, err);
 }
 
 static void fill_step(Trainer *t, long step) {
     const int B = t->plan.B, A = t->plan.A, T = t->cfg->data.seq_len;
     /* rows g = (a * world + rank) * B + b of the step's global batch */
     for (int a = 0; a < A; a++)
-        data_fill_train(t->train, t->cfg->seed, t->cfg->data.shuffle, step, t->plan.effective_batch,
-                        ((long)a * t->world + t->rank) * B, B, t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T);
+        data_fill_train_pos(t->train, t->cfg->seed, t->cfg->data.shuffle, step, t->plan.effective_batch,
+                            ((long)a * t->world + t->rank) * B, B, t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T,
+                            t->pos ? t->pos + (size_t)a * B * T : NULL);
 }
 
 static int check_weights(Trainer *t, long step, const char *when, GtError *err);
@@ -207,7 +208,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         const bool empty = num_items == 0;
         t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
         model_set_dropout_step(m, step);
-        if (!empty && accumulate(m, t->tok, t->tgt, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
+        if (!empty && accumulate(m, t->tok, t->tgt, t->pos, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
                                  &sums[0], &sums[1], err))
             return -1;
         if (dist_comm_sum_f64(t->comm, sums, 2, err)) return -1;
@@ -392,6 +393,7 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     rundir_close(t.rundir); /* after the last file is written: releases the lock */
     free(t.tok);
     free(t.tgt);
+    free(t.pos);
     dist_comm_close(t.comm, rc == 0); /* before the buffers it may still read go */
     model_free(t.model);
     data_close(t.train);

@@ -50,6 +50,9 @@ void trainer_summary_print(const TrainSummary *s);
  * many examples were truncated and how many train nothing. which: "train" or "val". */
 struct DataSource;
 void trainer_log_data(const char *which, const char *path, const struct DataSource *d);
+/* gtrain plan with data.packing: the training data opened as a run opens it (tokenizer, split),
+ * and its trainer_log_data line: how many rows the examples pack into, the padding left. */
+int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err);
 
 /* Run the whole job described by cfg, on this rank of dist (world 1 without a launcher). */
 struct Dist;

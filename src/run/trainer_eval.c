@@ -22,9 +22,9 @@ static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err)
     const int B = model_batch_rows(m);
     for (long w = 0; w < n_windows; w += B) {
         int rows = (int)(n_windows - w < B ? n_windows - w : B);
-        data_fill_eval(t->val, w, rows, t->tok, t->tgt);
+        data_fill_eval_pos(t->val, w, rows, t->tok, t->tgt, t->pos);
         double s = 0.0;
-        if (model_step(m, t->tok, t->tgt, rows, 0.0f, false, &s, err)) return -1;
+        if (model_step_pos(m, t->tok, t->tgt, t->pos, rows, 0.0f, false, &s, err)) return -1;
         sum += s;
         items += count_items(t->tgt, (size_t)rows * model_seq_len(m));
     }

@@ -34,6 +34,7 @@ typedef struct {
     GtError sync_err; /* an all-reduce started from backward that failed */
     int sync_failed;
     int *tok, *tgt;
+    int *pos; /* per-token positions of packed rows (data.packing), else NULL */
     char resumed_from[GT_PATH_MAX + 64]; /* the checkpoint resumed from, or "" */
     bool tty;
     double t_start;

@@ -190,6 +190,38 @@ static int init_adapters(Trainer *t, GtError *err) {
     return 0;
 }
 
+/* The splits of the run's data: a text file with val_fraction and no val file splits itself;
+ * returns the val path ("" for none). */
+static const char *data_splits(const RunConfig *cfg, int *split_train, int *split_val) {
+    *split_train = *split_val = DATA_SPLIT_ALL;
+    if (!cfg->data.val[0] && cfg->data.format == DATA_TEXT && cfg->data.val_fraction > 0) {
+        *split_train = DATA_SPLIT_TRAIN, *split_val = DATA_SPLIT_VAL;
+        return cfg->data.train;
+    }
+    return cfg->data.val;
+}
+
+static DataText data_text(const RunConfig *cfg, const Tokenizer *tok) {
+    return (DataText){.tok = tok, .prompt_template = cfg->data.prompt_template,
+                      .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
+                      .eos_id = tok ? tokenizer_eos_id(tok) : -1};
+}
+
+int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err) {
+    int split_train, split_val;
+    data_splits(cfg, &split_train, &split_val);
+    Tokenizer *tok = NULL;
+    DataSource *train = NULL;
+    if (tokenizer_load_for_model(&tok, cfg->tokenizer, cfg->model, err)) return -1;
+    const DataText text = data_text(cfg, tok);
+    int rc = data_open_text(&train, cfg->data.train, cfg->data.format, cfg->data.packing, cfg->data.seq_len,
+                            desc->vocab_size, split_train, cfg->data.val_fraction, &text, err);
+    if (rc == 0) trainer_log_data(split_train == DATA_SPLIT_TRAIN ? "train split of" : "train", cfg->data.train, train);
+    data_close(train);
+    tokenizer_free(tok);
+    return rc;
+}
+
 int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
@@ -216,12 +248,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
            cfg->loss_normalization == LOSS_NORM_TOKENS ? "the step's token count (num_items_in_batch)"
                                                        : "micro-batch mean / accumulation steps");
 
-    int split_train = DATA_SPLIT_ALL, split_val = DATA_SPLIT_ALL;
-    const char *val_path = cfg->data.val;
-    if (!val_path[0] && cfg->data.format == DATA_TEXT && cfg->data.val_fraction > 0) {
-        split_train = DATA_SPLIT_TRAIN, split_val = DATA_SPLIT_VAL;
-        val_path = cfg->data.train;
-    }
+    int split_train, split_val;
+    const char *val_path = data_splits(cfg, &split_train, &split_val);
     if (tokenizer_load_for_model(&t->tokenizer, cfg->tokenizer, cfg->model, err)) return -1;
     if (t->tokenizer) {
         char sl[600];
@@ -231,9 +259,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
             gt_warn("tokenizer %s has %d tokens, the model's vocab_size is %d: data with the larger ids will be refused\n",
                     tokenizer_path(t->tokenizer), tokenizer_vocab_size(t->tokenizer), desc->vocab_size);
     }
-    DataText text = {.tok = t->tokenizer, .prompt_template = cfg->data.prompt_template,
-                     .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
-                     .eos_id = t->tokenizer ? tokenizer_eos_id(t->tokenizer) : -1};
+    const DataText text = data_text(cfg, t->tokenizer);
     if (data_open_text(&t->train, cfg->data.train, cfg->data.format, cfg->data.packing, T, desc->vocab_size,
                        split_train, cfg->data.val_fraction, &text, err))
         return -1;
@@ -241,6 +267,10 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
         data_open_text(&t->val, val_path, cfg->data.format, cfg->data.packing, T, desc->vocab_size, split_val,
                        cfg->data.val_fraction, &text, err))
         return -1;
+    if (data_packed(t->train) && !(t->be->ops->caps & GT_CAP_POSITIONS))
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s: data.packing: true needs per-token positions, which the %s backend does not have yet; "
+                        "expected data.packing: false on it", cfg->config_path, t->be->ops->name);
     trainer_log_data(split_train == DATA_SPLIT_TRAIN ? "train split of" : "train", cfg->data.train, t->train);
     if (t->val) trainer_log_data(split_val == DATA_SPLIT_VAL ? "val split of" : "val", val_path, t->val);
 
@@ -326,6 +356,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const size_t step_rows = (size_t)t->plan.B * t->plan.A;
     t->tok = gt_xmalloc(step_rows * T * sizeof(int));
     t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
+    if (data_packed(t->train)) t->pos = gt_xmalloc(step_rows * T * sizeof(int));
     summary->steps = t->state.global_step;
     return 0;
 }

@@ -31,19 +31,30 @@ static inline int fuzz_memfd(const uint8_t *data, size_t size, char *path, size_
     return fd;
 }
 
+/* rows' tokens and targets in range, positions as backend.h wants them (0 first, then 0 or +1) */
+static inline void fuzz_check_filled(const int *tok, const int *tgt, const int *pos, int rows, int seq_len, int vocab) {
+    for (int i = 0; i < rows * seq_len; i++) {
+        if (tok[i] < 0 || tok[i] >= vocab || (tgt[i] != -100 && (tgt[i] < 0 || tgt[i] >= vocab))) abort();
+        if (pos[i] != (i % seq_len == 0 ? 0 : pos[i]) || (pos[i] != 0 && pos[i] != pos[i - 1] + 1)) abort();
+    }
+}
+
 /* Draw 3 training rows (first_row 2 of step 7, or as given) and 3 eval windows from an accepted
- * source; abort if any token or target is out of range. Closes d. */
+ * source, with their positions; abort if any token or target is out of range or a position is not
+ * what the ops take. Closes d. */
 static inline void fuzz_check_rows(DataSource *d, int seq_len, int vocab, long eval_from) {
     const int rows = 3;
-    int *tok = malloc((size_t)rows * seq_len * sizeof(int)), *tgt = malloc((size_t)rows * seq_len * sizeof(int));
-    if (tok && tgt) {
-        data_fill_train(d, 99, true, 7, 6, 2, rows, tok, tgt);
-        data_fill_eval(d, eval_from, rows, tok, tgt);
-        for (int i = 0; i < rows * seq_len; i++)
-            if (tok[i] < 0 || tok[i] >= vocab || (tgt[i] != -100 && (tgt[i] < 0 || tgt[i] >= vocab))) abort();
+    const size_t n = (size_t)rows * seq_len;
+    int *tok = malloc(n * sizeof(int)), *tgt = malloc(n * sizeof(int)), *pos = malloc(n * sizeof(int));
+    if (tok && tgt && pos) {
+        data_fill_train_pos(d, 99, true, 7, 6, 2, rows, tok, tgt, pos);
+        fuzz_check_filled(tok, tgt, pos, rows, seq_len, vocab);
+        data_fill_eval_pos(d, eval_from, rows, tok, tgt, pos);
+        fuzz_check_filled(tok, tgt, pos, rows, seq_len, vocab);
     }
     free(tok);
     free(tgt);
+    free(pos);
     data_close(d);
 }
 
