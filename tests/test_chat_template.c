@@ -144,3 +144,115 @@ Test(chat_template, real_templates_render_as_transformers) {
     cr_assert(checked >= 400, "only %zu cases", checked);
     cr_assert(bad == 0, "%zu of %zu renders differ from transformers", bad, checked);
 }
+
+static bool spans_equal(const ChatSpan *s, size_t ns, const cJSON *want, char *desc, size_t cap) {
+    int n = 0;
+    n += snprintf(desc + n, cap - (size_t)n, "got [");
+    for (size_t i = 0; i < ns && (size_t)n < cap - 40; i++) n += snprintf(desc + n, cap - (size_t)n, "[%zu,%zu]", s[i].start, s[i].end);
+    n += snprintf(desc + n, cap - (size_t)n, "] want [");
+    const cJSON *w;
+    cJSON_ArrayForEach(w, want) {
+        if ((size_t)n < cap - 40)
+            n += snprintf(desc + n, cap - (size_t)n, "[%d,%d]", cJSON_GetArrayItem(w, 0)->valueint, cJSON_GetArrayItem(w, 1)->valueint);
+    }
+    snprintf(desc + n, cap - (size_t)n, "]");
+    if ((size_t)cJSON_GetArraySize(want) != ns) return false;
+    size_t i = 0;
+    cJSON_ArrayForEach(w, want) {
+        if ((size_t)cJSON_GetArrayItem(w, 0)->valuedouble != s[i].start || (size_t)cJSON_GetArrayItem(w, 1)->valuedouble != s[i].end)
+            return false;
+        i++;
+    }
+    return true;
+}
+
+/* TRL's training templates ({% generation %} blocks) rendered here: the same text, and the blocks'
+ * byte spans as transformers records them for return_assistant_tokens_mask. */
+Test(chat_template, generation_blocks_match_transformers) {
+    cJSON *cj = corpus(), *convs = cJSON_GetObjectItem(cj, "conversations"), *train = cJSON_GetObjectItem(cj, "training");
+    const cJSON *c;
+    size_t checked = 0, bad = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(cj, "cases")) {
+        const cJSON *tt = cJSON_GetObjectItem(c, "train_text");
+        if (!tt) continue;
+        const char *tok = cJSON_GetObjectItem(c, "tok")->valuestring;
+        const char *src = cJSON_GetObjectItem(cJSON_GetObjectItem(train, tok), "template")->valuestring;
+        ChatTemplate *t;
+        GtError err = {0};
+        cr_assert(chat_template_parse(&t, src, strlen(src), "training.jinja", &err) == 0, "%s", err.msg);
+        cJSON *cfg = tok_config(tok);
+        GtBytes out = {0};
+        ChatSpan *s = NULL;
+        size_t ns = 0;
+        const cJSON *conv = cJSON_GetArrayItem(convs, cJSON_GetObjectItem(c, "conv")->valueint);
+        int rc = render_case(t, cfg, conv, c, &out, &s, &ns, &err);
+        char label[128], desc[1024];
+        snprintf(label, sizeof label, "%s training template, conversation %d gen=%d", tok,
+                 cJSON_GetObjectItem(c, "conv")->valueint, cJSON_IsTrue(cJSON_GetObjectItem(c, "gen")));
+        if (rc) {
+            cr_log_error("%s: %s", label, err.msg);
+            bad++;
+        } else if (out.n != strlen(tt->valuestring) || memcmp(out.p, tt->valuestring, out.n)) {
+            show_diff(label, tt->valuestring, strlen(tt->valuestring), out.p ? out.p : "", out.n);
+            bad++;
+        } else if (!spans_equal(s, ns, cJSON_GetObjectItem(c, "train_spans"), desc, sizeof desc)) {
+            cr_log_error("%s: spans %s", label, desc);
+            bad++;
+        }
+        checked++;
+        free(s);
+        gt_bytes_free(&out);
+        cJSON_Delete(cfg);
+        chat_template_free(t);
+    }
+    cr_assert(checked >= 200, "only %zu cases", checked);
+    cr_assert(bad == 0, "%zu of %zu training-template renders differ from transformers", bad, checked);
+}
+
+/* The spans of the shipped templates (no generation blocks) against TRL's training template of the
+ * family, on every row where the two templates render the same text. */
+Test(chat_template, assistant_spans_match_trl) {
+    cJSON *cj = corpus(), *convs = cJSON_GetObjectItem(cj, "conversations");
+    const cJSON *c;
+    size_t bad = 0, per_tok[8] = {0}, with_assistant = 0;
+    const char *names[8] = {0};
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(cj, "cases")) {
+        const cJSON *tt = cJSON_GetObjectItem(c, "train_text"), *text = cJSON_GetObjectItem(c, "text");
+        if (!tt || !text || strcmp(tt->valuestring, text->valuestring)) continue;
+        const char *tok = cJSON_GetObjectItem(c, "tok")->valuestring;
+        int k = 0;
+        while (names[k] && strcmp(names[k], tok)) k++;
+        names[k] = tok;
+        char dir[1024];
+        snprintf(dir, sizeof dir, "%s/%s", tok_root(), tok);
+        ChatTemplate *t;
+        GtError err = {0};
+        cr_assert(chat_template_load(&t, dir, &err) == 0, "%s", err.msg);
+        cJSON *cfg = tok_config(tok);
+        GtBytes out = {0};
+        ChatSpan *s = NULL;
+        size_t ns = 0;
+        const cJSON *conv = cJSON_GetArrayItem(convs, cJSON_GetObjectItem(c, "conv")->valueint);
+        int rc = render_case(t, cfg, conv, c, &out, &s, &ns, &err);
+        char desc[1024];
+        if (rc) {
+            cr_log_error("%s conversation %d: %s", tok, cJSON_GetObjectItem(c, "conv")->valueint, err.msg);
+            bad++;
+        } else if (!spans_equal(s, ns, cJSON_GetObjectItem(c, "train_spans"), desc, sizeof desc)) {
+            cr_log_error("%s conversation %d gen=%d: spans %s", tok, cJSON_GetObjectItem(c, "conv")->valueint,
+                         cJSON_IsTrue(cJSON_GetObjectItem(c, "gen")), desc);
+            bad++;
+        }
+        per_tok[k]++;
+        with_assistant += ns > 0;
+        free(s);
+        gt_bytes_free(&out);
+        cJSON_Delete(cfg);
+        chat_template_free(t);
+    }
+    for (int k = 0; k < 8 && names[k]; k++) cr_log_info("%s: %zu rows compared", names[k], per_tok[k]);
+    cr_assert(names[0] && names[1] && names[2], "the spans were compared on fewer than three templates");
+    for (int k = 0; k < 3; k++) cr_assert(per_tok[k] >= 20, "%s: only %zu rows compared", names[k], per_tok[k]);
+    cr_assert(with_assistant >= 50);
+    cr_assert(bad == 0, "%zu rows' spans differ from TRL's", bad);
+}

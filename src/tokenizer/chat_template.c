@@ -140,11 +140,27 @@ int chat_template_render(const ChatTemplate *t, const cJSON *messages, const Cha
     int rc = render_once(t, &a, msgs, o, o && o->add_generation_prompt, &text, &r, err);
     ChatSpan *spans = NULL;
     size_t ns = 0;
+    cJSON *header_extra = NULL;
+    const ChatRenderOptions *header_o = o;
     if (!rc && assistant && t->has_generation) {
         spans = r.gen;
         ns = r.n_gen;
         r.gen = NULL;
     } else if (!rc && assistant) {
+        /* the header is the generation prompt as it opens a turn the model writes: without
+         * enable_thinking=false's empty think block, which TRL's training templates count as the
+         * assistant's (they open {% generation %} right after the role header) */
+        ChatRenderOptions ho = o ? *o : (ChatRenderOptions){0};
+        if (o && cJSON_GetObjectItemCaseSensitive(o->extra, "enable_thinking")) {
+            header_extra = cJSON_Duplicate(o->extra, true);
+            if (!header_extra) {
+                rc = gt_error(err, GT_EXIT_FAILURE, "out of memory");
+            } else {
+                cJSON_DeleteItemFromObjectCaseSensitive(header_extra, "enable_thinking");
+                ho.extra = header_extra;
+            }
+        }
+        header_o = &ho;
         spans = gt_xmalloc((msgs->n + 1) * sizeof *spans);
         for (size_t i = 0; i < msgs->n && !rc; i++) {
             if (!is_assistant(msgs->v[i])) continue;
@@ -168,7 +184,7 @@ int chat_template_render(const ChatTemplate *t, const cJSON *messages, const Cha
             /* the turn starts where messages[:i] with the generation prompt stops matching */
             view.n = i;
             start = r.msg_start[i] == SIZE_MAX ? 0 : r.msg_start[i];
-            if (!render_once(t, &a, &view, o, true, &pre, NULL, &perr)) {
+            if (!render_once(t, &a, &view, header_o, true, &pre, NULL, &perr)) {
                 size_t k = 0;
                 while (k < pre.n && k < text.n && pre.p[k] == text.p[k]) k++;
                 if (k > start) start = k;
@@ -178,6 +194,7 @@ int chat_template_render(const ChatTemplate *t, const cJSON *messages, const Cha
             spans[ns++] = (ChatSpan){start, end};
         }
     }
+    cJSON_Delete(header_extra);
     free(r.gen);
     free(r.msg_start);
     free(r.msg_end);

@@ -9,13 +9,16 @@
  * strftime_now(fmt), and transformers' {% generation %}...{% endgeneration %}. Anything else is
  * refused when the template is parsed ("name:line:col: ..."), never rendered wrongly.
  *
- * Assistant spans: where the template has {% generation %} blocks, each block's output is a span
- * (as transformers' return_assistant_tokens_mask marks them). Otherwise, for each message whose role
- * is "assistant", the span runs from the first byte the renderer writes while that message's
- * content (message.content or a value derived from it) is written, to the end of the text rendered
- * before the next message starts (its content plus the end-of-turn marker, e.g. "<|eot_id|>" or
- * "<|im_end|>\n" up to the next message's header): exactly what wrapping the template's
- * assistant branch in {% generation %} around content + end-of-turn would mark. */
+ * Assistant spans (what TRL's assistant_only_loss trains): where the template has {% generation %}
+ * blocks, each block's output is a span, as transformers' return_assistant_tokens_mask records them.
+ * Otherwise, for each message i whose role is "assistant": the span starts where messages[:i]
+ * rendered with add_generation_prompt (the turn's header; rendered without enable_thinking, so a
+ * Qwen3 empty think block counts as the assistant's) stops matching the text, and ends where the
+ * template's loop iteration over that message ends (its end-of-turn marker and what the template
+ * writes after it before the next message, "<|eot_id|>" or "<|im_end|>\n"); a template that does
+ * not loop over the messages ends it where messages[:i+1] rendered alone ends. That is what TRL
+ * 1.16's training templates of these families (llama3_training, qwen3_training) mark with
+ * {% generation %}; the suite chat_template checks it on every row where the two render the same text. */
 #ifndef GT_CHAT_TEMPLATE_H
 #define GT_CHAT_TEMPLATE_H
 
