@@ -256,3 +256,177 @@ Test(chat_template, assistant_spans_match_trl) {
     cr_assert(with_assistant >= 50);
     cr_assert(bad == 0, "%zu rows' spans differ from TRL's", bad);
 }
+
+/* ---------------------------------------------------------------------------------------------
+ * the Jinja subset against transformers' own jinja2 environment */
+
+typedef struct {
+    const char *tpl, *ctx; /* ctx: JSON object of variables (messages among them) */
+} JCase;
+
+static const JCase JCASES[] = {
+    {"{% for x in xs %}{{ loop.index }}/{{ loop.index0 }}/{{ loop.revindex }}/{{ loop.revindex0 }}/{{ loop.first }}/"
+     "{{ loop.last }}/{{ loop.length }}:{{ x }}{{ loop.previtem }}{{ loop.nextitem }}\n{% endfor %}",
+     "{\"xs\": [\"a\", \"b\", \"c\"]}"},
+    {"{% for x in xs if x > 1 %}{{ x }}{{ ',' if not loop.last }}{% else %}none{% endfor %}|{% for y in [] %}{{ y }}"
+     "{% else %}empty{% endfor %}|{% for x in xs if x > 9 %}{{ x }}{% else %}filtered{% endfor %}",
+     "{\"xs\": [1, 2, 3]}"},
+    {"  {%- if true -%}  \n  a  \n  {%- endif -%}  b\n  {% if true %}\n    c\n  {% endif %}\n{{ ' d ' }}  \n"
+     "{# comment #}\ne {%+ if true %}f{% endif +%}\ng\n   {# indented comment #}\nh {{- ' i ' -}} j\n{% if true %}k{% endif %}",
+     "{}"},
+    {"x\n\t {% set a = 1 %}\n\t {{ a }}\n  {# c #}\ny{% if true %}\n\n{% endif %}\nz   {% if true %}w{% endif %}   \n", "{}"},
+    {"{% set ns = namespace(found=false, n=0) %}{% for m in messages %}{% if m.role == 'user' %}{% set ns.found = true %}"
+     "{% set ns.n = ns.n + 1 %}{% endif %}{% endfor %}{{ ns.found }} {{ ns.n }}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\"}, "
+     "{\"role\": \"user\", \"content\": \"c\"}]}"},
+    {"{% set x = 1 %}{% for i in [1, 2] %}{% set x = x + i %}{{ x }}{% endfor %}{{ x }}{% if true %}{% set x = 9 %}"
+     "{% endif %}{{ x }}",
+     "{}"},
+    {"{{ xs[::-1] }} {{ xs[1:] }} {{ xs[:-1] }} {{ xs[::2] }} {{ s[::-1] }} {{ s[1:3] }} {{ xs[-1] }} {{ s[0] }} "
+     "{{ xs[10] }}| {{ xs[-10:2] }} {{ xs[3:1:-1] }} {{ s[-2:] }}",
+     "{\"xs\": [1, 2, 3, 4, 5], \"s\": \"h\\u00e9llo\"}"},
+    {"{{ d | tojson }}\n{{ d | tojson(indent=2) }}\n{{ d | tojson(sort_keys=true) }}\n"
+     "{{ d | tojson(separators=(',', ':')) }}\n{{ 'é\"\\n\\u0001<>&' | tojson }} {{ [] | tojson(indent=4) }}",
+     "{\"d\": {\"b\": [1, 2.5, null, true, -0.001, 100000000000000000000], \"a\": {\"x\": \"\\u00fc\"}, \"c\": [], "
+     "\"e\": {}}}"},
+    {"{{ '  hi  ' | trim }}|{{ xs | length }}|{{ 'abc' | upper }}|{{ 'ABC' | lower }}|{{ 'hello world' | title }}|"
+     "{{ undefined_var | default('dflt') }}|{{ '' | default('e', true) }}|{{ xs | join(', ') }}|{{ xs | first }}|"
+     "{{ xs | last }}|{{ 'ab' | list }}|{{ d | items | list }}|{{ 5 | string }}|{{ '42' | int + 1 }}|"
+     "{{ '3.5' | float }}|{{ xs | reverse | list }}|{{ -3 | abs }}|{{ 'aXbX' | replace('X', '-') }}|{{ 'héllo' | length }}|"
+     "{{ 'xx' | int }}|{{ 'hello' | capitalize }}|{{ xs | sum }} {{ xs | min }} {{ xs | max }}|{{ [1, 1, 2] | unique | list }}|"
+     "{{ ' \\u00a0pad\\u3000 ' | trim }}|{{ 'abc' | trim('ac') }}",
+     "{\"xs\": [3, 1, 2], \"d\": {\"k\": \"v\", \"n\": 1}}"},
+    {"{{ messages | selectattr('role', 'equalto', 'user') | map(attribute='content') | join(';') }}|"
+     "{{ messages | rejectattr('role', 'eq', 'user') | list | length }}|{{ messages | selectattr('tool_calls') | list | length }}|"
+     "{{ messages | selectattr('tool_calls', 'defined') | list | length }}|{{ messages | map(attribute='role') | list }}|"
+     "{{ messages | map(attribute='name', default='-') | join }}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\", \"content\": \"b\", "
+     "\"tool_calls\": []}, {\"role\": \"user\", \"content\": \"c\"}]}"},
+    {"{{ 1 + 2 * 3 }} {{ (1 + 2) * 3 }} {{ 7 // 2 }} {{ -7 // 2 }} {{ 7 % 3 }} {{ -7 % 3 }} {{ 7 / 2 }} {{ 2 ** 10 }} "
+     "{{ 'a' ~ 1 ~ none }} {{ 'a' * 3 }} {{ 1 < 2 < 3 }} {{ 'b' in 'abc' }} {{ 3 not in xs }} {{ not true or false }} "
+     "{{ true and 'x' }} {{ none or 'y' }} {{ 1 == 1.0 }} {{ [1, 'a', none, true, 1.5] }} {{ {'k': 'v', 'n': 1} }} "
+     "{{ 'yes' if xs else 'no' }} {{ 0.1 + 0.2 }} {{ 1e20 }} {{ 1.0 }} {{ 0.00001 }} {{ 0.0001 }} {{ 123456789.125 }} "
+     "{{ -1.5e-7 }} {{ 2.0 * 3 }} {{ 10 / 4 }} {{ -x }} {{ xs + [9] }} {{ 'q' if false }}|{{ \"it's\" }} {{ ['it\\'s'] }}",
+     "{\"xs\": [1, 2], \"x\": 5}"},
+    {"{{ x is defined }} {{ y is defined }} {{ y is undefined }} {{ none is none }} {{ 'a' is string }} {{ 1 is number }} "
+     "{{ 1 is integer }} {{ 1.5 is float }} {{ d is mapping }} {{ xs is iterable }} {{ true is boolean }} "
+     "{{ false is false }} {{ 3 is odd }} {{ 4 is even }} {{ 9 is divisibleby 3 }} {{ 'a' is in 'cat' }} "
+     "{{ x is not none }} {{ 'abc' is lower }} {{ 2 is eq 2 }} {{ xs is sequence }} {{ 1 is string }}",
+     "{\"x\": 1, \"xs\": [1], \"d\": {}}"},
+    {"{{ s.strip() }}|{{ s.lstrip() }}|{{ s.rstrip() }}|{{ s.strip(' x') }}|{{ s.split() }}|{{ 'a,b,,c'.split(',') }}|"
+     "{{ 'a b c'.split(' ', 1) }}|{{ s.startswith('  x') }}|{{ s.endswith(('y ', 'z')) }}|{{ 'Hi'.upper() }}"
+     "{{ 'Hi'.lower() }}{{ 'hi there'.title() }}|{{ 'aaa'.replace('a', 'b', 2) }}|{{ d.get('a') }}"
+     "{{ d.get('zz', 'dflt') }}{{ d.get('zz') }}|{% for k, v in d.items() %}{{ k }}={{ v }};{% endfor %}|"
+     "{{ d.keys() | list }} {{ d.values() | list }}|{{ 'x</think>y</think>z'.split('</think>')[-1] }}|"
+     "{{ '  a  b '.split(none, 1) }}|{{ 'abcabc'.find('c') }} {{ 'abcabc'.count('bc') }}",
+     "{\"s\": \"  xhello worldy \", \"d\": {\"a\": 1, \"b\": [2]}}"},
+    {"{% macro greet(name, punct='!') %}Hello {{ name }}{{ punct }}{% endmacro %}{{ greet('a') }} {{ greet('b', '?') }} "
+     "{{ greet(name='c', punct='.') }}{% macro outer(x) %}<{{ greet(x) }}>{% endmacro %}{{ outer('d') }}",
+     "{}"},
+    {"{% for x in xs %}{% if x == 2 %}{% continue %}{% endif %}{% if x == 4 %}{% break %}{% endif %}{{ x }}{% endfor %}"
+     "{% set b %}inner {{ 1 + 1 }}{% endset %}[{{ b }}]",
+     "{\"xs\": [1, 2, 3, 4, 5]}"},
+    {"{{ strftime_now('%d %B %Y') }} {{ strftime_now('%Y-%m-%d') }} {{ strftime_now('%-d %b %A') }}", "{}"},
+    {"[{{ nothing }}][{{ d.zz }}][{{ messages[5] }}]{% for x in nothing %}{{ x }}{% endfor %}{% if nothing %}x{% endif %}"
+     "{% for k in d %}{{ k }} {% endfor %}{% for k, v in d | items %}{{ k }}:{{ v | tojson }} {% endfor %}",
+     "{\"d\": {\"p\": [1], \"q\": \"s\"}}"},
+    {"{% for i in range(3) %}{{ i }}{% endfor %}|{% for i in range(1, 10, 3) %}{{ i }}{% endfor %}|"
+     "{% for c in 'hé' %}[{{ c }}]{% endfor %}|{{ 'a\\nb\\t\\'c\\'' }}|{{ \"x\\\"y\" }}|{{ '\\u00e9\\x41' }}|{{ 'it' 's' }}|"
+     "{{ dict(a=1, b='x') }}|{{ add_generation_prompt }}|{{ tools }}|{{ (x.y.z is defined) if x is defined else 'no x' }}|{{ (1,) }} {{ () }}",
+     "{}"},
+    {"{% if messages | length == 0 %}{{ raise_exception('No messages!') }}{% endif %}", "{}"},
+    {"{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
+     "{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+     "{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}"
+     "{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}"
+     "{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}",
+     "{\"bos_token\": \"<bos>\", \"add_generation_prompt\": true, \"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, "
+     "{\"role\": \"assistant\", \"content\": \"yo\"}, {\"role\": \"user\", \"content\": \"more\"}]}"},
+    {"{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+     "{% endfor %}",
+     "{\"bos_token\": \"<s>\", \"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"user\", \"content\": \"b\"}]}"},
+    {"{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+     "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+     "{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}{% set content = "
+     "'<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = "
+     "message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + "
+     "' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}"
+     "{% endfor %}",
+     "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\", \"messages\": [{\"role\": \"system\", \"content\": \"sys\"}, "
+     "{\"role\": \"user\", \"content\": \" u1 \"}, {\"role\": \"assistant\", \"content\": \"a1\"}, "
+     "{\"role\": \"user\", \"content\": \"u2\"}]}"},
+    {"{{ (1, 2) | list }} {{ xs[0] if xs | length > 0 else 'empty' }} {{ 'abc'[1:] ~ 'x' }} {{ xs.0 }} {{ 'x' + xs | "
+     "length | string }} {{ - 3 + 1 }} {{ not xs }}",
+     "{\"xs\": [7]}"},
+};
+
+static int jinja_case(const JCase *c, GtBytes *out, GtError *err) {
+    ChatTemplate *t;
+    if (chat_template_parse(&t, c->tpl, strlen(c->tpl), "case.jinja", err)) return -1;
+    cJSON *ctx = cJSON_Parse(c->ctx);
+    cr_assert(ctx, "bad context JSON %s", c->ctx);
+    cJSON *msgs = cJSON_DetachItemFromObject(ctx, "messages");
+    if (!msgs) msgs = cJSON_CreateArray();
+    const cJSON *bos = cJSON_GetObjectItem(ctx, "bos_token"), *eos = cJSON_GetObjectItem(ctx, "eos_token"),
+                *gen = cJSON_GetObjectItem(ctx, "add_generation_prompt");
+    ChatRenderOptions o = {.add_generation_prompt = cJSON_IsTrue(gen), .extra = ctx,
+                           .bos_token = bos ? bos->valuestring : NULL, .eos_token = eos ? eos->valuestring : NULL};
+    int rc = chat_template_render(t, msgs, &o, out, NULL, NULL, err);
+    cJSON_Delete(msgs);
+    cJSON_Delete(ctx);
+    chat_template_free(t);
+    return rc;
+}
+
+Test(chat_template, jinja_subset_matches_jinja2) {
+    test_require_refs();
+    size_t n = sizeof JCASES / sizeof *JCASES;
+    cJSON *in = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++) {
+        cJSON *c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "template", JCASES[i].tpl);
+        cJSON *ctx = cJSON_Parse(JCASES[i].ctx);
+        cr_assert(ctx, "case %zu: bad context", i);
+        cJSON_AddItemToObject(c, "context", ctx);
+        cJSON_AddItemToArray(in, c);
+    }
+    char *s = cJSON_PrintUnformatted(in), p_in[512], p_out[512];
+    cJSON_Delete(in);
+    snprintf(p_in, sizeof p_in, "%s/jinja_in.json", g_dir);
+    snprintf(p_out, sizeof p_out, "%s/jinja_out.json", g_dir);
+    FILE *f = fopen(p_in, "w");
+    cr_assert(f && fputs(s, f) >= 0 && fclose(f) == 0);
+    free(s);
+    free(test_sh_output(true, PY " '%s/tests/tools/chat_template_ref.py' jinja '%s' '%s'", getenv("GTRAIN_ROOT"), p_in, p_out));
+    cJSON *res = read_json(p_out);
+    size_t bad = 0, errors = 0;
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *r = cJSON_GetArrayItem(res, (int)i), *want = cJSON_GetObjectItem(r, "text");
+        GtBytes out = {0};
+        GtError err = {0};
+        int rc = jinja_case(&JCASES[i], &out, &err);
+        if (!want) {
+            const char *perr = cJSON_GetObjectItem(r, "error")->valuestring;
+            errors++;
+            /* both refuse; a raise_exception carries its message */
+            const char *msg = strstr(perr, "TemplateError: ") ? perr + strlen("TemplateError: ") : NULL;
+            if (rc == 0 || err.code != GT_EXIT_BAD_INPUT || (msg && !strstr(err.msg, msg))) {
+                cr_log_error("case %zu: jinja2 raised %s; gtrain: rc %d %s", i, perr, rc, err.msg);
+                bad++;
+            }
+        } else if (rc) {
+            cr_log_error("case %zu: %s", i, err.msg);
+            bad++;
+        } else if (out.n != strlen(want->valuestring) || memcmp(out.p, want->valuestring, out.n)) {
+            show_diff("case", want->valuestring, strlen(want->valuestring), out.p ? out.p : "", out.n);
+            cr_log_error("case %zu differs", i);
+            bad++;
+        }
+        gt_bytes_free(&out);
+    }
+    cJSON_Delete(res);
+    cr_assert(errors == 2, "expected jinja2 to raise in the two raise_exception cases, it raised in %zu", errors);
+    cr_assert(bad == 0, "%zu of %zu cases differ from jinja2", bad, n);
+}

@@ -150,8 +150,7 @@ static int split(CtRender *r, const CtNode *n, CtVal s, const CtVal *sep, int64_
             if (i >= s.u.s.n) break;
             size_t st = i;
             if (maxsplit >= 0 && splits >= maxsplit) {
-                CtVal rest = strip(ct_strv(s.u.s.p + st, s.u.s.n - st), NULL, 2);
-                ct_list_push(r->a, l, rest);
+                ct_list_push(r->a, l, ct_strv(s.u.s.p + st, s.u.s.n - st));
                 break;
             }
             while (i < s.u.s.n && !py_space(cp_at(s.u.s.p, s.u.s.n, i, &len))) i += len;
@@ -307,6 +306,7 @@ int ct_method(CtRender *r, const CtNode *n, CtVal obj, const CtVal *args, const 
                 CtVal k = ct_strv(obj.u.d->key[i], obj.u.d->klen[i]);
                 if (m[0] == 'i') {
                     CtList *pair = ct_list_new(r->a, 2);
+                    pair->tuple = true;
                     ct_list_push(r->a, pair, k);
                     ct_list_push(r->a, pair, obj.u.d->v[i]);
                     ct_list_push(r->a, l, list_v(pair));

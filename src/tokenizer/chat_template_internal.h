@@ -55,6 +55,7 @@ typedef struct {
 struct CtList {
     CtVal *v;
     size_t n, cap;
+    bool tuple; /* a Python tuple: repr writes (a, b) */
 };
 struct CtDict {
     const char **key;

@@ -274,8 +274,7 @@ static CtNode *parse_postfix_filters(CtParser *p, CtNode *n, bool with_filter) {
                 if (parse_args(p, m)) return NULL;
             } else if ((x->kind == T_NAME || x->kind == T_STRING || x->kind == T_INT || x->kind == T_FLOAT ||
                         is_op(x, "[") || is_op(x, "{")) &&
-                       !is_name(x, "else") && !is_name(x, "or") && !is_name(x, "and") && !is_name(x, "if") &&
-                       !is_name(x, "in") && !is_name(x, "not")) {
+                       !is_name(x, "else") && !is_name(x, "or") && !is_name(x, "and")) { /* as Jinja decides */
                 CtNode *arg = parse_primary(p);
                 if (!arg) return NULL;
                 arg = parse_postfix_filters(p, arg, false);
@@ -698,10 +697,23 @@ int chat_template_parse(ChatTemplate **out, const char *source, size_t len, cons
     *out = NULL;
     ChatTemplate *t = gt_xcalloc(1, sizeof *t);
     t->name = gt_xstrdup(name ? name : "chat template");
-    CtParser p = {.src = source, .len = len, .name = t->name, .arena = &t->arena, .err = err};
+    /* as Jinja reads a source: \r\n and \r become \n, and one trailing newline goes (keep_trailing_newline
+     * is off); the tree's text points into this copy */
+    char *src = ct_alloc(&t->arena, len + 1);
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (source[i] == '\r') {
+            src[n++] = '\n';
+            if (i + 1 < len && source[i + 1] == '\n') i++;
+        } else {
+            src[n++] = source[i];
+        }
+    }
+    if (n && src[n - 1] == '\n') n--;
+    CtParser p = {.src = src, .len = n, .name = t->name, .arena = &t->arena, .err = err};
     int rc = 0;
-    if (memchr(source, 0, len)) {
-        rc = ct_perr(&p, (size_t)((const char *)memchr(source, 0, len) - source), "a NUL byte in the template");
+    if (memchr(src, 0, n)) {
+        rc = ct_perr(&p, (size_t)((const char *)memchr(src, 0, n) - src), "a NUL byte in the template");
     } else if (ct_lex(&p)) {
         rc = -1;
     } else {

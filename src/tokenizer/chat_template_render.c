@@ -408,6 +408,7 @@ static int eval(CtRender *r, const CtNode *n, CtVal *out) {
         return eval(r, n->b, out);
     case N_LISTLIT: case N_TUPLE: {
         CtList *l = ct_list_new(r->a, n->n_kids);
+        l->tuple = n->kind == N_TUPLE;
         for (size_t i = 0; i < n->n_kids; i++) {
             if (eval(r, n->kids[i], &a)) return -1;
             ct_list_push(r->a, l, a);

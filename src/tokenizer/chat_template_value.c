@@ -303,12 +303,13 @@ void ct_repr(GtBytes *out, CtVal v) {
     switch (v.k) {
     case V_STR: repr_str(out, v.u.s.p, v.u.s.n); return;
     case V_LIST:
-        gt_bytes_put(out, "[", 1);
+        gt_bytes_put(out, v.u.l->tuple ? "(" : "[", 1);
         for (size_t i = 0; i < v.u.l->n; i++) {
             if (i) gt_bytes_put(out, ", ", 2);
             ct_repr(out, v.u.l->v[i]);
         }
-        gt_bytes_put(out, "]", 1);
+        if (v.u.l->tuple && v.u.l->n == 1) gt_bytes_put(out, ",", 1);
+        gt_bytes_put(out, v.u.l->tuple ? ")" : "]", 1);
         return;
     case V_DICT:
         gt_bytes_put(out, "{", 1);

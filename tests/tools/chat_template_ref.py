@@ -13,8 +13,12 @@
   jinja IN.json OUT.json
       Each {template, context} of IN rendered by transformers' own compiled Jinja environment
       (ImmutableSandboxedEnvironment with trim_blocks, lstrip_blocks, its tojson, raise_exception,
-      namespace); OUT: {text} or {error} per case.
+      namespace; strftime_now fixed at 1 Jan 2026); OUT: {text} or {error} per case.
+  trl-templates OUT.json
+      Every chat template TRL ships (many Hub families: Gemma, Phi-3, Qwen, DeepSeek, Llama, ...) over a
+      few conversations, with and without add_generation_prompt: {text, spans} or {error}.
 """
+import datetime
 import json
 import os
 import random
@@ -141,16 +145,56 @@ def corpus(tok_root, out_path):
     json.dump({"conversations": convs, "training": train, "cases": cases}, open(out_path, "w"), ensure_ascii=False)
 
 
+def fixed_date(fmt):
+    return datetime.datetime(2026, 1, 1).strftime(fmt)
+
+
 def jinja(in_path, out_path):
     cases = json.load(open(in_path))
     res = []
     for c in cases:
+        ctx = {"messages": [], "tools": None, "documents": None, "add_generation_prompt": False,
+               "strftime_now": fixed_date, **c.get("context", {})}
         try:
             t = ctu._compile_jinja_template(c["template"])
-            res.append({"text": t.render(**c.get("context", {}))})
+            res.append({"text": t.render(**ctx)})
         except Exception as e:  # noqa: BLE001
             res.append({"error": type(e).__name__ + ": " + str(e)})
     json.dump(res, open(out_path, "w"), ensure_ascii=False)
+
+
+def trl_templates(out_path):
+    """Every chat template TRL ships (Hub templates of many families) over a few conversations."""
+    convs = [
+        [{"role": "user", "content": "Hello"}],
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"},
+         {"role": "assistant", "content": "Hello!"}],
+        [{"role": "user", "content": "q1 ü"}, {"role": "assistant", "content": "a1"},
+         {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2 😀"}],
+    ]
+    d = os.path.join(os.path.dirname(trl.__file__), "chat_templates")
+    out = []
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(".jinja"):
+            continue
+        src = open(os.path.join(d, f)).read()
+        cases = []
+        for ci, conv in enumerate(convs):
+            for gen in (False, True):
+                case = {"conv": ci, "gen": gen}
+                try:
+                    texts, spans = ctu.render_jinja_template(
+                        conversations=[conv], chat_template=src, add_generation_prompt=gen, bos_token="<s>",
+                        eos_token="</s>", return_assistant_tokens_mask="generation" in src,
+                        strftime_now=fixed_date)
+                    case["text"] = texts[0]
+                    if spans:
+                        case["spans"] = byte_spans(texts[0], spans[0])
+                except Exception as e:  # noqa: BLE001
+                    case["error"] = type(e).__name__ + ": " + str(e)
+                cases.append(case)
+        out.append({"file": f, "template": src, "cases": cases})
+    json.dump({"conversations": convs, "templates": out}, open(out_path, "w"), ensure_ascii=False)
 
 
 if __name__ == "__main__":
@@ -158,5 +202,7 @@ if __name__ == "__main__":
         corpus(sys.argv[2], sys.argv[3])
     elif sys.argv[1] == "jinja":
         jinja(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "trl-templates":
+        trl_templates(sys.argv[2])
     else:
-        sys.exit("usage: chat_template_ref.py corpus TOKDIR OUT.json | jinja IN.json OUT.json")
+        sys.exit("usage: chat_template_ref.py corpus TOKDIR OUT.json | jinja IN.json OUT.json | trl-templates OUT.json")
