@@ -430,3 +430,70 @@ Test(chat_template, jinja_subset_matches_jinja2) {
     cr_assert(errors == 2, "expected jinja2 to raise in the two raise_exception cases, it raised in %zu", errors);
     cr_assert(bad == 0, "%zu of %zu cases differ from jinja2", bad, n);
 }
+
+/* Every chat template TRL ships (Gemma, Phi-3, Qwen2.5, DeepSeek, GLM, Cohere, LFM2, Nemotron, ...):
+ * each is either refused at parse time with one "file:line:col: ..." line, or renders exactly as
+ * transformers does (text, {% generation %} spans, or both raising). Most must parse. */
+Test(chat_template, trl_shipped_templates_parse_or_refuse) {
+    test_require_refs();
+    char p[512];
+    snprintf(p, sizeof p, "%s/trl.json", g_dir);
+    free(test_sh_output(true, PY " '%s/tests/tools/chat_template_ref.py' trl-templates '%s'", getenv("GTRAIN_ROOT"), p));
+    cJSON *j = read_json(p), *convs = cJSON_GetObjectItem(j, "conversations");
+    const cJSON *tp;
+    size_t parsed = 0, refused = 0, bad = 0, rendered = 0;
+    cJSON_ArrayForEach(tp, cJSON_GetObjectItem(j, "templates")) {
+        const char *file = cJSON_GetObjectItem(tp, "file")->valuestring, *src = cJSON_GetObjectItem(tp, "template")->valuestring;
+        ChatTemplate *t;
+        GtError err = {0};
+        if (chat_template_parse(&t, src, strlen(src), file, &err)) {
+            char prefix[256];
+            snprintf(prefix, sizeof prefix, "%s:", file);
+            if (err.code != GT_EXIT_BAD_INPUT || strncmp(err.msg, prefix, strlen(prefix)) || strchr(err.msg, '\n')) {
+                cr_log_error("%s: a bad refusal: %s", file, err.msg);
+                bad++;
+            }
+            cr_log_info("refused: %s", err.msg);
+            refused++;
+            continue;
+        }
+        parsed++;
+        const cJSON *c;
+        cJSON_ArrayForEach(c, cJSON_GetObjectItem(tp, "cases")) {
+            const cJSON *conv = cJSON_GetArrayItem(convs, cJSON_GetObjectItem(c, "conv")->valueint);
+            ChatRenderOptions o = {.add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItem(c, "gen")), .bos_token = "<s>",
+                                   .eos_token = "</s>"};
+            GtBytes out = {0};
+            ChatSpan *s = NULL;
+            size_t ns = 0;
+            const cJSON *want = cJSON_GetObjectItem(c, "text"), *spans = cJSON_GetObjectItem(c, "spans");
+            int rc = chat_template_render(t, conv, &o, &out, spans ? &s : NULL, spans ? &ns : NULL, &err);
+            char desc[1024];
+            if (!want) {
+                if (rc == 0 || err.code != GT_EXIT_BAD_INPUT) {
+                    cr_log_error("%s conversation %d: transformers raised %s, gtrain rendered", file,
+                                 cJSON_GetObjectItem(c, "conv")->valueint, cJSON_GetObjectItem(c, "error")->valuestring);
+                    bad++;
+                }
+            } else if (rc) {
+                cr_log_error("%s conversation %d: %s", file, cJSON_GetObjectItem(c, "conv")->valueint, err.msg);
+                bad++;
+            } else if (out.n != strlen(want->valuestring) || memcmp(out.p, want->valuestring, out.n)) {
+                show_diff(file, want->valuestring, strlen(want->valuestring), out.p ? out.p : "", out.n);
+                bad++;
+            } else if (spans && !spans_equal(s, ns, spans, desc, sizeof desc)) {
+                cr_log_error("%s conversation %d: spans %s", file, cJSON_GetObjectItem(c, "conv")->valueint, desc);
+                bad++;
+            } else {
+                rendered++;
+            }
+            free(s);
+            gt_bytes_free(&out);
+        }
+        chat_template_free(t);
+    }
+    cJSON_Delete(j);
+    cr_log_info("%zu templates parsed (%zu renders identical), %zu refused", parsed, rendered, refused);
+    cr_assert(bad == 0, "%zu template renders or refusals wrong", bad);
+    cr_assert(parsed >= 40, "only %zu of TRL's templates parse", parsed);
+}

@@ -22,6 +22,7 @@ import datetime
 import json
 import os
 import random
+import re
 import sys
 
 import trl
@@ -178,17 +179,20 @@ def trl_templates(out_path):
         if not f.endswith(".jinja"):
             continue
         src = open(os.path.join(d, f)).read()
+        marked = re.search(r"\{%-?\s*generation\s*-?%\}", src) is not None
         cases = []
         for ci, conv in enumerate(convs):
             for gen in (False, True):
                 case = {"conv": ci, "gen": gen}
                 try:
+                    # the date fixed in the compiled template's globals (a keyword would reach the template
+                    # as a placeholder string: transformers keeps only plain data there)
+                    ctu._compile_jinja_template(src).environment.globals["strftime_now"] = fixed_date
                     texts, spans = ctu.render_jinja_template(
                         conversations=[conv], chat_template=src, add_generation_prompt=gen, bos_token="<s>",
-                        eos_token="</s>", return_assistant_tokens_mask="generation" in src,
-                        strftime_now=fixed_date)
+                        eos_token="</s>", return_assistant_tokens_mask=marked)
                     case["text"] = texts[0]
-                    if spans:
+                    if marked:
                         case["spans"] = byte_spans(texts[0], spans[0])
                 except Exception as e:  # noqa: BLE001
                     case["error"] = type(e).__name__ + ": " + str(e)
