@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "chat_template.h"
@@ -496,4 +497,125 @@ Test(chat_template, trl_shipped_templates_parse_or_refuse) {
     cr_log_info("%zu templates parsed (%zu renders identical), %zu refused", parsed, rendered, refused);
     cr_assert(bad == 0, "%zu template renders or refusals wrong", bad);
     cr_assert(parsed >= 40, "only %zu of TRL's templates parse", parsed);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * refusals */
+
+typedef struct {
+    const char *src, *where, *what; /* the message holds "t.jinja:LINE:COL:" and the construct's words */
+} Refusal;
+
+static const Refusal REFUSALS[] = {
+    {"{% include 'other.jinja' %}", "t.jinja:1:4:", "'include' tag"},
+    {"ok\n{% extends 'base' %}", "t.jinja:2:4:", "'extends' tag"},
+    {"{{ x | wordcount }}", "t.jinja:1:8:", "filter 'wordcount'"},
+    {"line1\n  {{ x.format(1) }}", "t.jinja:2:8:", "method 'format'"},
+    {"{% if x is sameas y %}{% endif %}", "t.jinja:1:12:", "test 'sameas'"},
+    {"{{ cycler(1, 2) }}", "t.jinja:1:4:", "function 'cycler'"},
+    {"{% for x in y recursive %}{% endfor %}", "t.jinja:1:15:", "recursive"},
+    {"{{ f(*args) }}", "t.jinja:1:6:", "*args"},
+    {"{% raw %}x{% endraw %}", "t.jinja:1:4:", "'raw' tag"},
+    {"{% call m() %}x{% endcall %}", "t.jinja:1:4:", "'call' tag"},
+    {"{% set a, b = 1, 2 %}", "t.jinja:1:9:", "several variables"},
+    {"{{ x", "t.jinja:1:1:", "unclosed"},
+    {"{% if x %}never closed", "t.jinja:1:4:", "'if' block is never closed (expected 'endif')"},
+    {"{% endfor %}", "t.jinja:1:4:", "unexpected 'endfor'"},
+    {"{# open comment", "t.jinja:1:1:", "unclosed comment"},
+    {"{{ 'unterminated }}", "t.jinja:1:4:", "unterminated string"},
+    {"{{ x y }}", "t.jinja:1:6:", "expected '}}'"},
+    {"{{ (1 + }}", "t.jinja:1:9:", "unbalanced"},
+    {"{{ x[0]() }}", "t.jinja:1:8:", "calling the result"},
+    {"\n\n   {{ 'é' | tojson | e }}", "t.jinja:3:22:", "filter 'e'"},
+};
+
+Test(chat_template, unsupported_constructs_refused_at_parse) {
+    for (size_t i = 0; i < sizeof REFUSALS / sizeof *REFUSALS; i++) {
+        const Refusal *r = &REFUSALS[i];
+        ChatTemplate *t = NULL;
+        GtError err = {0};
+        int rc = chat_template_parse(&t, r->src, strlen(r->src), "t.jinja", &err);
+        cr_expect(rc == -1 && !t && err.code == GT_EXIT_BAD_INPUT, "case %zu (%s): not refused", i, r->src);
+        cr_expect(!strncmp(err.msg, r->where, strlen(r->where)) && strstr(err.msg, r->what) && !strchr(err.msg, '\n'),
+                  "case %zu (%s): message \"%s\", expected \"%s ... %s ...\"", i, r->src, err.msg, r->where, r->what);
+        chat_template_free(t);
+    }
+}
+
+Test(chat_template, raise_exception_gives_its_message) {
+    const char *src = "{% for m in messages %}\n{% if m.role not in ['user', 'assistant'] %}"
+                      "{{ raise_exception('Unknown role: ' + m.role) }}{% endif %}{{ m.content }}{% endfor %}";
+    ChatTemplate *t;
+    GtError err = {0};
+    cr_assert(chat_template_parse(&t, src, strlen(src), "roles.jinja", &err) == 0, "%s", err.msg);
+    cJSON *msgs = cJSON_Parse("[{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"critic\", \"content\": \"b\"}]");
+    GtBytes out = {0};
+    ChatSpan *s = (ChatSpan *)1;
+    size_t ns = 7;
+    int rc = chat_template_render(t, msgs, NULL, &out, &s, &ns, &err);
+    cr_expect(rc == -1 && err.code == GT_EXIT_BAD_INPUT && !s && ns == 0);
+    cr_expect(strstr(err.msg, "roles.jinja:2:") && strstr(err.msg, "Unknown role: critic") && !strchr(err.msg, '\n'),
+              "%s", err.msg);
+    /* not an array of objects */
+    cJSON *bad = cJSON_Parse("[{\"role\": \"user\"}, 3]");
+    rc = chat_template_render(t, bad, NULL, &out, NULL, NULL, &err);
+    cr_expect(rc == -1 && err.code == GT_EXIT_BAD_INPUT && strstr(err.msg, "messages[1]"), "%s", err.msg);
+    cJSON_Delete(bad);
+    gt_bytes_free(&out);
+    cJSON_Delete(msgs);
+    chat_template_free(t);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    cr_assert(f && fputs(text, f) >= 0 && fclose(f) == 0, "cannot write %s", path);
+}
+
+static void expect_loads(const char *path, const char *want) {
+    ChatTemplate *t;
+    GtError err = {0};
+    cr_assert(chat_template_load(&t, path, &err) == 0, "%s: %s", path, err.msg);
+    cJSON *msgs = cJSON_Parse("[{\"role\": \"user\", \"content\": \"hi\"}]");
+    GtBytes out = {0};
+    cr_assert(chat_template_render(t, msgs, NULL, &out, NULL, NULL, &err) == 0, "%s", err.msg);
+    cr_expect(out.n == strlen(want) && !memcmp(out.p, want, out.n), "%s: rendered \"%.*s\", expected \"%s\"", path,
+              (int)out.n, out.p ? out.p : "", want);
+    gt_bytes_free(&out);
+    cJSON_Delete(msgs);
+    chat_template_free(t);
+}
+
+/* As transformers looks: a .jinja file, tokenizer_config.json's string or its list's "default", a
+ * directory's chat_template.jinja before its tokenizer_config.json; none is one line, code 2. */
+Test(chat_template, load_finds_the_template_as_transformers_does) {
+    char p[1024], d[768];
+    snprintf(p, sizeof p, "%s/t.jinja", g_dir);
+    write_file(p, "{% for m in messages %}[{{ m.content }}]{% endfor %}\n");
+    expect_loads(p, "[hi]");
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", g_dir);
+    write_file(p, "{\"chat_template\": [{\"name\": \"tool_use\", \"template\": \"tool\"}, "
+                  "{\"name\": \"default\", \"template\": \"<{{ messages[0].content }}>\"}]}");
+    expect_loads(p, "<hi>");
+    expect_loads(g_dir, "<hi>"); /* no chat_template.jinja there: t.jinja is not looked at, the config is */
+    snprintf(d, sizeof d, "%s/model", g_dir);
+    cr_assert(mkdir(d, 0700) == 0);
+    snprintf(p, sizeof p, "%s/tokenizer_config.json", d);
+    write_file(p, "{\"chat_template\": \"cfg {{ messages | length }}\"}");
+    expect_loads(d, "cfg 1");
+    snprintf(p, sizeof p, "%s/chat_template.jinja", d);
+    write_file(p, "jinja {{ messages[0].role }}");
+    expect_loads(d, "jinja user");
+
+    char llama2[1024];
+    snprintf(llama2, sizeof llama2, "%s/llama2", tok_root());
+    ChatTemplate *t = NULL;
+    GtError err = {0};
+    cr_expect(chat_template_load(&t, llama2, &err) == -1 && !t && err.code == GT_EXIT_BAD_INPUT &&
+                  strstr(err.msg, "chat_template") && !strchr(err.msg, '\n'),
+              "%s", err.msg);
+    snprintf(p, sizeof p, "%s/missing", g_dir);
+    cr_expect(chat_template_load(&t, p, &err) == -1 && err.code == GT_EXIT_BAD_INPUT, "%s", err.msg);
+    snprintf(p, sizeof p, "%s/bad.jinja", g_dir);
+    write_file(p, "a\n{% for %}");
+    cr_expect(chat_template_load(&t, p, &err) == -1 && strstr(err.msg, "bad.jinja:2:8:"), "%s", err.msg);
 }

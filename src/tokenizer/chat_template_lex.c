@@ -168,14 +168,14 @@ static const char *const OPS3[] = {"//", "**", "==", "!=", "<=", ">=", NULL};
 static const char OPS1[] = "+-*/%~()[]{},.:|=<>!";
 
 /* Tokens inside {{ }} or {% %} up to the matching end; *i is just past the opening tag. */
-static int lex_tag(CtParser *p, size_t *i, bool block, bool *strip_after, bool *ends_line) {
+static int lex_tag(CtParser *p, size_t *i, size_t open_off, bool block, bool *strip_after, bool *ends_line) {
     char stack[CT_MAX_DEPTH];
     int sp = 0;
     size_t j = *i;
     const char endc = block ? '%' : '}';
     for (;;) {
         while (j < p->len && is_space(p->src[j])) j++;
-        if (j >= p->len) return ct_perr(p, *i, "unclosed %s tag", block ? "{%" : "{{");
+        if (j >= p->len) return ct_perr(p, open_off, "unclosed %s tag", block ? "{%" : "{{");
         char c = p->src[j];
         if (sp == 0) {
             size_t k = j;
@@ -331,7 +331,7 @@ int ct_lex(CtParser *p) {
         } else {
             push_tok(p, kind == 1 ? T_VAR_BEGIN : T_BLOCK_BEGIN, k);
             i = j;
-            if (lex_tag(p, &i, kind == 2, &strip_next, &ends_line)) return -1;
+            if (lex_tag(p, &i, k, kind == 2, &strip_next, &ends_line)) return -1;
             /* "-%}" consumed the whitespace already; nothing left to strip */
         }
         line_starting = ends_line;

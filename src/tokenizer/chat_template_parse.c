@@ -650,7 +650,10 @@ static CtNode *parse_body(CtParser *p, const char *const *ends, const char *open
         Tok *t = cur(p);
         if (t->kind == T_EOF) {
             if (!ends) break;
-            ct_perr(p, open_off, "the '%s' block is never closed (expected '%s')", opener, ends[0]);
+            const char *closer = ends[0];
+            for (int k = 0; ends[k]; k++)
+                if (!strncmp(ends[k], "end", 3)) closer = ends[k];
+            ct_perr(p, open_off, "the '%s' block is never closed (expected '%s')", opener, closer);
             return NULL;
         }
         if (t->kind == T_TEXT) {
