@@ -9,15 +9,15 @@
 
 /* ---- names outside the subset are refused when the template is parsed ---- */
 
-static void collect_macros(const CtNode *n, const char **names, size_t *count, size_t cap) {
-    if (!n) return;
+static void collect_macros(const CtNode *n, const char **names, size_t *count, size_t cap, int depth) {
+    if (!n || depth > CT_MAX_EVAL_DEPTH) return;
     if (n->kind == N_MACRO && *count < cap) names[(*count)++] = n->name;
     if (n->kind >= N_BODY) { /* statements hold the bodies */
-        collect_macros(n->b, names, count, cap);
-        collect_macros(n->c, names, count, cap);
-        collect_macros(n->d, names, count, cap);
-        if (n->kind == N_GENERATION) collect_macros(n->a, names, count, cap);
-        for (size_t i = 0; i < n->n_kids; i++) collect_macros(n->kids[i], names, count, cap);
+        collect_macros(n->b, names, count, cap, depth + 1);
+        collect_macros(n->c, names, count, cap, depth + 1);
+        collect_macros(n->d, names, count, cap, depth + 1);
+        if (n->kind == N_GENERATION) collect_macros(n->a, names, count, cap, depth + 1);
+        for (size_t i = 0; i < n->n_kids; i++) collect_macros(n->kids[i], names, count, cap, depth + 1);
     }
 }
 
@@ -26,8 +26,11 @@ static int verr(const ChatTemplate *t, const CtNode *n, GtError *err, const char
                     n->line, n->col, what, name);
 }
 
-static int validate(const ChatTemplate *t, const CtNode *n, const char **macros, size_t nm, GtError *err) {
+static int validate(const ChatTemplate *t, const CtNode *n, const char **macros, size_t nm, int depth, GtError *err) {
     if (!n) return 0;
+    if (depth > CT_MAX_EVAL_DEPTH)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: the template nests deeper than %d", t->name, n->line, n->col,
+                        CT_MAX_EVAL_DEPTH);
     if (n->kind == N_FILTER && !ct_known_filter(n->name)) return verr(t, n, err, "filter", n->name);
     if (n->kind == N_TEST && !ct_known_test(n->name)) return verr(t, n, err, "test", n->name);
     if (n->kind == N_CALL) {
@@ -44,19 +47,19 @@ static int validate(const ChatTemplate *t, const CtNode *n, const char **macros,
                             "supported template subset", t->name, n->line, n->col);
         }
     }
-    if (validate(t, n->a, macros, nm, err) || validate(t, n->b, macros, nm, err) || validate(t, n->c, macros, nm, err) ||
-        validate(t, n->d, macros, nm, err))
+    if (validate(t, n->a, macros, nm, depth + 1, err) || validate(t, n->b, macros, nm, depth + 1, err) ||
+        validate(t, n->c, macros, nm, depth + 1, err) || validate(t, n->d, macros, nm, depth + 1, err))
         return -1;
     for (size_t i = 0; i < n->n_kids; i++)
-        if (validate(t, n->kids[i], macros, nm, err)) return -1;
+        if (validate(t, n->kids[i], macros, nm, depth + 1, err)) return -1;
     return 0;
 }
 
 int chat_template_check(ChatTemplate *t, GtError *err) {
     const char *macros[256];
     size_t nm = 0;
-    collect_macros(t->root, macros, &nm, 256);
-    return validate(t, t->root, macros, nm, err);
+    collect_macros(t->root, macros, &nm, 256, 0);
+    return validate(t, t->root, macros, nm, 0, err);
 }
 
 /* ---- rendering ---- */

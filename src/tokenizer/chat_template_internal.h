@@ -10,9 +10,11 @@
 
 #define CT_MAX_DEPTH 200              /* nesting of blocks and expressions in the source */
 #define CT_MAX_CALL_DEPTH 64          /* macro calls inside macro calls */
-#define CT_MAX_ITERATIONS 1000000     /* loop iterations over one render */
+#define CT_MAX_ITERATIONS 200000      /* loop iterations over one render */
 #define CT_MAX_OUTPUT (64u << 20)     /* rendered bytes */
-#define CT_MAX_ARENA (512u << 20)     /* values made while rendering */
+#define CT_MAX_ARENA (256u << 20)     /* values made while rendering */
+#define CT_MAX_EVAL_DEPTH 1000        /* the syntax tree's depth as the renderer recurses into it */
+#define CT_MAX_VALUE_DEPTH 1000       /* lists and dicts inside lists and dicts */
 
 /* Bump allocation; everything a parse or a render makes is freed at once. */
 typedef struct CtChunk {
@@ -56,12 +58,14 @@ struct CtList {
     CtVal *v;
     size_t n, cap;
     bool tuple; /* a Python tuple: repr writes (a, b) */
+    int depth;  /* nesting of lists/dicts in it, set where values can nest without bound (literals, JSON) */
 };
 struct CtDict {
     const char **key;
     size_t *klen;
     CtVal *v;
     size_t n, cap;
+    int depth;
 };
 
 enum { F_RAISE = 1, F_STRFTIME, F_NAMESPACE, F_DICT, F_RANGE };
@@ -122,9 +126,11 @@ typedef struct {
     int depth;
     bool has_generation;
     GtError *err;
+    size_t lc_off; /* ct_line_col's last answer, so walking forward costs only the bytes in between */
+    int lc_line, lc_col;
 } CtParser;
 
-void ct_line_col(const CtParser *p, size_t off, int *line, int *col);
+void ct_line_col(CtParser *p, size_t off, int *line, int *col);
 int ct_perr(CtParser *p, size_t off, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 int ct_lex(CtParser *p); /* the whole source into p->t, ending with T_EOF */
 
@@ -141,6 +147,7 @@ bool ct_json(GtBytes *out, CtVal v, int indent, const char *item_sep, const char
 CtVal ct_from_cjson(CtArena *a, const cJSON *j);
 CtVal ct_strv(const char *p, size_t n);
 const char *ct_kind_name(CtVal v);
+int ct_val_depth(CtVal v); /* 0 for scalars */
 CtList *ct_list_new(CtArena *a, size_t cap);
 void ct_list_push(CtArena *a, CtList *l, CtVal v);
 CtDict *ct_dict_new(CtArena *a, size_t cap);
@@ -163,6 +170,7 @@ typedef struct {
     CtFrame *frame;
     long iterations;
     int call_depth, ctl;   /* ctl: 1 break, 2 continue */
+    int depth;             /* eval/exec recursion */
     ChatSpan *gen;         /* {% generation %} blocks */
     size_t n_gen, cap_gen;
     const CtList *messages;

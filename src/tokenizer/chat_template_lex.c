@@ -9,9 +9,13 @@
 
 /* ---- errors ---- */
 
-void ct_line_col(const CtParser *p, size_t off, int *line, int *col) {
-    int l = 1, c = 1;
-    for (size_t i = 0; i < off && i < p->len; i++) {
+void ct_line_col(CtParser *p, size_t off, int *line, int *col) {
+    if (off < p->lc_off || !p->lc_line) {
+        p->lc_off = 0;
+        p->lc_line = p->lc_col = 1;
+    }
+    int l = p->lc_line, c = p->lc_col;
+    for (size_t i = p->lc_off; i < off && i < p->len; i++) {
         if (p->src[i] == '\n') {
             l++;
             c = 1;
@@ -19,6 +23,9 @@ void ct_line_col(const CtParser *p, size_t off, int *line, int *col) {
             c++;
         }
     }
+    p->lc_off = off < p->len ? off : p->len;
+    p->lc_line = l;
+    p->lc_col = c;
     *line = l;
     *col = c;
 }

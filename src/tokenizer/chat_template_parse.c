@@ -439,6 +439,7 @@ static CtNode *parse_body(CtParser *p, const char *const *ends, const char *open
 
 static CtNode *parse_if(CtParser *p, size_t off) {
     static const char *const ends[] = {"elif", "else", "endif", NULL};
+    if (enter(p)) return NULL; /* an elif is an if inside the else */
     CtNode *n = node(p, N_IF, off);
     n->a = parse_expr(p, true);
     if (!n->a || expect_block_end(p)) return NULL;
@@ -448,6 +449,7 @@ static CtNode *parse_if(CtParser *p, size_t off) {
     p->pos++;
     if (is_name(t, "elif")) {
         n->c = parse_if(p, t->off);
+        p->depth--;
         return n->c ? n : NULL;
     }
     if (is_name(t, "else")) {
@@ -457,6 +459,7 @@ static CtNode *parse_if(CtParser *p, size_t off) {
         if (!n->c) return NULL;
         p->pos++;
     }
+    p->depth--;
     return expect_block_end(p) ? NULL : n;
 }
 

@@ -21,6 +21,13 @@ int ct_rerr(CtRender *r, const CtNode *n, const char *fmt, ...) {
 static int eval(CtRender *r, const CtNode *n, CtVal *out);
 static int exec(CtRender *r, const CtNode *n);
 
+/* the depth a value built from parts gets; refused past CT_MAX_VALUE_DEPTH */
+static int nest(CtRender *r, const CtNode *n, int *depth, CtVal part) {
+    if (ct_val_depth(part) + 1 > *depth) *depth = ct_val_depth(part) + 1;
+    if (*depth > CT_MAX_VALUE_DEPTH) return ct_rerr(r, n, "lists and dicts nested deeper than %d", CT_MAX_VALUE_DEPTH);
+    return 0;
+}
+
 static bool lookup(const CtRender *r, const char *name, size_t len, CtVal *out) {
     for (const CtFrame *f = r->frame; f; f = f->parent)
         if (ct_dict_get(f->vars, name, len, out)) return true;
@@ -200,6 +207,7 @@ static int binop(CtRender *r, const CtNode *n, CtVal a, CtVal b, CtVal *out) {
     }
     if (op == OP_ADD && a.k == V_LIST && b.k == V_LIST) {
         CtList *l = ct_list_new(r->a, a.u.l->n + b.u.l->n);
+        l->depth = a.u.l->depth > b.u.l->depth ? a.u.l->depth : b.u.l->depth;
         for (size_t i = 0; i < a.u.l->n; i++) ct_list_push(r->a, l, a.u.l->v[i]);
         for (size_t i = 0; i < b.u.l->n; i++) ct_list_push(r->a, l, b.u.l->v[i]);
         *out = (CtVal){.k = V_LIST, .u.l = l};
@@ -346,7 +354,7 @@ static int eval_call(CtRender *r, const CtNode *n, CtVal *out) {
     return ct_rerr(r, n, "a %s is not callable", ct_kind_name(f));
 }
 
-static int eval(CtRender *r, const CtNode *n, CtVal *out) {
+static int eval_node(CtRender *r, const CtNode *n, CtVal *out) {
     CtVal a, b;
     switch (n->kind) {
     case N_LIT: *out = n->lit; return 0;
@@ -410,7 +418,7 @@ static int eval(CtRender *r, const CtNode *n, CtVal *out) {
         CtList *l = ct_list_new(r->a, n->n_kids);
         l->tuple = n->kind == N_TUPLE;
         for (size_t i = 0; i < n->n_kids; i++) {
-            if (eval(r, n->kids[i], &a)) return -1;
+            if (eval(r, n->kids[i], &a) || nest(r, n, &l->depth, a)) return -1;
             ct_list_push(r->a, l, a);
         }
         *out = (CtVal){.k = V_LIST, .u.l = l};
@@ -421,6 +429,7 @@ static int eval(CtRender *r, const CtNode *n, CtVal *out) {
         for (size_t i = 0; i < n->n_kids; i++) {
             if (eval(r, n->a->kids[i], &a) || eval(r, n->kids[i], &b)) return -1;
             if (a.k != V_STR) return ct_rerr(r, n->a->kids[i], "dictionary keys must be strings here, found %s", ct_kind_name(a));
+            if (nest(r, n, &d->depth, b)) return -1;
             ct_dict_set(r->a, d, a.u.s.p, a.u.s.n, b);
         }
         *out = (CtVal){.k = V_DICT, .u.d = d};
@@ -525,7 +534,7 @@ static int exec_for(CtRender *r, const CtNode *n) {
     return 0;
 }
 
-static int exec(CtRender *r, const CtNode *n) {
+static int exec_node(CtRender *r, const CtNode *n) {
     CtVal v;
     switch (n->kind) {
     case N_BODY:
@@ -582,6 +591,22 @@ static int exec(CtRender *r, const CtNode *n) {
     }
     default: return ct_rerr(r, n, "not a statement");
     }
+}
+
+static int eval(CtRender *r, const CtNode *n, CtVal *out) {
+    if (r->depth >= CT_MAX_EVAL_DEPTH) return ct_rerr(r, n, "the template nests deeper than %d", CT_MAX_EVAL_DEPTH);
+    r->depth++;
+    int rc = eval_node(r, n, out);
+    r->depth--;
+    return rc;
+}
+
+static int exec(CtRender *r, const CtNode *n) {
+    if (r->depth >= CT_MAX_EVAL_DEPTH) return ct_rerr(r, n, "the template nests deeper than %d", CT_MAX_EVAL_DEPTH);
+    r->depth++;
+    int rc = exec_node(r, n);
+    r->depth--;
+    return rc;
 }
 
 int ct_run(CtRender *r, const CtNode *root) {

@@ -123,6 +123,8 @@ int ct_call_func(CtRender *r, const CtNode *n, uint8_t func, const CtVal *args, 
                 continue;
             }
             if (func == F_NAMESPACE && kw[i][0] == '_') return ct_rerr(r, n, "namespace attributes cannot start with '_'");
+            if (ct_val_depth(args[i]) + 1 > d->depth) d->depth = ct_val_depth(args[i]) + 1;
+            if (d->depth > CT_MAX_VALUE_DEPTH) return ct_rerr(r, n, "lists and dicts nested deeper than %d", CT_MAX_VALUE_DEPTH);
             ct_dict_set(r->a, d, kw[i], strlen(kw[i]), args[i]);
         }
         *out = (CtVal){.k = func == F_DICT ? V_DICT : V_NS, .u.d = d};

@@ -102,6 +102,8 @@ bool ct_dict_get(const CtDict *d, const char *k, size_t kn, CtVal *out) {
     return false;
 }
 
+int ct_val_depth(CtVal v) { return v.k == V_LIST ? v.u.l->depth : (v.k == V_DICT || v.k == V_NS) ? v.u.d->depth : 0; }
+
 CtVal ct_from_cjson(CtArena *a, const cJSON *j) {
     if (!j || cJSON_IsNull(j)) return (CtVal){.k = V_NONE};
     if (cJSON_IsBool(j)) return (CtVal){.k = V_BOOL, .u.b = cJSON_IsTrue(j)};
@@ -117,13 +119,21 @@ CtVal ct_from_cjson(CtArena *a, const cJSON *j) {
     }
     if (cJSON_IsArray(j)) {
         CtList *l = ct_list_new(a, (size_t)cJSON_GetArraySize(j));
-        for (const cJSON *e = j->child; e; e = e->next) ct_list_push(a, l, ct_from_cjson(a, e));
+        for (const cJSON *e = j->child; e; e = e->next) {
+            CtVal v = ct_from_cjson(a, e);
+            if (ct_val_depth(v) + 1 > l->depth) l->depth = ct_val_depth(v) + 1;
+            ct_list_push(a, l, v);
+        }
         return (CtVal){.k = V_LIST, .u.l = l};
     }
     if (cJSON_IsObject(j)) {
         CtDict *d = ct_dict_new(a, (size_t)cJSON_GetArraySize(j));
-        for (const cJSON *e = j->child; e; e = e->next)
-            if (e->string) ct_dict_set(a, d, e->string, strlen(e->string), ct_from_cjson(a, e));
+        for (const cJSON *e = j->child; e; e = e->next) {
+            if (!e->string) continue;
+            CtVal v = ct_from_cjson(a, e);
+            if (ct_val_depth(v) + 1 > d->depth) d->depth = ct_val_depth(v) + 1;
+            ct_dict_set(a, d, e->string, strlen(e->string), v);
+        }
         return (CtVal){.k = V_DICT, .u.d = d};
     }
     return (CtVal){.k = V_NONE};
@@ -376,7 +386,7 @@ static int cmp_keys(const void *a, const void *b, void *dv) {
 
 static bool json_rec(GtBytes *out, CtVal v, int indent, const char *isep, const char *ksep, bool sort, int level,
                      int depth) {
-    if (depth > CT_MAX_DEPTH) return false;
+    if (depth > CT_MAX_VALUE_DEPTH + 1) return false;
     switch (v.k) {
     case V_NONE: gt_bytes_put(out, "null", 4); return true;
     case V_BOOL: gt_bytes_put(out, v.u.b ? "true" : "false", v.u.b ? 4 : 5); return true;
