@@ -619,3 +619,49 @@ Test(chat_template, load_finds_the_template_as_transformers_does) {
     write_file(p, "a\n{% for %}");
     cr_expect(chat_template_load(&t, p, &err) == -1 && strstr(err.msg, "bad.jinja:2:8:"), "%s", err.msg);
 }
+
+/* What a hostile template can ask for ends in one line, code 2: runaway loops, output, nesting. */
+Test(chat_template, hostile_templates_end_in_one_line) {
+    GtBytes chain = {0}, parens = {0};
+    gt_bytes_put(&chain, "{{ 1", 4);
+    for (int i = 0; i < 5000; i++) gt_bytes_put(&chain, " + 1", 4);
+    gt_bytes_put(&chain, " }}", 3);
+    gt_bytes_put(&parens, "{{ ", 3);
+    for (int i = 0; i < 5000; i++) gt_bytes_put(&parens, "(", 1);
+    const char *parse_refused[] = {chain.p, parens.p};
+    size_t parse_len[] = {chain.n, parens.n};
+    for (int i = 0; i < 2; i++) {
+        ChatTemplate *t = NULL;
+        GtError err = {0};
+        cr_expect(chat_template_parse(&t, parse_refused[i], parse_len[i], "deep.jinja", &err) == -1 &&
+                      err.code == GT_EXIT_BAD_INPUT && strstr(err.msg, "deep.jinja:1:") && strstr(err.msg, "deep"),
+                  "case %d: %s", i, err.msg);
+    }
+    gt_bytes_free(&chain);
+    gt_bytes_free(&parens);
+    const char *render_refused[][2] = {
+        {"{% for a in range(1000) %}{% for b in range(1000) %}x{% endfor %}{% endfor %}", "loop iterations"},
+        {"{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}",
+         "nested deeper"},
+        {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "nested deeper"},
+        {"{% set s = 'x' * 1000000 %}{% for i in range(100) %}{{ s }}{% endfor %}", "MiB"},
+        {"{{ 'x' * 100000000 }}", "too large"},
+        {"{{ 1 // 0 }}", "division by zero"},
+        {"{{ messages.nope.deeper }}", "undefined value has no attribute 'deeper'"},
+        {"{{ 'a' + 1 }}", "unsupported operand types str and int"},
+    };
+    cJSON *msgs = cJSON_Parse("[{\"role\": \"user\", \"content\": \"hi\"}]");
+    for (size_t i = 0; i < sizeof render_refused / sizeof *render_refused; i++) {
+        ChatTemplate *t = NULL;
+        GtError err = {0};
+        const char *src = render_refused[i][0];
+        cr_assert(chat_template_parse(&t, src, strlen(src), "h.jinja", &err) == 0, "case %zu: %s", i, err.msg);
+        GtBytes out = {0};
+        cr_expect(chat_template_render(t, msgs, NULL, &out, NULL, NULL, &err) == -1 && err.code == GT_EXIT_BAD_INPUT &&
+                      strstr(err.msg, "h.jinja:1:") && strstr(err.msg, render_refused[i][1]) && !strchr(err.msg, '\n'),
+                  "case %zu: %s", i, err.msg);
+        gt_bytes_free(&out);
+        chat_template_free(t);
+    }
+    cJSON_Delete(msgs);
+}
