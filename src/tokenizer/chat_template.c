@@ -174,7 +174,7 @@ int chat_template_render(const ChatTemplate *t, const cJSON *messages, const Cha
             if (end == SIZE_MAX) { /* the template did not loop over the messages: where messages[:i+1] ends */
                 view.n = i + 1;
                 if (!render_once(t, &a, &view, o, false, &pre, NULL, &perr) && pre.n <= text.n &&
-                    !memcmp(pre.p, text.p, pre.n))
+                    (pre.n == 0 || !memcmp(pre.p, text.p, pre.n)))
                     end = pre.n;
                 pre.n = 0;
             }
