@@ -523,10 +523,12 @@ static const Refusal REFUSALS[] = {
     {"{% endfor %}", "t.jinja:1:4:", "unexpected 'endfor'"},
     {"{# open comment", "t.jinja:1:1:", "unclosed comment"},
     {"{{ 'unterminated }}", "t.jinja:1:4:", "unterminated string"},
+    {"{{ 'ends in a backslash\\", "t.jinja:1:4:", "unterminated string"},
     {"{{ x y }}", "t.jinja:1:6:", "expected '}}'"},
     {"{{ (1 + }}", "t.jinja:1:9:", "unbalanced"},
     {"{{ x[0]() }}", "t.jinja:1:8:", "calling the result"},
     {"\n\n   {{ 'é' | tojson | e }}", "t.jinja:3:22:", "filter 'e'"},
+    {"{{ '%s!' % name }}", "t.jinja:1:10:", "string % formatting"},
 };
 
 Test(chat_template, unsupported_constructs_refused_at_parse) {

@@ -33,6 +33,9 @@ static int validate(const ChatTemplate *t, const CtNode *n, const char **macros,
                         CT_MAX_EVAL_DEPTH);
     if (n->kind == N_FILTER && !ct_known_filter(n->name)) return verr(t, n, err, "filter", n->name);
     if (n->kind == N_TEST && !ct_known_test(n->name)) return verr(t, n, err, "test", n->name);
+    if (n->kind == N_BIN && n->op == OP_MOD && n->a->kind == N_LIT && n->a->lit.k == V_STR)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%d:%d: string %% formatting is outside the supported template subset",
+                        t->name, n->line, n->col);
     if (n->kind == N_CALL) {
         const CtNode *c = n->a;
         uint8_t f;

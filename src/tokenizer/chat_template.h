@@ -7,7 +7,12 @@
  * for (loop.*, `for x in y if cond`, else), set (namespace() and ns.attr), macro/call of macros,
  * expressions, the filters and string methods real templates use, raise_exception(msg),
  * strftime_now(fmt), and transformers' {% generation %}...{% endgeneration %}. Anything else is
- * refused when the template is parsed ("name:line:col: ..."), never rendered wrongly.
+ * refused when the template is parsed ("name:line:col: ..."), never rendered wrongly. Values come from
+ * cJSON, which keeps no int/float distinction: an integral number is Python's int (JSON's 1.0 is
+ * written back as 1 by tojson, where Python keeps 1.0). Messages get transformers' reasoning aliasing:
+ * reasoning under reasoning_content, thinking or reasoning is also given as thinking and reasoning_content.
+ * A render is bounded (nesting 1000, 200k loop iterations, 64 MiB of text, 256 MiB of values): past a
+ * bound it is code 2, one line.
  *
  * Assistant spans (what TRL's assistant_only_loss trains): where the template has {% generation %}
  * blocks, each block's output is a span, as transformers' return_assistant_tokens_mask records them.
@@ -34,7 +39,8 @@ typedef struct ChatTemplate ChatTemplate;
 typedef struct {
     bool add_generation_prompt;
     const char *bos_token, *eos_token; /* the strings from tokenizer_config.json; NULL = undefined */
-    const cJSON *extra;                /* further top-level variables (tools, enable_thinking, ...), NULL = none */
+    const cJSON *extra;                /* further top-level variables (tools, enable_thinking, unk_token, pad_token,
+                                          ...), NULL = none; tools and documents are none unless given here */
     const char *date_string;           /* what strftime_now returns ("26 Jul 2024" style per its format); NULL = "1 Jan 2026" */
 } ChatRenderOptions;
 

@@ -106,7 +106,10 @@ static int lex_string(CtParser *p, size_t *i) {
             j++;
             continue;
         }
-        if (j + 1 >= p->len) continue; /* reported as unterminated */
+        if (j + 1 >= p->len) { /* a backslash at the end: reported as unterminated */
+            j++;
+            continue;
+        }
         char e = p->src[j + 1];
         const char *simple = NULL;
         switch (e) {
