@@ -61,9 +61,10 @@ int chat_template_load(ChatTemplate **out, const char *path, GtError *err);
 void chat_template_free(ChatTemplate *t);
 
 /* Render messages (a cJSON array of objects: role, content, and whatever else the template reads) as
- * transformers' apply_chat_template(messages, tokenize=False, add_generation_prompt=...) does.
- * *assistant (malloc'ed, may be NULL when n is 0): the byte spans each assistant message contributes
- * (the rule above). A raise_exception is code 2 with its message. */
+ * transformers' apply_chat_template(messages, tokenize=False, add_generation_prompt=...) does; the text
+ * is appended to out (nothing is appended on an error). *assistant (malloc'ed, may be NULL when n is 0):
+ * the byte spans each assistant message contributes (the rule above), as offsets in out. assistant and
+ * n_assistant may be NULL (no spans computed). A raise_exception is code 2 with its message. */
 int chat_template_render(const ChatTemplate *t, const cJSON *messages, const ChatRenderOptions *o, GtBytes *out,
                          ChatSpan **assistant, size_t *n_assistant, GtError *err);
 
