@@ -501,7 +501,7 @@ void data_close(DataSource *d) {
     free(d->base32);
     free(d->ex_tok);
     free(d->ex_off);
-    free(d->ex_plen);
+    free(d->ex_mask);
     free(d->ex_len);
     free(d->pk_lab);
     free(d);
@@ -548,10 +548,11 @@ static void fill_example(const DataSource *d, uint64_t e, int *tokens, int *targ
     int T = d->seq_len;
     uint64_t k = d->ex_first + e;
     const int32_t *row = d->ex_tok + d->ex_off[k];
-    int32_t plen = d->ex_plen[k], len = d->ex_len[k];
+    const uint8_t *mask = d->ex_mask + d->ex_off[k];
+    int32_t len = d->ex_len[k];
     for (int t = 0; t < T; t++) {
         tokens[t] = t < len ? row[t] : DATA_PAD_TOKEN;
-        targets[t] = (t + 1 >= plen && t + 1 < len) ? row[t + 1] : DATA_IGNORE_INDEX;
+        targets[t] = (t + 1 < len && mask[t + 1]) ? row[t + 1] : DATA_IGNORE_INDEX;
     }
 }
 

@@ -21,10 +21,12 @@ struct DataSource {
     int32_t *base32;
     const int32_t *i32;
 
-    /* jsonl: all examples' tokens (truncated unless packed), flat; per example offset, prompt length, length */
+    /* jsonl: all examples' tokens (truncated unless packed), flat, and a parallel train mask (1: the
+     * token is a target where it is predicted, its label the token itself; 0: label -100, e.g. a
+     * prompt or a non-assistant turn); per example offset and length */
     int32_t *ex_tok;
+    uint8_t *ex_mask;
     uint64_t *ex_off;
-    int32_t *ex_plen;
     int32_t *ex_len;
     uint64_t ex_first; /* first example of the split */
 
@@ -38,6 +40,19 @@ struct DataSource {
      * truncated and how many train nothing (data_stats) */
     uint64_t st_examples, st_tokens, st_tokens_full, st_truncated, st_no_target;
 };
+
+/* Example e of the opened split (0 <= e < data_num_tokens(d) for unpacked examples, or
+ * data_num_examples(d) in general): its tokens (as kept: truncated to seq_len+1 unless packed), its
+ * train mask (mask[j] = 1: label j is tok[j]; 0: label j is -100; the first token's label is never
+ * a target of its own row) and its length. Examples sources only (d->ex_tok set). */
+static inline int32_t data_example(const DataSource *d, uint64_t e, const int32_t **tok, const uint8_t **mask) {
+    uint64_t k = d->ex_first + e;
+    *tok = d->ex_tok + d->ex_off[k];
+    *mask = d->ex_mask + d->ex_off[k];
+    return d->ex_len[k];
+}
+/* the opened split's examples */
+static inline uint64_t data_num_examples(const DataSource *d) { return d->st_examples; }
 
 /* malloc that reports failure in err (code 1) instead of exiting: data buffers can be huge */
 void *data_malloc(size_t bytes, const char *name, GtError *err);

@@ -180,9 +180,12 @@ typedef struct {
     int32_t *tok;
     size_t tok_n, tok_cap;
     uint64_t *off;
-    int32_t *plen, *len;
-    size_t ex_n, ex_cap, plen_cap, len_cap;
-    int32_t cur_len, cur_plen; /* the example being built */
+    uint8_t *mask; /* per token, parallel to tok: 1 = it trains (its label is the token), 0 = -100 */
+    size_t mask_cap;
+    int32_t *len;
+    size_t ex_n, ex_cap, len_cap;
+    int32_t cur_len; /* the example being built */
+    uint8_t cur_train; /* the mask of the tokens being pushed */
     int64_t cur_full;          /* its tokens before truncation */
     int64_t *full;             /* per example: tokens before truncation (for data_stats) */
     size_t full_cap;
@@ -209,14 +212,19 @@ static const char *json_type_name(const cJSON *j) {
 static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
     b->cur_full++;
     if (!b->packing) {
-        if (b->cur_len < b->row_len) b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+        if (b->cur_len < b->row_len) {
+            b->mask[b->tok_n + (size_t)b->cur_len] = b->cur_train;
+            b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+        }
         return 0;
     }
     if (b->cur_len == INT32_MAX)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: example has more than %d tokens, expected fewer", b->name,
                         line, INT32_MAX);
-    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err))
+    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err) ||
+        data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->mask, b->name, err))
         return -1;
+    b->mask[b->tok_n + (size_t)b->cur_len] = b->cur_train;
     b->tok[b->tok_n + (size_t)b->cur_len++] = t;
     return 0;
 }
@@ -286,16 +294,16 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
 static int jb_begin(JsonlBuild *b, GtError *err) {
     b->cur_len = 0;
     b->cur_full = 0;
+    b->cur_train = 0;
     return data_grow((void **)&b->full, &b->full_cap, b->ex_n + 1, sizeof *b->full, b->name, err) ||
            data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
-           data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
+           data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + (size_t)b->row_len, sizeof *b->mask, b->name, err) ||
            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err);
 }
 
 static void jb_finish(JsonlBuild *b) {
     b->off[b->ex_n] = b->tok_n;
-    b->plen[b->ex_n] = b->cur_plen;
     b->len[b->ex_n] = b->cur_len;
     b->full[b->ex_n] = b->cur_full;
     b->ex_n++;
@@ -310,9 +318,10 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
         size_t n, plen, line;
         const int32_t *ids = jsonl_tok_ids(b->queue, i, &n, &plen, &line);
         if (jb_begin(b, err)) return -1;
-        for (size_t k = 0; k < n; k++)
+        for (size_t k = 0; k < n; k++) {
+            b->cur_train = k >= plen;
             if (jb_push(b, ids[k], line, err)) return -1;
-        b->cur_plen = plen < (size_t)b->cur_len ? (int32_t)plen : b->cur_len;
+        }
         jb_finish(b);
     }
     jsonl_tok_clear(b->queue);
@@ -327,7 +336,7 @@ static int jb_text_example(JsonlBuild *b, GtError *err) {
         return jsonl_tok_count(b->queue) >= JSONL_TOK_BATCH ? jb_flush(b, err) : 0;
     }
     if (jb_begin(b, err) || jb_add_text(b, b->ptext.p, b->ptext.n, b->lineno, "prompt", err)) return -1;
-    b->cur_plen = b->cur_len;
+    b->cur_train = 1;
     if (jb_add_text(b, b->ctext.p, b->ctext.n, b->lineno, "completion", err)) return -1;
     jb_finish(b);
     return 0;
@@ -427,7 +436,7 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
     /* the queued lines come first (file order), then this example */
     if (jb_flush(b, err) || jb_begin(b, err)) goto out;
     if (text ? jb_add_string(b, mem[0], lineno, fp, err) : jb_add_ids(b, jp, lineno, fp, err)) goto out;
-    b->cur_plen = b->cur_len;
+    b->cur_train = 1;
     if (text ? jb_add_string(b, mem[1], lineno, fc, err) : jb_add_ids(b, jc, lineno, fc, err)) goto out;
     jb_finish(b);
     rc = 0;
@@ -436,10 +445,12 @@ out:
     return rc;
 }
 
-/* number of positions t in [0, T) whose target row[t+1] is a completion token */
-static int32_t example_targets(int32_t plen, int32_t len) {
-    int32_t lo = plen > 1 ? plen : 1;
-    return len > lo ? len - lo : 0;
+/* number of tokens of example k from token `from` on that train (from 1: the targets of its row) */
+static int32_t example_targets(const JsonlBuild *b, uint64_t k, int32_t from) {
+    const uint8_t *m = b->mask + b->off[k];
+    int32_t n = 0;
+    for (int32_t j = from; j < b->len[k]; j++) n += m[j];
+    return n;
 }
 
 /* Packed: the split's examples [first, first+count) end to end (contiguous in b->tok, file order)
@@ -467,7 +478,8 @@ static int jsonl_pack(DataSource *d, const JsonlBuild *b, const char *name, uint
     for (uint64_t k = first; k <= last; k++) {
         const int32_t *tok = b->tok + b->off[k];
         int32_t *lab = d->pk_lab + (b->off[k] - s0);
-        for (int32_t j = 0; j < b->len[k]; j++) lab[j] = j < b->plen[k] ? DATA_IGNORE_INDEX : tok[j];
+        const uint8_t *m = b->mask + b->off[k];
+        for (int32_t j = 0; j < b->len[k]; j++) lab[j] = m[j] ? tok[j] : DATA_IGNORE_INDEX;
     }
     d->pk_tok = b->tok + s0;
     d->n = n;
@@ -522,7 +534,7 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
                  val_fraction, (unsigned long long)count, b.ex_n);
     size_t useless = 0;
     for (uint64_t k = first; k < first + count; k++)
-        useless += packing ? b.len[k] == b.plen[k] : example_targets(b.plen[k], b.len[k]) == 0;
+        useless += example_targets(&b, k, packing ? 0 : 1) == 0;
     if (packing) {
         if (useless == count) {
             gt_error(err, GT_EXIT_BAD_INPUT, "%s: no example%s has a completion token (every completion is empty)", name,
@@ -574,7 +586,7 @@ out:
     gt_bytes_free(&b.ctext);
     d->ex_tok = b.tok;
     d->ex_off = b.off;
-    d->ex_plen = b.plen;
+    d->ex_mask = b.mask;
     d->ex_len = b.len;
     if (rc == 0) {
         d->ex_first = first;
