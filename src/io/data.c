@@ -401,10 +401,25 @@ static int tokens_open_memory(DataSource *d, const char *name, const uint8_t *bu
 /* ---------------------------------------------------------------------------------------------
  * open / close */
 
+DataFormat data_format_for_path(const char *path) {
+    static const struct {
+        const char *ext;
+        DataFormat f;
+    } by_ext[] = {{".jsonl", DATA_JSONL}, {".json", DATA_JSON}, {".parquet", DATA_PARQUET}, {".bin", DATA_TOKENS}};
+    size_t n = path ? strlen(path) : 0;
+    for (size_t i = 0; i < sizeof by_ext / sizeof by_ext[0]; i++) {
+        size_t e = strlen(by_ext[i].ext);
+        if (n > e && strcmp(path + n - e, by_ext[i].ext) == 0) return by_ext[i].f;
+    }
+    return DATA_TEXT;
+}
+
 static int check_args(const char *name, DataFormat format, int seq_len, int vocab_size, int split,
                       double val_fraction, GtError *err) {
-    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens or jsonl", name,
+    if (format == DATA_PARQUET)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: data format parquet: this build has no parquet reader yet", name);
+    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL && format != DATA_JSON)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens, jsonl or json", name,
                         (int)format);
     if (seq_len < 1 || seq_len >= INT32_MAX)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: seq_len %d, expected at least 1", name, seq_len);
@@ -418,7 +433,7 @@ static int check_args(const char *name, DataFormat format, int seq_len, int voca
 
 static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
     DataSource *d = gt_xcalloc(1, sizeof *d);
-    d->format = format;
+    d->format = format == DATA_JSON ? DATA_JSONL : format; /* every source of examples reads as jsonl's */
     d->seq_len = seq_len;
     d->vocab_size = vocab_size;
     return d;
@@ -439,11 +454,17 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
                    int split, double val_fraction, const DataText *text, GtError *err) {
     *out = NULL;
     if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "data: no data file given, expected a path");
+    if (format == DATA_AUTO) format = data_format_for_path(path);
     if (check_args(path, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
     DataSource *d = new_source(format, seq_len, vocab_size);
     int rc;
     if (format == DATA_TOKENS) {
         rc = tokens_open_files(d, path, split, val_fraction, err);
+    } else if (format == DATA_JSON) { /* streamed, a chunk at a time */
+        uint64_t size;
+        int fd = gt_open_input(path, "data file", &size, err);
+        rc = fd < 0 ? -1 : data_json_build(d, path, fd, NULL, 0, packing, split, val_fraction, text, err);
+        if (fd >= 0) close(fd);
     } else {
         uint8_t *buf = NULL;
         size_t len = 0;
@@ -471,11 +492,14 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
     *out = NULL;
     if (!name) name = "<memory>";
     if (!buf && len) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: no buffer", name);
+    if (format == DATA_AUTO) format = data_format_for_path(name);
     if (check_args(name, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
     DataSource *d = new_source(format, seq_len, vocab_size);
     int rc;
     if (format == DATA_TOKENS) {
         rc = tokens_open_memory(d, name, buf, len, split, val_fraction, err);
+    } else if (format == DATA_JSON) {
+        rc = data_json_build(d, name, -1, buf, len, packing, split, val_fraction, text, err);
     } else if (format == DATA_TEXT) {
         uint8_t *copy = data_malloc(len, name, err);
         rc = -1;

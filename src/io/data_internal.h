@@ -41,18 +41,7 @@ struct DataSource {
     uint64_t st_examples, st_tokens, st_tokens_full, st_truncated, st_no_target;
 };
 
-/* Example e of the opened split (0 <= e < data_num_tokens(d) for unpacked examples, or
- * data_num_examples(d) in general): its tokens (as kept: truncated to seq_len+1 unless packed), its
- * train mask (mask[j] = 1: label j is tok[j]; 0: label j is -100; the first token's label is never
- * a target of its own row) and its length. Examples sources only (d->ex_tok set). */
-static inline int32_t data_example(const DataSource *d, uint64_t e, const int32_t **tok, const uint8_t **mask) {
-    uint64_t k = d->ex_first + e;
-    *tok = d->ex_tok + d->ex_off[k];
-    *mask = d->ex_mask + d->ex_off[k];
-    return d->ex_len[k];
-}
-/* the opened split's examples */
-static inline uint64_t data_num_examples(const DataSource *d) { return d->st_examples; }
+/* data_example() and data_num_examples() (data.h) read ex_tok/ex_mask/ex_off/ex_len. */
 
 /* malloc that reports failure in err (code 1) instead of exiting: data buffers can be huge */
 void *data_malloc(size_t bytes, const char *name, GtError *err);
@@ -67,12 +56,33 @@ void data_split_range(uint64_t n, int split, double val_fraction, uint64_t *firs
 int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
                      double val_fraction, const DataText *text, GtError *err);
 
+/* Records into examples, one at a time (data_jsonl.c): begin, each record as a JSON object's text
+ * (row: its line, or its element's index from 1 when array), then finish, which sets d's
+ * examples (packed stream when packing) for the split and frees b (also on failure); empty: the
+ * file had no bytes (for the message). After a failed data_build_object only data_build_free. */
+typedef struct JsonlBuild JsonlBuild;
+int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, bool array, bool packing, const DataText *text,
+                     GtError *err);
+int data_build_object(JsonlBuild *b, const char *obj, size_t n, size_t row, GtError *err);
+int data_build_finish(JsonlBuild *b, DataSource *d, int split, double val_fraction, bool empty, GtError *err);
+void data_build_free(JsonlBuild *b);
+
+/* Skip the JSON value at *pp (no leading whitespace): a string, a nested object or array
+ * (iteratively: any depth), or a scalar (which ends at end, so a cut one passes). -1 on malformed
+ * or cut text. Syntax is not fully checked: cJSON does that on what is found. */
+int data_json_skip(const char **pp, const char *end);
+
+/* Stream a JSON array of objects (data_json.c) from the file at path (fd >= 0, read in bounded
+ * chunks) or from buf[len] (fd < 0) into d through data_build_*. */
+int data_json_build(DataSource *d, const char *name, int fd, const char *buf, size_t len, bool packing, int split,
+                    double val_fraction, const DataText *text, GtError *err);
+
 /* SFT examples through the tokenizer, a batch at a time, in parallel (data_jsonl_tok.c). */
 typedef struct JsonlTokBatch JsonlTokBatch;
-JsonlTokBatch *jsonl_tok_new(const DataText *text, const char *name, int vocab_size);
+JsonlTokBatch *jsonl_tok_new(const DataText *text, const char *name, const char *pre, int vocab_size);
 void jsonl_tok_free(JsonlTokBatch *q);
 size_t jsonl_tok_count(const JsonlTokBatch *q);
-/* Queue one example's text (copied), from line lineno. */
+/* Queue one example's text (copied), from line lineno; prompt NULL (pn 0): a text row, every token trains. */
 void jsonl_tok_add(JsonlTokBatch *q, const char *prompt, size_t pn, const char *completion, size_t cn, size_t lineno);
 /* Encode the queued examples; -1 with the first failing example's error (in line order). */
 int jsonl_tok_encode(JsonlTokBatch *q, GtError *err);

@@ -233,7 +233,10 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     }
     DataText text = {.tok = t->tokenizer, .prompt_template = cfg->data.prompt_template,
                      .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
-                     .eos_id = t->tokenizer ? tokenizer_eos_id(t->tokenizer) : -1};
+                     .eos_id = t->tokenizer ? tokenizer_eos_id(t->tokenizer) : -1,
+                     .col_text = cfg->data.columns.text, .col_prompt = cfg->data.columns.prompt,
+                     .col_completion = cfg->data.columns.completion, .col_messages = cfg->data.columns.messages,
+                     .chat_template = cfg->data.chat_template, .assistant_only_loss = cfg->data.assistant_only_loss};
     if (data_open_text(&t->train, cfg->data.train, cfg->data.format, cfg->data.packing, T, desc->vocab_size,
                        split_train, cfg->data.val_fraction, &text, err))
         return -1;
