@@ -129,6 +129,35 @@ static void all_kinds(const char *tok_dir) {
     check_against_trl(tok_dir, "text", ROWS_TEXT, "", "");
 }
 
+/* conversations: system, multi-turn, unicode, an empty assistant turn; mapped from `conversations` */
+static const char *const ROWS_CHAT =
+    "{\"conversations\": [{\"role\": \"system\", \"content\": \"You are a careful math tutor.\"}, {\"role\": "
+    "\"user\", \"content\": \"What is 2+2?\"}, {\"role\": \"assistant\", \"content\": \"2 + 2 = 4.\"}, "
+    "{\"role\": \"user\", \"content\": \"And 3·3? Answer in français.\"}, {\"role\": \"assistant\", \"content\": "
+    "\"3 · 3 = 9 — neuf 🙂\"}]}\n"
+    "{\"conversations\": [{\"role\": \"user\", \"content\": \"Say nothing.\"}, {\"role\": \"assistant\", "
+    "\"content\": \"\"}]}\n"
+    "{\"conversations\": [{\"role\": \"user\", \"content\": \"Résumé:\\n- line one\\n- line two\"}, {\"role\": "
+    "\"assistant\", \"content\": \"Two lines.\\nDone.\"}]}\n";
+
+/* Llama-3.1: its own template (TRL swaps in its llama3 training template, whose spans the renderer
+ * follows); Qwen3: TRL's qwen3_training.jinja (TRL cannot patch this checkpoint's template), given
+ * to both as --chat-template. */
+Test(data_formats, llama3_1_messages_match_trl_assistant_masks, .timeout = 600) {
+    check_against_trl("llama3_1", "chat", ROWS_CHAT, "--column messages=conversations", "messages=conversations");
+}
+Test(data_formats, qwen3_messages_match_trl_assistant_masks, .timeout = 600) {
+    test_require_refs();
+    char *tmpl = test_sh_output(false, PY " -c 'import os, trl; print(os.path.join(os.path.dirname(trl.__file__), "
+                                       "\"chat_templates\", \"qwen3_training.jinja\"), end=\"\")'");
+    cr_assert(tmpl && *tmpl, "no TRL chat template path");
+    char gt_args[700], trl_args[700];
+    snprintf(gt_args, sizeof gt_args, "--column messages=conversations --chat-template '%s'", tmpl);
+    snprintf(trl_args, sizeof trl_args, "messages=conversations '--chat-template=%s'", tmpl);
+    check_against_trl("qwen3", "chat", ROWS_CHAT, gt_args, trl_args);
+    free(tmpl);
+}
+
 Test(data_formats, llama3_1_rows_match_trl, .timeout = 600) { all_kinds("llama3_1"); }
 Test(data_formats, qwen3_rows_match_trl, .timeout = 600) { all_kinds("qwen3"); }
 Test(data_formats, llama2_rows_match_trl, .timeout = 600) { all_kinds("llama2"); }
@@ -266,9 +295,19 @@ Test(data_formats, bad_input_is_one_line_naming_file_and_row) {
         {"two.json", "[{\"text\": \"a\", \"q\": \"b\"}]", "--column text=text --column prompt=q", "two.json",
          "more than one kind"},
         {"n.json", "[]", "", "n.json", "holds no examples"},
+        {"r.json", "[{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\"}]}]",
+         "--chat-template ct.jinja", "r.json: element 1", "\"messages\"[1] has no string \"content\""},
+        {"r2.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"msgs\": []}\n",
+         "--chat-template ct.jinja", "r2.jsonl:2", "\"messages\" is missing"},
+        {"r3.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"messages\": [{\"role\": \"bot\", \"content\": \"b\"}]}\n",
+         "--chat-template ct.jinja", "r3.jsonl:2", "unknown role bot"},
     };
     char dir[128];
     test_scratch_make(dir, sizeof dir, "gt_data_formats");
+    static const char ct[] = "{% for m in messages %}{% if m.role not in ['user', 'assistant'] %}"
+                             "{{ raise_exception('unknown role ' + m.role) }}{% endif %}<{{ m.role }}>{{ m.content }}"
+                             "{% endfor %}";
+    test_write_file(test_join(dir, "ct.jinja"), ct, strlen(ct));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const BadCase *c = &cases[i];
         test_write_file(test_join(dir, c->file), c->content, strlen(c->content));

@@ -52,7 +52,15 @@
  *             text      {"text": str}: every token trains (TRL's language modeling rows):
  *                       byte-level its bytes; with a tokenizer encode(text) with special tokens,
  *                       then EOS as above, every token (BOS too) with its label.
- *             messages  not read yet (an error naming the row).
+ *             messages  [{"role": str, "content": str}...]: rendered with the chat template
+ *                       (DataText.chat_template, else the tokenizer directory's
+ *                       tokenizer_config.json; bos_token/eos_token its BOS/EOS strings), the text
+ *                       tokenized without special tokens (TRL 1.16 does so; no EOS added), and a
+ *                       token trains when it overlaps an assistant span of the renderer
+ *                       (assistant_only_loss: TRL's assistant_only_loss=True), or every token
+ *                       (false). Spans map to tokens through the tokens' bytes: a byte-level
+ *                       tokenizer (Llama-3, Qwen) or none; another is refused naming the row. A
+ *                       template's raise_exception is an error naming the row.
  *   json    One JSON array of such objects (MetaMathQA-395K.json), streamed: read in 1 MiB chunks
  *           (a larger element grows the window to hold it), each element parsed, converted and
  *           dropped, so memory holds one element and the tokens, never the file. Messages name

@@ -3,6 +3,8 @@
 #ifndef GT_DATA_INTERNAL_H
 #define GT_DATA_INTERNAL_H
 
+#include <cjson/cJSON.h>
+
 #include "data.h"
 
 struct DataSource {
@@ -76,6 +78,15 @@ int data_json_skip(const char **pp, const char *end);
  * chunks) or from buf[len] (fd < 0) into d through data_build_*. */
 int data_json_build(DataSource *d, const char *name, int fd, const char *buf, size_t len, bool packing, int split,
                     double val_fraction, const DataText *text, GtError *err);
+
+/* messages rows (data_messages.c): the chat template (data.chat_template, else the tokenizer's
+ * directory), and one row's messages (a cJSON array of {role, content}) as ids (no special tokens
+ * added) and a per-token mask (1: trains); errors name pre+row and the column col. */
+typedef struct DataChat DataChat;
+int data_chat_open(DataChat **out, const DataText *text, const char *name, GtError *err);
+void data_chat_free(DataChat *c); /* NULL is fine */
+int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_t row, const char *col, TokIds *ids,
+                      GtBytes *mask, GtError *err);
 
 /* SFT examples through the tokenizer, a batch at a time, in parallel (data_jsonl_tok.c). */
 typedef struct JsonlTokBatch JsonlTokBatch;

@@ -200,6 +200,9 @@ struct JsonlBuild {
     bool array;                 /* rows are a JSON array's elements, not lines */
     RecordKind kind;            /* decided by the mapping or the first record (see data.h) */
     const char *col[DCOL_N];    /* the file's column for each of gtrain's names */
+    DataChat *chat;             /* messages rows: the chat template, opened at the first */
+    TokIds chat_ids;
+    GtBytes chat_mask;
 };
 
 static const char *json_type_name(const cJSON *j) {
@@ -352,8 +355,8 @@ static int jb_text_example(JsonlBuild *b, GtError *err) {
 /* The line's prompt and completion text from the templates ("" or NULL: the "prompt" and
  * "completion" members themselves). */
 static int jb_column_text(JsonlBuild *b, const char *col, GtBytes *out, GtError *err) {
-    const char *v;
-    size_t n;
+    const char *v = NULL;
+    size_t n = 0;
     if (jb_field(b, col, &v, &n, err) != 0) return -1;
     out->n = 0;
     gt_bytes_put(out, v, n);
@@ -417,10 +420,24 @@ static int jb_text_record(JsonlBuild *b, GtError *err) {
     return jb_text_example(b, err);
 }
 
+/* messages: rendered through the chat template, tokenized, masked by the assistant spans (data_messages.c) */
 static int jb_messages_record(JsonlBuild *b, const cJSON *root, GtError *err) {
-    (void)root;
-    return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: a \"%s\" row: chat messages are not supported by this build yet",
-                    b->pre, b->lineno, b->col[DCOL_MESSAGES]);
+    const cJSON *msgs = jb_item(b, root, b->col[DCOL_MESSAGES], NULL);
+    if (!msgs) return jb_column_error(b, DCOL_MESSAGES, "missing", "a list of {role, content}", err);
+    if (!b->chat && data_chat_open(&b->chat, b->text, b->name, err) != 0) return -1;
+    if (jb_flush(b, err) != 0) return -1; /* the queued rows come first (file order) */
+    if (data_chat_example(b->chat, msgs, b->pre, b->lineno, b->col[DCOL_MESSAGES], &b->chat_ids, &b->chat_mask, err))
+        return -1;
+    if (jb_begin(b, err)) return -1;
+    for (size_t k = 0; k < b->chat_ids.n; k++) {
+        if (b->chat_ids.ids[k] >= b->vocab_size)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
+                            b->pre, b->lineno, b->chat_ids.ids[k], b->vocab_size);
+        b->cur_train = (uint8_t)b->chat_mask.p[k];
+        if (jb_push(b, b->chat_ids.ids[k], b->lineno, err)) return -1;
+    }
+    jb_finish(b);
+    return 0;
 }
 
 static int jb_record(JsonlBuild *b, const cJSON *root, GtError *err) {
@@ -608,6 +625,9 @@ void data_build_free(JsonlBuild *b) {
     jsonl_tok_free(b->queue);
     gt_bytes_free(&b->ptext);
     gt_bytes_free(&b->ctext);
+    data_chat_free(b->chat);
+    tok_ids_free(&b->chat_ids);
+    gt_bytes_free(&b->chat_mask);
     free(b);
 }
 
@@ -710,6 +730,9 @@ out:
     jsonl_tok_free(b.queue);
     gt_bytes_free(&b.ptext);
     gt_bytes_free(&b.ctext);
+    data_chat_free(b.chat);
+    tok_ids_free(&b.chat_ids);
+    gt_bytes_free(&b.chat_mask);
     d->ex_tok = b.tok;
     d->ex_off = b.off;
     d->ex_mask = b.mask;
