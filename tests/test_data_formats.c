@@ -325,3 +325,34 @@ Test(data_formats, bad_input_is_one_line_naming_file_and_row) {
     }
     test_scratch_remove(dir);
 }
+
+/* The trainer reads the same way: a JSON array through data.format auto and data.columns, one step
+ * over both examples; num_items (the targets that count) is the completion bytes, counted here. */
+Test(data_formats, trainer_reads_a_json_array_through_data_columns, .timeout = 120) {
+    char dir[128];
+    test_scratch_make(dir, sizeof dir, "gt_data_formats");
+    static const char *const query[] = {"What is 12 plus 30?", "Compute 7 * 8."};
+    static const char *const response[] = {"42", "7 * 8 = 56"};
+    char data[512];
+    snprintf(data, sizeof data, "[{\"query\": \"%s\", \"response\": \"%s\"},\n {\"query\": \"%s\", \"response\": \"%s\"}]\n",
+             query[0], response[0], query[1], response[1]);
+    test_write_file(test_join(dir, "d.json"), data, strlen(data));
+    static const char model[] =
+        "{\"model_type\": \"gpt2\", \"n_layer\": 1, \"n_head\": 2, \"n_embd\": 16, \"vocab_size\": 256, \"n_positions\": 64}";
+    test_write_file(test_join(dir, "m.json"), model, strlen(model));
+    static const char cfg[] = "model: m.json\ntokenizer: none\ndata:\n  train: d.json\n  format: auto\n  seq_len: 48\n"
+                              "  columns: {prompt: query, completion: response}\nper_device_train_batch_size: 2\n"
+                              "max_steps: 1\nlogging_steps: 1\noutput_dir: out\noverwrite_output_dir: true\n"
+                              "sample_max_new_tokens: 0\n";
+    test_write_file(test_join(dir, "r.yaml"), cfg, strlen(cfg));
+    char *out = test_sh_output(true, "cd '%s' && '%s' train --config r.yaml > log.txt 2>&1; echo $?", dir,
+                               test_gtrain_bin());
+    cr_assert(out && strcmp(out, "0\n") == 0, "gtrain train failed: %s", out ? out : "");
+    free(out);
+    Losses l;
+    read_train_metrics(test_join(dir, "out"), &l);
+    long expected = (long)(strlen(response[0]) + strlen(response[1]));
+    cr_assert_eq(l.num_items[0], expected, "num_items %ld, expected %ld (the completion bytes)", l.num_items[0],
+                 expected);
+    test_scratch_remove(dir);
+}
