@@ -13,6 +13,8 @@ comma    := ,
 PKGS     := yaml-0.1 libcjson openblas oniguruma libutf8proc icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+# the parquet reader's codecs (snappy has no pkg-config file in Debian)
+PKG_LIBS   += -lsnappy -lzstd -lz
 CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
 CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 

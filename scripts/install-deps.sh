@@ -19,7 +19,8 @@ if [ "${1:-}" = "--venv-path" ]; then
   exit 0
 fi
 pkgs=(build-essential make gcc pkg-config libyaml-dev libcjson-dev libcriterion-dev libopenblas-dev
-      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libxml2-utils libonig-dev libutf8proc-dev libicu-dev)
+      libopenmpi-dev openmpi-bin clang libclang-rt-14-dev libxml2-utils libonig-dev libutf8proc-dev libicu-dev
+      libsnappy-dev libzstd-dev zlib1g-dev)
 refs=0
 if [ "${1:-}" = "--test-refs" ]; then
   refs=1
@@ -55,7 +56,7 @@ mkdir -p "$(dirname "$venv")"
 "$venv/bin/python" - <<'EOF' >&2
 import importlib, sys
 mods = ["torch", "transformers", "peft", "trl", "tokenizers", "safetensors", "pyarrow", "jinja2",
-        "bitsandbytes", "accelerate", "datasets", "numpy"]
+        "bitsandbytes", "accelerate", "datasets", "numpy", "duckdb"]
 bad = []
 for m in mods:
     try:
