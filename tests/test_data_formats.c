@@ -1,4 +1,5 @@
-/* test_data_formats.c - data as downloaded: JSON arrays (streamed) and jsonl rows of text,
+/* test_data_formats.c - data as downloaded: JSON arrays (streamed), parquet (written by pyarrow)
+ * and jsonl rows of text, messages,
  * prompt/completion or templates, with columns mapped by data.columns, read by `gtrain tokenize
  * --data` (the trainer's own reader) and compared, ids and labels, with TRL's own SFTTrainer data
  * preparation (tests/tools/trl_sft_labels.py, in the references' venv) on the same rows through the
@@ -107,6 +108,20 @@ static void check_against_trl(const char *tok_dir, const char *name, const char 
     char *ref = test_sh_output(false, "cd '%s' && timeout 300 " PY " '%s/tests/tools/trl_sft_labels.py' '%s' '%s' %s", dir,
                                getenv("GTRAIN_ROOT"), tokdir, jl, trl_args);
     cr_assert(ref && *ref, "the TRL reference failed on %s", jl);
+    /* the same rows as parquet, written by pyarrow (strings; messages as list<struct<role, content>>) */
+    char pq[64];
+    snprintf(pq, sizeof pq, "%s.parquet", name);
+    char *w = test_sh_output(true, "cd '%s' && " PY " -c 'import json, sys, pyarrow as pa, pyarrow.parquet as pq; "
+                                   "rows = [json.loads(l) for l in open(sys.argv[1], encoding=\"utf-8\") if l.strip()]; "
+                                   "pq.write_table(pa.Table.from_pylist(rows), sys.argv[2], row_group_size=2, "
+                                   "compression=\"zstd\")' '%s' '%s' && echo ok",
+                             dir, jl, pq);
+    cr_assert(w && strstr(w, "ok"), "pyarrow could not write %s: %s", pq, w ? w : "");
+    free(w);
+    char *c = gtrain_ids_labels(dir, tokdir, pq, gt_args);
+    cr_expect_str_eq(c, ref, "%s/%s: gtrain's ids/labels (parquet) differ from TRL's:\n%s\nTRL:\n%s", tok_dir, name, c,
+                     ref);
+    free(c);
     char *a = gtrain_ids_labels(dir, tokdir, jl, gt_args);
     char *b = gtrain_ids_labels(dir, tokdir, js, gt_args);
     cr_expect_str_eq(a, ref, "%s/%s: gtrain's ids/labels (jsonl) differ from TRL's:\n%s\nTRL:\n%s", tok_dir, name, a, ref);
@@ -295,6 +310,7 @@ Test(data_formats, bad_input_is_one_line_naming_file_and_row) {
         {"two.json", "[{\"text\": \"a\", \"q\": \"b\"}]", "--column text=text --column prompt=q", "two.json",
          "more than one kind"},
         {"n.json", "[]", "", "n.json", "holds no examples"},
+        {"p.parquet", "PAR1 not really", "", "p.parquet", "expected"},
         {"r.json", "[{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}, {\"role\": \"assistant\"}]}]",
          "--chat-template ct.jinja", "r.json: element 1", "\"messages\"[1] has no string \"content\""},
         {"r2.jsonl", "{\"messages\": [{\"role\": \"user\", \"content\": \"a\"}]}\n{\"msgs\": []}\n",

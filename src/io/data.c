@@ -416,11 +416,10 @@ DataFormat data_format_for_path(const char *path) {
 
 static int check_args(const char *name, DataFormat format, int seq_len, int vocab_size, int split,
                       double val_fraction, GtError *err) {
-    if (format == DATA_PARQUET)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: data format parquet: this build has no parquet reader yet", name);
-    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL && format != DATA_JSON)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens, jsonl or json", name,
-                        (int)format);
+    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL && format != DATA_JSON &&
+        format != DATA_PARQUET)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens, jsonl, json or parquet",
+                        name, (int)format);
     if (seq_len < 1 || seq_len >= INT32_MAX)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: seq_len %d, expected at least 1", name, seq_len);
     if (vocab_size < 1) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: vocab_size %d, expected at least 1", name, vocab_size);
@@ -433,7 +432,7 @@ static int check_args(const char *name, DataFormat format, int seq_len, int voca
 
 static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
     DataSource *d = gt_xcalloc(1, sizeof *d);
-    d->format = format == DATA_JSON ? DATA_JSONL : format; /* every source of examples reads as jsonl's */
+    d->format = format == DATA_JSON || format == DATA_PARQUET ? DATA_JSONL : format; /* examples read as jsonl's */
     d->seq_len = seq_len;
     d->vocab_size = vocab_size;
     return d;
@@ -460,6 +459,8 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
     int rc;
     if (format == DATA_TOKENS) {
         rc = tokens_open_files(d, path, split, val_fraction, err);
+    } else if (format == DATA_PARQUET) { /* a file or a glob, a row group at a time */
+        rc = data_parquet_build(d, path, packing, split, val_fraction, text, err);
     } else if (format == DATA_JSON) { /* streamed, a chunk at a time */
         uint64_t size;
         int fd = gt_open_input(path, "data file", &size, err);
@@ -498,6 +499,8 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
     int rc;
     if (format == DATA_TOKENS) {
         rc = tokens_open_memory(d, name, buf, len, split, val_fraction, err);
+    } else if (format == DATA_PARQUET) {
+        rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: parquet is read from files only", name);
     } else if (format == DATA_JSON) {
         rc = data_json_build(d, name, -1, buf, len, packing, split, val_fraction, text, err);
     } else if (format == DATA_TEXT) {

@@ -67,7 +67,11 @@
  *           rows "FILE: element N" (N from 1), and syntax between elements by byte offset. A UTF-8
  *           BOM and whitespace around the array are allowed, nothing else after it.
  *   auto    (format DATA_AUTO) by the path's extension: data_format_for_path.
- *   parquet refused for now (no reader in this build).
+ *   parquet A file or a glob(3) of files (parquet.h), rows read a row group at a time, each row of
+ *           the mapped columns (else the first kind whose columns the files have: prompt/
+ *           completion, messages, text) converted as a record; rows are named "FILE: row N", N
+ *           from 0 within its file (a glob of several files: the glob is named, with the row
+ *           within the file being read).
  *   Rows (jsonl, json): each example becomes one row of seq_len+1 tokens, truncated to seq_len+1
  *           and padded with token 0; labels are -100 where the mask is 0 and on the padding.
  *           Packed (packing = true; ignored by text/tokens): the split's examples, prompt then

@@ -59,12 +59,13 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
                      double val_fraction, const DataText *text, GtError *err);
 
 /* Records into examples, one at a time (data_jsonl.c): begin, each record as a JSON object's text
- * (row: its line, or its element's index from 1 when array), then finish, which sets d's
+ * (row: its line; with a row_word, "FILE: ROW_WORD N" names it: a JSON array's "element" from 1,
+ * parquet's "row" from 0), then finish, which sets d's
  * examples (packed stream when packing) for the split and frees b (also on failure); empty: the
  * file had no bytes (for the message). After a failed data_build_object only data_build_free. */
 typedef struct JsonlBuild JsonlBuild;
-int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, bool array, bool packing, const DataText *text,
-                     GtError *err);
+int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word, bool packing,
+                     const DataText *text, GtError *err);
 int data_build_object(JsonlBuild *b, const char *obj, size_t n, size_t row, GtError *err);
 int data_build_finish(JsonlBuild *b, DataSource *d, int split, double val_fraction, bool empty, GtError *err);
 void data_build_free(JsonlBuild *b);
@@ -87,6 +88,12 @@ int data_chat_open(DataChat **out, const DataText *text, const char *name, GtErr
 void data_chat_free(DataChat *c); /* NULL is fine */
 int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_t row, const char *col, TokIds *ids,
                       GtBytes *mask, GtError *err);
+
+/* Parquet rows (a file or a glob) into d through data_build_* (data_parquet.c): the columns of the
+ * mapping, or of the first kind whose columns the files have (prompt/completion, messages, text),
+ * each row as a record. */
+int data_parquet_build(DataSource *d, const char *path, bool packing, int split, double val_fraction,
+                       const DataText *text, GtError *err);
 
 /* SFT examples through the tokenizer, a batch at a time, in parallel (data_jsonl_tok.c). */
 typedef struct JsonlTokBatch JsonlTokBatch;

@@ -88,7 +88,7 @@ int data_json_build(DataSource *d, const char *name, int fd, const char *buf, si
     JsonlBuild *b = NULL;
     int rc = -1;
     size_t at = 0, keep = 0, row = 0;
-    if (data_build_begin(&b, d, name, true, packing, text, err) != 0) goto out;
+    if (data_build_begin(&b, d, name, "element", packing, text, err) != 0) goto out;
     if (jr_more(&r, &keep, err) != 0) goto out;
     if (r.end >= 3 && memcmp(r.buf, "\xEF\xBB\xBF", 3) == 0) at = 3; /* a UTF-8 BOM */
     int ws = jr_skip_ws(&r, &at, &keep, err);

@@ -579,8 +579,9 @@ static int jsonl_pack(DataSource *d, const JsonlBuild *b, const char *name, uint
 }
 
 /* Records into examples (data_internal.h). */
-int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, bool array, bool packing, const DataText *text,
-                     GtError *err) {
+int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word, bool packing,
+                     const DataText *text, GtError *err) {
+    const bool array = row_word != NULL;
     *out = NULL;
     if (text && text->tok && text->add_eos && text->eos_id < 0)
         return gt_error(err, GT_EXIT_BAD_INPUT,
@@ -598,7 +599,10 @@ int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, bool arr
     JsonlBuild *b = gt_xcalloc(1, sizeof *b);
     *b = (JsonlBuild){.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing,
                       .text = text, .array = array};
-    snprintf(b->pre, sizeof b->pre, array ? "%s: element " : "%s:", name);
+    if (array)
+        snprintf(b->pre, sizeof b->pre, "%s: %s ", name, row_word);
+    else
+        snprintf(b->pre, sizeof b->pre, "%s:", name);
     const char *mapped[DCOL_N] = {text ? text->col_text : NULL, text ? text->col_prompt : NULL,
                                   text ? text->col_completion : NULL, text ? text->col_messages : NULL, NULL, NULL};
     for (int k = 0; k < DCOL_N; k++) b->col[k] = mapped[k] && mapped[k][0] ? mapped[k] : DCOL_NAME[k];
@@ -634,7 +638,7 @@ void data_build_free(JsonlBuild *b) {
 int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
                      double val_fraction, const DataText *text, GtError *err) {
     JsonlBuild *b;
-    if (data_build_begin(&b, d, name, false, packing, text, err) != 0) return -1;
+    if (data_build_begin(&b, d, name, NULL, packing, text, err) != 0) return -1;
     size_t lineno = 0;
     for (size_t pos = 0; pos < len;) {
         const char *nl = memchr(buf + pos, '\n', len - pos);
@@ -663,7 +667,7 @@ int data_build_finish(JsonlBuild *bp, DataSource *d, int split, double val_fract
     if (jb_flush(&b, err) != 0) goto out;
     if (b.ex_n == 0) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected %s", name, empty ? "is empty" : "holds no examples",
-                 b.array ? "a JSON array of objects" : "one {\"prompt\": ..., \"completion\": ...} object per line");
+                 b.array ? "records (a JSON array of objects, or parquet rows)" : "one {\"prompt\": ..., \"completion\": ...} object per line");
         goto out;
     }
     data_split_range(b.ex_n, split, val_fraction, &first, &count);
