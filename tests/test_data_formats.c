@@ -372,3 +372,25 @@ Test(data_formats, trainer_reads_a_json_array_through_data_columns, .timeout = 1
                  expected);
     test_scratch_remove(dir);
 }
+
+/* --render: the text of each messages row's tokens is transformers' apply_chat_template text */
+Test(data_formats, render_is_transformers_chat_text, .timeout = 300) {
+    test_require_refs();
+    char tok_json[600], tokdir[600], dir[128];
+    ref_tokenizer_file("llama3_1", tok_json, sizeof tok_json);
+    snprintf(tokdir, sizeof tokdir, "%.*s", (int)(strrchr(tok_json, '/') - tok_json), tok_json);
+    test_scratch_make(dir, sizeof dir, "gt_data_formats");
+    test_write_file(test_join(dir, "chat.jsonl"), ROWS_CHAT, strlen(ROWS_CHAT));
+    char *out = test_sh_output(
+        true,
+        "cd '%s' && '%s' tokenize --data chat.jsonl --tokenizer '%s' --column messages=conversations --render > r.txt && "
+        PY " -c 'import json, sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "rows = [json.loads(l)[\"conversations\"] for l in open(\"chat.jsonl\", encoding=\"utf-8\")]; "
+        "got = [json.loads(l) for l in open(\"r.txt\", encoding=\"utf-8\")]; "
+        "want = [t.apply_chat_template(r, tokenize=False) for r in rows]; "
+        "print(\"ok\" if got == want else \"differ: %%r vs %%r\" %% (got, want))' '%s' 2>/dev/null",
+        dir, test_gtrain_bin(), tokdir, tokdir);
+    cr_assert(out && strstr(out, "ok\n"), "--render vs apply_chat_template: %s", out ? out : "(no output)");
+    free(out);
+    test_scratch_remove(dir);
+}

@@ -105,10 +105,11 @@ void tokenize_print_usage(FILE *out) {
             "\n"
             "       gtrain tokenize --data FILE --tokenizer PATH|none [--format auto|text|jsonl|json|parquet]\n"
             "                       [--column text|prompt|completion|messages=COLUMN]... [--prompt-template T]\n"
-            "                       [--completion-template T] [--no-eos] [--chat-template FILE|DIR] [--mask]\n"
+            "                       [--completion-template T] [--no-eos] [--chat-template FILE|DIR] [--mask|--render]\n"
             "\n"
             "A training data file read as the trainer reads it (data.format, data.columns.*, the templates,\n"
-            "data.add_eos): one line of ids per example, or with --mask its labels (-100 where it does not train).\n"
+            "data.add_eos): one line of ids per example, or with --mask its labels (-100 where it does not train),\n"
+            "or with --render the text its tokens spell (decoded, specials kept) as a JSON string.\n"
             "\n"
             "exit status: 0 success, 1 failure while running, 2 bad input (tokenizer, input text, usage)\n");
 }

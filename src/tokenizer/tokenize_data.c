@@ -1,7 +1,9 @@
 /* tokenize_data.c - `gtrain tokenize --data FILE`: a training data file read exactly as the trainer
  * reads it (data.h: the same format detection, column mapping, templates, tokenizer and EOS rule),
  * each example printed as one line: its token ids, or with --mask its labels (the id where the
- * token trains, -100 where it does not: TRL's `labels`). See tokenize_cmd.h. */
+ * token trains, -100 where it does not: TRL's `labels`), or with --render the text its tokens spell
+ * (decoded, special tokens kept: the rendered chat for a byte-level tokenizer) as one JSON string.
+ * See tokenize_cmd.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
 #include <stdarg.h>
@@ -10,6 +12,7 @@
 
 #include "config.h"
 #include "data.h"
+#include "json_string.h"
 #include "tokenize_cmd.h"
 #include "tokenizer.h"
 
@@ -32,7 +35,7 @@ static int data_usage(const char *fmt, ...) {
     return GT_EXIT_BAD_INPUT;
 }
 
-enum { D_DATA = 1, D_TOKENIZER, D_FORMAT, D_COLUMN, D_PROMPT_T, D_COMPLETION_T, D_NO_EOS, D_MASK, D_CHAT, D_HELP };
+enum { D_DATA = 1, D_TOKENIZER, D_FORMAT, D_COLUMN, D_PROMPT_T, D_COMPLETION_T, D_NO_EOS, D_MASK, D_RENDER, D_CHAT, D_HELP };
 
 int tokenize_data_command(int argc, char **argv) {
     static const struct option opts[] = {
@@ -44,6 +47,7 @@ int tokenize_data_command(int argc, char **argv) {
         {"completion-template", required_argument, NULL, D_COMPLETION_T},
         {"no-eos", no_argument, NULL, D_NO_EOS},
         {"mask", no_argument, NULL, D_MASK},
+        {"render", no_argument, NULL, D_RENDER},
         {"chat-template", required_argument, NULL, D_CHAT},
         {"help", no_argument, NULL, D_HELP},
         {0, 0, 0, 0},
@@ -52,7 +56,7 @@ int tokenize_data_command(int argc, char **argv) {
     const char *path = NULL, *tokenizer = NULL;
     DataFormat format = DATA_AUTO;
     DataText text = {.add_eos = true, .assistant_only_loss = true};
-    bool mask = false;
+    bool mask = false, render = false;
     optind = 1;
     opterr = 0;
     int c;
@@ -87,6 +91,7 @@ int tokenize_data_command(int argc, char **argv) {
         case D_COMPLETION_T: text.completion_template = optarg; break;
         case D_NO_EOS: text.add_eos = false; break;
         case D_MASK: mask = true; break;
+        case D_RENDER: render = true; break;
         case D_CHAT: text.chat_template = optarg; break;
         case D_HELP: tokenize_print_usage(stdout); return GT_EXIT_OK;
         case ':': return data_usage("%s: expected a value", argv[optind - 1]);
@@ -95,6 +100,7 @@ int tokenize_data_command(int argc, char **argv) {
     }
     if (optind < argc) return data_usage("%s: --data reads one file, expected no other input", argv[optind]);
     if (!path || !*path) return data_usage("--data: expected a file name");
+    if (mask && render) return data_usage("--mask and --render: expected one of them");
     if (!tokenizer) return data_usage("--tokenizer FILE|DIR (or none: byte-level) is required with --data");
     char why[200];
     if ((text.prompt_template && data_template_why(text.prompt_template, why, sizeof why) != 0) ||
@@ -120,6 +126,22 @@ int tokenize_data_command(int argc, char **argv) {
             const uint8_t *m;
             int32_t n = data_example(d, e, &ids, &m);
             line.n = 0;
+            if (render) { /* the text the tokens spell: the rendered messages for a byte-level tokenizer */
+                char *txt = NULL;
+                size_t tl = 0;
+                if (tok && tokenizer_decode(tok, ids, (size_t)n, false, &txt, &tl, &err) != 0) {
+                    rc = -1;
+                    break;
+                }
+                if (!tok) {
+                    txt = gt_xmalloc((size_t)n + 1);
+                    for (int32_t j = 0; j < n; j++) txt[j] = (char)ids[j];
+                    tl = (size_t)n;
+                }
+                json_string_encode(&line, txt, tl);
+                free(txt);
+                n = 0;
+            }
             for (int32_t j = 0; j < n; j++) {
                 char num[16];
                 int k = snprintf(num, sizeof num, "%s%d", j ? " " : "", mask && !m[j] ? -100 : ids[j]);
