@@ -8,6 +8,7 @@
  * `gtrain --help-config` and the README's config reference (--markdown). One value by its entry
  * (parse, print, bounds) is config_value.c's; the entry's layout is in config_schema.h. */
 #include "config_parse.h"
+#include "data.h"
 
 #include "hf_weights.h"
 #include "hf_writer.h"
@@ -133,6 +134,7 @@ static int validate(CfgCtx *c) {
             check_path(c, i, (const char *)cfg + SCHEMA[i].offset))
             return -1;
     if (check_init(c)) return -1;
+    if (cfg->data.format == DATA_AUTO) cfg->data.format = data_format_for_path(cfg->data.train);
     if (cfg->offload && !cfg->gradient_checkpointing) {
         int i = config_schema_index("offload");
         if (c->file_seen[config_schema_index("gradient_checkpointing_kwargs.offload")] &&

@@ -15,7 +15,9 @@ typedef enum { LR_CONSTANT = 0, LR_LINEAR, LR_COSINE, LR_COSINE_MIN_LR } LrSched
 typedef enum { PREC_FP32 = 0, PREC_BF16 } Precision;
 typedef enum { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
-typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL } DataFormat;
+/* auto is resolved from data.train's extension when the config is read (data_format_for_path) */
+typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL, DATA_JSON, DATA_PARQUET, DATA_AUTO } DataFormat;
+#define CONFIG_COLUMN_MAX 128 /* a data.columns.* name's bytes, with its NUL */
 typedef enum { NAN_SKIP = 0, NAN_STOP } NanPolicy;
 typedef enum { SAVE_DTYPE_AUTO = 0, SAVE_DTYPE_BF16, SAVE_DTYPE_FP32 } SaveDtype;
 /* init: where the first weights come from (auto: pretrained when there are weights to name) */
@@ -54,6 +56,12 @@ typedef struct {
         char prompt_template[GT_PATH_MAX];     /* jsonl: "" = the "prompt" member */
         char completion_template[GT_PATH_MAX]; /* jsonl: "" = the "completion" member */
         bool add_eos;                          /* jsonl with a tokenizer: EOS after the completion */
+        struct { /* the file's column for each of gtrain's names; "" = the name itself */
+            char text[CONFIG_COLUMN_MAX], prompt[CONFIG_COLUMN_MAX], completion[CONFIG_COLUMN_MAX],
+                messages[CONFIG_COLUMN_MAX];
+        } columns;
+        char chat_template[GT_PATH_MAX]; /* messages: "" = the tokenizer's tokenizer_config.json */
+        bool assistant_only_loss;        /* messages: only the assistant turns train */
     } data;
 
     int per_device_train_batch_size; /* 0 means "auto" (needs train_batch_size) */

@@ -14,7 +14,7 @@ static const char *const LR_NAMES[] = {"constant", "linear", "cosine", "cosine_w
 static const char *const PREC_NAMES[] = {"fp32", "bf16", NULL};
 static const char *const DEVICE_NAMES[] = {"auto", "cpu", "cuda", NULL};
 static const char *const LOSS_NAMES[] = {"tokens", "steps", NULL};
-static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", NULL};
+static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", "json", "parquet", "auto", NULL};
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
 static const char *const BASE_DTYPE_NAMES[] = {"auto", "fp32", "bf16", NULL}; /* BaseDtype's order */
@@ -47,6 +47,11 @@ static int check_target_modules(const char *value, char *why, size_t cap) {
 
 /* data.prompt_template, data.completion_template: the {field} syntax (data_template.c) */
 static int check_template(const char *value, char *why, size_t cap) { return data_template_why(value, why, cap); }
+static int check_column(const char *value, char *why, size_t cap) {
+    if (strlen(value) < CONFIG_COLUMN_MAX) return 0;
+    snprintf(why, cap, "expected a column name of at most %d bytes, found %zu", CONFIG_COLUMN_MAX - 1, strlen(value));
+    return -1;
+}
 
 static int check_shard_size(const char *value, char *why, size_t cap) {
     uint64_t bytes;
@@ -78,7 +83,9 @@ const KeySpec CONFIG_SCHEMA[] = {
     {.key = "data.val", .type = KT_PATH, FIELD(data.val), .def = "",
      .doc = "Validation data; empty = for text, the last data.val_fraction of data.train; else none."},
     {.key = "data.format", .type = KT_ENUM, FIELD(data.format), .def = "text", .names = FORMAT_NAMES,
-     .doc = "How the data files are read: byte-level text, uint16 token shards, or jsonl."},
+     .doc = "How the data files are read: text, llm.c token shards, jsonl (one JSON object a line), json (one "
+            "array of objects, streamed), parquet; auto = by data.train's extension (.jsonl, .json, .parquet, .bin = "
+            "tokens, else text)."},
     {.key = "data.seq_len", .type = KT_INT, FIELD(data.seq_len), .def = "1024", .imin = 1, .imax = 1 << 20,
      .doc = "Tokens per training sequence; at most the model's n_positions."},
     {.key = "data.val_fraction", .type = KT_FLOAT, FIELD(data.val_fraction), .def = "0.1", .fmin = 0,
@@ -99,6 +106,22 @@ const KeySpec CONFIG_SCHEMA[] = {
      .check = check_template, .doc = "jsonl: the completion (e.g. \"{response}\"); empty = the \"completion\" member."},
     {.key = "data.add_eos", .type = KT_BOOL, FIELD(data.add_eos), .def = "true",
      .doc = "jsonl with a tokenizer: append the tokenizer's end-of-sequence token after each completion."},
+    {.key = "data.columns.text", .type = KT_STRING, FIELD(data.columns.text), .def = "", .check = check_column,
+     .doc = "jsonl/json/parquet: the column holding plain text (continued pre-training: every token trains); "
+            "empty = \"text\"."},
+    {.key = "data.columns.prompt", .type = KT_STRING, FIELD(data.columns.prompt), .def = "", .check = check_column,
+     .doc = "jsonl/json/parquet: the prompt column (e.g. query, question, instruction); empty = \"prompt\"."},
+    {.key = "data.columns.completion", .type = KT_STRING, FIELD(data.columns.completion), .def = "",
+     .check = check_column,
+     .doc = "jsonl/json/parquet: the completion column (e.g. response, answer, output); empty = \"completion\"."},
+    {.key = "data.columns.messages", .type = KT_STRING, FIELD(data.columns.messages), .def = "",
+     .check = check_column,
+     .doc = "jsonl/json/parquet: the column of chat messages ([{role, content}...]); empty = \"messages\"."},
+    {.key = "data.chat_template", .type = KT_PATH, FIELD(data.chat_template), .def = "",
+     .doc = "messages: a chat template (.jinja, a tokenizer_config.json or a directory holding one); empty = the "
+            "tokenizer's own tokenizer_config.json."},
+    {.key = "data.assistant_only_loss", .type = KT_BOOL, FIELD(data.assistant_only_loss), .def = "true",
+     .doc = "messages: only the assistant turns' tokens train (TRL's assistant_only_loss); false = every token."},
     {.key = "per_device_train_batch_size", .type = KT_INT_AUTO, FIELD(per_device_train_batch_size),
      .def = "8", .imin = 1, .imax = GT_MAX_MICRO_BATCH,
      .doc = "Sequences per micro-batch on each device; auto = largest that fits (needs train_batch_size)."},

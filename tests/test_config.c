@@ -334,7 +334,7 @@ static const Rule RULES[] = {
     {"precision", {"fp32", "bf16"}, {"fp16", "bfloat16", "32"}},
     {"device", {"auto", "cpu", "cuda"}, {"gpu", "CUDA", "0"}},
     {"loss_normalization", {"tokens", "steps"}, {"token", "mean"}},
-    {"data.format", {"text", "tokens", "jsonl"}, {"json", "bin", ""}},
+    {"data.format", {"text", "tokens", "jsonl", "json"}, {"csv", "bin", ""}},
     {"memory_limit", {"1", "auto", "24GiB", "1.5GB"}, {"0", "0.5B", "0GiB", "-5GiB", "24 parsecs", "1e30", "GiB", ".inf"}},
 };
 

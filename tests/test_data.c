@@ -488,7 +488,7 @@ Test(data, jsonl_bad_lines_named) {
     jsonl_error(buf, 256, "bad.jsonl:2:", "\"completion\" is missing");
     jsonl_error("[1, 2]\n", 256, "bad.jsonl:1:", "expected an object");
     jsonl_error("{\"prompt\": \"a\", \"completion\": \"b\"} x\n", 256, "bad.jsonl:1:", "unexpected text");
-    jsonl_error("{\"text\": \"a\"}\n", 256, "bad.jsonl:1:", "expected {");
+    jsonl_error("{\"txt\": \"a\"}\n", 256, "bad.jsonl:1:", "expected {");
     jsonl_error("{\"prompt\": \"a\", \"completion_ids\": [1]}\n", 256, "bad.jsonl:1:", "mixes");
     jsonl_error("{\"prompt_ids\": [1, 2], \"completion_ids\": [3, 100]}\n", 100, "bad.jsonl:1:",
                 "\"completion_ids\"[1] is 100");

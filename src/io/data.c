@@ -401,11 +401,25 @@ static int tokens_open_memory(DataSource *d, const char *name, const uint8_t *bu
 /* ---------------------------------------------------------------------------------------------
  * open / close */
 
+DataFormat data_format_for_path(const char *path) {
+    static const struct {
+        const char *ext;
+        DataFormat f;
+    } by_ext[] = {{".jsonl", DATA_JSONL}, {".json", DATA_JSON}, {".parquet", DATA_PARQUET}, {".bin", DATA_TOKENS}};
+    size_t n = path ? strlen(path) : 0;
+    for (size_t i = 0; i < sizeof by_ext / sizeof by_ext[0]; i++) {
+        size_t e = strlen(by_ext[i].ext);
+        if (n > e && strcmp(path + n - e, by_ext[i].ext) == 0) return by_ext[i].f;
+    }
+    return DATA_TEXT;
+}
+
 static int check_args(const char *name, DataFormat format, int seq_len, int vocab_size, int split,
                       double val_fraction, GtError *err) {
-    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens or jsonl", name,
-                        (int)format);
+    if (format != DATA_TEXT && format != DATA_TOKENS && format != DATA_JSONL && format != DATA_JSON &&
+        format != DATA_PARQUET)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: unknown data format %d, expected text, tokens, jsonl, json or parquet",
+                        name, (int)format);
     if (seq_len < 1 || seq_len >= INT32_MAX)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: seq_len %d, expected at least 1", name, seq_len);
     if (vocab_size < 1) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: vocab_size %d, expected at least 1", name, vocab_size);
@@ -418,17 +432,16 @@ static int check_args(const char *name, DataFormat format, int seq_len, int voca
 
 static DataSource *new_source(DataFormat format, int seq_len, int vocab_size) {
     DataSource *d = gt_xcalloc(1, sizeof *d);
-    d->format = format;
+    d->format = format == DATA_JSON || format == DATA_PARQUET ? DATA_JSONL : format; /* examples read as jsonl's */
     d->seq_len = seq_len;
     d->vocab_size = vocab_size;
     return d;
 }
 
-/* jsonl: the examples, packed into rows when packing (data_pack.c) */
-static int jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
-                       double val_fraction, const DataText *text, GtError *err) {
-    if (data_jsonl_build(d, name, buf, len, false, split, val_fraction, text, err) != 0) return -1;
-    return packing ? data_pack_build(d, name, err) : 0;
+/* the examples of any source (jsonl, json, parquet: d->format DATA_JSONL) packed into rows when
+ * packing (data_pack.c); the builders themselves keep every example as an unpacked row keeps it */
+static int pack_if(DataSource *d, const char *name, bool packing, int rc, GtError *err) {
+    return rc == 0 && packing && d->format == DATA_JSONL ? data_pack_build(d, name, err) : rc;
 }
 
 int data_open(DataSource **out, const char *path, DataFormat format, bool packing, int seq_len, int vocab_size,
@@ -446,11 +459,19 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
                    int split, double val_fraction, const DataText *text, GtError *err) {
     *out = NULL;
     if (!path || !*path) return gt_error(err, GT_EXIT_BAD_INPUT, "data: no data file given, expected a path");
+    if (format == DATA_AUTO) format = data_format_for_path(path);
     if (check_args(path, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
     DataSource *d = new_source(format, seq_len, vocab_size);
     int rc;
     if (format == DATA_TOKENS) {
         rc = tokens_open_files(d, path, split, val_fraction, err);
+    } else if (format == DATA_PARQUET) { /* a file or a glob, a row group at a time */
+        rc = data_parquet_build(d, path, false, split, val_fraction, text, err);
+    } else if (format == DATA_JSON) { /* streamed, a chunk at a time */
+        uint64_t size;
+        int fd = gt_open_input(path, "data file", &size, err);
+        rc = fd < 0 ? -1 : data_json_build(d, path, fd, NULL, 0, false, split, val_fraction, text, err);
+        if (fd >= 0) close(fd);
     } else {
         uint8_t *buf = NULL;
         size_t len = 0;
@@ -459,11 +480,12 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
             if (format == DATA_TEXT) {
                 rc = text_build(d, path, buf, len, split, val_fraction, text, err); /* owns buf */
             } else {
-                rc = jsonl_build(d, path, (const char *)buf, len, packing, split, val_fraction, text, err);
+                rc = data_jsonl_build(d, path, (const char *)buf, len, false, split, val_fraction, text, err);
                 free(buf);
             }
         }
     }
+    rc = pack_if(d, path, packing, rc, err);
     if (rc != 0) {
         data_close(d);
         return -1;
@@ -478,11 +500,16 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
     *out = NULL;
     if (!name) name = "<memory>";
     if (!buf && len) return gt_error(err, GT_EXIT_BAD_INPUT, "%s: no buffer", name);
+    if (format == DATA_AUTO) format = data_format_for_path(name);
     if (check_args(name, format, seq_len, vocab_size, split, val_fraction, err) != 0) return -1;
     DataSource *d = new_source(format, seq_len, vocab_size);
     int rc;
     if (format == DATA_TOKENS) {
         rc = tokens_open_memory(d, name, buf, len, split, val_fraction, err);
+    } else if (format == DATA_PARQUET) {
+        rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: parquet is read from files only", name);
+    } else if (format == DATA_JSON) {
+        rc = data_json_build(d, name, -1, buf, len, false, split, val_fraction, text, err);
     } else if (format == DATA_TEXT) {
         uint8_t *copy = data_malloc(len, name, err);
         rc = -1;
@@ -491,8 +518,9 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
             rc = text_build(d, name, copy, len, split, val_fraction, text, err);
         }
     } else {
-        rc = jsonl_build(d, name, buf ? buf : "", len, packing, split, val_fraction, text, err);
+        rc = data_jsonl_build(d, name, buf ? buf : "", len, false, split, val_fraction, text, err);
     }
+    rc = pack_if(d, name, packing, rc, err);
     if (rc != 0) {
         data_close(d);
         return -1;
@@ -508,9 +536,8 @@ void data_close(DataSource *d) {
     free(d->base32);
     free(d->ex_tok);
     free(d->ex_off);
-    free(d->ex_plen);
+    free(d->ex_mask);
     free(d->ex_len);
-    free(d->pk_lab);
     free(d->pk_row_off);
     free(d->pk_ex);
     free(d);
@@ -522,7 +549,7 @@ bool data_packed(const DataSource *d) { return d->pk_row_off != NULL; }
 
 double data_rows_per_epoch(const DataSource *d) {
     if (d->pk_row_off) return (double)d->pk_rows;                     /* packed rows */
-    if (d->format == DATA_JSONL && !d->pk_lab) return (double)d->n; /* one example a row */
+    if (d->format == DATA_JSONL) return (double)d->n; /* one example a row */
     return (double)d->n / (double)d->seq_len;                       /* a stream cut into windows */
 }
 DataFormat data_format(const DataSource *d) { return d->format; }
@@ -544,13 +571,6 @@ static inline int tok_at(const DataSource *d, uint64_t i) {
 
 static void fill_window(const DataSource *d, uint64_t start, int *tokens, int *targets) {
     int T = d->seq_len;
-    if (d->pk_lab) { /* packed jsonl: the targets are the labels, -100 on prompt tokens */
-        for (int t = 0; t < T; t++) {
-            tokens[t] = d->pk_tok[start + (uint64_t)t];
-            targets[t] = d->pk_lab[start + (uint64_t)t + 1];
-        }
-        return;
-    }
     for (int t = 0; t < T; t++) {
         tokens[t] = tok_at(d, start + (uint64_t)t);
         targets[t] = tok_at(d, start + (uint64_t)t + 1);
@@ -561,10 +581,11 @@ static void fill_example(const DataSource *d, uint64_t e, int *tokens, int *targ
     int T = d->seq_len;
     uint64_t k = d->ex_first + e;
     const int32_t *row = d->ex_tok + d->ex_off[k];
-    int32_t plen = d->ex_plen[k], len = d->ex_len[k];
+    const uint8_t *mask = d->ex_mask + d->ex_off[k];
+    int32_t len = d->ex_len[k];
     for (int t = 0; t < T; t++) {
         tokens[t] = t < len ? row[t] : DATA_PAD_TOKEN;
-        targets[t] = (t + 1 >= plen && t + 1 < len) ? row[t + 1] : DATA_IGNORE_INDEX;
+        targets[t] = (t + 1 < len && mask[t + 1]) ? row[t + 1] : DATA_IGNORE_INDEX;
     }
 }
 
@@ -635,7 +656,7 @@ void data_fill_train_pos(const DataSource *d, uint64_t seed, bool shuffle, long 
     int T = d->seq_len;
     uint64_t ks = mix64(seed ^ DOMAIN_WINDOWS);
     uint64_t ke = mix64(seed ^ DOMAIN_EPOCHS);
-    bool examples = d->format == DATA_JSONL && !d->pk_lab;
+    bool examples = d->format == DATA_JSONL;
     uint64_t per_epoch = examples ? d->n : (d->n - 1) / (uint64_t)T; /* rows in file order; >= 1 */
     for (int r = 0; r < n_rows; r++) {
         uint64_t g = (uint64_t)first_row + (uint64_t)r;
@@ -661,7 +682,7 @@ void data_fill_train_pos(const DataSource *d, uint64_t seed, bool shuffle, long 
 
 long data_num_eval_windows(const DataSource *d) {
     if (d->pk_row_off) return (long)d->pk_rows;
-    if (d->format == DATA_JSONL && !d->pk_lab) return (long)d->n;
+    if (d->format == DATA_JSONL) return (long)d->n;
     return (long)((d->n - 1) / (uint64_t)d->seq_len);
 }
 
@@ -682,7 +703,7 @@ void data_fill_eval_pos(const DataSource *d, long first_window, int n_rows, int 
             fill_empty(T, tk, tg);
         else if (d->pk_row_off)
             data_pack_fill_row(d, (uint64_t)w, tk, tg, positions ? positions + (size_t)r * (size_t)T : NULL);
-        else if (d->format == DATA_JSONL && !d->pk_lab)
+        else if (d->format == DATA_JSONL)
             fill_example(d, (uint64_t)w, tk, tg);
         else
             fill_window(d, (uint64_t)w * (uint64_t)T, tk, tg);

@@ -1,5 +1,5 @@
-/* data.h - token sources: byte-level text, llm.c token shards, SFT jsonl; deterministic sampling;
- * the llm.c shard writer.
+/* data.h - token sources: byte-level text, llm.c token shards, SFT records (jsonl lines, JSON
+ * array elements); deterministic sampling; the llm.c shard writer.
  *
  * A DataSource is read fully into memory at open time and is immutable afterwards: the fill
  * functions keep no state, so they are thread-safe and a run's rows depend only on their
@@ -33,11 +33,47 @@
  *           that string member of the line ({{ and }} are literal braces); a missing or non-string
  *           field is an error naming the line. Without templates they are "prompt" and
  *           "completion". With a tokenizer the example's tokens are encode(prompt + completion)
- *           with special tokens (BOS), then EOS when add_eos (unless already last), and the first
- *           len(encode(prompt)) tokens (without the post-processor's trailing ones) are the
- *           prompt: masked, as the Alpaca/PiSSA/MetaMath SFT scripts and TRL do.
- *           Each example becomes one row of seq_len+1 tokens: prompt then completion, truncated to
- *           seq_len+1 and padded with token 0; labels are -100 on the prompt and on the padding.
+ *           with special tokens (BOS), then EOS when add_eos (unless already last), and the
+ *           prompt's tokens are masked, as the Alpaca/PiSSA/MetaMath SFT scripts and TRL do; where
+ *           the prompt ends is TRL 1.16's common_prefix_length: the tokens that encode(prompt) and
+ *           encode(prompt + completion) share (a token merging across the boundary trains).
+ *           Every example keeps a per-token train mask (data_example).
+ *           Records and their kind (one converter for every source: a jsonl line, a JSON array
+ *           element): a record is an object of named members; data.columns (DataText.col_*) maps
+ *           gtrain's names text, prompt, completion, messages to the file's (e.g. prompt: query,
+ *           completion: response for MetaMathQA; unmapped, the name itself). The kind is decided
+ *           once, as TRL decides a dataset's type from its first row: a kind named in data.columns
+ *           (only one may be); else the first record's members: prompt/completion/prompt_ids/
+ *           completion_ids -> prompt-completion; else messages -> conversational; else text ->
+ *           language modeling; else prompt-completion (whose error says what is expected).
+ *           Templates take precedence over all (every record is prompt-completion through them).
+ *           A later record without its kind's mapped column, or with one of another type, is an
+ *           error naming the row.
+ *             text      {"text": str}: every token trains (TRL's language modeling rows):
+ *                       byte-level its bytes; with a tokenizer encode(text) with special tokens,
+ *                       then EOS as above, every token (BOS too) with its label.
+ *             messages  [{"role": str, "content": str}...]: rendered with the chat template
+ *                       (DataText.chat_template, else the tokenizer directory's
+ *                       tokenizer_config.json; bos_token/eos_token its BOS/EOS strings), the text
+ *                       tokenized without special tokens (TRL 1.16 does so; no EOS added), and a
+ *                       token trains when it overlaps an assistant span of the renderer
+ *                       (assistant_only_loss: TRL's assistant_only_loss=True), or every token
+ *                       (false). Spans map to tokens through the tokens' bytes: a byte-level
+ *                       tokenizer (Llama-3, Qwen) or none; another is refused naming the row. A
+ *                       template's raise_exception is an error naming the row.
+ *   json    One JSON array of such objects (MetaMathQA-395K.json), streamed: read in 1 MiB chunks
+ *           (a larger element grows the window to hold it), each element parsed, converted and
+ *           dropped, so memory holds one element and the tokens, never the file. Messages name
+ *           rows "FILE: element N" (N from 1), and syntax between elements by byte offset. A UTF-8
+ *           BOM and whitespace around the array are allowed, nothing else after it.
+ *   auto    (format DATA_AUTO) by the path's extension: data_format_for_path.
+ *   parquet A file or a glob(3) of files (parquet.h), rows read a row group at a time, each row of
+ *           the mapped columns (else the first kind whose columns the files have: prompt/
+ *           completion, messages, text) converted as a record; rows are named "FILE: row N", N
+ *           from 0 within its file (a glob of several files: the glob is named, with the row
+ *           within the file being read).
+ *   Rows (jsonl, json): each example becomes one row of seq_len+1 tokens, truncated to seq_len+1
+ *           and padded with token 0; labels are -100 where the mask is 0 and on the padding.
  *           Packed (packing = true; ignored by text/tokens): the split's examples, kept as above
  *           (truncated to seq_len+1), are packed whole into rows of seq_len by first-fit decreasing
  *           (data_pack.c; HF's DataCollatorWithFlattening, TRL's padding_free): an example of n
@@ -86,7 +122,15 @@ typedef struct {
     const char *prompt_template, *completion_template;
     bool add_eos;
     int eos_id;
+    /* records (jsonl/json/parquet): the file's column for gtrain's text, prompt, completion and
+     * messages (NULL or "": the name itself) */
+    const char *col_text, *col_prompt, *col_completion, *col_messages;
+    const char *chat_template; /* messages: a template file or directory; NULL/"": the tokenizer's own */
+    bool assistant_only_loss;  /* messages: only the assistant turns train (else every token) */
 } DataText;
+
+/* data.format auto: by path's extension: .jsonl, .json, .parquet, .bin (tokens), else text */
+DataFormat data_format_for_path(const char *path);
 
 /* A template's syntax: {name} references (name: no braces, not empty), {{ and }} literal braces.
  * 0, or -1 with "expected ..., found ... at offset N" in why. */
@@ -122,6 +166,11 @@ typedef struct {
     uint64_t packed_rows, packed_tokens; /* packed: the rows, and the input positions examples fill */
 } DataStats;
 void data_stats(const DataSource *d, DataStats *s);
+/* Examples sources (jsonl, json, parquet): the opened split's examples, and example e's tokens (as
+ * kept: truncated to seq_len+1 unless packed), its train mask (mask[j] = 1: label j is tok[j], the
+ * token trains where it is predicted; 0: label -100) and its length (the return value). */
+uint64_t data_num_examples(const DataSource *d);
+int32_t data_example(const DataSource *d, uint64_t e, const int32_t **tok, const uint8_t **mask);
 /* training rows that make one epoch: examples (unpacked jsonl), packed rows, or tokens / seq_len */
 double data_rows_per_epoch(const DataSource *d);
 int data_seq_len(const DataSource *d);

@@ -49,9 +49,7 @@ static const char *skip_ws(const char *p, const char *end) {
     return p;
 }
 
-/* Skip the value at *pp (no leading whitespace): a string, a nested object or array (iteratively:
- * any depth), or a scalar. -1 on malformed text. */
-static int json_skip(const char **pp, const char *end) {
+int data_json_skip(const char **pp, const char *end) {
     const char *p = *pp;
     if (p >= end) return -1;
     if (*p == '"') return json_string_decode(pp, end, NULL);
@@ -101,7 +99,7 @@ static int jl_members(JlScratch *b, const char *line, size_t n, size_t *count) {
         if (p >= end || *p != ':') return -1;
         p = skip_ws(p + 1, end);
         m->val = p;
-        if (json_skip(&p, end) != 0) return -1;
+        if (data_json_skip(&p, end) != 0) return -1;
         m->val_end = p;
         (*count)++;
         p = skip_ws(p, end);
@@ -142,7 +140,7 @@ static int cmp_keyref(const void *x, const void *y) {
 static const char *key_of(const JlScratch *b, const JMember *m) { return b->keys.p ? b->keys.p + m->key_off : ""; }
 
 /* A key twice (after decoding) is an error naming the first key, in line order, seen again. */
-static int jl_check_duplicates(JlScratch *b, size_t count, const char *name, size_t lineno, GtError *err) {
+static int jl_check_duplicates(JlScratch *b, size_t count, const char *pre, size_t lineno, GtError *err) {
     if (count < 2) return 0;
     if (count > b->refs_cap) {
         b->refs_cap = count;
@@ -157,7 +155,7 @@ static int jl_check_duplicates(JlScratch *b, size_t count, const char *name, siz
     }
     if (dup == SIZE_MAX) return 0;
     char k[80];
-    return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\": expected each key once, found it twice", name, lineno,
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\": expected each key once, found it twice", pre, lineno,
                     key_for_message(key_of(b, &b->mem[dup]), b->mem[dup].key_len, k, sizeof k));
 }
 
@@ -172,7 +170,11 @@ static long jl_find(const JlScratch *b, size_t count, const char *key) {
 /* ---------------------------------------------------------------------------------------------
  * examples */
 
-typedef struct {
+typedef enum { REC_UNKNOWN = 0, REC_PROMPT_COMPLETION, REC_TEXT, REC_MESSAGES } RecordKind;
+enum { DCOL_TEXT, DCOL_PROMPT, DCOL_COMPLETION, DCOL_MESSAGES, DCOL_PROMPT_IDS, DCOL_COMPLETION_IDS, DCOL_N };
+static const char *const DCOL_NAME[DCOL_N] = {"text", "prompt", "completion", "messages", "prompt_ids", "completion_ids"};
+
+struct JsonlBuild {
     const char *name;
     int vocab_size;
     int row_len;  /* seq_len + 1 */
@@ -180,9 +182,12 @@ typedef struct {
     int32_t *tok;
     size_t tok_n, tok_cap;
     uint64_t *off;
-    int32_t *plen, *len;
-    size_t ex_n, ex_cap, plen_cap, len_cap;
-    int32_t cur_len, cur_plen; /* the example being built */
+    uint8_t *mask; /* per token, parallel to tok: 1 = it trains (its label is the token), 0 = -100 */
+    size_t mask_cap;
+    int32_t *len;
+    size_t ex_n, ex_cap, len_cap;
+    int32_t cur_len; /* the example being built */
+    uint8_t cur_train; /* the mask of the tokens being pushed */
     int64_t cur_full;          /* its tokens before truncation */
     int64_t *full;             /* per example: tokens before truncation (for data_stats) */
     size_t full_cap;
@@ -191,7 +196,14 @@ typedef struct {
     JsonlTokBatch *queue;      /* with a tokenizer: the lines waiting to be encoded */
     GtBytes ptext, ctext;      /* the line's prompt and completion text */
     size_t lineno, count; /* the line being read, and its member count */
-} JsonlBuild;
+    char pre[GT_PATH_MAX + 16]; /* how a row is named: "FILE:" (then the line) or "FILE: element " */
+    bool array;                 /* rows are a JSON array's elements, not lines */
+    RecordKind kind;            /* decided by the mapping or the first record (see data.h) */
+    const char *col[DCOL_N];    /* the file's column for each of gtrain's names */
+    DataChat *chat;             /* messages rows: the chat template, opened at the first */
+    TokIds chat_ids;
+    GtBytes chat_mask;
+};
 
 static const char *json_type_name(const cJSON *j) {
     if (!j) return "nothing";
@@ -209,14 +221,19 @@ static const char *json_type_name(const cJSON *j) {
 static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
     b->cur_full++;
     if (!b->packing) {
-        if (b->cur_len < b->row_len) b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+        if (b->cur_len < b->row_len) {
+            b->mask[b->tok_n + (size_t)b->cur_len] = b->cur_train;
+            b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+        }
         return 0;
     }
     if (b->cur_len == INT32_MAX)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: example has more than %d tokens, expected fewer", b->name,
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: example has more than %d tokens, expected fewer", b->pre,
                         line, INT32_MAX);
-    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err))
+    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err) ||
+        data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->mask, b->name, err))
         return -1;
+    b->mask[b->tok_n + (size_t)b->cur_len] = b->cur_train;
     b->tok[b->tok_n + (size_t)b->cur_len++] = t;
     return 0;
 }
@@ -227,8 +244,8 @@ static int jb_add_text(JsonlBuild *b, const char *s, size_t n, size_t line, cons
         unsigned v = (unsigned char)s[i];
         if ((int)v >= b->vocab_size)
             return gt_error(err, GT_EXIT_BAD_INPUT,
-                            "%s:%zu: \"%s\" byte %zu has value %u, >= vocab_size %d (byte-level text needs vocab_size >= 256)",
-                            b->name, line, field, i, v, b->vocab_size);
+                            "%s%zu: \"%s\" byte %zu has value %u, >= vocab_size %d (byte-level text needs vocab_size >= 256)",
+                            b->pre, line, field, i, v, b->vocab_size);
         if (jb_push(b, (int32_t)v, line, err)) return -1;
     }
     return 0;
@@ -242,10 +259,10 @@ static int jb_add_ids(JsonlBuild *b, const cJSON *arr, size_t line, const char *
         if (!cJSON_IsNumber(e) || !isfinite(v) || v != floor(v) || v < 0 || v >= (double)b->vocab_size) {
             if (cJSON_IsNumber(e))
                 return gt_error(err, GT_EXIT_BAD_INPUT,
-                                "%s:%zu: \"%s\"[%zu] is %g, expected an integer token id in [0, %d] (vocab_size %d)",
-                                b->name, line, field, i, v, b->vocab_size - 1, b->vocab_size);
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\"[%zu] is %s, expected an integer token id",
-                            b->name, line, field, i, json_type_name(e));
+                                "%s%zu: \"%s\"[%zu] is %g, expected an integer token id in [0, %d] (vocab_size %d)",
+                                b->pre, line, field, i, v, b->vocab_size - 1, b->vocab_size);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\"[%zu] is %s, expected an integer token id",
+                            b->pre, line, field, i, json_type_name(e));
         }
         if (jb_push(b, (int32_t)v, line, err)) return -1;
     }
@@ -257,7 +274,7 @@ static int jb_add_string(JsonlBuild *b, const JMember *m, size_t line, const cha
     const char *v = m->val;
     b->jl.text.n = 0;
     if (json_string_decode(&v, m->val_end, &b->jl.text) != 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\": bad JSON string, expected a string", b->name, line,
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\": bad JSON string, expected a string", b->pre, line,
                         field);
     return jb_add_text(b, b->jl.text.p, b->jl.text.n, line, field, err);
 }
@@ -267,14 +284,14 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
     JsonlBuild *b = ctx;
     long i = jl_find(&b->jl, b->count, field);
     if (i < 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the template's field {%s} is missing, expected a string member \"%s\"",
-                        b->name, b->lineno, field, field);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the template's field {%s} is missing, expected a string member \"%s\"",
+                        b->pre, b->lineno, field, field);
     const JMember *m = &b->jl.mem[i];
     const char *v = m->val;
     b->jl.text.n = 0;
     if (*v != '"' || json_string_decode(&v, m->val_end, &b->jl.text) != 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the template's field {%s} is not a string, expected a string member \"%s\"",
-                        b->name, b->lineno, field, field);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the template's field {%s} is not a string, expected a string member \"%s\"",
+                        b->pre, b->lineno, field, field);
     *val = b->jl.text.p ? b->jl.text.p : "";
     *len = b->jl.text.n;
     return 0;
@@ -286,16 +303,16 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
 static int jb_begin(JsonlBuild *b, GtError *err) {
     b->cur_len = 0;
     b->cur_full = 0;
+    b->cur_train = 0;
     return data_grow((void **)&b->full, &b->full_cap, b->ex_n + 1, sizeof *b->full, b->name, err) ||
            data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
-           data_grow((void **)&b->plen, &b->plen_cap, b->ex_n + 1, sizeof *b->plen, b->name, err) ||
+           data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + (size_t)b->row_len, sizeof *b->mask, b->name, err) ||
            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err);
 }
 
 static void jb_finish(JsonlBuild *b) {
     b->off[b->ex_n] = b->tok_n;
-    b->plen[b->ex_n] = b->cur_plen;
     b->len[b->ex_n] = b->cur_len;
     b->full[b->ex_n] = b->cur_full;
     b->ex_n++;
@@ -310,9 +327,10 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
         size_t n, plen, line;
         const int32_t *ids = jsonl_tok_ids(b->queue, i, &n, &plen, &line);
         if (jb_begin(b, err)) return -1;
-        for (size_t k = 0; k < n; k++)
+        for (size_t k = 0; k < n; k++) {
+            b->cur_train = k >= plen;
             if (jb_push(b, ids[k], line, err)) return -1;
-        b->cur_plen = plen < (size_t)b->cur_len ? (int32_t)plen : b->cur_len;
+        }
         jb_finish(b);
     }
     jsonl_tok_clear(b->queue);
@@ -323,11 +341,12 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
  * for the tokenizer (encode(prompt + completion), the first len(encode(prompt)) the prompt). */
 static int jb_text_example(JsonlBuild *b, GtError *err) {
     if (b->queue) {
-        jsonl_tok_add(b->queue, b->ptext.p, b->ptext.n, b->ctext.p, b->ctext.n, b->lineno);
+        /* a text row (TRL's language modeling): every token trains, the post-processor's BOS too */
+        jsonl_tok_add(b->queue, b->kind == REC_TEXT ? NULL : b->ptext.p, b->ptext.n, b->ctext.p, b->ctext.n, b->lineno);
         return jsonl_tok_count(b->queue) >= JSONL_TOK_BATCH ? jb_flush(b, err) : 0;
     }
     if (jb_begin(b, err) || jb_add_text(b, b->ptext.p, b->ptext.n, b->lineno, "prompt", err)) return -1;
-    b->cur_plen = b->cur_len;
+    b->cur_train = 1;
     if (jb_add_text(b, b->ctext.p, b->ctext.n, b->lineno, "completion", err)) return -1;
     jb_finish(b);
     return 0;
@@ -335,9 +354,145 @@ static int jb_text_example(JsonlBuild *b, GtError *err) {
 
 /* The line's prompt and completion text from the templates ("" or NULL: the "prompt" and
  * "completion" members themselves). */
+static int jb_column_text(JsonlBuild *b, const char *col, GtBytes *out, GtError *err) {
+    const char *v = NULL;
+    size_t n = 0;
+    if (jb_field(b, col, &v, &n, err) != 0) return -1;
+    out->n = 0;
+    gt_bytes_put(out, v, n);
+    return 0;
+}
+
 static int jb_fill_text(JsonlBuild *b, const char *pt, const char *ct, GtError *err) {
-    return data_template_fill(pt && pt[0] ? pt : "{prompt}", jb_field, b, &b->ptext, err) ||
-           data_template_fill(ct && ct[0] ? ct : "{completion}", jb_field, b, &b->ctext, err);
+    return (pt && pt[0] ? data_template_fill(pt, jb_field, b, &b->ptext, err)
+                        : jb_column_text(b, b->col[DCOL_PROMPT], &b->ptext, err)) ||
+           (ct && ct[0] ? data_template_fill(ct, jb_field, b, &b->ctext, err)
+                        : jb_column_text(b, b->col[DCOL_COMPLETION], &b->ctext, err));
+}
+
+/* record member `key` of root (the line's object): its cJSON item and raw member, or NULL */
+static const cJSON *jb_item(const JsonlBuild *b, const cJSON *root, const char *key, const JMember **mem) {
+    long i = jl_find(&b->jl, b->count, key);
+    if (mem) *mem = i < 0 ? NULL : &b->jl.mem[i];
+    if (i < 0) return NULL;
+    const cJSON *it = root->child;
+    for (long j = 0; j < i; j++) it = it->next;
+    return it;
+}
+
+/* The dataset's kind, as TRL decides it from the first record (see data.h): a column named in
+ * data.columns first, else the record's members. */
+static RecordKind jb_kind(const JsonlBuild *b) {
+    const DataText *t = b->text;
+    if (t && t->col_messages && t->col_messages[0]) return REC_MESSAGES;
+    if (t && ((t->col_prompt && t->col_prompt[0]) || (t->col_completion && t->col_completion[0])))
+        return REC_PROMPT_COMPLETION;
+    if (t && t->col_text && t->col_text[0]) return REC_TEXT;
+    for (int k = DCOL_PROMPT; k < DCOL_N; k++)
+        if (k != DCOL_MESSAGES && jl_find(&b->jl, b->count, b->col[k]) >= 0) return REC_PROMPT_COMPLETION;
+    if (jl_find(&b->jl, b->count, b->col[DCOL_MESSAGES]) >= 0) return REC_MESSAGES;
+    if (jl_find(&b->jl, b->count, b->col[DCOL_TEXT]) >= 0) return REC_TEXT;
+    return REC_PROMPT_COMPLETION; /* its error names what is expected */
+}
+
+/* A mapped column the row lacks, or of another type. */
+static int jb_column_error(const JsonlBuild *b, int which, const char *found, const char *expected, GtError *err) {
+    const char *c = b->col[which];
+    bool mapped = strcmp(c, DCOL_NAME[which]) != 0;
+    char via[64] = "";
+    if (mapped) snprintf(via, sizeof via, " (data.columns.%s)", DCOL_NAME[which]);
+    return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the column \"%s\"%s is %s, expected %s", b->pre, b->lineno, c, via,
+                    found, expected);
+}
+
+/* text: one string, every token trains (TRL's language modeling rows: encode(text) with the
+ * tokenizer's special tokens, then EOS) */
+static int jb_text_record(JsonlBuild *b, GtError *err) {
+    long i = jl_find(&b->jl, b->count, b->col[DCOL_TEXT]);
+    if (i < 0) return jb_column_error(b, DCOL_TEXT, "missing", "a string", err);
+    const JMember *m = &b->jl.mem[i];
+    const char *v = m->val;
+    b->ctext.n = 0;
+    if (*v != '"' || json_string_decode(&v, m->val_end, &b->ctext) != 0)
+        return jb_column_error(b, DCOL_TEXT, *m->val == '[' ? "an array" : *m->val == '{' ? "an object" : "not a string",
+                               "a string", err);
+    b->ptext.n = 0;
+    return jb_text_example(b, err);
+}
+
+/* messages: rendered through the chat template, tokenized, masked by the assistant spans (data_messages.c) */
+static int jb_messages_record(JsonlBuild *b, const cJSON *root, GtError *err) {
+    const cJSON *msgs = jb_item(b, root, b->col[DCOL_MESSAGES], NULL);
+    if (!msgs) return jb_column_error(b, DCOL_MESSAGES, "missing", "a list of {role, content}", err);
+    if (!b->chat && data_chat_open(&b->chat, b->text, b->name, err) != 0) return -1;
+    if (jb_flush(b, err) != 0) return -1; /* the queued rows come first (file order) */
+    if (data_chat_example(b->chat, msgs, b->pre, b->lineno, b->col[DCOL_MESSAGES], &b->chat_ids, &b->chat_mask, err))
+        return -1;
+    if (jb_begin(b, err)) return -1;
+    for (size_t k = 0; k < b->chat_ids.n; k++) {
+        if (b->chat_ids.ids[k] >= b->vocab_size)
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
+                            b->pre, b->lineno, b->chat_ids.ids[k], b->vocab_size);
+        b->cur_train = (uint8_t)b->chat_mask.p[k];
+        if (jb_push(b, b->chat_ids.ids[k], b->lineno, err)) return -1;
+    }
+    jb_finish(b);
+    return 0;
+}
+
+static int jb_record(JsonlBuild *b, const cJSON *root, GtError *err) {
+    bool templated = b->text && ((b->text->prompt_template && b->text->prompt_template[0]) ||
+                                 (b->text->completion_template && b->text->completion_template[0]));
+    if (templated) {
+        if (jb_fill_text(b, b->text->prompt_template, b->text->completion_template, err)) return -1;
+        return jb_text_example(b, err);
+    }
+    if (b->kind == REC_UNKNOWN) b->kind = jb_kind(b);
+    if (b->kind == REC_TEXT) return jb_text_record(b, err);
+    if (b->kind == REC_MESSAGES) return jb_messages_record(b, root, err);
+    const char *const keys[4] = {b->col[DCOL_PROMPT], b->col[DCOL_COMPLETION], b->col[DCOL_PROMPT_IDS],
+                                 b->col[DCOL_COMPLETION_IDS]};
+    const cJSON *item[4] = {NULL, NULL, NULL, NULL};
+    const JMember *mem[4] = {NULL, NULL, NULL, NULL};
+    for (int k = 0; k < 4; k++) item[k] = jb_item(b, root, keys[k], &mem[k]);
+    const cJSON *p = item[0], *c = item[1], *pi = item[2], *ci = item[3];
+    bool text = p || c, ids = pi || ci;
+    if (text && ids) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s%zu: mixes \"prompt\"/\"completion\" with \"prompt_ids\"/\"completion_ids\", expected one form",
+                 b->pre, b->lineno);
+        return -1;
+    }
+    if (!text && !ids) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s%zu: expected {\"prompt\": str, \"completion\": str} or {\"prompt_ids\": [int...], \"completion_ids\": [int...]}",
+                 b->pre, b->lineno);
+        return -1;
+    }
+    const char *fp = text ? keys[0] : keys[2], *fc = text ? keys[1] : keys[3];
+    const cJSON *jp = text ? p : pi, *jc = text ? c : ci;
+    const char *want = text ? "a string" : "an array of token ids";
+    if (!(text ? cJSON_IsString(jp) : cJSON_IsArray(jp))) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\" is %s, expected %s", b->pre, b->lineno, fp,
+                 jp ? json_type_name(jp) : "missing", want);
+        return -1;
+    }
+    if (!(text ? cJSON_IsString(jc) : cJSON_IsArray(jc))) {
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\" is %s, expected %s", b->pre, b->lineno, fc,
+                 jc ? json_type_name(jc) : "missing", want);
+        return -1;
+    }
+    if (text && b->queue) { /* both strings, then through the tokenizer */
+        if (jb_fill_text(b, NULL, NULL, err)) return -1;
+        return jb_text_example(b, err);
+    }
+    /* the queued lines come first (file order), then this example */
+    if (jb_flush(b, err) || jb_begin(b, err)) return -1;
+    if (text ? jb_add_string(b, mem[0], b->lineno, fp, err) : jb_add_ids(b, jp, b->lineno, fp, err)) return -1;
+    b->cur_train = 1;
+    if (text ? jb_add_string(b, mem[1], b->lineno, fc, err) : jb_add_ids(b, jc, b->lineno, fc, err)) return -1;
+    jb_finish(b);
+    return 0;
 }
 
 static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtError *err) {
@@ -346,145 +501,111 @@ static int jb_line(JsonlBuild *b, const char *line, size_t n, size_t lineno, GtE
     if (!root) {
         long deep = gt_json_too_deep(line, n, CJSON_NESTING_LIMIT); /* cJSON's own limit, said as such */
         if (deep >= 0)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%ld: JSON nested too deep: expected at most %d levels, found more",
-                            b->name, lineno, deep + 1, CJSON_NESTING_LIMIT);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu:%ld: JSON nested too deep: expected at most %d levels, found more",
+                            b->pre, lineno, deep + 1, CJSON_NESTING_LIMIT);
         size_t col = end && end >= line && end <= line + n ? (size_t)(end - line) + 1 : 1;
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: bad JSON, expected one object per line", b->name,
-                        lineno, col);
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu:%zu: bad JSON, expected %s", b->pre, lineno, col,
+                        b->array ? "an object" : "one object per line");
     }
     int rc = -1;
     for (const char *p = end; p < line + n; p++) {
         if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n' && *p != '\v' && *p != '\f') {
-            gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu:%zu: unexpected text after the JSON object, expected one object per line",
-                     b->name, lineno, (size_t)(p - line) + 1);
+            gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu:%zu: unexpected text after the JSON object, expected %s",
+                     b->pre, lineno, (size_t)(p - line) + 1, b->array ? "one object" : "one object per line");
             goto out;
         }
     }
     if (!cJSON_IsObject(root)) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: found %s, expected an object {\"prompt\": ..., \"completion\": ...}",
-                 b->name, lineno, json_type_name(root));
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: found %s, expected an object {\"prompt\": ..., \"completion\": ...}",
+                 b->pre, lineno, json_type_name(root));
         goto out;
     }
     /* the members again, exactly (see above): keys with their length, duplicates refused */
     size_t count = 0, n_children = 0;
     for (const cJSON *ch = root->child; ch; ch = ch->next) n_children++;
     if (jl_members(&b->jl, line, n, &count) != 0 || count != n_children) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: bad JSON, expected one object per line", b->name, lineno);
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: bad JSON, expected %s", b->pre, lineno,
+                 b->array ? "an object" : "one object per line");
         goto out;
     }
-    if (jl_check_duplicates(&b->jl, count, b->name, lineno, err) != 0) goto out;
+    if (jl_check_duplicates(&b->jl, count, b->pre, lineno, err) != 0) goto out;
     b->lineno = lineno;
     b->count = count;
-    bool templated = b->text && ((b->text->prompt_template && b->text->prompt_template[0]) ||
-                                 (b->text->completion_template && b->text->completion_template[0]));
-    if (templated) {
-        if (jb_fill_text(b, b->text->prompt_template, b->text->completion_template, err)) goto out;
-        rc = jb_text_example(b, err);
-        goto out;
-    }
-    static const char *const keys[4] = {"prompt", "completion", "prompt_ids", "completion_ids"};
-    const cJSON *item[4] = {NULL, NULL, NULL, NULL};
-    const JMember *mem[4] = {NULL, NULL, NULL, NULL};
-    for (int k = 0; k < 4; k++) {
-        long i = jl_find(&b->jl, count, keys[k]);
-        if (i < 0) continue;
-        mem[k] = &b->jl.mem[i];
-        item[k] = root->child;
-        for (long j = 0; j < i; j++) item[k] = item[k]->next;
-    }
-    const cJSON *p = item[0], *c = item[1], *pi = item[2], *ci = item[3];
-    bool text = p || c, ids = pi || ci;
-    if (text && ids) {
-        gt_error(err, GT_EXIT_BAD_INPUT,
-                 "%s:%zu: mixes \"prompt\"/\"completion\" with \"prompt_ids\"/\"completion_ids\", expected one form",
-                 b->name, lineno);
-        goto out;
-    }
-    if (!text && !ids) {
-        gt_error(err, GT_EXIT_BAD_INPUT,
-                 "%s:%zu: expected {\"prompt\": str, \"completion\": str} or {\"prompt_ids\": [int...], \"completion_ids\": [int...]}",
-                 b->name, lineno);
-        goto out;
-    }
-    const char *fp = text ? "prompt" : "prompt_ids", *fc = text ? "completion" : "completion_ids";
-    const cJSON *jp = text ? p : pi, *jc = text ? c : ci;
-    const char *want = text ? "a string" : "an array of token ids";
-    if (!(text ? cJSON_IsString(jp) : cJSON_IsArray(jp))) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\" is %s, expected %s", b->name, lineno, fp,
-                 jp ? json_type_name(jp) : "missing", want);
-        goto out;
-    }
-    if (!(text ? cJSON_IsString(jc) : cJSON_IsArray(jc))) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: \"%s\" is %s, expected %s", b->name, lineno, fc,
-                 jc ? json_type_name(jc) : "missing", want);
-        goto out;
-    }
-    if (text && b->queue) { /* both strings, then through the tokenizer */
-        if (jb_fill_text(b, NULL, NULL, err)) goto out;
-        rc = jb_text_example(b, err);
-        goto out;
-    }
-    /* the queued lines come first (file order), then this example */
-    if (jb_flush(b, err) || jb_begin(b, err)) goto out;
-    if (text ? jb_add_string(b, mem[0], lineno, fp, err) : jb_add_ids(b, jp, lineno, fp, err)) goto out;
-    b->cur_plen = b->cur_len;
-    if (text ? jb_add_string(b, mem[1], lineno, fc, err) : jb_add_ids(b, jc, lineno, fc, err)) goto out;
-    jb_finish(b);
-    rc = 0;
+    rc = jb_record(b, root, err);
 out:
     cJSON_Delete(root);
     return rc;
 }
 
-/* number of positions t in [0, T) whose target row[t+1] is a completion token */
-static int32_t example_targets(int32_t plen, int32_t len) {
-    int32_t lo = plen > 1 ? plen : 1;
-    return len > lo ? len - lo : 0;
+/* number of tokens of example k from token `from` on that train (from 1: the targets of its row) */
+static int32_t example_targets(const JsonlBuild *b, uint64_t k, int32_t from) {
+    const uint8_t *m = b->mask + b->off[k];
+    int32_t n = 0;
+    for (int32_t j = from; j < b->len[k]; j++) n += m[j];
+    return n;
 }
 
-/* Packed: the split's examples [first, first+count) end to end (contiguous in b->tok, file order)
- * as d->pk_tok, with labels d->pk_lab; d->n = the stream length. */
-static int jsonl_pack(DataSource *d, const JsonlBuild *b, const char *name, uint64_t first, uint64_t count,
-                      int split, double val_fraction, GtError *err) {
-    const uint64_t last = first + count - 1;
-    const uint64_t s0 = b->off[first], n = b->off[last] + (uint64_t)b->len[last] - s0;
-    if (n < (uint64_t)d->seq_len + 1) {
-        if (split == DATA_SPLIT_ALL)
-            return gt_error(err, GT_EXIT_BAD_INPUT,
-                            "%s: the packed examples hold %llu tokens, expected at least seq_len+1 = %d for one window",
-                            name, (unsigned long long)n, d->seq_len + 1);
-        return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: the packed %s (val_fraction %g, %llu examples) holds %llu tokens, expected at least "
-                        "seq_len+1 = %d for one window",
-                        name, data_split_name(split), val_fraction, (unsigned long long)count, (unsigned long long)n,
-                        d->seq_len + 1);
-    }
-    size_t bytes;
-    if (!gt_mul_size((size_t)n, sizeof *d->pk_lab, &bytes))
-        return gt_error(err, GT_EXIT_FAILURE, "%s: too large to hold in memory", name);
-    d->pk_lab = data_malloc(bytes, name, err);
-    if (!d->pk_lab) return -1;
-    for (uint64_t k = first; k <= last; k++) {
-        const int32_t *tok = b->tok + b->off[k];
-        int32_t *lab = d->pk_lab + (b->off[k] - s0);
-        for (int32_t j = 0; j < b->len[k]; j++) lab[j] = j < b->plen[k] ? DATA_IGNORE_INDEX : tok[j];
-    }
-    d->pk_tok = b->tok + s0;
-    d->n = n;
-    return 0;
-}
-
-int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
-                     double val_fraction, const DataText *text, GtError *err) {
-    JsonlBuild b = {.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing,
-                    .text = text};
+/* Records into examples (data_internal.h). */
+int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word, bool packing,
+                     const DataText *text, GtError *err) {
+    const bool array = row_word != NULL;
+    *out = NULL;
     if (text && text->tok && text->add_eos && text->eos_id < 0)
         return gt_error(err, GT_EXIT_BAD_INPUT,
                         "%s: data.add_eos: the tokenizer %s has no end-of-sequence token, expected one (or set data.add_eos: false)",
                         name, tokenizer_path(text->tok));
-    if (text && text->tok) b.queue = jsonl_tok_new(text, name, d->vocab_size);
-    int rc = -1;
-    uint64_t first = 0, count = 0;
+    if (text) {
+        int kinds = (text->col_messages && text->col_messages[0]) +
+                    ((text->col_prompt && text->col_prompt[0]) || (text->col_completion && text->col_completion[0])) +
+                    (text->col_text && text->col_text[0]);
+        if (kinds > 1)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s: data.columns names columns for more than one kind of row, expected text, "
+                            "prompt/completion or messages alone", name);
+    }
+    JsonlBuild *b = gt_xcalloc(1, sizeof *b);
+    *b = (JsonlBuild){.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing,
+                      .text = text, .array = array};
+    if (array)
+        snprintf(b->pre, sizeof b->pre, "%s: %s ", name, row_word);
+    else
+        snprintf(b->pre, sizeof b->pre, "%s:", name);
+    const char *mapped[DCOL_N] = {text ? text->col_text : NULL, text ? text->col_prompt : NULL,
+                                  text ? text->col_completion : NULL, text ? text->col_messages : NULL, NULL, NULL};
+    for (int k = 0; k < DCOL_N; k++) b->col[k] = mapped[k] && mapped[k][0] ? mapped[k] : DCOL_NAME[k];
+    if (text && text->tok) b->queue = jsonl_tok_new(text, name, b->pre, d->vocab_size);
+    *out = b;
+    return 0;
+}
+
+int data_build_object(JsonlBuild *b, const char *obj, size_t n, size_t row, GtError *err) {
+    if (jb_line(b, obj, n, row, err) == 0) return 0;
+    GtError earlier = {0}; /* an error of a queued row before this one comes first */
+    if (jb_flush(b, &earlier) != 0 && err) *err = earlier;
+    return -1;
+}
+
+void data_build_free(JsonlBuild *b) {
+    if (!b) return;
+    free(b->full);
+    free(b->tok);
+    free(b->mask);
+    free(b->off);
+    free(b->len);
+    jl_free(&b->jl);
+    jsonl_tok_free(b->queue);
+    gt_bytes_free(&b->ptext);
+    gt_bytes_free(&b->ctext);
+    data_chat_free(b->chat);
+    tok_ids_free(&b->chat_ids);
+    gt_bytes_free(&b->chat_mask);
+    free(b);
+}
+
+int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+                     double val_fraction, const DataText *text, GtError *err) {
+    JsonlBuild *b;
+    if (data_build_begin(&b, d, name, NULL, packing, text, err) != 0) return -1;
     size_t lineno = 0;
     for (size_t pos = 0; pos < len;) {
         const char *nl = memchr(buf + pos, '\n', len - pos);
@@ -495,17 +616,24 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
             char ch = buf[pos + i];
             blank = ch == ' ' || ch == '\t' || ch == '\r' || ch == '\v' || ch == '\f';
         }
-        if (!blank && jb_line(&b, buf + pos, n, lineno, err) != 0) {
-            GtError earlier = {0}; /* an error of a queued line before this one comes first */
-            if (jb_flush(&b, &earlier) != 0 && err) *err = earlier;
-            goto out;
+        if (!blank && data_build_object(b, buf + pos, n, lineno, err) != 0) {
+            data_build_free(b);
+            return -1;
         }
         pos += n + 1;
     }
+    return data_build_finish(b, d, split, val_fraction, len == 0, err);
+}
+
+int data_build_finish(JsonlBuild *bp, DataSource *d, int split, double val_fraction, bool empty, GtError *err) {
+    JsonlBuild b = *bp; /* bp itself stays until the end: the tokenizer queue names rows through bp->pre */
+    const char *name = b.name;
+    int rc = -1;
+    uint64_t first = 0, count = 0;
     if (jb_flush(&b, err) != 0) goto out;
     if (b.ex_n == 0) {
-        gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected one {\"prompt\": ..., \"completion\": ...} object per line",
-                 name, len == 0 ? "is empty" : "holds no examples");
+        gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected %s", name, empty ? "is empty" : "holds no examples",
+                 b.array ? "records (a JSON array of objects, or parquet rows)" : "one {\"prompt\": ..., \"completion\": ...} object per line");
         goto out;
     }
     data_split_range(b.ex_n, split, val_fraction, &first, &count);
@@ -522,41 +650,19 @@ int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t le
                  val_fraction, (unsigned long long)count, b.ex_n);
     size_t useless = 0;
     for (uint64_t k = first; k < first + count; k++)
-        useless += packing ? b.len[k] == b.plen[k] : example_targets(b.plen[k], b.len[k]) == 0;
-    if (packing) {
-        if (useless == count) {
-            gt_error(err, GT_EXIT_BAD_INPUT, "%s: no example%s has a completion token (every completion is empty)", name,
-                     which);
-            goto out;
-        }
-        if (useless && split != DATA_SPLIT_VAL)
-            gt_warn("%s: %zu of %llu examples%s have an empty completion; packed, they are context only\n", name,
-                    useless, (unsigned long long)count, split == DATA_SPLIT_ALL ? "" : " of the train split");
-        if (jsonl_pack(d, &b, name, first, count, split, val_fraction, err) != 0) goto out;
-        /* the stream's first token is never a target: a completion there alone counts for nothing */
-        uint64_t j = 1;
-        while (j < d->n && d->pk_lab[j] == DATA_IGNORE_INDEX) j++;
-        if (j == d->n) {
-            gt_error(err, GT_EXIT_BAD_INPUT,
-                     "%s: no example%s has a completion token after the first token of the packed stream (every "
-                     "label would be -100)",
-                     name, which);
-            goto out;
-        }
-    } else {
-        if (useless == count) {
-            gt_error(err, GT_EXIT_BAD_INPUT,
-                     "%s: no example%s has a completion token within seq_len+1 = %d tokens (prompts too long or "
-                     "completions empty)",
-                     name, which, b.row_len);
-            goto out;
-        }
-        if (useless && split != DATA_SPLIT_VAL)
-            gt_warn("%s: %zu of %llu examples%s have no completion token within seq_len+1 = %d tokens; they train "
-                    "nothing\n",
-                    name, useless, (unsigned long long)count, split == DATA_SPLIT_ALL ? "" : " of the train split",
-                    b.row_len);
+        useless += example_targets(&b, k, 1) == 0;
+    if (useless == count) {
+        gt_error(err, GT_EXIT_BAD_INPUT,
+                 "%s: no example%s has a completion token within seq_len+1 = %d tokens (prompts too long or "
+                 "completions empty)",
+                 name, which, b.row_len);
+        goto out;
     }
+    if (useless && split != DATA_SPLIT_VAL)
+        gt_warn("%s: %zu of %llu examples%s have no completion token within seq_len+1 = %d tokens; they train "
+                "nothing\n",
+                name, useless, (unsigned long long)count, split == DATA_SPLIT_ALL ? "" : " of the train split",
+                b.row_len);
     /* the split's statistics (data_stats) */
     d->st_examples = count;
     for (uint64_t k = first; k < first + count; k++) {
@@ -572,14 +678,27 @@ out:
     jsonl_tok_free(b.queue);
     gt_bytes_free(&b.ptext);
     gt_bytes_free(&b.ctext);
+    data_chat_free(b.chat);
+    tok_ids_free(&b.chat_ids);
+    gt_bytes_free(&b.chat_mask);
     d->ex_tok = b.tok;
     d->ex_off = b.off;
-    d->ex_plen = b.plen;
+    d->ex_mask = b.mask;
     d->ex_len = b.len;
     if (rc == 0) {
         d->ex_first = first;
-        if (!packing) d->n = count;
+        d->n = count;
     }
+    free(bp);
     return rc;
 }
 
+
+uint64_t data_num_examples(const DataSource *d) { return d->ex_tok ? d->st_examples : 0; }
+
+int32_t data_example(const DataSource *d, uint64_t e, const int32_t **tok, const uint8_t **mask) {
+    uint64_t k = d->ex_first + e;
+    *tok = d->ex_tok + d->ex_off[k];
+    *mask = d->ex_mask + d->ex_off[k];
+    return d->ex_len[k];
+}

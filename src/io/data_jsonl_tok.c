@@ -10,7 +10,7 @@
 
 struct JsonlTokBatch {
     const DataText *text;
-    const char *name;
+    const char *name, *pre; /* the file, and how a row is named ("FILE:" then the line) */
     int vocab_size;
     TokEncoder **enc; /* one a thread */
     int n_enc;
@@ -21,13 +21,15 @@ struct JsonlTokBatch {
     size_t *plen;   /* each example's prompt tokens */
     GtError *errs;  /* each example's error, when failed */
     bool *failed;
+    bool *whole; /* a text row: every token trains (no prompt) */
     size_t n, cap;
 };
 
-JsonlTokBatch *jsonl_tok_new(const DataText *text, const char *name, int vocab_size) {
+JsonlTokBatch *jsonl_tok_new(const DataText *text, const char *name, const char *pre, int vocab_size) {
     JsonlTokBatch *q = gt_xcalloc(1, sizeof *q);
     q->text = text;
     q->name = name;
+    q->pre = pre;
     q->vocab_size = vocab_size;
     q->n_enc = omp_get_max_threads();
     q->enc = gt_xcalloc((size_t)q->n_enc, sizeof *q->enc);
@@ -49,6 +51,7 @@ void jsonl_tok_free(JsonlTokBatch *q) {
     free(q->plen);
     free(q->errs);
     free(q->failed);
+    free(q->whole);
     free(q);
 }
 
@@ -65,6 +68,7 @@ void jsonl_tok_add(JsonlTokBatch *q, const char *prompt, size_t pn, const char *
         q->plen = gt_xrealloc(q->plen, cap * sizeof *q->plen);
         q->errs = gt_xrealloc(q->errs, cap * sizeof *q->errs);
         q->failed = gt_xrealloc(q->failed, cap * sizeof *q->failed);
+        q->whole = gt_xrealloc(q->whole, cap * sizeof *q->whole);
         memset(q->ids + q->cap, 0, (cap - q->cap) * sizeof *q->ids);
         q->cap = cap;
     }
@@ -79,30 +83,31 @@ void jsonl_tok_add(JsonlTokBatch *q, const char *prompt, size_t pn, const char *
     q->plen_bytes[q->n] = pn;
     q->clen_bytes[q->n] = cn;
     q->lineno[q->n] = lineno;
+    q->whole[q->n] = prompt == NULL;
     q->n++;
 }
 
 /* One example: its ids, EOS, the vocabulary check, and the prompt's token count. */
 static int encode_one(JsonlTokBatch *q, TokEncoder *e, size_t i, TokIds *prompt_ids, GtError *err) {
-    const Tokenizer *tok = q->text->tok;
     char where[GT_PATH_MAX + 64];
-    snprintf(where, sizeof where, "%s:%zu: prompt + completion", q->name, q->lineno[i]);
+    snprintf(where, sizeof where, "%s%zu: prompt + completion", q->pre, q->lineno[i]);
     TokIds *ids = &q->ids[i];
     ids->n = prompt_ids->n = 0;
     const char *s = q->buf + q->off[i];
     if (tok_encode(e, where, s, q->plen_bytes[i] + q->clen_bytes[i], true, ids, err) != 0 ||
         tok_encode(e, where, s, q->plen_bytes[i], true, prompt_ids, err) != 0)
         return -1;
-    const int *before, *after;
-    int n_before, n_after;
-    tokenizer_template_ids(tok, &before, &n_before, &after, &n_after);
-    /* the prompt's own tokens: without what the post-processor puts after a sequence */
-    q->plen[i] = prompt_ids->n >= (size_t)n_after ? prompt_ids->n - (size_t)n_after : 0;
+    /* the prompt: as TRL 1.16 (sft_trainer's common_prefix_length), the tokens encode(prompt) and
+     * encode(prompt + completion) share, so a token merging across the boundary trains and the
+     * post-processor's trailing tokens after the prompt are not counted */
+    size_t common = 0;
+    while (common < prompt_ids->n && common < ids->n && prompt_ids->ids[common] == ids->ids[common]) common++;
+    q->plen[i] = q->whole[i] ? 0 : common;
     if (q->text->add_eos && (ids->n == 0 || ids->ids[ids->n - 1] != q->text->eos_id)) tok_ids_push(ids, q->text->eos_id);
     for (size_t k = 0; k < ids->n; k++)
         if (ids->ids[k] >= q->vocab_size)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s:%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
-                            q->name, q->lineno[i], ids->ids[k], q->vocab_size);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
+                            q->pre, q->lineno[i], ids->ids[k], q->vocab_size);
     return 0;
 }
 

@@ -204,7 +204,10 @@ static const char *data_splits(const RunConfig *cfg, int *split_train, int *spli
 static DataText data_text(const RunConfig *cfg, const Tokenizer *tok) {
     return (DataText){.tok = tok, .prompt_template = cfg->data.prompt_template,
                       .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
-                      .eos_id = tok ? tokenizer_eos_id(tok) : -1};
+                      .eos_id = tok ? tokenizer_eos_id(tok) : -1, .col_text = cfg->data.columns.text,
+                      .col_prompt = cfg->data.columns.prompt, .col_completion = cfg->data.columns.completion,
+                      .col_messages = cfg->data.columns.messages, .chat_template = cfg->data.chat_template,
+                      .assistant_only_loss = cfg->data.assistant_only_loss};
 }
 
 int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err) {

@@ -103,6 +103,14 @@ void tokenize_print_usage(FILE *out) {
             "                          output does not depend on it\n"
             "  -h, --help              this text\n"
             "\n"
+            "       gtrain tokenize --data FILE --tokenizer PATH|none [--format auto|text|jsonl|json|parquet]\n"
+            "                       [--column text|prompt|completion|messages=COLUMN]... [--prompt-template T]\n"
+            "                       [--completion-template T] [--no-eos] [--chat-template FILE|DIR] [--mask|--render]\n"
+            "\n"
+            "A training data file read as the trainer reads it (data.format, data.columns.*, the templates,\n"
+            "data.add_eos): one line of ids per example, or with --mask its labels (-100 where it does not train),\n"
+            "or with --render the text its tokens spell (decoded, specials kept) as a JSON string.\n"
+            "\n"
             "exit status: 0 success, 1 failure while running, 2 bad input (tokenizer, input text, usage)\n");
 }
 
@@ -717,6 +725,7 @@ static int check_out(const TokenizeOptions *o, GtError *err) {
 }
 
 int tokenize_command(int argc, char **argv) {
+    if (tokenize_data_wanted(argc, argv)) return tokenize_data_command(argc, argv);
     TokenizeOptions o = {0};
     int prc = parse_options(argc, argv, &o);
     if (prc != 0) return prc < 0 ? GT_EXIT_OK : prc;

@@ -45,4 +45,18 @@
 int tokenize_command(int argc, char **argv);
 void tokenize_print_usage(FILE *out);
 
+/* --data FILE (tokenize_data.c): a training data file through the trainer's own reader (data.h),
+ *   gtrain tokenize --data FILE --tokenizer FILE|DIR|none [--format auto|text|jsonl|json|parquet]
+ *                   [--column text|prompt|completion|messages=COLUMN]... [--prompt-template T]
+ *                   [--completion-template T] [--no-eos] [--chat-template FILE|DIR] [--mask|--render]
+ * (the flags are data.format, data.columns.*, data.prompt_template, data.completion_template,
+ * data.add_eos: false, data.chat_template), one line per example: its ids, or with --mask its
+ * labels (the id where it trains, -100 where not), or with --render the text its tokens spell
+ * (tokenizer_decode, special tokens kept; for messages and a byte-level tokenizer exactly the
+ * rendered chat) as one JSON string. Examples whole (never truncated to a seq_len).
+ * Bad data: the trainer's one-line error, exit 2, nothing printed. */
+#include <stdbool.h>
+bool tokenize_data_wanted(int argc, char **argv);
+int tokenize_data_command(int argc, char **argv);
+
 #endif

@@ -1,0 +1,104 @@
+/* data_parquet.c - parquet rows as data: each row of the requested columns (parquet.h reads them
+ * lazily, a row group at a time) written as a JSON object and handed to the one record converter
+ * (data_build_object), so a parquet row, a jsonl line and a JSON array element read alike. Which
+ * columns: data.columns' mapping, else the first kind whose columns the files have, tried in TRL's
+ * order (prompt/completion, then messages, then text). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "data_internal.h"
+#include "json_string.h"
+#include "parquet.h"
+
+static const char *col_or(const char *c, const char *dflt) { return c && c[0] ? c : dflt; }
+
+/* one value as JSON */
+static void put_value(GtBytes *o, const PqValue *v) {
+    char num[32];
+    switch (v->kind) {
+    case PQ_STRING: json_string_encode(o, v->s ? v->s : "", v->len); break;
+    case PQ_INT: gt_bytes_put(o, num, (size_t)snprintf(num, sizeof num, "%lld", (long long)v->i)); break;
+    case PQ_MESSAGES:
+        gt_bytes_put(o, "[", 1);
+        for (size_t k = 0; k < v->n_msgs; k++) {
+            const PqMessage *m = &v->msgs[k];
+            if (k) gt_bytes_put(o, ", ", 2);
+            if (!m->role && !m->content) {
+                gt_bytes_put(o, "null", 4);
+                continue;
+            }
+            gt_bytes_put(o, "{\"role\": ", 9);
+            if (m->role) json_string_encode(o, m->role, m->role_len);
+            else gt_bytes_put(o, "null", 4);
+            gt_bytes_put(o, ", \"content\": ", 13);
+            if (m->content) json_string_encode(o, m->content, m->content_len);
+            else gt_bytes_put(o, "null", 4);
+            gt_bytes_put(o, "}", 1);
+        }
+        gt_bytes_put(o, "]", 1);
+        break;
+    default: gt_bytes_put(o, "null", 4); break;
+    }
+}
+
+int data_parquet_build(DataSource *d, const char *path, bool packing, int split, double val_fraction,
+                       const DataText *text, GtError *err) {
+    const char *pc[2] = {col_or(text ? text->col_prompt : NULL, "prompt"),
+                         col_or(text ? text->col_completion : NULL, "completion")};
+    const char *msgs[1] = {col_or(text ? text->col_messages : NULL, "messages")};
+    const char *txt[1] = {col_or(text ? text->col_text : NULL, "text")};
+    const char *const *sets[3] = {pc, msgs, txt};
+    const int counts[3] = {2, 1, 1};
+    int order[3] = {0, 1, 2}, n_try = 3;
+    if (text && text->col_messages && text->col_messages[0]) order[0] = 1, n_try = 1;
+    else if (text && ((text->col_prompt && text->col_prompt[0]) || (text->col_completion && text->col_completion[0])))
+        n_try = 1;
+    else if (text && text->col_text && text->col_text[0]) order[0] = 2, n_try = 1;
+    ParquetReader *r = NULL;
+    GtError first = {0};
+    int set = -1;
+    for (int t = 0; t < n_try && !r; t++) {
+        GtError e = {0};
+        if (parquet_open(&r, path, sets[order[t]], counts[order[t]], &e) == 0) {
+            set = order[t];
+        } else {
+            r = NULL;
+            if (t == 0) first = e;
+            if (e.code != GT_EXIT_BAD_INPUT) { /* an I/O failure: no use trying other columns */
+                first = e;
+                break;
+            }
+        }
+    }
+    if (!r) {
+        if (err) *err = first;
+        return -1;
+    }
+    JsonlBuild *b = NULL;
+    int rc = -1;
+    GtBytes obj = {0};
+    PqValue v[2];
+    if (data_build_begin(&b, d, path, "row", packing, text, err) != 0) goto out;
+    for (;;) {
+        int got = parquet_next_row(r, v, err);
+        if (got < 0) goto out;
+        if (got == 0) break;
+        obj.n = 0;
+        gt_bytes_put(&obj, "{", 1);
+        for (int c = 0; c < counts[set]; c++) {
+            if (c) gt_bytes_put(&obj, ", ", 2);
+            json_string_encode(&obj, sets[set][c], strlen(sets[set][c]));
+            gt_bytes_put(&obj, ": ", 2);
+            put_value(&obj, &v[c]);
+        }
+        gt_bytes_put(&obj, "}", 1);
+        if (data_build_object(b, obj.p, obj.n, (size_t)parquet_current_row(r), err) != 0) goto out;
+    }
+    rc = data_build_finish(b, d, split, val_fraction, false, err);
+    b = NULL;
+out:
+    data_build_free(b);
+    gt_bytes_free(&obj);
+    parquet_close(r);
+    return rc;
+}
