@@ -466,11 +466,11 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
     if (format == DATA_TOKENS) {
         rc = tokens_open_files(d, path, split, val_fraction, err);
     } else if (format == DATA_PARQUET) { /* a file or a glob, a row group at a time */
-        rc = data_parquet_build(d, path, false, split, val_fraction, text, err);
+        rc = data_parquet_build(d, path, split, val_fraction, text, err);
     } else if (format == DATA_JSON) { /* streamed, a chunk at a time */
         uint64_t size;
         int fd = gt_open_input(path, "data file", &size, err);
-        rc = fd < 0 ? -1 : data_json_build(d, path, fd, NULL, 0, false, split, val_fraction, text, err);
+        rc = fd < 0 ? -1 : data_json_build(d, path, fd, NULL, 0, split, val_fraction, text, err);
         if (fd >= 0) close(fd);
     } else {
         uint8_t *buf = NULL;
@@ -480,7 +480,7 @@ int data_open_text(DataSource **out, const char *path, DataFormat format, bool p
             if (format == DATA_TEXT) {
                 rc = text_build(d, path, buf, len, split, val_fraction, text, err); /* owns buf */
             } else {
-                rc = data_jsonl_build(d, path, (const char *)buf, len, false, split, val_fraction, text, err);
+                rc = data_jsonl_build(d, path, (const char *)buf, len, split, val_fraction, text, err);
                 free(buf);
             }
         }
@@ -509,7 +509,7 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
     } else if (format == DATA_PARQUET) {
         rc = gt_error(err, GT_EXIT_BAD_INPUT, "%s: parquet is read from files only", name);
     } else if (format == DATA_JSON) {
-        rc = data_json_build(d, name, -1, buf, len, false, split, val_fraction, text, err);
+        rc = data_json_build(d, name, -1, buf, len, split, val_fraction, text, err);
     } else if (format == DATA_TEXT) {
         uint8_t *copy = data_malloc(len, name, err);
         rc = -1;
@@ -518,7 +518,7 @@ int data_open_memory_text(DataSource **out, const char *name, const void *buf, s
             rc = text_build(d, name, copy, len, split, val_fraction, text, err);
         }
     } else {
-        rc = data_jsonl_build(d, name, buf ? buf : "", len, false, split, val_fraction, text, err);
+        rc = data_jsonl_build(d, name, buf ? buf : "", len, split, val_fraction, text, err);
     }
     rc = pack_if(d, name, packing, rc, err);
     if (rc != 0) {

@@ -68,17 +68,17 @@ const char *data_split_name(int split);
 /* [first, first+count) of n items for the split */
 void data_split_range(uint64_t n, int split, double val_fraction, uint64_t *first, uint64_t *count);
 
-/* Parse SFT jsonl buf[len] into d (examples, packed stream when packing). name for messages. */
-int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+/* Parse SFT jsonl buf[len] into d (examples, each truncated to seq_len+1). name for messages. */
+int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, int split,
                      double val_fraction, const DataText *text, GtError *err);
 
 /* Records into examples, one at a time (data_jsonl.c): begin, each record as a JSON object's text
  * (row: its line; with a row_word, "FILE: ROW_WORD N" names it: a JSON array's "element" from 1,
  * parquet's "row" from 0), then finish, which sets d's
- * examples (packed stream when packing) for the split and frees b (also on failure); empty: the
+ * examples for the split and frees b (also on failure); empty: the
  * file had no bytes (for the message). After a failed data_build_object only data_build_free. */
 typedef struct JsonlBuild JsonlBuild;
-int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word, bool packing,
+int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word,
                      const DataText *text, GtError *err);
 int data_build_object(JsonlBuild *b, const char *obj, size_t n, size_t row, GtError *err);
 int data_build_finish(JsonlBuild *b, DataSource *d, int split, double val_fraction, bool empty, GtError *err);
@@ -91,7 +91,7 @@ int data_json_skip(const char **pp, const char *end);
 
 /* Stream a JSON array of objects (data_json.c) from the file at path (fd >= 0, read in bounded
  * chunks) or from buf[len] (fd < 0) into d through data_build_*. */
-int data_json_build(DataSource *d, const char *name, int fd, const char *buf, size_t len, bool packing, int split,
+int data_json_build(DataSource *d, const char *name, int fd, const char *buf, size_t len, int split,
                     double val_fraction, const DataText *text, GtError *err);
 
 /* messages rows (data_messages.c): the chat template (data.chat_template, else the tokenizer's
@@ -106,7 +106,7 @@ int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_
 /* Parquet rows (a file or a glob) into d through data_build_* (data_parquet.c): the columns of the
  * mapping, or of the first kind whose columns the files have (prompt/completion, messages, text),
  * each row as a record. */
-int data_parquet_build(DataSource *d, const char *path, bool packing, int split, double val_fraction,
+int data_parquet_build(DataSource *d, const char *path, int split, double val_fraction,
                        const DataText *text, GtError *err);
 
 /* SFT examples through the tokenizer, a batch at a time, in parallel (data_jsonl_tok.c). */

@@ -82,13 +82,13 @@ static int jr_expected(const JReader *r, size_t at, const char *what, GtError *e
                     (unsigned long long)(r->base + at), what, found);
 }
 
-int data_json_build(DataSource *d, const char *name, int fd, const char *buf, size_t len, bool packing, int split,
+int data_json_build(DataSource *d, const char *name, int fd, const char *buf, size_t len, int split,
                     double val_fraction, const DataText *text, GtError *err) {
     JReader r = {.fd = fd, .name = name, .buf = fd < 0 ? (char *)buf : NULL, .end = fd < 0 ? len : 0, .eof = fd < 0};
     JsonlBuild *b = NULL;
     int rc = -1;
     size_t at = 0, keep = 0, row = 0;
-    if (data_build_begin(&b, d, name, "element", packing, text, err) != 0) goto out;
+    if (data_build_begin(&b, d, name, "element", text, err) != 0) goto out;
     if (jr_more(&r, &keep, err) != 0) goto out;
     if (r.end >= 3 && memcmp(r.buf, "\xEF\xBB\xBF", 3) == 0) at = 3; /* a UTF-8 BOM */
     int ws = jr_skip_ws(&r, &at, &keep, err);

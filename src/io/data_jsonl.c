@@ -178,7 +178,6 @@ struct JsonlBuild {
     const char *name;
     int vocab_size;
     int row_len;  /* seq_len + 1 */
-    bool packing; /* keep every token (no truncation to row_len) */
     int32_t *tok;
     size_t tok_n, tok_cap;
     uint64_t *off;
@@ -216,29 +215,23 @@ static const char *json_type_name(const cJSON *j) {
     return "an invalid value";
 }
 
-/* Append a token to the current example. Unpacked: tokens beyond row_len are dropped (room for
- * row_len tokens past tok_n was reserved); packed: every token is kept, growing the buffer. */
+/* Append a token to the current example: the first row_len are kept (the buffer grows as they
+ * come, so a huge row_len reserves nothing), the rest counted (cur_full) and dropped. */
 static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
+    (void)line;
     b->cur_full++;
-    if (!b->packing) {
-        if (b->cur_len < b->row_len) {
-            b->mask[b->tok_n + (size_t)b->cur_len] = b->cur_train;
-            b->tok[b->tok_n + (size_t)b->cur_len++] = t;
-        }
-        return 0;
-    }
-    if (b->cur_len == INT32_MAX)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: example has more than %d tokens, expected fewer", b->pre,
-                        line, INT32_MAX);
-    if (data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->tok, b->name, err) ||
-        data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + (size_t)b->cur_len + 1, sizeof *b->mask, b->name, err))
+    if (b->cur_len >= b->row_len) return 0;
+    const size_t at = b->tok_n + (size_t)b->cur_len;
+    if (data_grow((void **)&b->tok, &b->tok_cap, at + 1, sizeof *b->tok, b->name, err) ||
+        data_grow((void **)&b->mask, &b->mask_cap, at + 1, sizeof *b->mask, b->name, err))
         return -1;
-    b->mask[b->tok_n + (size_t)b->cur_len] = b->cur_train;
-    b->tok[b->tok_n + (size_t)b->cur_len++] = t;
+    b->mask[at] = b->cur_train;
+    b->tok[at] = t;
+    b->cur_len++;
     return 0;
 }
 
-/* Append a string's bytes to the current example (unpacked: tokens beyond row_len are checked, not kept). */
+/* Append a string's bytes to the current example (tokens beyond row_len are checked, not kept). */
 static int jb_add_text(JsonlBuild *b, const char *s, size_t n, size_t line, const char *field, GtError *err) {
     for (size_t i = 0; i < n; i++) {
         unsigned v = (unsigned char)s[i];
@@ -299,15 +292,13 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
 
 #define JSONL_TOK_BATCH 4096 /* lines encoded together, in parallel */
 
-/* Room for one more example and row_len more tokens. */
+/* Room for one more example (its tokens grow in jb_push). */
 static int jb_begin(JsonlBuild *b, GtError *err) {
     b->cur_len = 0;
     b->cur_full = 0;
     b->cur_train = 0;
     return data_grow((void **)&b->full, &b->full_cap, b->ex_n + 1, sizeof *b->full, b->name, err) ||
-           data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + (size_t)b->row_len, sizeof *b->tok, b->name, err) ||
            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
-           data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + (size_t)b->row_len, sizeof *b->mask, b->name, err) ||
            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err);
 }
 
@@ -546,7 +537,7 @@ static int32_t example_targets(const JsonlBuild *b, uint64_t k, int32_t from) {
 }
 
 /* Records into examples (data_internal.h). */
-int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word, bool packing,
+int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const char *row_word,
                      const DataText *text, GtError *err) {
     const bool array = row_word != NULL;
     *out = NULL;
@@ -564,7 +555,7 @@ int data_build_begin(JsonlBuild **out, DataSource *d, const char *name, const ch
                             "prompt/completion or messages alone", name);
     }
     JsonlBuild *b = gt_xcalloc(1, sizeof *b);
-    *b = (JsonlBuild){.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1, .packing = packing,
+    *b = (JsonlBuild){.name = name, .vocab_size = d->vocab_size, .row_len = d->seq_len + 1,
                       .text = text, .array = array};
     if (array)
         snprintf(b->pre, sizeof b->pre, "%s: %s ", name, row_word);
@@ -602,10 +593,10 @@ void data_build_free(JsonlBuild *b) {
     free(b);
 }
 
-int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, bool packing, int split,
+int data_jsonl_build(DataSource *d, const char *name, const char *buf, size_t len, int split,
                      double val_fraction, const DataText *text, GtError *err) {
     JsonlBuild *b;
-    if (data_build_begin(&b, d, name, NULL, packing, text, err) != 0) return -1;
+    if (data_build_begin(&b, d, name, NULL, text, err) != 0) return -1;
     size_t lineno = 0;
     for (size_t pos = 0; pos < len;) {
         const char *nl = memchr(buf + pos, '\n', len - pos);

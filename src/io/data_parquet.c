@@ -41,7 +41,7 @@ static void put_value(GtBytes *o, const PqValue *v) {
     }
 }
 
-int data_parquet_build(DataSource *d, const char *path, bool packing, int split, double val_fraction,
+int data_parquet_build(DataSource *d, const char *path, int split, double val_fraction,
                        const DataText *text, GtError *err) {
     const char *pc[2] = {col_or(text ? text->col_prompt : NULL, "prompt"),
                          col_or(text ? text->col_completion : NULL, "completion")};
@@ -78,7 +78,7 @@ int data_parquet_build(DataSource *d, const char *path, bool packing, int split,
     int rc = -1;
     GtBytes obj = {0};
     PqValue v[2];
-    if (data_build_begin(&b, d, path, "row", packing, text, err) != 0) goto out;
+    if (data_build_begin(&b, d, path, "row", text, err) != 0) goto out;
     for (;;) {
         int got = parquet_next_row(r, v, err);
         if (got < 0) goto out;
