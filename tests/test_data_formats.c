@@ -280,6 +280,10 @@ Test(data_formats, json_array_memory_is_bounded_by_the_tokens, .timeout = 120) {
     long grow_array = open_growth_kib(test_join(dir, "big.json"));
     long grow_lines = open_growth_kib(test_join(dir, "big.jsonl"));
     cr_log_info("peak RSS growth: JSON array %ld KiB, jsonl %ld KiB (file %d MiB)", grow_array, grow_lines, N);
+    if (UNDER_SANITIZER) { /* both files were read (the sanitizer checked the reading); the RSS says nothing */
+        test_scratch_remove(dir);
+        return;
+    }
     cr_expect_gt(grow_lines, 48 * 1024, "jsonl grew the peak by %ld KiB only: the measure does not work", grow_lines);
     cr_expect_lt(grow_array, 8 * 1024, "the JSON array grew the peak by %ld KiB: not streamed", grow_array);
     test_scratch_remove(dir);

@@ -17,17 +17,8 @@
 
 #include "plan.h"
 #include "test_backend_select.h"
+#include "test_util.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
-#ifndef UNDER_SANITIZER
-#define UNDER_SANITIZER 0
-#endif
 
 static const char MODEL_JSON[] =
     "{\"model_type\": \"llama\", \"hidden_size\": 768, \"intermediate_size\": 2048, \"num_hidden_layers\": 8,\n"

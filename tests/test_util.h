@@ -61,4 +61,17 @@ void test_jacobi_svd(const double *A, int m, int n, double *U, double *S, double
 double test_max_abs(const float *x, size_t n);
 double test_max_diff(const float *x, const float *y, size_t n);
 
+/* 1 when built with AddressSanitizer: its shadow memory and the quarantine of freed blocks make a
+ * process's RSS say nothing about what the code holds */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_SANITIZER 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_SANITIZER 1
+#endif
+#endif
+#ifndef UNDER_SANITIZER
+#define UNDER_SANITIZER 0
+#endif
+
 #endif
