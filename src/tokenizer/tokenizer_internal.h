@@ -198,8 +198,9 @@ int32_t tok_utf8_decode(const char *s, size_t *n);
 /* Rust's String::from_utf8_lossy onto *buf: each maximal invalid subpart becomes one U+FFFD. */
 void tok_utf8_lossy_append(const char *text, size_t len, GtBytes *out);
 
-/* BPE on one pre-token (a word); appends its ids. The encoder's cache is keyed by the word. */
-int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtError *err);
+/* BPE on one pre-token (a word); appends its ids. The encoder's cache is keyed by the word.
+ * lens (NULL: not wanted; else room for len entries): each appended token's bytes in word. */
+int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, uint32_t *lens, GtError *err);
 /* Cache and scratch of one encoder thread, owned by tokenizer_bpe.c. */
 typedef struct TokBpeScratch TokBpeScratch;
 TokBpeScratch *tok_bpe_scratch_new(void);
