@@ -555,40 +555,6 @@ static void swap_norm_al(TokEncoder *e) {
     e->norm_al_tmp_cap = cap;
 }
 
-/* The alignments after a Unicode normalization changed in[0..n_in) (alignments al_in) into
- * norm_buf[0..n): the text is cut before each ASCII character (which composes with nothing
- * before it), the cuts normalized apart; an unchanged cut keeps its alignments, a changed one
- * gives each of its bytes the cut's whole span. Cuts that do not add up to the whole: the
- * whole piece's span everywhere (never narrower than HF's). */
-static int unicode_realign(TokEncoder *e, int kind, const char *in, size_t n_in, const size_t *al_in, size_t n,
-                           GtError *err) {
-    size_t *o = al_reserve(&e->norm_al, &e->norm_al_cap, n + 1), w = 0, cap = 0, m;
-    char *tmp = NULL;
-    bool ok = true;
-    for (size_t a = 0; a < n_in && ok;) {
-        size_t b = a + tok_utf8_len((unsigned char)in[a]);
-        while (b < n_in && (unsigned char)in[b] >= 0x80) b += tok_utf8_len((unsigned char)in[b]);
-        if (tok_unicode_normalize(kind, in + a, b - a, &tmp, &m, &cap, err) != 0) {
-            free(tmp);
-            return -1;
-        }
-        ok = w + m <= n && memcmp(tmp, e->norm_buf + w, m) == 0;
-        bool same = m == b - a && memcmp(tmp, in + a, m) == 0;
-        for (size_t k = 0; ok && k < m; k++, w++) {
-            o[2 * w] = same ? al_in[2 * (a + k)] : al_in[2 * a];
-            o[2 * w + 1] = same ? al_in[2 * (a + k) + 1] : al_in[2 * (b - 1) + 1];
-        }
-        a = b;
-    }
-    free(tmp);
-    if (!ok || w != n)
-        for (size_t k = 0; k < n; k++) {
-            o[2 * k] = al_in[0];
-            o[2 * k + 1] = al_in[2 * (n_in - 1) + 1];
-        }
-    return 0;
-}
-
 /* The normalizers on one piece (text[base..base+len)); the result in e->norm_buf (*n bytes), and
  * with offsets wanted its alignments in e->norm_al. */
 static int normalize(TokEncoder *e, const char *s, size_t len, size_t base, size_t *n_out, GtError *err) {
@@ -660,7 +626,9 @@ static int normalize(TokEncoder *e, const char *s, size_t len, size_t base, size
             swap_norm_buffers(e);
             if (al && (n != n_in || memcmp(e->norm_buf, e->norm_tmp, n) != 0)) {
                 swap_norm_al(e); /* the input's alignments are norm_al_tmp now */
-                if (unicode_realign(e, z->kind, e->norm_tmp, n_in, e->norm_al_tmp, n, err) != 0) return -1;
+                al_reserve(&e->norm_al, &e->norm_al_cap, n + 1);
+                if (tok_unicode_realign(z->kind, e->norm_tmp, n_in, e->norm_al_tmp, e->norm_buf, n, e->norm_al, err) != 0)
+                    return -1;
             }
         }
     }
