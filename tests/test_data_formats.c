@@ -173,6 +173,32 @@ Test(data_formats, qwen3_messages_match_trl_assistant_masks, .timeout = 600) {
     free(tmpl);
 }
 
+/* Llama-2 (SentencePiece-style: a prepended and replaced ▁, <0xXX> byte tokens): Meta's
+ * Llama-2-chat template with {% generation %} around each answer (TRL's assistant_only_loss needs
+ * the markers; the space before the answer is outside, so the ▁ token that holds it tests the
+ * offsets' overlap rule), given to both as --chat-template. The mask follows the tokenizer's
+ * offsets (tok_encode_offsets), as transformers' char_to_token does. */
+static const char LLAMA2_CHAT[] =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' }}{% generation %}{{ content.strip() + ' ' + eos_token }}"
+    "{% endgeneration %}{% endif %}{% endfor %}";
+Test(data_formats, llama2_messages_match_trl_assistant_masks, .timeout = 600) {
+    char dir[128], gt_args[300], trl_args[300];
+    test_scratch_make(dir, sizeof dir, "gt_llama2_chat");
+    const char *tmpl = test_join(dir, "llama2-chat.jinja");
+    test_write_file(tmpl, LLAMA2_CHAT, strlen(LLAMA2_CHAT));
+    snprintf(gt_args, sizeof gt_args, "--column messages=conversations --chat-template '%s'", tmpl);
+    snprintf(trl_args, sizeof trl_args, "messages=conversations '--chat-template=%s'", tmpl);
+    check_against_trl("llama2", "chat", ROWS_CHAT, gt_args, trl_args);
+    test_scratch_remove(dir);
+}
+
 Test(data_formats, llama3_1_rows_match_trl, .timeout = 600) { all_kinds("llama3_1"); }
 Test(data_formats, qwen3_rows_match_trl, .timeout = 600) { all_kinds("qwen3"); }
 Test(data_formats, llama2_rows_match_trl, .timeout = 600) { all_kinds("llama2"); }

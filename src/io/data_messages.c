@@ -2,8 +2,9 @@
  * model's chat template (chat_template.h: tokenizer_config.json's, or data.chat_template), the text
  * tokenized without adding special tokens again (TRL renders then tokenizes with
  * add_special_tokens=False), and each token's train mask from the assistant spans the renderer
- * returns (assistant_only_loss) or all ones. A token trains when its bytes overlap an assistant
- * span, as HF's char_to_token maps a span's first and last byte to tokens. */
+ * returns (assistant_only_loss) or all ones. A token trains when its span in the text (the
+ * tokenizer's offsets, HF's offset_mapping) overlaps an assistant span, as HF's char_to_token maps
+ * a span's first and last byte to tokens: any tokenizer, byte-level or SentencePiece-style. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,7 @@ struct DataChat {
     char *bos, *eos; /* the tokenizer's BOS/EOS strings, NULL when none */
     bool assistant_only;
     GtBytes text;
+    TokOffsets offs;
 };
 
 static char *token_string(const Tokenizer *t, int id) {
@@ -59,17 +61,8 @@ void data_chat_free(DataChat *c) {
     free(c->bos);
     free(c->eos);
     gt_bytes_free(&c->text);
+    tok_offsets_free(&c->offs);
     free(c);
-}
-
-/* bytes of a token as it stands in the text: a byte-level vocabulary writes each byte as one code
- * point; added tokens are their own text (ASCII in the families read here). The sum is checked
- * against the text's length. */
-static size_t token_bytes(const Tokenizer *t, int id) {
-    const char *s = tokenizer_id_to_token(t, id);
-    size_t n = 0;
-    for (; s && *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
-    return n;
 }
 
 int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_t row, const char *col, TokIds *ids,
@@ -100,24 +93,19 @@ int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_
     if (c->tok) {
         char where[GT_PATH_MAX + 64];
         snprintf(where, sizeof where, "%s%zu: the rendered messages", pre, row);
-        rc = tok_encode(c->enc, where, s, len, false, ids, err);
+        c->offs.n = 0;
+        rc = tok_encode_offsets(c->enc, where, s, len, false, ids, &c->offs, err);
     } else {
         for (size_t k = 0; k < len; k++) tok_ids_push(ids, (unsigned char)s[k]);
     }
     mask->n = 0;
-    size_t at = 0, sp = 0;
     for (size_t k = 0; rc == 0 && k < ids->n; k++) {
-        size_t nb = c->tok ? token_bytes(c->tok, ids->ids[k]) : 1, end = at + nb;
-        while (sp < n_spans && spans[sp].end <= at) sp++;
-        bool in = sp < n_spans && spans[sp].start < end && spans[sp].end > at && nb > 0;
+        size_t at = c->tok ? c->offs.v[2 * k] : k, end = c->tok ? c->offs.v[2 * k + 1] : k + 1;
+        bool in = false; /* the spans are few (one per assistant turn): each is looked at */
+        for (size_t sp = 0; sp < n_spans && !in && end > at; sp++) in = spans[sp].start < end && spans[sp].end > at;
         char bit = (char)(!c->assistant_only || in);
         gt_bytes_put(mask, &bit, 1);
-        at = end;
     }
-    if (rc == 0 && at != len)
-        rc = gt_error(err, GT_EXIT_BAD_INPUT,
-                      "%s%zu: the tokenizer's tokens do not spell the rendered text byte for byte (%zu of %zu bytes), "
-                      "expected a byte-level tokenizer (Llama-3, Qwen) for messages rows", pre, row, at, len);
     free(spans);
     return rc;
 }

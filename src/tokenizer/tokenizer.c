@@ -1,7 +1,8 @@
 /* tokenizer.c - encoding text with a loaded tokenizer.json, step for step as HF's tokenizers
  * (tokenizer/mod.rs encode_single_sequence): added tokens in the raw text, the normalizers on
  * the pieces between them, added tokens in the normalized pieces, the pre-tokenizers, the BPE
- * model per pre-token, the post-processor's special tokens. Offsets are not kept: only ids.
+ * model per pre-token, the post-processor's special tokens. tok_encode_offsets also carries each
+ * byte's span in the text (HF's NormalizedString alignments) through every step.
  * Also HF's onig find_iter (the one regex loop every step uses) and UTF-8 checking. */
 #include <stdlib.h>
 #include <time.h>
@@ -301,10 +302,15 @@ static void apply_behavior(Spans *s, int behavior, bool invert) {
 
 /* ---- the encoder ---- */
 
+/* Offsets (tok_encode_offsets only): an alignment array holds 2 entries per byte of a buffer,
+ * the [start, end) in the text of the character the byte came from (HF's alignments). */
 typedef struct {
     char *buf, *tmp;
     size_t buf_n, buf_cap, tmp_cap;
     Spans spans;
+    size_t *al;           /* buf's alignments when the step rewrote the bytes */
+    size_t al_cap;        /* entries */
+    const size_t *al_out; /* buf's alignments: al, or the input's (a step that copies) */
 } Level;
 
 struct TokEncoder {
@@ -314,7 +320,36 @@ struct TokEncoder {
     Spans raw, norm;
     char *norm_buf, *norm_tmp;
     size_t norm_cap, norm_tmp_cap;
+    TokOffsets *offs;            /* where offsets go (tok_encode_offsets), else NULL */
+    size_t *norm_al, *norm_al_tmp; /* norm_buf's / norm_tmp's alignments */
+    size_t norm_al_cap, norm_al_tmp_cap;
+    uint32_t *lens;              /* the BPE tokens' bytes in their word */
+    size_t lens_cap;
 };
+
+void tok_offsets_free(TokOffsets *o) {
+    free(o->v);
+    memset(o, 0, sizeof *o);
+}
+
+static void offs_push(TokOffsets *o, size_t start, size_t end) {
+    if (o->n == o->cap) {
+        o->cap = o->cap ? o->cap * 2 : 64;
+        o->v = gt_xrealloc(o->v, 2 * o->cap * sizeof(size_t));
+    }
+    o->v[2 * o->n] = start;
+    o->v[2 * o->n + 1] = end;
+    o->n++;
+}
+
+/* Room for the alignments of `bytes` bytes. */
+static size_t *al_reserve(size_t **p, size_t *cap, size_t bytes) {
+    if (2 * bytes > *cap) {
+        *cap = 4 * bytes + 32;
+        *p = gt_xrealloc(*p, *cap * sizeof(size_t));
+    }
+    return *p;
+}
 
 const Tokenizer *tok_encoder_tokenizer(const TokEncoder *e) { return e->t; }
 TokBpeScratch *tok_encoder_bpe(TokEncoder *e) { return e->bpe; }
@@ -334,12 +369,16 @@ void tok_encoder_free(TokEncoder *e) {
         free(e->levels[i].buf);
         free(e->levels[i].tmp);
         free(e->levels[i].spans.v);
+        free(e->levels[i].al);
     }
     free(e->levels);
     free(e->raw.v);
     free(e->norm.v);
     free(e->norm_buf);
     free(e->norm_tmp);
+    free(e->norm_al);
+    free(e->norm_al_tmp);
+    free(e->lens);
     free(e);
 }
 
@@ -368,10 +407,11 @@ static bool is_numeric(int32_t c, const void *arg) {
 }
 
 /* The pieces' copy in L->buf and their spans, after the step's transformation and split. */
-static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const char *s, size_t len, bool origin,
-                       GtError *err) {
+static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const char *s, size_t len, const size_t *al,
+                       bool origin, GtError *err) {
     const Tokenizer *t = e->t;
     L->buf_n = 0;
+    L->al_out = al; /* a step that rewrites the bytes rewrites this */
     Spans *sp = &L->spans;
     switch (p->kind) {
     case PRE_BYTE_LEVEL: {
@@ -392,6 +432,17 @@ static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const 
             spans_push(sp, 0, n, 0);
         }
         reserve(&L->buf, &L->buf_cap, 2 * n + 1);
+        if (al) { /* each output byte: the alignment of the byte it stands for (a prefix: the first's) */
+            size_t *o = al_reserve(&L->al, &L->al_cap, 2 * n + 1), w = 0;
+            for (size_t k = 0; k < n; k++) {
+                const size_t *from = src == s ? al + 2 * k : al + 2 * (k ? k - 1 : 0);
+                for (int r = 0; r < t->alphabet.len[(unsigned char)src[k]]; r++, w++) {
+                    o[2 * w] = from[0];
+                    o[2 * w + 1] = from[1];
+                }
+            }
+            L->al_out = o;
+        }
         char *w = L->buf;
         for (size_t i = 0; i < sp->n; i++) { /* map each piece's bytes to the alphabet */
             size_t a = (size_t)(w - L->buf);
@@ -417,6 +468,13 @@ static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const 
         bool prepend = p->prepend_scheme == PREPEND_ALWAYS || (p->prepend_scheme == PREPEND_FIRST && origin);
         /* replace ' ' first: a leading space becomes the replacement, so nothing is prepended */
         if (prepend && !starts && s[0] != ' ') level_append(L, p->replacement, p->replacement_len);
+        if (al) { /* the prefix: the first character's alignment; a replaced space: the space's */
+            size_t *o = al_reserve(&L->al, &L->al_cap, L->buf_n + len * p->replacement_len + 1), w = 0;
+            for (; w < L->buf_n; w++) memcpy(o + 2 * w, al, 2 * sizeof(size_t));
+            for (size_t i = 0; i < len; i++)
+                for (size_t r = 0; r < (s[i] == ' ' ? p->replacement_len : 1); r++, w++) memcpy(o + 2 * w, al + 2 * i, 2 * sizeof(size_t));
+            L->al_out = o;
+        }
         reserve(&L->buf, &L->buf_cap, L->buf_n + len * p->replacement_len + 1);
         for (size_t i = 0; i < len; i++) {
             if (s[i] == ' ') {
@@ -445,17 +503,36 @@ static int pretok_step(TokEncoder *e, const TokPreTokenizer *p, Level *L, const 
     return 0;
 }
 
-static int pretokenize(TokEncoder *e, int k, const char *s, size_t len, bool origin, TokIds *out, GtError *err) {
+/* The BPE model on a word whose bytes' alignments are al: its tokens and their offsets. */
+static int bpe_word_offsets(TokEncoder *e, const char *s, size_t len, const size_t *al, TokIds *out, GtError *err) {
+    if (len > e->lens_cap) {
+        e->lens_cap = 2 * len + 16;
+        e->lens = gt_xrealloc(e->lens, e->lens_cap * sizeof(uint32_t));
+    }
+    size_t first = out->n, pos = 0;
+    if (tok_bpe_word(e, s, len, out, e->lens, err) != 0) return -1;
+    for (size_t i = first; i < out->n; i++) {
+        size_t l = e->lens[i - first], last = pos + l - 1 < len ? pos + l - 1 : len - 1;
+        offs_push(e->offs, al[2 * (pos < len ? pos : len - 1)], al[2 * last + 1]);
+        pos += l;
+    }
+    return 0;
+}
+
+static int pretokenize(TokEncoder *e, int k, const char *s, size_t len, const size_t *al, bool origin, TokIds *out,
+                       GtError *err) {
     if (len == 0) return 0;
-    if (k == e->t->n_pres) return tok_bpe_word(e, s, len, out, err);
+    if (k == e->t->n_pres) return al ? bpe_word_offsets(e, s, len, al, out, err) : tok_bpe_word(e, s, len, out, NULL, err);
     Level *L = &e->levels[k];
-    if (pretok_step(e, &e->t->pres[k], L, s, len, origin, err) != 0) return -1;
+    if (pretok_step(e, &e->t->pres[k], L, s, len, al, origin, err) != 0) return -1;
     for (size_t i = 0; i < L->spans.n; i++) {
         Span sp = L->spans.v[i];
         if (sp.flag || sp.end == sp.start) continue; /* removed, or empty (HF drops empty splits) */
         if ((i & 4095) == 4095 && gt_stop_signal())
             return gt_error(err, GT_EXIT_FAILURE, "encoding stopped by signal %d", gt_stop_signal());
-        if (pretokenize(e, k + 1, L->buf + sp.start, sp.end - sp.start, sp.origin, out, err) != 0) return -1;
+        if (pretokenize(e, k + 1, L->buf + sp.start, sp.end - sp.start, L->al_out ? L->al_out + 2 * sp.start : NULL,
+                        sp.origin, out, err) != 0)
+            return -1;
     }
     return 0;
 }
@@ -470,8 +547,17 @@ static void swap_norm_buffers(TokEncoder *e) {
     e->norm_tmp_cap = cap;
 }
 
-/* The normalizers on one piece; the result in e->norm_buf (*n bytes). */
-static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, GtError *err) {
+static void swap_norm_al(TokEncoder *e) {
+    size_t *a = e->norm_al, cap = e->norm_al_cap;
+    e->norm_al = e->norm_al_tmp;
+    e->norm_al_cap = e->norm_al_tmp_cap;
+    e->norm_al_tmp = a;
+    e->norm_al_tmp_cap = cap;
+}
+
+/* The normalizers on one piece (text[base..base+len)); the result in e->norm_buf (*n bytes), and
+ * with offsets wanted its alignments in e->norm_al. */
+static int normalize(TokEncoder *e, const char *s, size_t len, size_t base, size_t *n_out, GtError *err) {
     if (len == 0) {
         *n_out = 0;
         return 0;
@@ -480,9 +566,26 @@ static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, Gt
     reserve(&e->norm_buf, &e->norm_cap, len + 1);
     memcpy(e->norm_buf, s, len);
     size_t n = len;
+    bool al = e->offs != NULL;
+    if (al) { /* each byte: its character's span */
+        size_t *o = al_reserve(&e->norm_al, &e->norm_al_cap, len + 1);
+        for (size_t i = 0; i < len;) {
+            size_t cl = tok_utf8_len((unsigned char)s[i]);
+            for (size_t k = i; k < i + cl && k < len; k++) {
+                o[2 * k] = base + i;
+                o[2 * k + 1] = base + i + cl;
+            }
+            i += cl;
+        }
+    }
     for (int i = 0; i < t->n_norms && n > 0; i++) {
         const TokNormalizer *z = &t->norms[i];
         if (z->kind == NORM_PREPEND) {
+            if (al) { /* HF's prepend: the new characters take the first character's alignment */
+                size_t *o = al_reserve(&e->norm_al, &e->norm_al_cap, n + z->str_len + 1);
+                memmove(o + 2 * z->str_len, o, 2 * n * sizeof(size_t));
+                for (size_t k = 0; k < z->str_len; k++) memcpy(o + 2 * k, o + 2 * z->str_len, 2 * sizeof(size_t));
+            }
             reserve(&e->norm_buf, &e->norm_cap, n + z->str_len + 1);
             memmove(e->norm_buf + z->str_len, e->norm_buf, n);
             memcpy(e->norm_buf, z->str, z->str_len);
@@ -498,17 +601,35 @@ static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, Gt
                 size_t piece = sp.v[k].flag ? z->str_len : sp.v[k].end - sp.v[k].start;
                 reserve(&e->norm_tmp, &e->norm_tmp_cap, m + piece + 1);
                 memcpy(e->norm_tmp + m, sp.v[k].flag ? z->str : e->norm_buf + sp.v[k].start, piece);
+                if (al) { /* HF's replace: the content takes the alignment of the match's last byte */
+                    size_t *o = al_reserve(&e->norm_al_tmp, &e->norm_al_tmp_cap, m + piece + 1);
+                    size_t at = sp.v[k].end > 0 ? sp.v[k].end - 1 : 0;
+                    for (size_t r = 0; r < piece; r++) {
+                        const size_t *from = sp.v[k].flag ? e->norm_al + 2 * at : e->norm_al + 2 * (sp.v[k].start + r);
+                        bool none = sp.v[k].flag && sp.v[k].end == 0;
+                        o[2 * (m + r)] = none ? base : from[0];
+                        o[2 * (m + r) + 1] = none ? base : from[1];
+                    }
+                }
                 m += piece;
             }
             free(sp.v);
             swap_norm_buffers(e);
+            if (al) swap_norm_al(e);
             n = m;
         } else {
             bool ascii = true;
             for (size_t k = 0; k < n && ascii; k++) ascii = (unsigned char)e->norm_buf[k] < 0x80;
             if (ascii) continue; /* ASCII text is in every normal form */
+            size_t n_in = n;
             if (tok_unicode_normalize(z->kind, e->norm_buf, n, &e->norm_tmp, &n, &e->norm_tmp_cap, err) != 0) return -1;
             swap_norm_buffers(e);
+            if (al && (n != n_in || memcmp(e->norm_buf, e->norm_tmp, n) != 0)) {
+                swap_norm_al(e); /* the input's alignments are norm_al_tmp now */
+                al_reserve(&e->norm_al, &e->norm_al_cap, n + 1);
+                if (tok_unicode_realign(z->kind, e->norm_tmp, n_in, e->norm_al_tmp, e->norm_buf, n, e->norm_al, err) != 0)
+                    return -1;
+            }
         }
     }
     *n_out = n;
@@ -516,7 +637,7 @@ static int normalize(TokEncoder *e, const char *s, size_t len, size_t *n_out, Gt
 }
 
 int tok_normalize(TokEncoder *e, const char *s, size_t len, const char **out, size_t *n, GtError *err) {
-    if (normalize(e, s, len, n, err) != 0) return -1;
+    if (normalize(e, s, len, 0, n, err) != 0) return -1;
     *out = e->norm_buf ? e->norm_buf : "";
     return 0;
 }
@@ -582,35 +703,45 @@ static int encode_normalized_piece(TokEncoder *e, size_t n, bool origin, TokIds 
     for (size_t k = 0; k < e->norm.n; k++) {
         Span sp = e->norm.v[k];
         if (sp.end <= sp.start) continue;
-        if (sp.flag >= 0) tok_ids_push(out, t->added[sp.flag].id);
-        else if (pretokenize(e, 0, e->norm_buf + sp.start, sp.end - sp.start, origin && sp.start == 0, out, err) != 0)
+        const size_t *al = e->offs ? e->norm_al + 2 * sp.start : NULL;
+        if (sp.flag >= 0) {
+            tok_ids_push(out, t->added[sp.flag].id);
+            if (al) offs_push(e->offs, al[0], al[2 * (sp.end - sp.start - 1) + 1]);
+        } else if (pretokenize(e, 0, e->norm_buf + sp.start, sp.end - sp.start, al, origin && sp.start == 0, out, err) != 0)
             return -1;
     }
     return 0;
 }
 
-int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens, TokIds *out,
-               GtError *err) {
+static int encode(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens, TokIds *out,
+                  GtError *err) {
     const Tokenizer *t = e->t;
+    TokOffsets *offs = e->offs;
+    size_t offs_first = offs ? offs->n : 0;
     long bad = tok_utf8_invalid_at(text, len);
     if (bad >= 0)
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s: byte offset %ld: expected UTF-8 text, found the byte 0x%02x",
                         name, bad, (unsigned char)text[bad]);
     size_t first = out->n;
     if (add_special_tokens)
-        for (int i = 0; i < t->n_before; i++) tok_ids_push(out, t->tmpl_before[i]);
+        for (int i = 0; i < t->n_before; i++) {
+            tok_ids_push(out, t->tmpl_before[i]);
+            if (offs) offs_push(offs, 0, 0); /* the post-processor's tokens: HF's (0, 0) */
+        }
     find_added(t, &t->raw_set, text, len, &e->raw);
     for (size_t k = 0; k < e->raw.n; k++) {
         Span sp = e->raw.v[k];
         if (sp.end <= sp.start) continue;
         if (sp.flag >= 0) {
             tok_ids_push(out, t->added[sp.flag].id);
+            if (offs) offs_push(offs, sp.start, sp.end);
             continue;
         }
         size_t n;
-        if (normalize(e, text + sp.start, sp.end - sp.start, &n, err) != 0 ||
+        if (normalize(e, text + sp.start, sp.end - sp.start, sp.start, &n, err) != 0 ||
             encode_normalized_piece(e, n, sp.start == 0, out, err) != 0) {
             out->n = first;
+            if (offs) offs->n = offs_first;
             if (err && err->msg[0] && strncmp(err->msg, name, strlen(name)) != 0) {
                 char msg[GT_ERR_MAX];
                 snprintf(msg, sizeof msg, "%s", err->msg);
@@ -622,6 +753,23 @@ int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bo
         }
     }
     if (add_special_tokens)
-        for (int i = 0; i < t->n_after; i++) tok_ids_push(out, t->tmpl_after[i]);
+        for (int i = 0; i < t->n_after; i++) {
+            tok_ids_push(out, t->tmpl_after[i]);
+            if (offs) offs_push(offs, 0, 0);
+        }
     return 0;
+}
+
+int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens, TokIds *out,
+               GtError *err) {
+    e->offs = NULL;
+    return encode(e, name, text, len, add_special_tokens, out, err);
+}
+
+int tok_encode_offsets(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens,
+                       TokIds *out, TokOffsets *offs, GtError *err) {
+    e->offs = offs;
+    int rc = encode(e, name, text, len, add_special_tokens, out, err);
+    e->offs = NULL;
+    return rc;
 }

@@ -85,6 +85,23 @@ void tok_encoder_free(TokEncoder *e); /* NULL is fine */
 int tok_encode(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens,
                TokIds *out, GtError *err);
 
+/* Token offsets: 2 per token (start, end), byte offsets into the text given to tok_encode_offsets. */
+typedef struct {
+    size_t *v;
+    size_t n, cap; /* n: tokens (v holds 2n) */
+} TokOffsets;
+void tok_offsets_free(TokOffsets *o);
+
+/* tok_encode, and each appended token's [start, end) in text[0..len) appended to offs, as HF's
+ * Encoding.offsets (in bytes): through the normalizers' alignments, the pre-tokenizers' splits and
+ * the model's pieces (a piece of a character, a byte-fallback token, spans the whole character);
+ * an added token its matched span (lstrip/rstrip's whitespace included); the post-processor's
+ * tokens (0, 0). A Unicode normalizer that changes a run of text gives each token of the run the
+ * run's whole span (HF aligns a composed character to its first source character). Offsets are
+ * computed only on this path: tok_encode does not pay for them. */
+int tok_encode_offsets(TokEncoder *e, const char *name, const char *text, size_t len, bool add_special_tokens,
+                       TokIds *out, TokOffsets *offs, GtError *err);
+
 /* HF's decode(ids, skip_special_tokens): the decoder chain over the ids' token strings. *out is
  * a fresh NUL-terminated string (freed by the caller; *out_len without the NUL). An id outside
  * the vocabulary is skipped (as HF does). */

@@ -176,6 +176,7 @@ struct TokBpeScratch {
     uint32_t *cache_at;   /* [2 * entries]: offset, count into cache_ids */
     uint32_t cache_n, cache_cap;
     int32_t *cache_ids;
+    uint32_t *cache_lens; /* each cached token's bytes in its word (for offsets) */
     size_t cache_ids_n, cache_ids_cap;
     Symbol *sym;
     size_t sym_cap;
@@ -191,6 +192,7 @@ void tok_bpe_scratch_free(TokBpeScratch *s) {
     tok_strmap_free(&s->cache);
     free(s->cache_at);
     free(s->cache_ids);
+    free(s->cache_lens);
     free(s->sym);
     free(s->heap.v);
     free(s->buf);
@@ -376,7 +378,7 @@ static void merge_word(const TokBpe *m, TokBpeScratch *s, const char *w, size_t 
     *n_out = n;
 }
 
-int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtError *err) {
+int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, uint32_t *lens, GtError *err) {
     (void)err;
     const TokBpe *m = &tok_encoder_tokenizer(e)->bpe;
     TokBpeScratch *s = tok_encoder_bpe(e);
@@ -385,6 +387,7 @@ int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtErr
         const int32_t *id = tok_strmap_get(&m->vocab, word, len);
         if (id) {
             tok_ids_push(out, *id);
+            if (lens) lens[0] = (uint32_t)len;
             return 0;
         }
     }
@@ -394,6 +397,7 @@ int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtErr
         if (at) {
             uint32_t off = s->cache_at[2 * (uint32_t)*at], cnt = s->cache_at[2 * (uint32_t)*at + 1];
             for (uint32_t i = 0; i < cnt; i++) tok_ids_push(out, s->cache_ids[off + i]);
+            if (lens) memcpy(lens, s->cache_lens + off, cnt * sizeof(uint32_t));
             return 0;
         }
     }
@@ -401,7 +405,10 @@ int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtErr
     merge_word(m, s, word, len, &n);
     size_t first = out->n;
     for (size_t i = 0; i < n; i++)
-        if (s->sym[i].len != 0) tok_ids_push(out, s->sym[i].id);
+        if (s->sym[i].len != 0) {
+            if (lens) lens[out->n - first] = s->sym[i].len;
+            tok_ids_push(out, s->sym[i].id);
+        }
     if (cacheable && s->cache_n < BPE_CACHE_MAX_ENTRIES) {
         size_t cnt = out->n - first;
         if (s->cache_n == s->cache_cap) {
@@ -411,8 +418,11 @@ int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtErr
         if (s->cache_ids_n + cnt > s->cache_ids_cap) {
             s->cache_ids_cap = (s->cache_ids_n + cnt) * 2;
             s->cache_ids = gt_xrealloc(s->cache_ids, s->cache_ids_cap * sizeof(int32_t));
+            s->cache_lens = gt_xrealloc(s->cache_lens, s->cache_ids_cap * sizeof(uint32_t));
         }
         if (cnt) memcpy(s->cache_ids + s->cache_ids_n, out->ids + first, cnt * sizeof(int32_t));
+        for (size_t i = 0, k = 0; i < n; i++)
+            if (s->sym[i].len != 0) s->cache_lens[s->cache_ids_n + k++] = s->sym[i].len;
         bool inserted;
         tok_strmap_put(&s->cache, word, len, (int32_t)s->cache_n, &inserted);
         s->cache_at[2 * s->cache_n] = (uint32_t)s->cache_ids_n;

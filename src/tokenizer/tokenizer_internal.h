@@ -198,8 +198,9 @@ int32_t tok_utf8_decode(const char *s, size_t *n);
 /* Rust's String::from_utf8_lossy onto *buf: each maximal invalid subpart becomes one U+FFFD. */
 void tok_utf8_lossy_append(const char *text, size_t len, GtBytes *out);
 
-/* BPE on one pre-token (a word); appends its ids. The encoder's cache is keyed by the word. */
-int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, GtError *err);
+/* BPE on one pre-token (a word); appends its ids. The encoder's cache is keyed by the word.
+ * lens (NULL: not wanted; else room for len entries): each appended token's bytes in word. */
+int tok_bpe_word(TokEncoder *e, const char *word, size_t len, TokIds *out, uint32_t *lens, GtError *err);
 /* Cache and scratch of one encoder thread, owned by tokenizer_bpe.c. */
 typedef struct TokBpeScratch TokBpeScratch;
 TokBpeScratch *tok_bpe_scratch_new(void);
@@ -220,6 +221,13 @@ int tok_normalize(TokEncoder *e, const char *s, size_t len, const char **out, si
 /* NFC/NFD/NFKC/NFKD (kind) of s[0..len) into *out (*n bytes, capacity *cap, NUL-terminated), with
  * HF's Unicode 9.0 tables (tokenizer_unicode.c). */
 int tok_unicode_normalize(int kind, const char *s, size_t len, char **out, size_t *n, size_t *cap, GtError *err);
+/* Offsets: the alignments o (2 per byte, room for n bytes) of out[0..n), what normalization
+ * `kind` made of in[0..n_in) whose alignments are al_in. The text is cut before each ASCII
+ * character (which composes with nothing before it) and the cuts normalized apart; an unchanged
+ * cut keeps its alignments, a changed one gives each of its bytes the cut's whole span. Cuts that
+ * do not add up to out: the whole input's span everywhere (never narrower than HF's). */
+int tok_unicode_realign(int kind, const char *in, size_t n_in, const size_t *al_in, const char *out, size_t n,
+                        size_t *o, GtError *err);
 
 /* tokenizer_json.c: the normalizer, pre-tokenizer, decoder and model sections of root. */
 int tok_read_components(Tokenizer *t, const char *file, const cJSON *root, GtError *err);

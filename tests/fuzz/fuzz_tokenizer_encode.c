@@ -1,11 +1,13 @@
 /* fuzz_tokenizer_encode.c - libFuzzer target: the encoder and decoder (tok_encode,
  * tokenizer_decode) on arbitrary text through a small byte-level tokenizer (tok_fixture.h).
  * Invalid UTF-8 must be refused with its byte offset; valid text must encode to ids inside the
- * vocabulary and decode back to exactly itself (the tokenizer is lossless). */
+ * vocabulary and decode back to exactly itself (the tokenizer is lossless), and
+ * tok_encode_offsets give the same ids with offsets inside the text (tok_offsets_check.h). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "tok_fixture.h"
+#include "tok_offsets_check.h"
 #include "tokenizer.h"
 
 static Tokenizer *fixture(void) {
@@ -36,6 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (rc == 0 || err.code != GT_EXIT_BAD_INPUT || ids.n != 0) abort(); /* invalid UTF-8 must be refused */
     } else {
         if (rc != 0) abort();
+        tok_offsets_check(e, text, size, size % 2 == 0, &ids);
         for (size_t k = 0; k < ids.n; k++)
             if (ids.ids[k] < 0 || ids.ids[k] >= tokenizer_vocab_size(t)) abort();
         char *out = NULL;

@@ -1,10 +1,11 @@
 /* fuzz_tokenizer_json.c - libFuzzer target: the tokenizer.json reader (tokenizer_load_memory).
  * The input is copied into an exact-size buffer, so any read past its end is caught. A refused
  * file must say why; an accepted one must encode and decode a few strings with ids inside its
- * vocabulary. */
+ * vocabulary, and give the same ids with offsets inside the text (tok_offsets_check.h). */
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok_offsets_check.h"
 #include "tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -22,6 +23,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (tok_encode(e, "text", texts[i], strlen(texts[i]), i % 2 == 0, &ids, &e2) != 0) {
                 if (!e2.msg[0]) abort(); /* a failure must say why */
             } else {
+                tok_offsets_check(e, texts[i], strlen(texts[i]), i % 2 == 0, &ids);
                 for (size_t k = 0; k < ids.n; k++)
                     if (ids.ids[k] < 0 || ids.ids[k] >= tokenizer_vocab_size(t)) abort();
                 char *out = NULL;

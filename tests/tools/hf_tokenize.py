@@ -4,6 +4,7 @@ library (the Rust crate through its Python binding, PyPI `tokenizers`, pinned in
 tests/requirements-refs.txt), nothing of gtrain's. Run with the references' Python ($GTRAIN_REFS_PY).
 
     hf_tokenize.py TOKENIZER_JSON [--add-special-tokens] [--decode] [--skip-special-tokens] < lines
+    hf_tokenize.py TOKENIZER_JSON --offsets [--add-special-tokens] < lines
     hf_tokenize.py TOKENIZER_JSON --info
 
 Reads stdin as lines (split on '\\n' only; a final empty line after the last '\\n' is not an input).
@@ -13,6 +14,9 @@ through Tokenizer.encode_batch (over rayon's threads unless TOKENIZERS_PARALLELI
 --decode: each line is a JSON array of ids; prints the decoded text as a JSON string per line
 (HF's decode_batch(ids, skip_special_tokens), false unless --skip-special-tokens), the format of
 `gtrain tokenize --decode --jsonl`.
+--offsets: each line is a JSON string; prints one line per input of space-separated `ID:START:END`,
+each token's id and Encoding.offsets converted from the binding's character offsets to UTF-8 byte
+offsets in the line's text (the format of gtrain's tok_encode_offsets in tests/test_tokenizer_offsets.c).
 --info: prints `vocab_size N added_first F added_count C added_contiguous 0|1` (the vocabulary with
 the added tokens, the added tokens' lowest id, their number, whether their ids are F..F+C-1).
 TOKENIZER_JSON may be a directory holding tokenizer.json. A bad argument, a file HF does not load, or
@@ -74,7 +78,15 @@ def parse(line, i):
         fail(f"stdin:{i + 1}: not JSON: {first_line(e)}")
 
 
-def encode_all(tok, lines, add_special_tokens):
+def byte_offsets(s, offsets):
+    """the binding's character offsets into s as UTF-8 byte offsets"""
+    at = [0]
+    for ch in s:
+        at.append(at[-1] + len(ch.encode("utf-8")))
+    return [(at[a], at[b]) for a, b in offsets]
+
+
+def encode_all(tok, lines, add_special_tokens, offsets=False):
     texts = []
     for i, line in enumerate(lines):
         s = parse(line, i)
@@ -87,8 +99,13 @@ def encode_all(tok, lines, add_special_tokens):
         texts.append(s)
     out = []
     for at in range(0, len(texts), CHUNK):
-        for e in tok.encode_batch(texts[at : at + CHUNK], add_special_tokens=add_special_tokens):
-            out.append(" ".join(map(str, e.ids)) + "\n")
+        chunk = texts[at : at + CHUNK]
+        for k, e in enumerate(tok.encode_batch(chunk, add_special_tokens=add_special_tokens)):
+            if offsets:
+                spans = byte_offsets(chunk[k], e.offsets)
+                out.append(" ".join(f"{i}:{a}:{b}" for i, (a, b) in zip(e.ids, spans)) + "\n")
+            else:
+                out.append(" ".join(map(str, e.ids)) + "\n")
     return out
 
 
@@ -120,9 +137,11 @@ def info(tok):
 
 def main(argv):
     path = None
-    add_special = decode = skip_special = show_info = False
+    add_special = decode = skip_special = show_info = offsets = False
     for a in argv:
-        if a == "--info":
+        if a == "--offsets":
+            offsets = True
+        elif a == "--info":
             show_info = True
         elif a == "--add-special-tokens":
             add_special = True
@@ -142,7 +161,7 @@ def main(argv):
     if show_info:
         return info(tok)
     lines = read_lines(sys.stdin.buffer.read())
-    out = decode_all(tok, lines, skip_special) if decode else encode_all(tok, lines, add_special)
+    out = decode_all(tok, lines, skip_special) if decode else encode_all(tok, lines, add_special, offsets)
     sys.stdout.buffer.write("".join(out).encode("utf-8"))
     sys.stdout.flush()
 
