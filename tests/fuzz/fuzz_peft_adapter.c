@@ -64,7 +64,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (cfg.r != 2 || peft_adapter_r(a) != 2 || cfg.use_dora != dora) abort();
     float whole[64], part[64];
     for (int e = 0; e < n; e++)
-        for (int b = 0; b < peft_parts(&cfg); b++) {
+        for (int b = 0; b < peft_kind(&cfg)->n; b++) {
             const size_t numel = b == PEFT_PART_M ? (size_t)ent[e].out : (size_t)(b ? ent[e].out : ent[e].in) * 2;
             if (numel > 64) abort();
             GtError e2 = {0};
