@@ -292,12 +292,15 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
 
 #define JSONL_TOK_BATCH 4096 /* lines encoded together, in parallel */
 
-/* Room for one more example (its tokens grow in jb_push). */
+/* Room for one more example (its tokens grow in jb_push; one is reserved so that the token and
+ * mask arrays exist even when every example is empty). */
 static int jb_begin(JsonlBuild *b, GtError *err) {
     b->cur_len = 0;
     b->cur_full = 0;
     b->cur_train = 0;
     return data_grow((void **)&b->full, &b->full_cap, b->ex_n + 1, sizeof *b->full, b->name, err) ||
+           data_grow((void **)&b->tok, &b->tok_cap, b->tok_n + 1, sizeof *b->tok, b->name, err) ||
+           data_grow((void **)&b->mask, &b->mask_cap, b->tok_n + 1, sizeof *b->mask, b->name, err) ||
            data_grow((void **)&b->off, &b->ex_cap, b->ex_n + 1, sizeof *b->off, b->name, err) ||
            data_grow((void **)&b->len, &b->len_cap, b->ex_n + 1, sizeof *b->len, b->name, err);
 }
