@@ -403,23 +403,41 @@ Test(data_formats, trainer_reads_a_json_array_through_data_columns, .timeout = 1
     test_scratch_remove(dir);
 }
 
-/* --render: the text of each messages row's tokens is transformers' apply_chat_template text */
+/* --render: each messages row's text is transformers' apply_chat_template text, for byte-level
+ * tokenizers (Llama-3.1, Qwen3) and a SentencePiece one (Llama-2, whose ids decode to other text:
+ * "<s> [INST]" for "<s>[INST]"); a templated prompt/completion row's is the filled templates end to end. */
 Test(data_formats, render_is_transformers_chat_text, .timeout = 300) {
     test_require_refs();
-    char tok_json[600], tokdir[600], dir[128];
-    ref_tokenizer_file("llama3_1", tok_json, sizeof tok_json);
-    snprintf(tokdir, sizeof tokdir, "%.*s", (int)(strrchr(tok_json, '/') - tok_json), tok_json);
+    static const char *const toks[] = {"llama2", "llama3_1", "qwen3"};
+    char tok_json[600], tokdir[3][600], dir[128];
+    for (int i = 0; i < 3; i++) {
+        ref_tokenizer_file(toks[i], tok_json, sizeof tok_json);
+        snprintf(tokdir[i], sizeof tokdir[i], "%.*s", (int)(strrchr(tok_json, '/') - tok_json), tok_json);
+    }
     test_scratch_make(dir, sizeof dir, "gt_data_formats");
     test_write_file(test_join(dir, "chat.jsonl"), ROWS_CHAT, strlen(ROWS_CHAT));
+    test_write_file(test_join(dir, "llama2.jinja"), LLAMA2_CHAT, strlen(LLAMA2_CHAT));
+    static const char qa[] = "{\"q\": \"2+2?\", \"a\": \"4 \\u00e9\"}\n{\"q\": \"\", \"a\": \"x\\ny\"}\n";
+    test_write_file(test_join(dir, "qa.jsonl"), qa, strlen(qa));
     char *out = test_sh_output(
         true,
-        "cd '%s' && '%s' tokenize --data chat.jsonl --tokenizer '%s' --column messages=conversations --render > r.txt && "
-        PY " -c 'import json, sys; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "cd '%s' && G='%s' && C='--data chat.jsonl --column messages=conversations --render' && "
+        "$G tokenize $C --tokenizer '%s' --chat-template llama2.jinja > r.txt && "
+        "$G tokenize $C --tokenizer '%s' >> r.txt && $G tokenize $C --tokenizer '%s' >> r.txt && "
+        "$G tokenize --data qa.jsonl --tokenizer '%s' --prompt-template \"$(printf 'Q: {q}\\nA:')\" --completion-template ' {a}' "
+        "--render > qa.txt && "
+        PY " -c 'import json, sys; from transformers import AutoTokenizer; "
         "rows = [json.loads(l)[\"conversations\"] for l in open(\"chat.jsonl\", encoding=\"utf-8\")]; "
         "got = [json.loads(l) for l in open(\"r.txt\", encoding=\"utf-8\")]; "
-        "want = [t.apply_chat_template(r, tokenize=False) for r in rows]; "
-        "print(\"ok\" if got == want else \"differ: %%r vs %%r\" %% (got, want))' '%s' 2>/dev/null",
-        dir, test_gtrain_bin(), tokdir, tokdir);
+        "tmpl = [open(\"llama2.jinja\").read(), None, None]; "
+        "want = [AutoTokenizer.from_pretrained(d).apply_chat_template(r, chat_template=t, tokenize=False) "
+        "for d, t in zip(sys.argv[1:], tmpl) for r in rows]; "
+        "qa = [json.loads(l) for l in open(\"qa.jsonl\", encoding=\"utf-8\")]; "
+        "got_qa = [json.loads(l) for l in open(\"qa.txt\", encoding=\"utf-8\")]; "
+        "want_qa = [\"Q: %%s\\nA: %%s\" %% (r[\"q\"], r[\"a\"]) for r in qa]; "
+        "print(\"ok\" if got == want and got_qa == want_qa else \"differ: %%r vs %%r, %%r vs %%r\" %% (got, want, got_qa, want_qa))' "
+        "'%s' '%s' '%s' 2>/dev/null",
+        dir, test_gtrain_bin(), tokdir[0], tokdir[1], tokdir[2], tokdir[0], tokdir[0], tokdir[1], tokdir[2]);
     cr_assert(out && strstr(out, "ok\n"), "--render vs apply_chat_template: %s", out ? out : "(no output)");
     free(out);
     test_scratch_remove(dir);

@@ -538,6 +538,9 @@ void data_close(DataSource *d) {
     free(d->ex_off);
     free(d->ex_mask);
     free(d->ex_len);
+    free(d->ex_text);
+    free(d->ex_text_off);
+    free(d->ex_text_len);
     free(d->pk_row_off);
     free(d->pk_ex);
     free(d);

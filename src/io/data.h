@@ -127,6 +127,7 @@ typedef struct {
     const char *col_text, *col_prompt, *col_completion, *col_messages;
     const char *chat_template; /* messages: a template file or directory; NULL/"": the tokenizer's own */
     bool assistant_only_loss;  /* messages: only the assistant turns train (else every token) */
+    bool keep_text;            /* records: keep each example's text as it was tokenized (data_example_text) */
 } DataText;
 
 /* data.format auto: by path's extension: .jsonl, .json, .parquet, .bin (tokens), else text */
@@ -171,6 +172,10 @@ void data_stats(const DataSource *d, DataStats *s);
  * token trains where it is predicted; 0: label -100) and its length (the return value). */
 uint64_t data_num_examples(const DataSource *d);
 int32_t data_example(const DataSource *d, uint64_t e, const int32_t **tok, const uint8_t **mask);
+/* Example e's text as it was tokenized (DataText.keep_text): the rendered messages, the prompt and
+ * completion text (templates filled) end to end, or a text row's text; *len its bytes. NULL when
+ * no text was kept: not asked for, or a row of token ids. */
+const char *data_example_text(const DataSource *d, uint64_t e, size_t *len);
 /* training rows that make one epoch: examples (unpacked jsonl), packed rows, or tokens / seq_len */
 double data_rows_per_epoch(const DataSource *d);
 int data_seq_len(const DataSource *d);

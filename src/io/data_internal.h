@@ -31,6 +31,11 @@ struct DataSource {
     uint64_t *ex_off;
     int32_t *ex_len;
     uint64_t ex_first; /* first example of the split */
+    /* DataText.keep_text: example k's text is ex_text[ex_text_off[k] ..] of ex_text_len[k] bytes
+     * (-1: none kept) */
+    char *ex_text;
+    uint64_t *ex_text_off;
+    int64_t *ex_text_len;
 
 
     /* packed jsonl (data_pack.c): rows of whole examples; row r holds the split's examples
@@ -102,6 +107,8 @@ int data_chat_open(DataChat **out, const DataText *text, const char *name, GtErr
 void data_chat_free(DataChat *c); /* NULL is fine */
 int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_t row, const char *col, TokIds *ids,
                       GtBytes *mask, GtError *err);
+/* the text the last data_chat_example rendered (valid until the next call) */
+const char *data_chat_text(const DataChat *c, size_t *len);
 
 /* Parquet rows (a file or a glob) into d through data_build_* (data_parquet.c): the columns of the
  * mapping, or of the first kind whose columns the files have (prompt/completion, messages, text),

@@ -202,6 +202,11 @@ struct JsonlBuild {
     DataChat *chat;             /* messages rows: the chat template, opened at the first */
     TokIds chat_ids;
     GtBytes chat_mask;
+    /* text->keep_text: each record's text (record k is example k), as DataSource's ex_text* */
+    GtBytes kept;
+    uint64_t *kept_off;
+    int64_t *kept_len;
+    size_t records, kept_cap, kept_len_cap;
 };
 
 static const char *json_type_name(const cJSON *j) {
@@ -217,8 +222,7 @@ static const char *json_type_name(const cJSON *j) {
 
 /* Append a token to the current example: the first row_len are kept (the buffer grows as they
  * come, so a huge row_len reserves nothing), the rest counted (cur_full) and dropped. */
-static int jb_push(JsonlBuild *b, int32_t t, size_t line, GtError *err) {
-    (void)line;
+static int jb_push(JsonlBuild *b, int32_t t, GtError *err) {
     b->cur_full++;
     if (b->cur_len >= b->row_len) return 0;
     const size_t at = b->tok_n + (size_t)b->cur_len;
@@ -239,7 +243,7 @@ static int jb_add_text(JsonlBuild *b, const char *s, size_t n, size_t line, cons
             return gt_error(err, GT_EXIT_BAD_INPUT,
                             "%s%zu: \"%s\" byte %zu has value %u, >= vocab_size %d (byte-level text needs vocab_size >= 256)",
                             b->pre, line, field, i, v, b->vocab_size);
-        if (jb_push(b, (int32_t)v, line, err)) return -1;
+        if (jb_push(b, (int32_t)v, err)) return -1;
     }
     return 0;
 }
@@ -257,19 +261,9 @@ static int jb_add_ids(JsonlBuild *b, const cJSON *arr, size_t line, const char *
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\"[%zu] is %s, expected an integer token id",
                             b->pre, line, field, i, json_type_name(e));
         }
-        if (jb_push(b, (int32_t)v, line, err)) return -1;
+        if (jb_push(b, (int32_t)v, err)) return -1;
     }
     return 0;
-}
-
-/* Append the bytes of a string member (decoded from the raw text: a \u0000 is a 0 byte, nothing is cut). */
-static int jb_add_string(JsonlBuild *b, const JMember *m, size_t line, const char *field, GtError *err) {
-    const char *v = m->val;
-    b->jl.text.n = 0;
-    if (json_string_decode(&v, m->val_end, &b->jl.text) != 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: \"%s\": bad JSON string, expected a string", b->pre, line,
-                        field);
-    return jb_add_text(b, b->jl.text.p, b->jl.text.n, line, field, err);
 }
 
 /* A template field: the line's string member of that name, decoded (valid until the next call). */
@@ -287,6 +281,17 @@ static int jb_field(void *ctx, const char *field, const char **val, size_t *len,
                         b->pre, b->lineno, field, field);
     *val = b->jl.text.p ? b->jl.text.p : "";
     *len = b->jl.text.n;
+    return 0;
+}
+
+/* text->keep_text: the current record's text, a then c end to end (data_example_text) */
+static int jb_keep_text(JsonlBuild *b, const char *a, size_t an, const char *c, size_t cn, GtError *err) {
+    if (!b->kept_len) return 0;
+    b->kept_off[b->records] = b->kept.n;
+    b->kept_len[b->records] = (int64_t)(an + cn);
+    if (data_grow((void **)&b->kept.p, &b->kept.cap, b->kept.n + an + cn, 1, b->name, err)) return -1;
+    gt_bytes_put(&b->kept, a, an);
+    gt_bytes_put(&b->kept, c, cn);
     return 0;
 }
 
@@ -323,7 +328,7 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
         if (jb_begin(b, err)) return -1;
         for (size_t k = 0; k < n; k++) {
             b->cur_train = k >= plen;
-            if (jb_push(b, ids[k], line, err)) return -1;
+            if (jb_push(b, ids[k], err)) return -1;
         }
         jb_finish(b);
     }
@@ -334,14 +339,16 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
 /* The line's prompt and completion text (b->ptext, b->ctext) as an example: bytes, or queued
  * for the tokenizer (encode(prompt + completion), the first len(encode(prompt)) the prompt). */
 static int jb_text_example(JsonlBuild *b, GtError *err) {
+    if (jb_keep_text(b, b->ptext.p, b->ptext.n, b->ctext.p, b->ctext.n, err)) return -1;
     if (b->queue) {
         /* a text row (TRL's language modeling): every token trains, the post-processor's BOS too */
         jsonl_tok_add(b->queue, b->kind == REC_TEXT ? NULL : b->ptext.p, b->ptext.n, b->ctext.p, b->ctext.n, b->lineno);
         return jsonl_tok_count(b->queue) >= JSONL_TOK_BATCH ? jb_flush(b, err) : 0;
     }
-    if (jb_begin(b, err) || jb_add_text(b, b->ptext.p, b->ptext.n, b->lineno, "prompt", err)) return -1;
+    if (jb_begin(b, err) || jb_add_text(b, b->ptext.p, b->ptext.n, b->lineno, b->col[DCOL_PROMPT], err)) return -1;
     b->cur_train = 1;
-    if (jb_add_text(b, b->ctext.p, b->ctext.n, b->lineno, "completion", err)) return -1;
+    if (jb_add_text(b, b->ctext.p, b->ctext.n, b->lineno, b->col[b->kind == REC_TEXT ? DCOL_TEXT : DCOL_COMPLETION], err))
+        return -1;
     jb_finish(b);
     return 0;
 }
@@ -364,10 +371,9 @@ static int jb_fill_text(JsonlBuild *b, const char *pt, const char *ct, GtError *
                         : jb_column_text(b, b->col[DCOL_COMPLETION], &b->ctext, err));
 }
 
-/* record member `key` of root (the line's object): its cJSON item and raw member, or NULL */
-static const cJSON *jb_item(const JsonlBuild *b, const cJSON *root, const char *key, const JMember **mem) {
+/* record member `key` of root (the line's object): its cJSON item, or NULL */
+static const cJSON *jb_item(const JsonlBuild *b, const cJSON *root, const char *key) {
     long i = jl_find(&b->jl, b->count, key);
-    if (mem) *mem = i < 0 ? NULL : &b->jl.mem[i];
     if (i < 0) return NULL;
     const cJSON *it = root->child;
     for (long j = 0; j < i; j++) it = it->next;
@@ -416,25 +422,27 @@ static int jb_text_record(JsonlBuild *b, GtError *err) {
 
 /* messages: rendered through the chat template, tokenized, masked by the assistant spans (data_messages.c) */
 static int jb_messages_record(JsonlBuild *b, const cJSON *root, GtError *err) {
-    const cJSON *msgs = jb_item(b, root, b->col[DCOL_MESSAGES], NULL);
+    const cJSON *msgs = jb_item(b, root, b->col[DCOL_MESSAGES]);
     if (!msgs) return jb_column_error(b, DCOL_MESSAGES, "missing", "a list of {role, content}", err);
     if (!b->chat && data_chat_open(&b->chat, b->text, b->name, err) != 0) return -1;
     if (jb_flush(b, err) != 0) return -1; /* the queued rows come first (file order) */
     if (data_chat_example(b->chat, msgs, b->pre, b->lineno, b->col[DCOL_MESSAGES], &b->chat_ids, &b->chat_mask, err))
         return -1;
-    if (jb_begin(b, err)) return -1;
+    size_t tn;
+    const char *t = data_chat_text(b->chat, &tn);
+    if (jb_keep_text(b, t, tn, NULL, 0, err) || jb_begin(b, err)) return -1;
     for (size_t k = 0; k < b->chat_ids.n; k++) {
         if (b->chat_ids.ids[k] >= b->vocab_size)
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
                             b->pre, b->lineno, b->chat_ids.ids[k], b->vocab_size);
         b->cur_train = (uint8_t)b->chat_mask.p[k];
-        if (jb_push(b, b->chat_ids.ids[k], b->lineno, err)) return -1;
+        if (jb_push(b, b->chat_ids.ids[k], err)) return -1;
     }
     jb_finish(b);
     return 0;
 }
 
-static int jb_record(JsonlBuild *b, const cJSON *root, GtError *err) {
+static int jb_record_example(JsonlBuild *b, const cJSON *root, GtError *err) {
     bool templated = b->text && ((b->text->prompt_template && b->text->prompt_template[0]) ||
                                  (b->text->completion_template && b->text->completion_template[0]));
     if (templated) {
@@ -447,8 +455,7 @@ static int jb_record(JsonlBuild *b, const cJSON *root, GtError *err) {
     const char *const keys[4] = {b->col[DCOL_PROMPT], b->col[DCOL_COMPLETION], b->col[DCOL_PROMPT_IDS],
                                  b->col[DCOL_COMPLETION_IDS]};
     const cJSON *item[4] = {NULL, NULL, NULL, NULL};
-    const JMember *mem[4] = {NULL, NULL, NULL, NULL};
-    for (int k = 0; k < 4; k++) item[k] = jb_item(b, root, keys[k], &mem[k]);
+    for (int k = 0; k < 4; k++) item[k] = jb_item(b, root, keys[k]);
     const cJSON *p = item[0], *c = item[1], *pi = item[2], *ci = item[3];
     bool text = p || c, ids = pi || ci;
     if (text && ids) {
@@ -476,16 +483,28 @@ static int jb_record(JsonlBuild *b, const cJSON *root, GtError *err) {
                  jc ? json_type_name(jc) : "missing", want);
         return -1;
     }
-    if (text && b->queue) { /* both strings, then through the tokenizer */
+    if (text) { /* both strings: bytes, or through the tokenizer */
         if (jb_fill_text(b, NULL, NULL, err)) return -1;
         return jb_text_example(b, err);
     }
     /* the queued lines come first (file order), then this example */
-    if (jb_flush(b, err) || jb_begin(b, err)) return -1;
-    if (text ? jb_add_string(b, mem[0], b->lineno, fp, err) : jb_add_ids(b, jp, b->lineno, fp, err)) return -1;
+    if (jb_flush(b, err) || jb_begin(b, err) || jb_add_ids(b, jp, b->lineno, fp, err)) return -1;
     b->cur_train = 1;
-    if (text ? jb_add_string(b, mem[1], b->lineno, fc, err) : jb_add_ids(b, jc, b->lineno, fc, err)) return -1;
+    if (jb_add_ids(b, jc, b->lineno, fc, err)) return -1;
     jb_finish(b);
+    return 0;
+}
+
+/* One record, one example; with keep_text its text (none for a row of ids) at the record's index. */
+static int jb_record(JsonlBuild *b, const cJSON *root, GtError *err) {
+    if (b->text && b->text->keep_text) {
+        if (data_grow((void **)&b->kept_off, &b->kept_cap, b->records + 1, sizeof *b->kept_off, b->name, err) ||
+            data_grow((void **)&b->kept_len, &b->kept_len_cap, b->records + 1, sizeof *b->kept_len, b->name, err))
+            return -1;
+        b->kept_len[b->records] = -1;
+    }
+    if (jb_record_example(b, root, err) != 0) return -1;
+    b->records++;
     return 0;
 }
 
@@ -586,6 +605,9 @@ void data_build_free(JsonlBuild *b) {
     free(b->mask);
     free(b->off);
     free(b->len);
+    gt_bytes_free(&b->kept);
+    free(b->kept_off);
+    free(b->kept_len);
     jl_free(&b->jl);
     jsonl_tok_free(b->queue);
     gt_bytes_free(&b->ptext);
@@ -679,6 +701,9 @@ out:
     d->ex_off = b.off;
     d->ex_mask = b.mask;
     d->ex_len = b.len;
+    d->ex_text = b.kept.p;
+    d->ex_text_off = b.kept_off;
+    d->ex_text_len = b.kept_len;
     if (rc == 0) {
         d->ex_first = first;
         d->n = count;
@@ -687,6 +712,14 @@ out:
     return rc;
 }
 
+
+const char *data_example_text(const DataSource *d, uint64_t e, size_t *len) {
+    uint64_t k = d->ex_first + e;
+    *len = 0;
+    if (!d->ex_text_len || d->ex_text_len[k] < 0) return NULL;
+    *len = (size_t)d->ex_text_len[k];
+    return d->ex_text ? d->ex_text + d->ex_text_off[k] : "";
+}
 
 uint64_t data_num_examples(const DataSource *d) { return d->ex_tok ? d->st_examples : 0; }
 

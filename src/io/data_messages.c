@@ -109,3 +109,8 @@ int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_
     free(spans);
     return rc;
 }
+
+const char *data_chat_text(const DataChat *c, size_t *len) {
+    *len = c->text.n;
+    return c->text.p ? c->text.p : "";
+}

@@ -109,13 +109,12 @@ void tokenize_print_usage(FILE *out) {
             "\n"
             "A training data file read as the trainer reads it (data.format, data.columns.*, the templates,\n"
             "data.add_eos): one line of ids per example, or with --mask its labels (-100 where it does not train),\n"
-            "or with --render the text its tokens spell (decoded, specials kept) as a JSON string.\n"
+            "or with --render the text that was tokenized (the rendered chat, the filled templates) as a JSON string.\n"
             "\n"
             "exit status: 0 success, 1 failure while running, 2 bad input (tokenizer, input text, usage)\n");
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int usage_error(const char *fmt, ...) {
+int tokenize_usage_error(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     fputs("gtrain: tokenize: ", stderr);
@@ -151,7 +150,7 @@ static int parse_options(int argc, char **argv, TokenizeOptions *o) {
     int c;
     while ((c = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
         int k = option_index(c);
-        if (k >= 0 && given[k]++) return usage_error("--%s: given more than once", LONG_OPTIONS[k].name);
+        if (k >= 0 && given[k]++) return tokenize_usage_error("--%s: given more than once", LONG_OPTIONS[k].name);
         switch (c) {
         case 'h': tokenize_print_usage(stdout); return -1;
         case OPT_TOKENIZER: o->tokenizer = optarg; break;
@@ -165,29 +164,29 @@ static int parse_options(int argc, char **argv, TokenizeOptions *o) {
             const char *s = optarg;
             for (; *s >= '0' && *s <= '9' && v <= MAX_THREADS; s++) v = 10 * v + (*s - '0');
             if (!*optarg || *s || v < 1 || v > MAX_THREADS)
-                return usage_error("--threads: expected an integer in [1, %d], found \"%s\"", MAX_THREADS, optarg);
+                return tokenize_usage_error("--threads: expected an integer in [1, %d], found \"%s\"", MAX_THREADS, optarg);
             o->threads = (int)v;
             break;
         }
         case ':':
             k = option_index(optopt);
-            return usage_error("--%s: expected a value", k >= 0 ? LONG_OPTIONS[k].name : "?");
+            return tokenize_usage_error("--%s: expected a value", k >= 0 ? LONG_OPTIONS[k].name : "?");
         default:
             k = option_index(optopt);
-            if (optopt && k >= 0) return usage_error("--%s: takes no value", LONG_OPTIONS[k].name);
-            if (optopt) return usage_error("-%c: unknown option", optopt);
-            return usage_error("%s: unknown or ambiguous option", argv[optind - 1]);
+            if (optopt && k >= 0) return tokenize_usage_error("--%s: takes no value", LONG_OPTIONS[k].name);
+            if (optopt) return tokenize_usage_error("-%c: unknown option", optopt);
+            return tokenize_usage_error("%s: unknown or ambiguous option", argv[optind - 1]);
         }
     }
     if (!o->tokenizer || !*o->tokenizer)
-        return usage_error("--tokenizer FILE|DIR is required: a tokenizer.json, or a directory holding one%s",
+        return tokenize_usage_error("--tokenizer FILE|DIR is required: a tokenizer.json, or a directory holding one%s",
                            o->tokenizer ? "; found \"\"" : "");
-    if (o->out && !*o->out) return usage_error("--out: expected a file name, found \"\"");
-    if (o->decode && o->add_special) return usage_error("--add-special-tokens: only when encoding (not with --decode)");
-    if (o->decode && o->out) return usage_error("--out: only when encoding (a shard holds ids, --decode prints text)");
-    if (o->skip_special && !o->decode) return usage_error("--skip-special-tokens: only with --decode");
+    if (o->out && !*o->out) return tokenize_usage_error("--out: expected a file name, found \"\"");
+    if (o->decode && o->add_special) return tokenize_usage_error("--add-special-tokens: only when encoding (not with --decode)");
+    if (o->decode && o->out) return tokenize_usage_error("--out: only when encoding (a shard holds ids, --decode prints text)");
+    if (o->skip_special && !o->decode) return tokenize_usage_error("--skip-special-tokens: only with --decode");
     for (int i = optind; i < argc; i++)
-        if (!*argv[i]) return usage_error("an input file named \"\", expected a path or -");
+        if (!*argv[i]) return tokenize_usage_error("an input file named \"\", expected a path or -");
     o->inputs = (const char *const *)argv + optind;
     o->n_inputs = argc - optind;
     return 0;

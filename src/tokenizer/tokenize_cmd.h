@@ -44,6 +44,8 @@
 /* argv[0] is "tokenize"; returns the exit status (0, 1 failure, 2 bad input or usage). */
 int tokenize_command(int argc, char **argv);
 void tokenize_print_usage(FILE *out);
+/* "gtrain: tokenize: MESSAGE (see gtrain tokenize --help)" on stderr; returns exit status 2 */
+int tokenize_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* --data FILE (tokenize_data.c): a training data file through the trainer's own reader (data.h),
  *   gtrain tokenize --data FILE --tokenizer FILE|DIR|none [--format auto|text|jsonl|json|parquet]
@@ -51,9 +53,9 @@ void tokenize_print_usage(FILE *out);
  *                   [--completion-template T] [--no-eos] [--chat-template FILE|DIR] [--mask|--render]
  * (the flags are data.format, data.columns.*, data.prompt_template, data.completion_template,
  * data.add_eos: false, data.chat_template), one line per example: its ids, or with --mask its
- * labels (the id where it trains, -100 where not), or with --render the text its tokens spell
- * (tokenizer_decode, special tokens kept; for messages and a byte-level tokenizer exactly the
- * rendered chat) as one JSON string. Examples whole (never truncated to a seq_len).
+ * labels (the id where it trains, -100 where not), or with --render the text that was tokenized
+ * (data_example_text: the rendered chat, the filled templates; a row of ids decoded, special
+ * tokens kept) as one JSON string. Examples whole (never truncated to a seq_len).
  * Bad data: the trainer's one-line error, exit 2, nothing printed. */
 #include <stdbool.h>
 bool tokenize_data_wanted(int argc, char **argv);

@@ -1,12 +1,12 @@
 /* tokenize_data.c - `gtrain tokenize --data FILE`: a training data file read exactly as the trainer
  * reads it (data.h: the same format detection, column mapping, templates, tokenizer and EOS rule),
  * each example printed as one line: its token ids, or with --mask its labels (the id where the
- * token trains, -100 where it does not: TRL's `labels`), or with --render the text its tokens spell
- * (decoded, special tokens kept: the rendered chat for a byte-level tokenizer) as one JSON string.
+ * token trains, -100 where it does not: TRL's `labels`), or with --render the text that was
+ * tokenized (the rendered chat, the filled templates) as one JSON string; a row of token ids, which
+ * has no text, renders as its ids decoded (special tokens kept).
  * See tokenize_cmd.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <getopt.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,17 +22,6 @@ bool tokenize_data_wanted(int argc, char **argv) {
         if (strcmp(argv[i], "--data") == 0 || strncmp(argv[i], "--data=", 7) == 0) return true;
     }
     return false;
-}
-
-static int data_usage(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int data_usage(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gtrain tokenize: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (see gtrain tokenize --help)\n", stderr);
-    va_end(ap);
-    return GT_EXIT_BAD_INPUT;
 }
 
 enum { D_DATA = 1, D_TOKENIZER, D_FORMAT, D_COLUMN, D_PROMPT_T, D_COMPLETION_T, D_NO_EOS, D_MASK, D_RENDER, D_CHAT, D_HELP };
@@ -52,7 +41,6 @@ int tokenize_data_command(int argc, char **argv) {
         {"help", no_argument, NULL, D_HELP},
         {0, 0, 0, 0},
     };
-    static const char *const formats[] = {"text", "tokens", "jsonl", "json", "parquet", "auto"};
     const char *path = NULL, *tokenizer = NULL;
     DataFormat format = DATA_AUTO;
     DataText text = {.add_eos = true, .assistant_only_loss = true};
@@ -66,10 +54,10 @@ int tokenize_data_command(int argc, char **argv) {
         case D_TOKENIZER: tokenizer = optarg; break;
         case D_FORMAT: {
             int f = -1;
-            for (int i = 0; i < (int)(sizeof formats / sizeof formats[0]); i++)
-                if (strcmp(optarg, formats[i]) == 0) f = i;
+            for (int i = 0; strcmp(config_data_format_name((DataFormat)i), "?") != 0; i++)
+                if (strcmp(optarg, config_data_format_name((DataFormat)i)) == 0) f = i;
             if (f < 0 || f == DATA_TOKENS)
-                return data_usage("--format: expected auto, text, jsonl, json or parquet, found \"%s\"", optarg);
+                return tokenize_usage_error("--format: expected auto, text, jsonl, json or parquet, found \"%s\"", optarg);
             format = (DataFormat)f;
             break;
         }
@@ -83,7 +71,7 @@ int tokenize_data_command(int argc, char **argv) {
                                 : n == 8 && strncmp(optarg, "messages", 8) == 0    ? &text.col_messages
                                                                                    : NULL;
             if (!slot || !eq[1])
-                return data_usage("--column: expected text|prompt|completion|messages=COLUMN, found \"%s\"", optarg);
+                return tokenize_usage_error("--column: expected text|prompt|completion|messages=COLUMN, found \"%s\"", optarg);
             *slot = eq + 1;
             break;
         }
@@ -91,21 +79,21 @@ int tokenize_data_command(int argc, char **argv) {
         case D_COMPLETION_T: text.completion_template = optarg; break;
         case D_NO_EOS: text.add_eos = false; break;
         case D_MASK: mask = true; break;
-        case D_RENDER: render = true; break;
+        case D_RENDER: render = text.keep_text = true; break;
         case D_CHAT: text.chat_template = optarg; break;
         case D_HELP: tokenize_print_usage(stdout); return GT_EXIT_OK;
-        case ':': return data_usage("%s: expected a value", argv[optind - 1]);
-        default: return data_usage("%s: unknown option with --data", argv[optind - 1]);
+        case ':': return tokenize_usage_error("%s: expected a value", argv[optind - 1]);
+        default: return tokenize_usage_error("%s: unknown option with --data", argv[optind - 1]);
         }
     }
-    if (optind < argc) return data_usage("%s: --data reads one file, expected no other input", argv[optind]);
-    if (!path || !*path) return data_usage("--data: expected a file name");
-    if (mask && render) return data_usage("--mask and --render: expected one of them");
-    if (!tokenizer) return data_usage("--tokenizer FILE|DIR (or none: byte-level) is required with --data");
+    if (optind < argc) return tokenize_usage_error("%s: --data reads one file, expected no other input", argv[optind]);
+    if (!path || !*path) return tokenize_usage_error("--data: expected a file name");
+    if (mask && render) return tokenize_usage_error("--mask and --render: expected one of them");
+    if (!tokenizer) return tokenize_usage_error("--tokenizer FILE|DIR (or none: byte-level) is required with --data");
     char why[200];
     if ((text.prompt_template && data_template_why(text.prompt_template, why, sizeof why) != 0) ||
         (text.completion_template && data_template_why(text.completion_template, why, sizeof why) != 0))
-        return data_usage("--prompt-template/--completion-template: %s", why);
+        return tokenize_usage_error("--prompt-template/--completion-template: %s", why);
     GtError err = {0};
     Tokenizer *tok = NULL;
     DataSource *d = NULL;
@@ -127,7 +115,12 @@ int tokenize_data_command(int argc, char **argv) {
             const uint8_t *m;
             int32_t n = data_example(d, e, &ids, &m);
             line.n = 0;
-            if (render) { /* the text the tokens spell: the rendered messages for a byte-level tokenizer */
+            size_t kl;
+            const char *kept = render ? data_example_text(d, e, &kl) : NULL;
+            if (kept) {
+                json_string_encode(&line, kept, kl);
+                n = 0;
+            } else if (render) { /* a row of ids: the text they spell */
                 char *txt = NULL;
                 size_t tl = 0;
                 if (tok && tokenizer_decode(tok, ids, (size_t)n, false, &txt, &tl, &err) != 0) {
