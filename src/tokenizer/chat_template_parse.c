@@ -314,47 +314,41 @@ static CtNode *binary(CtParser *p, uint8_t kind, uint8_t op, size_t off, CtNode 
     return n;
 }
 
-static CtNode *parse_pow(CtParser *p) {
-    CtNode *n = parse_unary(p, true);
-    while (n && is_op(cur(p), "**")) {
-        size_t off = cur(p)->off;
-        p->pos++;
-        n = binary(p, N_BIN, OP_POW, off, n, parse_unary(p, true));
-    }
-    return n;
+/* The left-associative binary operators, loosest first; each level's operands are the next level's
+ * (the comparisons, a chain, and `not` sit between `and` and `+`). */
+typedef struct {
+    const char *tok;
+    bool name; /* a keyword (`or`), not an operator token */
+    uint8_t kind, op;
+} BinOp;
+enum { LV_OR, LV_AND, LV_ADD, LV_CAT, LV_MUL, LV_POW, LV_N };
+static const BinOp LEVEL_OPS[LV_N][5] = {
+    [LV_OR] = {{"or", true, N_OR, 0}},
+    [LV_AND] = {{"and", true, N_AND, 0}},
+    [LV_ADD] = {{"+", false, N_BIN, OP_ADD}, {"-", false, N_BIN, OP_SUB}},
+    [LV_CAT] = {{"~", false, N_BIN, OP_CAT}},
+    [LV_MUL] = {{"*", false, N_BIN, OP_MUL}, {"/", false, N_BIN, OP_DIV}, {"//", false, N_BIN, OP_FLOORDIV},
+                {"%", false, N_BIN, OP_MOD}},
+    [LV_POW] = {{"**", false, N_BIN, OP_POW}},
+};
+static CtNode *parse_not(CtParser *p);
+static CtNode *parse_binary(CtParser *p, int level);
+static CtNode *parse_operand(CtParser *p, int level) {
+    return level == LV_POW ? parse_unary(p, true) : level == LV_AND ? parse_not(p) : parse_binary(p, level + 1);
 }
-static CtNode *parse_math2(CtParser *p) {
-    CtNode *n = parse_pow(p);
+static CtNode *parse_binary(CtParser *p, int level) {
+    CtNode *n = parse_operand(p, level);
     for (;;) {
         Tok *t = cur(p);
-        uint8_t op = is_op(t, "*") ? OP_MUL : is_op(t, "/") ? OP_DIV : is_op(t, "//") ? OP_FLOORDIV
-                   : is_op(t, "%") ? OP_MOD : 255;
-        if (!n || op == 255) return n;
+        const BinOp *o = LEVEL_OPS[level];
+        while (o->tok && !(o->name ? is_name(t, o->tok) : is_op(t, o->tok))) o++;
+        if (!n || !o->tok) return n;
         p->pos++;
-        n = binary(p, N_BIN, op, t->off, n, parse_pow(p));
-    }
-}
-static CtNode *parse_concat(CtParser *p) {
-    CtNode *n = parse_math2(p);
-    while (n && is_op(cur(p), "~")) {
-        size_t off = cur(p)->off;
-        p->pos++;
-        n = binary(p, N_BIN, OP_CAT, off, n, parse_math2(p));
-    }
-    return n;
-}
-static CtNode *parse_math1(CtParser *p) {
-    CtNode *n = parse_concat(p);
-    for (;;) {
-        Tok *t = cur(p);
-        uint8_t op = is_op(t, "+") ? OP_ADD : is_op(t, "-") ? OP_SUB : 255;
-        if (!n || op == 255) return n;
-        p->pos++;
-        n = binary(p, N_BIN, op, t->off, n, parse_concat(p));
+        n = binary(p, o->kind, o->op, t->off, n, parse_operand(p, level));
     }
 }
 static CtNode *parse_compare(CtParser *p) {
-    CtNode *n = parse_math1(p), *left = n, *chain = NULL;
+    CtNode *n = parse_binary(p, LV_ADD), *left = n, *chain = NULL;
     for (;;) {
         Tok *t = cur(p);
         uint8_t op = is_op(t, "==") ? OP_EQ : is_op(t, "!=") ? OP_NE : is_op(t, "<") ? OP_LT : is_op(t, "<=") ? OP_LE
@@ -365,7 +359,7 @@ static CtNode *parse_compare(CtParser *p) {
         }
         if (!left || op == 255) return chain ? chain : left;
         p->pos++;
-        CtNode *right = parse_math1(p);
+        CtNode *right = parse_binary(p, LV_ADD);
         CtNode *cmp = binary(p, N_BIN, op, t->off, left, right);
         if (!cmp) return NULL;
         chain = chain ? binary(p, N_AND, 0, t->off, chain, cmp) : cmp; /* a < b < c: (a < b) and (b < c) */
@@ -384,32 +378,14 @@ static CtNode *parse_not(CtParser *p) {
     }
     return parse_compare(p);
 }
-static CtNode *parse_and(CtParser *p) {
-    CtNode *n = parse_not(p);
-    while (n && is_name(cur(p), "and")) {
-        size_t off = cur(p)->off;
-        p->pos++;
-        n = binary(p, N_AND, 0, off, n, parse_not(p));
-    }
-    return n;
-}
-static CtNode *parse_or(CtParser *p) {
-    CtNode *n = parse_and(p);
-    while (n && is_name(cur(p), "or")) {
-        size_t off = cur(p)->off;
-        p->pos++;
-        n = binary(p, N_OR, 0, off, n, parse_and(p));
-    }
-    return n;
-}
 static CtNode *parse_expr(CtParser *p, bool condexpr) {
     if (enter(p)) return NULL;
-    CtNode *n = parse_or(p);
+    CtNode *n = parse_binary(p, LV_OR);
     while (n && condexpr && is_name(cur(p), "if")) {
         CtNode *c = node(p, N_COND, cur(p)->off);
         p->pos++;
         c->b = n;
-        c->a = parse_or(p);
+        c->a = parse_binary(p, LV_OR);
         if (!c->a) return NULL;
         if (is_name(cur(p), "else")) {
             p->pos++;
