@@ -631,6 +631,11 @@ static uint64_t permute_index(uint64_t i, uint64_t n, uint64_t key) {
 #define DOMAIN_WINDOWS 0x77696E646F777331ull /* "windows1" */
 #define DOMAIN_EPOCHS 0x65706F6368733031ull  /* "epochs01" */
 
+/* an unpacked row's (or window's) positions: 0 .. T-1 (a packed row's restart per example: data_pack.c) */
+static void row_positions(int *positions, int T) {
+    for (int t = 0; t < T; t++) positions[t] = t;
+}
+
 /* packed: rows as examples are (a seeded permutation per epoch, or file order) */
 static void fill_packed_train(const DataSource *d, uint64_t seed, bool shuffle, long step, long effective_batch,
                               long first_row, int n_rows, int *tokens, int *targets, int *positions) {
@@ -678,8 +683,7 @@ void data_fill_train_pos(const DataSource *d, uint64_t seed, bool shuffle, long 
             uint64_t h = mix64(mix64(ks ^ (uint64_t)step) ^ g);
             fill_window(d, uniform_below(h, d->n - (uint64_t)T), tk, tg);
         }
-        if (positions)
-            for (int t = 0; t < T; t++) positions[(size_t)r * (size_t)T + (size_t)t] = t;
+        if (positions) row_positions(positions + (size_t)r * (size_t)T, T);
     }
 }
 
@@ -700,8 +704,7 @@ void data_fill_eval_pos(const DataSource *d, long first_window, int n_rows, int 
     for (int r = 0; r < n_rows; r++) {
         long w = first_window + r;
         int *tk = tokens + (size_t)r * (size_t)T, *tg = targets + (size_t)r * (size_t)T;
-        if (positions)
-            for (int t = 0; t < T; t++) positions[(size_t)r * (size_t)T + (size_t)t] = t;
+        if (positions) row_positions(positions + (size_t)r * (size_t)T, T);
         if (w < 0 || w >= nw)
             fill_empty(T, tk, tg);
         else if (d->pk_row_off)
