@@ -72,7 +72,7 @@ static void set_string(cJSON *j, const char *key, const char *value) {
 }
 
 /* src (a config.json already validated by model_desc.c) with torch_dtype (and transformers 5's
- * dtype, if present) set; NULL with err when it no longer reads as a JSON object. bytes: the text
+ * dtype, if present) set and no quantization_config (a 4-bit base's); NULL with err when it no longer reads as a JSON object. bytes: the text
  * read at start (model_desc_load_source), used instead of reading src again */
 static cJSON *config_with_dtype(const char *src, const char *bytes, size_t n, const char *dtype, GtError *err) {
     char *text = NULL;
@@ -87,6 +87,7 @@ static cJSON *config_with_dtype(const char *src, const char *bytes, size_t n, co
     }
     if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) set_string(j, "dtype", dtype);
     set_string(j, "torch_dtype", dtype);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "quantization_config"); /* gtrain writes full-precision weights only */
     return j;
 }
 
