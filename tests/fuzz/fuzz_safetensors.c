@@ -1,5 +1,6 @@
 /* fuzz_safetensors.c - libFuzzer target: the safetensors reader (safetensors_open on the input as
- * a file), then every accessor and a read of each (small enough) tensor. */
+ * a file), then every accessor and a read of each (small enough) tensor (a U8 one as bytes: the
+ * float read refuses it). */
 #include <stdlib.h>
 
 #include "fuzz_util.h"
@@ -28,6 +29,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             float *dst = malloc((size_t)(numel ? numel : 1) * sizeof(float));
             if (!dst) continue;
             GtError rerr = {0};
+            if (safetensors_dtype(st, i) == ST_U8) { /* bytes only: the float read refuses it (code 2) */
+                if (safetensors_read_f32(st, i, dst, (size_t)numel, &rerr) == 0 || rerr.code != GT_EXIT_BAD_INPUT) abort();
+                if (safetensors_read_bytes(st, i, 0, (size_t)numel, dst, &rerr) != 0) abort();
+                if (safetensors_read_bytes(st, i, 1, (size_t)numel, dst, &rerr) == 0) abort(); /* past its end */
+                free(dst);
+                continue;
+            }
             if (safetensors_read_f32(st, i, dst, (size_t)numel, &rerr) != 0) abort(); /* validated: must read */
             if (numel > 0 && safetensors_read_f32(st, i, dst, (size_t)numel - 1, &rerr) == 0) abort(); /* wrong n */
             free(dst);
