@@ -111,8 +111,8 @@ int bnb_state_parse(const char *text, size_t len, BnbState *s, char *why, size_t
     s->dtype = DTV[dt];
     const int nd = cJSON_IsArray(v[K_SHAPE]) ? cJSON_GetArraySize(v[K_SHAPE]) : 0;
     if (nd < 1 || nd > 2) {
-        why_f(why, cap, "shape: expected 1 or 2 positive integers, found %s%s", cJSON_IsArray(v[K_SHAPE]) ? "" : "",
-              cJSON_IsArray(v[K_SHAPE]) ? (nd ? "more than 2 dimensions" : "an empty array") : found(v[K_SHAPE], b, sizeof b));
+        why_f(why, cap, "shape: expected 1 or 2 positive integers, found %s",
+              !cJSON_IsArray(v[K_SHAPE]) ? found(v[K_SHAPE], b, sizeof b) : nd ? "more than 2 dimensions" : "an empty array");
         goto out;
     }
     double numel = 1;
