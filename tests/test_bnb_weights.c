@@ -251,7 +251,7 @@ Test(bnb_weights, hostile_quant_state_and_siblings_exit_2_naming_file_and_key, .
     make_merge_fixture(root, dir);
     static const char *const CASES[] = {
         "state_not_json", "state_not_object", "state_no_blocksize", "state_no_shape", "state_fp4", "state_fp4_name",
-        "state_blocksize_48", "state_blocksize_float", "state_shape_3d", "state_shape_zero", "state_shape_numel",
+        "state_blocksize_48", "state_blocksize_128", "state_blocksize_float", "state_shape_3d", "state_shape_zero", "state_shape_numel",
         "state_dtype_f64", "state_nested_bs", "state_nested_partial", "state_nested_offset_str",
         "state_no_nested_keys", "weight_f32", "weight_short", "absmax_f32", "absmax_count", "quant_map_missing",
         "quant_map_values", "quant_map_count", "nested_absmax_missing", "nested_absmax_count",

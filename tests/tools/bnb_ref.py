@@ -169,6 +169,13 @@ def m_fp4(sd, w):
     return w + ".quant_state.bitsandbytes__fp4", "nf4"
 
 
+def m_blocksize_128(sd, w):
+    st = state_of(sd, w)
+    st["blocksize"] = 128  # valid, but the file's absmax holds one value per 64
+    set_state(sd, w, st)
+    return w + ".absmax", "values"
+
+
 def m_orphan(sd, w):
     sd["model.layers.0.self_attn.q_norm.weight.absmax"] = torch.ones(4)
     return "model.layers.0.self_attn.q_norm.weight.absmax", "beside"
@@ -196,6 +203,7 @@ MUTATIONS = {
     "state_fp4": m_state(lambda s: s.update(quant_type="fp4"), "quant_type"),
     "state_fp4_name": m_fp4,
     "state_blocksize_48": m_state(lambda s: s.update(blocksize=48), "blocksize"),
+    "state_blocksize_128": m_blocksize_128,
     "state_blocksize_float": m_state(lambda s: s.update(blocksize=64.5), "blocksize"),
     "state_shape_3d": m_state(lambda s: s.update(shape=[2, 2, s["shape"][0] * s["shape"][1] // 4]), "shape"),
     "state_shape_zero": m_state(lambda s: s.update(shape=[0, s["shape"][1]]), "shape[0]"),
