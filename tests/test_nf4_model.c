@@ -213,6 +213,9 @@ Test(nf4_model, llama_nf4_base_is_the_dequantized_base, .timeout = 120) {
     check_against_dequantized(nf4_desc(true, 64, true, 0), GT_F32, "llama nf4 double quant");
     check_against_dequantized(nf4_desc(true, 64, true, 26), GT_F32, "llama nf4, a remainder block");
     check_against_dequantized(nf4_desc(true, 32, true, 0), GT_BF16, "llama nf4 blocksize 32, bf16 activations");
+    ModelDesc dora = nf4_desc(true, 64, true, 0);
+    dora.adapter.dora = true; /* DoRA reads W through model_w too */
+    check_against_dequantized(dora, GT_F32, "llama nf4 DoRA");
 }
 
 Test(nf4_model, gpt2_nf4_base_is_the_dequantized_base, .timeout = 120) {
