@@ -29,6 +29,7 @@
 #include "nf4.h"
 #include "plan.h"
 #include "test_backend_select.h"
+#include "run_util.h"
 #include "test_util.h"
 
 enum { R = 3, BATCH = 2, SEQ = 6 };
@@ -398,12 +399,6 @@ Test(nf4_store, planned_equals_measured_with_an_nf4_base, .timeout = 120) {
         cases++;
     }
     cr_log_info("nf4 storage plan: %d configurations, planned == measured", cases);
-}
-
-static int count_lines(const char *s) {
-    int n = 0;
-    for (; *s; s++) n += *s == '\n';
-    return n;
 }
 
 static void write_text(char *path, size_t cap, const char *tmpl, const char *text) {
