@@ -115,6 +115,7 @@ static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError 
 
 typedef struct {
     int tensor;         /* in the layout */
+    int block;          /* which of the tensor's HF blocks (a 4-bit tensor's unit) */
     int64_t row0, rows; /* the gtrain rows this HF tensor holds */
     char name[128];
 } HfBlock;
@@ -128,6 +129,7 @@ static HfBlock *model_blocks(const Model *m, int *n) {
     for (int i = 0; i < pl->n_tensors; i++)
         for (int j = 0; j < pl->tensors[i].spec->n_blocks; j++, k++) {
             b[k].tensor = i;
+            b[k].block = j;
             arch_block_name(&pl->tensors[i], j, b[k].name, sizeof b[k].name, &m->desc, &b[k].row0, &b[k].rows);
         }
     *n = k;
@@ -237,6 +239,30 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, GtE
     return model_upload_base(m, t->offset, s, t->numel, err);
 }
 
+/* a bitsandbytes 4-bit tensor into a 4-bit base's unit: its bytes copied as they are (the same
+ * format), or dequantized and quantized again as the base's with a warning (another blocksize or
+ * nesting). 1 when block b is not such a pair (the caller loads its values), 0 done, -1 error. */
+static int load_nf4_block(Model *m, const HfWeights *w, int k, const HfBlock *b, GtError *err) {
+    const ParamTensor *t = &m->base_layout.tensors[b->tensor];
+    Nf4Format f;
+    if (t->dtype != GT_NF4 || t->transposed || hf_weights_nf4(w, k, &f) != 1) return 1;
+    Nf4Format mine;
+    size_t at, e0;
+    arch_nf4_unit(t, &m->desc, b->block, &mine, &at, &e0);
+    /* a unit larger than the base's room (a smaller blocksize): through its fp32 values (load_block) */
+    const bool fits = nf4_bytes(&f) <= m->base_layout.nf4_unit_bytes_max && f.numel == mine.numel;
+    int rc = 1;
+    if (fits) {
+        if (hf_weights_read_nf4(w, k, m->nf4_unit, err)) return -1;
+        if ((rc = model_upload_nf4_unit(m, b->tensor, b->block, m->nf4_unit, &f, err)) < 0) return -1;
+    }
+    if (rc == 1)
+        gt_warn("%s: %s: a 4-bit tensor of blocksize %d%s, the base's is %d%s: dequantized and quantized again\n",
+                hf_weights_path(w), b->name, f.blocksize, f.nested ? " (double quant)" : "", mine.blocksize,
+                mine.nested ? " (double quant)" : "");
+    return fits ? 0 : 1;
+}
+
 int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
     return checkpoint_load_weights_info(m, path, NULL, err);
 }
@@ -270,7 +296,8 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
             dtypes |= ti.quant == HF_QUANT_NF4 ? 1u << 8 : 1u << ti.dtype; /* bit 8: bitsandbytes nf4 */
         }
         used[k] = true;
-        if (load_block(m, w, k, &blocks[i], err)) goto done;
+        const int q = load_nf4_block(m, w, k, &blocks[i], err);
+        if (q < 0 || (q == 1 && load_block(m, w, k, &blocks[i], err))) goto done;
     }
     for (int k = 0; k < count; k++) {
         HfTensorInfo info;
