@@ -663,6 +663,22 @@ static void check_bnb_dir(bool nested) {
         }
     }
     cr_assert_eq(units, 14, "a 2-layer Llama has 14 quantized HF tensors, %d compared", units);
+    /* a base of another format (the other nesting): each unit dequantized and quantized again as
+     * the base's: what it reads back is nf4.h's quantize of the file's values, dequantized */
+    float *v = malloc(bl->total * sizeof *v), *got = malloc(bl->total * sizeof *got);
+    cr_assert_eq(model_download_base(m, 0, v, bl->total, &err), 0, "%s", err.msg);
+    ModelDesc d2 = d;
+    d2.quant.nested = !nested;
+    Model *m2 = NULL;
+    cr_assert_eq(model_create(&m2, &d2, be, 1, 8, recompute_policy(false, 1, false, d.n_layer), 1, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(checkpoint_load_weights(m2, bnb, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_download_base(m2, 0, got, bl->total, &err), 0, "%s", err.msg);
+    float *want = dequantized(&d2, bl, v);
+    cr_assert(memcmp(got, want, bl->total * sizeof *got) == 0, "nested %d file into a nested %d base: not the file's "
+              "values quantized again", nested, !nested);
+    free(want), free(v), free(got);
+    model_free(m2);
     model_free(m);
     backend_close(be);
     test_scratch_remove(dir);

@@ -241,8 +241,8 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, GtE
 
 /* a bitsandbytes 4-bit tensor into a 4-bit base's unit: its bytes copied as they are (the same
  * format), or dequantized and quantized again as the base's with a warning (another blocksize or
- * nesting). 1 when block b is not such a pair (the caller loads its values), 0 done, -1 error. */
-static int load_nf4_block(Model *m, const HfWeights *w, int k, const HfBlock *b, GtError *err) {
+ * nesting; *warned: said once). 1 when block b is not such a pair (the caller loads its values), 0 done, -1 error. */
+static int load_nf4_block(Model *m, const HfWeights *w, int k, const HfBlock *b, bool *warned, GtError *err) {
     const ParamTensor *t = &m->base_layout.tensors[b->tensor];
     Nf4Format f;
     if (t->dtype != GT_NF4 || t->transposed || hf_weights_nf4(w, k, &f) != 1) return 1;
@@ -256,10 +256,11 @@ static int load_nf4_block(Model *m, const HfWeights *w, int k, const HfBlock *b,
         if (hf_weights_read_nf4(w, k, m->nf4_unit, err)) return -1;
         if ((rc = model_upload_nf4_unit(m, b->tensor, b->block, m->nf4_unit, &f, err)) < 0) return -1;
     }
-    if (rc == 1)
-        gt_warn("%s: %s: a 4-bit tensor of blocksize %d%s, the base's is %d%s: dequantized and quantized again\n",
-                hf_weights_path(w), b->name, f.blocksize, f.nested ? " (double quant)" : "", mine.blocksize,
-                mine.nested ? " (double quant)" : "");
+    if (rc == 1 && !*warned) /* once a load */
+        gt_warn("%s: %s (and any other like it): 4-bit nf4 of blocksize %d%s, the base's is %d%s: dequantized and "
+                "quantized again\n", hf_weights_path(w), b->name, f.blocksize, f.nested ? " with double quant" : "",
+                mine.blocksize, mine.nested ? " with double quant" : "");
+    *warned |= rc == 1;
     return fits ? 0 : 1;
 }
 
@@ -276,7 +277,7 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
     unsigned dtypes = 0;
     HfBlock *blocks = model_blocks(m, &n);
     const int count = hf_weights_count(w);
-    bool *used = gt_xcalloc((size_t)count + 1, sizeof *used);
+    bool *used = gt_xcalloc((size_t)count + 1, sizeof *used), warned = false;
     for (int i = 0; i < n; i++) {
         const ParamTensor *t = &m->base_layout.tensors[blocks[i].tensor];
         int k = hf_weights_find_prefixed(w, blocks[i].name, arch_spec(m->desc.arch)->hf_optional_prefix);
@@ -296,7 +297,7 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
             dtypes |= ti.quant == HF_QUANT_NF4 ? 1u << 8 : 1u << ti.dtype; /* bit 8: bitsandbytes nf4 */
         }
         used[k] = true;
-        const int q = load_nf4_block(m, w, k, &blocks[i], err);
+        const int q = load_nf4_block(m, w, k, &blocks[i], &warned, err);
         if (q < 0 || (q == 1 && load_block(m, w, k, &blocks[i], err))) goto done;
     }
     for (int k = 0; k < count; k++) {
