@@ -608,6 +608,12 @@ static void check_bnb_dir(bool nested) {
     GtError err = {0};
     cr_assert_eq(model_desc_load(&d, bnb, &err), 0, "%s", err.msg);
     cr_assert(d.quant.nf4 && d.quant.prequantized && d.quant.nested == nested);
+    /* the format comes from the tensors (config.json has no blocksize): a wrong nesting is corrected */
+    ModelDesc dw = d;
+    dw.quant.nested = !nested, dw.quant.blocksize = 128;
+    cr_assert_eq(checkpoint_base_quant(&dw, bnb, &err), 0, "%s", err.msg);
+    cr_assert(dw.quant.nested == nested && dw.quant.blocksize == 64, "the tensors' format: nested %d blocksize %d",
+              dw.quant.nested, dw.quant.blocksize);
     d.adapter.r = 4, d.adapter.targets = LORA_FIX_LLAMA_ALL, d.adapter.scale = 2.0, d.adapter.init = LORA_INIT_TRUE;
     Backend *be = test_backend_open();
     Model *m = NULL;

@@ -12,6 +12,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "buffers.h"
 #include "checkpoint.h"
@@ -262,6 +263,24 @@ static int load_nf4_block(Model *m, const HfWeights *w, int k, const HfBlock *b,
                 mine.blocksize, mine.nested ? " with double quant" : "");
     *warned |= rc == 1;
     return fits ? 0 : 1;
+}
+
+int checkpoint_base_quant(ModelDesc *d, const char *path, GtError *err) {
+    struct stat sb;
+    if (!d->quant.prequantized || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode) || !hf_weights_dir_has_weights(path, NULL, 0))
+        return 0;
+    HfWeights *w = NULL;
+    if (hf_weights_open(&w, path, err)) return -1;
+    for (int k = 0; k < hf_weights_count(w); k++) {
+        Nf4Format f;
+        if (hf_weights_nf4(w, k, &f) == 1) {
+            d->quant.blocksize = f.blocksize;
+            d->quant.nested = f.nested;
+            break;
+        }
+    }
+    hf_weights_close(w);
+    return 0;
 }
 
 int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
