@@ -11,6 +11,7 @@
 #include "arch.h"
 #include "backend.h"
 #include "blas_setup.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "dist.h"
 #include "hf_writer.h"
@@ -367,7 +368,8 @@ int main(int argc, char **argv) {
     char *model_json = NULL; /* config.json as read now: a checkpoint's is written from it, never read again */
     if (config_load(cfg, config_path, sets, n_sets, &err) || out_guard_run(cfg, &err) ||
         model_desc_load_source(&desc, cfg->model, &model_json, &err) ||
-        config_check_model(cfg, &desc, &err) || lora_configure(&desc, &peft, cfg, &err)) {
+        config_check_model(cfg, &desc, &err) || lora_configure(&desc, &peft, cfg, &err) ||
+        checkpoint_base_quant(&desc, cfg->init_from[0] ? cfg->init_from : cfg->model, &err)) {
         rc = fail(&err);
         free(model_json);
         free(cfg);

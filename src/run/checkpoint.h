@@ -55,6 +55,11 @@ int checkpoint_write_config(const char *dir, const char *src, const char *bytes,
  * buffers, and a tied model's lm_head.weight, which are ignored). A NaN or infinite value is
  * refused (code 2), naming the shard file, the tensor and the element. */
 int checkpoint_load_weights(Model *m, const char *path, GtError *err);
+/* A bitsandbytes 4-bit base (d->quant.prequantized) of the model directory path: its blocksize and
+ * nesting as its first 4-bit tensor has them (config.json does not say the blocksize), so the
+ * plan and the base are the checkpoint's units; a tensor of another format is quantized again at
+ * load (checkpoint_load_weights warns). Nothing to do for other bases or without weights. */
+int checkpoint_base_quant(ModelDesc *d, const char *path, GtError *err);
 
 /* What a load read, for the run's "weights:" line. */
 typedef struct {
