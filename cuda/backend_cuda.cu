@@ -599,6 +599,7 @@ static const BackendOps k_cuda_ops = {
     /* .dora_forward = */ gtc_dora_forward,
     /* .dora_backward = */ gtc_dora_backward,
     /* .convert = */ gtc_convert,
+    /* .dequant_nf4 = */ gtc_dequant_nf4,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

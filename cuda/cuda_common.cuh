@@ -245,6 +245,8 @@ double gtc_sum_squares(Backend *b, const float *x, size_t n);
 void gtc_scale(Backend *b, float *x, float s, size_t n);
 void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);
 void gtc_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n);
+/* kernels_nf4.cu */
+void gtc_dequant_nf4(Backend *b, void *dst, GtDtype dst_dtype, const void *unit, const Nf4Format *f);
 /* dst[c] += sum_n src[n * C + c] (src act dtype, dst fp32), rows summed in a fixed order (bias
  * gradients) */
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C);

@@ -34,6 +34,7 @@ gqa_kv_head_mapping|cuda/cuda_common.cuh|    return h / (NH / NKV);|    return h
 sliding_window_off_by_one|cuda/cuda_common.cuh|    return window > 0 && t - window + 1 > 0 ? t - window + 1 : 0;|    return window > 0 && t - window > 0 ? t - window : 0;|@(ops_llama|ops_llama_bf16|cuda)/*
 lora_src_stride_ignored|cuda/kernels_lora.cu|load_f32(src, row * (size_t)lds + j)|load_f32(src, row * (size_t)ldd + j)|@(lora_ops|lora_model)/*
 lora_dropout_mask_shifted|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, base + (uint64_t)i + 1, threshold)|@(lora_ops|lora_model)/*
+nf4_nibbles_swapped|cuda/kernels_nf4.cu|store_from_f32(dst, (size_t)e, __fmul_rn(t.code[byte >> 4], a));|store_from_f32(dst, (size_t)e, __fmul_rn(t.code[byte & 15], a));|@(backend_ops|backend_ops_bf16)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 EOF
 }

@@ -122,6 +122,11 @@ typedef struct {
         char init_lora_weights[GT_PATH_MAX]; /* true, false, gaussian, pissa, pissa_niter_N */
         char init_from[GT_PATH_MAX];         /* a PEFT adapter directory to continue from, or "" */
         int base_dtype;                      /* BaseDtype (model_desc.h): the frozen base's storage */
+        /* QLoRA: the base's linear weights quantized 4-bit (BitsAndBytesConfig's names) */
+        int quantize_base;                   /* QuantizeBase (adapter_desc.h): none or nf4 */
+        int bnb_4bit_quant_type;             /* 0: nf4 (the only one) */
+        bool bnb_4bit_use_double_quant;      /* the absmax values quantized to 8 bits too */
+        int bnb_4bit_compute_dtype;          /* ComputeDtype (adapter_desc.h): auto, float32, bfloat16 */
     } lora;
 
     /* where each schema key's value came from, indexed like the schema table */

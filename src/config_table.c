@@ -18,6 +18,9 @@ static const char *const FORMAT_NAMES[] = {"text", "tokens", "jsonl", "json", "p
 static const char *const NAN_NAMES[] = {"skip", "stop", NULL};
 static const char *const SAVE_DTYPE_NAMES[] = {"auto", "bf16", "fp32", NULL};
 static const char *const BASE_DTYPE_NAMES[] = {"auto", "fp32", "bf16", NULL}; /* BaseDtype's order */
+static const char *const QUANTIZE_NAMES[] = {"none", "nf4", NULL};                   /* QuantizeBase's order */
+static const char *const QUANT_TYPE_NAMES[] = {"nf4", NULL};                         /* fp4: not read */
+static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "float32", "bfloat16", NULL}; /* ComputeDtype's order */
 static const char *const INIT_NAMES[] = {"auto", "pretrained", "random", NULL};
 
 /* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone; which
@@ -249,6 +252,20 @@ const KeySpec CONFIG_SCHEMA[] = {
             "(precision), or bf16 / fp32; each is converted to the activation dtype for its matrix multiply (as "
             "transformers' torch_dtype=bfloat16 base under fp32 compute). Embeddings, norms, biases and the LM head "
             "stay in the activation dtype."},
+    {.key = "lora.quantize_base", .type = KT_ENUM, FIELD(lora.quantize_base), .def = "none", .names = QUANTIZE_NAMES,
+     .doc = "QLoRA: nf4 stores the frozen base's linear weights (the layers' projections) as bitsandbytes' 4-bit "
+            "NormalFloat, quantized one tensor at a time as they load (blocks of 64, one absmax each), and "
+            "dequantizes each to the activation dtype for its matrix multiply; embeddings, norms, biases and the LM "
+            "head stay as they are. A base that is already 4-bit (config.json's quantization_config, a *-bnb-4bit "
+            "directory) loads as it is, with none."},
+    {.key = "lora.bnb_4bit_quant_type", .type = KT_ENUM, FIELD(lora.bnb_4bit_quant_type), .def = "nf4",
+     .names = QUANT_TYPE_NAMES, .doc = "The 4-bit type (BitsAndBytesConfig's name): nf4 (gtrain has no fp4)."},
+    {.key = "lora.bnb_4bit_use_double_quant", .type = KT_BOOL, FIELD(lora.bnb_4bit_use_double_quant), .def = "false",
+     .doc = "Double quantization (BitsAndBytesConfig's name): the absmax values themselves quantized to 8 bits in "
+            "blocks of 256 (about 0.37 bits per weight saved)."},
+    {.key = "lora.bnb_4bit_compute_dtype", .type = KT_ENUM, FIELD(lora.bnb_4bit_compute_dtype), .def = "auto",
+     .names = COMPUTE_DTYPE_NAMES, .doc = "The dtype a 4-bit weight is dequantized to for its matrix multiply "
+            "(BitsAndBytesConfig's name): auto = the activation dtype (precision); float32 or bfloat16 must be it."},
 };
 
 const int CONFIG_N_KEYS = (int)(sizeof CONFIG_SCHEMA / sizeof CONFIG_SCHEMA[0]);

@@ -496,6 +496,38 @@ static void run_convert(Fx *fx, Rng *r, const int *s) {
     cr_expect_eq(bad_copy, 0, "convert fp32 -> fp32: %zu of %zu values changed (%s)", bad_copy, n, k_shape);
 }
 
+/* s: numel, blocksize, nested. dequant_nf4 of a unit nf4.h's host nf4_quantize wrote (random
+ * values, a block of zeros, a lone huge value): fp32 and bf16 outputs bit for bit nf4.h's
+ * nf4_dequantize_f32 / _bf16 (the format's one definition, checked against bitsandbytes itself) */
+static void run_dequant_nf4(Fx *fx, Rng *r, const int *s) {
+    const Nf4Format f = {s[0], s[1], s[2] != 0};
+    const size_t n = (size_t)f.numel, bytes = (size_t)nf4_bytes(&f);
+    float *x = rand_f(fx, r, n, -2, 2);
+    for (size_t i = 0; i < n && i < (size_t)f.blocksize; i++) x[i] = 0.0f; /* absmax 0 */
+    if (n > (size_t)f.blocksize + 3) x[f.blocksize + 3] = 3e4f;
+    uint8_t *unit = hmem(fx, bytes);
+    nf4_quantize(&f, x, unit);
+    void *d_unit = dmem(fx, bytes);
+    up(fx, d_unit, unit, bytes);
+    float *want = hf(fx, n);
+    uint16_t *want16 = hmem(fx, n * 2);
+    nf4_dequantize_f32(&f, unit, 0, f.numel, want);
+    nf4_dequantize_bf16(&f, unit, 0, f.numel, want16);
+    float *d_out = dnan(fx, n);
+    void *d_out16 = dmem(fx, n * 2);
+    fx->be->ops->dequant_nf4(fx->be, d_out, GT_F32, d_unit, &f);
+    fx->be->ops->dequant_nf4(fx->be, d_out16, GT_BF16, d_unit, &f);
+    const float *got = get_f(fx, d_out, n);
+    const uint16_t *got16 = get_raw(fx, d_out16, n * 2);
+    size_t bad = 0, bad16 = 0;
+    for (size_t i = 0; i < n; i++) {
+        bad += memcmp(&got[i], &want[i], sizeof got[i]) != 0;
+        bad16 += got16[i] != want16[i];
+    }
+    cr_expect_eq(bad, 0, "dequant_nf4 fp32: %zu of %zu values are not nf4.h's (%s)", bad, n, k_shape);
+    cr_expect_eq(bad16, 0, "dequant_nf4 bf16: %zu of %zu values are not nf4.h's (%s)", bad16, n, k_shape);
+}
+
 /* ------------------------------------------------------------------ the table */
 
 /* Shapes: small (the simulator runs them too), rows not multiples of 8 or 32, one above the CPU's
@@ -528,6 +560,7 @@ static const OpCase k_ops[] = {
     {"info", run_info, {"timer_start", "timer_elapsed_ms", "memory_info"}, {{1}}},
     {"dora", run_dora, {"dora_norm", "dora_forward", "dora_backward"}, {{7, 13, 20, 4}, {33, 64, 48, 8}}},
     {"convert", run_convert, {"convert"}, {{1}, {20001}}},
+    {"dequant_nf4", run_dequant_nf4, {"dequant_nf4"}, {{77, 64, 0}, {20001, 64, 1}, {140001, 32, 0}}},
 };
 
 /* Entries no row checks a value of: the fixture's own (every row opens, allocates and closes
@@ -552,7 +585,7 @@ static const struct {
     SLOT(head_rmsnorm_forward), SLOT(head_rmsnorm_backward), SLOT(rope_forward), SLOT(rope_backward),
     SLOT(swiglu_forward), SLOT(swiglu_backward), SLOT(crossentropy), SLOT(adamw), SLOT(sum_squares), SLOT(scale),
     SLOT(to_act), SLOT(timer_start), SLOT(timer_elapsed_ms), SLOT(memory_info), SLOT(axpby_rows), SLOT(dropout),
-    SLOT(dora_norm), SLOT(dora_forward), SLOT(dora_backward), SLOT(convert),
+    SLOT(dora_norm), SLOT(dora_forward), SLOT(dora_backward), SLOT(convert), SLOT(dequant_nf4),
 };
 #define NSLOTS (sizeof k_slots / sizeof k_slots[0])
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))

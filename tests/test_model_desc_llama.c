@@ -568,7 +568,7 @@ static const BadCase BAD[] = {
     {"{" LLAMA_MIN ", \"rope_interleaved\": \"no\"}", "rope_interleaved", "\"no\""},
     {"{" QWEN_MIN ", \"use_mrope\": true}", "use_mrope", "found true"},
     {"{" LLAMA_MIN ", \"quantization_config\": {\"quant_method\": \"gptq\", \"bits\": 4}}", "quantization_config",
-     "an object"},
+     "found \"gptq\""},
     {"{" LLAMA_MIN ", \"sliding_window_pattern\": 6}", "sliding_window_pattern", "found 6"},
     /* biases HF's Mistral and Qwen2 do not have or always have */
     {"{" MISTRAL_MIN_W ", \"attention_bias\": true}", "attention_bias: expected false or no such field", "found true"},

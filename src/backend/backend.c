@@ -2,6 +2,8 @@
  * place that composes an optional (fused) op a backend leaves out (backend.h). */
 #include "backend.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const k_mem_category_names[MEM_COUNT] = {
@@ -105,8 +107,14 @@ float *backend_alloc_floats(Backend *b, MemCategory cat, size_t n, GtError *err)
     return backend_alloc(b, cat, bytes, err);
 }
 
-size_t gt_dtype_size(GtDtype t) { return t == GT_BF16 ? 2 : 4; }
-const char *gt_dtype_name(GtDtype t) { return t == GT_BF16 ? "bf16" : "fp32"; }
+size_t gt_dtype_size(GtDtype t) {
+    if (t == GT_NF4) { /* a bug: an NF4 tensor's bytes are its units' (nf4.h), never numel * size */
+        fprintf(stderr, "gtrain: internal error: gt_dtype_size(nf4)\n");
+        abort();
+    }
+    return t == GT_BF16 ? 2 : 4;
+}
+const char *gt_dtype_name(GtDtype t) { return t == GT_NF4 ? "nf4" : t == GT_BF16 ? "bf16" : "fp32"; }
 
 void backend_set_act_dtype(Backend *b, GtDtype t) { b->act_dtype = t; }
 

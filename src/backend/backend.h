@@ -22,6 +22,7 @@
 #define GT_BACKEND_H
 
 #include "common.h"
+#include "nf4.h"
 #include "config.h"
 
 typedef enum {
@@ -51,9 +52,11 @@ typedef struct {
 
 typedef struct Backend Backend;
 
-typedef enum { GT_F32 = 0, GT_BF16 } GtDtype;
-size_t gt_dtype_size(GtDtype t); /* 4 or 2 */
-const char *gt_dtype_name(GtDtype t); /* "fp32" or "bf16" */
+/* GT_NF4: a frozen base weight stored 4-bit (nf4.h's units, one per HF block of the tensor); a storage
+ * dtype only, never an act dtype, and it has no element size: its bytes are nf4_bytes of its units */
+typedef enum { GT_F32 = 0, GT_BF16, GT_NF4 } GtDtype;
+size_t gt_dtype_size(GtDtype t); /* 4 or 2; GT_NF4 has none: an internal error (the caller asks nf4.h) */
+const char *gt_dtype_name(GtDtype t); /* "fp32", "bf16" or "nf4" */
 /* An activation-type tensor (see the top of this file); act_t * is a void pointer. */
 typedef void act_t;
 
@@ -284,6 +287,11 @@ typedef struct BackendOps {
      * dtype (arch.h's ParamTensor.dtype) is converted with this into a scratch before its GEMM.
      * dst and src do not overlap. */
     void (*convert)(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n);
+    /* dst[0 .. f->numel) (dst_dtype: fp32 or bf16) = the NF4 unit's values exactly as nf4.h's
+     * nf4_dequantize_f32 / _bf16 compute them (bit for bit): a 4-bit base weight (GT_NF4) is
+     * dequantized with this, unit by unit, into the scratch before its GEMM. unit is in the
+     * backend's memory (device pointer), laid out by nf4_layout(f). */
+    void (*dequant_nf4)(Backend *b, void *dst, GtDtype dst_dtype, const void *unit, const Nf4Format *f);
 } BackendOps;
 
 struct Backend {

@@ -730,6 +730,7 @@ static const BackendOps k_cpu_ops = {
     .dora_forward = cpu_dora_forward,
     .dora_backward = cpu_dora_backward,
     .convert = cpu_convert,
+    .dequant_nf4 = cpu_dequant_nf4,
 };
 
 /* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */

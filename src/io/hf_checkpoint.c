@@ -87,6 +87,8 @@ static cJSON *config_with_dtype(const char *src, const char *bytes, size_t n, co
     }
     if (cJSON_GetObjectItemCaseSensitive(j, "dtype")) set_string(j, "dtype", dtype);
     set_string(j, "torch_dtype", dtype);
+    /* the weights written are full precision (a 4-bit base's dequantized): no bitsandbytes config */
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "quantization_config");
     return j;
 }
 

@@ -12,6 +12,11 @@
  * lora.base_dtype; arch_storage_dtype says which tensors): auto = the activation dtype. */
 typedef enum { BASE_DTYPE_AUTO = 0, BASE_DTYPE_FP32, BASE_DTYPE_BF16 } BaseDtype;
 
+/* lora.quantize_base and lora.bnb_4bit_compute_dtype (the run config's; config_table.c's names in
+ * this order) */
+typedef enum { QUANTIZE_BASE_NONE = 0, QUANTIZE_BASE_NF4 } QuantizeBase;
+typedef enum { COMPUTE_DTYPE_AUTO = 0, COMPUTE_DTYPE_FP32, COMPUTE_DTYPE_BF16 } ComputeDtype;
+
 typedef struct AdapterDesc {
     int r;            /* the rank; 0: no adapters */
     uint32_t targets; /* bit (1u << PeftModule) for each adapted module of the architecture */

@@ -370,22 +370,65 @@ void param_layout_init(ParamLayout *pl, const ModelDesc *d) {
 }
 
 GtDtype arch_storage_dtype(const ModelDesc *d, const ArchTensor *t, GtDtype act) {
-    if (d->adapter.r <= 0 || !t || !t->per_layer || t->dim1 == DIM_1 || d->adapter.base_dtype == BASE_DTYPE_AUTO) return act;
+    if (d->adapter.r <= 0 || !t || !t->per_layer || t->dim1 == DIM_1) return act;
+    if (d->quant.nf4) return GT_NF4;
+    if (d->adapter.base_dtype == BASE_DTYPE_AUTO) return act;
     return d->adapter.base_dtype == BASE_DTYPE_BF16 ? GT_BF16 : GT_F32;
+}
+
+/* unit b of an NF4 tensor (no byte offset): its format and first element */
+static void nf4_unit_format(const ParamTensor *t, const ModelDesc *d, int b, Nf4Format *f, size_t *e0) {
+    size_t first = 0;
+    for (int k = 0; k < b; k++) first += (size_t)arch_dim(d, t->spec->blocks[k].rows) * (size_t)t->shape[1];
+    f->numel = arch_dim(d, t->spec->blocks[b].rows) * t->shape[1];
+    f->blocksize = d->quant.blocksize;
+    f->nested = d->quant.nested;
+    *e0 = first;
+}
+
+int arch_nf4_units(const ParamTensor *t) { return t->dtype == GT_NF4 ? t->spec->n_blocks : 0; }
+
+void arch_nf4_unit(const ParamTensor *t, const ModelDesc *d, int b, Nf4Format *f, size_t *byte_offset, size_t *e0) {
+    size_t at = t->byte_offset;
+    for (int k = 0; k < b; k++) {
+        Nf4Format fk;
+        size_t ek;
+        nf4_unit_format(t, d, k, &fk, &ek);
+        at += (size_t)nf4_bytes(&fk);
+    }
+    nf4_unit_format(t, d, b, f, e0);
+    *byte_offset = at;
 }
 
 void param_layout_storage(ParamLayout *pl, const ModelDesc *d, GtDtype act) {
     uint64_t at = 0;
     pl->convert_max = 0;
+    pl->nf4_unit_max = 0;
+    pl->nf4_unit_bytes_max = 0;
     for (int i = 0; i < pl->n_tensors; i++) {
         ParamTensor *t = &pl->tensors[i];
         t->dtype = arch_storage_dtype(d, t->spec, act);
-        const uint64_t es = gt_dtype_size(t->dtype);
-        at = (at + es - 1) / es * es;
-        t->byte_offset = (size_t)at;
         t->block = 0;
         t->scales_offset = 0;
-        at += (uint64_t)t->numel * es;
+        if (t->dtype == GT_NF4) { /* its units, each NF4_ALIGN-aligned, in the order of its HF blocks */
+            at = (at + NF4_ALIGN - 1) / NF4_ALIGN * NF4_ALIGN;
+            t->byte_offset = (size_t)at;
+            t->block = d->quant.blocksize;
+            for (int b = 0; b < t->spec->n_blocks; b++) {
+                Nf4Format f;
+                size_t e0;
+                nf4_unit_format(t, d, b, &f, &e0);
+                const uint64_t ub = nf4_bytes(&f);
+                at += ub;
+                if ((uint64_t)f.numel > pl->nf4_unit_max) pl->nf4_unit_max = (uint64_t)f.numel;
+                if (ub > pl->nf4_unit_bytes_max) pl->nf4_unit_bytes_max = ub;
+            }
+        } else {
+            const uint64_t es = gt_dtype_size(t->dtype);
+            at = (at + es - 1) / es * es;
+            t->byte_offset = (size_t)at;
+            at += (uint64_t)t->numel * es;
+        }
         if (t->dtype != act && t->numel > pl->convert_max) pl->convert_max = t->numel;
     }
     pl->bytes = at;

@@ -227,9 +227,9 @@ typedef struct {
     TensorRole role;   /* an adapter: the role of the base weight it adapts */
     const ArchTensor *spec; /* NULL for an adapter */
     /* Its storage in the buffer the layout describes (param_layout_storage; zero until then):
-     * dtype, and where it starts in bytes. Room for a block-quantized dtype (a 4-bit base): each
-     * block of `block` elements shares one scale, the scales at byte scales_offset of the same
-     * buffer; block 0: no scales (fp32, bf16). */
+     * dtype, and where it starts in bytes. GT_NF4 (a 4-bit base): its units start at byte_offset
+     * (arch_nf4_unit), each with its own absmax (and nested) state inside it; block = the
+     * blocksize (0 otherwise); scales_offset is unused (0). */
     GtDtype dtype;
     size_t byte_offset;
     int block;
@@ -248,6 +248,9 @@ typedef struct {
      * storage dtype is not the act dtype (the model's conversion scratch; 0: none) */
     uint64_t bytes;
     size_t convert_max;
+    /* NF4 tensors (GT_NF4): the most elements and the most bytes of one unit (one HF tensor), 0
+     * without: the host buffer a unit's values gather in as they load (model.c) */
+    uint64_t nf4_unit_max, nf4_unit_bytes_max;
 } ParamLayout;
 
 void param_layout_init(ParamLayout *pl, const ModelDesc *d);
@@ -257,14 +260,22 @@ int param_layout_find(const ParamLayout *pl, const char *name);
 int param_layout_role(const ParamLayout *pl, int layer, TensorRole role);
 
 /* The storage dtype of tensor t of model d under act dtype act: the act dtype, but under LoRA
- * with lora.base_dtype set the frozen base's per-layer matrices (the linear weights adapters
- * attach to and a 4-bit base would quantize; embeddings, norms, biases and the LM head stay in
+ * with lora.base_dtype set (GT_NF4 with a 4-bit base, d->quant) the frozen base's per-layer
+ * matrices (the linear weights adapters attach to and a 4-bit base quantizes; embeddings, norms, biases and the LM head stay in
  * the act dtype, which the forward reads them in directly). The one home of that rule. */
 GtDtype arch_storage_dtype(const ModelDesc *d, const ArchTensor *t, GtDtype act);
 /* Each tensor's storage (dtype, byte offset: packed in layout order, each tensor aligned to its
- * element size, so a layout of one dtype has byte_offset = offset * size) and pl->bytes,
- * pl->convert_max: what model.c's base buffer and buffers.c's plan both read. */
+ * element size, so a layout of one dtype has byte_offset = offset * size; an NF4 tensor's units
+ * NF4_ALIGN-aligned, nf4_bytes each, block = the blocksize) and pl->bytes, pl->convert_max,
+ * pl->nf4_unit_*: what model.c's base buffer and buffers.c's plan both read. */
 void param_layout_storage(ParamLayout *pl, const ModelDesc *d, GtDtype act);
+
+/* An NF4 tensor's units (GT_NF4: one per HF block of its spec, 0 for any other dtype), and unit b's
+ * format (numel: the block's rows times the tensor's columns; d->quant's blocksize and nesting),
+ * its byte offset in the buffer (t->byte_offset plus the units before it) and its first element
+ * (within the tensor, in gtrain's [out, in] order). The one home of where a unit is. */
+int arch_nf4_units(const ParamTensor *t);
+void arch_nf4_unit(const ParamTensor *t, const ModelDesc *d, int b, Nf4Format *f, size_t *byte_offset, size_t *e0);
 
 /* Parameters of d (tied embeddings counted once), from the table without building a layout. */
 uint64_t arch_num_params(const ModelDesc *d);

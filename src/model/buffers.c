@@ -27,6 +27,11 @@ static void add(Builder *k, BufferId id, MemCategory cat, uint64_t elems, uint64
     s->count = count;
 }
 
+uint64_t buffers_nf4_values_bytes(const ParamLayout *bl) { return (bl->nf4_unit_max * sizeof(float) + 63) / 64 * 64; }
+uint64_t buffers_nf4_host_bytes(const ParamLayout *bl) {
+    return bl->nf4_unit_max ? buffers_nf4_values_bytes(bl) + bl->nf4_unit_bytes_max : 0;
+}
+
 uint64_t buffers_stage_io_bytes(const ModelDesc *d) {
     const ArchSpec *s = arch_spec(d->arch);
     uint64_t need = 2 * (uint64_t)(d->head_dim / 2 + 1) * sizeof(float); /* one position's rope row */
@@ -94,12 +99,14 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     if (s->act != GT_F32) add(&k, BUF_WEIGHTS, MEM_PARAMS, NP, a, 1);
     k.cur = "frozen";
     size_t convert_max = 0;
+    uint64_t nf4_host = 0;
     if (lora) {
         ParamLayout bl;
         param_layout_init(&bl, d);
         param_layout_storage(&bl, d, s->act);
         add(&k, BUF_FROZEN, MEM_FROZEN, bl.bytes, 1, 1);
         convert_max = bl.convert_max;
+        nf4_host = buffers_nf4_host_bytes(&bl);
         param_layout_free(&bl);
     }
     k.cur = "grads";
@@ -171,5 +178,6 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
     add(&k, BUF_WCONV, MEM_WORKSPACE, convert_max, a, convert_max > 0);
     k.cur = "host_staging";
     add(&k, BUF_HOST_STAGING, MEM_HOST_STAGING, buffers_staging_bytes(d), 1, 1);
+    add(&k, BUF_NF4_HOST, MEM_HOST_STAGING, nf4_host, 1, nf4_host > 0);
     return out->overflow ? -1 : 0;
 }

@@ -5,6 +5,7 @@
 #define GT_BUFFERS_H
 
 #include "backend.h"
+#include "arch.h"
 #include "model_desc.h"
 #include "recompute.h"
 
@@ -63,6 +64,8 @@ typedef enum {
     BUF_DORA_NORM,    /* DoRA: || W + s B A ||_row of one block (fp32) [widest output block] */
     BUF_WCONV,        /* workspace: one stored weight converted to the act dtype for its GEMM (a base
                        * stored in another dtype: arch.h's ParamTensor.dtype) */
+    BUF_NF4_HOST,     /* host (host_staging): a 4-bit base's unit as it loads: its fp32 values, then its
+                       * quantized bytes (buffers_nf4_host_bytes) */
     BUF_COUNT
 } BufferId;
 
@@ -100,5 +103,9 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s);
 #define BUFFERS_STAGE_IO_MAX ((uint64_t)16 << 20)
 uint64_t buffers_stage_io_bytes(const ModelDesc *d);
 uint64_t buffers_staging_bytes(const ModelDesc *d);
+/* BUF_NF4_HOST of a frozen base's layout (param_layout_storage done): the largest unit's fp32
+ * values (buffers_nf4_values_bytes, 64-aligned), then its bytes; 0 without NF4 tensors */
+uint64_t buffers_nf4_values_bytes(const ParamLayout *bl);
+uint64_t buffers_nf4_host_bytes(const ParamLayout *bl);
 
 #endif

@@ -294,13 +294,44 @@ static int run_targets(const PeftConfig *pc, const RunConfig *cfg, ModelArch arc
     return key_error(cfg, "lora.target_modules", err, "%s", why ? why : err->msg);
 }
 
+/* the base's 4-bit storage (d->quant): config.json's bitsandbytes base as it is, or the run's
+ * lora.quantize_base nf4 (blocksize 64, as bitsandbytes' default; nesting from
+ * lora.bnb_4bit_use_double_quant); the dequantized weights are in the activation dtype */
+static int quant_configure(ModelDesc *d, const RunConfig *cfg, GtError *err) {
+    if (cfg->lora.quantize_base == QUANTIZE_BASE_NF4) {
+        if (d->quant.prequantized)
+            return key_error(cfg, "lora.quantize_base", err, "%s: already 4-bit (bitsandbytes nf4): it loads as it is; "
+                             "expected lora.quantize_base: none, found nf4", d->path);
+        d->quant.nf4 = true;
+        d->quant.blocksize = 64;
+        d->quant.nested = cfg->lora.bnb_4bit_use_double_quant;
+    }
+    if (!d->quant.nf4) return 0;
+    if (cfg->lora.base_dtype != BASE_DTYPE_AUTO)
+        return key_error(cfg, "lora.base_dtype", err, "expected auto with a 4-bit base (%s; its linear weights are "
+                         "nf4, the rest in the activation dtype), found %s", d->quant.prequantized ? d->path :
+                         "lora.quantize_base: nf4", cfg->lora.base_dtype == BASE_DTYPE_BF16 ? "bf16" : "fp32");
+    const int want = cfg->precision == PREC_BF16 ? COMPUTE_DTYPE_BF16 : COMPUTE_DTYPE_FP32;
+    if (cfg->lora.bnb_4bit_compute_dtype != COMPUTE_DTYPE_AUTO && cfg->lora.bnb_4bit_compute_dtype != want)
+        return key_error(cfg, "lora.bnb_4bit_compute_dtype", err, "expected auto or %s (precision %s: a 4-bit weight is "
+                         "dequantized to the activation dtype), found %s", want == COMPUTE_DTYPE_BF16 ? "bfloat16" :
+                         "float32", want == COMPUTE_DTYPE_BF16 ? "bf16" : "fp32",
+                         want == COMPUTE_DTYPE_BF16 ? "float32" : "bfloat16");
+    return 0;
+}
+
 int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *err) {
     d->adapter.r = 0;
     d->adapter.targets = 0;
     d->adapter.dora = false;
     d->adapter.base_dtype = BASE_DTYPE_AUTO;
     peft_config_defaults(pc);
-    if (!cfg->lora.enabled) return 0;
+    if (!cfg->lora.enabled) {
+        if (d->quant.nf4)
+            return key_error(cfg, "model", err, "expected a lora: section with a 4-bit base (%s: quantization_config, "
+                             "bitsandbytes nf4: a frozen base only adapters train on), found full fine-tuning", d->path);
+        return 0;
+    }
     if (lora_check_config(cfg, err)) return -1;
     const char *where = cfg->config_path[0] ? cfg->config_path : "config";
     LoraInit kind;
@@ -384,5 +415,5 @@ int lora_configure(ModelDesc *d, PeftConfig *pc, const RunConfig *cfg, GtError *
     apply_peft(d, pc, mask);
     d->adapter.init = (int)kind;
     d->adapter.base_dtype = cfg->lora.base_dtype;
-    return 0;
+    return quant_configure(d, cfg, err);
 }

@@ -55,6 +55,80 @@ static int init_layout(Model *m, const ParamLayout *pl, bool base, uint64_t seed
     return fill ? put_values(m, base, start, m->staging, fill, err) : 0;
 }
 
+/* which unit of NF4 tensor t element k is in: its index, and in *f, *at, *e0 its format, byte
+ * offset and first element */
+static int nf4_unit_of(const Model *m, const ParamTensor *t, size_t k, Nf4Format *f, size_t *at, size_t *e0) {
+    int b = 0;
+    for (; b + 1 < arch_nf4_units(t); b++) {
+        arch_nf4_unit(t, &m->desc, b, f, at, e0);
+        if (k < *e0 + (size_t)f->numel) break;
+    }
+    arch_nf4_unit(t, &m->desc, b, f, at, e0);
+    return b;
+}
+
+/* the gathered unit is complete: the hook, then quantized and copied in */
+static int nf4_flush(Model *m, const Nf4Format *f, size_t at, GtError *err) {
+    m->nf4_fill = 0;
+    if (m->base_hook && m->base_hook(m, m->nf4_tensor, m->nf4_block, m->nf4_values, err)) return -1;
+    nf4_quantize(f, m->nf4_values, m->nf4_unit);
+    return m->be->ops->to_device(m->be, (char *)m->base + at, m->nf4_unit, (size_t)nf4_bytes(f), err);
+}
+
+/* elements [k, k + cnt) of NF4 tensor i to (up) or from the host: gathered unit by unit on the way
+ * in, dequantized on the host on the way out */
+static int nf4_io(Model *m, bool up, int i, size_t k, float *h, size_t cnt, GtError *err) {
+    const ParamTensor *t = &m->base_layout.tensors[i];
+    for (size_t done = 0; done < cnt;) {
+        Nf4Format f;
+        size_t at, e0;
+        const int b = nf4_unit_of(m, t, k + done, &f, &at, &e0);
+        const size_t j = k + done - e0, n = (size_t)f.numel - j < cnt - done ? (size_t)f.numel - j : cnt - done;
+        if (!up) {
+            if (m->be->ops->to_host(m->be, m->nf4_unit, (const char *)m->base + at, (size_t)nf4_bytes(&f), err)) return -1;
+            nf4_dequantize_f32(&f, m->nf4_unit, (int64_t)j, (int64_t)n, h + done);
+        } else {
+            const bool cont = m->nf4_fill > 0 && m->nf4_tensor == i && m->nf4_block == b && m->nf4_fill == j;
+            if (!cont && j != 0)
+                return gt_error(err, GT_EXIT_FAILURE, "model: internal error: %s unit %d: elements from %zu, expected "
+                                "them in order from %zu", t->name, b, j, m->nf4_tensor == i && m->nf4_block == b ?
+                                m->nf4_fill : 0);
+            if (!cont && m->nf4_fill > 0)
+                return gt_error(err, GT_EXIT_FAILURE, "model: internal error: %s unit %d left with %zu values of its "
+                                "%lld", m->base_layout.tensors[m->nf4_tensor].name, m->nf4_block, m->nf4_fill,
+                                (long long)f.numel);
+            m->nf4_tensor = i;
+            m->nf4_block = b;
+            memcpy(m->nf4_values + j, h + done, n * sizeof(float));
+            m->nf4_fill = j + n;
+            if (m->nf4_fill == (size_t)f.numel && nf4_flush(m, &f, at, err)) return -1;
+        }
+        done += n;
+    }
+    return 0;
+}
+
+int model_upload_nf4_unit(Model *m, int tensor, int block, const void *unit, const Nf4Format *f, GtError *err) {
+    const ParamTensor *t = &m->base_layout.tensors[tensor];
+    Nf4Format mine;
+    size_t at, e0;
+    if (t->dtype != GT_NF4 || block < 0 || block >= arch_nf4_units(t) || m->nf4_fill > 0)
+        return gt_error(err, GT_EXIT_FAILURE, "model: internal error: %s unit %d is not a 4-bit unit to copy into",
+                        t->name, block);
+    arch_nf4_unit(t, &m->desc, block, &mine, &at, &e0);
+    if (f->numel != mine.numel)
+        return gt_error(err, GT_EXIT_FAILURE, "model: internal error: %s unit %d: %lld elements, expected %lld", t->name,
+                        block, (long long)f->numel, (long long)mine.numel);
+    if (f->blocksize == mine.blocksize && f->nested == mine.nested && !m->base_hook)
+        return m->be->ops->to_device(m->be, (char *)m->base + at, unit, (size_t)nf4_bytes(f), err);
+    /* another format (or a hook that changes the values): its values, quantized as the base is */
+    nf4_dequantize_f32(f, unit, 0, f->numel, m->nf4_values);
+    m->nf4_tensor = tensor;
+    m->nf4_block = block;
+    if (nf4_flush(m, &mine, at, err)) return -1;
+    return f->blocksize == mine.blocksize && f->nested == mine.nested ? 0 : 1;
+}
+
 /* the frozen base's elements [off, off + n) to (up) or from the host, tensor by tensor, each in its
  * storage dtype at its byte offset (the layout's tensors are in element-offset order) */
 static int base_io(Model *m, bool up, size_t off, float *host, size_t n, GtError *err) {
@@ -67,9 +141,14 @@ static int base_io(Model *m, bool up, size_t off, float *host, size_t n, GtError
         while (i + 1 < pl->n_tensors && pl->tensors[i + 1].offset <= at) i++;
         const ParamTensor *t = &pl->tensors[i];
         const size_t k = at - t->offset, cnt = t->numel - k < n - done ? t->numel - k : n - done;
+        float *h = host + done;
+        if (t->dtype == GT_NF4) {
+            if (nf4_io(m, up, i, k, h, cnt, err)) return -1;
+            done += cnt;
+            continue;
+        }
         const size_t es = gt_dtype_size(t->dtype);
         void *dev = (char *)m->base + t->byte_offset + k * es;
-        float *h = host + done;
         if (!up) {
             if (backend_to_host_f32(m->be, h, dev, t->dtype, cnt, err)) return -1;
         } else {
@@ -219,6 +298,7 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_DORA_Z: return (void **)&m->ad.dora_z;
     case BUF_DORA_NORM: return (void **)&m->ad.dora_norm;
     case BUF_WCONV: return (void **)&m->wconv;
+    case BUF_NF4_HOST: return (void **)&m->nf4_values;
     default: return NULL;
     }
 }
@@ -277,6 +357,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
             if (!slot || !(*slot = model_alloc(m, s->cat, s->bytes, err))) goto fail;
         }
     }
+    if (m->nf4_values) m->nf4_unit = (char *)m->nf4_values + buffers_nf4_values_bytes(&m->base_layout);
     m->staging_bytes = (size_t)buffers_staging_bytes(desc);
     m->stage_io_bytes = (size_t)buffers_stage_io_bytes(desc);
     if (m->act == GT_F32) m->weights = m->params;

@@ -30,6 +30,12 @@ typedef struct {
  * all-reduce can start while the rest of backward runs. */
 typedef void (*GradReadyFn)(void *ctx, float *grads, size_t n);
 
+struct Model;
+/* Called with a 4-bit base unit's complete fp32 values ([rows of that HF block, in], gtrain's
+ * order) before they are quantized: tensor (in base_layout) and block (its HF block) say which; it
+ * may change them (QPiSSA writes the residual). 0, or -1 with err set (the upload fails). */
+typedef int (*ModelBaseHook)(struct Model *m, int tensor, int block, float *values, GtError *err);
+
 typedef struct Model {
     ModelDesc desc;
     Backend *be;
@@ -45,6 +51,14 @@ typedef struct Model {
     ParamLayout layout, base_layout;
     act_t *base;
     act_t *wconv; /* a base tensor stored in another dtype, converted for its GEMM (model_w); NULL: none */
+    ModelBaseHook base_hook; /* NULL: none; see ModelBaseHook */
+    /* A 4-bit base's unit as it loads (host, BUF_NF4_HOST; NULL without NF4 tensors): nf4_values
+     * its fp32 values gathered (nf4_fill of them so far, for unit nf4_block of tensor nf4_tensor),
+     * nf4_unit its quantized bytes */
+    float *nf4_values;
+    void *nf4_unit;
+    size_t nf4_fill;
+    int nf4_tensor, nf4_block;
     /* this rank in the data-parallel world (0 alone), set by the trainer when it creates the
      * model (the adapters' dropout rows, AdapterState) */
     int data_rank;
@@ -136,6 +150,13 @@ void model_zero_grads(Model *m);
  * storage dtype (rounded to it on the way in; host is used as scratch). */
 int model_upload_base(Model *m, size_t off, float *host, size_t n, GtError *err);
 int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *err);
+/* A 4-bit base (GT_NF4 tensors): an upload gathers each unit's fp32 values on the host in order
+ * (a chunk that does not continue its unit is an internal error) and, when the unit is complete,
+ * calls base_hook, quantizes it (nf4_quantize) and copies its bytes in; a download dequantizes
+ * (any range). model_upload_nf4_unit copies a unit that is already quantized (a bitsandbytes
+ * checkpoint's, f its format) into unit `block` of tensor `tensor` as it is, or, when f is not the
+ * base's format, dequantizes it and quantizes it again (returns 1 then: the caller says so). */
+int model_upload_nf4_unit(Model *m, int tensor, int block, const void *unit, const Nf4Format *f, GtError *err);
 
 /* Say that m->params were written (optimizer step, checkpoint load, gather): the bf16 compute
  * copy is refreshed before the next forward (not needed under fp32), and the kept keys and values

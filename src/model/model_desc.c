@@ -59,6 +59,45 @@ int model_desc_block_keys(ModelDesc *d, const cJSON *root, const ArchFamily *fam
     return mj_get_bool(root, "tie_word_embeddings", NULL, false, &d->tie_word_embeddings, NULL, path, err);
 }
 
+/* config.json's quantization_config (transformers writes it for a bitsandbytes model): a 4-bit NF4
+ * base (quant_method "bitsandbytes", load_in_4bit true, bnb_4bit_quant_type "nf4") is d->quant,
+ * prequantized (blocksize and nesting come from each tensor's quant_state at load, checked there);
+ * anything else is refused. Absent or null: a full-precision base. */
+static int read_quantization(ModelDesc *d, const cJSON *root, const char *path, GtError *err) {
+    const cJSON *q = NULL, *j = NULL;
+    char f[MJ_FOUND_MAX];
+    if (mj_get(root, "quantization_config", NULL, &q, path, err)) return -1;
+    if (!q || cJSON_IsNull(q)) return 0;
+    if (!cJSON_IsObject(q))
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: quantization_config: expected an object (bitsandbytes' 4-bit "
+                        "config), found %s", path, mj_found(q, f, sizeof f));
+    if (mj_get(q, "quant_method", "quantization_config.quant_method", &j, path, err)) return -1;
+    if (!j || !cJSON_IsString(j) || strcmp(j->valuestring, "bitsandbytes") != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: quantization_config.quant_method: expected \"bitsandbytes\" (gtrain "
+                        "reads bitsandbytes' 4-bit nf4 bases only), found %s", path, j ? mj_found(j, f, sizeof f) : "none");
+    bool in8 = false, in4 = false, nested = false, present = false;
+    if (mj_get_bool(q, "load_in_8bit", "quantization_config.load_in_8bit", true, &in8, NULL, path, err) ||
+        mj_get_bool(q, "load_in_4bit", "quantization_config.load_in_4bit", true, &in4, NULL, path, err) ||
+        mj_get_bool(q, "bnb_4bit_use_double_quant", "quantization_config.bnb_4bit_use_double_quant", true, &nested,
+                    &present, path, err))
+        return -1;
+    if (in8)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: quantization_config.load_in_8bit: expected false (gtrain reads 4-bit "
+                        "nf4 bases only, not LLM.int8()), found true", path);
+    if (!in4)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: quantization_config.load_in_4bit: expected true (a bitsandbytes "
+                        "4-bit base), found %s", path, "false or none");
+    if (mj_get(q, "bnb_4bit_quant_type", "quantization_config.bnb_4bit_quant_type", &j, path, err)) return -1;
+    if (!j || !cJSON_IsString(j) || strcmp(j->valuestring, "nf4") != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: quantization_config.bnb_4bit_quant_type: expected \"nf4\" (gtrain "
+                        "reads NF4 only), found %s", path, j ? mj_found(j, f, sizeof f) : "none (bitsandbytes' default fp4)");
+    d->quant.nf4 = true;
+    d->quant.blocksize = 64;
+    d->quant.nested = nested;
+    d->quant.prequantized = true;
+    return 0;
+}
+
 int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *path, GtError *err) {
     memset(desc, 0, sizeof *desc);
     snprintf(desc->path, sizeof desc->path, "%s", path);
@@ -142,6 +181,7 @@ int model_desc_parse(ModelDesc *desc, const char *json, size_t len, const char *
     const ArchSpec *s = arch_spec(desc->arch);
     for (int i = 0; i < ARCH_MAX_READERS && s->readers[i]; i++)
         if (s->readers[i](desc, root, fam, path, err)) goto out;
+    if (read_quantization(desc, root, path, err)) goto out;
     model_desc_defaults(desc);
     rc = 0;
 out:

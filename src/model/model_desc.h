@@ -16,6 +16,18 @@ typedef enum {
     ARCH_COUNT
 } ModelArch;
 
+/* The frozen base's 4-bit storage (QLoRA): nf4 false, none. Filled by config.json's
+ * quantization_config (a bitsandbytes 4-bit directory: prequantized, its blocksize and nesting read
+ * from each tensor at load, checked against these) or by lora_configure from the run's
+ * lora.quantize_base (blocksize 64, nested = lora.bnb_4bit_use_double_quant). arch_storage_dtype
+ * says which tensors it stores so (GT_NF4). */
+typedef struct {
+    bool nf4;
+    int blocksize;     /* elements per absmax (bnb's default 64) */
+    bool nested;       /* double quantization */
+    bool prequantized; /* the checkpoint holds the 4-bit units (copied as they are) */
+} BaseQuant;
+
 typedef struct ModelDesc {
     char path[GT_PATH_MAX];
     ModelArch arch;
@@ -44,6 +56,7 @@ typedef struct ModelDesc {
     /* the run's adapters (the run config's lora: section, lora.c; adapter_desc.h): not part of
      * config.json */
     AdapterDesc adapter;
+    BaseQuant quant; /* the base's 4-bit storage (above); nf4 false: none */
     /* the bytes of config.json as they were read (model_desc_load_source; NULL otherwise), borrowed
      * from the loader, who frees them after the last use of this description and its copies: what
      * a checkpoint's config.json is written from, never the file read again */

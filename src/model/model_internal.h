@@ -11,7 +11,8 @@ static inline act_t *model_at(const Model *m, const act_t *p, size_t n) {
 }
 
 /* a base tensor's compute weights (act dtype) by role (layer -1: a global), NULL when the model has
- * none. A tensor stored in another dtype (arch_storage_dtype) is converted into the one scratch
+ * none. A tensor stored in another dtype (arch_storage_dtype; a 4-bit one dequantized unit by unit) is
+ * converted into the one scratch
  * wconv, valid until the next such call: a caller uses one converted weight at a time (a block's
  * matrices; the globals the model keeps pointers to are never converted). */
 static inline const act_t *model_w(const Model *m, int layer, TensorRole role) {
@@ -20,6 +21,15 @@ static inline const act_t *model_w(const Model *m, int layer, TensorRole role) {
     const ParamTensor *t = &m->base_layout.tensors[i];
     const act_t *w = (const char *)m->base + t->byte_offset;
     if (t->dtype == m->act) return w;
+    if (t->dtype == GT_NF4) { /* unit by unit (one per HF block), each into its rows of the scratch */
+        for (int b = 0; b < arch_nf4_units(t); b++) {
+            Nf4Format f;
+            size_t at, e0;
+            arch_nf4_unit(t, &m->desc, b, &f, &at, &e0);
+            m->be->ops->dequant_nf4(m->be, model_at(m, m->wconv, e0), m->act, (const char *)m->base + at, &f);
+        }
+        return m->wconv;
+    }
     m->be->ops->convert(m->be, m->wconv, m->act, w, t->dtype, t->numel);
     return m->wconv;
 }

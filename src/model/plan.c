@@ -70,6 +70,7 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
     p->policy = pol;
     p->act = act;
     p->base_linear = base_linear_dtype(d, act);
+    p->base_quant = d->quant;
     p->n_params = model_desc_num_params(d);
     p->n_trainable = d->adapter.r > 0 ? lora_num_params(d) : p->n_params;
     p->logits_rows = plan_logits_rows(d, B, T, act);
@@ -104,7 +105,13 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     fprintf(out, "memory plan (per rank): micro-batch %d x seq_len %d, %s activations, recompute %s%s\n", p->B,
             p->T, gt_dtype_name(p->act), recompute_describe(&p->policy, desc, sizeof desc),
             p->zero1 ? ", ZeRO-1 optimizer shards" : "");
-    if (p->n_trainable != p->n_params && p->base_linear != p->act)
+    if (p->n_trainable != p->n_params && p->base_linear == GT_NF4)
+        fprintf(out, "  LoRA: %llu trainable parameters (fp32 master, gradients, AdamW state), %llu frozen (linear "
+                "weights 4-bit nf4, blocks of %d%s, %s, dequantized to %s for each matrix multiply; the rest %s; "
+                "once)\n", (unsigned long long)p->n_trainable, (unsigned long long)p->n_params, p->base_quant.blocksize,
+                p->base_quant.nested ? ", double quant" : "", p->base_quant.prequantized ? "as the checkpoint holds them" :
+                "quantized as they load", gt_dtype_name(p->act), gt_dtype_name(p->act));
+    else if (p->n_trainable != p->n_params && p->base_linear != p->act)
         fprintf(out, "  LoRA: %llu trainable parameters (fp32 master, gradients, AdamW state), %llu frozen (linear "
                 "weights %s, converted to %s for each matrix multiply; the rest %s; once)\n",
                 (unsigned long long)p->n_trainable, (unsigned long long)p->n_params, gt_dtype_name(p->base_linear),

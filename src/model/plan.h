@@ -19,7 +19,9 @@ typedef struct {
     int logits_rows;
     bool zero1; /* AdamW state sharded over the world (ZeRO-1) */
     GtDtype act; /* activation dtype (precision) */
-    GtDtype base_linear; /* LoRA: the frozen base's linear weights' storage (lora.base_dtype; act when auto) */
+    GtDtype base_linear; /* LoRA: the frozen base's linear weights' storage (lora.base_dtype; act when auto;
+                          * GT_NF4 with a 4-bit base, base_quant its blocksize and nesting) */
+    BaseQuant base_quant;
     uint64_t bytes[MEM_COUNT];
     uint64_t device_total; /* the device categories */
     uint64_t host_total;   /* host_offload + host_staging */
