@@ -29,6 +29,8 @@
 #include "nf4.h"
 #include "plan.h"
 #include "test_backend_select.h"
+#include "run_util.h"
+#include "test_util.h"
 
 enum { R = 3, BATCH = 2, SEQ = 6 };
 
@@ -213,6 +215,9 @@ Test(nf4_model, llama_nf4_base_is_the_dequantized_base, .timeout = 120) {
     check_against_dequantized(nf4_desc(true, 64, true, 0), GT_F32, "llama nf4 double quant");
     check_against_dequantized(nf4_desc(true, 64, true, 26), GT_F32, "llama nf4, a remainder block");
     check_against_dequantized(nf4_desc(true, 32, true, 0), GT_BF16, "llama nf4 blocksize 32, bf16 activations");
+    ModelDesc dora = nf4_desc(true, 64, true, 0);
+    dora.adapter.dora = true; /* DoRA reads W through model_w too */
+    check_against_dequantized(dora, GT_F32, "llama nf4 DoRA");
 }
 
 Test(nf4_model, gpt2_nf4_base_is_the_dequantized_base, .timeout = 120) {
@@ -511,4 +516,45 @@ Test(nf4_store, config_json_quantization_config) {
         err = (GtError){0};
         expect_refused(parse_with(&d, bad[k].qc, &err), &err, "dir/config.json", bad[k].key, bad[k].found);
     }
+}
+
+/* through the binary: `gtrain plan` on a bitsandbytes 4-bit directory's config.json exits 2 with one
+ * line naming the file and key for each refusal, and plans the 4-bit base otherwise */
+Test(nf4_store, gtrain_plan_on_a_4bit_config, .timeout = 60) {
+    const char *bin = getenv("GTRAIN_BIN");
+    cr_assert(bin, "GTRAIN_BIN is not set");
+    char dir[256];
+    test_scratch_make(dir, sizeof dir, "gtrain_nf4");
+    char extra[512];
+    snprintf(extra, sizeof extra, ", \"quantization_config\": {\"quant_method\": \"bitsandbytes\", \"load_in_4bit\": true, "
+             "\"bnb_4bit_quant_type\": \"nf4\", \"bnb_4bit_use_double_quant\": true}");
+    char json[2048];
+    snprintf(json, sizeof json, LLAMA_JSON, extra);
+    memcpy(strstr(json, "\"vocab_size\": 32"), "\"vocab_size\":256", 16); /* byte-level text: 256 */
+    test_write_file(test_join(dir, "config.json"), json, strlen(json));
+    static const struct {
+        const char *lora, *key, *says;
+    } cases[] = {
+        {"", "model", "found full fine-tuning"},
+        {"lora:\n  r: 4\n  quantize_base: nf4\n", "lora.quantize_base", "already 4-bit (bitsandbytes nf4)"},
+        {"lora:\n  r: 4\n  base_dtype: bf16\n", "lora.base_dtype", "expected auto with a 4-bit base"},
+        {"lora:\n  r: 4\n", NULL, "linear weights 4-bit nf4, blocks of 64, double quant, as the checkpoint holds them"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char yaml[1024];
+        snprintf(yaml, sizeof yaml, "model: %s\ndata:\n  train: %s\n  seq_len: 8\noutput_dir: %s\n"
+                 "per_device_train_batch_size: 1\nmemory_limit: 1GiB\n%s", test_join(dir, "config.json"), test_join(dir, "config.json"),
+                 test_join(dir, "out"), cases[k].lora);
+        test_write_file(test_join(dir, "run.yaml"), yaml, strlen(yaml));
+        char *out = test_sh_output(true, "'%s' plan --config '%s'; echo \"exit=$?\"", bin, test_join(dir, "run.yaml"));
+        if (cases[k].key) {
+            cr_assert(strstr(out, "exit=2") && strstr(out, cases[k].key) && strstr(out, cases[k].says) &&
+                      count_lines(out) == 2, "case %zu: expected one line naming %s (%s), exit 2:\n%s", k, cases[k].key,
+                      cases[k].says, out);
+        } else {
+            cr_assert(strstr(out, "exit=0") && strstr(out, cases[k].says), "case %zu: expected the plan:\n%s", k, out);
+        }
+        free(out);
+    }
+    test_scratch_remove(dir);
 }

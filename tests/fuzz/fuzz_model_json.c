@@ -1,5 +1,5 @@
 /* fuzz_model_json.c - libFuzzer target: the model JSON reader (model_desc_parse: GPT-2, the
- * Llama family and the families added by description: Phi-3, Qwen3). The input is copied into an exact-size buffer without a terminating NUL, so any
+ * Llama family and the families added by description: Phi-3, Qwen3; quantization_config). The input is copied into an exact-size buffer without a terminating NUL, so any
  * read past len is caught; an accepted description must be buildable. */
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +26,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (desc.arch == ARCH_PHI3 && (desc.qkv_bias || desc.o_bias || desc.mlp_bias || desc.rope_llama3))
             abort(); /* HF's Phi3 has none of these */
         if (desc.arch == ARCH_QWEN3 && desc.mlp_bias) abort(); /* nor Qwen3 an MLP bias */
+        if (desc.quant.nf4 && !(desc.quant.prequantized && desc.quant.blocksize == 64))
+            abort(); /* quantization_config: only a bitsandbytes nf4 base, pre-quantized */
         (void)model_desc_num_params(&desc);
     } else if (err.code == 0 || !err.msg[0]) {
         abort();
