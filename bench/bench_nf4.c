@@ -6,12 +6,16 @@
  *                                 nf4_dequantize_bf16 (host, one thread) on one ROWS x COLS unit
  *                                 against this machine's memory-bandwidth floor: a plain memcpy of
  *                                 the same bytes in the same run (bytes read + written / memcpy's
- *                                 bytes per second)
+ *                                 bytes per second); then the CPU backend's dequant_nf4 (OpenMP)
+ *                                 against a memcpy split over as many threads
  * Prints one line per row. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
+#include "backend.h"
 #include "blas_setup.h"
 #include "nf4.h"
 #include "qerr.h"
@@ -84,10 +88,37 @@ static int dequant(int rows, int cols, int reps) {
     }
     qsort(td, reps, sizeof td[0], cmp_double), qsort(tc, reps, sizeof tc[0], cmp_double);
     double bw = (double)(cb / 2 * 2) / tc[reps / 2];
-    printf("nf4_dequantize_bf16 %dx%d (blocksize 64, nested): %.2f ms, %.2f GB/s moved (%.1f MB in + %.1f MB out); "
-           "memcpy of the same bytes %.2f ms (%.2f GB/s): %.2fx the floor\n",
+    printf("nf4_dequantize_bf16 %dx%d (blocksize 64, nested), 1 thread: %.2f ms, %.2f GB/s moved (%.1f MB in + %.1f MB "
+           "out); memcpy of the same bytes %.2f ms (%.2f GB/s): %.2fx the floor\n",
            rows, cols, td[reps / 2] * 1e3, cb / td[reps / 2] / 1e9, ub / 1e6, ob / 1e6, tc[reps / 2] * 1e3, bw / 1e9,
            td[reps / 2] / tc[reps / 2]);
+    /* the CPU backend's op (OpenMP over whole absmax blocks) against a memcpy split over as many threads */
+    GtError err = {0};
+    Backend *be = NULL;
+    if (backend_open(&be, DEVICE_CPU, 0, 0, &err)) {
+        fprintf(stderr, "bench_nf4: %s\n", err.msg);
+        return 1;
+    }
+    const int nt = omp_get_max_threads();
+    const size_t half = cb / 2, chunk = (half + (size_t)nt - 1) / (size_t)nt;
+    for (int r = 0; r < reps; r++) {
+        double t0 = gt_now_seconds();
+        be->ops->dequant_nf4(be, dst, GT_BF16, unit, &f);
+        td[r] = gt_now_seconds() - t0;
+        t0 = gt_now_seconds();
+#pragma omp parallel for num_threads(nt)
+        for (int k = 0; k < nt; k++) {
+            const size_t a = (size_t)k * chunk, len = a >= half ? 0 : half - a < chunk ? half - a : chunk;
+            if (len) memcpy(cbuf + a, ca + a, len);
+        }
+        tc[r] = gt_now_seconds() - t0;
+    }
+    qsort(td, reps, sizeof td[0], cmp_double), qsort(tc, reps, sizeof tc[0], cmp_double);
+    printf("cpu backend dequant_nf4 %dx%d to bf16, %d threads: %.2f ms, %.2f GB/s moved; memcpy of the same bytes on %d "
+           "threads %.2f ms (%.2f GB/s): %.2fx the floor\n",
+           rows, cols, nt, td[reps / 2] * 1e3, cb / td[reps / 2] / 1e9, nt, tc[reps / 2] * 1e3,
+           (double)(half * 2) / tc[reps / 2] / 1e9, td[reps / 2] / tc[reps / 2]);
+    backend_close(be);
     free(src), free(unit), free(dst), free(ca), free(cbuf), free(td), free(tc);
     return 0;
 }

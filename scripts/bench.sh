@@ -70,8 +70,11 @@ fi
 "$build/bench_svd" 4096 1024 128 -1 4
 "$build/bench_svd" 14336 4096 128 4
 
-# The 4-bit NF4 base (issue 27): QPiSSA's against QLoRA's quantization error on matrices with a
-# decaying spectrum (the PiSSA paper's measure; bench/bench_nf4.c), and the dequantize of one
-# Mistral-7B MLP weight (14336 x 4096) against a memcpy of the same bytes in the same run
+# The 4-bit NF4 base (issue 27): the 34M model's LoRA r 16 step with its frozen linear weights in bf16
+# and in NF4 (both dequantized / widened to fp32 for each GEMM); QPiSSA's against QLoRA's
+# quantization error on matrices with a decaying spectrum (the PiSSA paper's measure;
+# bench/bench_nf4.c); the dequantize of one Mistral-7B MLP weight (14336 x 4096), nf4.h's host
+# function and the CPU backend's op, against a memcpy of the same bytes in the same run
+for base in bf16 nf4; do BENCH_LORA_R=16 BENCH_BASE=$base "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"; done
 "$build/bench_nf4" error
 "$build/bench_nf4" dequant 14336 4096 5
