@@ -7,6 +7,8 @@ save_pretrained (bitsandbytes' own tensors: packed uint8 weight, absmax, quant_m
 nested_quant_map, quant_state.bitsandbytes__nf4); the adapter is PEFT's (get_peft_model,
 save_pretrained); the only hand-written parts are the training loop (full batch,
 torch.optim.AdamW(foreach=False) over every lora_A / lora_B, constant lr, no clipping) and the output.
+The model trains as PEFT's QLoRA recipe has it (prepare_model_for_kbit_training's input gradients, train
+mode), so every Linear4bit takes bitsandbytes' autograd path: dequantize_4bit to float32, then the matmul.
 
 The 4-bit model computes in float32 (bnb_4bit_compute_dtype float32: each Linear4bit dequantizes its
 weight to float32 and multiplies). Rows: TOKENS.txt, one row per line, whitespace-separated ids; the
@@ -104,8 +106,15 @@ def cmd_make(a):
 
 def cmd_train(a):
     ids = read_rows(a.tokens)
-    pm = PeftModel.from_pretrained(load_4bit(a.bnbdir), a.adapterdir, is_trainable=True)
-    pm.eval()
+    base = load_4bit(a.bnbdir)
+    # what PEFT's prepare_model_for_kbit_training does for training: the embeddings' output requires grad,
+    # so every Linear4bit runs bitsandbytes' autograd path (dequantize_4bit to float32, then the matmul).
+    # And train mode (no dropout anywhere here): in eval mode bitsandbytes' CPU path repacks the weights
+    # for its AVX512-BF16 gemv kernel, which rounds through bfloat16 (1 % on the gradients).
+    base.enable_input_require_grads()
+    base.train()
+    pm = PeftModel.from_pretrained(base, a.adapterdir, is_trainable=True)
+    pm.train()
     named = lora_params(pm)
     params = [p for _, p in named]
     if not params:
