@@ -267,7 +267,7 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
             hf_weights_info(w, k, &ti);
             li->n_tensors++;
             li->n_values += (uint64_t)ti.numel;
-            dtypes |= 1u << ti.dtype;
+            dtypes |= ti.quant == HF_QUANT_NF4 ? 1u << 8 : 1u << ti.dtype; /* bit 8: bitsandbytes nf4 */
         }
         used[k] = true;
         if (load_block(m, w, k, &blocks[i], err)) goto done;
@@ -291,6 +291,8 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
             if (dtypes & (1u << d))
                 snprintf(li->dtypes + strlen(li->dtypes), sizeof li->dtypes - strlen(li->dtypes), "%s%s",
                          li->dtypes[0] ? "+" : "", st_dtype_name((StDtype)d));
+        if (dtypes & (1u << 8))
+            snprintf(li->dtypes + strlen(li->dtypes), sizeof li->dtypes - strlen(li->dtypes), "%sNF4", li->dtypes[0] ? "+" : "");
     }
     model_params_changed(m);
     rc = 0;

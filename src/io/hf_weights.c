@@ -3,7 +3,7 @@
  * hf_weights.h for what is accepted and refused. A name -> tensor hash table (open addressing,
  * FNV-1a) keeps lookups O(1) for any number of tensors; no allocation is sized by a field of the
  * index before the index has been parsed and bounded. */
-#include "hf_weights.h"
+#include "hf_weights_internal.h"
 
 #include <cJSON.h>
 #include <dirent.h>
@@ -17,16 +17,6 @@
 #include <unistd.h>
 
 /* ------------------------------------------------------------------ a string -> int table */
-
-typedef struct {
-    const char *key; /* not owned; NULL: empty slot */
-    int val;
-} Slot;
-
-typedef struct {
-    Slot *slots;
-    size_t cap, n; /* cap: a power of two, kept at least twice n */
-} StrMap;
 
 static uint64_t fnv1a(const char *s) {
     uint64_t h = 1469598103934665603ULL;
@@ -73,25 +63,6 @@ static int map_put(StrMap *m, const char *key, int val) {
 
 /* ------------------------------------------------------------------ the table */
 
-typedef struct {
-    const char *name; /* owned by the index's cJSON tree, or by the shard's */
-    int shard;
-    int idx; /* in the shard; -1 until found in its header */
-} Entry;
-
-struct HfWeights {
-    char *path; /* the index, or the single file */
-    cJSON *index;
-    int n_shards;
-    SafeTensors **shards;
-    int n;
-    Entry *t;
-    StrMap by_name;
-    uint64_t data_bytes;
-    int n_warn;
-    char warn[HF_MAX_WARNINGS][GT_ERR_MAX];
-};
-
 static void add_warning(HfWeights *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void add_warning(HfWeights *w, const char *fmt, ...) {
     if (w->n_warn >= HF_MAX_WARNINGS) return;
@@ -110,6 +81,8 @@ void hf_weights_close(HfWeights *w) {
     for (int s = 0; w->shards && s < w->n_shards; s++) safetensors_close(w->shards[s]);
     free(w->shards);
     free(w->t);
+    free(w->vis);
+    free(w->bnb);
     map_free(&w->by_name);
     cJSON_Delete(w->index);
     free(w->path);
@@ -137,7 +110,7 @@ static int open_single(HfWeights *w, const char *path, GtError *err) {
     w->n = safetensors_count(st);
     w->t = gt_xcalloc((size_t)w->n + 1, sizeof *w->t);
     for (int j = 0; j < w->n; j++) {
-        w->t[j] = (Entry){safetensors_name(st, j), 0, j};
+        w->t[j] = (Entry){safetensors_name(st, j), 0, j, -1, -1};
         (void)map_put(&w->by_name, w->t[j].name, j); /* header names are unique (validated) */
         w->data_bytes += (uint64_t)safetensors_numel(st, j) * st_dtype_size(safetensors_dtype(st, j));
     }
@@ -366,7 +339,7 @@ static int open_index(HfWeights *w, const char *path, GtError *err) {
             shard_names = gt_xrealloc(shard_names, (size_t)w->n_shards * sizeof *shard_names);
             shard_names[s] = c->valuestring;
         }
-        w->t[w->n++] = (Entry){c->string, s, -1};
+        w->t[w->n++] = (Entry){c->string, s, -1, -1, -1};
     }
 
     /* the shards' paths; no two the same file, their headers bounded together */
@@ -531,6 +504,7 @@ int hf_weights_open(HfWeights **out, const char *path, GtError *err) {
         w->path = gt_xstrdup(path);
         rc = ends_with(path, ".json") ? open_index(w, path, err) : open_single(w, path, err);
     }
+    if (rc == 0) rc = hf_weights_bnb_link(w, err);
     if (rc != 0) {
         hf_weights_close(w);
         return -1;
@@ -543,8 +517,12 @@ int hf_weights_open(HfWeights **out, const char *path, GtError *err) {
 
 const char *hf_weights_path(const HfWeights *w) { return w->path; }
 bool hf_weights_is_sharded(const HfWeights *w) { return w->index != NULL; }
-int hf_weights_count(const HfWeights *w) { return w->n; }
-int hf_weights_find(const HfWeights *w, const char *name) { return name ? map_get(&w->by_name, name) : -1; }
+int hf_weights_count(const HfWeights *w) { return w->n_vis; }
+int hf_weights_raw_find(const HfWeights *w, const char *name) { return name ? map_get(&w->by_name, name) : -1; }
+int hf_weights_find(const HfWeights *w, const char *name) {
+    int k = hf_weights_raw_find(w, name);
+    return k < 0 ? -1 : w->t[k].logical;
+}
 
 int hf_weights_find_prefixed(const HfWeights *w, const char *name, const char *optional_prefix) {
     int k = hf_weights_find(w, name);
@@ -557,16 +535,29 @@ uint64_t hf_weights_data_bytes(const HfWeights *w) { return w->data_bytes; }
 int hf_weights_warning_count(const HfWeights *w) { return w->n_warn; }
 const char *hf_weights_warning(const HfWeights *w, int k) { return (k >= 0 && k < w->n_warn) ? w->warn[k] : NULL; }
 
+/* logical tensor i's entry, or NULL */
+static const Entry *entry(const HfWeights *w, int i) { return (i >= 0 && i < w->n_vis) ? &w->t[w->vis[i]] : NULL; }
+
 int hf_weights_info(const HfWeights *w, int i, HfTensorInfo *info) {
-    if (i < 0 || i >= w->n) return -1;
-    const Entry *e = &w->t[i];
+    const Entry *e = entry(w, i);
+    if (!e) return -1;
     const SafeTensors *st = w->shards[e->shard];
     info->name = e->name;
     info->shard = st;
     info->shard_index = e->idx;
+    info->quant = HF_QUANT_NONE;
     info->dtype = safetensors_dtype(st, e->idx);
     safetensors_shape(st, e->idx, info->shape, &info->ndim);
     info->numel = safetensors_numel(st, e->idx);
+    if (e->bnb >= 0) { /* the logical tensor bitsandbytes dequantizes to */
+        const BnbState *b = &w->bnb[e->bnb].s;
+        info->quant = HF_QUANT_NF4;
+        info->dtype = b->dtype;
+        info->ndim = b->ndim;
+        memset(info->shape, 0, sizeof info->shape);
+        for (int k = 0; k < b->ndim; k++) info->shape[k] = b->shape[k];
+        info->numel = b->f.numel;
+    }
     return 0;
 }
 
@@ -580,7 +571,7 @@ static void shape_text(char *buf, size_t cap, int ndim, const int64_t *shape) {
 int hf_weights_check_shape(const HfWeights *w, int i, int ndim, const int64_t *shape, GtError *err) {
     HfTensorInfo t;
     if (hf_weights_info(w, i, &t) != 0)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n_vis);
     bool same = t.ndim == ndim;
     for (int k = 0; same && k < ndim; k++) same = t.shape[k] == shape[k];
     if (same) return 0;
@@ -593,34 +584,54 @@ int hf_weights_check_shape(const HfWeights *w, int i, int ndim, const int64_t *s
 
 /* every value read is a weight: a NaN or an infinity refuses the read, naming the file, the tensor
  * and the element (the first one) */
-static int finite_or_refuse(const HfWeights *w, int i, const float *x, size_t n, uint64_t elem_offset, GtError *err) {
+static int finite_or_refuse(const HfWeights *w, const Entry *e, const float *x, size_t n, uint64_t elem_offset,
+                            GtError *err) {
     for (size_t q = 0; q < n; q++)
         if (!isfinite(x[q]))
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: element %llu: expected a finite weight, found %g, which is not finite",
-                            safetensors_path(w->shards[w->t[i].shard]), w->t[i].name,
+                            safetensors_path(w->shards[e->shard]), e->name,
                             (unsigned long long)(elem_offset + q), (double)x[q]);
     return 0;
 }
 
+/* elements [elem_offset, elem_offset + n) of logical tensor e (range checked by the caller's reader) */
+static int read_range(const HfWeights *w, const Entry *e, uint64_t elem_offset, size_t n, float *dst, GtError *err) {
+    if (e->bnb >= 0) {
+        const BnbTensor *b = &w->bnb[e->bnb];
+        if (elem_offset > (uint64_t)b->s.f.numel || (uint64_t)n > (uint64_t)b->s.f.numel - elem_offset)
+            return gt_error(err, GT_EXIT_FAILURE,
+                            "%s: tensor %.200s: expected elements within [0, %lld), asked for [%llu, %llu + %zu)",
+                            safetensors_path(w->shards[e->shard]), e->name, (long long)b->s.f.numel,
+                            (unsigned long long)elem_offset, (unsigned long long)elem_offset, n);
+        if (hf_weights_bnb_read_range(w, b, elem_offset, n, dst, err)) return -1;
+    } else if (safetensors_read_f32_range(w->shards[e->shard], e->idx, elem_offset, n, dst, err)) {
+        return -1;
+    }
+    return finite_or_refuse(w, e, dst, n, elem_offset, err);
+}
+
 int hf_weights_read_f32(const HfWeights *w, int i, float *dst, size_t n, GtError *err) {
-    if (i < 0 || i >= w->n)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n);
-    if (safetensors_read_f32(w->shards[w->t[i].shard], w->t[i].idx, dst, n, err)) return -1;
-    return finite_or_refuse(w, i, dst, n, 0, err);
+    const Entry *e = entry(w, i);
+    if (!e) return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n_vis);
+    HfTensorInfo t;
+    hf_weights_info(w, i, &t);
+    if ((uint64_t)t.numel != (uint64_t)n)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: expected %zu elements, found %lld",
+                        safetensors_path(t.shard), t.name, n, (long long)t.numel);
+    return read_range(w, e, 0, n, dst, err);
 }
 
 int hf_weights_read_range_f32(const HfWeights *w, int i, uint64_t elem_offset, size_t n, float *dst, GtError *err) {
-    if (i < 0 || i >= w->n)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n);
-    if (safetensors_read_f32_range(w->shards[w->t[i].shard], w->t[i].idx, elem_offset, n, dst, err)) return -1;
-    return finite_or_refuse(w, i, dst, n, elem_offset, err);
+    const Entry *e = entry(w, i);
+    if (!e) return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n_vis);
+    return read_range(w, e, elem_offset, n, dst, err);
 }
 
 int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nrows, float *dst, size_t cap,
                              GtError *err) {
     HfTensorInfo t;
     if (hf_weights_info(w, i, &t) != 0)
-        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n);
+        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", w->path, i, w->n_vis);
     const char *file = safetensors_path(t.shard);
     if (t.ndim < 1)
         return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: expected at least one dimension to read rows of, found a scalar",
@@ -634,6 +645,5 @@ int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nr
     if (n > cap)
         return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: %lld rows of %llu elements do not fit a buffer of %zu",
                         file, t.name, (long long)nrows, (unsigned long long)row_len, cap);
-    if (safetensors_read_f32_range(t.shard, t.shard_index, row_len * (uint64_t)row0, (size_t)n, dst, err)) return -1;
-    return finite_or_refuse(w, i, dst, (size_t)n, row_len * (uint64_t)row0, err);
+    return read_range(w, entry(w, i), row_len * (uint64_t)row0, (size_t)n, dst, err);
 }

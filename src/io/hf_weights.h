@@ -40,12 +40,34 @@
  *     metadata (newer transformers add total_parameters) are ignored.
  * Warnings are not printed here: hf_weights_warning() hands them to the caller (gt_warn).
  *
+ * bitsandbytes 4-bit weights (the *-bnb-4bit directories transformers' save_pretrained writes for a
+ * model loaded with BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4")): a weight
+ * X stored as
+ *   X                                   U8 [ceil(numel / 2), 1]  packed codes (nf4.h)
+ *   X.absmax                            U8 [nblocks] (double quantization) or F32 [nblocks]
+ *   X.quant_map                         F32 [16], equal to NF4_CODE
+ *   X.nested_absmax, X.nested_quant_map F32 [ceil(nblocks / 256)], F32 [256] equal to
+ *                                       NF4_DYNAMIC_CODE (double quantization only)
+ *   X.quant_state.bitsandbytes__nf4     U8: the JSON bnb_state.h reads (shape, blocksize, dtype, ...)
+ * is one logical tensor X: count, info, find, check_shape and the reads see it with the
+ * quant_state's shape and its values dequantized (nf4_dequantize_f32, as bitsandbytes'
+ * dequantize_4bit computes them, rounded to the quant_state's dtype as dequantize_4bit returns
+ * them); its siblings are no tensors of their own. hf_weights_nf4 / hf_weights_read_nf4 give its
+ * format and its bytes as they are. Checked at open, each refusal one line naming the file, the
+ * tensor and the key (code 2): the quant_state (bnb_state.h; "bitsandbytes__fp4" and quant_type
+ * fp4 refused: NF4 only); X U8 of ceil(numel / 2) bytes; absmax of the dtype and count the
+ * quant_state implies; quant_map present and NF4_CODE; with double quantization nested_absmax
+ * and nested_quant_map present, of their sizes, nested_quant_map NF4_DYNAMIC_CODE; without it
+ * neither; a sibling whose weight has no quant_state; any other U8 tensor (U8 is read only as
+ * bitsandbytes' storage).
+ *
  * Tensor order (hf_weights_info's i): weight_map's order in the index, the file's order for one
  * .safetensors. Errors of reads name the shard file: "SHARD: tensor NAME: expected ..., found ...".
  * A HfWeights is read-only after open; reads of different tensors may run from several threads. */
 #ifndef GT_HF_WEIGHTS_H
 #define GT_HF_WEIGHTS_H
 
+#include "nf4.h"
 #include "safetensors.h"
 
 #define HF_SINGLE_FILE "model.safetensors"
@@ -58,14 +80,18 @@
 
 typedef struct HfWeights HfWeights;
 
+typedef enum { HF_QUANT_NONE = 0, HF_QUANT_NF4 } HfQuant;
+
 /* One tensor of the model directory. Pointers stay valid until hf_weights_close. */
 typedef struct {
     const char *name;
     const SafeTensors *shard; /* the file that holds it: safetensors_path(shard) names it */
-    int shard_index;          /* its index inside that file, for safetensors_* calls */
-    StDtype dtype;
+    int shard_index;          /* its index inside that file, for safetensors_* calls (a 4-bit
+                                 weight: its packed U8 tensor; read it through hf_weights) */
+    StDtype dtype;            /* a 4-bit weight: the dtype it dequantizes to (its quant_state's) */
+    HfQuant quant;            /* HF_QUANT_NF4: a bitsandbytes 4-bit weight */
     int ndim;                 /* 0..ST_MAX_DIMS */
-    int64_t shape[ST_MAX_DIMS];
+    int64_t shape[ST_MAX_DIMS]; /* a 4-bit weight: the logical shape (its quant_state's) */
     int64_t numel;
 } HfTensorInfo;
 
@@ -117,5 +143,13 @@ int hf_weights_read_f32(const HfWeights *w, int i, float *dst, size_t n, GtError
 int hf_weights_read_range_f32(const HfWeights *w, int i, uint64_t elem_offset, size_t n, float *dst, GtError *err);
 int hf_weights_read_rows_f32(const HfWeights *w, int i, int64_t row0, int64_t nrows, float *dst, size_t cap,
                              GtError *err);
+
+/* 1 when tensor i is a bitsandbytes 4-bit weight (f: its logical numel, blocksize, nested), else 0 */
+int hf_weights_nf4(const HfWeights *w, int i, Nf4Format *f);
+/* its unit as nf4.h lays it out (nf4_layout(f).bytes bytes into unit): the packed codes, absmax, and with double quant nested_absmax and the offset, copied as they are (no re-quantization) */
+int hf_weights_read_nf4(const HfWeights *w, int i, void *unit, GtError *err);
+/* (hf_weights_read_nf4: 0, or -1 with err: code 1 when i is not a 4-bit weight, code 2 for a short
+ * read or a scale that is not finite (F32 absmax, nested_absmax, the offset); the padding between
+ * the parts is zero.) */
 
 #endif

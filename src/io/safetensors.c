@@ -44,16 +44,18 @@ const char *st_dtype_name(StDtype d) {
     case ST_F32: return "F32";
     case ST_BF16: return "BF16";
     case ST_F16: return "F16";
+    case ST_U8: return "U8";
     }
     return "?";
 }
 
-size_t st_dtype_size(StDtype d) { return d == ST_F32 ? 4 : 2; }
+size_t st_dtype_size(StDtype d) { return d == ST_F32 ? 4 : d == ST_U8 ? 1 : 2; }
 
 static int dtype_from_name(const char *s, StDtype *out) {
     if (strcmp(s, "F32") == 0) *out = ST_F32;
     else if (strcmp(s, "BF16") == 0) *out = ST_BF16;
     else if (strcmp(s, "F16") == 0) *out = ST_F16;
+    else if (strcmp(s, "U8") == 0) *out = ST_U8;
     else return -1;
     return 0;
 }
@@ -62,6 +64,20 @@ static float bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, 4);
     return f;
+}
+
+uint16_t st_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    const uint32_t ax = x & 0x7FFFFFFFu;
+    if (ax > 0x7F800000u) return sign | 0x7E00u;     /* NaN */
+    if (ax >= 0x47800000u) return sign | 0x7C00u;    /* >= 2^16 (and infinity): infinity */
+    if (ax < 0x38800000u)                            /* below 2^-14: a multiple of 2^-24, exact scaling */
+        return sign | (uint16_t)nearbyintf(bits_f32(ax) * 16777216.0f); /* 1024: the smallest normal */
+    uint32_t h = ((ax >> 23) - 112u) << 10 | (ax & 0x7FFFFFu) >> 13, rem = ax & 0x1FFFu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry into the exponent is right, up to infinity */
+    return sign | (uint16_t)h;
 }
 
 float st_f16_to_f32(uint16_t h) {
@@ -154,7 +170,7 @@ static int parse_entry(const char *path, const cJSON *item, uint64_t data_size, 
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
     if (!cJSON_IsString(dtype) || dtype_from_name(dtype->valuestring, &e->dtype) != 0)
         return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "%s: tensor %.200s: dtype: expected \"F32\", \"BF16\" or \"F16\", found %s",
+                        "%s: tensor %.200s: dtype: expected \"F32\", \"BF16\", \"F16\" or \"U8\", found %s",
                         path, name, describe(dtype, d1, sizeof d1));
     if (!cJSON_IsArray(shape))
         return gt_error(err, GT_EXIT_BAD_INPUT,
@@ -426,6 +442,9 @@ int safetensors_read_f32_range(const SafeTensors *st, int i, uint64_t elem_offse
                         "%s: tensor %.200s: expected elements within [0, %llu), asked for [%llu, %llu + %zu)",
                         st->path, e->name, (unsigned long long)numel, (unsigned long long)elem_offset,
                         (unsigned long long)elem_offset, n);
+    if (e->dtype == ST_U8)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: dtype: expected \"F32\", \"BF16\" or \"F16\" (a weight "
+                        "read as numbers), found \"U8\"", st->path, e->name);
     /* in bounds of the tensor, so in bounds of the validated data buffer */
     const size_t es = st_dtype_size(e->dtype);
     const uint64_t off = st->data_start + e->begin + elem_offset * es;
@@ -454,6 +473,23 @@ int safetensors_read_f32_range(const SafeTensors *st, int i, uint64_t elem_offse
             for (size_t j = 0; j < m; j++) dst[done + j] = st_f16_to_f32(tmp[j]);
         done += m;
     }
+    return 0;
+}
+
+int safetensors_read_bytes(const SafeTensors *st, int i, uint64_t byte_offset, size_t len, void *dst, GtError *err) {
+    if (i < 0 || i >= st->n)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor index %d out of range [0, %d)", st->path, i, st->n);
+    const StEntry *e = &st->t[i];
+    const uint64_t size = e->end - e->begin;
+    if (byte_offset > size || (uint64_t)len > size - byte_offset)
+        return gt_error(err, GT_EXIT_FAILURE, "%s: tensor %.200s: expected bytes within [0, %llu), asked for [%llu, %llu + %zu)",
+                        st->path, e->name, (unsigned long long)size, (unsigned long long)byte_offset,
+                        (unsigned long long)byte_offset, len);
+    const uint64_t off = st->data_start + e->begin + byte_offset;
+    ssize_t r = pread_full(st->fd, dst, len, off);
+    if (r != (ssize_t)len)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: tensor %.200s: expected %zu bytes at offset %llu, found %s", st->path,
+                        e->name, len, (unsigned long long)off, r < 0 ? strerror(errno) : "the file ended early (it changed?)");
     return 0;
 }
 

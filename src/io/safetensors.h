@@ -14,7 +14,9 @@
 
 #include "common.h"
 
-typedef enum { ST_F32 = 0, ST_BF16, ST_F16 } StDtype;
+/* ST_U8: raw bytes (bitsandbytes' packed 4-bit weights and their state, see hf_weights.h); only
+ * safetensors_read_bytes reads it, the float reads refuse it */
+typedef enum { ST_F32 = 0, ST_BF16, ST_F16, ST_U8 } StDtype;
 
 #define ST_MAX_DIMS 4
 #define ST_MAX_HEADER_BYTES (100u * 1000u * 1000u) /* 100 MB, as in the HF reference reader */
@@ -79,11 +81,12 @@ int safetensors_shape(const SafeTensors *st, int i, int64_t *shape, int *ndim);
 /* number of elements of tensor i (0 if out of range) */
 int64_t safetensors_numel(const SafeTensors *st, int i);
 StDtype safetensors_dtype(const SafeTensors *st, int i);
-const char *st_dtype_name(StDtype d); /* "F32", "BF16", "F16" */
-size_t st_dtype_size(StDtype d);      /* 4, 2, 2 */
+const char *st_dtype_name(StDtype d); /* "F32", "BF16", "F16", "U8" */
+size_t st_dtype_size(StDtype d);      /* 4, 2, 2, 1 */
 
 /* Copy tensor i converted to fp32 into dst[n]; error if its element count != n, or if the file
- * changed under us (short read). Returns 0 or -1 with err filled. */
+ * changed under us (short read), or if it is U8 (not a float: code 2). Returns 0 or -1 with err
+ * filled. */
 int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtError *err);
 
 /* Elements [elem_offset, elem_offset + n) of tensor i (row-major order) converted to fp32 into
@@ -92,10 +95,16 @@ int safetensors_read_f32(const SafeTensors *st, int i, float *dst, size_t n, GtE
 int safetensors_read_f32_range(const SafeTensors *st, int i, uint64_t elem_offset, size_t n, float *dst,
                                GtError *err);
 
+/* Bytes [byte_offset, byte_offset + len) of tensor i's data as they are in the file (any dtype),
+ * with pread at the validated offset. A range outside the tensor: code 1; a short read: code 2. */
+int safetensors_read_bytes(const SafeTensors *st, int i, uint64_t byte_offset, size_t len, void *dst, GtError *err);
+
 /* value of a "__metadata__" key, NULL if absent */
 const char *safetensors_metadata(const SafeTensors *st, const char *key);
 
-/* f16 -> fp32 (exact); bf16 is gt_f32_to_bf16 / gt_bf16_to_f32 in common.h */
+/* f16 -> fp32 (exact); fp32 -> f16 rounded to nearest even (overflow: infinity, NaN stays NaN);
+ * bf16 is gt_f32_to_bf16 / gt_bf16_to_f32 in common.h */
 float st_f16_to_f32(uint16_t h);
+uint16_t st_f32_to_f16(float f);
 
 #endif
