@@ -14,6 +14,7 @@
  * bytes from the format's definition, nf4.h's header, plus the rest in the act dtype; host_staging:
  * the unit buffer); the run config's keys and config.json's quantization_config reach the
  * description, and each bad input is one line naming the file and key, code 2. */
+#include <cJSON.h>
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,6 +23,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "lora.h"
 #include "lora_fixture.h"
@@ -557,4 +559,132 @@ Test(nf4_store, gtrain_plan_on_a_4bit_config, .timeout = 60) {
         free(out);
     }
     test_scratch_remove(dir);
+}
+
+/* ---------------------------------------------------------------- a bitsandbytes directory */
+
+/* tensor `name`'s raw bytes in a .safetensors file, read here from its header (8-byte length, the
+ * JSON, then the data), not through gtrain's readers; NULL when absent */
+static uint8_t *st_raw(const char *path, const char *name, size_t *len) {
+    size_t n = 0;
+    uint8_t *file = (uint8_t *)slurp(path, &n);
+    uint64_t hl = 0;
+    memcpy(&hl, file, 8);
+    cJSON *h = cJSON_ParseWithLength((const char *)file + 8, (size_t)hl);
+    cr_assert(h, "%s: header", path);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(h, name);
+    uint8_t *out = NULL;
+    if (t) {
+        const cJSON *o = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+        const size_t a = (size_t)cJSON_GetArrayItem(o, 0)->valuedouble, b = (size_t)cJSON_GetArrayItem(o, 1)->valuedouble;
+        *len = b - a;
+        out = malloc(*len ? *len : 1);
+        memcpy(out, file + 8 + hl + a, *len);
+    }
+    cJSON_Delete(h);
+    free(file);
+    return out;
+}
+
+/* transformers + bitsandbytes write a tiny Llama 4-bit (nf4, double quant or not) by save_pretrained;
+ * gtrain loads it into a 4-bit base: every unit's packed codes, absmax, nested absmax and offset
+ * are the file's bytes, unchanged, and nothing is quantized again (no warning) */
+static void check_bnb_dir(bool nested) {
+    test_require_refs();
+    char dir[256];
+    test_scratch_make(dir, sizeof dir, "gtrain_bnb");
+    free(test_sh_output(true, PY " -c \"import torch, warnings, logging; warnings.filterwarnings('ignore'); "
+                        "logging.disable(logging.WARNING); from transformers import LlamaConfig, AutoModelForCausalLM, "
+                        "BitsAndBytesConfig; cfg = LlamaConfig(hidden_size=16, intermediate_size=40, num_hidden_layers=2, "
+                        "num_attention_heads=4, num_key_value_heads=2, vocab_size=64, max_position_embeddings=32); "
+                        "torch.manual_seed(3); m = AutoModelForCausalLM.from_config(cfg); m.save_pretrained('%s/base'); "
+                        "q = AutoModelForCausalLM.from_pretrained('%s/base', quantization_config=BitsAndBytesConfig("
+                        "load_in_4bit=True, bnb_4bit_quant_type='nf4', bnb_4bit_use_double_quant=%s, "
+                        "bnb_4bit_compute_dtype=torch.float32), device_map='cpu', dtype=torch.float32); "
+                        "q.save_pretrained('%s/bnb')\" >/dev/null", dir, dir, nested ? "True" : "False", dir));
+    char bnb[300];
+    snprintf(bnb, sizeof bnb, "%s/bnb", dir);
+    ModelDesc d;
+    GtError err = {0};
+    cr_assert_eq(model_desc_load(&d, bnb, &err), 0, "%s", err.msg);
+    cr_assert(d.quant.nf4 && d.quant.prequantized && d.quant.nested == nested);
+    d.adapter.r = 4, d.adapter.targets = LORA_FIX_LLAMA_ALL, d.adapter.scale = 2.0, d.adapter.init = LORA_INIT_TRUE;
+    Backend *be = test_backend_open();
+    Model *m = NULL;
+    cr_assert_eq(model_create(&m, &d, be, 1, 8, recompute_policy(false, 1, false, d.n_layer), 1, &err), 0, "%s", err.msg);
+    cr_assert_eq(checkpoint_load_weights(m, bnb, &err), 0, "%s", err.msg);
+    const char *st = test_join(bnb, "model.safetensors");
+    const ParamLayout *bl = &m->base_layout;
+    int units = 0;
+    for (int i = 0; i < bl->n_tensors; i++) {
+        const ParamTensor *t = &bl->tensors[i];
+        if (!linear_weight(t)) continue;
+        cr_assert_eq(t->dtype, GT_NF4, "%s", t->name);
+        for (int b = 0; b < t->spec->n_blocks; b++) {
+            char name[128], key[200];
+            int64_t row0, rows;
+            arch_block_name(t, b, name, sizeof name, &d, &row0, &rows);
+            Nf4Format f;
+            size_t at, e0;
+            arch_nf4_unit(t, &d, b, &f, &at, &e0);
+            Nf4Layout l;
+            nf4_layout(&f, &l);
+            uint8_t *unit = malloc(l.bytes);
+            cr_assert_eq(be->ops->to_host(be, unit, (const char *)m->base + at, l.bytes, &err), 0, "%s", err.msg);
+            size_t n = 0;
+            uint8_t *w = st_raw(st, name, &n);
+            cr_assert(w && n == (size_t)(f.numel + 1) / 2, "%s: packed weight of %zu bytes", name, n);
+            cr_assert(memcmp(unit, w, n) == 0, "%s: packed codes differ from the file's", name);
+            free(w);
+            snprintf(key, sizeof key, "%s.absmax", name);
+            w = st_raw(st, key, &n);
+            cr_assert(w && n == (size_t)l.nblocks * (nested ? 1 : 4), "%s: %zu bytes", key, n);
+            cr_assert(memcmp(unit + l.absmax, w, n) == 0, "%s differs from the file's", key);
+            free(w);
+            if (nested) {
+                snprintf(key, sizeof key, "%s.nested_absmax", name);
+                w = st_raw(st, key, &n);
+                cr_assert(w && n == (size_t)l.nnested * 4, "%s: %zu bytes", key, n);
+                cr_assert(memcmp(unit + l.nested_absmax, w, n) == 0, "%s differs from the file's", key);
+                free(w);
+                snprintf(key, sizeof key, "%s.quant_state.bitsandbytes__nf4", name);
+                w = st_raw(st, key, &n);
+                cJSON *qs = cJSON_ParseWithLength((const char *)w, n);
+                const cJSON *off = cJSON_GetObjectItemCaseSensitive(qs, "nested_offset");
+                cr_assert(cJSON_IsNumber(off), "%s: nested_offset", key);
+                float want = (float)off->valuedouble, got;
+                memcpy(&got, unit + l.offset, sizeof got);
+                cr_assert(memcmp(&got, &want, sizeof got) == 0, "%s: offset %.9g, the file's %.9g", name, got, want);
+                cJSON_Delete(qs);
+                free(w);
+            }
+            free(unit);
+            units++;
+        }
+    }
+    cr_assert_eq(units, 14, "a 2-layer Llama has 14 quantized HF tensors, %d compared", units);
+    /* a base of another format (the other nesting): each unit dequantized and quantized again as
+     * the base's: what it reads back is nf4.h's quantize of the file's values, dequantized */
+    float *v = malloc(bl->total * sizeof *v), *got = malloc(bl->total * sizeof *got);
+    cr_assert_eq(model_download_base(m, 0, v, bl->total, &err), 0, "%s", err.msg);
+    ModelDesc d2 = d;
+    d2.quant.nested = !nested;
+    Model *m2 = NULL;
+    cr_assert_eq(model_create(&m2, &d2, be, 1, 8, recompute_policy(false, 1, false, d.n_layer), 1, &err), 0, "%s",
+                 err.msg);
+    cr_assert_eq(checkpoint_load_weights(m2, bnb, &err), 0, "%s", err.msg);
+    cr_assert_eq(model_download_base(m2, 0, got, bl->total, &err), 0, "%s", err.msg);
+    float *want = dequantized(&d2, bl, v);
+    cr_assert(memcmp(got, want, bl->total * sizeof *got) == 0, "nested %d file into a nested %d base: not the file's "
+              "values quantized again", nested, !nested);
+    free(want), free(v), free(got);
+    model_free(m2);
+    model_free(m);
+    backend_close(be);
+    test_scratch_remove(dir);
+}
+
+Test(nf4_store, a_bitsandbytes_directory_loads_its_units_unchanged, .timeout = 300) {
+    check_bnb_dir(true);
+    check_bnb_dir(false);
 }

@@ -72,7 +72,7 @@ static void set_string(cJSON *j, const char *key, const char *value) {
 }
 
 /* src (a config.json already validated by model_desc.c) with torch_dtype (and transformers 5's
- * dtype, if present) set; NULL with err when it no longer reads as a JSON object. bytes: the text
+ * dtype, if present) set and no quantization_config (a 4-bit base's); NULL with err when it no longer reads as a JSON object. bytes: the text
  * read at start (model_desc_load_source), used instead of reading src again */
 static cJSON *config_with_dtype(const char *src, const char *bytes, size_t n, const char *dtype, GtError *err) {
     char *text = NULL;
@@ -115,6 +115,7 @@ static int write_config(const char *dir, const ModelDesc *d, bool bf16, GtError 
 
 typedef struct {
     int tensor;         /* in the layout */
+    int block;          /* which of the tensor's HF blocks (a 4-bit tensor's unit) */
     int64_t row0, rows; /* the gtrain rows this HF tensor holds */
     char name[128];
 } HfBlock;
@@ -128,6 +129,7 @@ static HfBlock *model_blocks(const Model *m, int *n) {
     for (int i = 0; i < pl->n_tensors; i++)
         for (int j = 0; j < pl->tensors[i].spec->n_blocks; j++, k++) {
             b[k].tensor = i;
+            b[k].block = j;
             arch_block_name(&pl->tensors[i], j, b[k].name, sizeof b[k].name, &m->desc, &b[k].row0, &b[k].rows);
         }
     *n = k;
@@ -237,6 +239,31 @@ static int load_block(Model *m, const HfWeights *w, int k, const HfBlock *b, GtE
     return model_upload_base(m, t->offset, s, t->numel, err);
 }
 
+/* a bitsandbytes 4-bit tensor into a 4-bit base's unit: its bytes copied as they are (the same
+ * format), or dequantized and quantized again as the base's with a warning (another blocksize or
+ * nesting; *warned: said once). 1 when block b is not such a pair (the caller loads its values), 0 done, -1 error. */
+static int load_nf4_block(Model *m, const HfWeights *w, int k, const HfBlock *b, bool *warned, GtError *err) {
+    const ParamTensor *t = &m->base_layout.tensors[b->tensor];
+    Nf4Format f;
+    if (t->dtype != GT_NF4 || t->transposed || hf_weights_nf4(w, k, &f) != 1) return 1;
+    Nf4Format mine;
+    size_t at, e0;
+    arch_nf4_unit(t, &m->desc, b->block, &mine, &at, &e0);
+    /* a unit larger than the base's room (a smaller blocksize): through its fp32 values (load_block) */
+    const bool fits = nf4_bytes(&f) <= m->base_layout.nf4_unit_bytes_max && f.numel == mine.numel;
+    int rc = 1;
+    if (fits) {
+        if (hf_weights_read_nf4(w, k, m->nf4_unit, err)) return -1;
+        if ((rc = model_upload_nf4_unit(m, b->tensor, b->block, m->nf4_unit, &f, err)) < 0) return -1;
+    }
+    if (rc == 1 && !*warned) /* once a load */
+        gt_warn("%s: %s (and any other like it): 4-bit nf4 of blocksize %d%s, the base's is %d%s: dequantized and "
+                "quantized again\n", hf_weights_path(w), b->name, f.blocksize, f.nested ? " with double quant" : "",
+                mine.blocksize, mine.nested ? " with double quant" : "");
+    *warned |= rc == 1;
+    return fits ? 0 : 1;
+}
+
 int checkpoint_load_weights(Model *m, const char *path, GtError *err) {
     return checkpoint_load_weights_info(m, path, NULL, err);
 }
@@ -250,7 +277,7 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
     unsigned dtypes = 0;
     HfBlock *blocks = model_blocks(m, &n);
     const int count = hf_weights_count(w);
-    bool *used = gt_xcalloc((size_t)count + 1, sizeof *used);
+    bool *used = gt_xcalloc((size_t)count + 1, sizeof *used), warned = false;
     for (int i = 0; i < n; i++) {
         const ParamTensor *t = &m->base_layout.tensors[blocks[i].tensor];
         int k = hf_weights_find_prefixed(w, blocks[i].name, arch_spec(m->desc.arch)->hf_optional_prefix);
@@ -270,7 +297,8 @@ int checkpoint_load_weights_info(Model *m, const char *path, WeightsLoadInfo *li
             dtypes |= ti.quant == HF_QUANT_NF4 ? 1u << 8 : 1u << ti.dtype; /* bit 8: bitsandbytes nf4 */
         }
         used[k] = true;
-        if (load_block(m, w, k, &blocks[i], err)) goto done;
+        const int q = load_nf4_block(m, w, k, &blocks[i], &warned, err);
+        if (q < 0 || (q == 1 && load_block(m, w, k, &blocks[i], err))) goto done;
     }
     for (int k = 0; k < count; k++) {
         HfTensorInfo info;

@@ -365,17 +365,21 @@ int merge_run(const MergeOptions *opt, MergeSummary *summary, GtError *err) {
     /* the output dtype: the base's when all its tensors share F32 or BF16, else F32 */
     bool bf16 = opt->dtype == MERGE_DTYPE_BF16;
     ts = gt_xcalloc((size_t)n, sizeof *ts);
-    int n_bf16 = 0;
+    int n_bf16 = 0, n_nf4 = 0;
     for (int k = 0; k < n; k++) {
         HfTensorInfo info;
         hf_weights_info(w, k, &info);
-        n_bf16 += info.dtype == ST_BF16;
+        n_bf16 += info.dtype == ST_BF16; /* a 4-bit weight: the dtype it dequantizes to */
+        n_nf4 += info.quant == HF_QUANT_NF4;
         ts[k].name = info.name;
         ts[k].ndim = info.ndim;
         for (int q = 0; q < info.ndim; q++) ts[k].shape[q] = info.shape[q];
     }
     if (opt->dtype == MERGE_DTYPE_AUTO) bf16 = n_bf16 == n;
     for (int k = 0; k < n; k++) ts[k].dtype = bf16 ? ST_BF16 : ST_F32;
+    if (n_nf4)
+        fprintf(stderr, "gtrain merge: %s holds a 4-bit (bitsandbytes nf4) base: dequantized to fp32 before merging; the "
+                "merged model is full precision (%s)\n", opt->base, bf16 ? "bf16" : "fp32");
 
     if (check_out(opt->out, err) || make_tmp(opt->out, tmp, sizeof tmp, err)) goto done;
     tmp_made = true;

@@ -21,9 +21,15 @@
  *     output row (PEFT's DoRA merge, the norm of the unmerged weight plus the delta), the norms in
  *     double over one extra pass of the base tensor.
  * The output dtype: MERGE_DTYPE_FP32 or _BF16, or AUTO: the base's dtype when all its tensors
- * share F32 or BF16, else F32 (F16, or a mix). config.json is the base's, copied with torch_dtype
- * set (checkpoint_write_config); the weights are hf_save's (save_pretrained's split at
- * max_shard_bytes, 0 meaning "5GB", with the index when there is more than one shard).
+ * share F32 or BF16, else F32 (F16, or a mix).
+ *   A bitsandbytes 4-bit base (hf_weights.h): its weights are read dequantized (fp32, rounded to
+ *   their quant_state's dtype as bitsandbytes' dequantize_4bit returns them) and merged as any
+ *   other; a 4-bit weight counts as that dtype (a *-bnb-4bit model of a bf16 model merges to bf16,
+ *   of an fp32 one to fp32); one line on stderr says so; the output is never 4-bit, and its
+ *   config.json has no quantization_config (checkpoint_write_config drops it).
+ * config.json is the base's, copied with torch_dtype set (checkpoint_write_config); the weights
+ * are hf_save's (save_pretrained's split at max_shard_bytes, 0 meaning "5GB", with the index when
+ * there is more than one shard).
  *
  * Memory: one tensor's A and B (as doubles) and hf_save's staging buffer; the base streams
  * through the staging buffer, never a whole tensor of it.

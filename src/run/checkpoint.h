@@ -42,7 +42,8 @@ typedef struct {
 int checkpoint_save_weights(const char *dir, Model *m, bool bf16, uint64_t max_shard_bytes, GtError *err);
 
 /* dir/config.json (atomically): the config.json at src, copied with torch_dtype ("float32" or
- * "bfloat16", and transformers 5's dtype when src has it) set. What checkpoint_save_weights writes
+ * "bfloat16", and transformers 5's dtype when src has it) set and no quantization_config (gtrain
+ * writes full-precision weights only). What checkpoint_save_weights writes
  * for the Llama family, and gtrain merge for both architectures. From the bytes of src read earlier
  * (bytes NULL: read src now); src names it in messages. 0, or -1 (code 1; code 2 when src is no
  * longer a JSON object). */

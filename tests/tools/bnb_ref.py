@@ -9,8 +9,11 @@ dequantized model (transformers' model.dequantize(), which calls dequantize_4bit
 
 usage ($GTRAIN_REFS_PY; CPU only; several commands run in one process joined by " + "):
   bnb_ref.py quantize BASEDIR OUTDIR [--no-double-quant] [--dtype f32|bf16|f16] [--extra-odd]
+                    [--max-shard-bytes N]
       from_pretrained(BASEDIR, BitsAndBytesConfig(load_in_4bit, nf4, double quant unless
-      --no-double-quant, compute dtype = --dtype), device_map="cpu", dtype=--dtype), save_pretrained;
+      --no-double-quant, compute dtype = --dtype), device_map="cpu", dtype=--dtype), save_pretrained
+      (max_shard_size N: an index and shards; prints how many 4-bit weights have a part in another
+      shard than the packed codes);
       --extra-odd: two more 4-bit tensors, "extra.odd.weight" [37, 27] (999 values: an odd count, a
       last block of 39) and "extra.wide.weight" [301, 63] (18963 values: 297 blocks, two nested
       blocks, a last block of 19), bitsandbytes' quantize_4bit of N(0, 1) values serialized as
@@ -62,6 +65,13 @@ def quantize(a):
     q = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=not a.no_double_quant,
                            bnb_4bit_compute_dtype=dt)
     m = AutoModelForCausalLM.from_pretrained(a.base, quantization_config=q, device_map="cpu", dtype=dt)
+    if a.max_shard_bytes:
+        m.save_pretrained(a.out, max_shard_size=a.max_shard_bytes)
+        wm = json.load(open(os.path.join(a.out, "model.safetensors.index.json")))["weight_map"]
+        split = {k[: -len(QS)] for k in wm if k.endswith(QS)
+                 if any(wm[p] != wm[k[: -len(QS)]] for p in wm if p.startswith(k[: -len(QS)] + "."))}
+        print(f"ok quantize: {len(set(wm.values()))} shards, {len(split)} 4-bit weights with parts in another shard")
+        return
     m.save_pretrained(a.out)
     if a.extra_odd:
         import bitsandbytes.functional as F
@@ -86,7 +96,10 @@ def parts(sd, name):
 
 def dequant(a):
     import bitsandbytes.functional as F
-    sd = load_file(os.path.join(a.bnb, "model.safetensors"))
+    sd = {}
+    for f in sorted(os.listdir(a.bnb)):
+        if f.endswith(".safetensors"):
+            sd.update(load_file(os.path.join(a.bnb, f)))
     os.makedirs(a.out, exist_ok=True)
     lines = []
     for k in sorted(sd):
@@ -266,6 +279,7 @@ def main(argv):
     q.add_argument("--no-double-quant", action="store_true")
     q.add_argument("--dtype", default="f32", choices=list(DTYPE))
     q.add_argument("--extra-odd", action="store_true")
+    q.add_argument("--max-shard-bytes", type=int, default=0)
     d = s.add_parser("dequant")
     d.add_argument("bnb")
     d.add_argument("out")
