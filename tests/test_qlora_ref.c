@@ -149,3 +149,6 @@ Test(qlora_ref, quantized_at_load_loss_gradients_and_adamw_steps_equal_peft_bits
      * weights differ by one code step: measured 4.5e-4 on the gradients; the losses stay within 1e-6 */
     against_bnb(false, 1e-3);
 }
+Test(qlora_ref, bnb_4bit_directory_loss_gradients_and_adamw_steps_equal_peft_bitsandbytes, .timeout = 300) {
+    against_bnb(true, 1e-4);
+}
