@@ -6,7 +6,9 @@
  *   same full-precision base unquantized; the 4-bit base holds nf4(W - s B A) with the residual formed
  *   here in double from that adapter (rounded once, svd.h's rule) and quantized by nf4.h; the saved
  *   rank-2r conversion on the ORIGINAL base gives W_res + s B A of the trained adapter (double,
- *   here); a resume's rebuild (the hook from the conversion) gives the same base bytes and adapters. */
+ *   here); a resume's rebuild (the hook from the conversion) gives the same base bytes and adapters;
+ * - on a bitsandbytes base (no full-precision W): PiSSA of its dequantized W, the residual quantized
+ *   again (PEFT's behaviour there). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "checkpoint.h"
 #include "hf_weights.h"
 #include "lora.h"
 #include "lora_fixture.h"
@@ -257,5 +260,74 @@ Test(qpissa, hook_adapter_is_pissa_base_is_quantized_residual_conversion_and_reb
                 "rebuild bit for bit", units, worst);
     free(W), free(ap), free(aq), free(bq), free(bp), free(t), free(br), free(ar);
     qrun_close(&p), qrun_close(&q), qrun_close(&r);
+    test_scratch_remove(dir);
+}
+
+/* QPiSSA on a bitsandbytes base (transformers' save_pretrained of a 4-bit tiny Llama, double quant):
+ * the full-precision W does not exist, so PiSSA runs on its dequantized W, as PEFT does there, and the
+ * residual is quantized again: the adapter equals PiSSA's on an fp32 base holding those dequantized
+ * values (read through hf_weights, bitsandbytes' dequantize_4bit bit for bit), and the 4-bit base holds
+ * nf4(fl32(deq(W) - s B A)) formed here. */
+Test(qpissa, on_a_bitsandbytes_base_pissa_takes_the_dequantized_w, .timeout = 300) {
+    const char *root = getenv("GTRAIN_ROOT");
+    if (!root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
+    test_require_refs();
+    char dir[128];
+    test_scratch_make(dir, sizeof dir, "gt_qpissa_bnb");
+    free(test_sh_output(false, "cd '%s' && " PY " '%s/tests/tools/bnb_qlora.py' make '%s/tests/fixtures/hf_configs/tiny-llama.json' "
+                        ". --seed 7 --r 4 --alpha 8 --double-quant 1", dir, root, root));
+    const char *bnb = test_join(dir, "bnb");
+    ModelDesc dq, dp;
+    PeftConfig pc;
+    GtError err = {0};
+    cr_assert_eq(model_desc_load(&dq, bnb, &err), 0, "%s", err.msg);
+    cr_assert(dq.quant.nf4 && dq.quant.prequantized);
+    cr_assert_eq(lora_desc_from_adapter(&dq, test_join(dir, "adapter"), &pc, &err), 0, "%s", err.msg);
+    snprintf(pc.init, sizeof pc.init, "pissa");
+    dp = dq;
+    dp.quant = (BaseQuant){0};
+    QRun q = qrun_open(&dq), p = qrun_open(&dp);
+    cr_assert_eq(lora_qpissa_arm(q.m, -1, 3, NULL, &err), 0, "%s", err.msg);
+    cr_assert_eq(checkpoint_load_weights(q.m, bnb, &err), 0, "%s", err.msg);
+    lora_qpissa_disarm(q.m);
+    cr_assert(lora_qpissa_made(q.m), "the hook did not make every adapter");
+    /* the fp32 model: every tensor as hf_weights reads it (the 4-bit ones dequantized) */
+    cr_assert_eq(checkpoint_load_weights(p.m, bnb, &err), 0, "%s", err.msg);
+    float *W = download(p.m);
+    lora_set_run(p.m, &pc, test_join(dir, "init_p"));
+    cr_assert_eq(lora_pissa_init(p.m, -1, 3, false, &err), 0, "%s", err.msg);
+    const size_t np = p.m->layout.total;
+    float *ap = host_copy(p.be, p.m->params, np), *aq = host_copy(q.be, q.m->params, np), *bq = download(q.m);
+    cr_assert(memcmp(ap, aq, np * sizeof *ap) == 0, "the adapter is not PiSSA's of the dequantized W");
+    const double sc = q.m->desc.adapter.scale;
+    int units = 0;
+    for (int l = 0; l < q.m->desc.n_layer; l++)
+        for (int k = 0; k < q.m->ad.n_sites; k++) {
+            const LoraSite *s = &q.m->ad.sites[k];
+            const ParamTensor *bt = &q.m->base_layout.tensors[param_layout_role(&q.m->base_layout, l, s->role)];
+            const size_t off = bt->offset + (size_t)s->row0 * (size_t)s->in, n = (size_t)(s->rows * s->in);
+            const int r = q.m->desc.adapter.r, in = (int)s->in;
+            const float *A = part_of(q.m, aq, l, s, 0), *B = part_of(q.m, aq, l, s, 1);
+            float *res = malloc(n * sizeof *res), *want = malloc(n * sizeof *want);
+            cr_assert(res && want);
+            for (int i = 0; i < (int)s->rows; i++)
+                for (int c = 0; c < in; c++) {
+                    double pr = 0;
+                    for (int j = 0; j < r; j++) pr += (double)B[i * r + j] * A[j * in + c];
+                    res[i * in + c] = (float)((double)W[off + (size_t)i * in + c] - sc * pr);
+                }
+            Nf4Format f = {.numel = (int64_t)n, .blocksize = dq.quant.blocksize, .nested = dq.quant.nested};
+            void *unit = malloc(nf4_bytes(&f));
+            cr_assert(unit);
+            nf4_quantize(&f, res, unit);
+            nf4_dequantize_f32(&f, unit, 0, (int64_t)n, want);
+            cr_assert(memcmp(want, bq + off, n * sizeof *want) == 0, "layer %d %s: the 4-bit base is not nf4(deq(W) - sBA)",
+                      l, peft_module_path(s->module));
+            free(res), free(want), free(unit);
+            units++;
+        }
+    cr_log_info("qpissa on a bnb base: adapter = PiSSA of the dequantized W; %d units = nf4(deq(W) - sBA)", units);
+    free(W), free(ap), free(aq), free(bq);
+    qrun_close(&p), qrun_close(&q);
     test_scratch_remove(dir);
 }
