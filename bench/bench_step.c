@@ -1,7 +1,8 @@
 /* bench_step.c - time a gtrain training step (make bench; not a test).
  * usage: bench_step MODEL.json B T [steps] [every_n_layers|0] [offload 0|1]
  * BENCH_PRECISION=bf16: bf16 activations (on the CPU an emulation, see backend_cpu.c).
- * BENCH_LORA_R=R: LoRA of rank R on every linear module (all-linear, alpha 2R), the base frozen.
+ * BENCH_LORA_R=R: LoRA of rank R on every linear module (all-linear, alpha 2R), the base frozen;
+ *   BENCH_BASE=nf4 stores its linear weights 4-bit (QLoRA: blocks of 64, double quant), bf16 in bf16.
  * Prints one line: model, shapes, median ms/step, tokens/s, sgemm GFLOP/s, peak RSS. */
 #include <cblas.h>
 #include <stdlib.h>
@@ -58,6 +59,9 @@ int main(int argc, char **argv) {
         for (int k = 0; k < PEFT_MODULE_COUNT; k++)
             if (peft_module_arch((PeftModule)k) == d.arch) d.adapter.targets |= 1u << k;
     }
+    const char *base = getenv("BENCH_BASE"); /* the frozen base's storage under LoRA: nf4 (QLoRA) or bf16 */
+    if (base && d.adapter.r > 0 && strcmp(base, "nf4") == 0) d.quant = (BaseQuant){.nf4 = true, .blocksize = 64, .nested = true};
+    if (base && d.adapter.r > 0 && strcmp(base, "bf16") == 0) d.adapter.base_dtype = BASE_DTYPE_BF16;
     int B = atoi(argv[2]), T = atoi(argv[3]), steps = argc > 4 ? atoi(argv[4]) : 10;
     int every = argc > 5 ? atoi(argv[5]) : 0, off = argc > 6 ? atoi(argv[6]) : 0;
     Backend *be = NULL;
@@ -117,7 +121,9 @@ int main(int argc, char **argv) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     char lora[32] = "";
-    if (d.adapter.r > 0) snprintf(lora, sizeof lora, " lora r%d", d.adapter.r);
+    if (d.adapter.r > 0)
+        snprintf(lora, sizeof lora, " lora r%d%s", d.adapter.r,
+                 d.quant.nf4 ? " base nf4" : d.adapter.base_dtype == BASE_DTYPE_BF16 ? " base bf16" : "");
     printf("gtrain  %-28s %s%s B=%d T=%d recompute=%d offload=%d  %8.1f ms/step  %9.0f tok/s  sgemm %6.1f GFLOP/s  "
            "peak RSS %.0f MiB  (%s, blas core %s)\n",
            argv[1], gt_dtype_name(m->act), lora, B, T, every, off, med * 1e3, B * T / med, sgemm_gflops(1024),

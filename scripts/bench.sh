@@ -8,6 +8,7 @@
 #   SwiGLU 1024, vocab 32000, untied), B 4, T 128, full and with LoRA r 16 on all seven projections.
 # Then the time of `gtrain sample` for 200 tokens of GPT-2 124M, and of the SVD PiSSA needs
 # (svd_topr, r = 128: exact and niter 4 on 4096 x 1024, niter 4 on Mistral-7B's 14336 x 4096 MLP).
+# Then the NF4 base: QPiSSA vs QLoRA quantization error, and the dequantize vs the bandwidth floor.
 set -uo pipefail
 build="${1:-build}"
 cd "$(dirname "$0")/.."
@@ -68,3 +69,12 @@ fi
 "$build/bench_pack" configs/bench-llama-34m.json 4 512 "${BENCH_PACK_STEPS:-3}"
 "$build/bench_svd" 4096 1024 128 -1 4
 "$build/bench_svd" 14336 4096 128 4
+
+# The 4-bit NF4 base (issue 27): the 34M model's LoRA r 16 step with its frozen linear weights in bf16
+# and in NF4 (both dequantized / widened to fp32 for each GEMM); QPiSSA's against QLoRA's
+# quantization error on matrices with a decaying spectrum (the PiSSA paper's measure;
+# bench/bench_nf4.c); the dequantize of one Mistral-7B MLP weight (14336 x 4096), nf4.h's host
+# function and the CPU backend's op, against a memcpy of the same bytes in the same run
+for base in bf16 nf4; do BENCH_LORA_R=16 BENCH_BASE=$base "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"; done
+"$build/bench_nf4" error
+"$build/bench_nf4" dequant 14336 4096 5

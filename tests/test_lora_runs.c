@@ -453,6 +453,21 @@ Test(lora_runs, pissa_resume_into_another_output_dir_rebuilds_pissa_init_bit_exa
     ws_fini(&w);
 }
 
+/* QPiSSA (PiSSA with lora.quantize_base nf4): the unbroken run takes the SVD of the full-precision W as
+ * the base loads and quantizes the residual; the resumed one rebuilds that 4-bit residual from W and
+ * the checkpoint's B0 A0: the same losses, adapters and initial adapter, bit for bit */
+Test(lora_runs, qpissa_nf4_resume_into_another_output_dir_is_bit_exact, .timeout = 120) {
+    Ws w;
+    lws_init(&w);
+    const char *extra[] = {"lora.init_lora_weights=pissa_niter_2", "lora.quantize_base=nf4"};
+    resume_case(&w, extra, 2, true);
+    char *o = read_log(&w, "ref", "out"), *r = read_log(&w, "res", "out");
+    cr_assert_not_null(strstr(o, "residual quantized (QPiSSA)"), "the unbroken run did not take QPiSSA's path: %s", o);
+    cr_assert_not_null(strstr(r, "4-bit residual base rebuilt"), "the resumed run did not rebuild its 4-bit base: %s", r);
+    free(o), free(r);
+    ws_fini(&w);
+}
+
 Test(lora_runs, resume_with_accumulation_and_gradient_checkpointing_is_bit_exact, .timeout = 120) {
     Ws w;
     lws_init(&w);

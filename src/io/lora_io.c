@@ -1,6 +1,7 @@
 /* lora_io.c - a LoRA model's adapters in and out as PEFT adapter directories (peft.c's files),
  * and PiSSA: the SVD initialisation of the adapters from the loaded base, the rank-2r conversion
- * of what a PiSSA run saves, and the rebuilding of its residual base on resume (lora.h).
+ * of what a PiSSA run saves, the rebuilding of its residual base on resume, and QPiSSA's hook that
+ * does both on a 4-bit base as it loads (lora.h).
  *
  * The adapters' layout (lora_layout_init) and peft_entries_for's list are in the same order
  * (layer-major, modules in PeftModule order), so entry e is layout tensors P e (lora_A), P e + 1
@@ -63,6 +64,22 @@ static int make_dir(const char *dir, GtError *err) {
     if (mkdir(dir, 0755) == 0 || errno == EEXIST) return 0;
     return gt_error(err, GT_EXIT_FAILURE, "%s: cannot create: %s", dir, strerror(errno));
 }
+
+/* the seed of PiSSA's randomised SVD at layer l's module (lora_pissa_init and the QPiSSA hook) */
+static uint64_t pissa_key(uint64_t seed, int l, PeftModule module) {
+    return seed ^ ((uint64_t)(l + 1) << 20) ^ (uint64_t)module;
+}
+
+/* QPiSSA's hook state (lora_qpissa_arm) */
+typedef struct QpissaRun {
+    int niter;
+    uint64_t seed;
+    PeftAdapter *conv; /* residual mode: the rank-2r conversion (A0, B0 its second halves); NULL: PiSSA mode */
+    PeftEntry *ent;
+    int n_ent;
+    bool *done; /* [n_layer * n_sites]: the site's adapter made by the hook from the full-precision W */
+    float *a, *b; /* one site's A [r or 2r, in] and B [rows, r or 2r] */
+} QpissaRun;
 
 /* the same scale, allowing for the rounding of a converted config's alpha (sqrt(2) alpha / sqrt(2r)) */
 static bool same_scale(double a, double b) { return fabs(a - b) <= 1e-12 * fabs(b); }
@@ -279,6 +296,7 @@ done:
 int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err) {
     if (!m->ad.pissa_init_dir) return gt_error(err, GT_EXIT_FAILURE, "pissa: no directory for the initial adapter");
     const int r = m->desc.adapter.r, L = m->desc.n_layer;
+    const QpissaRun *qp = m->ad.qpissa;
     float *w = NULL, *A = NULL, *B = NULL;
     int rc = -1;
     for (int l = 0; l < L; l++)
@@ -290,7 +308,8 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
             w = gt_xrealloc(w, rows * in * sizeof *w);
             A = gt_xrealloc(A, (size_t)r * in * sizeof *A);
             B = gt_xrealloc(B, rows * r * sizeof *B);
-            const uint64_t key = seed ^ ((uint64_t)(l + 1) << 20) ^ (uint64_t)s->module;
+            if (qp && qp->done[l * m->ad.n_sites + k]) continue; /* made by the QPiSSA hook */
+            const uint64_t key = pissa_key(seed, l, s->module);
             if (model_download_base(m, off, w, rows * in, err)) goto done;
             if (pissa_init(w, (int)rows, (int)in, r, m->desc.adapter.scale, niter, key, A, B, w, err)) {
                 char msg[GT_ERR_MAX];
@@ -318,3 +337,109 @@ done:
     return rc;
 }
 
+
+/* ---------------------------------------------------------------- QPiSSA */
+
+
+/* the adapted site unit `block` of base tensor `tensor` is: its layer and index in m->ad.sites, or -1 */
+static int unit_site(const Model *m, int tensor, int block, int *layer) {
+    const ParamTensor *pt = &m->base_layout.tensors[tensor];
+    if (pt->layer < 0 || !pt->spec) return -1;
+    for (int k = 0; k < m->ad.n_sites; k++)
+        if (m->ad.sites[k].tensor == pt->spec && m->ad.sites[k].block == block) {
+            *layer = pt->layer;
+            return k;
+        }
+    return -1;
+}
+
+static int qpissa_hook(Model *m, int tensor, int block, float *values, GtError *err) {
+    QpissaRun *q = m->ad.qpissa;
+    int l = 0;
+    const int k = unit_site(m, tensor, block, &l);
+    if (k < 0) return 0; /* a 4-bit weight no adapter is on: quantized as it is */
+    const LoraSite *s = &m->ad.sites[k];
+    const int r = m->desc.adapter.r, ia = m->ad.idx[l][s->module];
+    const size_t rows = (size_t)s->rows, in = (size_t)s->in;
+    if (q->conv) { /* W - s B0 A0, from the conversion's second halves */
+        const int e = ia / lora_parts(&m->desc);
+        if (peft_adapter_read(q->conv, e, false, q->a, 2 * (size_t)r * in, err) ||
+            peft_adapter_read(q->conv, e, true, q->b, rows * 2 * (size_t)r, err))
+            return -1;
+        for (size_t o = 0; o < rows; o++)
+            for (int j = 0; j < r; j++) q->b[o * r + j] = -q->b[o * 2 * r + r + j]; /* in place, front to back */
+        return pissa_residual(values, (int)rows, (int)in, r, m->desc.adapter.scale, q->a + (size_t)r * in, q->b, values,
+                              err);
+    }
+    if (pissa_init(values, (int)rows, (int)in, r, m->desc.adapter.scale, q->niter, pissa_key(q->seed, l, s->module), q->a,
+                   q->b, values, err)) {
+        char msg[GT_ERR_MAX];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return gt_error(err, err->code, "pissa: layer %d %s: %s", l, peft_module_path(s->module), msg);
+    }
+    if (m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia].offset, q->a, (size_t)r * in * sizeof(float), err) ||
+        m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia + 1].offset, q->b, rows * r * sizeof(float), err))
+        return -1;
+    model_params_changed(m);
+    q->done[l * m->ad.n_sites + k] = true;
+    return 0;
+}
+
+int lora_qpissa_arm(Model *m, int niter, uint64_t seed, const char *conv_dir, GtError *err) {
+    if (m->desc.adapter.r <= 0 || !m->desc.quant.nf4)
+        return gt_error(err, GT_EXIT_FAILURE, "qpissa: internal error: not a LoRA model on a 4-bit base");
+    lora_qpissa_disarm(m);
+    QpissaRun *q = m->ad.qpissa;
+    if (!q) {
+        q = m->ad.qpissa = gt_xcalloc(1, sizeof *q);
+        q->done = gt_xcalloc((size_t)m->desc.n_layer * (size_t)(m->ad.n_sites ? m->ad.n_sites : 1), sizeof *q->done);
+        size_t wa = 0, wb = 0;
+        for (int k = 0; k < m->ad.n_sites; k++) {
+            const size_t r2 = 2 * (size_t)m->desc.adapter.r;
+            if (r2 * (size_t)m->ad.sites[k].in > wa) wa = r2 * (size_t)m->ad.sites[k].in;
+            if (r2 * (size_t)m->ad.sites[k].rows > wb) wb = r2 * (size_t)m->ad.sites[k].rows;
+        }
+        q->a = gt_xmalloc((wa ? wa : 1) * sizeof *q->a);
+        q->b = gt_xmalloc((wb ? wb : 1) * sizeof *q->b);
+    }
+    q->niter = niter, q->seed = seed;
+    if (conv_dir) {
+        PeftConfig cc;
+        if ((q->n_ent = model_entries(m, &q->ent)) < 0)
+            return gt_error(err, GT_EXIT_FAILURE, "%s: the model's adapters do not match its modules", conv_dir);
+        if (peft_adapter_open(&q->conv, conv_dir, m->desc.arch, q->ent, q->n_ent, &cc, err)) return -1;
+        if (cc.r != 2 * m->desc.adapter.r) {
+            lora_qpissa_disarm(m);
+            return gt_error(err, GT_EXIT_BAD_INPUT, "%s/%s: r: expected %d (a PiSSA run's rank-2r conversion), found %d",
+                            conv_dir, PEFT_CONFIG_FILE, 2 * m->desc.adapter.r, cc.r);
+        }
+    }
+    m->base_hook = qpissa_hook;
+    return 0;
+}
+
+void lora_qpissa_disarm(Model *m) {
+    QpissaRun *q = m->ad.qpissa;
+    if (m->base_hook == qpissa_hook) m->base_hook = NULL;
+    if (!q) return;
+    peft_adapter_close(q->conv);
+    q->conv = NULL;
+    free(q->ent);
+    q->ent = NULL;
+}
+
+bool lora_qpissa_made(const Model *m) {
+    const QpissaRun *q = m->ad.qpissa;
+    if (!q) return false;
+    for (int i = 0; i < m->desc.n_layer * m->ad.n_sites; i++)
+        if (!q->done[i]) return false;
+    return true;
+}
+
+void lora_qpissa_free(Model *m) {
+    QpissaRun *q = m->ad.qpissa;
+    if (!q) return;
+    lora_qpissa_disarm(m);
+    free(q->done), free(q->a), free(q->b), free(q);
+    m->ad.qpissa = NULL;
+}

@@ -55,6 +55,9 @@ typedef struct AdapterState {
      * from a run checkpoint is one (lora.h). Owned. */
     PeftConfig *peft;
     char *pissa_init_dir;
+    /* QPiSSA: PiSSA on a 4-bit base through the model's base_hook (lora.h's lora_qpissa_arm); NULL
+     * unless armed once. Owned (lora_qpissa_free). */
+    struct QpissaRun *qpissa;
 } AdapterState;
 
 /* A workspace buffer a kind needs beside LoRA's (BUF_LORA_*), one site at a time: [BT, widest output

@@ -112,10 +112,28 @@ void lora_set_run(struct Model *m, const PeftConfig *pc, const char *pissa_init_
 /* PiSSA (init_lora_weights pissa / pissa_niter_N; niter -1: exact SVD): for every adapted block
  * of the loaded base weights W (read in the act dtype, as PEFT reads a bf16 model's weights),
  * A = diag(sqrt(S_r/s)) Vh_r, B = U_r diag(sqrt(S_r/s)) into the adapters and W - s B A into the
- * frozen base (svd.h's pissa_init); then (write) the initial adapter is written to m->ad.pissa_init_dir as a
+ * frozen base (svd.h's pissa_init; a 4-bit base: its dequantized W, the residual quantized again, unless
+ * the armed QPiSSA hook already made every adapter from the full-precision W as the base loaded);
+ * then (write) the initial adapter is written to m->ad.pissa_init_dir as a
  * PEFT adapter directory (PEFT's pissa_init save, which the rank-2r conversion reads). Host
  * memory: one block of W and the SVD's workspace (svd.h) at a time. */
 int lora_pissa_init(struct Model *m, int niter, uint64_t seed, bool write, GtError *err);
+
+/* QPiSSA: PiSSA with a 4-bit (NF4) base. Armed, the model's base_hook sees each adapted unit's fp32
+ * values as the base loads (model.h's ModelBaseHook), before they are quantized:
+ *   conv_dir NULL: PiSSA itself on those values (the full-precision W of the files; of a bitsandbytes
+ *     base, its dequantized W, as PEFT does): A and B into the adapters (the seeds and keys of
+ *     lora_pissa_init: the adapter an unquantized run with the same W gets) and W - s B A into values,
+ *     so the residual is what is quantized; lora_pissa_init then only writes the initial adapter;
+ *   conv_dir a PiSSA run's rank-2r conversion (a checkpoint resumed from): W - s B0 A0 from its second
+ *     halves (pissa_residual, bit for bit the residual PiSSA made), the adapters untouched.
+ * Loading the base again while armed rebuilds it. 0, or -1 (code 2: a bad conv_dir). */
+int lora_qpissa_arm(struct Model *m, int niter, uint64_t seed, const char *conv_dir, GtError *err);
+/* The hook off and conv_dir closed; which adapters the hook made stays known to lora_pissa_init. */
+void lora_qpissa_disarm(struct Model *m);
+void lora_qpissa_free(struct Model *m);
+/* whether the hook made every adapter (the SVD on the full-precision W) */
+bool lora_qpissa_made(const struct Model *m);
 
 /* Read a PEFT adapter directory into the model's adapters: its r, modules and scale checked
  * against the model's (code 2 naming the file and key otherwise). On a PiSSA run

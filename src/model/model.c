@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "buffers.h"
+#include "lora.h"
 #include "model_internal.h"
 #include "plan.h"
 
@@ -415,6 +416,7 @@ void model_free(Model *m) {
     free(m->ad.idx);
     free(m->ad.peft);
     free(m->ad.pissa_init_dir);
+    lora_qpissa_free(m);
     free(m);
 }
 

@@ -185,8 +185,12 @@ static int init_adapters(Trainer *t, GtError *err) {
     if (niter == -2) return 0;
     double t0 = gt_now_seconds();
     if (lora_pissa_init(m, niter, cfg->seed, t->rank == 0, err)) return -1;
-    gt_log("adapters: PiSSA (%s) from the base weights in %.1f s; initial adapter in %s\n",
-           niter < 0 ? "exact SVD" : "randomised SVD", gt_now_seconds() - t0, m->ad.pissa_init_dir);
+    gt_log("adapters: PiSSA (%s) from the %s in %.1f s; initial adapter in %s\n",
+           niter < 0 ? "exact SVD" : "randomised SVD",
+           !m->desc.quant.nf4      ? "base weights"
+           : lora_qpissa_made(m)   ? "full-precision weights as they loaded, the residual quantized (QPiSSA)"
+                                   : "dequantized 4-bit base, the residual quantized again",
+           gt_now_seconds() - t0, m->ad.pissa_init_dir);
     return 0;
 }
 
@@ -305,9 +309,19 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     struct stat isb;
     const bool model_dir = stat(cfg->model, &isb) == 0 && S_ISDIR(isb.st_mode);
     const char *init = cfg->init == INIT_RANDOM ? "" : cfg->init_from[0] ? cfg->init_from : model_dir ? cfg->model : "";
+    /* QPiSSA (PiSSA on a 4-bit base): the SVD on the full-precision W as each unit loads, the residual
+     * quantized (lora_qpissa_arm); a run that resumes rebuilds that residual from its checkpoint
+     * instead (below), so with resume_from_checkpoint latest or a path the hook waits for that */
+    const int pniter = lora_pissa_niter_of(cfg->lora.init_lora_weights);
+    const bool qpissa = desc->adapter.r > 0 && desc->quant.nf4 && pniter != -2 && !cfg->lora.init_from[0] && init[0];
+    const ResumeMode rm = config_resume_mode(cfg);
+    if (qpissa && rm != RESUME_LATEST && rm != RESUME_PATH && lora_qpissa_arm(t->model, pniter, cfg->seed, NULL, err))
+        return -1;
     if (init[0]) {
         WeightsLoadInfo wi;
-        if (checkpoint_load_weights_info(t->model, init, &wi, err)) return -1;
+        const int lrc = checkpoint_load_weights_info(t->model, init, &wi, err);
+        lora_qpissa_disarm(t->model);
+        if (lrc) return -1;
         gt_log("weights: initialised from %s: %d tensors, %llu parameters, %s, %d file%s\n", wi.path, wi.n_tensors,
                (unsigned long long)wi.n_values, wi.dtypes, wi.n_shards, wi.n_shards == 1 ? "" : "s");
     } else {
@@ -340,7 +354,6 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     /* lora.init_from is read and checked before output_dir is claimed: a refused adapter leaves the
      * directory as it was (a resumed run's adapters are its checkpoint's: with auto, the checkpoint's
      * replace these when it finds one) */
-    const ResumeMode rm = config_resume_mode(cfg);
     if (desc->adapter.r > 0 && cfg->lora.init_from[0] && (rm == RESUME_NEVER || rm == RESUME_AUTO)) {
         if (lora_load_adapter(t->model, cfg->lora.init_from, err)) return -1;
         gt_log("adapters: continued from %s\n", cfg->lora.init_from);
@@ -350,6 +363,13 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     /* a resumed run's adapters (and a PiSSA run's residual base) are the checkpoint's, checkpoint-0 included:
      * initialising them again would take PiSSA's SVD of the residual base */
     if (desc->adapter.r > 0 && !t->resumed_from[0] && init_adapters(t, err)) return -1;
+    if (qpissa && t->resumed_from[0]) { /* the 4-bit residual from the full-precision W and the checkpoint's B0 A0 */
+        if (lora_qpissa_arm(t->model, pniter, cfg->seed, t->resumed_from, err)) return -1;
+        const int lrc = checkpoint_load_weights(t->model, init, err);
+        lora_qpissa_disarm(t->model);
+        if (lrc) return -1;
+        gt_log("adapters: QPiSSA's 4-bit residual base rebuilt from %s and %s's initial adapter\n", init, t->resumed_from);
+    }
     struct stat sb;
     if (t->model->ad.pissa_init_dir && t->resumed_from[0] && t->rank == 0 && stat(t->model->ad.pissa_init_dir, &sb) != 0) {
         /* resumed into another output_dir: its initial adapter, which the conversion reads, from the checkpoint */
