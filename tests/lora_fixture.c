@@ -1,8 +1,13 @@
 /* lora_fixture.c - see lora_fixture.h. */
 #include "lora_fixture.h"
 
+#include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+
+#include "arch.h"
+#include "ref_gpt.h"
 
 ModelDesc lora_fix_base(bool llama, int L) {
     ModelDesc d;
@@ -59,4 +64,51 @@ double lora_fix_rng_normal(uint64_t *s) {
     const double u1 = (lora_fix_rng_uniform(s) * 9007199254740991.0 + 1.0) / 9007199254740992.0,
                  u2 = lora_fix_rng_uniform(s);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+RefLlamaCfg lora_fix_ref_cfg(const ModelDesc *d) {
+    return (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
+                         .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
+                         .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
+                         .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
+                         .tie = d->tie_word_embeddings};
+}
+
+void lora_fix_ref_open(LoraFixRef *r, const ModelDesc *d, const ParamLayout *bl, const float *base_h) {
+    *r = (LoraFixRef){.d = *d, .bl = bl, .llama = d->arch == ARCH_LLAMA};
+    if (!r->llama) {
+        r->base_d = malloc(bl->total * sizeof *r->base_d);
+        cr_assert_not_null(r->base_d);
+        for (size_t k = 0; k < bl->total; k++) r->base_d[k] = base_h[k];
+        return;
+    }
+    r->rc = lora_fix_ref_cfg(d);
+    r->ref = ref_llama_alloc(&r->rc, &r->n_ref);
+    cr_assert(r->ref);
+    for (int i = 0; i < bl->n_tensors; i++) {
+        const ParamTensor *t = &bl->tensors[i];
+        for (int b = 0; b < t->spec->n_blocks; b++) {
+            char name[128];
+            int64_t row0, rows;
+            arch_block_name(t, b, name, sizeof name, d, &row0, &rows);
+            RefTensor *rt = ref_llama_find(r->ref, r->n_ref, name);
+            cr_assert(rt, "reference has no tensor %s (gtrain %s block %d)", name, t->name, b);
+            const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
+            cr_assert_eq(rt->rows * rt->cols, rows * cols, "%s", name);
+            for (int64_t k = 0; k < rows * cols; k++) rt->data[k] = base_h[t->offset + (size_t)(row0 * cols + k)];
+        }
+    }
+}
+
+void lora_fix_ref_close(LoraFixRef *r) {
+    if (r->ref) ref_llama_free(r->ref, r->n_ref);
+    free(r->base_d);
+    *r = (LoraFixRef){0};
+}
+
+double lora_fix_ref_loss(const LoraFixRef *r, const RefLora *lo, const int *tok, const int *tgt, int B, int T) {
+    if (r->llama) return ref_llama_loss_lora(&r->rc, r->ref, r->n_ref, lo, tok, tgt, B, T);
+    long cnt = 0;
+    const double s = ref_gpt_loss_sum_lora(&r->d, r->bl, r->base_d, lo, tok, tgt, B, T, &cnt);
+    return cnt ? s / (double)cnt : 0.0;
 }

@@ -173,13 +173,8 @@ static void random_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, in
 /* ---------------------------------------------------------------- the double reference */
 
 typedef struct {
-    ModelDesc d;
-    bool llama;
-    RefLlamaCfg rc;
-    RefTensor *ref;
-    int n_ref;
-    ParamLayout bl; /* GPT-2: the base, double, in gtrain's layout */
-    double *base_d;
+    ParamLayout bl; /* gtrain's base layout */
+    LoraFixRef base;
     RefLora lo;
     const int *tok, *tgt; /* A micro-batches of B rows of T */
     int B, A, T;
@@ -190,34 +185,8 @@ typedef struct {
  * layout, bound by each tensor's layer, module and A/B, their shapes checked against PEFT's) */
 static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const float *ad_h, double alpha, bool rslora) {
     memset(r, 0, sizeof *r);
-    r->d = *d;
-    r->llama = d->arch == ARCH_LLAMA;
     param_layout_init(&r->bl, d);
-    if (r->llama) {
-        r->rc = (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
-                              .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
-                              .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
-                              .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
-                              .tie = d->tie_word_embeddings};
-        r->ref = ref_llama_alloc(&r->rc, &r->n_ref);
-        cr_assert(r->ref);
-        for (int i = 0; i < r->bl.n_tensors; i++) {
-            const ParamTensor *t = &r->bl.tensors[i];
-            for (int b = 0; b < t->spec->n_blocks; b++) {
-                char name[128];
-                int64_t row0, rows;
-                arch_block_name(t, b, name, sizeof name, d, &row0, &rows);
-                RefTensor *rt = ref_llama_find(r->ref, r->n_ref, name);
-                cr_assert(rt, "reference has no tensor %s", name);
-                const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-                cr_assert_eq(rt->rows * rt->cols, rows * cols, "%s", name);
-                for (int64_t k = 0; k < rows * cols; k++) rt->data[k] = base_h[t->offset + (size_t)(row0 * cols + k)];
-            }
-        }
-    } else {
-        r->base_d = malloc(r->bl.total * sizeof *r->base_d);
-        for (size_t k = 0; k < r->bl.total; k++) r->base_d[k] = base_h[k];
-    }
+    lora_fix_ref_open(&r->base, d, &r->bl, base_h);
     ref_lora_init(&r->lo, d->n_layer, d->adapter.r, ref_lora_scaling(alpha, d->adapter.r, rslora));
     ParamLayout pl;
     lora_layout_init(&pl, d);
@@ -242,8 +211,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
 
 static void ref_close(Ref *r) {
     ref_lora_free(&r->lo);
-    if (r->ref) ref_llama_free(r->ref, r->n_ref);
-    free(r->base_d);
+    lora_fix_ref_close(&r->base);
     param_layout_free(&r->bl);
 }
 
@@ -258,12 +226,13 @@ static double ref_accum_loss(void *vr, const RefLora *lo) {
         RefLora la = *lo;
         la.row_base = (long)a * r->B * r->T;
         const int *tk = r->tok + a * rows, *tg = r->tgt + a * rows;
-        if (r->llama) {
+        if (r->base.llama) {
             const long n = count_items(tg, rows);
-            if (n) total += ref_llama_loss_lora(&r->rc, r->ref, r->n_ref, &la, tk, tg, r->B, r->T) * (double)n;
+            if (n)
+                total += ref_llama_loss_lora(&r->base.rc, r->base.ref, r->base.n_ref, &la, tk, tg, r->B, r->T) * (double)n;
         } else {
             long cnt = 0;
-            total += ref_gpt_loss_sum_lora(&r->d, &r->bl, r->base_d, &la, tk, tg, r->B, r->T, &cnt);
+            total += ref_gpt_loss_sum_lora(&r->base.d, &r->bl, r->base.base_d, &la, tk, tg, r->B, r->T, &cnt);
         }
     }
     return total / (double)r->items;
