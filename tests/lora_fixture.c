@@ -106,6 +106,15 @@ void lora_fix_ref_close(LoraFixRef *r) {
     *r = (LoraFixRef){0};
 }
 
+void lora_fix_grad_diff(const float *g, const double *fd, size_t n, double *diff, double *big, size_t *at) {
+    *diff = 0, *big = 0, *at = 0;
+    for (size_t k = 0; k < n; k++) {
+        const double e = fabs((double)g[k] - fd[k]);
+        if (e > *diff) *diff = e, *at = k;
+        *big = fmax(*big, fabs(fd[k]));
+    }
+}
+
 double lora_fix_ref_loss(const LoraFixRef *r, const RefLora *lo, const int *tok, const int *tgt, int B, int T) {
     if (r->llama) return ref_llama_loss_lora(&r->rc, r->ref, r->n_ref, lo, tok, tgt, B, T);
     long cnt = 0;

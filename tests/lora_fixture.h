@@ -47,6 +47,9 @@ typedef struct {
 RefLlamaCfg lora_fix_ref_cfg(const ModelDesc *d);
 void lora_fix_ref_open(LoraFixRef *r, const ModelDesc *d, const ParamLayout *bl, const float *base_h);
 void lora_fix_ref_close(LoraFixRef *r);
+/* a model's gradient g [n] against the reference's fd [n]: the largest |g - fd| into *diff (its first
+ * index into *at) and the largest |fd| into *big */
+void lora_fix_grad_diff(const float *g, const double *fd, size_t n, double *diff, double *big, size_t *at);
 /* the reference's mean loss of rows tok/tgt [B, T] over their items (0 with none), with adapters lo
  * (NULL: the base alone) */
 double lora_fix_ref_loss(const LoraFixRef *r, const RefLora *lo, const int *tok, const int *tgt, int B, int T);

@@ -287,13 +287,9 @@ static void check_model(bool llama, uint64_t seed, double p) {
             for (int w = 0; w < 3; w++) {
                 const ParamTensor *t = &f.m->layout.tensors[idx + w];
                 const double *fd = w == 0 ? a->dA : w == 1 ? a->dB : a->dm;
-                double diff = 0, big = 0;
-                size_t worst = 0;
-                for (size_t k = 0; k < t->numel; k++) {
-                    const double e = fabs((double)g[t->offset + k] - fd[k]);
-                    if (e > diff) diff = e, worst = k;
-                    big = fmax(big, fabs(fd[k]));
-                }
+                double diff, big;
+                size_t worst;
+                lora_fix_grad_diff(g + t->offset, fd, t->numel, &diff, &big, &worst);
                 cr_assert(big > 1e-3 * gmax, "%s: gradient nearly zero (%.3g of %.3g)", t->name, big, gmax);
                 worst_rel[w] = fmax(worst_rel[w], diff / big);
                 /* fp32 gradients against a double central difference, relative to the tensor's largest */

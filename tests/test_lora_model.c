@@ -232,13 +232,9 @@ static void check_model(Fix *f, const char *what) {
             for (int w = 0; w < 2; w++) {
                 const ParamTensor *t = &f->m->layout.tensors[idx + w];
                 const double *fd = w ? a->dB : a->dA;
-                double diff = 0, big = 0;
-                size_t worst = 0;
-                for (size_t k = 0; k < t->numel; k++) {
-                    const double e = fabs((double)g[t->offset + k] - fd[k]);
-                    if (e > diff) diff = e, worst = k;
-                    big = fmax(big, fabs(fd[k]));
-                }
+                double diff, big;
+                size_t worst;
+                lora_fix_grad_diff(g + t->offset, fd, t->numel, &diff, &big, &worst);
                 /* fp32 gradients against a double central difference: ~1e-6 of the largest */
                 cr_assert(diff <= 1e-4 * gmax, "%s: %s[%zu]: gradient %.8g, reference %.8g (largest %.3g)", what,
                           t->name, worst, g[t->offset + worst], fd[worst], gmax);
