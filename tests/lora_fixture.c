@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "adapter.h"
 #include "arch.h"
 #include "ref_gpt.h"
 
@@ -64,6 +65,43 @@ double lora_fix_rng_normal(uint64_t *s) {
     const double u1 = (lora_fix_rng_uniform(s) * 9007199254740991.0 + 1.0) / 9007199254740992.0,
                  u2 = lora_fix_rng_uniform(s);
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void lora_fix_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, int mask_every) {
+    uint64_t s = seed;
+    for (size_t i = 0; i < n; i++) {
+        tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)V);
+        tgt[i] = mask_every && i % (size_t)mask_every == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)V);
+    }
+}
+
+void lora_fix_dora_weights(Model *m, uint64_t *s, float *base_h, float *params_h) {
+    GtError err = {0};
+    const ParamLayout *bl = &m->base_layout;
+    for (int i = 0; i < bl->n_tensors; i++) {
+        const ParamTensor *t = &bl->tensors[i];
+        const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
+        for (size_t k = 0; k < t->numel; k++)
+            base_h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + 0.3 * (2 * lora_fix_rng_uniform(s) - 1));
+    }
+    float *tmp = malloc(bl->total * sizeof *tmp); /* model_upload_base may use it as scratch */
+    cr_assert_not_null(tmp);
+    memcpy(tmp, base_h, bl->total * sizeof *tmp);
+    cr_assert_eq(model_upload_base(m, 0, tmp, bl->total, &err), 0, "%s", err.msg);
+    free(tmp);
+    model_params_changed(m);
+    cr_assert_eq(adapter_init_from_base(m, &err), 0, "%s", err.msg);
+    if (!params_h) return;
+    const ParamLayout *pl = &m->layout;
+    for (int i = 0; i < pl->n_tensors; i++) {
+        const ParamTensor *t = &pl->tensors[i];
+        for (size_t k = 0; k < t->numel; k++)
+            params_h[t->offset + k] = (float)(t->ndim == 1 ? 0.5 + lora_fix_rng_uniform(s)
+                                                            : 0.3 * (2 * lora_fix_rng_uniform(s) - 1));
+    }
+    cr_assert_eq(m->be->ops->to_device(m->be, m->params, params_h, pl->total * sizeof *params_h, &err), 0, "%s",
+                 err.msg);
+    model_params_changed(m);
 }
 
 RefLlamaCfg lora_fix_ref_cfg(const ModelDesc *d) {

@@ -29,6 +29,17 @@ uint64_t lora_fix_rng_next(uint64_t *s);
 double lora_fix_rng_uniform(uint64_t *s); /* [0, 1) */
 double lora_fix_rng_normal(uint64_t *s);
 
+/* n tokens and targets in [0, V) from seed; every mask_every-th target from the 4th (i % mask_every
+ * == 3) is -100 (mask_every 0: none) */
+void lora_fix_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, int mask_every);
+
+/* A DoRA model's random weights from generator s: the frozen base (norm weights 1 + U(-0.3, 0.3),
+ * every other value U(-0.3, 0.3)) into base_h [m->base_layout.total] and uploaded, the magnitudes
+ * from it (adapter_init_from_base); then, with params_h [m->layout.total] (NULL: the model's own
+ * adapters kept), A and B U(-0.3, 0.3) (B nonzero) and the magnitudes 0.5 + U(0, 1) into params_h
+ * and the model */
+void lora_fix_dora_weights(Model *m, uint64_t *s, float *base_h, float *params_h);
+
 /* The independent double-precision reference of a model's frozen base: a Llama's HF tensors
  * (tests/ref_llama.c, its config from d, each tensor of gtrain's base layout bl copied into its HF
  * blocks by arch_block_name) or GPT-2's base as double in layout bl (tests/ref_gpt.c). bl is the

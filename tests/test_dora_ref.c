@@ -178,32 +178,12 @@ static Fix fix_open(bool llama, uint64_t seed, double p) {
                  err.msg);
     Model *m = f.m;
     uint64_t s = seed;
-    const ParamLayout *bl = &m->base_layout;
+    const ParamLayout *bl = &m->base_layout, *pl = &m->layout;
+    /* a random base; random A, B (B nonzero) and magnitudes in [0.5, 1.5] */
     f.base_h = malloc(bl->total * sizeof *f.base_h);
-    for (int i = 0; i < bl->n_tensors; i++) {
-        const ParamTensor *t = &bl->tensors[i];
-        const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
-        for (size_t k = 0; k < t->numel; k++)
-            f.base_h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + 0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
-    }
-    float *tmp = malloc(bl->total * sizeof *tmp);
-    memcpy(tmp, f.base_h, bl->total * sizeof *tmp);
-    cr_assert_eq(model_upload_base(m, 0, tmp, bl->total, &err), 0, "%s", err.msg);
-    free(tmp);
-    model_params_changed(m);
-    cr_assert_eq(adapter_init_from_base(m, &err), 0, "%s", err.msg);
-    /* random A, B (B nonzero) and magnitudes in [0.5, 1.5] */
-    const ParamLayout *pl = &m->layout;
     f.params_h = malloc(pl->total * sizeof *f.params_h);
-    for (int i = 0; i < pl->n_tensors; i++) {
-        const ParamTensor *t = &pl->tensors[i];
-        for (size_t k = 0; k < t->numel; k++)
-            f.params_h[t->offset + k] = (float)(t->ndim == 1 ? 0.5 + lora_fix_rng_uniform(&s)
-                                                              : 0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
-    }
-    cr_assert_eq(f.be->ops->to_device(f.be, m->params, f.params_h, pl->total * sizeof *f.params_h, &err), 0, "%s",
-                 err.msg);
-    model_params_changed(m);
+    cr_assert(f.base_h && f.params_h);
+    lora_fix_dora_weights(m, &s, f.base_h, f.params_h);
     /* the reference's base */
     lora_fix_ref_open(&f.r, &f.d, bl, f.base_h);
     /* the reference's adapters: lora_A [r, in], lora_B [out, r], magnitude [out] by PEFT's names */
@@ -232,12 +212,8 @@ static Fix fix_open(bool llama, uint64_t seed, double p) {
     m->ad.dropout_seed = 4321 + seed, m->ad.dropout_step = 2, m->ad.dropout_row0 = 3;
     f.lo.p = p, f.lo.key = lora_fix_key;
     f.lo.seed = m->ad.dropout_seed, f.lo.step = m->ad.dropout_step, f.lo.row_base = m->ad.dropout_row0 * SEQ;
-    uint64_t ts = seed ^ 0x5151;
-    for (int i = 0; i < BATCH * SEQ; i++) {
-        f.tok[i] = (int)(lora_fix_rng_next(&ts) % (uint64_t)f.d.vocab_size);
-        f.tgt[i] = i % 5 == 3 ? -100 : (int)(lora_fix_rng_next(&ts) % (uint64_t)f.d.vocab_size);
-        f.items += f.tgt[i] >= 0;
-    }
+    lora_fix_tokens(f.tok, f.tgt, BATCH * SEQ, f.d.vocab_size, seed ^ 0x5151, 5);
+    for (int i = 0; i < BATCH * SEQ; i++) f.items += f.tgt[i] >= 0;
     return f;
 }
 

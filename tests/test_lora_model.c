@@ -60,12 +60,9 @@ typedef struct {
 
 static void fill_tokens(Fix *f, uint64_t seed) {
     const size_t n = (size_t)BATCH * SEQ;
-    uint64_t s = seed;
     f->tok = malloc(n * sizeof *f->tok), f->tgt = malloc(n * sizeof *f->tgt);
-    for (size_t i = 0; i < n; i++) {
-        f->tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)f->d.vocab_size);
-        f->tgt[i] = i % 5 == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)f->d.vocab_size);
-    }
+    cr_assert(f->tok && f->tgt);
+    lora_fix_tokens(f->tok, f->tgt, n, f->d.vocab_size, seed, 5);
     f->items = count_items(f->tgt, n);
 }
 

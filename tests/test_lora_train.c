@@ -162,14 +162,6 @@ static double eval_loss(Model *m, const int *tok, const int *tgt, int rows) {
     return s / (double)n;
 }
 
-static void random_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, int mask_every) {
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)V);
-        tgt[i] = mask_every && i % (size_t)mask_every == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)V);
-    }
-}
-
 /* ---------------------------------------------------------------- the double reference */
 
 typedef struct {
@@ -304,7 +296,7 @@ static void check_accumulation(bool llama, bool tied, uint32_t targets, double p
     ModelDesc d = lora_fix_desc(llama, 2, AR, AALPHA, targets, false, p, LORA_INIT_FALSE);
     if (tied) d = tied_llama(d);
     int tok[8 * AT], tgt[8 * AT];
-    random_tokens(tok, tgt, 8 * AT, d.vocab_size, 1234 + targets, 0);
+    lora_fix_tokens(tok, tgt, 8 * AT, d.vocab_size, 1234 + targets, 0);
     for (int r = 0; r < 8; r++) /* row r has r of its targets masked: the counts differ, every row counts */
         for (int t = 0; t < r; t++) tgt[r * AT + t] = -100;
     const long items = count_items(tgt, 8 * AT);
@@ -409,7 +401,7 @@ static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const 
     RcRun r = {.grads1 = NULL};
     int tok[2 * B * T], tgt[2 * B * T];
     for (int step = 1; step <= 3; step++) {
-        random_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
+        lora_fix_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
         const long items = count_items(tgt, 2 * B * T);
         m->ad.dropout_step = step;
         double s = 0;
@@ -660,7 +652,7 @@ static void pissa_open(Pissa *f, bool llama, uint32_t targets, int r, double alp
     test_scratch_make(f->dir, sizeof f->dir, "gt_lora_train");
     snprintf(f->init_dir, sizeof f->init_dir, "%s/pissa_init", f->dir);
     lora_set_run(f->m, &pc, f->init_dir);
-    random_tokens(f->tok, f->tgt, PB * PT, f->d.vocab_size, seed + 1, 5);
+    lora_fix_tokens(f->tok, f->tgt, PB * PT, f->d.vocab_size, seed + 1, 5);
 }
 
 static void pissa_close(Pissa *f) {
@@ -921,7 +913,7 @@ static void check_conversion(bool llama, bool rslora) {
     int tok[2 * PB * PT], tgt[2 * PB * PT];
     m->ad.dropout_seed = 17;
     for (int step = 1; step <= 4; step++) {
-        random_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
+        lora_fix_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
         const long items = count_items(tgt, 2 * PB * PT);
         double s = 0;
         m->ad.dropout_step = step;
