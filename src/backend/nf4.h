@@ -58,8 +58,11 @@ void nf4_layout(const Nf4Format *f, Nf4Layout *l);
  * the CPU: absmax = max |x| over the block; x * (1 / absmax) clamped to [-1, 1]; the code the
  * nearest NF4 value (a tie to the lower); nested: offset = the mean of the absmax values, and
  * absmax - offset quantized to 8 bits in blocks of 256 as bnb's CPU quantize_blockwise does
- * (x / blockmax, the nearest dynamic code, a tie to the lower). The one difference: the offset is
- * the correctly rounded mean (a double sum), where torch's float mean can differ in its last bit. */
+ * (x / blockmax, the nearest dynamic code, a tie to the lower). Two differences, both in the
+ * nested state: the offset is the correctly rounded mean (a double sum), where torch's float mean
+ * can differ in its last bit; and the code is always the nearest, where bnb's native search
+ * (BinSearch's float buckets) returns the other neighbour for a few values near a midpoint
+ * (tests/test_nf4.c measures both). The 4-bit codes and every dequantized value are bnb's. */
 void nf4_quantize(const Nf4Format *f, const float *src, void *unit);
 /* The same with a given offset (nested only): for the check against bnb with its own offset. */
 void nf4_quantize_with_offset(const Nf4Format *f, const float *src, float offset, void *unit);
