@@ -1,98 +1,25 @@
-/* test_config.c - the run config: defaults, every key's type and bounds, enums, bytes, the HF
- * alias spelling, path resolution, --set (nested, order, bad values), contradictions, the checks
- * against the model, and the printed forms. Expected values are written out here, never read
- * back from the schema table under test. */
+/* test_config.c - the run config's schema (suite config; test_config_input.c has the rest of it):
+ * defaults, the key table and enum names, every key from a file, every key's type and bounds,
+ * bytes, float keys checked as floats, the HF alias spelling, the checks against the model, the
+ * printed forms and the shipped config. Expected values are written out here, never read back
+ * from the schema table under test. */
 #define _POSIX_C_SOURCE 200809L
 #include <criterion/criterion.h>
 
-#include "test_util.h"
-
-#include <dirent.h>
-#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "config.h"
+#include "config_fixture.h"
 #include "model_desc.h"
 
-static char g_dir[256];
-
-static void scratch_init(void) { test_scratch_make(g_dir, sizeof g_dir, "gt_test_config"); }
-static void scratch_fini(void) { test_scratch_remove(g_dir); }
-
-TestSuite(config, .init = scratch_init, .fini = scratch_fini);
-
-#define BASE "model: m.json\ndata:\n  train: t.txt\n"
-
-static const char *write_cfg(const char *name, const char *text) {
-    static char path[512];
-    snprintf(path, sizeof path, "%s/%s", g_dir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert_not_null(f);
-    fwrite(text, 1, strlen(text), f);
-    fclose(f);
-    return path;
-}
-
-/* name as config_load stores a path relative to the working directory: absolute (config_clean_path) */
-static const char *in_cwd(const char *name) {
-    static char buf[4][1200];
-    static int k;
-    char cwd[1024];
-    cr_assert_not_null(getcwd(cwd, sizeof cwd));
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", cwd, name);
-    return buf[k];
-}
-
-/* Load text as run.yaml with sets; returns config_load's result. cfg is heap (big struct). */
-static int load(RunConfig *cfg, GtError *err, const char *text, const char *const *sets, int n_sets) {
-    const char *path = write_cfg("run.yaml", text);
-    memset(err, 0, sizeof *err);
-    return config_load(cfg, path, sets, n_sets, err);
-}
-
-static RunConfig *new_cfg(void) {
-    RunConfig *c = calloc(1, sizeof *c);
-    cr_assert_not_null(c);
-    return c;
-}
-
-/* The error is one line, code 2, and contains each needle. */
-static void assert_err(const GtError *err, const char *n1, const char *n2) {
-    cr_assert_eq(err->code, GT_EXIT_BAD_INPUT, "code %d for: %s", err->code, err->msg);
-    cr_assert_null(strchr(err->msg, '\n'), "multi-line: %s", err->msg);
-    if (n1) cr_assert(strstr(err->msg, n1), "'%s' not in: %s", n1, err->msg);
-    if (n2) cr_assert(strstr(err->msg, n2), "'%s' not in: %s", n2, err->msg);
-}
-
-static void expect_fail(const char *text, const char *n1, const char *n2) {
-    RunConfig *cfg = new_cfg();
-    GtError err;
-    int rc = load(cfg, &err, text, NULL, 0);
-    cr_assert_eq(rc, -1, "accepted: %s", text);
-    assert_err(&err, n1, n2);
-    free(cfg);
-}
-
-static void expect_ok(const char *text, RunConfig *cfg) {
-    GtError err;
-    int rc = load(cfg, &err, text, NULL, 0);
-    cr_assert_eq(rc, 0, "rejected (%s): %s", err.msg, text);
-}
-
-static int idx(const char *key) {
-    int i = config_schema_index(key);
-    cr_assert_geq(i, 0, "no key %s", key);
-    return i;
-}
+TestSuite(config, .init = cfg_scratch_init, .fini = cfg_scratch_fini);
 
 /* ---------------------------------------------------------------- defaults */
 
 Test(config, defaults_are_hf_like) {
-    RunConfig *c = new_cfg();
+    RunConfig *c = cfg_new();
     config_defaults(c);
     cr_expect_eq(c->data.format, DATA_TEXT);
     cr_expect_eq(c->data.seq_len, 1024);
@@ -122,7 +49,7 @@ Test(config, defaults_are_hf_like) {
     cr_expect_eq(c->eval_steps, 0);
     cr_expect_eq(c->eval_max_batches, 0);
     cr_expect_eq(c->save_total_limit, 0);
-    cr_expect_str_eq(c->output_dir, in_cwd("runs/gtrain"));
+    cr_expect_str_eq(c->output_dir, cfg_in_cwd("runs/gtrain"));
     cr_expect_str_eq(c->resume_from_checkpoint, "auto");
     cr_expect_str_eq(c->model, "");
     cr_expect_str_eq(c->init_from, "");
@@ -180,8 +107,8 @@ Test(config, enum_names) {
 /* ---------------------------------------------------------------- every key from the file */
 
 Test(config, every_key_from_file) {
-    RunConfig *c = new_cfg();
-    expect_ok("model: m.json\n"                        /* 1 */
+    RunConfig *c = cfg_new();
+    cfg_expect_ok("model: m.json\n"                        /* 1 */
               "init_from: w.safetensors\n"             /* 2 */
               "data:\n"                                /* 3 */
               "  train: t.bin\n"                       /* 4 */
@@ -221,13 +148,13 @@ Test(config, every_key_from_file) {
               "num_threads: 2\n",                      /* 38 */
               c);
     char p[600];
-    snprintf(p, sizeof p, "%s/m.json", g_dir);
+    snprintf(p, sizeof p, "%s/m.json", cfg_dir);
     cr_expect_str_eq(c->model, p);
-    snprintf(p, sizeof p, "%s/w.safetensors", g_dir);
+    snprintf(p, sizeof p, "%s/w.safetensors", cfg_dir);
     cr_expect_str_eq(c->init_from, p);
-    snprintf(p, sizeof p, "%s/t.bin", g_dir);
+    snprintf(p, sizeof p, "%s/t.bin", cfg_dir);
     cr_expect_str_eq(c->data.train, p);
-    snprintf(p, sizeof p, "%s/v.bin", g_dir);
+    snprintf(p, sizeof p, "%s/v.bin", cfg_dir);
     cr_expect_str_eq(c->data.val, p);
     cr_expect_eq(c->data.format, DATA_TOKENS);
     cr_expect_eq(c->data.seq_len, 256);
@@ -258,7 +185,7 @@ Test(config, every_key_from_file) {
     cr_expect_eq(c->eval_max_batches, 6);
     cr_expect_eq(c->save_steps, 100);
     cr_expect_eq(c->save_total_limit, 3);
-    snprintf(p, sizeof p, "%s/out", g_dir);
+    snprintf(p, sizeof p, "%s/out", cfg_dir);
     cr_expect_str_eq(c->output_dir, p);
     cr_expect_str_eq(c->resume_from_checkpoint, "latest");
     cr_expect_eq(c->memory_limit, 24ull << 30);
@@ -273,24 +200,24 @@ Test(config, every_key_from_file) {
                  {"gradient_checkpointing", 13}, {"every_n_layers", 14}, {"offload", 15}, {"seed", 27},
                  {"memory_limit", 37}, {"num_threads", 38}};
     for (size_t k = 0; k < sizeof lines / sizeof lines[0]; k++) {
-        int i = idx(lines[k].key);
+        int i = cfg_idx(lines[k].key);
         cr_expect_eq(c->source[i], CFG_SRC_FILE, "%s", lines[k].key);
         cr_expect_eq(c->source_line[i], lines[k].line, "%s: line %d", lines[k].key, c->source_line[i]);
     }
-    cr_expect_eq(c->source[idx("seed")], CFG_SRC_FILE);
+    cr_expect_eq(c->source[cfg_idx("seed")], CFG_SRC_FILE);
     free(c);
 }
 
 Test(config, config_path_and_dir) {
-    RunConfig *c = new_cfg();
-    expect_ok(BASE, c);
+    RunConfig *c = cfg_new();
+    cfg_expect_ok(CFG_BASE, c);
     char p[600];
-    snprintf(p, sizeof p, "%s/run.yaml", g_dir);
+    snprintf(p, sizeof p, "%s/run.yaml", cfg_dir);
     cr_expect_str_eq(c->config_path, p);
-    cr_expect_str_eq(c->config_dir, g_dir);
+    cr_expect_str_eq(c->config_dir, cfg_dir);
     /* untouched keys stay default */
-    cr_expect_eq(c->source[idx("learning_rate")], CFG_SRC_DEFAULT);
-    cr_expect_eq(c->source_line[idx("learning_rate")], 0);
+    cr_expect_eq(c->source[cfg_idx("learning_rate")], CFG_SRC_DEFAULT);
+    cr_expect_eq(c->source_line[cfg_idx("learning_rate")], 0);
     free(c);
 }
 
@@ -338,7 +265,7 @@ static const Rule RULES[] = {
     {"memory_limit", {"1", "auto", "24GiB", "1.5GB"}, {"0", "0.5B", "0GiB", "-5GiB", "24 parsecs", "1e30", "GiB", ".inf"}},
 };
 
-/* "a.b" with value v -> "a:\n  b: v\n" (or "a: v\n") added to BASE-without-the-key. */
+/* "a.b" with value v -> "a:\n  b: v\n" (or "a: v\n") added to CFG_BASE-without-the-key. */
 static void yaml_for(const char *key, const char *value, char *out, size_t cap) {
     const char *dot = strchr(key, '.');
     if (!dot) {
@@ -357,42 +284,42 @@ Test(config, every_rule_good_and_bad_values) {
     for (size_t r = 0; r < sizeof RULES / sizeof RULES[0]; r++) {
         const Rule *rule = &RULES[r];
         for (int g = 0; g < 4 && rule->good[g]; g++) {
-            RunConfig *c = new_cfg();
+            RunConfig *c = cfg_new();
             GtError err;
             yaml_for(rule->key, rule->good[g], text, sizeof text);
             /* auto needs its effective batch */
             if (strcmp(rule->good[g], "auto") == 0 && strcmp(rule->key, "per_device_train_batch_size") == 0)
                 strcat(text, "train_batch_size: 64\n");
-            int rc = load(c, &err, text, NULL, 0);
+            int rc = cfg_load(c, &err, text, NULL, 0);
             cr_expect_eq(rc, 0, "%s: %s refused: %s", rule->key, rule->good[g], err.msg);
-            if (rc == 0) cr_expect_eq(c->source[idx(rule->key)], CFG_SRC_FILE, "%s", rule->key);
+            if (rc == 0) cr_expect_eq(c->source[cfg_idx(rule->key)], CFG_SRC_FILE, "%s", rule->key);
             /* the same value through --set */
             snprintf(set, sizeof set, "%s=%s", rule->key, rule->good[g]);
             const char *sets[] = {set, "train_batch_size=64"};
-            rc = load(c, &err, "model: m.json\ndata: {train: t.txt, val: v.txt}\n", sets, 2);
+            rc = cfg_load(c, &err, "model: m.json\ndata: {train: t.txt, val: v.txt}\n", sets, 2);
             cr_expect_eq(rc, 0, "--set %s refused: %s", set, err.msg);
-            if (rc == 0) cr_expect_eq(c->source[idx(rule->key)], CFG_SRC_SET, "%s", rule->key);
+            if (rc == 0) cr_expect_eq(c->source[cfg_idx(rule->key)], CFG_SRC_SET, "%s", rule->key);
             free(c);
         }
         for (int b = 0; b < 8 && rule->bad[b]; b++) {
-            RunConfig *c = new_cfg();
+            RunConfig *c = cfg_new();
             GtError err;
             yaml_for(rule->key, rule->bad[b], text, sizeof text);
-            int rc = load(c, &err, text, NULL, 0);
+            int rc = cfg_load(c, &err, text, NULL, 0);
             cr_expect_eq(rc, -1, "%s: %s accepted", rule->key, rule->bad[b]);
             if (rc) {
-                assert_err(&err, "run.yaml:", rule->key);
+                cfg_assert_err(&err, "run.yaml:", rule->key);
                 cr_expect(strstr(err.msg, "expected"), "%s", err.msg);
                 cr_expect(strstr(err.msg, "found"), "%s", err.msg);
             }
             snprintf(set, sizeof set, "%s=%s", rule->key, rule->bad[b]);
             const char *sets[] = {set};
-            rc = load(c, &err, "model: m.json\ndata: {train: t.txt, val: v.txt}\n", sets, 1);
+            rc = cfg_load(c, &err, "model: m.json\ndata: {train: t.txt, val: v.txt}\n", sets, 1);
             cr_expect_eq(rc, -1, "--set %s accepted", set);
             if (rc) {
                 char want[128];
                 snprintf(want, sizeof want, "--set %s", rule->key);
-                assert_err(&err, want, "expected");
+                cfg_assert_err(&err, want, "expected");
             }
             free(c);
         }
@@ -401,14 +328,14 @@ Test(config, every_rule_good_and_bad_values) {
 
 Test(config, position_of_a_bad_value) {
     /* line 4, column 12: the value, not the key */
-    expect_fail("model: m.json\ndata:\n  train: t.txt\n  seq_len: abc\n", "run.yaml:4:12: data.seq_len: expected an integer",
+    cfg_expect_fail("model: m.json\ndata:\n  train: t.txt\n  seq_len: abc\n", "run.yaml:4:12: data.seq_len: expected an integer",
                 "found abc");
-    expect_fail(BASE "learning_rate: \"1e-3\"\n", "run.yaml:4:16: learning_rate", "\"1e-3\"");
+    cfg_expect_fail(CFG_BASE "learning_rate: \"1e-3\"\n", "run.yaml:4:16: learning_rate", "\"1e-3\"");
 }
 
 Test(config, numbers_exact) {
-    RunConfig *c = new_cfg();
-    expect_ok(BASE "learning_rate: 1.0e-3\nseed: 9223372036854775807\nmax_steps: +12\nwarmup_steps: 007\n", c);
+    RunConfig *c = cfg_new();
+    cfg_expect_ok(CFG_BASE "learning_rate: 1.0e-3\nseed: 9223372036854775807\nmax_steps: +12\nwarmup_steps: 007\n", c);
     cr_expect_eq(c->learning_rate, 1e-3);
     cr_expect_eq(c->seed, 9223372036854775807ull);
     cr_expect_eq(c->max_steps, 12);
@@ -433,21 +360,21 @@ Test(config, bytes_units) {
                  {"7B", 7},
                  {"1125899906842624", 1ull << 50}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        RunConfig *c = new_cfg();
+        RunConfig *c = cfg_new();
         char text[256];
-        snprintf(text, sizeof text, BASE "memory_limit: %s\n", cases[k].text);
-        expect_ok(text, c);
+        snprintf(text, sizeof text, CFG_BASE "memory_limit: %s\n", cases[k].text);
+        cfg_expect_ok(text, c);
         cr_expect_eq(c->memory_limit, cases[k].bytes, "%s -> %llu", cases[k].text, (unsigned long long)c->memory_limit);
         free(c);
     }
-    expect_fail(BASE "memory_limit: 1125899906842625\n", "memory_limit", "found");
-    expect_fail(BASE "memory_limit: 99999999999999999999999\n", "memory_limit", "found");
-    expect_fail(BASE "memory_limit: 2PiB\n", "memory_limit", "found");
+    cfg_expect_fail(CFG_BASE "memory_limit: 1125899906842625\n", "memory_limit", "found");
+    cfg_expect_fail(CFG_BASE "memory_limit: 99999999999999999999999\n", "memory_limit", "found");
+    cfg_expect_fail(CFG_BASE "memory_limit: 2PiB\n", "memory_limit", "found");
     /* below one byte is no limit at all (and 0 would silently mean auto) */
-    expect_fail(BASE "memory_limit: 0\n", "run.yaml:4:15: memory_limit", "found 0 (less than one byte)");
-    expect_fail(BASE "memory_limit: 0.5B\n", "run.yaml:4:15: memory_limit", "found 0.5B (less than one byte)");
-    expect_fail(BASE "memory_limit: 0GiB\n", "memory_limit", "found 0GiB (less than one byte)");
-    expect_fail(BASE "memory_limit: 0.0\n", "memory_limit", "less than one byte");
+    cfg_expect_fail(CFG_BASE "memory_limit: 0\n", "run.yaml:4:15: memory_limit", "found 0 (less than one byte)");
+    cfg_expect_fail(CFG_BASE "memory_limit: 0.5B\n", "run.yaml:4:15: memory_limit", "found 0.5B (less than one byte)");
+    cfg_expect_fail(CFG_BASE "memory_limit: 0GiB\n", "memory_limit", "found 0GiB (less than one byte)");
+    cfg_expect_fail(CFG_BASE "memory_limit: 0.0\n", "memory_limit", "less than one byte");
 }
 
 /* Keys that reach the optimizer as 32-bit floats are checked as the float they become: FLT_MIN
@@ -482,471 +409,88 @@ Test(config, float_keys_checked_as_float) {
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char text[256], where[64], set[128];
-        snprintf(text, sizeof text, BASE "%s: %s\n", cases[k].key, cases[k].value);
+        snprintf(text, sizeof text, CFG_BASE "%s: %s\n", cases[k].key, cases[k].value);
         snprintf(set, sizeof set, "%s=%s", cases[k].key, cases[k].value);
         const char *sets[] = {set};
-        RunConfig *c = new_cfg();
+        RunConfig *c = cfg_new();
         GtError err;
         if (!cases[k].note) {
-            cr_expect_eq(load(c, &err, text, NULL, 0), 0, "%s refused: %s", text, err.msg);
-            cr_expect_eq(load(c, &err, BASE, sets, 1), 0, "--set %s refused: %s", set, err.msg);
+            cr_expect_eq(cfg_load(c, &err, text, NULL, 0), 0, "%s refused: %s", text, err.msg);
+            cr_expect_eq(cfg_load(c, &err, CFG_BASE, sets, 1), 0, "--set %s refused: %s", set, err.msg);
             free(c);
             continue;
         }
         snprintf(where, sizeof where, "run.yaml:4:%zu: %s", strlen(cases[k].key) + 3, cases[k].key);
-        int rc = load(c, &err, text, NULL, 0);
+        int rc = cfg_load(c, &err, text, NULL, 0);
         cr_expect_eq(rc, -1, "accepted: %s", text);
         if (rc) {
-            assert_err(&err, where, cases[k].note);
+            cfg_assert_err(&err, where, cases[k].note);
             cr_expect(strstr(err.msg, cases[k].value), "value not named: %s", err.msg);
         }
-        rc = load(c, &err, BASE, sets, 1);
+        rc = cfg_load(c, &err, CFG_BASE, sets, 1);
         cr_expect_eq(rc, -1, "--set %s accepted", set);
         snprintf(where, sizeof where, "--set %s", cases[k].key);
-        if (rc) assert_err(&err, where, cases[k].note);
+        if (rc) cfg_assert_err(&err, where, cases[k].note);
         free(c);
     }
 }
 
 /* cosine_with_min_lr's floor, learning_rate x min_lr_rate, reaches AdamW as a float too */
 Test(config, min_lr_floor_checked_as_float) {
-    expect_fail(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n",
+    cfg_expect_fail(CFG_BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n",
                 "run.yaml:7:16: lr_scheduler_kwargs.min_lr_rate", "1e-40");
-    RunConfig *c = new_cfg();
-    expect_ok(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-30\n", c);
+    RunConfig *c = cfg_new();
+    cfg_expect_ok(CFG_BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine_with_min_lr\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-30\n", c);
     /* the floor of another schedule is never used */
-    expect_ok(BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n", c);
+    cfg_expect_ok(CFG_BASE "learning_rate: 1e-3\nlr_scheduler_type: cosine\nlr_scheduler_kwargs:\n  min_lr_rate: 1e-37\n", c);
     free(c);
 }
 
 Test(config, auto_batch) {
-    RunConfig *c = new_cfg();
-    expect_ok(BASE "per_device_train_batch_size: auto\ntrain_batch_size: 256\n", c);
+    RunConfig *c = cfg_new();
+    cfg_expect_ok(CFG_BASE "per_device_train_batch_size: auto\ntrain_batch_size: 256\n", c);
     cr_expect_eq(c->per_device_train_batch_size, 0);
     cr_expect_eq(c->train_batch_size, 256);
     free(c);
-    expect_fail(BASE "per_device_train_batch_size: auto\n", "run.yaml:4:", "train_batch_size");
-}
-
-/* ---------------------------------------------------------------- structure */
-
-Test(config, unknown_keys_suggest) {
-    expect_fail(BASE "gradient_acumulation_steps: 2\n", "run.yaml:4:1: gradient_acumulation_steps",
-                "did you mean gradient_accumulation_steps?");
-    expect_fail(BASE "seq_len: 128\n", "run.yaml:4:1: seq_len", "did you mean data.seq_len?");
-    expect_fail(BASE "lerning_rate: 0.1\n", "lerning_rate", "did you mean learning_rate?");
-    expect_fail("model: m.json\ndata:\n  train: t.txt\n  seqlen: 5\n", "run.yaml:4:3: data.seqlen",
-                "did you mean data.seq_len?");
-    expect_fail(BASE "gradient_checkpointing_kwargs:\n  use_reentrant: false\n", "gradient_checkpointing_kwargs.use_reentrant",
-                "did you mean");
-}
-
-Test(config, duplicates) {
-    expect_fail(BASE "seed: 1\nseed: 2\n", "run.yaml:5:1: seed", "duplicate");
-    expect_fail("model: m.json\ndata:\n  train: t.txt\n  train: u.txt\n", "run.yaml:4:3: data.train", "duplicate");
-    expect_fail(BASE "data:\n  val: v.txt\n", "run.yaml:4:1: data", "duplicate");
-    /* the dotted spelling of a nested key is the same key */
-    expect_fail(BASE "data.train: u.txt\n", "data.train", "duplicate");
-}
-
-Test(config, dotted_key_in_file) {
-    RunConfig *c = new_cfg();
-    expect_ok("model: m.json\ndata.train: t.txt\ndata.seq_len: 77\n", c);
-    cr_expect_eq(c->data.seq_len, 77);
-    free(c);
-}
-
-Test(config, sections_must_be_mappings) {
-    expect_fail("model: m.json\ndata: t.txt\n", "run.yaml:2:7: data", "expected a mapping");
-    expect_fail("model: m.json\ndata: [t.txt]\n", "data", "expected a mapping");
-    expect_fail(BASE "seed: [1, 2]\n", "run.yaml:4:7: seed", "found a list");
-    expect_fail(BASE "seed: {a: 1}\n", "seed", "found a mapping");
-    expect_fail("model: m.json\ndata: {train: {x: 1}}\n", "data.train", "found a mapping");
-}
-
-Test(config, empty_section_is_allowed) {
-    RunConfig *c = new_cfg();
-    expect_ok(BASE "gradient_checkpointing_kwargs:\n", c);
-    cr_expect_eq(c->every_n_layers, 1);
-    free(c);
-}
-
-Test(config, yaml_shapes_refused) {
-    expect_fail("", "run.yaml", "empty");
-    expect_fail("# nothing\n\n", "run.yaml", "empty");
-    expect_fail("---\n", "run.yaml", "empty");
-    expect_fail("[1, 2]\n", "run.yaml:1:1", "top level");
-    expect_fail("just a string\n", "run.yaml:1:1", "top level");
-    expect_fail(BASE "---\nseed: 1\n", "run.yaml:4:1", "second");
-    /* a second document however it is spelled; one document with explicit markers is fine */
-    expect_fail(BASE "...\n---\nseed: 1\n", "run.yaml:5:1", "second");
-    expect_fail(BASE "...\n%YAML 1.1\n---\nseed: 1\n", "run.yaml:5:1", "second");
-    expect_fail("---\n" BASE "---\n", "run.yaml:5:1", "second");
-    expect_fail(BASE "...\nseed: 1\n", "run.yaml:5:1", "YAML"); /* no --- after ... */
-    RunConfig *c = new_cfg();
-    expect_ok("---\n" BASE "...\n", c);
-    free(c);
-    expect_fail(BASE "? [a, b]\n: 1\n", "run.yaml:", "key name");
-    expect_fail(BASE "seed: &s 1\n", "run.yaml:4:7", "anchor");
-    expect_fail(BASE "seed: *s\n", "run.yaml:4:7", "alias");
-    expect_fail(BASE "seed: !!int 1\n", "run.yaml:4:7", "tag");
-    expect_fail("model: m.json\ndata:\n\ttrain: t.txt\n", "run.yaml:3:1", "tab");
-    expect_fail(BASE "seed: \"unterminated\n", "run.yaml:", "YAML");
-    expect_fail("model: m.json\n  data: x\n y\n", "run.yaml:2:", "YAML");
-    expect_fail("{model: m.json\n", "run.yaml:", "YAML");
-    expect_fail("model: \xff\xfe\n", "run.yaml:1:", "YAML");
-    expect_fail("{}\n", "run.yaml", "model");
-}
-
-Test(config, nul_byte) {
-    const char text[] = "model: m.json\ndata: {train: t.txt}\nseed: 1\0\n";
-    char path[512];
-    snprintf(path, sizeof path, "%s/run.yaml", g_dir);
-    FILE *f = fopen(path, "wb");
-    fwrite(text, 1, sizeof text - 1, f);
-    fclose(f);
-    RunConfig *c = new_cfg();
-    GtError err = {0};
-    cr_assert_eq(config_load(c, path, NULL, 0, &err), -1);
-    assert_err(&err, "run.yaml:3:8", "NUL");
-    free(c);
-}
-
-Test(config, files_that_are_not_configs) {
-    RunConfig *c = new_cfg();
-    GtError err = {0};
-    char p[600];
-    snprintf(p, sizeof p, "%s/missing.yaml", g_dir);
-    cr_expect_eq(config_load(c, p, NULL, 0, &err), -1);
-    assert_err(&err, "missing.yaml", "No such file");
-    snprintf(p, sizeof p, "%s/adir.yaml", g_dir);
-    cr_assert_eq(mkdir(p, 0700), 0);
-    cr_expect_eq(config_load(c, p, NULL, 0, &err), -1);
-    assert_err(&err, "adir.yaml", "directory");
-    cr_expect_eq(config_load(c, "/dev/null", NULL, 0, &err), -1);
-    assert_err(&err, "/dev/null", "character device");
-    if (geteuid() != 0) { /* root reads anything */
-        const char *q = write_cfg("locked.yaml", BASE);
-        chmod(q, 0);
-        cr_expect_eq(config_load(c, q, NULL, 0, &err), -1);
-        assert_err(&err, "locked.yaml", "Permission");
-    }
-    free(c);
-}
-
-Test(config, too_big) {
-    char path[512];
-    snprintf(path, sizeof path, "%s/big.yaml", g_dir);
-    FILE *f = fopen(path, "wb");
-    for (int i = 0; i < 50000; i++) fputs("# padding padding padding\n", f);
-    fclose(f);
-    RunConfig *c = new_cfg();
-    GtError err = {0};
-    cr_expect_eq(config_load(c, path, NULL, 0, &err), -1);
-    assert_err(&err, "big.yaml", "1 MiB");
-    free(c);
-}
-
-Test(config, deep_nesting) {
-    size_t n = 100000;
-    char *text = malloc(4 * n + 64);
-    cr_assert_not_null(text);
-    /* under a known key, and at the top level */
-    strcpy(text, "model: m.json\ndata: {train: t.txt, val: ");
-    size_t o = strlen(text);
-    for (size_t i = 0; i < n; i++) text[o++] = '[';
-    for (size_t i = 0; i < n; i++) text[o++] = ']';
-    strcpy(text + o, "}\n");
-    expect_fail(text, "run.yaml:2:", "data.val");
-    o = 0;
-    for (size_t i = 0; i < n; i++) memcpy(text + o, "{a: ", 4), o += 4;
-    text[o] = '\0';
-    expect_fail(text, "run.yaml:", NULL);
-    free(text);
-}
-
-/* ---------------------------------------------------------------- required keys, contradictions */
-
-Test(config, required_keys) {
-    expect_fail("data: {train: t.txt}\n", "run.yaml: model", "required");
-    expect_fail("model: m.json\n", "run.yaml: data.train", "required");
-    expect_fail("model: ~\ndata: {train: t.txt}\n", "run.yaml:1:8: model", "required");
-    expect_fail("model: m.json\ndata: {train: \"\"}\n", "data.train", "required");
-}
-
-Test(config, contradictions) {
-    expect_fail(BASE "offload: true\n", "run.yaml:4:10: offload", "gradient_checkpointing");
-    expect_fail(BASE "gradient_checkpointing_kwargs: {offload: true}\n", "offload", "gradient_checkpointing");
-    expect_fail("model: m.json\ndata: {train: t.bin, format: tokens}\neval_steps: 10\n", "run.yaml:3:13: eval_steps",
-                "data.val");
-    expect_fail("model: m.json\ndata: {train: t.bin, format: jsonl}\nper_device_eval_batch_size: 4\n",
-                "run.yaml:3:29: per_device_eval_batch_size", "data.val");
-    RunConfig *c = new_cfg();
-    /* fine: every_n_layers without recompute; text splits its own val; tokens with val; bf16 */
-    expect_ok(BASE "every_n_layers: 3\n", c);
-    expect_ok(BASE "eval_steps: 10\nper_device_eval_batch_size: 4\n", c);
-    expect_ok("model: m.json\ndata: {train: t.bin, val: v.bin, format: tokens}\neval_steps: 10\n", c);
-    expect_ok("model: m.json\ndata: {train: t.bin, format: tokens}\n", c);
-    expect_ok(BASE "precision: bf16\ngradient_checkpointing: true\noffload: true\n", c);
-    cr_expect(c->offload);
-    free(c);
+    cfg_expect_fail(CFG_BASE "per_device_train_batch_size: auto\n", "run.yaml:4:", "train_batch_size");
 }
 
 /* ---------------------------------------------------------------- the HF spelling */
 
 Test(config, hf_alias_spelling) {
-    RunConfig *c = new_cfg();
-    expect_ok(BASE "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  every_n_layers: 3\n  offload: true\n", c);
+    RunConfig *c = cfg_new();
+    cfg_expect_ok(CFG_BASE "gradient_checkpointing: true\ngradient_checkpointing_kwargs:\n  every_n_layers: 3\n  offload: true\n", c);
     cr_expect_eq(c->every_n_layers, 3);
     cr_expect(c->offload);
-    cr_expect_eq(c->source[idx("every_n_layers")], CFG_SRC_FILE);
-    cr_expect_eq(c->source_line[idx("every_n_layers")], 6);
-    cr_expect_eq(c->source_line[idx("offload")], 7);
+    cr_expect_eq(c->source[cfg_idx("every_n_layers")], CFG_SRC_FILE);
+    cr_expect_eq(c->source_line[cfg_idx("every_n_layers")], 6);
+    cr_expect_eq(c->source_line[cfg_idx("offload")], 7);
     /* flow style */
-    expect_ok(BASE "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {every_n_layers: 2}\n", c);
+    cfg_expect_ok(CFG_BASE "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {every_n_layers: 2}\n", c);
     cr_expect_eq(c->every_n_layers, 2);
     /* both spellings, same value: fine */
-    expect_ok(BASE "every_n_layers: 2\ngradient_checkpointing_kwargs: {every_n_layers: 2}\n", c);
+    cfg_expect_ok(CFG_BASE "every_n_layers: 2\ngradient_checkpointing_kwargs: {every_n_layers: 2}\n", c);
     cr_expect_eq(c->every_n_layers, 2);
     free(c);
     /* both spellings, different values: an error naming both */
-    expect_fail(BASE "every_n_layers: 2\ngradient_checkpointing_kwargs: {every_n_layers: 4}\n",
+    cfg_expect_fail(CFG_BASE "every_n_layers: 2\ngradient_checkpointing_kwargs: {every_n_layers: 4}\n",
                 "gradient_checkpointing_kwargs.every_n_layers", "every_n_layers (line 4)");
-    expect_fail(BASE "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {offload: true}\noffload: false\n",
+    cfg_expect_fail(CFG_BASE "gradient_checkpointing: true\ngradient_checkpointing_kwargs: {offload: true}\noffload: false\n",
                 "run.yaml:6:10: offload", "gradient_checkpointing_kwargs.offload");
     /* the alias has the same bounds */
-    expect_fail(BASE "gradient_checkpointing_kwargs: {every_n_layers: 0}\n", "gradient_checkpointing_kwargs.every_n_layers",
+    cfg_expect_fail(CFG_BASE "gradient_checkpointing_kwargs: {every_n_layers: 0}\n", "gradient_checkpointing_kwargs.every_n_layers",
                 "[1, 1024]");
 }
 
 Test(config, hf_alias_via_set) {
-    RunConfig *c = new_cfg();
+    RunConfig *c = cfg_new();
     GtError err;
     const char *sets[] = {"gradient_checkpointing=true", "gradient_checkpointing_kwargs.every_n_layers=4",
                           "gradient_checkpointing_kwargs.offload=true"};
-    cr_assert_eq(load(c, &err, BASE "every_n_layers: 2\n", sets, 3), 0, "%s", err.msg);
+    cr_assert_eq(cfg_load(c, &err, CFG_BASE "every_n_layers: 2\n", sets, 3), 0, "%s", err.msg);
     cr_expect_eq(c->every_n_layers, 4); /* --set overrides the file, whichever spelling */
     cr_expect(c->offload);
-    cr_expect_eq(c->source[idx("every_n_layers")], CFG_SRC_SET);
-    free(c);
-}
-
-/* ---------------------------------------------------------------- paths */
-
-Test(config, path_resolution) {
-    char sub[512], text[1024], want[1024];
-    snprintf(sub, sizeof sub, "%s/sub", g_dir);
-    cr_assert_eq(mkdir(sub, 0700), 0);
-    char path[600];
-    snprintf(path, sizeof path, "%s/run.yaml", sub);
-    snprintf(text, sizeof text,
-             "model: ../models/m.json\ninit_from: /abs/w.safetensors\ndata:\n  train: t.txt\n  val: ./v.txt\n"
-             "output_dir: out\nresume_from_checkpoint: ckpt/checkpoint-5\n");
-    FILE *f = fopen(path, "w");
-    fputs(text, f);
-    fclose(f);
-    RunConfig *c = new_cfg();
-    GtError err = {0};
-    cr_assert_eq(config_load(c, path, NULL, 0, &err), 0, "%s", err.msg);
-    cr_expect_str_eq(c->config_dir, sub);
-    snprintf(want, sizeof want, "%s/models/m.json", g_dir); /* absolute and clean: sub/../models */
-    cr_expect_str_eq(c->model, want);
-    cr_expect_str_eq(c->init_from, "/abs/w.safetensors");
-    snprintf(want, sizeof want, "%s/t.txt", sub);
-    cr_expect_str_eq(c->data.train, want);
-    snprintf(want, sizeof want, "%s/v.txt", sub);
-    cr_expect_str_eq(c->data.val, want);
-    snprintf(want, sizeof want, "%s/out", sub);
-    cr_expect_str_eq(c->output_dir, want);
-    snprintf(want, sizeof want, "%s/ckpt/checkpoint-5", sub);
-    cr_expect_str_eq(c->resume_from_checkpoint, want);
-
-    /* "latest" is a word, not a path; --set paths are relative to the working directory */
-    const char *sets[] = {"resume_from_checkpoint=latest", "data.train=d/t.txt", "output_dir=o"};
-    cr_assert_eq(config_load(c, path, sets, 3, &err), 0, "%s", err.msg);
-    cr_expect_str_eq(c->resume_from_checkpoint, "latest");
-    cr_expect_str_eq(c->data.train, in_cwd("d/t.txt"));
-    cr_expect_str_eq(c->output_dir, in_cwd("o"));
-    free(c);
-}
-
-Test(config, path_in_cwd_config) {
-    char old[1024];
-    cr_assert_not_null(getcwd(old, sizeof old));
-    write_cfg("run.yaml", BASE);
-    cr_assert_eq(chdir(g_dir), 0);
-    RunConfig *c = new_cfg();
-    GtError err = {0};
-    int rc = config_load(c, "run.yaml", NULL, 0, &err);
-    cr_assert_eq(chdir(old), 0);
-    cr_assert_eq(rc, 0, "%s", err.msg);
-    cr_expect_str_eq(c->config_dir, ".");
-    char want[1200];
-    snprintf(want, sizeof want, "%s/m.json", g_dir); /* the working directory was g_dir */
-    cr_expect_str_eq(c->model, want);
-    snprintf(want, sizeof want, "%s/t.txt", g_dir);
-    cr_expect_str_eq(c->data.train, want);
-    free(c);
-}
-
-Test(config, path_too_long) {
-    char text[3000];
-    char longp[2000];
-    memset(longp, 'a', sizeof longp - 1);
-    longp[sizeof longp - 1] = '\0';
-    snprintf(text, sizeof text, "model: %s\ndata: {train: t.txt}\n", longp);
-    expect_fail(text, "run.yaml:1:8: model", "too long");
-}
-
-/* Paths that cannot serve their key are refused at load (so `gtrain plan` reports them and a run
- * creates nothing first): a directory key naming a file, any path running through a file. */
-Test(config, paths_through_files) {
-    write_cfg("afile", "I am a regular file\n");
-    write_cfg("ctl\x01" "file", "so am I\n");
-    char sub[512];
-    snprintf(sub, sizeof sub, "%s/adir", g_dir);
-    cr_assert_eq(mkdir(sub, 0700), 0);
-    write_cfg("adir/afile", "a file in a directory\n");
-    expect_fail(BASE "output_dir: \"\"\n", "run.yaml:4:13: output_dir", "(required), found nothing");
-    expect_fail(BASE "output_dir: ~\n", "run.yaml:4:13: output_dir", "(required), found nothing");
-    expect_fail(BASE "output_dir: afile\n", "run.yaml:4:13: output_dir: expected a directory", "regular file");
-    expect_fail(BASE "output_dir: afile/out\n", "run.yaml:4:13: output_dir", "afile/out, under the regular file");
-    expect_fail(BASE "output_dir: adir/afile/x\n", "output_dir", "afile/x"); /* the file under an existing dir */
-    expect_fail(BASE "output_dir: afile/\n", "output_dir", "under the regular file");
-    expect_fail(BASE "output_dir: /dev/null\n", "output_dir: expected a directory", "special file /dev/null");
-    expect_fail(BASE "resume_from_checkpoint: afile\n", "resume_from_checkpoint: expected a directory", "regular file");
-    expect_fail("model: afile/m.json\ndata: {train: t.txt}\n", "run.yaml:1:8: model", "under the regular file");
-    expect_fail("model: m.json\ndata: {train: afile/*.bin, format: tokens}\n", "data.train", "under the regular file");
-    expect_fail(BASE "init_from: afile/model.safetensors\n", "init_from", "under the regular file");
-    expect_fail("model: m.json\ndata: {train: t.txt, val: afile/v.txt}\n", "data.val", "under the regular file");
-    expect_fail(BASE "dist_init_file: afile/id\n", "dist_init_file", "under the regular file");
-    /* control bytes in a path do not break the one-line message */
-    expect_fail(BASE "output_dir: \"ctl\\x01file/out\"\n", "output_dir", "ctl\\x01file/out");
-    /* --set names the key too */
-    RunConfig *c = new_cfg();
-    GtError err;
-    char set[600];
-    snprintf(set, sizeof set, "output_dir=%s/afile/out", g_dir);
-    const char *sets[] = {set};
-    cr_expect_eq(load(c, &err, BASE, sets, 1), -1);
-    assert_err(&err, "--set output_dir", "under the regular file");
-    const char *empty[] = {"output_dir="};
-    cr_expect_eq(load(c, &err, BASE, empty, 1), -1);
-    assert_err(&err, "--set output_dir", "found nothing");
-    /* fine: missing paths (created or reported later), directories, a file where a file is meant,
-     * "latest", globs under a directory */
-    expect_ok(BASE "output_dir: adir\n", c);
-    expect_ok(BASE "output_dir: adir/new/deeper\n", c);
-    expect_ok(BASE "output_dir: missing/out\nresume_from_checkpoint: latest\n", c);
-    expect_ok(BASE "resume_from_checkpoint: adir\ninit_from: afile\n", c);
-    expect_ok("model: afile\ndata: {train: adir/*.bin, format: tokens}\n", c);
-    free(c);
-}
-
-/* data.val_fraction 0: no validation split (text without data.val); asking to evaluate is then a
- * contradiction, like eval_steps for tokens without data.val */
-Test(config, val_fraction_zero_is_no_validation) {
-    RunConfig *c = new_cfg();
-    expect_ok("model: m.json\ndata: {train: t.txt, val_fraction: 0}\n", c);
-    cr_expect_eq(c->data.val_fraction, 0.0);
-    expect_ok("model: m.json\ndata: {train: t.txt, val: v.txt, val_fraction: 0}\neval_steps: 10\n", c);
-    free(c);
-    expect_fail("model: m.json\ndata: {train: t.txt, val_fraction: 0}\neval_steps: 10\n", "run.yaml:3:13: eval_steps",
-                "data.val_fraction 0");
-    expect_fail("model: m.json\ndata: {train: t.txt, val_fraction: 0}\nper_device_eval_batch_size: 2\n",
-                "per_device_eval_batch_size", "data.val");
-}
-
-/* ---------------------------------------------------------------- --set */
-
-Test(config, set_overrides_in_order) {
-    RunConfig *c = new_cfg();
-    GtError err;
-    const char *sets[] = {"data.seq_len=128", "learning_rate=1e-3", "data.seq_len=256", "lr_scheduler_type=cosine",
-                          "data.format=\"tokens\"", "data.val=v.bin", "memory_limit=512MiB"};
-    cr_assert_eq(load(c, &err, "model: m.json\ndata:\n  train: t.txt\n  seq_len: 64\n", sets, 7), 0, "%s", err.msg);
-    cr_expect_eq(c->data.seq_len, 256);
-    cr_expect_eq(c->learning_rate, 1e-3);
-    cr_expect_eq(c->lr_scheduler_type, LR_COSINE);
-    cr_expect_eq(c->data.format, DATA_TOKENS);
-    cr_expect_str_eq(c->data.val, in_cwd("v.bin"));
-    cr_expect_eq(c->memory_limit, 512ull << 20);
-    int i = idx("data.seq_len");
-    cr_expect_eq(c->source[i], CFG_SRC_SET);
-    cr_expect_eq(c->source_line[i], 0);
-    cr_expect_eq(c->source[idx("model")], CFG_SRC_FILE);
-    free(c);
-}
-
-Test(config, set_without_file) {
-    RunConfig *c = new_cfg();
-    GtError err = {0};
-    const char *sets[] = {"model=m.json", "data.train=t.txt", "seed=7"};
-    cr_assert_eq(config_load(c, NULL, sets, 3, &err), 0, "%s", err.msg);
-    cr_expect_str_eq(c->model, in_cwd("m.json"));
-    cr_expect_eq(c->seed, 7);
-    cr_expect_str_eq(c->config_dir, ".");
-    cr_expect_eq(config_load(c, NULL, NULL, 0, &err), -1);
-    assert_err(&err, "model", "required");
-    free(c);
-}
-
-Test(config, set_values_that_are_fine) {
-    RunConfig *c = new_cfg();
-    GtError err;
-    const char *sets[] = {"output_dir=r\xc3\xa9sultats/\xe2\x82\xac", "learning_rate=1e-3 # a comment",
-                          "seed=\n7\n", "data.val=a---b", "init_from='--- x'"};
-    cr_assert_eq(load(c, &err, BASE, sets, 5), 0, "%s", err.msg);
-    cr_expect_str_eq(c->output_dir, in_cwd("r\xc3\xa9sultats/\xe2\x82\xac"));
-    cr_expect_eq(c->learning_rate, 1e-3);
-    cr_expect_eq(c->seed, 7);
-    cr_expect_str_eq(c->data.val, in_cwd("a---b"));
-    cr_expect_str_eq(c->init_from, in_cwd("--- x"));
-    free(c);
-}
-
-Test(config, set_errors) {
-    RunConfig *c = new_cfg();
-    GtError err;
-    struct {
-        const char *set, *n1, *n2;
-    } cases[] = {
-        {"data.seq_len=abc", "--set data.seq_len: expected an integer", "found abc"},
-        {"data.seq_len", "--set data.seq_len", "key=value"},
-        {"=5", "--set", "key=value"},
-        {"seq_len=5", "--set seq_len: unknown key", "did you mean data.seq_len?"},
-        {"gradient_acumulation_steps=2", "--set gradient_acumulation_steps", "did you mean gradient_accumulation_steps?"},
-        {"data=5", "--set data", "section"},
-        {"seed=[1, 2]", "--set seed", "found a list"},
-        {"seed={a: 1}", "--set seed", "found a mapping"},
-        {"seed=\"unterminated", "--set seed", "YAML"},
-        {"seed=&a 1", "--set seed", "anchor"},
-        {"seed=", "--set seed", "found nothing"},
-        {"learning_rate=.inf", "--set learning_rate", "finite"},
-        {"offload=true", "--set offload", "gradient_checkpointing"},
-        {"gradient_checkpointing=yes", "--set gradient_checkpointing", "true or false"},
-        /* one value in one implicit document: nothing after it, no markers, valid UTF-8 */
-        {"learning_rate=1e-3\n---\nfoo", "--set learning_rate", "several YAML documents"},
-        {"learning_rate=1e-3\n---\n1e-4", "--set learning_rate", "several YAML documents"},
-        {"output_dir=out\n--- x", "--set output_dir", "several YAML documents"},
-        {"learning_rate=--- 1e-3", "--set learning_rate", "document marker"},
-        {"seed=---\n1", "--set seed", "document marker"},
-        {"seed=%YAML 1.1\n--- 1", "--set seed", "directive"},
-        {"seed=1\n...", "--set seed", "document end marker"},
-        {"seed=1\n...\n", "--set seed", "document end marker"},
-        {"output_dir=\xff\xfe", "--set output_dir", "UTF-8"}, /* libyaml alone reads this as UTF-16 */
-        {"output_dir=out\xc3", "--set output_dir", "UTF-8"},  /* truncated sequence */
-        {"data.train=\xc0\xaf", "--set data.train", "UTF-8"}, /* overlong "/" */
-        {"data.train=\xed\xa0\x80", "--set data.train", "UTF-8"}, /* a surrogate */
-        {"data.train=\xf4\x90\x80\x80", "--set data.train", "UTF-8"}, /* above U+10FFFF */
-        {"se\xff" "ed=1", "--set se\\xffed", "UTF-8"}, /* the key, shown escaped */
-    };
-    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        const char *sets[] = {cases[k].set};
-        int rc = load(c, &err, BASE, sets, 1);
-        cr_expect_eq(rc, -1, "%s accepted", cases[k].set);
-        if (rc) assert_err(&err, cases[k].n1, cases[k].n2);
-    }
+    cr_expect_eq(c->source[cfg_idx("every_n_layers")], CFG_SRC_SET);
     free(c);
 }
 
@@ -969,36 +513,36 @@ static ModelDesc small_model(void) {
 }
 
 Test(config, check_model) {
-    RunConfig *c = new_cfg();
+    RunConfig *c = cfg_new();
     GtError err = {0};
     ModelDesc d = small_model();
-    expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 64\ngradient_checkpointing: true\nevery_n_layers: 4\n", c);
+    cfg_expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 64\ngradient_checkpointing: true\nevery_n_layers: 4\n", c);
     cr_expect_eq(config_check_model(c, &d, &err), 0, "%s", err.msg);
 
-    expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 65\n", c);
+    cfg_expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 65\n", c);
     cr_expect_eq(config_check_model(c, &d, &err), -1);
-    assert_err(&err, "run.yaml:4: data.seq_len", "n_positions");
+    cfg_assert_err(&err, "run.yaml:4: data.seq_len", "n_positions");
     cr_expect(strstr(err.msg, "tiny.json"), "%s", err.msg);
 
     /* the default seq_len (1024) is too long for this model too: the message says it is the default */
-    expect_ok(BASE, c);
+    cfg_expect_ok(CFG_BASE, c);
     cr_expect_eq(config_check_model(c, &d, &err), -1);
-    assert_err(&err, "run.yaml: data.seq_len", "default");
+    cfg_assert_err(&err, "run.yaml: data.seq_len", "default");
 
-    expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 8\nevery_n_layers: 5\n", c);
+    cfg_expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 8\nevery_n_layers: 5\n", c);
     cr_expect_eq(config_check_model(c, &d, &err), -1);
-    assert_err(&err, "run.yaml:5: every_n_layers", "n_layer");
+    cfg_assert_err(&err, "run.yaml:5: every_n_layers", "n_layer");
 
     const char *sets[] = {"gradient_checkpointing_kwargs.every_n_layers=9"};
-    cr_assert_eq(load(c, &err, "model: m.json\ndata:\n  train: t.txt\n  seq_len: 8\n", sets, 1), 0);
+    cr_assert_eq(cfg_load(c, &err, "model: m.json\ndata:\n  train: t.txt\n  seq_len: 8\n", sets, 1), 0);
     cr_expect_eq(config_check_model(c, &d, &err), -1);
-    assert_err(&err, "--set every_n_layers", "n_layer");
+    cfg_assert_err(&err, "--set every_n_layers", "n_layer");
 
     d.vocab_size = 100;
-    expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 8\n", c);
+    cfg_expect_ok("model: m.json\ndata:\n  train: t.txt\n  seq_len: 8\n", c);
     cr_expect_eq(config_check_model(c, &d, &err), -1);
-    assert_err(&err, "data.format", "vocab_size");
-    expect_ok("model: m.json\ndata:\n  train: t.bin\n  format: tokens\n  seq_len: 8\n", c);
+    cfg_assert_err(&err, "data.format", "vocab_size");
+    cfg_expect_ok("model: m.json\ndata:\n  train: t.bin\n  format: tokens\n  seq_len: 8\n", c);
     cr_expect_eq(config_check_model(c, &d, &err), 0, "%s", err.msg);
     free(c);
 }
@@ -1006,10 +550,10 @@ Test(config, check_model) {
 /* ---------------------------------------------------------------- printing */
 
 Test(config, print_resolved) {
-    RunConfig *c = new_cfg();
+    RunConfig *c = cfg_new();
     GtError err;
     const char *sets[] = {"seed=5"};
-    cr_assert_eq(load(c, &err, BASE "learning_rate: 0.001\nmemory_limit: 2GiB\n", sets, 1), 0, "%s", err.msg);
+    cr_assert_eq(cfg_load(c, &err, CFG_BASE "learning_rate: 0.001\nmemory_limit: 2GiB\n", sets, 1), 0, "%s", err.msg);
     char *buf = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
@@ -1083,7 +627,7 @@ Test(config, shipped_gpt2_config) {
     const char *root = getenv("GTRAIN_ROOT");
     char path[1024];
     snprintf(path, sizeof path, "%s/configs/gpt2-124m.yaml", root ? root : ".");
-    RunConfig *c = new_cfg();
+    RunConfig *c = cfg_new();
     GtError err = {0};
     cr_assert_eq(config_load(c, path, NULL, 0, &err), 0, "%s", err.msg);
     cr_expect_eq(c->data.format, DATA_TOKENS);
@@ -1095,36 +639,4 @@ Test(config, shipped_gpt2_config) {
     cr_expect_eq(config_check_model(c, &d, &err), 0, "%s", err.msg);
     cr_expect_eq(model_desc_num_params(&d), 124439808ull);
     free(c);
-}
-
-/* Paths are stored absolute and clean; a ".." after a symbolic link keeps the kernel's meaning. */
-Test(config, paths_are_absolute_and_clean_and_dotdot_respects_links) {
-    char p[1200], want[1200], d[1100];
-    snprintf(d, sizeof d, "%s/real/deep", g_dir);
-    snprintf(p, sizeof p, "%s/real", g_dir);
-    cr_assert_eq(mkdir(p, 0700), 0);
-    cr_assert_eq(mkdir(d, 0700), 0);
-    snprintf(p, sizeof p, "%s/link", g_dir);
-    cr_assert_eq(symlink(d, p), 0); /* link -> real/deep, so link/.. is real, not g_dir */
-    snprintf(p, sizeof p, "%s//./a/../b/", g_dir);
-    cr_assert_eq(config_clean_path(p, sizeof p), 0);
-    snprintf(want, sizeof want, "%s/b/", g_dir);
-    cr_expect_str_eq(p, want);
-    snprintf(p, sizeof p, "%s/link/../x", g_dir); /* x missing: lexical */
-    cr_assert_eq(config_clean_path(p, sizeof p), 0);
-    snprintf(want, sizeof want, "%s/x", g_dir);
-    cr_expect_str_eq(p, want);
-    snprintf(p, sizeof p, "%s/link/..", g_dir); /* exists, and names real/: kept as written */
-    cr_assert_eq(config_clean_path(p, sizeof p), 0);
-    snprintf(want, sizeof want, "%s/link/..", g_dir);
-    cr_expect_str_eq(p, want);
-    char old[1024];
-    cr_assert_not_null(getcwd(old, sizeof old));
-    cr_assert_eq(chdir(g_dir), 0);
-    snprintf(p, sizeof p, "./q/./r/..//s");
-    int rc = config_clean_path(p, sizeof p);
-    cr_assert_eq(chdir(old), 0);
-    cr_assert_eq(rc, 0);
-    snprintf(want, sizeof want, "%s/q/s", g_dir);
-    cr_expect_str_eq(p, want);
 }

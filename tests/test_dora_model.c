@@ -33,40 +33,18 @@ static Fix fix_open(ModelDesc d, RecomputePolicy pol, uint64_t seed, bool random
     cr_assert_eq(model_create(&f.m, &d, f.be, BATCH, SEQ, pol, 9, &err), 0, "%s", err.msg);
     Model *m = f.m;
     uint64_t s = seed;
-    /* a random frozen base (norm weights around 1) */
-    const ParamLayout *bl = &m->base_layout;
-    float *h = malloc(bl->total * sizeof *h);
+    /* a random frozen base (norm weights around 1); with random_adapters A, B and the magnitudes
+     * all random (magnitudes in [0.5, 1.5]) */
+    float *h = malloc(m->base_layout.total * sizeof *h), *p = NULL;
     cr_assert_not_null(h);
-    for (int i = 0; i < bl->n_tensors; i++) {
-        const ParamTensor *t = &bl->tensors[i];
-        const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
-        for (size_t k = 0; k < t->numel; k++)
-            h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + 0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
-    }
-    cr_assert_eq(model_upload_base(m, 0, h, bl->total, &err), 0, "%s", err.msg);
-    free(h);
-    model_params_changed(m);
-    cr_assert_eq(adapter_init_from_base(m, &err), 0, "%s", err.msg);
-    if (random_adapters) { /* A, B and the magnitudes all random (magnitudes in [0.5, 1.5]) */
-        const ParamLayout *pl = &m->layout;
-        float *p = malloc(pl->total * sizeof *p);
+    if (random_adapters) {
+        p = malloc(m->layout.total * sizeof *p);
         cr_assert_not_null(p);
-        for (int i = 0; i < pl->n_tensors; i++) {
-            const ParamTensor *t = &pl->tensors[i];
-            for (size_t k = 0; k < t->numel; k++)
-                p[t->offset + k] = (float)(t->ndim == 1 ? 0.5 + lora_fix_rng_uniform(&s)
-                                                        : 0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
-        }
-        cr_assert_eq(f.be->ops->to_device(f.be, m->params, p, pl->total * sizeof *p, &err), 0, "%s", err.msg);
-        free(p);
-        model_params_changed(m);
     }
-    uint64_t ts = seed ^ 0x5151;
-    for (int i = 0; i < BATCH * SEQ; i++) {
-        f.tok[i] = (int)(lora_fix_rng_next(&ts) % (uint64_t)d.vocab_size);
-        f.tgt[i] = i % 5 == 3 ? -100 : (int)(lora_fix_rng_next(&ts) % (uint64_t)d.vocab_size);
-        f.items += f.tgt[i] >= 0;
-    }
+    lora_fix_dora_weights(m, &s, h, p);
+    free(h), free(p);
+    lora_fix_tokens(f.tok, f.tgt, BATCH * SEQ, d.vocab_size, seed ^ 0x5151, 5);
+    for (int i = 0; i < BATCH * SEQ; i++) f.items += f.tgt[i] >= 0;
     return f;
 }
 

@@ -21,7 +21,6 @@
 #include "lora.h"
 #include "lora_fixture.h"
 #include "model.h"
-#include "ref_gpt.h"
 #include "ref_llama.h"
 #include "ref_lora.h"
 #include "test_backend_select.h"
@@ -142,22 +141,11 @@ typedef struct {
     Backend *be;
     Model *m;
     float *base_h, *params_h;
-    RefLlamaCfg rc;
-    RefTensor *ref;
-    int n_ref;
-    double *base_d; /* GPT-2: the base in gtrain's layout, double */
+    LoraFixRef r; /* the base */
     RefLora lo;
     int tok[BATCH * SEQ], tgt[BATCH * SEQ];
     long items;
 } Fix;
-
-static RefLlamaCfg ref_cfg(const ModelDesc *d) {
-    return (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
-                         .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
-                         .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
-                         .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
-                         .tie = d->tie_word_embeddings};
-}
 
 /* the module's base weight [out, in] in the reference, by its HF name */
 static const double *base_weight(Fix *f, int l, int mod) {
@@ -169,7 +157,7 @@ static const double *base_weight(Fix *f, int l, int mod) {
     if (f->llama) {
         cr_assert(mod >= REF_LORA_Q_PROJ && mod <= REF_LORA_DOWN_PROJ);
         snprintf(nm, sizeof nm, "model.layers.%d.%s.weight", l, llama_names[mod]);
-        RefTensor *t = ref_llama_find(f->ref, f->n_ref, nm);
+        RefTensor *t = ref_llama_find(f->r.ref, f->r.n_ref, nm);
         cr_assert(t, "reference has no %s", nm);
         return t->data;
     }
@@ -177,7 +165,7 @@ static const double *base_weight(Fix *f, int l, int mod) {
     snprintf(nm, sizeof nm, "h.%d.%s.weight", l, gpt_names[mod - REF_LORA_C_ATTN]);
     const int i = param_layout_find(&f->m->base_layout, nm);
     cr_assert(i >= 0, "base has no %s", nm);
-    return f->base_d + f->m->base_layout.tensors[i].offset;
+    return f->r.base_d + f->m->base_layout.tensors[i].offset;
 }
 
 static Fix fix_open(bool llama, uint64_t seed, double p) {
@@ -190,54 +178,14 @@ static Fix fix_open(bool llama, uint64_t seed, double p) {
                  err.msg);
     Model *m = f.m;
     uint64_t s = seed;
-    const ParamLayout *bl = &m->base_layout;
+    const ParamLayout *bl = &m->base_layout, *pl = &m->layout;
+    /* a random base; random A, B (B nonzero) and magnitudes in [0.5, 1.5] */
     f.base_h = malloc(bl->total * sizeof *f.base_h);
-    for (int i = 0; i < bl->n_tensors; i++) {
-        const ParamTensor *t = &bl->tensors[i];
-        const bool norm = t->role == ROLE_NORM1_W || t->role == ROLE_NORM2_W || t->role == ROLE_NORMF_W;
-        for (size_t k = 0; k < t->numel; k++)
-            f.base_h[t->offset + k] = (float)((norm ? 1.0 : 0.0) + 0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
-    }
-    float *tmp = malloc(bl->total * sizeof *tmp);
-    memcpy(tmp, f.base_h, bl->total * sizeof *tmp);
-    cr_assert_eq(model_upload_base(m, 0, tmp, bl->total, &err), 0, "%s", err.msg);
-    free(tmp);
-    model_params_changed(m);
-    cr_assert_eq(adapter_init_from_base(m, &err), 0, "%s", err.msg);
-    /* random A, B (B nonzero) and magnitudes in [0.5, 1.5] */
-    const ParamLayout *pl = &m->layout;
     f.params_h = malloc(pl->total * sizeof *f.params_h);
-    for (int i = 0; i < pl->n_tensors; i++) {
-        const ParamTensor *t = &pl->tensors[i];
-        for (size_t k = 0; k < t->numel; k++)
-            f.params_h[t->offset + k] = (float)(t->ndim == 1 ? 0.5 + lora_fix_rng_uniform(&s)
-                                                              : 0.3 * (2 * lora_fix_rng_uniform(&s) - 1));
-    }
-    cr_assert_eq(f.be->ops->to_device(f.be, m->params, f.params_h, pl->total * sizeof *f.params_h, &err), 0, "%s",
-                 err.msg);
-    model_params_changed(m);
+    cr_assert(f.base_h && f.params_h);
+    lora_fix_dora_weights(m, &s, f.base_h, f.params_h);
     /* the reference's base */
-    if (llama) {
-        f.rc = ref_cfg(&f.d);
-        f.ref = ref_llama_alloc(&f.rc, &f.n_ref);
-        cr_assert(f.ref);
-        for (int i = 0; i < bl->n_tensors; i++) {
-            const ParamTensor *t = &bl->tensors[i];
-            for (int b = 0; b < t->spec->n_blocks; b++) {
-                char name[128];
-                int64_t row0, rows;
-                arch_block_name(t, b, name, sizeof name, &f.d, &row0, &rows);
-                RefTensor *r = ref_llama_find(f.ref, f.n_ref, name);
-                cr_assert(r, "reference has no tensor %s", name);
-                const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-                cr_assert_eq(r->rows * r->cols, rows * cols, "%s", name);
-                for (int64_t k = 0; k < rows * cols; k++) r->data[k] = f.base_h[t->offset + (size_t)(row0 * cols + k)];
-            }
-        }
-    } else {
-        f.base_d = malloc(bl->total * sizeof *f.base_d);
-        for (size_t k = 0; k < bl->total; k++) f.base_d[k] = f.base_h[k];
-    }
+    lora_fix_ref_open(&f.r, &f.d, bl, f.base_h);
     /* the reference's adapters: lora_A [r, in], lora_B [out, r], magnitude [out] by PEFT's names */
     ref_lora_init(&f.lo, f.d.n_layer, R, ref_lora_scaling(ALPHA, R, false));
     int seen = 0;
@@ -264,29 +212,22 @@ static Fix fix_open(bool llama, uint64_t seed, double p) {
     m->ad.dropout_seed = 4321 + seed, m->ad.dropout_step = 2, m->ad.dropout_row0 = 3;
     f.lo.p = p, f.lo.key = lora_fix_key;
     f.lo.seed = m->ad.dropout_seed, f.lo.step = m->ad.dropout_step, f.lo.row_base = m->ad.dropout_row0 * SEQ;
-    uint64_t ts = seed ^ 0x5151;
-    for (int i = 0; i < BATCH * SEQ; i++) {
-        f.tok[i] = (int)(lora_fix_rng_next(&ts) % (uint64_t)f.d.vocab_size);
-        f.tgt[i] = i % 5 == 3 ? -100 : (int)(lora_fix_rng_next(&ts) % (uint64_t)f.d.vocab_size);
-        f.items += f.tgt[i] >= 0;
-    }
+    lora_fix_tokens(f.tok, f.tgt, BATCH * SEQ, f.d.vocab_size, seed ^ 0x5151, 5);
+    for (int i = 0; i < BATCH * SEQ; i++) f.items += f.tgt[i] >= 0;
     return f;
 }
 
 static void fix_close(Fix *f) {
     ref_lora_free(&f->lo);
-    if (f->ref) ref_llama_free(f->ref, f->n_ref);
-    free(f->base_d), free(f->base_h), free(f->params_h);
+    lora_fix_ref_close(&f->r);
+    free(f->base_h), free(f->params_h);
     model_free(f->m);
     backend_close(f->be);
 }
 
 static double ref_loss(void *vf, const RefLora *lo) {
     Fix *f = vf;
-    if (f->llama) return ref_llama_loss_lora(&f->rc, f->ref, f->n_ref, lo, f->tok, f->tgt, BATCH, SEQ);
-    long cnt = 0;
-    const double s = ref_gpt_loss_sum_lora(&f->d, &f->m->base_layout, f->base_d, lo, f->tok, f->tgt, BATCH, SEQ, &cnt);
-    return cnt ? s / (double)cnt : 0.0;
+    return lora_fix_ref_loss(&f->r, lo, f->tok, f->tgt, BATCH, SEQ);
 }
 
 static void check_model(bool llama, uint64_t seed, double p) {
@@ -322,13 +263,9 @@ static void check_model(bool llama, uint64_t seed, double p) {
             for (int w = 0; w < 3; w++) {
                 const ParamTensor *t = &f.m->layout.tensors[idx + w];
                 const double *fd = w == 0 ? a->dA : w == 1 ? a->dB : a->dm;
-                double diff = 0, big = 0;
-                size_t worst = 0;
-                for (size_t k = 0; k < t->numel; k++) {
-                    const double e = fabs((double)g[t->offset + k] - fd[k]);
-                    if (e > diff) diff = e, worst = k;
-                    big = fmax(big, fabs(fd[k]));
-                }
+                double diff, big;
+                size_t worst;
+                lora_fix_grad_diff(g + t->offset, fd, t->numel, &diff, &big, &worst);
                 cr_assert(big > 1e-3 * gmax, "%s: gradient nearly zero (%.3g of %.3g)", t->name, big, gmax);
                 worst_rel[w] = fmax(worst_rel[w], diff / big);
                 /* fp32 gradients against a double central difference, relative to the tensor's largest */

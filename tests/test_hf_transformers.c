@@ -24,6 +24,7 @@
 
 #include "arch.h"
 #include "checkpoint.h"
+#include "hf_fixture.h"
 #include "hf_weights.h"
 #include "optim.h"
 #include "test_backend_select.h"
@@ -34,15 +35,8 @@
 #define ROWS 4
 #define STEPS 5
 
-/* GPT-2 with openai-community/gpt2's field names, made tiny; dropouts 0 (both sides run without) */
-static const char TINY_GPT2[] =
-    "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"activation_function\": \"gelu_new\", "
-    "\"n_embd\": 64, \"n_head\": 4, \"n_layer\": 2, \"n_positions\": 64, \"n_ctx\": 64, \"n_inner\": null, "
-    "\"vocab_size\": 256, \"layer_norm_epsilon\": 1e-05, \"attn_pdrop\": 0.0, \"embd_pdrop\": 0.0, "
-    "\"resid_pdrop\": 0.0, \"tie_word_embeddings\": true, \"bos_token_id\": 0, \"eos_token_id\": 0}\n";
-
 typedef struct {
-    const char *config; /* a tests/fixtures/hf_configs file, or NULL: TINY_GPT2 */
+    const char *config; /* a tests/fixtures/hf_configs file, or NULL: HF_FIX_TINY_GPT2 */
     const char *dtype;  /* save_pretrained's storage: f32 | bf16 | f16 */
     const char *sets;   /* extra `hf_models.py make --set` arguments, or "" */
     const char *label;  /* what the messages call it */
@@ -74,13 +68,6 @@ static double mean_loss(Model *m, const int *tok, const int *tgt) {
     return s / (ROWS * T_SEQ);
 }
 
-/* one number after `key` in out */
-static double after(const char *out, const char *key) {
-    const char *p = strstr(out, key);
-    cr_assert(p, "no '%s' in:\n%s", key, out);
-    return strtod(p + strlen(key), NULL);
-}
-
 /* GPT-2's key bias (rows [C, 2C) of attn.c_attn's bias: gtrain's tensor NAME and HF's alike): without
  * RoPE it adds q.b_k to every score of a query, which softmax ignores, so its gradient is zero
  * but for rounding, and AdamW (which divides by the gradient's own size) moves it by up to lr a
@@ -108,33 +95,9 @@ static void compare_grads(Model *m, const float *g, const char *grads_path, cons
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
         double dmax = 0, gmax = 0, kb_ours = 0, kb_theirs = 0;
-        const bool kbias = key_bias_rows(&m->desc, t->name, NULL, NULL);
-        for (int b = 0; b < t->spec->n_blocks; b++) {
-            char name[128];
-            int64_t row0, rows;
-            arch_block_name(t, b, name, sizeof name, &m->desc, &row0, &rows);
-            int k = hf_weights_find(w, name);
-            cr_assert(k >= 0, "%s: transformers has no parameter %s (gtrain's %s)", what, name, t->name);
-            used++;
-            HfTensorInfo info;
-            hf_weights_info(w, k, &info);
-            const int64_t cols = t->ndim == 1 ? 1 : t->shape[1];
-            cr_assert_eq(info.numel, rows * cols, "%s: %s holds %lld values, gtrain's block %lld", what, name,
-                         (long long)info.numel, (long long)(rows * cols));
-            float *h = malloc((size_t)info.numel * sizeof *h);
-            cr_assert_eq(hf_weights_read_f32(w, k, h, (size_t)info.numel, &err), 0, "%s", err.msg);
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < cols; c++) {
-                    const double ours = g[t->offset + (size_t)((row0 + r) * cols + c)];
-                    const double theirs = t->transposed ? h[c * rows + r] : h[r * cols + c]; /* Conv1D: [in, out] */
-                    if (fabs(theirs) > gmax) gmax = fabs(theirs);
-                    if (fabs(ours - theirs) > dmax) dmax = fabs(ours - theirs);
-                    int64_t k0, k1;
-                    if (kbias && key_bias_rows(&m->desc, t->name, &k0, &k1) && row0 + r >= k0 && row0 + r < k1)
-                        kb_ours = fmax(kb_ours, fabs(ours)), kb_theirs = fmax(kb_theirs, fabs(theirs));
-                }
-            free(h);
-        }
+        int64_t k0 = 0, k1 = 0;
+        const bool kbias = key_bias_rows(&m->desc, t->name, &k0, &k1);
+        used += hf_fix_grad_blocks(&m->desc, t, g, w, what, k0, k1, &dmax, &gmax, &kb_ours, &kb_theirs);
         cr_assert(gmax > 0, "%s: %s: transformers' gradient is zero everywhere (nothing compared)", what, t->name);
         cr_assert(dmax <= 1e-4 * gmax, "%s: gradient of %s differs by %.3g (largest |gradient| %.3g, %.2g of it)", what,
                   t->name, dmax, gmax, dmax / gmax);
@@ -212,16 +175,12 @@ static void against_transformers(const Case *c) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
     test_require_refs();
-    char dir[128], cfg[300], cmd[4096];
+    char dir[128], cmd[4096];
     test_scratch_make(dir, sizeof dir, "gt_hf_tf");
-    if (c->config)
-        snprintf(cfg, sizeof cfg, "%s/tests/fixtures/hf_configs/%s", root, c->config);
-    else
-        snprintf(cfg, sizeof cfg, "%s", test_join(dir, "gpt2.json")), test_write_file(cfg, TINY_GPT2, strlen(TINY_GPT2));
     const char *ref = test_join(dir, "ref");
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' make '%s' '%s' --seed 5 --dtype %s "
-             "--max-shard-bytes 20000 --init-std 0.1 --bias-std 0.1 %s", root, cfg, ref, c->dtype, c->sets);
-    free(run_cmd(cmd));
+    snprintf(cmd, sizeof cmd, "--seed 5 --dtype %s --max-shard-bytes 20000 --init-std 0.1 --bias-std 0.1 %s", c->dtype,
+             c->sets);
+    hf_fix_make(root, dir, c->config, ref, cmd);
     char what[128];
     snprintf(what, sizeof what, "%s (%s storage)", c->label, c->dtype);
 
@@ -270,7 +229,7 @@ static void against_transformers(const Case *c) {
     for (int step = 1; step <= STEPS; step++) {
         char key[32];
         snprintf(key, sizeof key, "step %d loss ", step);
-        const double want = after(out, key), want_norm = after(strstr(out, key), "grad_norm ");
+        const double want = hf_fix_after(out, key), want_norm = hf_fix_after(strstr(out, key), "grad_norm ");
         cr_assert(fabs(got_loss[step] - want) <= 1e-5 * fabs(want), "%s step %d: gtrain's loss %.9g, transformers' %.9g",
                   what, step, got_loss[step], want);
         /* step 1 from the same weights: 1e-5; later steps from weights AdamW has moved apart where a
@@ -290,7 +249,7 @@ static void against_transformers(const Case *c) {
     compare_weights(&m->desc, ours, test_join(dir, "ref-trained"), &diff, &wnorm, &dmax, &kb_max);
     cr_assert(diff <= 1e-4 * wnorm, "%s: weights after %d steps differ by %.3g in L2 norm (of %.3g; largest element %.3g)",
               what, STEPS, diff, wnorm, dmax);
-    const double want_final = after(out, "eval_model loss ");
+    const double want_final = hf_fix_after(out, "eval_model loss ");
     free(out);
     cr_assert(fabs(got_final - want_final) <= 1e-5 * fabs(want_final),
               "%s: gtrain's saved weights give %.9g in transformers, %.9g in gtrain", what, want_final, got_final);

@@ -17,8 +17,6 @@
 #include "model.h"
 #include "optim.h"
 #include "peft.h"
-#include "ref_gpt.h"
-#include "ref_llama.h"
 #include "ref_lora.h"
 #include "ref_ops.h"
 #include "test_backend_select.h"
@@ -44,14 +42,6 @@ static ModelDesc lora_desc(bool llama, uint32_t targets, bool rslora, double p, 
     return lora_fix_desc(llama, 2, R, ALPHA, targets, rslora, p, init);
 }
 
-static RefLlamaCfg ref_cfg(const ModelDesc *d) {
-    return (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
-                         .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
-                         .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
-                         .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
-                         .tie = d->tie_word_embeddings};
-}
-
 /* ---------------------------------------------------------------- a model and its reference */
 
 typedef struct {
@@ -64,21 +54,15 @@ typedef struct {
     long items;
     /* the reference */
     bool llama, init_true; /* init_true: the adapters are the model's own LORA_INIT_TRUE ones (B zero) */
-    RefLlamaCfg rc;
-    RefTensor *ref;
-    int n_ref;
-    double *base_d;   /* GPT-2: the base weights in base_layout, double */
+    LoraFixRef r;     /* the base */
     RefLora lo;
 } Fix;
 
 static void fill_tokens(Fix *f, uint64_t seed) {
     const size_t n = (size_t)BATCH * SEQ;
-    uint64_t s = seed;
     f->tok = malloc(n * sizeof *f->tok), f->tgt = malloc(n * sizeof *f->tgt);
-    for (size_t i = 0; i < n; i++) {
-        f->tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)f->d.vocab_size);
-        f->tgt[i] = i % 5 == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)f->d.vocab_size);
-    }
+    cr_assert(f->tok && f->tgt);
+    lora_fix_tokens(f->tok, f->tgt, n, f->d.vocab_size, seed, 5);
     f->items = count_items(f->tgt, n);
 }
 
@@ -168,20 +152,6 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
     for (int i = 0; i < pl->n_tensors; i++) cr_assert_null(pl->tensors[i].spec, "%s", pl->tensors[i].name);
 }
 
-/* gtrain tensor t of base_layout as the Llama reference's HF tensors (arch.c's blocks) */
-static void llama_to_ref(Fix *f, const ParamTensor *t) {
-    for (int b = 0; b < t->spec->n_blocks; b++) {
-        char name[128];
-        int64_t row0, rows;
-        arch_block_name(t, b, name, sizeof name, &f->d, &row0, &rows);
-        RefTensor *r = ref_llama_find(f->ref, f->n_ref, name);
-        cr_assert(r, "reference has no tensor %s (gtrain %s block %d)", name, t->name, b);
-        const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-        cr_assert_eq(r->rows * r->cols, rows * cols, "%s", name);
-        for (int64_t k = 0; k < rows * cols; k++) r->data[k] = f->base_h[t->offset + (size_t)(row0 * cols + k)];
-    }
-}
-
 /* act: the activation dtype; round_linear: the base's linear weights rounded to bf16 by the test
  * (load_random_base_as), and the reference given the rounded values */
 static Fix fix_open_as(ModelDesc d, bool rslora, bool randomise_adapters, RecomputePolicy pol, uint64_t seed,
@@ -200,18 +170,12 @@ static Fix fix_open_as(ModelDesc d, bool rslora, bool randomise_adapters, Recomp
     f.lo.seed = f.m->ad.dropout_seed, f.lo.step = f.m->ad.dropout_step, f.lo.row_base = f.m->ad.dropout_row0 * SEQ;
     fill_tokens(&f, seed + 2);
     const ParamLayout *bl = &f.m->base_layout;
+    lora_fix_ref_open(&f.r, &d, bl, f.base_h);
     if (f.llama) {
-        f.rc = ref_cfg(&d);
-        f.ref = ref_llama_alloc(&f.rc, &f.n_ref);
-        cr_assert(f.ref);
         int64_t elems = 0;
-        for (int i = 0; i < f.n_ref; i++) elems += f.ref[i].rows * f.ref[i].cols;
+        for (int i = 0; i < f.r.n_ref; i++) elems += f.r.ref[i].rows * f.r.ref[i].cols;
         cr_assert_eq((uint64_t)elems, (uint64_t)bl->total, "reference has %lld base parameters, gtrain %zu",
                      (long long)elems, bl->total);
-        for (int i = 0; i < bl->n_tensors; i++) llama_to_ref(&f, &bl->tensors[i]);
-    } else {
-        f.base_d = malloc(bl->total * sizeof *f.base_d);
-        for (size_t k = 0; k < bl->total; k++) f.base_d[k] = f.base_h[k];
     }
     return f;
 }
@@ -222,8 +186,8 @@ static Fix fix_open(ModelDesc d, bool rslora, bool randomise_adapters, Recompute
 
 static void fix_close(Fix *f) {
     ref_lora_free(&f->lo);
-    if (f->ref) ref_llama_free(f->ref, f->n_ref);
-    free(f->base_d), free(f->base_h), free(f->params_h), free(f->tok), free(f->tgt);
+    lora_fix_ref_close(&f->r);
+    free(f->base_h), free(f->params_h), free(f->tok), free(f->tgt);
     model_free(f->m);
     backend_close(f->be);
 }
@@ -231,10 +195,7 @@ static void fix_close(Fix *f) {
 /* the reference's mean loss with the adapters as f->lo has them (lo: f->lo or a variant) */
 static double ref_loss(void *vf, const RefLora *lo) {
     Fix *f = vf;
-    if (f->llama) return ref_llama_loss_lora(&f->rc, f->ref, f->n_ref, lo, f->tok, f->tgt, BATCH, SEQ);
-    long cnt = 0;
-    const double s = ref_gpt_loss_sum_lora(&f->d, &f->m->base_layout, f->base_d, lo, f->tok, f->tgt, BATCH, SEQ, &cnt);
-    return cnt ? s / (double)cnt : 0.0;
+    return lora_fix_ref_loss(&f->r, lo, f->tok, f->tgt, BATCH, SEQ);
 }
 
 static float *grads_host(Fix *f) {
@@ -268,13 +229,9 @@ static void check_model(Fix *f, const char *what) {
             for (int w = 0; w < 2; w++) {
                 const ParamTensor *t = &f->m->layout.tensors[idx + w];
                 const double *fd = w ? a->dB : a->dA;
-                double diff = 0, big = 0;
-                size_t worst = 0;
-                for (size_t k = 0; k < t->numel; k++) {
-                    const double e = fabs((double)g[t->offset + k] - fd[k]);
-                    if (e > diff) diff = e, worst = k;
-                    big = fmax(big, fabs(fd[k]));
-                }
+                double diff, big;
+                size_t worst;
+                lora_fix_grad_diff(g + t->offset, fd, t->numel, &diff, &big, &worst);
                 /* fp32 gradients against a double central difference: ~1e-6 of the largest */
                 cr_assert(diff <= 1e-4 * gmax, "%s: %s[%zu]: gradient %.8g, reference %.8g (largest %.3g)", what,
                           t->name, worst, g[t->offset + worst], fd[worst], gmax);

@@ -162,24 +162,11 @@ static double eval_loss(Model *m, const int *tok, const int *tgt, int rows) {
     return s / (double)n;
 }
 
-static void random_tokens(int *tok, int *tgt, size_t n, int V, uint64_t seed, int mask_every) {
-    uint64_t s = seed;
-    for (size_t i = 0; i < n; i++) {
-        tok[i] = (int)(lora_fix_rng_next(&s) % (uint64_t)V);
-        tgt[i] = mask_every && i % (size_t)mask_every == 3 ? -100 : (int)(lora_fix_rng_next(&s) % (uint64_t)V);
-    }
-}
-
 /* ---------------------------------------------------------------- the double reference */
 
 typedef struct {
-    ModelDesc d;
-    bool llama;
-    RefLlamaCfg rc;
-    RefTensor *ref;
-    int n_ref;
-    ParamLayout bl; /* GPT-2: the base, double, in gtrain's layout */
-    double *base_d;
+    ParamLayout bl; /* gtrain's base layout */
+    LoraFixRef base;
     RefLora lo;
     const int *tok, *tgt; /* A micro-batches of B rows of T */
     int B, A, T;
@@ -190,34 +177,8 @@ typedef struct {
  * layout, bound by each tensor's layer, module and A/B, their shapes checked against PEFT's) */
 static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const float *ad_h, double alpha, bool rslora) {
     memset(r, 0, sizeof *r);
-    r->d = *d;
-    r->llama = d->arch == ARCH_LLAMA;
     param_layout_init(&r->bl, d);
-    if (r->llama) {
-        r->rc = (RefLlamaCfg){.hidden = d->n_embd, .inter = d->n_inner, .layers = d->n_layer, .heads = d->n_head,
-                              .kv_heads = d->n_kv_head, .head_dim = d->head_dim, .vocab = d->vocab_size,
-                              .eps = d->layer_norm_epsilon, .theta = d->rope_theta, .window = d->sliding_window,
-                              .qkv_bias = d->qkv_bias, .o_bias = d->o_bias, .mlp_bias = d->mlp_bias,
-                              .tie = d->tie_word_embeddings};
-        r->ref = ref_llama_alloc(&r->rc, &r->n_ref);
-        cr_assert(r->ref);
-        for (int i = 0; i < r->bl.n_tensors; i++) {
-            const ParamTensor *t = &r->bl.tensors[i];
-            for (int b = 0; b < t->spec->n_blocks; b++) {
-                char name[128];
-                int64_t row0, rows;
-                arch_block_name(t, b, name, sizeof name, d, &row0, &rows);
-                RefTensor *rt = ref_llama_find(r->ref, r->n_ref, name);
-                cr_assert(rt, "reference has no tensor %s", name);
-                const int64_t cols = t->ndim == 2 ? t->shape[1] : 1;
-                cr_assert_eq(rt->rows * rt->cols, rows * cols, "%s", name);
-                for (int64_t k = 0; k < rows * cols; k++) rt->data[k] = base_h[t->offset + (size_t)(row0 * cols + k)];
-            }
-        }
-    } else {
-        r->base_d = malloc(r->bl.total * sizeof *r->base_d);
-        for (size_t k = 0; k < r->bl.total; k++) r->base_d[k] = base_h[k];
-    }
+    lora_fix_ref_open(&r->base, d, &r->bl, base_h);
     ref_lora_init(&r->lo, d->n_layer, d->adapter.r, ref_lora_scaling(alpha, d->adapter.r, rslora));
     ParamLayout pl;
     lora_layout_init(&pl, d);
@@ -242,8 +203,7 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
 
 static void ref_close(Ref *r) {
     ref_lora_free(&r->lo);
-    if (r->ref) ref_llama_free(r->ref, r->n_ref);
-    free(r->base_d);
+    lora_fix_ref_close(&r->base);
     param_layout_free(&r->bl);
 }
 
@@ -258,12 +218,13 @@ static double ref_accum_loss(void *vr, const RefLora *lo) {
         RefLora la = *lo;
         la.row_base = (long)a * r->B * r->T;
         const int *tk = r->tok + a * rows, *tg = r->tgt + a * rows;
-        if (r->llama) {
+        if (r->base.llama) {
             const long n = count_items(tg, rows);
-            if (n) total += ref_llama_loss_lora(&r->rc, r->ref, r->n_ref, &la, tk, tg, r->B, r->T) * (double)n;
+            if (n)
+                total += ref_llama_loss_lora(&r->base.rc, r->base.ref, r->base.n_ref, &la, tk, tg, r->B, r->T) * (double)n;
         } else {
             long cnt = 0;
-            total += ref_gpt_loss_sum_lora(&r->d, &r->bl, r->base_d, &la, tk, tg, r->B, r->T, &cnt);
+            total += ref_gpt_loss_sum_lora(&r->base.d, &r->bl, r->base.base_d, &la, tk, tg, r->B, r->T, &cnt);
         }
     }
     return total / (double)r->items;
@@ -281,13 +242,9 @@ static double expect_grads_match_ref(Ref *r, const float *g, const ModelDesc *d,
         const ParamTensor *t = &pl.tensors[i];
         const RefLoraAdapter *a = &r->lo.ad[t->layer][lora_tensor_module(d, i)];
         const double *fd = strstr(t->name, ".lora_B.") ? a->dB : a->dA;
-        double diff = 0, big = 0;
-        size_t at = 0;
-        for (size_t k = 0; k < t->numel; k++) {
-            const double e = fabs((double)g[t->offset + k] - fd[k]);
-            if (e > diff) diff = e, at = k;
-            big = fmax(big, fabs(fd[k]));
-        }
+        double diff, big;
+        size_t at;
+        lora_fix_grad_diff(g + t->offset, fd, t->numel, &diff, &big, &at);
         /* test_lora_model's bound: fp32 gradients against a double central difference */
         cr_assert(diff <= 1e-4 * gmax, "%s: %s[%zu]: gradient %.8g, reference %.8g (largest %.3g)", what, t->name, at,
                   g[t->offset + at], fd[at], gmax);
@@ -339,7 +296,7 @@ static void check_accumulation(bool llama, bool tied, uint32_t targets, double p
     ModelDesc d = lora_fix_desc(llama, 2, AR, AALPHA, targets, false, p, LORA_INIT_FALSE);
     if (tied) d = tied_llama(d);
     int tok[8 * AT], tgt[8 * AT];
-    random_tokens(tok, tgt, 8 * AT, d.vocab_size, 1234 + targets, 0);
+    lora_fix_tokens(tok, tgt, 8 * AT, d.vocab_size, 1234 + targets, 0);
     for (int r = 0; r < 8; r++) /* row r has r of its targets masked: the counts differ, every row counts */
         for (int t = 0; t < r; t++) tgt[r * AT + t] = -100;
     const long items = count_items(tgt, 8 * AT);
@@ -444,7 +401,7 @@ static RcRun run_rc(const ModelDesc *d, GtDtype act, RecomputePolicy pol, const 
     RcRun r = {.grads1 = NULL};
     int tok[2 * B * T], tgt[2 * B * T];
     for (int step = 1; step <= 3; step++) {
-        random_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
+        lora_fix_tokens(tok, tgt, 2 * B * T, d->vocab_size, 300 + step, 5);
         const long items = count_items(tgt, 2 * B * T);
         m->ad.dropout_step = step;
         double s = 0;
@@ -695,7 +652,7 @@ static void pissa_open(Pissa *f, bool llama, uint32_t targets, int r, double alp
     test_scratch_make(f->dir, sizeof f->dir, "gt_lora_train");
     snprintf(f->init_dir, sizeof f->init_dir, "%s/pissa_init", f->dir);
     lora_set_run(f->m, &pc, f->init_dir);
-    random_tokens(f->tok, f->tgt, PB * PT, f->d.vocab_size, seed + 1, 5);
+    lora_fix_tokens(f->tok, f->tgt, PB * PT, f->d.vocab_size, seed + 1, 5);
 }
 
 static void pissa_close(Pissa *f) {
@@ -956,7 +913,7 @@ static void check_conversion(bool llama, bool rslora) {
     int tok[2 * PB * PT], tgt[2 * PB * PT];
     m->ad.dropout_seed = 17;
     for (int step = 1; step <= 4; step++) {
-        random_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
+        lora_fix_tokens(tok, tgt, 2 * PB * PT, f.d.vocab_size, 40 + step, 7);
         const long items = count_items(tgt, 2 * PB * PT);
         double s = 0;
         m->ad.dropout_step = step;

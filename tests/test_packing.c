@@ -25,6 +25,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "data.h"
+#include "hf_fixture.h"
 #include "hf_weights.h"
 #include "lora_fixture.h"
 #include "model.h"
@@ -301,19 +302,6 @@ Test(packing, llama_lora_packed_step_equals_unpacked) {
 
 /* ------------------------------------------------------------------ against transformers */
 
-/* GPT-2 made tiny (test_hf_transformers.c's); dropouts 0 */
-static const char TINY_GPT2[] =
-    "{\"architectures\": [\"GPT2LMHeadModel\"], \"model_type\": \"gpt2\", \"activation_function\": \"gelu_new\", "
-    "\"n_embd\": 64, \"n_head\": 4, \"n_layer\": 2, \"n_positions\": 64, \"n_ctx\": 64, \"n_inner\": null, "
-    "\"vocab_size\": 256, \"layer_norm_epsilon\": 1e-05, \"attn_pdrop\": 0.0, \"embd_pdrop\": 0.0, "
-    "\"resid_pdrop\": 0.0, \"tie_word_embeddings\": true, \"bos_token_id\": 0, \"eos_token_id\": 0}\n";
-
-static double after(const char *out, const char *key) {
-    const char *p = strstr(out, key);
-    cr_assert(p, "the reference printed no \"%s\": %s", key, out);
-    return strtod(p + strlen(key), NULL);
-}
-
 /* every gradient block (HF names, arch_block_name) against the reference's file */
 static void compare_hf_grads(Model *m, const float *g, const char *path, const char *what) {
     const ParamLayout *pl = &m->layout;
@@ -324,27 +312,7 @@ static void compare_hf_grads(Model *m, const float *g, const char *path, const c
     for (int i = 0; i < pl->n_tensors; i++) {
         const ParamTensor *t = &pl->tensors[i];
         double dmax = 0, gmax = 0;
-        for (int b = 0; b < t->spec->n_blocks; b++) {
-            char name[128];
-            int64_t row0, rows;
-            arch_block_name(t, b, name, sizeof name, &m->desc, &row0, &rows);
-            int k = hf_weights_find(w, name);
-            cr_assert(k >= 0, "%s: transformers has no parameter %s (gtrain's %s)", what, name, t->name);
-            HfTensorInfo info;
-            hf_weights_info(w, k, &info);
-            const int64_t cols = t->ndim == 1 ? 1 : t->shape[1];
-            cr_assert_eq(info.numel, rows * cols, "%s: %s", what, name);
-            float *h = malloc((size_t)info.numel * sizeof *h);
-            cr_assert_eq(hf_weights_read_f32(w, k, h, (size_t)info.numel, &err), 0, "%s", err.msg);
-            for (int64_t r = 0; r < rows; r++)
-                for (int64_t c = 0; c < cols; c++) {
-                    const double ours = g[t->offset + (size_t)((row0 + r) * cols + c)];
-                    const double theirs = t->transposed ? h[c * rows + r] : h[r * cols + c]; /* Conv1D: [in, out] */
-                    gmax = fmax(gmax, fabs(theirs));
-                    dmax = fmax(dmax, fabs(ours - theirs));
-                }
-            free(h);
-        }
+        hf_fix_grad_blocks(&m->desc, t, g, w, what, 0, 0, &dmax, &gmax, NULL, NULL);
         cr_assert(gmax > 0, "%s: %s: transformers' gradient is zero everywhere", what, t->name);
         cr_assert(dmax <= 1e-4 * gmax, "%s: gradient of %s differs by %.3g (largest |gradient| %.3g, %.2g of it)", what,
                   t->name, dmax, gmax, dmax / gmax);
@@ -360,16 +328,10 @@ static void against_flattening(const char *config, const char *what) {
     const char *root = getenv("GTRAIN_ROOT");
     if (!root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
     test_require_refs();
-    char dir[128], cfg[300], cmd[4096];
+    char dir[128], cmd[4096];
     test_scratch_make(dir, sizeof dir, "gt_pack_hf");
-    if (config)
-        snprintf(cfg, sizeof cfg, "%s/tests/fixtures/hf_configs/%s", root, config);
-    else
-        snprintf(cfg, sizeof cfg, "%s", test_join(dir, "gpt2.json")), test_write_file(cfg, TINY_GPT2, strlen(TINY_GPT2));
     const char *ref = test_join(dir, "ref");
-    snprintf(cmd, sizeof cmd, PY " '%s/tests/tools/hf_models.py' make '%s' '%s' --seed 5 --dtype f32 --init-std 0.1 "
-             "--bias-std 0.1", root, cfg, ref);
-    free(test_sh_output(false, "%s", cmd));
+    hf_fix_make(root, dir, config, ref, "--seed 5 --dtype f32 --init-std 0.1 --bias-std 0.1");
     ModelDesc d;
     GtError err = {0};
     cr_assert_eq(model_desc_load(&d, ref, &err), 0, "%s", err.msg);
@@ -406,9 +368,9 @@ static void against_flattening(const char *config, const char *what) {
     snprintf(cmd, sizeof cmd, "cd '%s' && " PY " '%s/tests/tools/hf_packed.py' ref examples.txt --seq-len %d "
              "--grads grads/model.safetensors", dir, root, T);
     char *out = test_sh_output(false, "%s", cmd);
-    cr_assert_eq((long)after(out, "items "), items, "%s: num_items %ld, transformers' %ld", what, items,
-                 (long)after(out, "items "));
-    const double want = after(out, "loss_sum ");
+    cr_assert_eq((long)hf_fix_after(out, "items "), items, "%s: num_items %ld, transformers' %ld", what, items,
+                 (long)hf_fix_after(out, "items "));
+    const double want = hf_fix_after(out, "loss_sum ");
     cr_assert(fabs(loss_sum - want) <= 1e-5 * fabs(want), "%s: packed loss sum %.9g, transformers' %.9g", what,
               loss_sum, want);
     free(out);
