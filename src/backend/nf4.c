@@ -192,20 +192,24 @@ void nf4_quantize_with_offset(const Nf4Format *f, const float *src, float offset
     quantize(f, src, &offset, unit);
 }
 
-float nf4_absmax(const Nf4Format *f, const void *unit, int64_t i) {
-    Nf4Layout l;
-    nf4_layout(f, &l);
-    const uint8_t *u = unit;
+/* absmax of block i, the unit's layout given (the dequantize loops compute it once) */
+static float absmax_at(const Nf4Format *f, const Nf4Layout *l, const uint8_t *u, int64_t i) {
     float v;
     if (!f->nested) {
-        memcpy(&v, u + l.absmax + (size_t)i * sizeof v, sizeof v);
+        memcpy(&v, u + l->absmax + (size_t)i * sizeof v, sizeof v);
         return v;
     }
     float scale, offset;
-    memcpy(&scale, u + l.nested_absmax + (size_t)(i / NF4_NESTED_BLOCK) * sizeof scale, sizeof scale);
-    memcpy(&offset, u + l.offset, sizeof offset);
-    v = NF4_DYNAMIC_CODE[u[l.absmax + (size_t)i]] * scale; /* fp32, then + offset in fp32 (bnb's order) */
+    memcpy(&scale, u + l->nested_absmax + (size_t)(i / NF4_NESTED_BLOCK) * sizeof scale, sizeof scale);
+    memcpy(&offset, u + l->offset, sizeof offset);
+    v = NF4_DYNAMIC_CODE[u[l->absmax + (size_t)i]] * scale; /* fp32, then + offset in fp32 (bnb's order) */
     return v + offset;
+}
+
+float nf4_absmax(const Nf4Format *f, const void *unit, int64_t i) {
+    Nf4Layout l;
+    nf4_layout(f, &l);
+    return absmax_at(f, &l, unit, i);
 }
 
 /* element e's value in fp32, its block's absmax given */
@@ -215,17 +219,21 @@ static inline float nf4_value(const uint8_t *packed, int64_t e, float absmax) {
 }
 
 void nf4_dequantize_f32(const Nf4Format *f, const void *unit, int64_t e0, int64_t n, float *dst) {
+    Nf4Layout l;
+    nf4_layout(f, &l);
     for (int64_t k = 0; k < n;) {
         const int64_t e = e0 + k, b = e / f->blocksize, end = (b + 1) * f->blocksize - e0;
-        const float a = nf4_absmax(f, unit, b);
+        const float a = absmax_at(f, &l, unit, b);
         for (; k < n && k < end; k++) dst[k] = nf4_value(unit, e0 + k, a);
     }
 }
 
 void nf4_dequantize_bf16(const Nf4Format *f, const void *unit, int64_t e0, int64_t n, uint16_t *dst) {
+    Nf4Layout l;
+    nf4_layout(f, &l);
     for (int64_t k = 0; k < n;) {
         const int64_t e = e0 + k, b = e / f->blocksize, end = (b + 1) * f->blocksize - e0;
-        const float a = nf4_absmax(f, unit, b);
+        const float a = absmax_at(f, &l, unit, b);
         for (; k < n && k < end; k++) dst[k] = gt_f32_to_bf16(nf4_value(unit, e0 + k, a));
     }
 }
