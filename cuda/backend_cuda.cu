@@ -600,6 +600,8 @@ static const BackendOps k_cuda_ops = {
     /* .dora_backward = */ gtc_dora_backward,
     /* .convert = */ gtc_convert,
     /* .dequant_nf4 = */ gtc_dequant_nf4,
+    /* .kv_store = */ nullptr,
+    /* .attention_cached = */ nullptr,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

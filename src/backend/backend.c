@@ -18,6 +18,7 @@ static const char *const k_mem_category_names[MEM_COUNT] = {
     [MEM_LOGITS] = "logits",
     [MEM_HOST_OFFLOAD] = "host_offload",
     [MEM_HOST_STAGING] = "host_staging",
+    [MEM_KV_CACHE] = "kv_cache",
 };
 
 const char *mem_category_name(MemCategory c) {

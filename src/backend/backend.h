@@ -37,6 +37,7 @@ typedef enum {
     MEM_LOGITS,            /* LM head logits / dlogits chunk */
     MEM_HOST_OFFLOAD,      /* host (pinned on CUDA) copies of offloaded inputs */
     MEM_HOST_STAGING,      /* host (pinned on CUDA) buffer that init, loading and saving stream through */
+    MEM_KV_CACHE,          /* generation: the keys and values of every decoding row (decode.h), on the device */
     MEM_COUNT
 } MemCategory;
 
@@ -292,6 +293,26 @@ typedef struct BackendOps {
      * dequantized with this, unit by unit, into the scratch before its GEMM. unit is in the
      * backend's memory (device pointer), laid out by nf4_layout(f). */
     void (*dequant_nf4)(Backend *b, void *dst, GtDtype dst_dtype, const void *unit, const Nf4Format *f);
+    /* ---- generation with a KV cache (src/model/decode.h) ----
+     * The cache of one layer: kc, vc [slots, ctx, NKV*hd] (act dtype). N tokens of any rows are
+     * processed at once (a flat batch: prompt chunks and one new token per decoding row); token i
+     * belongs to cache row slot[i] (< slots) at position pos[i] (< ctx). slot and pos are int[N] in
+     * the backend's memory. Within one call no two tokens share a (slot, pos). */
+    /* kc[slot[i], pos[i], :] = the k heads of qkv[i] (channels NH*hd .. (NH+NKV)*hd of the row of
+     * (NH+2*NKV)*hd), vc[...] = its v heads (the NKV*hd after them); a copy, no arithmetic */
+    void (*kv_store)(Backend *b, act_t *kc, act_t *vc, const act_t *qkv, const int *slot, const int *pos, int N,
+                     int NH, int NKV, int hd, int ctx);
+    /* Attention of each token's query heads over its own row's cached keys (kv_store of this call
+     * done first, so a token sees itself and the earlier tokens of its row, whether stored by this
+     * call or an earlier one): for token i, query head h (kv head g = h / (NH/NKV)), keys
+     * j = lo..pos[i] with lo = max(0, pos[i] - window + 1) (window 0: lo = 0):
+     *   s_j = (q . k_j) / sqrt(hd)   (q: qkv[i] head h, k_j: kc[slot[i], j] head g),
+     *   out[i, h*hd + c] = sum_j softmax(s)_j vc[slot[i], j, g*hd + c].
+     * fp32 arithmetic on the act values, out rounded once; each (i, h) computed by one thread in
+     * a fixed order (deterministic, no atomics). Cache rows are never read past pos[i]: what an
+     * earlier tenant of the slot left there is not seen. */
+    void (*attention_cached)(Backend *b, act_t *out, const act_t *qkv, const act_t *kc, const act_t *vc,
+                             const int *slot, const int *pos, int N, int NH, int NKV, int hd, int ctx, int window);
 } BackendOps;
 
 struct Backend {

@@ -731,6 +731,8 @@ static const BackendOps k_cpu_ops = {
     .dora_backward = cpu_dora_backward,
     .convert = cpu_convert,
     .dequant_nf4 = cpu_dequant_nf4,
+    .kv_store = cpu_kv_store,
+    .attention_cached = cpu_attention_cached,
 };
 
 /* "model name : AMD EPYC 7763 64-Core Processor" from /proc/cpuinfo, else "unknown CPU" */

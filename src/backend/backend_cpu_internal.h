@@ -1,7 +1,7 @@
 /* backend_cpu_internal.h - what the CPU backend's source files share, not an API of its own:
  * backend_cpu.c (memory, the GPT-2 ops, the bf16 emulation, the ops table), backend_cpu_attention.c
  * (flash-style attention), backend_cpu_llama.c (RMSNorm, per-head RMSNorm, RoPE, SwiGLU), backend_cpu_nf4.c
- * (dequant_nf4) and backend_cpu_lora.c
+ * (dequant_nf4), backend_cpu_decode.c (the KV cache's ops) and backend_cpu_lora.c
  * (axpby_rows, dropout). The determinism rules
  * all of them follow are in backend_cpu.c's header comment. */
 #ifndef GT_BACKEND_CPU_INTERNAL_H
@@ -108,6 +108,11 @@ void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t ke
                  float scale);
 /* backend_cpu_nf4.c */
 void cpu_dequant_nf4(Backend *b, void *dst, GtDtype dst_dtype, const void *unit, const Nf4Format *f);
+/* backend_cpu_decode.c: generation with a KV cache */
+void cpu_kv_store(Backend *b, act_t *kc, act_t *vc, const act_t *qkv, const int *slot, const int *pos, int N, int NH,
+                  int NKV, int hd, int ctx);
+void cpu_attention_cached(Backend *b, act_t *out, const act_t *qkv, const act_t *kc, const act_t *vc, const int *slot,
+                          const int *pos, int N, int NH, int NKV, int hd, int ctx, int window);
 
 /* backend_cpu_dora.c */
 void cpu_dora_norm(Backend *b, float *norm, const act_t *W, const act_t *A, const act_t *B, int rows, int in, int r,
