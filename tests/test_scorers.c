@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 #include "scorers.h"
@@ -413,6 +414,34 @@ Test(scorers, token_soup_matches_metamath) {
               "the soup lost its mix: gsm8k %d extracted %d correct, math %d extracted %d correct", n_extracted[0],
               n_correct[0], n_extracted[1], n_correct[1]);
     cr_assert_eq(bad, 0, "%d of %d soup results differ from the scripts", bad, 4 * N);
+}
+
+/* Long adversarial inputs (2 MB of answer marks, \boxed{, \frac1, \sqrt, signs and points, open
+ * braces) take time linear in their length: a quadratic search over 10^5-10^6 matches would take
+ * minutes here, the scorer takes well under a second (the bound is generous for a loaded machine). */
+Test(scorers, long_inputs_stay_linear) {
+    static const char *const units[] = {"The answer is: ", "\\boxed{", "\\frac1", "\\sqrt", "-.", "{", "1,", "\\text{ "};
+    const size_t nu = sizeof units / sizeof units[0];
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (size_t u = 0; u < nu; u++) {
+        GtBytes b = {0};
+        gt_bytes_put(&b, "The answer is: ", 15);
+        while (b.n < (2u << 20)) gt_bytes_put(&b, units[u], strlen(units[u]));
+        gt_bytes_put(&b, "", 1);
+        for (int t = 0; t < 2; t++) {
+            ScoreResult r;
+            score_answer(t ? TASK_MATH : TASK_GSM8K, b.p, b.p, &r);
+            score_result_free(&r);
+        }
+        free(score_math_strip(b.p));
+        free(score_math_last_boxed(b.p));
+        gt_bytes_free(&b);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_log_info("8 inputs of 2 MiB scored in %.2f s", s);
+    cr_assert_lt(s, 60.0, "2 MiB inputs took %.1f s: something is quadratic", s);
 }
 
 Test(scorers, task_names_and_no_task) {

@@ -48,12 +48,19 @@ static char *bytes_take(GtBytes *b) { /* the buffer as a NUL-terminated string (
 static char *utf8_lossy(const char *s) {
     size_t n = strlen(s);
     GtBytes b = {0};
+    size_t run = 0; /* valid bytes not yet copied, ending at i */
     for (size_t i = 0; i < n;) {
         long k = gt_utf8_sequence((const unsigned char *)s + i, n - i);
-        if (k > 0) gt_bytes_put(&b, s + i, (size_t)k);
-        else gt_bytes_put(&b, "\xEF\xBF\xBD", 3);
+        if (k > 0) {
+            run += (size_t)k;
+        } else {
+            gt_bytes_put(&b, s + i - run, run);
+            gt_bytes_put(&b, "\xEF\xBF\xBD", 3);
+            run = 0;
+        }
         i += (size_t)(k > 0 ? k : -k);
     }
+    gt_bytes_put(&b, s + n - run, run);
     return bytes_take(&b);
 }
 
@@ -107,18 +114,27 @@ static int nd_value(uint32_t cp) {
     return u_charDigitValue((UChar32)cp);
 }
 
+/* strstr by strchr and strncmp: each call reads only up to its match (a search over many
+ * matches stays linear where a sanitizer's strstr measures the whole rest of the string each time) */
+static const char *find(const char *s, const char *pat) {
+    size_t m = strlen(pat);
+    for (const char *q = strchr(s, pat[0]); q; q = strchr(q + 1, pat[0]))
+        if (!strncmp(q, pat, m)) return q;
+    return NULL;
+}
+
 static size_t count(const char *s, const char *pat) { /* str.count, = len(str.split(pat)) - 1 */
     size_t c = 0, m = strlen(pat);
-    for (const char *p = strstr(s, pat); p; p = strstr(p + m, pat)) c++;
+    for (const char *p = find(s, pat); p; p = find(p + m, pat)) c++;
     return c;
 }
 
 static char *replace(char *s, const char *from, const char *to) { /* str.replace; frees s */
-    if (!strstr(s, from)) return s;
+    if (!find(s, from)) return s;
     size_t fm = strlen(from), tm = strlen(to);
     GtBytes b = {0};
     const char *p = s;
-    for (const char *q = strstr(p, from); q; q = strstr(p, from)) {
+    for (const char *q = find(p, from); q; q = find(p, from)) {
         gt_bytes_put(&b, p, (size_t)(q - p));
         gt_bytes_put(&b, to, tm);
         p = q + fm;
@@ -131,7 +147,7 @@ static char *replace(char *s, const char *from, const char *to) { /* str.replace
 /* The piece after the last `pat` (str.split(pat)[-1] when pat occurs: pat has no border), or NULL */
 static const char *after_last(const char *s, const char *pat) {
     const char *last = NULL;
-    for (const char *p = strstr(s, pat); p; p = strstr(p + strlen(pat), pat)) last = p;
+    for (const char *p = find(s, pat); p; p = find(p + strlen(pat), pat)) last = p;
     return last ? last + strlen(pat) : NULL;
 }
 
@@ -320,11 +336,11 @@ static char *gsm8k_extract(const char *text) {
 /* The gold: eval_gsm8k.py's item['response'].split('#### ')[1].replace(',', '') (the whole field
  * when it has no "#### ", as test_acc.py's data["answer"]), stripped; NULL unless float() takes it. */
 static char *gsm8k_gold(const char *field, double *v) {
-    const char *g = strstr(field, "#### ");
+    const char *g = find(field, "#### ");
     size_t n;
     if (g) {
         g += 5;
-        const char *next = strstr(g, "#### ");
+        const char *next = find(g, "#### ");
         n = next ? (size_t)(next - g) : strlen(g);
     } else {
         g = field;
@@ -351,9 +367,9 @@ char *score_math_last_boxed(const char *text) {
     char *s = utf8_lossy(text);
     char *out = NULL;
     const char *idx = NULL;
-    for (const char *p = strstr(s, "\\boxed"); p; p = strstr(p + 1, "\\boxed")) idx = p;
+    for (const char *p = find(s, "\\boxed"); p; p = find(p + 1, "\\boxed")) idx = p;
     if (!idx)
-        for (const char *p = strstr(s, "\\fbox"); p; p = strstr(p + 1, "\\fbox")) idx = p;
+        for (const char *p = find(s, "\\fbox"); p; p = find(p + 1, "\\fbox")) idx = p;
     if (idx) {
         long open = 0;
         const char *right = NULL;
@@ -375,13 +391,13 @@ char *score_math_last_boxed(const char *text) {
  * end raises (substr[0] of ""): returns NULL then. */
 static char *fix_fracs(char *s) {
     static const char mark[] = "\\frac";
-    const char *p = strstr(s, mark);
+    const char *p = find(s, mark);
     if (!p) return s;
     GtBytes b = {0};
     gt_bytes_put(&b, s, (size_t)(p - s));
     while (p) {
         const char *sub = p + 5;
-        const char *next = strstr(sub, mark);
+        const char *next = find(sub, mark);
         size_t sn = next ? (size_t)(next - sub) : strlen(sub);
         gt_bytes_put(&b, mark, 5);
         if (sn == 0) {
@@ -416,13 +432,13 @@ static char *fix_fracs(char *s) {
  * ""): NULL. */
 static char *fix_sqrt(char *s) {
     static const char mark[] = "\\sqrt";
-    const char *p = strstr(s, mark);
+    const char *p = find(s, mark);
     if (!p) return s;
     GtBytes b = {0};
     gt_bytes_put(&b, s, (size_t)(p - s));
     while (p) {
         const char *sp = p + 5;
-        const char *next = strstr(sp, mark);
+        const char *next = find(sp, mark);
         size_t sn = next ? (size_t)(next - sp) : strlen(sp);
         if (sn == 0) {
             gt_bytes_free(&b);
@@ -500,7 +516,7 @@ static char *strip_string(char *s) {
         free(s);
         return NULL;
     }
-    if (units == 1) *strstr(s, "\\text{ ") = 0;
+    if (units == 1) s[find(s, "\\text{ ") - s] = 0;
     s = replace(s, "\\%", "");         /* percentage: twice, as the script ("\\%" then "\%", the same */
     s = replace(s, "\\%", "");         /* string: the first pass can make a new one, "\\%%" -> "\%") */
     s = replace(s, " .", " 0.");       /* " ." -> " 0.", "{." -> "{0." */
@@ -545,7 +561,7 @@ static bool is_equiv(const char *a, const char *b) {
 static char *math_extract(const char *text) {
     const char *ans = after_last(text, ANSWER_MARK);
     if (!ans) return NULL;
-    const char *cut = strstr(ans, ".\n");
+    const char *cut = find(ans, ".\n");
     size_t n = cut ? (size_t)(cut - ans) : strlen(ans);
     const char *p = py_strip(ans, n, &n);
     if (n > 0 && p[n - 1] == '.') n--;
@@ -570,7 +586,7 @@ void score_answer(GenTask task, const char *generated, const char *gold_field, S
         out->extracted = math_extract(gen);
         /* remove_boxed(last_boxed_only_string(solution)); a field with no \boxed or \fbox at all is
          * the answer itself (test_acc.py's data['answer']) */
-        if (strstr(gold, "\\boxed") || strstr(gold, "\\fbox")) out->gold = score_math_last_boxed(gold);
+        if (find(gold, "\\boxed") || find(gold, "\\fbox")) out->gold = score_math_last_boxed(gold);
         else out->gold = gt_xstrdup(gold);
         out->correct = out->extracted && out->gold && is_equiv(out->extracted, out->gold);
     }
