@@ -96,7 +96,7 @@ int gen_fix_generate(GenFixModel *g, const GenFixPrompts *pr, const GenOptions *
     return generate_run(g->m, g->kv, pr->p, pr->n, opt, keep, NULL, o, err);
 }
 
-void gen_fix_read_hf(const char *out, long n, int new_tokens, int **ids, double **margins) {
+void gen_fix_read_hf(const char *out, long n, int new_tokens, int **ids, double **margins, int *len) {
     *ids = malloc((size_t)n * new_tokens * sizeof **ids);
     *margins = malloc((size_t)n * new_tokens * sizeof **margins);
     cr_assert(*ids && *margins);
@@ -107,13 +107,19 @@ void gen_fix_read_hf(const char *out, long n, int new_tokens, int **ids, double 
             const char *p = strstr(out, key);
             cr_assert(p, "hf_generate.py printed no \"%s\" line:\n%s", key, out);
             p += strlen(key);
-            for (int t = 0; t < new_tokens; t++) {
+            int t = 0;
+            for (;; t++) {
+                while (*p == ' ') p++;
+                if (*p == '\n' || *p == 0) break;
+                cr_assert(t < new_tokens, "%s: more than %d values", key, new_tokens);
                 char *end;
                 if (k) (*margins)[i * new_tokens + t] = strtod(p, &end);
                 else (*ids)[i * new_tokens + t] = (int)strtol(p, &end, 10);
-                cr_assert(end != p && (*end == ' ' || *end == '\n' || *end == 0), "%s: %d values expected", key,
-                          new_tokens);
+                cr_assert(end != p && (*end == ' ' || *end == '\n' || *end == 0), "%s: not a number at value %d", key, t);
                 p = end;
             }
+            cr_assert(len ? t >= 1 : t == new_tokens, "%s: %d values, expected %d", key, t, new_tokens);
+            if (len && k == 0) len[i] = t;
+            if (len && k == 1) cr_assert_eq(t, len[i], "%s: %d margins for %d ids", key, t, len[i]);
         }
 }

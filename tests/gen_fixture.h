@@ -46,8 +46,9 @@ void gen_fix_out_free(GenFixOut *o);
 /* generate_run over all prompts into o; its return value */
 int gen_fix_generate(GenFixModel *g, const GenFixPrompts *pr, const GenOptions *opt, GenFixOut *o, GtError *err);
 
-/* hf_generate.py greedy's lines "gen i: ..." and "margin i: ..." for i < n, new values each (the test
- * fails if one is missing or short); fresh arrays [n * new] */
-void gen_fix_read_hf(const char *out, long n, int new_tokens, int **ids, double **margins);
+/* hf_generate.py greedy's lines "gen i: ..." and "margin i: ..." for i < n: new_tokens values each, or
+ * with len (not NULL) up to new_tokens, their count into len[i] (the test fails if a line is missing,
+ * short, or long); fresh arrays [n * new_tokens], prompt i's values from i * new_tokens */
+void gen_fix_read_hf(const char *out, long n, int new_tokens, int **ids, double **margins, int *len);
 
 #endif

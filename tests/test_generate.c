@@ -14,7 +14,8 @@
  * dequantize_4bit to fp32); and bf16 (gtrain precision bf16 against HF in torch.bfloat16). Where a
  * feature is under test, gtrain without it must generate something else (Mistral with the window taken
  * out of config.json, the base without its adapter, the fp32 base the NF4 one was quantized from): the
- * comparison can see it.
+ * comparison can see it. And EOS (eos_rows_leave_early_...): rows ending at different steps leave the
+ * batch early; ids up to and including the EOS and the finish reason equal transformers'.
  *
  * Equal token for token. The one honest exception: a step where the reference's own top-1 and
  * top-2 logits are within TIE_F32 (1e-4; gtrain's fp32 logits are about 1e-6 from HF's) is a near
@@ -103,7 +104,7 @@ static void against_generate(const Case *c) {
                                dir, root, c->hf_args, NEW_TOKENS);
     int *hf;
     double *margin;
-    gen_fix_read_hf(out, N_PROMPTS, NEW_TOKENS, &hf, &margin);
+    gen_fix_read_hf(out, N_PROMPTS, NEW_TOKENS, &hf, &margin, NULL);
     free(out);
     double min_margin = INFINITY;
     for (int k = 0; k < N_PROMPTS * NEW_TOKENS; k++) min_margin = fmin(min_margin, margin[k]);
@@ -213,4 +214,80 @@ Test(generate, nf4_bnb_base_lora_greedy_equals_transformers, .timeout = 300) {
 Test(generate, bf16_llama_greedy_equals_transformers_bf16_up_to_near_ties, .timeout = 300) {
     against_generate(&(Case){"Llama GQA 4/2, bf16", HF_MAKE "tiny-llama.json' m --seed 5 --init-std 0.1 >/dev/null", "m",
                              NULL, "m --dtype bf16", GT_BF16, TIE_BF16, {NULL}, NULL});
+}
+
+/* EOS: rows end at different steps, so a row leaves the batch early and the next prompt takes its slot
+ * at once. Three ids the reference generates (without EOS) at different steps of different prompts
+ * become the EOS set of both sides (transformers' generation_config.eos_token_id); each prompt's ids up
+ * to and including its first EOS, and why it ended, equal transformers'. */
+Test(generate, eos_rows_leave_early_equal_transformers, .timeout = 300) {
+    const char *root = getenv("GTRAIN_ROOT");
+    if (!root) cr_skip_test("GTRAIN_ROOT is not set (run through make test)");
+    test_require_refs();
+    char dir[128];
+    test_scratch_make(dir, sizeof dir, "gt_gen_eos");
+    free(test_sh_output(false, "cd '%s' && " PY " '%s/tests/tools/hf_models.py' make '%s/tests/fixtures/hf_configs/"
+                        "tiny-llama.json' m --seed 12 --init-std 0.1 >/dev/null", dir, root, root));
+    GtError err = {0};
+    GenFixPrompts pr;
+    gen_fix_prompts(&pr, LENS, N_PROMPTS, 256, 0x5151);
+    cr_assert_eq(gen_fix_write_prompts(&pr, test_join(dir, "prompts.txt")), 0);
+    const char *gen = "cd '%s' && " PY " '%s/tests/tools/hf_generate.py' greedy m prompts.txt --new %d%s";
+    char *out = test_sh_output(false, gen, dir, root, NEW_TOKENS, "");
+    int *free_run, *hf, len[N_PROMPTS];
+    double *margin;
+    gen_fix_read_hf(out, N_PROMPTS, NEW_TOKENS, &free_run, &margin, NULL);
+    free(out), free(margin);
+    GenOptions opt = {.max_new_tokens = NEW_TOKENS, .temperature = 1, .top_p = 1, .prefill_chunk = CHUNK};
+    char eos_args[128] = "";
+    for (int i = 0; i < N_PROMPTS && opt.n_eos < 3; i++) { /* prompt i's token at step 4 + 7 i */
+        const int id = free_run[i * NEW_TOKENS + 4 + 7 * i];
+        bool seen = false;
+        for (int k = 0; k < opt.n_eos; k++) seen |= opt.eos[k] == id;
+        if (seen) continue;
+        opt.eos[opt.n_eos++] = id;
+        snprintf(eos_args + strlen(eos_args), sizeof eos_args - strlen(eos_args), " --eos %d", id);
+    }
+    free(free_run);
+    cr_assert_eq(opt.n_eos, 3);
+    out = test_sh_output(false, gen, dir, root, NEW_TOKENS, eos_args);
+    gen_fix_read_hf(out, N_PROMPTS, NEW_TOKENS, &hf, &margin, len);
+    free(out);
+
+    GenFixModel g;
+    cr_assert_eq(gen_fix_open(&g, test_join(dir, "m"), NULL, GT_F32, SLOTS, CTX, CHUNK, &err), 0, "%s", err.msg);
+    GenFixOut o;
+    gen_fix_out_init(&o, N_PROMPTS);
+    cr_assert_eq(gen_fix_generate(&g, &pr, &opt, &o, &err), 0, "%s", err.msg);
+    int by_eos = 0, cut = 0, shortest = NEW_TOKENS, longest = 0;
+    for (long i = 0; i < N_PROMPTS; i++) {
+        int t = 0;
+        for (; t < len[i] && t < o.n[i]; t++)
+            if (o.ids[i][t] != hf[i * NEW_TOKENS + t]) break;
+        if (t < len[i] && t < o.n[i]) { /* a difference: only at a near tie */
+            const double mg = margin[i * NEW_TOKENS + t];
+            cr_assert(mg < TIE_F32, "prompt %ld step %d: gtrain %d, transformers %d (reference margin %.3g)", i, t,
+                      o.ids[i][t], hf[i * NEW_TOKENS + t], mg);
+            cr_log_warn("eos: prompt %ld step %d: a near tie (margin %.3g): compared up to there", i, t, mg);
+            cut++;
+            continue;
+        }
+        const bool eos = len[i] < NEW_TOKENS || (hf[i * NEW_TOKENS + len[i] - 1] == opt.eos[0] ||
+                                                 hf[i * NEW_TOKENS + len[i] - 1] == opt.eos[1] ||
+                                                 hf[i * NEW_TOKENS + len[i] - 1] == opt.eos[2]);
+        cr_assert_eq(o.n[i], len[i], "prompt %ld: gtrain generated %d ids, transformers %d (EOS %s)", i, o.n[i], len[i],
+                     eos_args);
+        cr_assert_eq(o.finish[i], eos ? GEN_FINISH_EOS : GEN_FINISH_LENGTH, "prompt %ld: finished by %s", i,
+                     gen_finish_name(o.finish[i]));
+        if (eos) by_eos++, shortest = len[i] < shortest ? len[i] : shortest, longest = len[i] > longest ? len[i] : longest;
+    }
+    cr_assert(by_eos >= 3 && shortest < longest, "only %d prompts ended at an EOS (lengths %d..%d): the test needs rows "
+              "leaving at different steps", by_eos, shortest, longest);
+    cr_log_info("eos (%s): %d of %d prompts ended at an EOS after %d..%d ids, equal to transformers' (%d cut at a near tie)",
+                eos_args, by_eos, N_PROMPTS, shortest, longest, cut);
+    gen_fix_out_free(&o);
+    gen_fix_close(&g);
+    free(hf), free(margin);
+    gen_fix_prompts_free(&pr);
+    test_scratch_remove(dir);
 }

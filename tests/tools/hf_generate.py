@@ -13,8 +13,10 @@ runs with no EOS too), and the output is checked to hold N tokens.
 
 usage ($GTRAIN_REFS_PY, CPU):
   hf_generate.py greedy MODELDIR PROMPTS.txt --new N [--adapter DIR] [--dtype f32|bf16] [--merged-out DIR]
+                  [--eos ID ...]
       PROMPTS.txt: one prompt per line, whitespace-separated token ids. Prints per prompt i:
-        "gen i: ID ID ..."       the N generated ids
+        "gen i: ID ID ..."       the N generated ids (--eos: generation_config.eos_token_id is these
+                                 ids instead: a row ends after generating one, which is kept)
         "margin i: M M ..."      at each step, the top-1 minus top-2 raw logit (output_logits; %.3e)
       --dtype bf16: the model loaded and run in torch.bfloat16 (weights rounded to bf16, bf16 compute);
       a bitsandbytes 4-bit MODELDIR (quantization_config in config.json) computes in float32 with
@@ -105,7 +107,7 @@ def cmd_greedy(a):
     prompts = read_prompts(a.prompts)
     m = load(a)
     gc = m.generation_config
-    gc.eos_token_id = None  # no early stop: exactly N tokens, as gtrain runs here (no EOS)
+    gc.eos_token_id = a.eos or None  # default no early stop: exactly N tokens, as gtrain runs here (no EOS)
     if gc.pad_token_id is None:
         gc.pad_token_id = 0
     vocab = m.config.vocab_size if hasattr(m, "config") else m.base_model.config.vocab_size
@@ -118,8 +120,10 @@ def cmd_greedy(a):
                              max_new_tokens=a.new, min_new_tokens=0, use_cache=True, num_beams=1,
                              output_logits=True, return_dict_in_generate=True, generation_config=gc)
         gen = out.sequences[0, len(p):].tolist()
-        if len(gen) != a.new:
+        if len(gen) != a.new and not (a.eos and 0 < len(gen) < a.new and gen[-1] in a.eos):
             die(f"prompt {i + 1}: generate gave {len(gen)} tokens, expected {a.new}", 1)
+        if a.eos and any(t in a.eos for t in gen[:-1]):
+            die(f"prompt {i + 1}: generate went on after an EOS", 1)
         margins = []
         for step, lg in enumerate(out.logits):
             top = torch.topk(lg[0].double(), 2).values
@@ -158,6 +162,7 @@ def main():
     g.add_argument("--adapter")
     g.add_argument("--dtype", choices=list(DT), default="f32")
     g.add_argument("--merged-out")
+    g.add_argument("--eos", type=int, action="append", default=[])
     w = sub.add_parser("warp")
     w.add_argument("logits")
     w.add_argument("--temperature", type=float, default=1.0)
