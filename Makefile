@@ -171,7 +171,8 @@ $(BUILD)/bench_nf4: bench/bench_nf4.c tests/qerr.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -Itests -o $@ $^ $(LDLIBS)
 
 # Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, the time of
-# the SVD PiSSA needs, and gtrain tokenize's tokens/s beside Hugging Face's tokenizers (not a test).
+# the SVD PiSSA needs, decode tokens/s beside transformers' generate, and gtrain tokenize's tokens/s beside
+# Hugging Face's tokenizers (not a test).
 bench: $(BUILD)/gtrain $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
 	scripts/bench.sh $(BUILD)
 	scripts/bench-tokenizer.sh $(BUILD)
