@@ -4,12 +4,14 @@
  * decode row on the backend under test and, when that is not the CPU, on the CPU backend too in
  * the same test, so both are checked against the same reference.
  *
- * The history (positions < 48, up to 4 slots): a first call prefills three rows; then flat
+ * The history (positions < 144, up to 4 slots): a first call prefills three rows; then flat
  * batches mixing a prompt chunk of a fresh slot, a chunk continuing a row, and single tokens of
  * other rows at different positions, in a shuffled token order; then slot 3 is reused by a new
  * prompt shorter than its earlier tenant's, whose keys stay in the cache past pos (finite values
  * that would change the result if read), and slot 0 starts out holding stale finite values; the
- * never-written rest of the cache is NaN. After each call the cache must hold the stored k/v bits
+ * never-written rest of the cache is NaN; last, a row grows past 128 positions (several of the
+ * CUDA kernel's key chunks) with keys growing along the row (a ramp), so a later chunk holds the
+ * maximum score and what an online softmax accumulated must be rescaled. After each call the cache must hold the stored k/v bits
  * exactly (kv_store is a copy) and everything else untouched, and attention_cached's out must be
  * the reference's within the fixture's bound (TOL in fp32: the ops compute in fp32 on act values,
  * the reference in double on the same values; TOL_BF16 under bf16: out is rounded once).
@@ -28,7 +30,7 @@
 typedef struct {
     int slot, pos0, n; /* n tokens of row slot at positions pos0 .. pos0 + n - 1 */
 } Seg;
-enum { MAX_SEGS = 4, DEC_SLOTS = 4, DEC_CTX = 48 };
+enum { MAX_SEGS = 4, DEC_SLOTS = 4, DEC_CTX = 144 };
 typedef struct {
     int nseg;
     Seg s[MAX_SEGS];
@@ -39,6 +41,8 @@ static const Call k_calls[] = {
     {4, {{0, 23, 1}, {3, 40, 1}, {1, 21, 1}, {2, 11, 1}}}, /* one token per row */
     {2, {{3, 0, 9}, {0, 24, 1}}},                          /* slot 3 reused: keys 9..40 are stale */
     {3, {{3, 9, 1}, {1, 22, 1}, {2, 12, 3}}},
+    {2, {{2, 15, 120}, {0, 25, 1}}},           /* a long chunk: keys past one 64-key chunk */
+    {3, {{2, 135, 1}, {3, 10, 1}, {1, 23, 2}}},
 };
 #define NCALLS (sizeof k_calls / sizeof k_calls[0])
 
@@ -142,7 +146,13 @@ static void decode_history(Fx *fx, const int *s, uint64_t seed) {
             const int j = (int)(rng_next(&r) % (uint64_t)(i + 1)), ts = slot[i], tp = pos[i];
             slot[i] = slot[j], pos[i] = pos[j], slot[j] = ts, pos[j] = tp;
         }
-        for (size_t e = 0; e < (size_t)N * R; e++) qkv[e] = rand_act(&r, act, -1.5f, 1.5f);
+        for (int i = 0; i < N; i++) { /* keys grow along the row: a ramp */
+            const float ramp = 1.0f + (float)pos[i] / 32.0f;
+            for (size_t e = 0; e < R; e++) {
+                const bool key = e >= (size_t)NH * hd && e < (size_t)NH * hd + KV;
+                qkv[(size_t)i * R + e] = rand_act(&r, act, key ? -1.5f * ramp : -1.5f, key ? 1.5f * ramp : 1.5f);
+            }
+        }
         to_act_bytes(act, qkv_bytes, qkv, (size_t)N * R);
         up(fx, d_qkv, qkv_bytes, (size_t)N * R * es);
         up(fx, d_slot, slot, (size_t)N * sizeof(int));
