@@ -222,8 +222,8 @@ int generate_run(Model *m, KvCache *kv, const GenPrompt *prompts, long n, const 
                 if ((cut = find_stop(r, o)) >= 0) end = true, fin = GEN_FINISH_STOP;
             }
             if (!end && (int)r->gen.n >= o->max_new_tokens) end = true, fin = GEN_FINISH_LENGTH;
-            /* the next feed would be at position p->n + gen.n - 1: past the cache, the row ends */
-            if (!end && p->n + (int)r->gen.n - 1 >= cap) end = true, fin = GEN_FINISH_CONTEXT;
+            /* prompt + generation fill the context (HF's max_length = the model's positions) */
+            if (!end && p->n + (int)r->gen.n >= cap) end = true, fin = GEN_FINISH_CONTEXT;
             if (!end) continue;
             if (o->tok && (fin != GEN_FINISH_STOP) && (rc = row_text(r, o, err))) break;
             if (cut >= 0) r->text[cut] = '\0';
