@@ -54,12 +54,4 @@ int model_decode(Model *m, KvCache *kv, const DecodeToken *tok, int n, float *lo
  * no per-layer activations), logits for logits_rows tokens at a time, no gradients. */
 int model_create_decode(Model **out, const ModelDesc *desc, Backend *be, int n_tokens, int logits_rows, GtError *err);
 
-/* The plan of a generation run: model_create_decode(n_tokens, slots) plus a cache of slots x ctx
- * (p->bytes[MEM_KV_CACHE]); B = 1, T = n_tokens in p. 0, or -1 on overflow as plan_memory. */
-int plan_decode_memory(MemPlan *p, const ModelDesc *d, int n_tokens, int slots, int ctx, GtDtype act);
-
-/* The most slots (at most max_slots) whose plan (n_tokens = max(prefill_chunk, slots)) fits
- * limit bytes of device memory; 0 when not even one does. */
-int plan_decode_fit(const ModelDesc *d, int prefill_chunk, int max_slots, int ctx, GtDtype act, uint64_t limit);
-
 #endif

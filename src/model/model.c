@@ -176,17 +176,16 @@ int model_download_base(Model *m, size_t off, float *host, size_t n, GtError *er
 }
 
 /* the rotary table, positions in chunks through the staging buffer */
-static int upload_rope(Model *m, GtError *err) {
+int model_upload_rope(Model *m, float *cos, float *sin, int positions, GtError *err) {
     const int half = m->desc.head_dim / 2;
     const size_t per_pos = 2 * (size_t)half;
     const int chunk = (int)(m->staging_bytes / sizeof(float) / per_pos);
-    for (int p0 = 0; p0 < m->T; p0 += chunk) {
-        int np = m->T - p0 < chunk ? m->T - p0 : chunk;
+    for (int p0 = 0; p0 < positions; p0 += chunk) {
+        int np = positions - p0 < chunk ? positions - p0 : chunk;
         float *cs = m->staging, *sn = m->staging + (size_t)np * half;
         arch_rope_table(&m->desc, p0, np, cs, sn);
         const size_t off = (size_t)p0 * half, bytes = (size_t)np * half * sizeof(float);
-        if (m->be->ops->to_device(m->be, m->rope_cos + off, cs, bytes, err) ||
-            m->be->ops->to_device(m->be, m->rope_sin + off, sn, bytes, err))
+        if (m->be->ops->to_device(m->be, cos + off, cs, bytes, err) || m->be->ops->to_device(m->be, sin + off, sn, bytes, err))
             return -1;
     }
     return 0;
@@ -210,7 +209,7 @@ size_t model_shard_size(size_t n_params, int shard_world) {
 }
 
 static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
-                       uint64_t seed, int shard_world, int shard_rank, bool train, GtError *err);
+                       uint64_t seed, int shard_world, int shard_rank, bool train, int logits_rows, GtError *err);
 
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err) {
@@ -219,11 +218,18 @@ int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, 
 
 int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                          uint64_t seed, int shard_world, int shard_rank, GtError *err) {
-    return model_build(out, desc, be, B, T, policy, seed, shard_world, shard_rank, true, err);
+    return model_build(out, desc, be, B, T, policy, seed, shard_world, shard_rank, true,
+                       plan_logits_rows(desc, B, T, be->act_dtype), err);
 }
 
 int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int T, GtError *err) {
-    return model_build(out, desc, be, 1, T, recompute_policy(false, 1, false, desc->n_layer), 0, 1, 0, false, err);
+    return model_build(out, desc, be, 1, T, recompute_policy(false, 1, false, desc->n_layer), 0, 1, 0, false, 1, err);
+}
+
+int model_create_decode(Model **out, const ModelDesc *desc, Backend *be, int n_tokens, int logits_rows, GtError *err) {
+    /* every layer "recomputed": one layer's activations serve all (a decode keeps nothing for a backward) */
+    return model_build(out, desc, be, 1, n_tokens, recompute_policy(true, 1, false, desc->n_layer), 0, 1, 0, false,
+                       logits_rows, err);
 }
 
 /* where instance k of a buffer goes: the layers it serves are walked in order (kept layers for
@@ -307,7 +313,7 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
 /* train: gradients, AdamW state, the backward workspace and the table's initial weights; without
  * it, the forward's buffers only and zero weights (the caller loads them) */
 static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
-                       uint64_t seed, int shard_world, int shard_rank, bool train, GtError *err) {
+                       uint64_t seed, int shard_world, int shard_rank, bool train, int logits_rows, GtError *err) {
     Model *m = gt_xcalloc(1, sizeof *m);
     m->desc = *desc;
     m->be = be;
@@ -315,7 +321,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->T = T;
     m->policy = policy;
     m->act = be->act_dtype;
-    m->logits_rows = train ? plan_logits_rows(desc, B, T, m->act) : 1;
+    m->logits_rows = logits_rows;
     m->window = desc->sliding_window > 0 && desc->sliding_window < T ? desc->sliding_window : 0;
     const bool lora = desc->adapter.r > 0;
     param_layout_init(&m->base_layout, desc);
@@ -380,7 +386,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
     m->lnfw = model_w(m, -1, ROLE_NORMF_W);
     m->lnfb = model_w(m, -1, ROLE_NORMF_B);
     m->lm_head = pl->global[ROLE_LM_HEAD] >= 0 ? model_w(m, -1, ROLE_LM_HEAD) : m->wte;
-    if (arch_spec(desc->arch)->pos == POS_ROPE && upload_rope(m, err)) goto fail;
+    if (arch_spec(desc->arch)->pos == POS_ROPE && model_upload_rope(m, m->rope_cos, m->rope_sin, m->T, err)) goto fail;
     if (train) {
         m->dwte = model_g(m, -1, ROLE_WTE);
         m->dwpe = model_g(m, -1, ROLE_WPE);

@@ -103,6 +103,9 @@ typedef struct Model {
     /* positions of row 0 whose keys and values the activations hold for model_forward_rows; 0
      * after a model_step or a change of the weights */
     int kv_len;
+    /* generation: the cache the layers store into and attend over while model_decode runs (decode.h);
+     * NULL otherwise */
+    struct KvCache *kv;
 
     /* every allocation, to free it: pointer, bytes, category */
     struct ModelAlloc { void *p; size_t bytes; MemCategory cat; } *allocs;

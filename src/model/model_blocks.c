@@ -82,13 +82,19 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     } else {
         linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, qkv, ln1, N, C, QKV);
     }
-    const int *pos = m->pos_on ? m->positions : NULL; /* packed rows (pos0 = 0, n = T) */
-    if (spec(m)->pos == POS_ROPE) op->rope_forward(be, qkv, m->rope_cos, m->rope_sin, B, n, pos0, NH, NKV, hd, pos);
+    /* per-token positions: packed rows (pos0 = 0, n = T), or a decode's tokens (decode.h) */
+    const int *pos = m->pos_on ? m->positions : NULL;
+    const float *cos, *sin;
+    decode_rope_table(m, &cos, &sin);
+    if (spec(m)->pos == POS_ROPE) op->rope_forward(be, qkv, cos, sin, B, n, pos0, NH, NKV, hd, pos);
     /* causal attention over positions 0..pos0+n-1: the op has no query offset, so rows before
      * pos0 are recomputed too (measured: 3 % of the time of 200 sampled tokens at 124M on the CPU,
      * the weights' matmuls 70 %). With pos0 > 0 the lse layout is [NH, pos0+n]: only a training
-     * forward is followed by backward. */
-    op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window, pos);
+     * forward is followed by backward. A decode attends over its cache instead. */
+    if (m->kv)
+        decode_attention(m, l, atty, qkv, N);
+    else
+        op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window, pos);
     linear_forward(m, l, ROLE_O_W, ROLE_O_B, res2, atty, N, Q, C);
     /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
     if (spec(m)->norm == NORM_LAYERNORM)

@@ -54,6 +54,13 @@ void model_refresh_weights(Model *m);
 /* model_blocks.c */
 /* embedding and every block over positions pos0..pos0+n-1 of B rows; leaves lnf filled */
 void model_forward_blocks(Model *m, int B, int pos0, int n, bool offload);
+/* the rotary table of positions 0..positions-1 into cos/sin (device, [positions, head_dim / 2]),
+ * through the host staging buffer */
+int model_upload_rope(Model *m, float *cos, float *sin, int positions, GtError *err);
+/* decode.c: while model_decode runs (m->kv set), a layer's attention over the cache, and the
+ * rotary table the layers read (the cache's, for its positions; else the model's) */
+void decode_attention(Model *m, int l, act_t *atty, const act_t *qkv, int n);
+void decode_rope_table(const Model *m, const float **cos, const float **sin);
 /* backward from dL/d(lnf) in dbtc down to the embeddings */
 void model_backward_blocks(Model *m, int B);
 

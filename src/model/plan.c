@@ -1,6 +1,7 @@
 /* plan.c - the memory plan (see plan.h): the sum of buffers.c's list, which model_create allocates. */
 #include "plan.h"
 
+#include "decode.h"
 #include "lora.h"
 
 #include "buffers.h"
@@ -52,8 +53,11 @@ static GtDtype base_linear_dtype(const ModelDesc *d, GtDtype act) {
     return act;
 }
 
-int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
-                GtDtype act) {
+/* The plan of a model of B x T under pol: a training run's (train: gradients, AdamW state, the
+ * backward's workspace; logits_rows 0: plan_logits_rows) or a generation run's (no train, with a
+ * KV cache of kv_bytes in MEM_KV_CACHE) */
+static int plan_fill(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+                     GtDtype act, bool train, int logits_rows, uint64_t kv_bytes) {
     memset(p, 0, sizeof *p);
     Checked k = {"effective batch", NULL};
     p->B = B;
@@ -73,17 +77,19 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
     p->base_quant = d->quant;
     p->n_params = model_desc_num_params(d);
     p->n_trainable = d->adapter.r > 0 ? lora_num_params(d) : p->n_params;
-    p->logits_rows = plan_logits_rows(d, B, T, act);
+    p->logits_rows = logits_rows > 0 ? logits_rows : plan_logits_rows(d, B, T, act);
 
     /* the model's buffers, as model_create allocates them (buffers.c) */
     p->zero1 = zero1;
-    BufferShape shape = {B, T, pol, act, zero1 ? world : 1, true, p->logits_rows};
+    BufferShape shape = {B, T, pol, act, zero1 ? world : 1, train, p->logits_rows};
     BufferList list;
     if (buffers_list(&list, d, &shape) && !k.what) k.what = list.overflow;
     for (int i = 0; i < list.n; i++) {
         k.cur = mem_category_name(list.b[i].cat);
         p->bytes[list.b[i].cat] = cadd(&k, p->bytes[list.b[i].cat], cmul(&k, list.b[i].bytes, (uint64_t)list.b[i].count));
     }
+    k.cur = "kv_cache";
+    p->bytes[MEM_KV_CACHE] = cadd(&k, p->bytes[MEM_KV_CACHE], kv_bytes);
     for (int c = 0; c < MEM_COUNT; c++) {
         k.cur = mem_category_on_device((MemCategory)c) ? "the device total" : "the host total";
         if (mem_category_on_device((MemCategory)c))
@@ -98,6 +104,38 @@ int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, 
         return -1;
     }
     return 0;
+}
+
+int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+                GtDtype act) {
+    return plan_fill(p, d, B, A, world, T, pol, zero1, act, true, 0, 0);
+}
+
+int plan_decode_memory(MemPlan *p, const ModelDesc *d, int n_tokens, int slots, int ctx, GtDtype act) {
+    const uint64_t kv = kv_cache_bytes(d, slots, ctx, act);
+    int rc = plan_fill(p, d, 1, 1, 1, n_tokens, recompute_policy(true, 1, false, d->n_layer), false, act, false, slots,
+                       kv == UINT64_MAX ? 0 : kv);
+    if (kv == UINT64_MAX && !p->overflow) {
+        p->overflow = "kv_cache";
+        p->device_total = p->host_total = UINT64_MAX;
+        rc = -1;
+    }
+    return rc;
+}
+
+int plan_decode_fit(const ModelDesc *d, int prefill_chunk, int max_slots, int ctx, GtDtype act, uint64_t limit) {
+    /* the plan grows with the slots: the largest that fits, by bisection */
+    int lo = 0, hi = max_slots;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo + 1) / 2;
+        MemPlan p;
+        if (plan_decode_memory(&p, d, mid > prefill_chunk ? mid : prefill_chunk, mid, ctx, act) == 0 &&
+            p.device_total <= limit)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
@@ -127,6 +165,7 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     else
         fprintf(out, "  %-18s %14s\n", "category", "planned");
     for (int c = 0; c < MEM_COUNT; c++) {
+        if (c == MEM_KV_CACHE && !p->bytes[c] && !(measured && measured->peak[c])) continue; /* training */
         if (measured)
             fprintf(out, "  %-18s %14s %14s%s\n", mem_category_name((MemCategory)c),
                     gt_format_bytes(a, sizeof a, p->bytes[c]), gt_format_bytes(b, sizeof b, measured->peak[c]),

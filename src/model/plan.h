@@ -45,6 +45,13 @@ GtDtype plan_act_dtype(Precision prec);
 int plan_memory(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
                  GtDtype act);
 
+/* The plan of a generation run (decode.h): model_create_decode(n_tokens, logits_rows = slots) plus a
+ * KV cache of slots x ctx (bytes[MEM_KV_CACHE]); B = 1, T = n_tokens in p. 0, or -1 on overflow. */
+int plan_decode_memory(MemPlan *p, const ModelDesc *d, int n_tokens, int slots, int ctx, GtDtype act);
+/* The most slots (at most max_slots) whose plan, with n_tokens = max(prefill_chunk, slots), fits
+ * limit bytes of device memory; 0 when not even one does. */
+int plan_decode_fit(const ModelDesc *d, int prefill_chunk, int max_slots, int ctx, GtDtype act, uint64_t limit);
+
 /* Print the plan as a table; with measured != NULL, plan and measured (high-water) side by side. */
 void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out);
 

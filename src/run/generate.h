@@ -1,7 +1,7 @@
 /* generate.h - batched generation: many prompts decoded at once over a KV cache (decode.h), with
  * continuous batching: each prompt takes a free cache slot, is prefilled in chunks, then decodes
  * one token per step beside the other rows; a row that finishes (EOS, a stop string, its token
- * budget, the context) leaves and the next prompt takes its slot.
+ * budget, or prompt + generation filling the cache's ctx positions) leaves and the next prompt takes its slot.
  *
  * Decoding follows transformers' generate: greedy (do_sample false) is the argmax of the logits
  * (the lowest id on a tie, as torch.argmax); sampling applies temperature, then top-k, then top-p

@@ -14,7 +14,7 @@
 #include "lora.h"
 #include "rundir.h"
 
-static uint64_t next_u64(uint64_t *s) {
+uint64_t sample_rng_next(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -43,7 +43,7 @@ int sample_token(const float *logits, int V, double temperature, int top_k, uint
     double sum = 0.0;
     for (int v = 0; v < V; v++)
         if (logits[v] >= threshold) sum += exp((logits[v] - logits[best]) / temperature);
-    double u = (double)(next_u64(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
+    double u = (double)(sample_rng_next(rng) >> 11) / 9007199254740992.0 * sum, acc = 0.0;
     for (int v = 0; v < V; v++) {
         if (logits[v] < threshold) continue;
         acc += exp((logits[v] - logits[best]) / temperature);

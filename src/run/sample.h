@@ -5,6 +5,9 @@
 #include "model.h"
 #include "tokenizer.h"
 
+/* The random stream sampling draws from (splitmix64): the next 64 bits, *s advanced. */
+uint64_t sample_rng_next(uint64_t *s);
+
 /* Draw a token from logits[V] with temperature (<= 0: greedy) and top-k (0: all); rng advanced. */
 int sample_token(const float *logits, int V, double temperature, int top_k, uint64_t *rng);
 
