@@ -164,6 +164,9 @@ static int validate(CfgCtx *c) {
             return cfg_key_error(c, ie, msg);
         }
     }
+    if (cfg->generation.task != 0 && !cfg->generation.data[0])
+        return cfg_key_error(c, config_schema_index("generation.data"),
+                             "expected the task's prompts and answers (required with generation.task), found nothing");
     /* the floor of cosine_with_min_lr reaches AdamW as a float, like learning_rate itself */
     const double floor_lr = cfg->learning_rate * cfg->min_lr_rate;
     if (cfg->lr_scheduler_type == LR_COSINE_MIN_LR && floor_lr > 0 && floor_lr < FLT_MIN) {
@@ -276,7 +279,19 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
         char val[GT_PATH_MAX + 64], src[32];
         cfg_value_text(k, cfg, val, sizeof val);
         if ((k->type == KT_PATH || k->type == KT_STRING) && !val[0]) snprintf(val, sizeof val, "\"\"");
-        if (k->type == KT_STRING && strpbrk(val, "\n\t\r\"\\")) { /* a template: one line, as YAML would quote it */
+        if (k->strings && val[0]) { /* a list of exact strings: each quoted, as in YAML */
+            char q[2 * sizeof val + 3];
+            size_t n = 0;
+            q[n++] = '[', q[n++] = '"';
+            for (const char *c = val; *c && n + 8 < sizeof q; c++) {
+                const char *e = *c == '\n' ? "\\n" : *c == '\t' ? "\\t" : *c == '\r' ? "\\r" : *c == '"' ? "\\\"" : *c == '\\' ? "\\\\" : *c == CONFIG_LIST_SEP ? "\", \"" : NULL;
+                if (e) n += (size_t)snprintf(q + n, sizeof q - n, "%s", e);
+                else q[n++] = *c;
+            }
+            q[n++] = '"', q[n++] = ']';
+            q[n] = 0;
+            snprintf(val, sizeof val, "%.*s", (int)(sizeof val - 1), q);
+        } else if (k->type == KT_STRING && strpbrk(val, "\n\t\r\"\\")) { /* a template: one line, as YAML would quote it */
             char q[2 * sizeof val + 3];
             size_t n = 0;
             q[n++] = '"';

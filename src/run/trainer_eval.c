@@ -10,35 +10,43 @@
 
 /* ---------------------------------------------------------------- eval */
 
-/* Mean loss over the fixed eval windows: the first eval_max_batches * per_device_eval_batch_size
- * windows (all when eval_max_batches is 0), in order, in chunks of at most the model's micro-batch. */
-static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err) {
-    Model *m = t->model;
-    long n_windows = data_num_eval_windows(t->val);
-    long cap = t->cfg->eval_max_batches * (long)t->cfg->per_device_eval_batch_size;
-    if (t->cfg->eval_max_batches > 0 && cap < n_windows) n_windows = cap;
+long trainer_eval_windows(const RunConfig *cfg, const DataSource *val) {
+    long n_windows = data_num_eval_windows(val);
+    long cap = cfg->eval_max_batches * (long)cfg->per_device_eval_batch_size;
+    return cfg->eval_max_batches > 0 && cap < n_windows ? cap : n_windows;
+}
+
+/* Mean loss over the fixed eval windows: the first n_windows (trainer_eval_windows), in order, in
+ * chunks of at most the model's micro-batch. */
+int trainer_eval_loss(Model *m, const DataSource *val, long n_windows, int *tok, int *tgt, int *pos,
+                      EvalProgressFn progress, void *ctx, double *mean_loss, long *n_tokens, GtError *err) {
     double sum = 0.0;
     long items = 0;
     const int B = model_batch_rows(m);
     for (long w = 0; w < n_windows; w += B) {
         int rows = (int)(n_windows - w < B ? n_windows - w : B);
-        data_fill_eval_pos(t->val, w, rows, t->tok, t->tgt, t->pos);
+        data_fill_eval_pos(val, w, rows, tok, tgt, pos);
         double s = 0.0;
-        if (model_step_pos(m, t->tok, t->tgt, t->pos, rows, 0.0f, false, &s, err)) return -1;
+        if (model_step_pos(m, tok, tgt, pos, rows, 0.0f, false, &s, err)) return -1;
         sum += s;
-        items += count_items(t->tgt, (size_t)rows * model_seq_len(m));
+        items += count_items(tgt, (size_t)rows * model_seq_len(m));
+        if (progress) progress(ctx, w + rows, n_windows);
     }
     *mean_loss = items > 0 ? sum / (double)items : NAN;
     *n_tokens = items;
     return 0;
 }
 
+static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err) {
+    return trainer_eval_loss(t->model, t->val, trainer_eval_windows(t->cfg, t->val), t->tok, t->tgt, t->pos, NULL, NULL,
+                             mean_loss, n_tokens, err);
+}
+
 int trainer_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) {
     double vl;
     long vt;
     char line[256];
-    long windows = data_num_eval_windows(t->val), cap = t->cfg->eval_max_batches * (long)t->cfg->per_device_eval_batch_size;
-    if (t->cfg->eval_max_batches > 0 && cap < windows) windows = cap; /* as evaluate counts them */
+    long windows = trainer_eval_windows(t->cfg, t->val);
     if (t->tty) metrics_progress_clear(stdout);
     gt_log("%s\n", metrics_format_eval_start(line, sizeof line, step, windows, t->cfg->data.seq_len,
                                              t->cfg->data.val[0] ? t->cfg->data.val : "data.val_fraction of data.train"));

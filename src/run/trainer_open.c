@@ -196,7 +196,7 @@ static int init_adapters(Trainer *t, GtError *err) {
 
 /* The splits of the run's data: a text file with val_fraction and no val file splits itself;
  * returns the val path ("" for none). */
-static const char *data_splits(const RunConfig *cfg, int *split_train, int *split_val) {
+const char *trainer_data_splits(const RunConfig *cfg, int *split_train, int *split_val) {
     *split_train = *split_val = DATA_SPLIT_ALL;
     if (!cfg->data.val[0] && cfg->data.format == DATA_TEXT && cfg->data.val_fraction > 0) {
         *split_train = DATA_SPLIT_TRAIN, *split_val = DATA_SPLIT_VAL;
@@ -205,18 +205,23 @@ static const char *data_splits(const RunConfig *cfg, int *split_train, int *spli
     return cfg->data.val;
 }
 
-static DataText data_text(const RunConfig *cfg, const Tokenizer *tok) {
-    return (DataText){.tok = tok, .prompt_template = cfg->data.prompt_template,
+void trainer_data_text(const RunConfig *cfg, const Tokenizer *tok, DataText *out) {
+    *out = (DataText){.tok = tok, .prompt_template = cfg->data.prompt_template,
                       .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
                       .eos_id = tok ? tokenizer_eos_id(tok) : -1, .col_text = cfg->data.columns.text,
                       .col_prompt = cfg->data.columns.prompt, .col_completion = cfg->data.columns.completion,
                       .col_messages = cfg->data.columns.messages, .chat_template = cfg->data.chat_template,
                       .assistant_only_loss = cfg->data.assistant_only_loss};
 }
+static DataText data_text(const RunConfig *cfg, const Tokenizer *tok) {
+    DataText t;
+    trainer_data_text(cfg, tok, &t);
+    return t;
+}
 
 int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err) {
     int split_train, split_val;
-    data_splits(cfg, &split_train, &split_val);
+    trainer_data_splits(cfg, &split_train, &split_val);
     Tokenizer *tok = NULL;
     DataSource *train = NULL;
     if (tokenizer_load_for_model(&tok, cfg->tokenizer, cfg->model, err)) return -1;
@@ -256,7 +261,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                                                        : "micro-batch mean / accumulation steps");
 
     int split_train, split_val;
-    const char *val_path = data_splits(cfg, &split_train, &split_val);
+    const char *val_path = trainer_data_splits(cfg, &split_train, &split_val);
     if (tokenizer_load_for_model(&t->tokenizer, cfg->tokenizer, cfg->model, err)) return -1;
     if (t->tokenizer) {
         char sl[600];
