@@ -128,7 +128,7 @@ static int apply(CfgCtx *c, int i, const Scalar *v, int line, int col) {
             if (!cfg_same_value(k, val, dst)) {
                 char old[GT_PATH_MAX], now[GT_PATH_MAX], a[128], b[128];
                 cfg_value_text(&SCHEMA[j], c->cfg, old, sizeof old);
-                memcpy((char *)c->cfg + k->offset, val, k->type == KT_PATH || k->type == KT_STRING ? GT_PATH_MAX : k->size);
+                memcpy((char *)c->cfg + k->offset, val, k->size);
                 cfg_value_text(k, c->cfg, now, sizeof now);
                 return gt_error(c->err, GT_EXIT_BAD_INPUT,
                                 "%s %s: expected the same value as %s (line %d), found %s against %s", w, k->key,
@@ -138,7 +138,9 @@ static int apply(CfgCtx *c, int i, const Scalar *v, int line, int col) {
         }
         c->file_seen[i] = true;
     }
-    memcpy(dst, val, (k->type == KT_PATH || k->type == KT_STRING) ? GT_PATH_MAX : k->size);
+    /* the field's own size: a column name's field is shorter than GT_PATH_MAX (its check bounds the
+     * value), and copying more would overwrite the keys after it */
+    memcpy(dst, val, k->size);
     mark_source(c, i, from_file ? CFG_SRC_FILE : CFG_SRC_SET, from_file ? line : 0, from_file ? col : 0);
     return 0;
 }
