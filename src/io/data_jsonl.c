@@ -463,23 +463,14 @@ static int jb_gen_record(JsonlBuild *b, const cJSON *root, GtError *err) {
     const char *acol = t->col_answer && t->col_answer[0] ? t->col_answer : "answer";
     const char *via = t->col_answer && t->col_answer[0] ? " (generation.columns.answer)" : "";
     long i = jl_find(&b->jl, b->count, acol);
-    if (i < 0)
-        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the answer column \"%s\"%s is missing, expected a string or a number",
-                        b->pre, b->lineno, acol, via);
-    const JMember *m = &b->jl.mem[i];
-    const char *v = m->val;
+    const char *v = i >= 0 ? b->jl.mem[i].val : NULL, *end = i >= 0 ? b->jl.mem[i].val_end : NULL;
     b->ctext.n = 0;
-    if (*v == '"') {
-        if (json_string_decode(&v, m->val_end, &b->ctext) != 0)
-            return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the answer column \"%s\"%s: bad string", b->pre, b->lineno,
-                            acol, via);
-    } else if (*v == '-' || (*v >= '0' && *v <= '9')) { /* a number as written (GSM8K's answers as int64) */
-        size_t n = (size_t)(m->val_end - v);
-        while (n && (v[n - 1] == ' ' || v[n - 1] == '\t' || v[n - 1] == '\r' || v[n - 1] == '\n')) n--;
-        gt_bytes_put(&b->ctext, v, n);
-    } else {
+    if (v && (*v == '-' || (*v >= '0' && *v <= '9'))) { /* a number as written (GSM8K's answers as int64) */
+        while (end > v && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n')) end--;
+        gt_bytes_put(&b->ctext, v, (size_t)(end - v));
+    } else if (!v || *v != '"' || json_string_decode(&v, end, &b->ctext) != 0) {
         return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the answer column \"%s\"%s is %s, expected a string or a number",
-                        b->pre, b->lineno, acol, via, *v == '[' ? "an array" : *v == '{' ? "an object" : "not a string");
+                        b->pre, b->lineno, acol, via, !v ? "missing" : *v == '[' ? "an array" : *v == '{' ? "an object" : "not a string");
     }
     if (jb_keep_text(b, b->ctext.p, b->ctext.n, NULL, 0, err)) return -1;
     if (b->kind == REC_UNKNOWN) /* messages when mapped, or when the first record has them and no prompt */
@@ -723,7 +714,9 @@ int data_build_finish(JsonlBuild *bp, DataSource *d, int split, double val_fract
     if (jb_flush(&b, err) != 0) goto out;
     if (b.ex_n == 0) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected %s", name, empty ? "is empty" : "holds no examples",
-                 b.array ? "records (a JSON array of objects, or parquet rows)" : "one {\"prompt\": ..., \"completion\": ...} object per line");
+                 b.array ? "records (a JSON array of objects, or parquet rows)"
+                 : b.text && b.text->gen_prompts ? "one record (a prompt and its answer) per line"
+                                                 : "one {\"prompt\": ..., \"completion\": ...} object per line");
         goto out;
     }
     data_split_range(b.ex_n, split, val_fraction, &first, &count);
