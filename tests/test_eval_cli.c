@@ -317,6 +317,67 @@ Test(eval_cli, sigterm_while_generating_leaves_no_results_file, .timeout = 180) 
     test_scratch_remove(dir);
 }
 
+/* the "train" records' losses of dir/metrics.jsonl, as text (exact), and its eval records */
+static void metrics_lines(const char *dir, char **train, char **eval) {
+    char *m = text_of(test_join(dir, "metrics.jsonl"));
+    size_t tn = 0, en = 0;
+    *train = calloc(1, strlen(m) + 1), *eval = calloc(1, strlen(m) + 1);
+    for (char *line = strtok(m, "\n"); line; line = strtok(NULL, "\n")) {
+        cJSON *j = cJSON_Parse(line);
+        cr_assert_not_null(j, "%s", line);
+        const char *type = cJSON_GetObjectItem(j, "type")->valuestring;
+        if (strcmp(type, "train") == 0)
+            tn += (size_t)sprintf(*train + tn, "%ld %.17g\n", (long)cJSON_GetObjectItem(j, "step")->valuedouble,
+                                  cJSON_GetObjectItem(j, "loss")->valuedouble);
+        if (strcmp(type, "eval") == 0) {
+            const cJSON *a = cJSON_GetObjectItem(j, "eval_accuracy"), *c = cJSON_GetObjectItem(j, "eval_correct"),
+                        *x = cJSON_GetObjectItem(j, "eval_examples");
+            en += (size_t)sprintf(*eval + en, "%ld %s %ld %ld\n", (long)cJSON_GetObjectItem(j, "step")->valuedouble,
+                                  cJSON_IsNumber(a) ? "acc" : "-", c ? (long)c->valuedouble : -1L,
+                                  x ? (long)x->valuedouble : -1L);
+        }
+        cJSON_Delete(j);
+    }
+    free(m);
+}
+
+Test(eval_cli, accuracy_at_each_training_eval_is_gtrain_evals_and_changes_no_step, .timeout = 180) {
+    char dir[256];
+    test_scratch_make(dir, sizeof dir, "gt_evalcli");
+    write_config(dir);
+    int rc = gtrain(dir, "gen", "train --config run.yaml --set eval_steps=200 --set output_dir=gen");
+    cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "gen.err")));
+    rc = gtrain(dir, "plain", "train --config run.yaml --set eval_steps=200 --set output_dir=plain --set generation.task=none");
+    cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "plain.err")));
+    /* generating at each eval changes no training step: the same losses and final weights */
+    char *tg, *eg, *tp, *ep;
+    metrics_lines(test_join(dir, "gen"), &tg, &eg);
+    metrics_lines(test_join(dir, "plain"), &tp, &ep);
+    cr_assert_str_eq(tg, tp);
+    cr_assert(files_equal(test_join(dir, "gen/model.safetensors"), test_join(dir, "plain/model.safetensors")));
+    cr_assert_eq(strncmp(eg, "200 acc ", 8), 0, "%s", eg);
+    cr_assert(strstr(eg, "\n400 acc ") && strstr(eg, " 24\n"), "%s", eg);
+    cr_assert(strstr(ep, "200 - -1 -1\n"), "%s", ep);
+    /* the log's accuracy line, its results file, and gtrain eval of the final weights: the same */
+    char *log = text_of(test_join(dir, "gen.out"));
+    cr_assert(strstr(log, "eval step 400 | eval accuracy: ") && strstr(log, "eval_results-400.jsonl"), "%s", log);
+    cr_assert(exists(test_join(dir, "gen/eval_results-200.jsonl")));
+    rc = gtrain(dir, "final", "eval --config run.yaml --checkpoint gen --output final.jsonl");
+    cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "final.err")));
+    cr_assert(files_equal(test_join(dir, "final.jsonl"), test_join(dir, "gen/eval_results-400.jsonl")));
+    char *fo = text_of(test_join(dir, "final.out"));
+    const char *acc = strstr(fo, "accuracy: ");
+    cr_assert_not_null(acc);
+    char want[128];
+    snprintf(want, sizeof want, "eval step 400 | eval %.*s", (int)strcspn(acc, "\n"), acc);
+    cr_assert(strstr(log, want), "%s not in the training log", want);
+    /* TensorBoard's scalar beside the loss */
+    char *tb = test_sh_output(false, "grep -c -a 'eval/accuracy' '%s'/gen/events.out.tfevents.*", dir);
+    cr_assert(atoi(tb) >= 1, "no eval/accuracy in the events file: %s", tb);
+    free(tg), free(eg), free(tp), free(ep), free(log), free(fo), free(tb);
+    test_scratch_remove(dir);
+}
+
 Test(eval_cli, a_column_key_leaves_the_keys_after_it_alone, .timeout = 60) {
     /* a column name's field is shorter than a path's: setting one (generation.columns.answer in the file,
      * data.columns.messages by --set) must not clear the keys stored after it */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eval.h"
 #include "sample.h"
 
 /* ---------------------------------------------------------------- eval */
@@ -42,7 +43,47 @@ static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err)
                              mean_loss, n_tokens, err);
 }
 
+static int trainer_eval_loss_step(Trainer *t, long step, TrainSummary *summary, EvalRecord *out, GtError *err);
+
+/* generation.task at an eval: the task on the training model, its accuracy into r, its results
+ * into output_dir/eval_results-STEP.jsonl */
+static int eval_generate(Trainer *t, long step, EvalRecord *r, GtError *err) {
+    GtBytes jsonl = {0};
+    EvalGenSummary s;
+    char line[256], path[GT_PATH_MAX + 64];
+    if (t->tty) metrics_progress_clear(stdout);
+    gt_log("eval step %ld | generating for %ld prompts (%s)\n", step, eval_gen_count(t->gen), t->cfg->generation.data);
+    int rc = eval_gen_run(t->gen, t->model, t->kv, false, &jsonl, &s, err);
+    if (rc == 0 && s.stopped) {
+        gt_log("eval step %ld | accuracy not measured: stopped by a signal\n", step);
+    } else if (rc == 0) {
+        snprintf(path, sizeof path, "%s/eval_results-%ld.jsonl", t->cfg->output_dir, step);
+        rc = gt_write_file_atomic(path, jsonl.p ? jsonl.p : "", jsonl.n, err);
+        if (rc == 0) {
+            r->accuracy = true;
+            r->eval_accuracy = s.accuracy;
+            r->eval_correct = s.correct;
+            r->eval_examples = s.n;
+            gt_log("eval step %ld | eval %s | %ld tokens in %.1f s | %s\n", step, eval_gen_format(line, sizeof line, &s, t->cfg),
+                   s.tokens, s.seconds, path);
+        }
+    }
+    gt_bytes_free(&jsonl);
+    return rc;
+}
+
 int trainer_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) {
+    EvalRecord r = {.step = step, .epoch = t->state.epoch, .no_loss = t->val == NULL};
+    if (t->val && trainer_eval_loss_step(t, step, summary, &r, err)) return -1;
+    if (t->gen && eval_generate(t, step, &r, err)) return -1;
+    if (t->metrics && metrics_write_eval(t->metrics, &r, err)) return -1;
+    if (t->tb && t->val) tboard_scalar(t->tb, "eval/loss", step, tboard_wall_time(), (float)r.eval_loss);
+    if (t->tb && r.accuracy) tboard_scalar(t->tb, "eval/accuracy", step, tboard_wall_time(), (float)r.eval_accuracy);
+    return 0;
+}
+
+/* the loss half of an eval: its log lines and the summary's eval losses, into r */
+static int trainer_eval_loss_step(Trainer *t, long step, TrainSummary *summary, EvalRecord *out, GtError *err) {
     double vl;
     long vt;
     char line[256];
@@ -51,14 +92,14 @@ int trainer_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) {
     gt_log("%s\n", metrics_format_eval_start(line, sizeof line, step, windows, t->cfg->data.seq_len,
                                              t->cfg->data.val[0] ? t->cfg->data.val : "data.val_fraction of data.train"));
     if (evaluate(t, &vl, &vt, err)) return -1;
-    EvalRecord r = {.step = step, .epoch = t->state.epoch, .eval_loss = vl, .eval_perplexity = exp(vl), .eval_tokens = vt};
+    EvalRecord r = *out;
+    r.eval_loss = vl, r.eval_perplexity = exp(vl), r.eval_tokens = vt;
+    *out = r;
     gt_log("%s\n", metrics_format_eval(line, sizeof line, &r));
     if (!summary->first_val_step) summary->first_val_loss = vl, summary->first_val_step = step;
     summary->last_val_loss = vl;
     summary->last_val_step = step;
     if (isfinite(vl) && !(vl >= summary->best_val_loss)) summary->best_val_loss = vl, summary->best_val_step = step;
-    if (t->metrics && metrics_write_eval(t->metrics, &r, err)) return -1;
-    if (t->tb) tboard_scalar(t->tb, "eval/loss", step, tboard_wall_time(), (float)vl);
     return 0;
 }
 
