@@ -19,6 +19,7 @@
 #include "scorers.h"
 #include "test_backend_select.h"
 #include "test_util.h"
+#include "tok_hf_util.h"
 
 static const char MODEL_JSON[] =
     "{\"model_type\": \"llama\", \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,\n"
@@ -392,5 +393,84 @@ Test(eval_cli, a_column_key_leaves_the_keys_after_it_alone, .timeout = 60) {
                                        "data.assistant_only_loss       true ", "generation.columns.answer      response "};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++) cr_assert(strstr(out, want[i]), "no \"%s\" in\n%s", want[i], out);
     free(out);
+    test_scratch_remove(dir);
+}
+
+/* example 0's "generated" and "finish" of a results file */
+static void first_result(const char *path, char *gen, size_t cap, char *finish, size_t fcap) {
+    char *res = text_of(path);
+    cJSON *j = cJSON_Parse(strtok(res, "\n"));
+    cr_assert_not_null(j);
+    snprintf(gen, cap, "%s", cJSON_GetObjectItem(j, "generated")->valuestring);
+    snprintf(finish, fcap, "%s", cJSON_GetObjectItem(j, "finish")->valuestring);
+    cJSON_Delete(j);
+    free(res);
+}
+
+Test(eval_cli, chat_messages_and_stop_strings_through_a_real_tokenizer, .timeout = 180) {
+    /* a one-layer Llama over Llama-3.1's tokenizer (random weights, saved by a learning-rate-0 step):
+     * messages rendered with the generation prompt, and a stop string cutting the text before it */
+    char dir[256], tok[1024];
+    test_scratch_make(dir, sizeof dir, "gt_evalcli");
+    ref_tokenizer_file("llama3_1", tok, sizeof tok);
+    char tokdir[1024];
+    snprintf(tokdir, sizeof tokdir, "%.*s", (int)(strrchr(tok, '/') - tok), tok);
+    static const char cfgjson[] =
+        "{\"model_type\": \"llama\", \"num_hidden_layers\": 1, \"num_attention_heads\": 2, \"num_key_value_heads\": 1,"
+        " \"hidden_size\": 16, \"intermediate_size\": 32, \"vocab_size\": 128256, \"max_position_embeddings\": 256,"
+        " \"rms_norm_eps\": 1e-5, \"rope_theta\": 10000.0, \"tie_word_embeddings\": true}\n";
+    test_write_file(test_join(dir, "config.json"), cfgjson, strlen(cfgjson));
+    char buf[4096];
+    int n = snprintf(buf, sizeof buf,
+                     "model: config.json\ntokenizer: %s\ninit: random\ndata:\n  train: %s/tests/data/eval_train.jsonl\n"
+                     "  format: jsonl\n  seq_len: 64\nper_device_train_batch_size: 4\nmax_steps: 1\nlearning_rate: 0\n"
+                     "save_steps: 0\nnum_threads: 1\noutput_dir: out\ngeneration:\n  task: gsm8k\n  data: msgs.jsonl\n"
+                     "  columns:\n    messages: conversation\n    answer: response\n  max_new_tokens: 12\n",
+                     tokdir, root());
+    test_write_file(test_join(dir, "run.yaml"), buf, (size_t)n);
+    n = 0;
+    for (int i = 0; i < 5; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      "{\"conversation\": [{\"role\": \"user\", \"content\": \"What is %d+%d?\"}], \"response\": \"#### %d\"}\n",
+                      i, i, 2 * i);
+    test_write_file(test_join(dir, "msgs.jsonl"), buf, (size_t)n);
+    int rc = gtrain(dir, "train", "train --config run.yaml --set generation.task=none");
+    cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "train.err")));
+    rc = gtrain(dir, "a", "eval --config run.yaml --checkpoint out --output a.jsonl");
+    cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "a.err")));
+    char *res = text_of(test_join(dir, "a.jsonl"));
+    cr_assert(strstr(res, "What is 0+0?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\\n\\n\", \"generated\""),
+              "no generation prompt after the messages: %s", res);
+    free(res);
+    char gen[1024], fin[32];
+    first_result(test_join(dir, "a.jsonl"), gen, sizeof gen, fin, sizeof fin);
+    cr_assert_str_eq(fin, "length");
+    size_t len = strlen(gen);
+    cr_assert(len >= 4, "%s", gen);
+    /* a stop string from inside the greedy text (which it first appears at): the text ends before it */
+    char stop[8], args[256];
+    snprintf(stop, sizeof stop, "%.3s", gen + 1);
+    size_t first = (size_t)(strstr(gen, stop) - gen);
+    FILE *f = fopen(test_join(dir, "stop.yaml"), "w");
+    cr_assert_not_null(f);
+    fprintf(f, "generation:\n  stop: [\"a, b\\nc\", ");
+    for (const char *c = stop; *c; c++) fprintf(f, c == stop ? "\"\\u%04x" : "\\u%04x", (unsigned char)*c);
+    fprintf(f, "\"]\n");
+    fclose(f);
+    char *cfg = text_of(test_join(dir, "run.yaml")), *extra = text_of(test_join(dir, "stop.yaml"));
+    char *joined = malloc(strlen(cfg) + strlen(extra) + 1);
+    strcpy(joined, cfg);
+    *strstr(joined, "  max_new_tokens") = '\0';
+    strcat(joined, "  max_new_tokens: 12\n");
+    strcat(joined, strstr(extra, "  stop"));
+    test_write_file(test_join(dir, "run_stop.yaml"), joined, strlen(joined));
+    free(cfg), free(extra), free(joined);
+    snprintf(args, sizeof args, "eval --config run_stop.yaml --checkpoint out --output b.jsonl");
+    rc = gtrain(dir, "b", args);
+    cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "b.err")));
+    char gen_b[1024], fin_b[32];
+    first_result(test_join(dir, "b.jsonl"), gen_b, sizeof gen_b, fin_b, sizeof fin_b);
+    cr_assert_str_eq(fin_b, "stop", "stop \"%s\" in \"%s\": %s", stop, gen, gen_b);
+    cr_assert(strlen(gen_b) == first && strncmp(gen_b, gen, first) == 0, "stop \"%s\": \"%s\" from \"%s\"", stop, gen_b, gen);
     test_scratch_remove(dir);
 }
