@@ -124,11 +124,11 @@ $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SRC_HD
 # GOMP_SPINCOUNT: Criterion runs tests in parallel, so OpenMP threads share the cores (see
 # cpu_runtime_setup in src/backend/blas_setup.c). OPENBLAS_CORETYPE: the kernel gtrain chooses on this CPU
 # (bench_step --blas-core), so the op tests check the GEMMs gtrain's runs use.
-# bench_step, bench_svd, bench_pack and bench_nf4 are built (not run) so that a change that breaks the benchmark fails the tests
+# bench_step, bench_svd, bench_pack, bench_nf4 and bench_decode are built (not run) so that a change that breaks the benchmark fails the tests
 # GTRAIN_REFS_PY: the Python of the test references (scripts/install-deps.sh --test-refs), whose
 # programs run through a fork server (scripts/with-refs-server.sh: torch & co. imported once). The closing
 # line counts passed, failed and skipped tests (scripts/tap-summary.sh), naming each skip.
-test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4
+test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
 	GTRAIN_REFS_PY="$${GTRAIN_REFS_PY:-$$(scripts/install-deps.sh --venv-path)/bin/python}" \
 	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) \
 	OPENBLAS_CORETYPE="$${OPENBLAS_CORETYPE:-$$($(BUILD)/bench_step --blas-core)}" \
@@ -162,14 +162,18 @@ $(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) $(CU_OBJS)
 $(BUILD)/bench_pack: bench/bench_pack.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
+$(BUILD)/bench_decode: bench/bench_decode.c $(LIB_OBJS) $(CU_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+
 # the NF4 base: QPiSSA's against QLoRA's quantization error (tests/qerr.c, shared with the test) and
 # the dequantize against the memory-bandwidth floor
 $(BUILD)/bench_nf4: bench/bench_nf4.c tests/qerr.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -Itests -o $@ $^ $(LDLIBS)
 
 # Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, the time of
-# the SVD PiSSA needs, and gtrain tokenize's tokens/s beside Hugging Face's tokenizers (not a test).
-bench: $(BUILD)/gtrain $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4
+# the SVD PiSSA needs, decode tokens/s beside transformers' generate, and gtrain tokenize's tokens/s beside
+# Hugging Face's tokenizers (not a test).
+bench: $(BUILD)/gtrain $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
 	scripts/bench.sh $(BUILD)
 	scripts/bench-tokenizer.sh $(BUILD)
 

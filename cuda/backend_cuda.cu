@@ -600,8 +600,8 @@ static const BackendOps k_cuda_ops = {
     /* .dora_backward = */ gtc_dora_backward,
     /* .convert = */ gtc_convert,
     /* .dequant_nf4 = */ gtc_dequant_nf4,
-    /* .kv_store = */ nullptr,
-    /* .attention_cached = */ nullptr,
+    /* .kv_store = */ gtc_kv_store,
+    /* .attention_cached = */ gtc_attention_cached,
 };
 
 /* creation-time checks: a failure becomes a one-line GtError and cleans up */

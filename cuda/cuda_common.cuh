@@ -247,6 +247,11 @@ void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);
 void gtc_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n);
 /* kernels_nf4.cu */
 void gtc_dequant_nf4(Backend *b, void *dst, GtDtype dst_dtype, const void *unit, const Nf4Format *f);
+/* kernels_decode.cu: the generation ops (backend.h's kv_store, attention_cached) */
+void gtc_kv_store(Backend *b, act_t *kc, act_t *vc, const act_t *qkv, const int *slot, const int *pos, int N, int NH,
+                  int NKV, int hd, int ctx);
+void gtc_attention_cached(Backend *b, act_t *out, const act_t *qkv, const act_t *kc, const act_t *vc, const int *slot,
+                          const int *pos, int N, int NH, int NKV, int hd, int ctx, int window);
 /* dst[c] += sum_n src[n * C + c] (src act dtype, dst fp32), rows summed in a fixed order (bias
  * gradients) */
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C);

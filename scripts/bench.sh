@@ -78,3 +78,31 @@ fi
 for base in bf16 nf4; do BENCH_LORA_R=16 BENCH_BASE=$base "$build/bench_step" configs/bench-llama-34m.json 4 128 "$steps"; done
 "$build/bench_nf4" error
 "$build/bench_nf4" dequant 14336 4096 5
+
+# Batched generation (issue 28): decode tokens/s of gtrain's generate_run (bench/bench_decode.c) beside
+# transformers' generate() with its KV cache (scripts/bench_hf_generate.py: fp32, sdpa, greedy,
+# use_cache), the same checkpoint (the 34M Llama-style model, random weights by save_pretrained), the
+# same 32 prompts of 64 tokens, 128 new tokens each, the same threads (2): at batch 1 (the first 2
+# prompts, one at a time) and batch 32 (one cache of 32 slots; generate() on the 32 at once).
+threads="${BENCH_THREADS:-2}"
+if "$py" tests/tools/hf_models.py make configs/bench-llama-34m.json "$tmp/llama34m" --seed 1 --init-std 0.02 >/dev/null; then
+  "$py" -c "
+import random
+random.seed(28)
+for _ in range(32): print(' '.join(str(random.randrange(32000)) for _ in range(64)))" >"$tmp/prompts32.txt"
+  head -n 2 "$tmp/prompts32.txt" >"$tmp/prompts2.txt"
+  for b in 1 32; do
+    f="$tmp/prompts$([ "$b" = 1 ] && echo 2 || echo 32).txt"
+    g="$("$build/bench_decode" "$tmp/llama34m" "$f" "$b" 128 "$threads")" || { echo "bench: bench_decode failed"; continue; }
+    echo "$g"
+    h="$(OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$core}" "$py" scripts/bench_hf_generate.py "$tmp/llama34m" "$f" "$b" 128 \
+         --threads "$threads" 2>/dev/null | tail -n 1)"
+    echo "$h"
+    tps() { sed -n 's/.* \([0-9.]*\) new tok\/s.*/\1/p' <<<"$1" | head -n 1; }
+    awk -v b="$b" -v g="$(tps "$g")" -v h="$(tps "$h")" 'BEGIN {
+      if (g > 0 && h > 0) printf "ratio   decode batch %-2d Llama 34M fp32: gtrain / HF generate = %.2fx the tokens/s (%.1f vs %.1f)\n", b, g / h, g, h
+      else print "ratio   decode batch " b ": a tokens/s is missing" }'
+  done
+else
+  echo "bench: the 34M checkpoint for the decode bench could not be made"
+fi

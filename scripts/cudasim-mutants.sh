@@ -35,6 +35,10 @@ sliding_window_off_by_one|cuda/cuda_common.cuh|    return window > 0 && t - wind
 lora_src_stride_ignored|cuda/kernels_lora.cu|load_f32(src, row * (size_t)lds + j)|load_f32(src, row * (size_t)ldd + j)|@(lora_ops|lora_model)/*
 lora_dropout_mask_shifted|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, base + (uint64_t)i + 1, threshold)|@(lora_ops|lora_model)/*
 nf4_nibbles_swapped|cuda/kernels_nf4.cu|store_from_f32(dst, (size_t)e, __fmul_rn(t.code[byte >> 4], a));|store_from_f32(dst, (size_t)e, __fmul_rn(t.code[byte & 15], a));|@(backend_ops|backend_ops_bf16|nf4_model)/*
+attention_cached_reads_past_pos|cuda/kernels_decode.cu|const int last = pos[i]; /* the last key|const int last = pos[i] + 1; /* the last key|@(backend_ops|backend_ops_bf16|decode)/*
+attention_cached_window_ignored|cuda/kernels_decode.cu|const int lo = gtc_att_first_key(pos[i], window);|const int lo = gtc_att_first_key(pos[i], 0);|@(backend_ops|backend_ops_bf16|decode)/*
+attention_cached_no_rescale|cuda/kernels_decode.cu|const float alpha = expf(m - mnew);|const float alpha = m == -INFINITY ? 0.0f : 1.0f;|@(backend_ops|backend_ops_bf16)/*
+kv_store_value_from_key_heads|cuda/kernels_decode.cu|        vc[at] = row[KV + c];|        vc[at] = row[c];|@(backend_ops|backend_ops_bf16|decode)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 EOF
 }

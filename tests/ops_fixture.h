@@ -118,4 +118,10 @@ void check_attention_pos(GtDtype act, AttCase c, int max_len, uint64_t seed);
 void check_encoder_pos(Fx *fx, Rng *r, int B, int T, int C, int V, double act_tol);
 void check_rope_pos(Fx *fx, Rng *r, int B, int T, int NH, int NKV, int hs, double act_tol);
 
+/* ---- the generation ops (ops_decode.c): kv_store and attention_cached through a history of
+ * decoding calls against a double reference, on fx's backend and on the CPU backend when fx's is
+ * another; encoder_forward and rope_forward at arbitrary per-token positions. s: NH, NKV, hd,
+ * window */
+void check_decode_ops(Fx *fx, Rng *r, const int *s);
+
 #endif

@@ -13,6 +13,8 @@
  * The encoder, rope and attention rows also run with per-token positions (packed rows: segments
  * restarting at 0) on a backend with GT_CAP_POSITIONS, against the references per segment
  * (ops_positions.c).
+ * The decode row (kv_store, attention_cached) runs a history of decoding calls against a double
+ * reference on the backend under test and on the CPU backend (ops_decode.c).
  *
  * Besides the values:
  *   - coverage: the table plus the infrastructure entries (memory, timer, close) name every slot
@@ -561,6 +563,7 @@ static const OpCase k_ops[] = {
     {"dora", run_dora, {"dora_norm", "dora_forward", "dora_backward"}, {{7, 13, 20, 4}, {33, 64, 48, 8}}},
     {"convert", run_convert, {"convert"}, {{1}, {20001}}},
     {"dequant_nf4", run_dequant_nf4, {"dequant_nf4"}, {{77, 64, 0}, {20001, 64, 1}, {140001, 32, 0}}},
+    {"decode", check_decode_ops, {"kv_store", "attention_cached"}, {{8, 2, 64, 0}, {8, 2, 128, 16}, {2, 1, 256, 7}}},
 };
 
 /* Entries no row checks a value of: the fixture's own (every row opens, allocates and closes
@@ -585,7 +588,8 @@ static const struct {
     SLOT(head_rmsnorm_forward), SLOT(head_rmsnorm_backward), SLOT(rope_forward), SLOT(rope_backward),
     SLOT(swiglu_forward), SLOT(swiglu_backward), SLOT(crossentropy), SLOT(adamw), SLOT(sum_squares), SLOT(scale),
     SLOT(to_act), SLOT(timer_start), SLOT(timer_elapsed_ms), SLOT(memory_info), SLOT(axpby_rows), SLOT(dropout),
-    SLOT(dora_norm), SLOT(dora_forward), SLOT(dora_backward), SLOT(convert), SLOT(dequant_nf4),
+    SLOT(dora_norm), SLOT(dora_forward), SLOT(dora_backward), SLOT(convert), SLOT(dequant_nf4), SLOT(kv_store),
+    SLOT(attention_cached),
 };
 #define NSLOTS (sizeof k_slots / sizeof k_slots[0])
 #define NELEMS(a) (sizeof(a) / sizeof((a)[0]))

@@ -100,6 +100,9 @@ typedef struct BackendOps {
      * int[B*T] on the device: per row pos[0] = 0 and pos[t] is 0 (an example starts) or
      * pos[t-1] + 1, each < the model's positions. Token t then has position pos[t] and attends
      * to keys t-pos[t]..t only (its own example), as HF derives cu_seqlens from position_ids.
+     * encoder_forward and rope_forward read only each token's own pos[t], so they also take
+     * arbitrary positions < the model's positions (generation: B = 1, T = n tokens of many rows
+     * at positions such as 5, 17, 3, 0); the attention ops need the packing structure above.
      * Only a backend with GT_CAP_POSITIONS is given pos != NULL. */
     /* out[B,T,C] = wte[tokens[b,t]] + wpe[p] (p = pos ? pos[b,t] : t; wpe NULL: no position
      * embedding, as Llama) */

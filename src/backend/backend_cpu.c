@@ -550,15 +550,18 @@ void cpu_act_done(Backend *b, act_t *x, const float *w, size_t n) {
 
 static void cpu_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte, const act_t *wpe,
                                 int B, int T, int C, const int *pos) {
-    /* bf16: widen the table rows up to the largest token (only the emulation needs V, so the
-     * fp32 path skips the scan) */
+    /* bf16: widen the table rows up to the largest token and the largest position (pos[] may
+     * hold any positions, e.g. a decode batch's, not only those below T; only the emulation
+     * needs V and P, so the fp32 path skips the scan) */
     const size_t BTC = (size_t)B * T * C;
-    int V = 0;
+    int V = 0, P = pos ? 0 : T;
     if (b->act_dtype != GT_F32)
-        for (int i = 0; i < B * T; i++)
+        for (int i = 0; i < B * T; i++) {
             if (tokens[i] + 1 > V) V = tokens[i] + 1;
+            if (pos && pos[i] + 1 > P) P = pos[i] + 1;
+        }
     float *o = cpu_act_out(b, 0, out, BTC, false);
-    f32_encoder_forward(b, o, tokens, cpu_act_in(b, 1, wte, (size_t)V * C), cpu_act_in(b, 2, wpe, (size_t)T * C), B, T, C,
+    f32_encoder_forward(b, o, tokens, cpu_act_in(b, 1, wte, (size_t)V * C), cpu_act_in(b, 2, wpe, (size_t)P * C), B, T, C,
                         pos);
     cpu_act_done(b, out, o, BTC);
 }
