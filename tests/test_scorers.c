@@ -142,7 +142,7 @@ static const char *PIECES[] = {
     "\\text{ a}\\text{ b}", "a\\text{ b}", "\\left[1\\right)", "50\\%", "\\$\\$3", "\n1\n2\n", "1\\\\2",
     "^{\\circ}^\\circ", "\\boxed{1}", "\\boxed{\\frac{1}{2}}", "\\boxed 5", "\\fbox{5}", "\\boxed{a}\\fbox{b}",
     "\\fbox{a}", "\\boxed}{x}", "\\boxed{{}", "x\\boxedy{z}", "\\boxed{}", "\xe4\xb8\x80=\xe4\xba\x8c",
-    "\\dfrac\xce\xb1\xce\xb2", "1 2 3", "0.50",
+    "\\dfrac\xce\xb1\xce\xb2", "1 2 3", "0.50", "\\\\\\%%", "5\\%%",
 };
 
 /* The reference's answers to the lines of cases.jsonl, one object each */
@@ -302,6 +302,117 @@ Test(scorers, pieces_match_util_py) {
     free(texts);
     cr_assert(raised >= 3 && boxed >= 10, "the pieces lost their mix (%d raising, %d boxed)", raised, boxed);
     cr_assert_eq(bad, 0, "%d of %zu pieces differ from util.py", bad, 2 * n);
+}
+
+/* Token soup: random strings over the pieces the rules look at (digits in three scripts, signs,
+ * separators, the answer mark, \frac, \sqrt, \boxed, braces, units, spaces), a fixed seed; every
+ * string scored as gsm8k and math (generation and gold) and run through the pieces, all against
+ * the scripts. */
+static const char *SOUP[] = {
+    "0", "1", "2", "5", "7", "9", "12", "\xd9\xa3", "\xef\xbc\x95", "-", "+", ".", ",", "/", "=", " ", "\n", ".\n",
+    "The answer is: ", "The answer is: ", "#### ", "\\frac", "\\dfrac", "\\tfrac", "\\sqrt", "\\boxed{", "\\boxed",
+    "\\fbox{", "{", "}", "{", "}", "\\text{ ", "\\%", "%", "^\\circ", "^{\\circ}", "\\left(", "\\right)", "\\$", "$",
+    "\\!", "\\\\", "x", "k", "_", "e", "\xcf\x80", "\xc2\xa0", "0.5", ".5", "00", "inf",
+    "1,234", "3.50", "/0", "\xe2\x80\x83", "\\sqrt{", "\\frac{", "ab=", "01", "-0", "1_0", "\xc2\x85", "\\\\%%", "E", "\t", "nan",
+};
+
+static uint64_t lcg(uint64_t *st) {
+    *st = *st * 6364136223846793005ull + 1442695040888963407ull;
+    return *st >> 33;
+}
+
+Test(scorers, token_soup_matches_metamath) {
+    enum { N = 1500 };
+    const size_t ns = sizeof SOUP / sizeof SOUP[0];
+    char **gen = calloc(N, sizeof *gen), **gold = calloc(N, sizeof *gold);
+    cr_assert(gen && gold);
+    uint64_t st = 20260428;
+    for (int i = 0; i < N; i++) {
+        char *part[4]; /* soup pieces; every third case is soup "The answer is: " X soup against X */
+        for (int h = 0; h < 4; h++) {
+            GtBytes b = {0};
+            int len = (int)(lcg(&st) % (h == 2 ? 4 : 12)) + (h == 2);
+            for (int k = 0; k < len; k++) {
+                const char *t = SOUP[lcg(&st) % ns];
+                gt_bytes_put(&b, t, strlen(t));
+            }
+            gt_bytes_put(&b, "", 1);
+            part[h] = b.p;
+        }
+        if (i % 3 == 0) {
+            GtBytes g = {0}, d = {0};
+            gt_bytes_put(&g, part[0], strlen(part[0]));
+            gt_bytes_put(&g, "The answer is: ", 15);
+            gt_bytes_put(&g, part[2], strlen(part[2]));
+            if (i % 2) gt_bytes_put(&g, part[3], strlen(part[3]));
+            gt_bytes_put(&g, "", 1);
+            gt_bytes_put(&d, i % 2 ? "#### " : "\\boxed{", i % 2 ? 5 : 7);
+            gt_bytes_put(&d, part[2], strlen(part[2]));
+            gt_bytes_put(&d, i % 2 ? "" : "}", i % 2 ? 1 : 2);
+            gen[i] = g.p;
+            gold[i] = d.p;
+        } else {
+            gen[i] = gt_xstrdup(part[0]);
+            gold[i] = gt_xstrdup(part[1]);
+        }
+        for (int h = 0; h < 4; h++) free(part[h]);
+    }
+    /* per string: gsm8k, math, strip(gen), boxed(gold) */
+    GtBytes b = {0};
+    for (int i = 0; i < N; i++) {
+        for (int t = 0; t < 4; t++) {
+            cJSON *o = cJSON_CreateObject();
+            static const char *const tasks[] = {"gsm8k", "math", "strip", "boxed"};
+            cJSON_AddStringToObject(o, "task", tasks[t]);
+            if (t < 2) {
+                cJSON_AddStringToObject(o, "generated", gen[i]);
+                cJSON_AddStringToObject(o, "gold_field", gold[i]);
+            } else {
+                cJSON_AddStringToObject(o, "text", t == 2 ? gen[i] : gold[i]);
+            }
+            put_line(&b, o);
+        }
+    }
+    gt_bytes_put(&b, "", 1);
+    cJSON **ref = run_reference(b.p, 4 * (size_t)N);
+    gt_bytes_free(&b);
+    int bad = 0, n_correct[2] = {0, 0}, n_extracted[2] = {0, 0};
+    for (int i = 0; i < N; i++) {
+        for (int t = 0; t < 2; t++) {
+            ScoreResult r;
+            score_answer(t ? TASK_MATH : TASK_GSM8K, gen[i], gold[i], &r);
+            const cJSON *o = ref[4 * i + t];
+            const char *wx = ref_str(o, "extracted"), *wg = ref_str(o, "gold");
+            bool wc = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "correct"));
+            if (!same(r.extracted, wx) || !same(r.gold, wg) || r.correct != wc) {
+                if (bad++ < 10)
+                    cr_log_error("%s on \"%s\" | \"%s\": scripts %s / %s / %d, gtrain %s / %s / %d", t ? "math" : "gsm8k",
+                                 gen[i], gold[i], wx ? wx : "None", wg ? wg : "None", wc,
+                                 r.extracted ? r.extracted : "None", r.gold ? r.gold : "None", r.correct);
+            }
+            n_correct[t] += wc;
+            n_extracted[t] += wx != NULL;
+            score_result_free(&r);
+        }
+        for (int t = 2; t < 4; t++) {
+            char *got = t == 2 ? score_math_strip(gen[i]) : score_math_last_boxed(gold[i]);
+            const char *want = ref_str(ref[4 * i + t], "out");
+            if (!same(got, want) && bad++ < 10)
+                cr_log_error("%s(\"%s\"): scripts %s, gtrain %s", t == 2 ? "strip_string" : "last boxed",
+                             t == 2 ? gen[i] : gold[i], want ? want : "None", got ? got : "NULL");
+            free(got);
+        }
+        for (int t = 0; t < 4; t++) cJSON_Delete(ref[4 * i + t]);
+        free(gen[i]);
+        free(gold[i]);
+    }
+    free(ref);
+    free(gen);
+    free(gold);
+    cr_assert(n_extracted[0] > N / 5 && n_extracted[1] > N / 5 && n_correct[0] > 10 && n_correct[1] > 50,
+              "the soup lost its mix: gsm8k %d extracted %d correct, math %d extracted %d correct", n_extracted[0],
+              n_correct[0], n_extracted[1], n_correct[1]);
+    cr_assert_eq(bad, 0, "%d of %d soup results differ from the scripts", bad, 4 * N);
 }
 
 Test(scorers, task_names_and_no_task) {

@@ -501,7 +501,8 @@ static char *strip_string(char *s) {
         return NULL;
     }
     if (units == 1) *strstr(s, "\\text{ ") = 0;
-    s = replace(s, "\\%", "");         /* percentage (the script's second replace is the same) */
+    s = replace(s, "\\%", "");         /* percentage: twice, as the script ("\\%" then "\%", the same */
+    s = replace(s, "\\%", "");         /* string: the first pass can make a new one, "\\%%" -> "\%") */
     s = replace(s, " .", " 0.");       /* " ." -> " 0.", "{." -> "{0." */
     s = replace(s, "{.", "{0.");
     if (!*s) return s;

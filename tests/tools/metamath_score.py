@@ -340,7 +340,7 @@ def strip(text):
 
 def main():
     out = []
-    for line in sys.stdin.buffer.read().decode("utf-8").splitlines():
+    for line in sys.stdin.buffer.read().decode("utf-8").split("\n"):  # not splitlines: U+0085 is text
         if not line.strip():
             continue
         c = json.loads(line)
