@@ -474,3 +474,45 @@ Test(eval_cli, chat_messages_and_stop_strings_through_a_real_tokenizer, .timeout
     cr_assert(strlen(gen_b) == first && strncmp(gen_b, gen, first) == 0, "stop \"%s\": \"%s\" from \"%s\"", stop, gen_b, gen);
     test_scratch_remove(dir);
 }
+
+Test(eval_cli, jsonl_json_and_parquet_prompts_give_the_same_results, .timeout = 180) {
+    /* tests/data's gsm8k set as a JSON array (written here) and as parquet (pyarrow's writer, through
+     * the references' Python): the same prompts, gold answers and results as the jsonl */
+    test_require_refs();
+    char dir[256];
+    test_scratch_make(dir, sizeof dir, "gt_evalcli");
+    train_model(dir);
+    char *o = test_sh_output(true,
+                             PY " -c \"import json, pyarrow as pa, pyarrow.parquet as pq; rows = [json.loads(l) for l in "
+                                "open('%s/tests/data/gsm8k_tiny.jsonl')]; json.dump(rows, open('%s/g.json', 'w')); "
+                                "pq.write_table(pa.table({'n': list(range(len(rows))), 'query': [r['query'] for r in rows], "
+                                "'response': [r['response'] for r in rows]}), '%s/g.parquet')\"",
+                             root(), dir, dir);
+    free(o);
+    static const char *const files[] = {"", "g.json", "g.parquet"};
+    char *want = NULL;
+    for (int i = 0; i < 3; i++) {
+        char args[512], res[32];
+        snprintf(res, sizeof res, "res%d.jsonl", i);
+        snprintf(args, sizeof args, "eval --config run.yaml --checkpoint out --output %s %s%s", res,
+                 i ? "--set generation.data=" : "", files[i]);
+        int rc = gtrain(dir, "fmt", args);
+        cr_assert_eq(rc, 0, "%s: %s", args, text_of(test_join(dir, "fmt.err")));
+        char *got = text_of(test_join(dir, res));
+        if (!want) want = got;
+        else {
+            cr_assert_str_eq(got, want, "%s", files[i]);
+            free(got);
+        }
+    }
+    free(want);
+    /* a parquet file without the answer column: one line naming it */
+    o = test_sh_output(true, PY " -c \"import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.table({'query': "
+                                "['1+1?']}), '%s/noans.parquet')\"", dir);
+    free(o);
+    int rc = gtrain(dir, "fmt", "eval --config run.yaml --checkpoint out --set generation.data=noans.parquet");
+    char *err = text_of(test_join(dir, "fmt.err"));
+    cr_assert(rc == 2 && count_lines(err) == 1 && strstr(err, "noans.parquet") && strstr(err, "\"response\""), "%s", err);
+    free(err);
+    test_scratch_remove(dir);
+}
