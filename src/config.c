@@ -52,8 +52,10 @@ void config_defaults(RunConfig *cfg) {
         const KeySpec *k = &SCHEMA[i];
         if (k->alias_of) continue;
         Scalar v = {k->def, strlen(k->def), false};
-        char why[GT_ERR_MAX];
-        if (cfg_parse_value(k, &v, NULL, (char *)cfg + k->offset, why, sizeof why) != 0) {
+        char why[GT_ERR_MAX], val[GT_PATH_MAX]; /* parsed whole, then the field's own size copied */
+        memset(val, 0, sizeof val);
+        if (cfg_parse_value(k, &v, NULL, val, why, sizeof why) == 0) memcpy((char *)cfg + k->offset, val, k->size);
+        else {
             /* the table is wrong: a bug, caught by the tests */
             fprintf(stderr, "gtrain: internal error: default of %s: %s\n", k->key, why);
             abort();
@@ -153,7 +155,7 @@ static int validate(CfgCtx *c) {
             snprintf(why, sizeof why, "format %s has no built-in validation split", config_data_format_name(cfg->data.format));
         else
             snprintf(why, sizeof why, "data.val_fraction 0 is no validation split");
-        if (cfg->eval_steps > 0) {
+        if (cfg->eval_steps > 0 && cfg->generation.task == 0) {
             snprintf(msg, sizeof msg, "expected data.val to be set (%s), found eval_steps %ld without data.val", why,
                      cfg->eval_steps);
             return cfg_key_error(c, config_schema_index("eval_steps"), msg);
@@ -164,6 +166,9 @@ static int validate(CfgCtx *c) {
             return cfg_key_error(c, ie, msg);
         }
     }
+    if (cfg->generation.task != 0 && !cfg->generation.data[0])
+        return cfg_key_error(c, config_schema_index("generation.data"),
+                             "expected the task's prompts and answers (required with generation.task), found nothing");
     /* the floor of cosine_with_min_lr reaches AdamW as a float, like learning_rate itself */
     const double floor_lr = cfg->learning_rate * cfg->min_lr_rate;
     if (cfg->lr_scheduler_type == LR_COSINE_MIN_LR && floor_lr > 0 && floor_lr < FLT_MIN) {
@@ -275,8 +280,23 @@ void config_print_resolved(const RunConfig *cfg, FILE *out) {
         if (k->alias_of) continue;
         char val[GT_PATH_MAX + 64], src[32];
         cfg_value_text(k, cfg, val, sizeof val);
-        if ((k->type == KT_PATH || k->type == KT_STRING) && !val[0]) snprintf(val, sizeof val, "\"\"");
-        if (k->type == KT_STRING && strpbrk(val, "\n\t\r\"\\")) { /* a template: one line, as YAML would quote it */
+        const bool empty = (k->type == KT_PATH || k->type == KT_STRING) && !val[0];
+        if (empty) snprintf(val, sizeof val, "\"\"");
+        if (empty) {
+            /* shown as "" */
+        } else if (k->strings) { /* a list of exact strings: each quoted, as in YAML */
+            char q[2 * sizeof val + 3];
+            size_t n = 0;
+            q[n++] = '[', q[n++] = '"';
+            for (const char *c = val; *c && n + 8 < sizeof q; c++) {
+                const char *e = *c == '\n' ? "\\n" : *c == '\t' ? "\\t" : *c == '\r' ? "\\r" : *c == '"' ? "\\\"" : *c == '\\' ? "\\\\" : *c == CONFIG_LIST_SEP ? "\", \"" : NULL;
+                if (e) n += (size_t)snprintf(q + n, sizeof q - n, "%s", e);
+                else q[n++] = *c;
+            }
+            q[n++] = '"', q[n++] = ']';
+            q[n] = 0;
+            snprintf(val, sizeof val, "%.*s", (int)(sizeof val - 1), q);
+        } else if (k->type == KT_STRING && strpbrk(val, "\n\t\r\"\\")) { /* a template: one line, as YAML would quote it */
             char q[2 * sizeof val + 3];
             size_t n = 0;
             q[n++] = '"';

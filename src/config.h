@@ -18,6 +18,10 @@ typedef enum { LOSS_NORM_TOKENS = 0, LOSS_NORM_STEPS } LossNormalization;
 /* auto is resolved from data.train's extension when the config is read (data_format_for_path) */
 typedef enum { DATA_TEXT = 0, DATA_TOKENS, DATA_JSONL, DATA_JSON, DATA_PARQUET, DATA_AUTO } DataFormat;
 #define CONFIG_COLUMN_MAX 128 /* a data.columns.* name's bytes, with its NUL */
+/* A list of exact strings (generation.stop) is stored joined by this byte (which its items may not hold). */
+#define CONFIG_LIST_SEP '\x1f'
+#define CONFIG_MAX_STOP 16 /* generation.stop's strings (generate.h's GEN_MAX_STOP) */
+typedef enum { GEN_FORMAT_AUTO = 0, GEN_FORMAT_JSONL, GEN_FORMAT_JSON, GEN_FORMAT_PARQUET } GenDataFormat;
 typedef enum { NAN_SKIP = 0, NAN_STOP } NanPolicy;
 typedef enum { SAVE_DTYPE_AUTO = 0, SAVE_DTYPE_BF16, SAVE_DTYPE_FP32 } SaveDtype;
 /* init: where the first weights come from (auto: pretrained when there are weights to name) */
@@ -128,6 +132,26 @@ typedef struct {
         bool bnb_4bit_use_double_quant;      /* the absmax values quantized to 8 bits too */
         int bnb_4bit_compute_dtype;          /* ComputeDtype (adapter_desc.h): auto, float32, bfloat16 */
     } lora;
+
+    /* generation (gtrain eval, and accuracy at each eval of a training run): prompts from a dataset,
+     * decoded, the answers scored (scorers.h). task: GenTask (none, gsm8k, math). */
+    struct {
+        int task;
+        char data[GT_PATH_MAX];
+        int format; /* GenDataFormat: auto (by data's extension), jsonl, json, parquet */
+        char prompt_template[GT_PATH_MAX];
+        struct {
+            char prompt[CONFIG_COLUMN_MAX], messages[CONFIG_COLUMN_MAX], answer[CONFIG_COLUMN_MAX];
+        } columns;
+        int max_new_tokens;
+        bool do_sample;
+        double temperature, top_p;
+        int top_k;              /* 0: off */
+        char stop[GT_PATH_MAX]; /* stop strings, each exact, joined by CONFIG_LIST_SEP */
+        char output[GT_PATH_MAX];
+        long max_examples; /* 0: all */
+        int batch_size;    /* cache slots; 0: auto */
+    } generation;
 
     /* where each schema key's value came from, indexed like the schema table */
     ConfigSource source[GT_CONFIG_MAX_KEYS];

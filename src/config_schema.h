@@ -25,6 +25,8 @@ typedef struct {
                             * float): the bounds must also hold after rounding to float, and a value
                             * other than 0 must stay a normal float (no underflow to 0 or a denormal) */
     bool list;             /* KT_STRING: a YAML list of plain names is also accepted, joined by commas */
+    bool strings;          /* KT_STRING: a YAML list of strings, each kept exactly (commas, newlines), joined by
+                            * CONFIG_LIST_SEP; a scalar is one string */
     bool dir;              /* KT_PATH: names a directory; if the path exists it must be one */
     const char *required;  /* KT_PATH: what must be given ("a path to the model JSON"); NULL: optional */
     /* KT_STRING: checks the value (0 or -1 with "expected ..., found ..." in why) */

@@ -22,6 +22,8 @@ static const char *const QUANTIZE_NAMES[] = {"none", "nf4", NULL};              
 static const char *const QUANT_TYPE_NAMES[] = {"nf4", NULL};                         /* fp4: not read */
 static const char *const COMPUTE_DTYPE_NAMES[] = {"auto", "float32", "bfloat16", NULL}; /* ComputeDtype's order */
 static const char *const INIT_NAMES[] = {"auto", "pretrained", "random", NULL};
+static const char *const TASK_NAMES[] = {"none", "gsm8k", "math", NULL};                 /* GenTask's order */
+static const char *const GEN_FORMAT_NAMES[] = {"auto", "jsonl", "json", "parquet", NULL}; /* GenDataFormat's order */
 
 /* lora.target_modules: names joined by commas (a YAML list is read so), or all-linear alone; which
  * names an adapter knows, and which of them the model has, is lora.c's to check */
@@ -54,6 +56,25 @@ static int check_column(const char *value, char *why, size_t cap) {
     if (strlen(value) < CONFIG_COLUMN_MAX) return 0;
     snprintf(why, cap, "expected a column name of at most %d bytes, found %zu", CONFIG_COLUMN_MAX - 1, strlen(value));
     return -1;
+}
+
+/* generation.stop: at most CONFIG_MAX_STOP strings, none empty (an empty one would stop at once) */
+static int check_stop(const char *value, char *why, size_t cap) {
+    int n = 0;
+    for (const char *p = value; *p; n++) {
+        const char *sep = strchr(p, CONFIG_LIST_SEP);
+        size_t len = sep ? (size_t)(sep - p) : strlen(p);
+        if (len == 0 || (sep && sep[1] == '\0')) {
+            snprintf(why, cap, "expected non-empty stop strings, found an empty one (string %d)", len == 0 ? n + 1 : n + 2);
+            return -1;
+        }
+        p += len + (sep != NULL);
+    }
+    if (n > CONFIG_MAX_STOP) {
+        snprintf(why, cap, "expected at most %d stop strings, found %d", CONFIG_MAX_STOP, n);
+        return -1;
+    }
+    return 0;
 }
 
 static int check_shard_size(const char *value, char *why, size_t cap) {
@@ -266,6 +287,49 @@ const KeySpec CONFIG_SCHEMA[] = {
     {.key = "lora.bnb_4bit_compute_dtype", .type = KT_ENUM, FIELD(lora.bnb_4bit_compute_dtype), .def = "auto",
      .names = COMPUTE_DTYPE_NAMES, .doc = "The dtype a 4-bit weight is dequantized to for its matrix multiply "
             "(BitsAndBytesConfig's name): auto = the activation dtype (precision); float32 or bfloat16 must be it."},
+    /* generation: gtrain eval's prompts and decoding, and accuracy at each eval of a training run */
+    {.key = "generation.task", .type = KT_ENUM, FIELD(generation.task), .def = "none", .names = TASK_NAMES,
+     .doc = "Generation task: gsm8k or math (answers scored as the PiSSA / MetaMath evaluation scripts do); none = "
+            "gtrain eval measures the validation loss, and training evaluates the loss alone."},
+    {.key = "generation.data", .type = KT_PATH, FIELD(generation.data), .def = "",
+     .doc = "The task's prompts and gold answers: jsonl, a JSON array or parquet records (required with a task)."},
+    {.key = "generation.format", .type = KT_ENUM, FIELD(generation.format), .def = "auto", .names = GEN_FORMAT_NAMES,
+     .doc = "generation.data's format; auto = by its extension (.jsonl, .json, .parquet)."},
+    {.key = "generation.prompt_template", .type = KT_STRING, FIELD(generation.prompt_template), .def = "",
+     .check = check_template,
+     .doc = "The prompt with {field} placeholders filled from each record's string members; empty = the prompt "
+            "column as it is, or the messages column through the chat template with the generation prompt."},
+    {.key = "generation.columns.prompt", .type = KT_STRING, FIELD(generation.columns.prompt), .def = "",
+     .check = check_column, .doc = "The records' prompt column (without a template); empty = \"prompt\"."},
+    {.key = "generation.columns.messages", .type = KT_STRING, FIELD(generation.columns.messages), .def = "",
+     .check = check_column,
+     .doc = "A column of chat messages rendered with the chat template (data.chat_template or the tokenizer's) and "
+            "add_generation_prompt, instead of a prompt."},
+    {.key = "generation.columns.answer", .type = KT_STRING, FIELD(generation.columns.answer), .def = "",
+     .check = check_column, .doc = "The records' gold answer column (a string or a number); empty = \"answer\"."},
+    {.key = "generation.max_new_tokens", .type = KT_INT, FIELD(generation.max_new_tokens), .def = "512", .imin = 1,
+     .imax = SAMPLE_MAX_NEW_TOKENS, .doc = "Tokens generated at most per prompt (fewer when the context ends first)."},
+    {.key = "generation.do_sample", .type = KT_BOOL, FIELD(generation.do_sample), .def = "false",
+     .doc = "Sample (temperature, top_k, top_p, seeded by seed and the example's index); false = greedy."},
+    {.key = "generation.temperature", .type = KT_FLOAT, FIELD(generation.temperature), .def = "1.0", .fmin = 0,
+     .fmin_open = true, .fmax = 1e6, .doc = "With do_sample: the logits are divided by it (HF's temperature)."},
+    {.key = "generation.top_k", .type = KT_INT, FIELD(generation.top_k), .def = "50", .imin = 0, .imax = INT_MAX,
+     .doc = "With do_sample: keep the k most likely tokens (HF's default 50); 0 = all."},
+    {.key = "generation.top_p", .type = KT_FLOAT, FIELD(generation.top_p), .def = "1.0", .fmin = 0, .fmin_open = true,
+     .fmax = 1, .doc = "With do_sample: keep the smallest set of tokens whose probability reaches top_p; 1 = all."},
+    {.key = "generation.stop", .type = KT_STRING, FIELD(generation.stop), .def = "", .strings = true,
+     .check = check_stop,
+     .doc = "Stop strings: a YAML list (each string exact: commas, newlines) or one string; a generation ends at "
+            "the first, cut before it. EOS (the tokenizer's and generation_config.json's) always stops."},
+    {.key = "generation.output", .type = KT_PATH, FIELD(generation.output), .def = "",
+     .doc = "gtrain eval's results: one JSON line per example (id, prompt, generated, extracted, gold, correct, "
+            "finish), written whole at the end; empty = none (--output FILE sets it)."},
+    {.key = "generation.max_examples", .type = KT_INT, FIELD(generation.max_examples), .def = "0", .imin = 0,
+     .imax = BIG, .doc = "Evaluate the first this many examples; 0 = all."},
+    {.key = "generation.batch_size", .type = KT_INT_AUTO, FIELD(generation.batch_size), .def = "auto", .imin = 1,
+     .imax = 65536,
+     .doc = "Sequences decoded at once (the KV cache's rows); auto = as many as memory_limit holds, at most the "
+            "number of prompts and 256."},
 };
 
 const int CONFIG_N_KEYS = (int)(sizeof CONFIG_SCHEMA / sizeof CONFIG_SCHEMA[0]);

@@ -92,6 +92,20 @@ static void put_quoted(GtBytes *b, const char *s) {
 
 static void put_value(GtBytes *b, const KeySpec *k, const RunConfig *cfg) {
     char val[GT_PATH_MAX + 64];
+    if (k->strings && ((const char *)cfg + k->offset)[0]) { /* a flow list of its strings, each exact */
+        const char *p = (const char *)cfg + k->offset;
+        char item[GT_PATH_MAX];
+        gt_bytes_put(b, "[", 1);
+        for (int i = 0; *p || i == 0; i++) {
+            size_t len = strcspn(p, (const char[]){CONFIG_LIST_SEP, '\0'});
+            snprintf(item, sizeof item, "%.*s", (int)len, p);
+            if (i) gt_bytes_put(b, ", ", 2);
+            put_quoted(b, item);
+            p += len + (p[len] != '\0');
+        }
+        gt_bytes_put(b, "]", 1);
+        return;
+    }
     if (k->type == KT_STRING || k->type == KT_PATH) {
         put_quoted(b, (const char *)cfg + k->offset);
         return;

@@ -128,7 +128,7 @@ static int apply(CfgCtx *c, int i, const Scalar *v, int line, int col) {
             if (!cfg_same_value(k, val, dst)) {
                 char old[GT_PATH_MAX], now[GT_PATH_MAX], a[128], b[128];
                 cfg_value_text(&SCHEMA[j], c->cfg, old, sizeof old);
-                memcpy((char *)c->cfg + k->offset, val, k->type == KT_PATH || k->type == KT_STRING ? GT_PATH_MAX : k->size);
+                memcpy((char *)c->cfg + k->offset, val, k->size);
                 cfg_value_text(k, c->cfg, now, sizeof now);
                 return gt_error(c->err, GT_EXIT_BAD_INPUT,
                                 "%s %s: expected the same value as %s (line %d), found %s against %s", w, k->key,
@@ -138,7 +138,9 @@ static int apply(CfgCtx *c, int i, const Scalar *v, int line, int col) {
         }
         c->file_seen[i] = true;
     }
-    memcpy(dst, val, (k->type == KT_PATH || k->type == KT_STRING) ? GT_PATH_MAX : k->size);
+    /* the field's own size: a column name's field is shorter than GT_PATH_MAX (its check bounds the
+     * value), and copying more would overwrite the keys after it */
+    memcpy(dst, val, k->size);
     mark_source(c, i, from_file ? CFG_SRC_FILE : CFG_SRC_SET, from_file ? line : 0, from_file ? col : 0);
     return 0;
 }
@@ -227,6 +229,7 @@ static Scalar scalar_of(const yaml_event_t *e) {
 static int read_list(CfgCtx *c, int idx, const char *shown, int vl, int vc) {
     char joined[GT_PATH_MAX];
     size_t o = 0;
+    int n_items = 0;
     joined[0] = '\0';
     for (;;) {
         yaml_event_t ie;
@@ -236,8 +239,9 @@ static int read_list(CfgCtx *c, int idx, const char *shown, int vl, int vc) {
             break;
         }
         Scalar v = ie.type == YAML_SCALAR_EVENT ? scalar_of(&ie) : (Scalar){"", 0, true};
-        bool ok = ie.type == YAML_SCALAR_EVENT && v.n > 0 && !memchr(v.s, ',', v.n) && !memchr(v.s, '\0', v.n) &&
-                  o + v.n + 2 < sizeof joined;
+        const bool strings = SCHEMA[idx].strings; /* exact strings: commas and newlines kept, none empty */
+        bool ok = ie.type == YAML_SCALAR_EVENT && v.n > 0 && (strings || !memchr(v.s, ',', v.n)) &&
+                  !memchr(v.s, '\0', v.n) && !memchr(v.s, CONFIG_LIST_SEP, v.n) && o + v.n + 2 < sizeof joined;
         if (!ok) {
             char found[128];
             if (ie.type == YAML_SCALAR_EVENT)
@@ -246,11 +250,21 @@ static int read_list(CfgCtx *c, int idx, const char *shown, int vl, int vc) {
                 snprintf(found, sizeof found, "%s", event_what(&ie));
             int il = (int)ie.start_mark.line + 1, ic = (int)ie.start_mark.column + 1;
             yaml_event_delete(&ie);
-            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a list of names, found %s in it", c->file,
-                            il, ic, shown, found);
+            return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a list of %s, found %s in it", c->file,
+                            il, ic, shown, strings ? "non-empty strings (no NUL or \\x1f byte)" : "names", found);
         }
-        o += (size_t)snprintf(joined + o, sizeof joined - o, "%s%.*s", o ? "," : "", (int)v.n, v.s);
+        if (strings) { /* joined by the separator; the first item's may be empty, so count by items */
+            if (n_items++) joined[o++] = CONFIG_LIST_SEP;
+            memcpy(joined + o, v.s, v.n);
+            joined[o += v.n] = '\0';
+        } else {
+            o += (size_t)snprintf(joined + o, sizeof joined - o, "%s%.*s", o ? "," : "", (int)v.n, v.s);
+        }
         yaml_event_delete(&ie);
+    }
+    if (o == 0 && SCHEMA[idx].strings) { /* [] : no strings, the default's value */
+        Scalar none = {"", 0, true};
+        return apply(c, idx, &none, vl, vc);
     }
     if (o == 0) /* not the default: PEFT's target_modules=[] adapts nothing */
         return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected a non-empty list of names (or no value for "
@@ -300,7 +314,7 @@ static int parse_mapping(CfgCtx *c, const char *prefix, int depth) {
                 return gt_error(c->err, GT_EXIT_BAD_INPUT, "%s:%d:%d: %s: expected each key once, found a duplicate (first at line %d)",
                                 c->file, kl, kc, shown, c->line[idx]);
             }
-            if (ve.type == YAML_SEQUENCE_START_EVENT && SCHEMA[idx].list) {
+            if (ve.type == YAML_SEQUENCE_START_EVENT && (SCHEMA[idx].list || SCHEMA[idx].strings)) {
                 yaml_event_delete(&ve);
                 int rc = read_list(c, idx, shown, vl, vc);
                 if (rc) return -1;

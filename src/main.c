@@ -14,6 +14,7 @@
 #include "checkpoint.h"
 #include "config.h"
 #include "dist.h"
+#include "eval.h"
 #include "hf_writer.h"
 #include "lora.h"
 #include "merge.h"
@@ -44,6 +45,11 @@ static void print_usage(FILE *out) {
             "                    PEFT adapter's base model's; without one, text is bytes)\n"
             "                    (N <= 1048576, default 200; T >= 0, 0 greedy, default 0.8; K <= vocab, 0 all,\n"
             "                    default 40; S default 1)\n"
+            "  eval              measure a model without training (nothing written into a run directory): the\n"
+            "                    config's model and weights, or --checkpoint DIR (as sample takes it); without\n"
+            "                    generation.task the validation loss and perplexity, with one (gsm8k, math) the\n"
+            "                    accuracy of its generations, one JSON line per example to --output FILE\n"
+            "                    (or generation.output)\n"
             "  report DIR        write DIR/report.svg from DIR/metrics.jsonl\n"
             "  merge             merge a PEFT LoRA adapter into its base (PEFT's merge_and_unload) and write\n"
             "                    a Hugging Face model directory: --base DIR --adapter DIR --out DIR\n"
@@ -166,8 +172,9 @@ int main(int argc, char **argv) {
     int n_sets = 0, help_config = 0, markdown = 0;
     SampleOptions so = {.max_new_tokens = 200, .temperature = 0.8, .top_k = -1, .seed = 1};
     MergeOptions mo = {0};
+    EvalOptions eo = {0};
     enum { OPT_HELP_CONFIG = 1000, OPT_MARKDOWN, OPT_CHECKPOINT, OPT_PROMPT, OPT_PROMPT_IDS, OPT_NEW, OPT_TEMP, OPT_TOPK, OPT_TOKENIZER, OPT_SEED,
-           OPT_BASE, OPT_ADAPTER, OPT_OUT, OPT_MAX_SHARD, OPT_DTYPE };
+           OPT_BASE, OPT_ADAPTER, OPT_OUT, OPT_MAX_SHARD, OPT_DTYPE, OPT_OUTPUT };
     static const struct option long_opts[] = {
         {"config", required_argument, NULL, 'c'},       {"set", required_argument, NULL, 's'},
         {"help", no_argument, NULL, 'h'},               {"version", no_argument, NULL, 'V'},
@@ -179,6 +186,7 @@ int main(int argc, char **argv) {
         {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
         {"adapter", required_argument, NULL, OPT_ADAPTER},   {"out", required_argument, NULL, OPT_OUT},
         {"max-shard-size", required_argument, NULL, OPT_MAX_SHARD}, {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"output", required_argument, NULL, OPT_OUTPUT},
         {NULL, 0, NULL, 0}};
     int c, rc = GT_EXIT_OK;
     int given[sizeof long_opts / sizeof *long_opts] = {0}; /* times each option was given */
@@ -196,7 +204,8 @@ int main(int argc, char **argv) {
         case 'V': printf("gtrain %s (backends: %s; dist: %s)\n", GTRAIN_VERSION, backend_built_list(), dist_built()); goto out;
         case OPT_HELP_CONFIG: help_config = 1; break;
         case OPT_MARKDOWN: markdown = 1; break;
-        case OPT_CHECKPOINT: so.checkpoint = optarg; break;
+        case OPT_CHECKPOINT: so.checkpoint = eo.checkpoint = optarg; break;
+        case OPT_OUTPUT: eo.output = optarg; break;
         case OPT_PROMPT: so.prompt = optarg; break;
         case OPT_PROMPT_IDS: so.prompt_ids = optarg; break;
         case OPT_TOKENIZER: so.tokenizer = optarg; break;
@@ -274,14 +283,19 @@ int main(int argc, char **argv) {
     /* options that belong to another command are errors, not silently ignored (an unknown
      * command is named below) */
     bool sampling = strcmp(command, "sample") == 0, reporting = strcmp(command, "report") == 0;
-    bool merging = strcmp(command, "merge") == 0;
-    bool known = sampling || reporting || merging || strcmp(command, "train") == 0 || strcmp(command, "plan") == 0;
+    bool merging = strcmp(command, "merge") == 0, evaluating = strcmp(command, "eval") == 0;
+    bool known = sampling || reporting || merging || evaluating || strcmp(command, "train") == 0 || strcmp(command, "plan") == 0;
     for (int k = 0; known && long_opts[k].name; k++) {
         int v = long_opts[k].val; /* sample's own options are OPT_CHECKPOINT..OPT_SEED, merge's OPT_BASE..OPT_DTYPE */
-        bool sample_only = v >= OPT_CHECKPOINT && v <= OPT_SEED, config_only = v == 'c' || v == 's';
+        bool sample_only = v >= OPT_CHECKPOINT && v <= OPT_SEED && !(v == OPT_CHECKPOINT && evaluating);
+        bool config_only = v == 'c' || v == 's';
+        if (given[k] && v == OPT_OUTPUT && !evaluating) {
+            rc = bad_input("--output: only for gtrain eval");
+            goto out;
+        }
         bool merge_only = v >= OPT_BASE && v <= OPT_DTYPE;
         if (given[k] && sample_only && !sampling) {
-            rc = bad_input("--%s: only for gtrain sample", long_opts[k].name);
+            rc = bad_input("--%s: only for gtrain sample%s", long_opts[k].name, v == OPT_CHECKPOINT ? " and eval" : "");
             goto out;
         }
         if (given[k] && merge_only && !merging) {
@@ -289,7 +303,7 @@ int main(int argc, char **argv) {
             goto out;
         }
         if (given[k] && config_only && (sampling || reporting || merging)) {
-            rc = bad_input("--%s: not for gtrain %s (only train and plan read a run config)", long_opts[k].name, command);
+            rc = bad_input("--%s: not for gtrain %s (only train, plan and eval read a run config)", long_opts[k].name, command);
             goto out;
         }
     }
@@ -351,8 +365,8 @@ int main(int argc, char **argv) {
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
-    if (strcmp(command, "train") != 0 && strcmp(command, "plan") != 0) {
-        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, sample, report, merge or tokenize; see gtrain --help)\n", command);
+    if (strcmp(command, "train") != 0 && strcmp(command, "plan") != 0 && !evaluating) {
+        fprintf(stderr, "gtrain: unknown command '%s' (expected train, plan, eval, sample, report, merge or tokenize; see gtrain --help)\n", command);
         rc = GT_EXIT_BAD_INPUT;
         goto out;
     }
@@ -366,7 +380,7 @@ int main(int argc, char **argv) {
     ModelDesc desc;
     PeftConfig peft;
     char *model_json = NULL; /* config.json as read now: a checkpoint's is written from it, never read again */
-    if (config_load(cfg, config_path, sets, n_sets, &err) || out_guard_run(cfg, &err) ||
+    if (config_load(cfg, config_path, sets, n_sets, &err) || (!evaluating && out_guard_run(cfg, &err)) ||
         model_desc_load_source(&desc, cfg->model, &model_json, &err) ||
         config_check_model(cfg, &desc, &err) || lora_configure(&desc, &peft, cfg, &err) ||
         checkpoint_base_quant(&desc, cfg->init_from[0] ? cfg->init_from : cfg->model, &err)) {
@@ -375,7 +389,9 @@ int main(int argc, char **argv) {
         free(cfg);
         goto out;
     }
-    if (strcmp(command, "plan") == 0) {
+    if (evaluating) {
+        if (eval_run(cfg, &desc, &eo, &err)) rc = fail(&err);
+    } else if (strcmp(command, "plan") == 0) {
         MemPlan plan;
         memset(&plan, 0, sizeof plan);
         printf("model: %s (%s), %d layers, hidden %d, %d heads (%d kv), vocab %d\n", desc.model_type,

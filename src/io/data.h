@@ -117,7 +117,7 @@ typedef struct DataSource DataSource;
 /* How text becomes tokens: tok NULL = byte-level (every byte a token); templates for jsonl
  * ("" = the "prompt" / "completion" members); add_eos: append eos_id after a completion
  * (tokenizer only). */
-typedef struct {
+typedef struct DataText {
     const Tokenizer *tok;
     const char *prompt_template, *completion_template;
     bool add_eos;
@@ -128,6 +128,14 @@ typedef struct {
     const char *chat_template; /* messages: a template file or directory; NULL/"": the tokenizer's own */
     bool assistant_only_loss;  /* messages: only the assistant turns train (else every token) */
     bool keep_text;            /* records: keep each example's text as it was tokenized (data_example_text) */
+    /* generation prompts (gtrain eval; records only): each record's prompt alone -- prompt_template
+     * filled, else the prompt column, else (col_messages, or a first record with messages and no
+     * prompt) the messages rendered with add_generation_prompt -- as encode(prompt) with special
+     * tokens (messages: the rendered text without), no target; the col_answer member (a string, or a
+     * number as written) kept as the example's text (data_example_text). A missing prompt or answer,
+     * an empty prompt, or one of more than seq_len tokens is an error naming the row. */
+    bool gen_prompts;
+    const char *col_answer; /* NULL or "": "answer" */
 } DataText;
 
 /* data.format auto: by path's extension: .jsonl, .json, .parquet, .bin (tokens), else text */

@@ -318,6 +318,19 @@ static void jb_finish(JsonlBuild *b) {
     b->tok_n += (size_t)b->cur_len;
 }
 
+/* Generation prompts: the example just built is a prompt of 1 .. seq_len tokens (row line). */
+static int jb_gen_check(const JsonlBuild *b, size_t line, GtError *err) {
+    if (!b->text || !b->text->gen_prompts) return 0;
+    if (b->cur_full == 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the prompt has no tokens, expected at least one", b->pre, line);
+    if (b->cur_full > b->row_len - 1)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "%s%zu: the prompt has %lld tokens, expected at most %d (the model's context %d, less one for "
+                        "the first new token)",
+                        b->pre, line, (long long)b->cur_full, b->row_len - 1, b->row_len);
+    return 0;
+}
+
 /* The queued lines through the tokenizer, then into examples in line order. */
 static int jb_flush(JsonlBuild *b, GtError *err) {
     if (!b->queue || jsonl_tok_count(b->queue) == 0) return 0;
@@ -330,6 +343,7 @@ static int jb_flush(JsonlBuild *b, GtError *err) {
             b->cur_train = k >= plen;
             if (jb_push(b, ids[k], err)) return -1;
         }
+        if (jb_gen_check(b, line, err)) return -1;
         jb_finish(b);
     }
     jsonl_tok_clear(b->queue);
@@ -430,19 +444,70 @@ static int jb_messages_record(JsonlBuild *b, const cJSON *root, GtError *err) {
         return -1;
     size_t tn;
     const char *t = data_chat_text(b->chat, &tn);
-    if (jb_keep_text(b, t, tn, NULL, 0, err) || jb_begin(b, err)) return -1;
+    if ((!b->text->gen_prompts && jb_keep_text(b, t, tn, NULL, 0, err)) || jb_begin(b, err)) return -1;
     for (size_t k = 0; k < b->chat_ids.n; k++) {
         if (b->chat_ids.ids[k] >= b->vocab_size)
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the tokenizer gives id %d, >= the model's vocab_size %d",
                             b->pre, b->lineno, b->chat_ids.ids[k], b->vocab_size);
-        b->cur_train = (uint8_t)b->chat_mask.p[k];
+        b->cur_train = (uint8_t)b->chat_mask.p[k] && !b->text->gen_prompts;
         if (jb_push(b, b->chat_ids.ids[k], err)) return -1;
     }
+    if (jb_gen_check(b, b->lineno, err)) return -1;
+    jb_finish(b);
+    return 0;
+}
+
+/* A generation prompt (DataText.gen_prompts): the answer kept, the prompt alone as the example. */
+static int jb_gen_record(JsonlBuild *b, const cJSON *root, GtError *err) {
+    const DataText *t = b->text;
+    const char *acol = t->col_answer && t->col_answer[0] ? t->col_answer : "answer";
+    const char *via = t->col_answer && t->col_answer[0] ? " (generation.columns.answer)" : "";
+    long i = jl_find(&b->jl, b->count, acol);
+    const char *v = i >= 0 ? b->jl.mem[i].val : NULL, *end = i >= 0 ? b->jl.mem[i].val_end : NULL;
+    b->ctext.n = 0;
+    if (v && (*v == '-' || (*v >= '0' && *v <= '9'))) { /* a number as written (GSM8K's answers as int64) */
+        while (end > v && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' || end[-1] == '\n')) end--;
+        gt_bytes_put(&b->ctext, v, (size_t)(end - v));
+    } else if (!v || *v != '"' || json_string_decode(&v, end, &b->ctext) != 0) {
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s%zu: the answer column \"%s\"%s is %s, expected a string or a number",
+                        b->pre, b->lineno, acol, via, !v ? "missing" : *v == '[' ? "an array" : *v == '{' ? "an object" : "not a string");
+    }
+    if (jb_keep_text(b, b->ctext.p, b->ctext.n, NULL, 0, err)) return -1;
+    if (b->kind == REC_UNKNOWN) /* messages when mapped, or when the first record has them and no prompt */
+        b->kind = (t->col_messages && t->col_messages[0]) ||
+                          (!(t->col_prompt && t->col_prompt[0]) && jl_find(&b->jl, b->count, b->col[DCOL_PROMPT]) < 0 &&
+                           jl_find(&b->jl, b->count, b->col[DCOL_MESSAGES]) >= 0)
+                      ? REC_MESSAGES
+                      : REC_PROMPT_COMPLETION;
+    if (t->prompt_template && t->prompt_template[0]) {
+        if (data_template_fill(t->prompt_template, jb_field, b, &b->ptext, err)) return -1;
+    } else if (b->kind == REC_MESSAGES) {
+        return jb_messages_record(b, root, err);
+    } else {
+        const char *pcol = b->col[DCOL_PROMPT];
+        long k = jl_find(&b->jl, b->count, pcol);
+        const char *pv = k >= 0 ? b->jl.mem[k].val : NULL;
+        b->ptext.n = 0;
+        if (!pv || *pv != '"' || json_string_decode(&pv, b->jl.mem[k].val_end, &b->ptext) != 0)
+            return gt_error(err, GT_EXIT_BAD_INPUT,
+                            "%s%zu: the prompt column \"%s\"%s is %s, expected a string (or set "
+                            "generation.prompt_template)",
+                            b->pre, b->lineno, pcol, t->col_prompt && t->col_prompt[0] ? " (generation.columns.prompt)" : "",
+                            pv ? "not a string" : "missing");
+    }
+    if (b->queue) { /* encode(prompt) with special tokens, no EOS */
+        jsonl_tok_add(b->queue, b->ptext.p, b->ptext.n, NULL, 0, b->lineno);
+        return jsonl_tok_count(b->queue) >= JSONL_TOK_BATCH ? jb_flush(b, err) : 0;
+    }
+    if (jb_begin(b, err) || jb_add_text(b, b->ptext.p, b->ptext.n, b->lineno, b->col[DCOL_PROMPT], err) ||
+        jb_gen_check(b, b->lineno, err))
+        return -1;
     jb_finish(b);
     return 0;
 }
 
 static int jb_record_example(JsonlBuild *b, const cJSON *root, GtError *err) {
+    if (b->text && b->text->gen_prompts) return jb_gen_record(b, root, err);
     bool templated = b->text && ((b->text->prompt_template && b->text->prompt_template[0]) ||
                                  (b->text->completion_template && b->text->completion_template[0]));
     if (templated) {
@@ -649,7 +714,9 @@ int data_build_finish(JsonlBuild *bp, DataSource *d, int split, double val_fract
     if (jb_flush(&b, err) != 0) goto out;
     if (b.ex_n == 0) {
         gt_error(err, GT_EXIT_BAD_INPUT, "%s: %s, expected %s", name, empty ? "is empty" : "holds no examples",
-                 b.array ? "records (a JSON array of objects, or parquet rows)" : "one {\"prompt\": ..., \"completion\": ...} object per line");
+                 b.array ? "records (a JSON array of objects, or parquet rows)"
+                 : b.text && b.text->gen_prompts ? "one record (a prompt and its answer) per line"
+                                                 : "one {\"prompt\": ..., \"completion\": ...} object per line");
         goto out;
     }
     data_split_range(b.ex_n, split, val_fraction, &first, &count);
@@ -667,6 +734,7 @@ int data_build_finish(JsonlBuild *bp, DataSource *d, int split, double val_fract
     size_t useless = 0;
     for (uint64_t k = first; k < first + count; k++)
         useless += example_targets(&b, k, 1) == 0;
+    if (b.text && b.text->gen_prompts) useless = 0; /* prompts: nothing trains, none is meant to */
     if (useless == count) {
         gt_error(err, GT_EXIT_BAD_INPUT,
                  "%s: no example%s has a completion token within seq_len+1 = %d tokens (prompts too long or "

@@ -17,6 +17,7 @@ struct DataChat {
     TokEncoder *enc;
     char *bos, *eos; /* the tokenizer's BOS/EOS strings, NULL when none */
     bool assistant_only;
+    bool gen; /* generation prompts: rendered with add_generation_prompt */
     GtBytes text;
     TokOffsets offs;
 };
@@ -44,7 +45,8 @@ int data_chat_open(DataChat **out, const DataText *text, const char *name, GtErr
         return -1;
     }
     c->tok = text->tok;
-    c->assistant_only = text->assistant_only_loss;
+    c->assistant_only = text->assistant_only_loss && !text->gen_prompts;
+    c->gen = text->gen_prompts;
     if (c->tok) {
         c->enc = tok_encoder_new(c->tok);
         c->bos = token_string(c->tok, tokenizer_bos_id(c->tok));
@@ -79,7 +81,7 @@ int data_chat_example(DataChat *c, const cJSON *messages, const char *pre, size_
                             "%s%zu: \"%s\"[%zu] %s, expected an object with string \"role\" and \"content\"", pre, row,
                             col, i, !cJSON_IsObject(m) ? "is not an object" : !cJSON_IsString(role) ? "has no string \"role\"" : "has no string \"content\"");
     }
-    ChatRenderOptions o = {.add_generation_prompt = false, .bos_token = c->bos, .eos_token = c->eos};
+    ChatRenderOptions o = {.add_generation_prompt = c->gen, .bos_token = c->bos, .eos_token = c->eos};
     ChatSpan *spans = NULL;
     size_t n_spans = 0;
     GtError rerr = {0};

@@ -41,16 +41,51 @@ static void put_value(GtBytes *o, const PqValue *v) {
     }
 }
 
+#define PQ_GEN_COLS 9 /* generation prompts: the answer and at most 8 template fields */
+
+/* a template's {field}: recorded as a column to read (at most PQ_GEN_COLS - 1, each once) */
+typedef struct {
+    char names[PQ_GEN_COLS - 1][CONFIG_COLUMN_MAX];
+    int n;
+} GenFields;
+static int gen_field(void *ctx, const char *field, const char **val, size_t *len, GtError *err) {
+    GenFields *g = ctx;
+    *val = "", *len = 0;
+    for (int i = 0; i < g->n; i++)
+        if (strcmp(g->names[i], field) == 0) return 0;
+    if (g->n == PQ_GEN_COLS - 1 || strlen(field) >= CONFIG_COLUMN_MAX)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "generation.prompt_template: expected at most %d fields of at most %d "
+                        "bytes for parquet data, found more", PQ_GEN_COLS - 1, CONFIG_COLUMN_MAX - 1);
+    snprintf(g->names[g->n++], CONFIG_COLUMN_MAX, "%s", field);
+    return 0;
+}
+
 int data_parquet_build(DataSource *d, const char *path, int split, double val_fraction,
                        const DataText *text, GtError *err) {
+    GenFields gf = {.n = 0};
+    const char *gen[PQ_GEN_COLS];
+    int n_gen = 0;
+    if (text && text->gen_prompts) { /* the answer, then the prompt's columns */
+        gen[n_gen++] = col_or(text->col_answer, "answer");
+        GtBytes scratch = {0};
+        if (text->prompt_template && text->prompt_template[0]) {
+            int frc = data_template_fill(text->prompt_template, gen_field, &gf, &scratch, err);
+            gt_bytes_free(&scratch);
+            if (frc) return -1;
+            for (int i = 0; i < gf.n; i++) gen[n_gen++] = gf.names[i];
+        } else {
+            gen[n_gen++] = text->col_messages && text->col_messages[0] ? text->col_messages : col_or(text->col_prompt, "prompt");
+        }
+    }
     const char *pc[2] = {col_or(text ? text->col_prompt : NULL, "prompt"),
                          col_or(text ? text->col_completion : NULL, "completion")};
     const char *msgs[1] = {col_or(text ? text->col_messages : NULL, "messages")};
     const char *txt[1] = {col_or(text ? text->col_text : NULL, "text")};
-    const char *const *sets[3] = {pc, msgs, txt};
-    const int counts[3] = {2, 1, 1};
+    const char *const *sets[4] = {pc, msgs, txt, gen};
+    const int counts[4] = {2, 1, 1, n_gen};
     int order[3] = {0, 1, 2}, n_try = 3;
-    if (text && text->col_messages && text->col_messages[0]) order[0] = 1, n_try = 1;
+    if (n_gen) order[0] = 3, n_try = 1;
+    else if (text && text->col_messages && text->col_messages[0]) order[0] = 1, n_try = 1;
     else if (text && ((text->col_prompt && text->col_prompt[0]) || (text->col_completion && text->col_completion[0])))
         n_try = 1;
     else if (text && text->col_text && text->col_text[0]) order[0] = 2, n_try = 1;
@@ -77,7 +112,7 @@ int data_parquet_build(DataSource *d, const char *path, int split, double val_fr
     JsonlBuild *b = NULL;
     int rc = -1;
     GtBytes obj = {0};
-    PqValue v[2];
+    PqValue v[PQ_GEN_COLS];
     if (data_build_begin(&b, d, path, "row", text, err) != 0) goto out;
     for (;;) {
         int got = parquet_next_row(r, v, err);

@@ -193,9 +193,15 @@ int metrics_write_eval(MetricsWriter *m, const EvalRecord *r, GtError *err) {
     Line l = {buf, 0, sizeof buf, false};
     lputf(&l, "{\"type\":\"eval\",\"step\":%ld", r->step);
     lnum(&l, "epoch", r->epoch);
-    lnum(&l, "eval_loss", r->eval_loss);
-    lnum(&l, "eval_perplexity", r->eval_perplexity);
-    lputf(&l, ",\"eval_tokens\":%ld", r->eval_tokens);
+    if (!r->no_loss) {
+        lnum(&l, "eval_loss", r->eval_loss);
+        lnum(&l, "eval_perplexity", r->eval_perplexity);
+        lputf(&l, ",\"eval_tokens\":%ld", r->eval_tokens);
+    }
+    if (r->accuracy) {
+        lnum(&l, "eval_accuracy", r->eval_accuracy);
+        lputf(&l, ",\"eval_correct\":%ld,\"eval_examples\":%ld", r->eval_correct, r->eval_examples);
+    }
     lputf(&l, ",\"time\":%.3f", wall_time());
     return write_line(m, &l, err);
 }

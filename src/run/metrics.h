@@ -8,6 +8,8 @@
  *    "mem_current":{"params":..,"grads":..,...},"mem_peak":{"params":..,...}}   (bytes)
  *   {"type":"eval","step":10,"epoch":0.25,"eval_loss":2.6,"eval_perplexity":13.5,
  *    "eval_tokens":65536,"time":...}
+ *     (with generation.task also "eval_accuracy":0.41,"eval_correct":541,"eval_examples":1319; a run
+ *     without validation data has those alone)
  *   {"type":"step","step":11,"loss":2.49,"step_time_ms":80.7,"tokens_per_sec":12400.2,"time":...}
  *     (a step that was not logged: every step has one record, "train" or "step", so the logging
  *     window's means can be checked against the steps' own times)
@@ -52,6 +54,10 @@ typedef struct {
     double eval_loss;
     double eval_perplexity;
     long eval_tokens;
+    bool no_loss;              /* a run without validation data: the generation task's accuracy alone */
+    bool accuracy;             /* generation.task: eval_accuracy = eval_correct / eval_examples */
+    double eval_accuracy;
+    long eval_correct, eval_examples;
 } EvalRecord;
 
 typedef struct MetricsWriter MetricsWriter;

@@ -89,6 +89,8 @@ static bool owned_entry(const RunDir *rd, const char *name) {
     if (!rd->has_identity) return false;
     if (strcmp(name, RUNDIR_IDENTITY) == 0 || listed(RUN_FILES, name) || strcmp(name, RUNDIR_PISSA_INIT) == 0) return true;
     if (step_of(name, ".checkpoint-", ".tmp") >= 0 || strncmp(name, ".checkpoint-", 12) == 0) return true;
+    /* a generation task's results at each eval (trainer_eval.c) */
+    if (step_of(name, "eval_results-", ".jsonl") >= 0 || step_of(name, "eval_results-", ".jsonl.tmp") >= 0) return true;
     long s = step_of(name, "checkpoint-", "");
     if (s >= 0) return recorded(rd, s);
     for (int i = 0; i < rd->n_events; i++)

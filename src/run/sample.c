@@ -152,50 +152,74 @@ static bool written_by_gtrain(const char *dir) {
     return stat(f, &sb) == 0;
 }
 
-int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
-    char cfg_path[GT_PATH_MAX + 32], adapter[GT_PATH_MAX + 32];
-    /* a PEFT adapter directory (a LoRA run's output): its base model, with the adapter on it */
-    snprintf(adapter, sizeof adapter, "%s/%s", o->checkpoint, PEFT_CONFIG_FILE);
+int checkpoint_model_open(CheckpointModel *cm, const char *dir, const char *key, GtError *err) {
+    memset(cm, 0, sizeof *cm);
+    char adapter[GT_PATH_MAX + 32];
     struct stat sb;
-    const bool lora = stat(adapter, &sb) == 0;
-    PeftConfig pc;
-    if (lora) {
-        if (peft_config_read(adapter, &pc, err)) return -1;
-        if (!pc.base_model[0])
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s %s: expected a run directory, a checkpoint-N or a PEFT adapter "
+                        "directory, found %s", key, dir, stat(dir, &sb) != 0 ? "nothing there" : "no directory");
+    /* a PEFT adapter directory (a LoRA run's output): its base model, with the adapter on it */
+    snprintf(adapter, sizeof adapter, "%s/%s", dir, PEFT_CONFIG_FILE);
+    cm->lora = stat(adapter, &sb) == 0;
+    PeftConfig *pc = &cm->pc;
+    if (cm->lora) {
+        if (peft_config_read(adapter, pc, err)) return -1;
+        if (!pc->base_model[0])
             return gt_error(err, GT_EXIT_BAD_INPUT, "%s: base_model_name_or_path: expected the base model's directory, "
                             "found null", adapter);
         /* a base moved or deleted since the adapter was written: said against the key that names it */
         char base_cfg[GT_PATH_MAX + 16];
-        snprintf(base_cfg, sizeof base_cfg, "%s/config.json", pc.base_model);
-        if (stat(pc.base_model, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        snprintf(base_cfg, sizeof base_cfg, "%s/config.json", pc->base_model);
+        if (stat(pc->base_model, &sb) != 0 || !S_ISDIR(sb.st_mode))
             return gt_error(err, GT_EXIT_BAD_INPUT,
                             "%s: base_model_name_or_path: expected the base model's directory, found \"%.300s\", %s "
                             "(moved or deleted? set the key to where the base model is now)",
-                            adapter, pc.base_model, stat(pc.base_model, &sb) != 0 ? "which does not exist" : "not a directory");
+                            adapter, pc->base_model, stat(pc->base_model, &sb) != 0 ? "which does not exist" : "not a directory");
         if (stat(base_cfg, &sb) != 0)
             return gt_error(err, GT_EXIT_BAD_INPUT,
                             "%s: base_model_name_or_path: expected the base model's directory (with config.json), found "
                             "\"%.300s\" without config.json",
-                            adapter, pc.base_model);
+                            adapter, pc->base_model);
     }
-    const char *model_dir = lora ? pc.base_model : o->checkpoint;
-    snprintf(cfg_path, sizeof cfg_path, "%s/config.json", model_dir);
-    ModelDesc d;
-    if (model_desc_load(&d, cfg_path, err) || (lora && lora_desc_apply(&d, &pc, adapter, err))) return -1;
+    snprintf(cm->dir, sizeof cm->dir, "%s", dir);
+    snprintf(cm->model_dir, sizeof cm->model_dir, "%s", cm->lora ? pc->base_model : dir);
+    snprintf(cm->cfg_path, sizeof cm->cfg_path, "%s/config.json", cm->model_dir);
+    if (!cm->lora && stat(cm->cfg_path, &sb) != 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s %s: expected a run directory, a checkpoint-N (config.json and weights) "
+                        "or a PEFT adapter directory (%s), found neither config.json nor %s", key, dir, PEFT_CONFIG_FILE,
+                        PEFT_CONFIG_FILE);
+    return model_desc_load(&cm->desc, cm->cfg_path, err) || (cm->lora && lora_desc_apply(&cm->desc, pc, adapter, err)) ? -1 : 0;
+}
+
+int checkpoint_model_load(Model *m, const CheckpointModel *cm, GtError *err) {
+    return checkpoint_load_weights(m, cm->model_dir, err) || (cm->lora && lora_load_adapter(m, cm->dir, err)) ? -1 : 0;
+}
+
+int checkpoint_model_tokenizer(Tokenizer **tok, const CheckpointModel *cm, const char *given, GtError *err) {
+    /* the tokenizer, only from files named for it: given, else the checkpoint's own tokenizer.json (a
+     * gtrain run saves its tokenizer in output_dir and every checkpoint-N), else, for an adapter not
+     * written by gtrain (a PEFT adapter), the base model's that adapter_config.json names; never a
+     * neighbouring directory's: a run without one has none */
+    const bool named = given && given[0];
+    *tok = NULL;
+    if (tokenizer_load_for_model(tok, named ? given : "", named ? NULL : cm->dir, err)) return -1;
+    if (!*tok && !named && cm->lora && !written_by_gtrain(cm->dir) && tokenizer_load_for_model(tok, "", cm->model_dir, err))
+        return -1;
+    return 0;
+}
+
+int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
+    CheckpointModel cmv, *cm = &cmv;
+    if (checkpoint_model_open(cm, o->checkpoint, "--checkpoint", err)) return -1;
+    const ModelDesc d = cm->desc;
+    const char *cfg_path = cm->cfg_path;
     int top_k = o->top_k < 0 ? (d.vocab_size < 40 ? 0 : 40) : o->top_k;
     if (o->top_k > d.vocab_size)
         return gt_error(err, GT_EXIT_BAD_INPUT, "--top-k %d: more than the %d tokens of the vocabulary (%s)", o->top_k,
                         d.vocab_size, cfg_path);
-    /* the tokenizer, only from files named for it: --tokenizer, else the checkpoint's own
-     * tokenizer.json (a gtrain run saves its tokenizer in output_dir and every checkpoint-N), else,
-     * for an adapter not written by gtrain (a PEFT adapter), the base model's that adapter_config.json
-     * names; never a neighbouring directory's: a run without one samples bytes */
     Tokenizer *tok = NULL;
-    const bool given = o->tokenizer && o->tokenizer[0];
-    if (tokenizer_load_for_model(&tok, given ? o->tokenizer : "", given ? NULL : o->checkpoint, err)) return -1;
-    if (!tok && !given && lora && !written_by_gtrain(o->checkpoint) &&
-        tokenizer_load_for_model(&tok, "", model_dir, err))
-        return -1;
+    if (checkpoint_model_tokenizer(&tok, cm, o->tokenizer, err)) return -1;
     int *prompt = NULL, n_prompt = 0;
     bool text = o->prompt_ids == NULL;
     if (!text) {
@@ -239,7 +263,7 @@ int sample_run(const SampleOptions *o, FILE *out, GtError *err) {
     /* positions beyond prompt + new tokens are never reached: the same window as n_positions */
     long T = (long)n_prompt + o->max_new_tokens;
     if (model_create_inference(&m, &d, be, T < d.n_positions ? (int)T : d.n_positions, err)) goto done;
-    if (checkpoint_load_weights(m, model_dir, err) || (lora && lora_load_adapter(m, o->checkpoint, err))) goto done;
+    if (checkpoint_model_load(m, cm, err)) goto done;
     uint64_t rng = o->seed;
     if (text && o->prompt) fputs(o->prompt, out);
     rc = sample_continue(m, prompt, n_prompt, o->max_new_tokens, o->temperature, top_k, &rng, tok, text, out, err);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "eval.h"
 #include "optim.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
@@ -295,7 +296,7 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
                                 "(max_skipped_steps %ld); the last good checkpoint is kept in %s",
                                 step + 1, skipped_in_a_row, cfg->max_skipped_steps, cfg->output_dir);
         }
-        if (t->rank == 0 && t->val && ((cfg->eval_steps > 0 && (step + 1) % cfg->eval_steps == 0) || last) &&
+        if (t->rank == 0 && (t->val || t->gen) && ((cfg->eval_steps > 0 && (step + 1) % cfg->eval_steps == 0) || last) &&
             trainer_eval(t, step + 1, summary, err))
             return -1;
         bool save = cfg->save_steps > 0 && ((step + 1) % cfg->save_steps == 0 || last);
@@ -395,6 +396,8 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
     free(t.tgt);
     free(t.pos);
     dist_comm_close(t.comm, rc == 0); /* before the buffers it may still read go */
+    eval_gen_free(t.gen);
+    kv_cache_free(t.kv);
     model_free(t.model);
     data_close(t.train);
     data_close(t.val);

@@ -5,6 +5,7 @@
 #include "config.h"
 #include "model.h"
 #include "model_desc.h"
+#include "tokenizer.h"
 
 /* Targets that count: labels != -100. */
 long count_items(const int *targets, size_t n);
@@ -53,6 +54,22 @@ void trainer_log_data(const char *which, const char *path, const struct DataSour
 /* gtrain plan with data.packing: the training data opened as a run opens it (tokenizer, split),
  * and its trainer_log_data line: how many rows the examples pack into, the padding left. */
 int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err);
+
+/* The eval windows of val a run evaluates: all, or eval_max_batches x per_device_eval_batch_size. */
+struct DataSource;
+long trainer_eval_windows(const RunConfig *cfg, const struct DataSource *val);
+/* The mean loss over val's first n_windows eval windows (data_fill_eval_pos), in chunks of m's
+ * rows; tok, tgt (and pos, for packed data, else NULL) hold m's rows x seq_len. progress (may be
+ * NULL) after each chunk. The trainer's eval and gtrain eval both measure through it. */
+typedef void (*EvalProgressFn)(void *ctx, long done, long total);
+int trainer_eval_loss(Model *m, const struct DataSource *val, long n_windows, int *tok, int *tgt, int *pos,
+                      EvalProgressFn progress, void *ctx, double *mean_loss, long *n_tokens, GtError *err);
+/* The run's data splits (a text file with val_fraction and no val file splits itself: *split_train
+ * and *split_val DATA_SPLIT_TRAIN / _VAL); returns the val path ("" for none). */
+const char *trainer_data_splits(const RunConfig *cfg, int *split_train, int *split_val);
+/* How the run's text becomes tokens (data.* keys, the tokenizer or NULL): data.h's DataText. */
+struct DataText;
+void trainer_data_text(const RunConfig *cfg, const Tokenizer *tok, struct DataText *out);
 
 /* Run the whole job described by cfg, on this rank of dist (world 1 without a launcher). */
 struct Dist;

@@ -6,51 +6,100 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eval.h"
 #include "sample.h"
 
 /* ---------------------------------------------------------------- eval */
 
-/* Mean loss over the fixed eval windows: the first eval_max_batches * per_device_eval_batch_size
- * windows (all when eval_max_batches is 0), in order, in chunks of at most the model's micro-batch. */
-static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err) {
-    Model *m = t->model;
-    long n_windows = data_num_eval_windows(t->val);
-    long cap = t->cfg->eval_max_batches * (long)t->cfg->per_device_eval_batch_size;
-    if (t->cfg->eval_max_batches > 0 && cap < n_windows) n_windows = cap;
+long trainer_eval_windows(const RunConfig *cfg, const DataSource *val) {
+    long n_windows = data_num_eval_windows(val);
+    long cap = cfg->eval_max_batches * (long)cfg->per_device_eval_batch_size;
+    return cfg->eval_max_batches > 0 && cap < n_windows ? cap : n_windows;
+}
+
+/* Mean loss over the fixed eval windows: the first n_windows (trainer_eval_windows), in order, in
+ * chunks of at most the model's micro-batch. */
+int trainer_eval_loss(Model *m, const DataSource *val, long n_windows, int *tok, int *tgt, int *pos,
+                      EvalProgressFn progress, void *ctx, double *mean_loss, long *n_tokens, GtError *err) {
     double sum = 0.0;
     long items = 0;
     const int B = model_batch_rows(m);
     for (long w = 0; w < n_windows; w += B) {
         int rows = (int)(n_windows - w < B ? n_windows - w : B);
-        data_fill_eval_pos(t->val, w, rows, t->tok, t->tgt, t->pos);
+        data_fill_eval_pos(val, w, rows, tok, tgt, pos);
         double s = 0.0;
-        if (model_step_pos(m, t->tok, t->tgt, t->pos, rows, 0.0f, false, &s, err)) return -1;
+        if (model_step_pos(m, tok, tgt, pos, rows, 0.0f, false, &s, err)) return -1;
         sum += s;
-        items += count_items(t->tgt, (size_t)rows * model_seq_len(m));
+        items += count_items(tgt, (size_t)rows * model_seq_len(m));
+        if (progress) progress(ctx, w + rows, n_windows);
     }
     *mean_loss = items > 0 ? sum / (double)items : NAN;
     *n_tokens = items;
     return 0;
 }
 
+static int evaluate(Trainer *t, double *mean_loss, long *n_tokens, GtError *err) {
+    return trainer_eval_loss(t->model, t->val, trainer_eval_windows(t->cfg, t->val), t->tok, t->tgt, t->pos, NULL, NULL,
+                             mean_loss, n_tokens, err);
+}
+
+static int trainer_eval_loss_step(Trainer *t, long step, TrainSummary *summary, EvalRecord *out, GtError *err);
+
+/* generation.task at an eval: the task on the training model, its accuracy into r, its results
+ * into output_dir/eval_results-STEP.jsonl */
+static int eval_generate(Trainer *t, long step, EvalRecord *r, GtError *err) {
+    GtBytes jsonl = {0};
+    EvalGenSummary s;
+    char line[256], path[GT_PATH_MAX + 64];
+    if (t->tty) metrics_progress_clear(stdout);
+    gt_log("eval step %ld | generating for %ld prompts (%s)\n", step, eval_gen_count(t->gen), t->cfg->generation.data);
+    int rc = eval_gen_run(t->gen, t->model, t->kv, false, &jsonl, &s, err);
+    if (rc == 0 && s.stopped) {
+        gt_log("eval step %ld | accuracy not measured: stopped by a signal\n", step);
+    } else if (rc == 0) {
+        snprintf(path, sizeof path, "%s/eval_results-%ld.jsonl", t->cfg->output_dir, step);
+        rc = gt_write_file_atomic(path, jsonl.p ? jsonl.p : "", jsonl.n, err);
+        if (rc == 0) {
+            r->accuracy = true;
+            r->eval_accuracy = s.accuracy;
+            r->eval_correct = s.correct;
+            r->eval_examples = s.n;
+            gt_log("eval step %ld | eval %s | %ld tokens in %.1f s | %s\n", step, eval_gen_format(line, sizeof line, &s, t->cfg),
+                   s.tokens, s.seconds, path);
+        }
+    }
+    gt_bytes_free(&jsonl);
+    return rc;
+}
+
 int trainer_eval(Trainer *t, long step, TrainSummary *summary, GtError *err) {
+    EvalRecord r = {.step = step, .epoch = t->state.epoch, .no_loss = t->val == NULL};
+    if (t->val && trainer_eval_loss_step(t, step, summary, &r, err)) return -1;
+    if (t->gen && eval_generate(t, step, &r, err)) return -1;
+    if (t->metrics && metrics_write_eval(t->metrics, &r, err)) return -1;
+    if (t->tb && t->val) tboard_scalar(t->tb, "eval/loss", step, tboard_wall_time(), (float)r.eval_loss);
+    if (t->tb && r.accuracy) tboard_scalar(t->tb, "eval/accuracy", step, tboard_wall_time(), (float)r.eval_accuracy);
+    return 0;
+}
+
+/* the loss half of an eval: its log lines and the summary's eval losses, into r */
+static int trainer_eval_loss_step(Trainer *t, long step, TrainSummary *summary, EvalRecord *out, GtError *err) {
     double vl;
     long vt;
     char line[256];
-    long windows = data_num_eval_windows(t->val), cap = t->cfg->eval_max_batches * (long)t->cfg->per_device_eval_batch_size;
-    if (t->cfg->eval_max_batches > 0 && cap < windows) windows = cap; /* as evaluate counts them */
+    long windows = trainer_eval_windows(t->cfg, t->val);
     if (t->tty) metrics_progress_clear(stdout);
     gt_log("%s\n", metrics_format_eval_start(line, sizeof line, step, windows, t->cfg->data.seq_len,
                                              t->cfg->data.val[0] ? t->cfg->data.val : "data.val_fraction of data.train"));
     if (evaluate(t, &vl, &vt, err)) return -1;
-    EvalRecord r = {.step = step, .epoch = t->state.epoch, .eval_loss = vl, .eval_perplexity = exp(vl), .eval_tokens = vt};
+    EvalRecord r = *out;
+    r.eval_loss = vl, r.eval_perplexity = exp(vl), r.eval_tokens = vt;
+    *out = r;
     gt_log("%s\n", metrics_format_eval(line, sizeof line, &r));
     if (!summary->first_val_step) summary->first_val_loss = vl, summary->first_val_step = step;
     summary->last_val_loss = vl;
     summary->last_val_step = step;
     if (isfinite(vl) && !(vl >= summary->best_val_loss)) summary->best_val_loss = vl, summary->best_val_step = step;
-    if (t->metrics && metrics_write_eval(t->metrics, &r, err)) return -1;
-    if (t->tb) tboard_scalar(t->tb, "eval/loss", step, tboard_wall_time(), (float)vl);
     return 0;
 }
 

@@ -9,6 +9,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "decode.h"
 #include "dist.h"
 #include "metrics.h"
 #include "plan.h"
@@ -25,6 +26,8 @@ typedef struct {
     Tokenizer *tokenizer; /* the run's tokenizer, or NULL (byte-level) */
     MemPlan plan;
     MetricsWriter *metrics;
+    struct EvalGen *gen; /* generation.task (rank 0): the task's prompts, run at each eval (eval.h) */
+    KvCache *kv;         /* its cache, on the training model */
     RunDir *rundir; /* output_dir: rank 0 holds its lock; other ranks read it to find `latest` */
     TBoard *tb;
     TrainerState state;

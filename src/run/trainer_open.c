@@ -11,7 +11,9 @@
 #include <sys/stat.h>
 
 #include "adapter.h"
+#include "eval.h"
 #include "lora.h"
+#include "scorers.h"
 
 /* ---------------------------------------------------------------- output_dir ownership */
 
@@ -196,7 +198,7 @@ static int init_adapters(Trainer *t, GtError *err) {
 
 /* The splits of the run's data: a text file with val_fraction and no val file splits itself;
  * returns the val path ("" for none). */
-static const char *data_splits(const RunConfig *cfg, int *split_train, int *split_val) {
+const char *trainer_data_splits(const RunConfig *cfg, int *split_train, int *split_val) {
     *split_train = *split_val = DATA_SPLIT_ALL;
     if (!cfg->data.val[0] && cfg->data.format == DATA_TEXT && cfg->data.val_fraction > 0) {
         *split_train = DATA_SPLIT_TRAIN, *split_val = DATA_SPLIT_VAL;
@@ -205,18 +207,23 @@ static const char *data_splits(const RunConfig *cfg, int *split_train, int *spli
     return cfg->data.val;
 }
 
-static DataText data_text(const RunConfig *cfg, const Tokenizer *tok) {
-    return (DataText){.tok = tok, .prompt_template = cfg->data.prompt_template,
+void trainer_data_text(const RunConfig *cfg, const Tokenizer *tok, DataText *out) {
+    *out = (DataText){.tok = tok, .prompt_template = cfg->data.prompt_template,
                       .completion_template = cfg->data.completion_template, .add_eos = cfg->data.add_eos,
                       .eos_id = tok ? tokenizer_eos_id(tok) : -1, .col_text = cfg->data.columns.text,
                       .col_prompt = cfg->data.columns.prompt, .col_completion = cfg->data.columns.completion,
                       .col_messages = cfg->data.columns.messages, .chat_template = cfg->data.chat_template,
                       .assistant_only_loss = cfg->data.assistant_only_loss};
 }
+static DataText data_text(const RunConfig *cfg, const Tokenizer *tok) {
+    DataText t;
+    trainer_data_text(cfg, tok, &t);
+    return t;
+}
 
 int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err) {
     int split_train, split_val;
-    data_splits(cfg, &split_train, &split_val);
+    trainer_data_splits(cfg, &split_train, &split_val);
     Tokenizer *tok = NULL;
     DataSource *train = NULL;
     if (tokenizer_load_for_model(&tok, cfg->tokenizer, cfg->model, err)) return -1;
@@ -227,6 +234,47 @@ int trainer_plan_data(const RunConfig *cfg, const ModelDesc *desc, GtError *err)
     data_close(train);
     tokenizer_free(tok);
     return rc;
+}
+
+/* generation.task (rank 0): the task's prompts read now (bad input refused before anything is
+ * written), and a KV cache of generation.batch_size rows (auto: as many as fit beside the plan, at
+ * most the prompts, 256 and the model's tokens per call) counted in the plan's kv_cache line; made
+ * once the model is (trainer_open). */
+static int open_generation(Trainer *t, uint64_t limit, int *slots, GtError *err) {
+    const RunConfig *cfg = t->cfg;
+    const ModelDesc *desc = t->desc;
+    struct stat sb;
+    const char *model_dir = cfg->init_from[0] ? cfg->init_from : cfg->model;
+    if (stat(model_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) model_dir = NULL;
+    if (eval_gen_open(&t->gen, cfg, desc, t->tokenizer, model_dir, desc->n_positions, err)) return -1;
+    const int ctx = eval_gen_ctx(t->gen), per_call = t->plan.B * cfg->data.seq_len;
+    const long n = eval_gen_count(t->gen);
+    long most = n < 256 ? n : 256;
+    if (most > per_call) most = per_call;
+    *slots = cfg->generation.batch_size;
+    const uint64_t room = limit > t->plan.device_total ? limit - t->plan.device_total : 0;
+    if (*slots == 0) {
+        while (most > 1 && kv_cache_bytes(desc, (int)most, ctx, t->plan.act) > room) most /= 2;
+        *slots = (int)most;
+    }
+    if (*slots > per_call)
+        return config_key_error(cfg, "generation.batch_size", err,
+                                "expected at most the training model's tokens per call (per_device_train_batch_size x "
+                                "data.seq_len), found more");
+    const uint64_t kv = kv_cache_bytes(desc, *slots, ctx, t->plan.act);
+    if (kv == UINT64_MAX || kv > room) {
+        char a[32], b[32];
+        return gt_error(err, GT_EXIT_BAD_INPUT, "%s: generation.batch_size %d: the KV cache of %d rows x %d positions "
+                        "needs %s, and %s is left beside the training plan; expected fewer rows (or a lower "
+                        "memory use)", cfg->config_path, *slots, *slots, ctx, gt_format_bytes(a, sizeof a, kv),
+                        gt_format_bytes(b, sizeof b, room));
+    }
+    t->plan.bytes[MEM_KV_CACHE] += kv;
+    t->plan.device_total += kv;
+    gt_log("generation: %s, %ld prompts from %s, %d rows at once over %d positions, at most %d new tokens, at each "
+           "eval\n", gen_task_name((GenTask)cfg->generation.task), n, cfg->generation.data, *slots, ctx,
+           cfg->generation.max_new_tokens);
+    return 0;
 }
 
 int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
@@ -256,7 +304,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                                                        : "micro-batch mean / accumulation steps");
 
     int split_train, split_val;
-    const char *val_path = data_splits(cfg, &split_train, &split_val);
+    const char *val_path = trainer_data_splits(cfg, &split_train, &split_val);
     if (tokenizer_load_for_model(&t->tokenizer, cfg->tokenizer, cfg->model, err)) return -1;
     if (t->tokenizer) {
         char sl[600];
@@ -281,6 +329,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     trainer_log_data(split_train == DATA_SPLIT_TRAIN ? "train split of" : "train", cfg->data.train, t->train);
     if (t->val) trainer_log_data(split_val == DATA_SPLIT_VAL ? "val split of" : "val", val_path, t->val);
 
+    int gen_slots = 0;
+    if (cfg->generation.task && t->rank == 0 && open_generation(t, limit, &gen_slots, err)) return -1;
     int shards = t->plan.zero1 ? t->world : 1;
     if (model_create_sharded(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, shards,
                              shards > 1 ? t->rank : 0, err)) {
@@ -293,6 +343,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                  err->msg, gt_format_bytes(need, sizeof need, t->plan.device_total));
         return gt_error(err, GT_EXIT_FAILURE, "%s", msg);
     }
+    if (t->gen && kv_cache_create(&t->kv, t->model, gen_slots, eval_gen_ctx(t->gen), err)) return -1;
     if (t->rank == 0) {
         plan_print(&t->plan, &t->be->mem, stdout);
         uint64_t free_b = 0, total_b = 0;
