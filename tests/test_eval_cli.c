@@ -32,6 +32,10 @@ static const char *root(void) {
     return r;
 }
 
+/* the fixture's training steps: on the CUDA simulator (about 10x slower a step) a tenth, which
+ * checks the same paths but trains too little to answer (the accuracy bound is then not asked) */
+static int fixture_steps(void) { return test_on_cudasim() ? 40 : 400; }
+
 /* dir/run.yaml: the tiny model on tests/data/eval_train.jsonl, its gsm8k generation section */
 static void write_config(const char *dir) {
     char cfg[4096];
@@ -44,7 +48,7 @@ static void write_config(const char *dir) {
              "  seq_len: 64\n"
              "per_device_train_batch_size: 8\n"
              "per_device_eval_batch_size: 8\n"
-             "max_steps: 400\n"
+             "max_steps: %d\n"
              "learning_rate: 3.0e-3\n"
              "lr_scheduler_type: constant\n"
              "logging_steps: 100\n"
@@ -60,7 +64,7 @@ static void write_config(const char *dir) {
              "    answer: response\n"
              "  max_new_tokens: 40\n"
              "  batch_size: 5\n",
-             root(), root(), root());
+             root(), root(), fixture_steps(), root());
     test_write_file(test_join(dir, "run.yaml"), cfg, strlen(cfg));
     test_write_file(test_join(dir, "model.json"), MODEL_JSON, strlen(MODEL_JSON));
 }
@@ -195,7 +199,7 @@ Test(eval_cli, generation_accuracy_matches_its_results_file, .timeout = 180) {
     char *out = text_of(test_join(dir, "gsm8k.out"));
     long n, total;
     cr_assert_eq(sscanf(strstr(out, "accuracy: "), "accuracy: %*f (%ld/%ld)", &n, &total), 2);
-    cr_assert(n >= total / 2, "only %ld of %ld correct: %s", n, total, out);
+    if (!test_on_cudasim()) cr_assert(n >= total / 2, "only %ld of %ld correct: %s", n, total, out);
     free(out);
     /* MATH, the same way, from the config's generation.output; batch auto; a stop string is refused
      * without a tokenizer */
@@ -346,9 +350,14 @@ Test(eval_cli, accuracy_at_each_training_eval_is_gtrain_evals_and_changes_no_ste
     char dir[256];
     test_scratch_make(dir, sizeof dir, "gt_evalcli");
     write_config(dir);
-    int rc = gtrain(dir, "gen", "train --config run.yaml --set eval_steps=200 --set output_dir=gen");
+    const int last = fixture_steps(), mid = last / 2;
+    char args[512], want[160];
+    snprintf(args, sizeof args, "train --config run.yaml --set eval_steps=%d --set output_dir=gen", mid);
+    int rc = gtrain(dir, "gen", args);
     cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "gen.err")));
-    rc = gtrain(dir, "plain", "train --config run.yaml --set eval_steps=200 --set output_dir=plain --set generation.task=none");
+    snprintf(args, sizeof args, "train --config run.yaml --set eval_steps=%d --set output_dir=plain --set generation.task=none",
+             mid);
+    rc = gtrain(dir, "plain", args);
     cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "plain.err")));
     /* generating at each eval changes no training step: the same losses and final weights */
     char *tg, *eg, *tp, *ep;
@@ -356,21 +365,28 @@ Test(eval_cli, accuracy_at_each_training_eval_is_gtrain_evals_and_changes_no_ste
     metrics_lines(test_join(dir, "plain"), &tp, &ep);
     cr_assert_str_eq(tg, tp);
     cr_assert(files_equal(test_join(dir, "gen/model.safetensors"), test_join(dir, "plain/model.safetensors")));
-    cr_assert_eq(strncmp(eg, "200 acc ", 8), 0, "%s", eg);
-    cr_assert(strstr(eg, "\n400 acc ") && strstr(eg, " 24\n"), "%s", eg);
-    cr_assert(strstr(ep, "200 - -1 -1\n"), "%s", ep);
+    snprintf(want, sizeof want, "%d acc ", mid);
+    cr_assert_eq(strncmp(eg, want, strlen(want)), 0, "%s", eg);
+    snprintf(want, sizeof want, "\n%d acc ", last);
+    cr_assert(strstr(eg, want) && strstr(eg, " 24\n"), "%s", eg);
+    snprintf(want, sizeof want, "%d - -1 -1\n", mid);
+    cr_assert(strstr(ep, want), "%s", ep);
     /* the log's accuracy line, its results file, and gtrain eval of the final weights: the same */
     char *log = text_of(test_join(dir, "gen.out"));
-    cr_assert(strstr(log, "eval step 400 | eval accuracy: ") && strstr(log, "eval_results-400.jsonl"), "%s", log);
-    cr_assert(exists(test_join(dir, "gen/eval_results-200.jsonl")));
+    char line[64], res[64];
+    snprintf(line, sizeof line, "eval step %d | eval accuracy: ", last);
+    snprintf(res, sizeof res, "eval_results-%d.jsonl", last);
+    cr_assert(strstr(log, line) && strstr(log, res), "%s", log);
+    snprintf(res, sizeof res, "gen/eval_results-%d.jsonl", mid);
+    cr_assert(exists(test_join(dir, res)));
     rc = gtrain(dir, "final", "eval --config run.yaml --checkpoint gen --output final.jsonl");
     cr_assert_eq(rc, 0, "%s", text_of(test_join(dir, "final.err")));
-    cr_assert(files_equal(test_join(dir, "final.jsonl"), test_join(dir, "gen/eval_results-400.jsonl")));
+    snprintf(res, sizeof res, "gen/eval_results-%d.jsonl", last);
+    cr_assert(files_equal(test_join(dir, "final.jsonl"), test_join(dir, res)));
     char *fo = text_of(test_join(dir, "final.out"));
     const char *acc = strstr(fo, "accuracy: ");
     cr_assert_not_null(acc);
-    char want[128];
-    snprintf(want, sizeof want, "eval step 400 | eval %.*s", (int)strcspn(acc, "\n"), acc);
+    snprintf(want, sizeof want, "eval step %d | eval %.*s", last, (int)strcspn(acc, "\n"), acc);
     cr_assert(strstr(log, want), "%s not in the training log", want);
     /* TensorBoard's scalar beside the loss */
     char *tb = test_sh_output(false, "grep -c -a 'eval/accuracy' '%s'/gen/events.out.tfevents.*", dir);

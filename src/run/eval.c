@@ -418,14 +418,14 @@ out:
     return rc;
 }
 
-static int eval_generate(const RunConfig *cfg, EvalModel *em, Backend *be, const char *output, GtError *err) {
+/* g: the prompts, read and checked before the backend opened (bad input says so before anything
+ * else is printed); freed here */
+static int eval_generate(const RunConfig *cfg, EvalModel *em, EvalGen *g, Backend *be, const char *output, GtError *err) {
     const ModelDesc *d = &em->desc;
-    EvalGen *g = NULL;
     Model *m = NULL;
     KvCache *kv = NULL;
     GtBytes jsonl = {0};
     int rc = -1;
-    if (eval_gen_open(&g, cfg, d, em->tok, em->model_dir, d->n_positions, err)) goto out;
     log_model(em, be);
     const int ctx = eval_gen_ctx(g), prefill = eval_gen_prefill(g, INT32_MAX);
     const GtDtype act = plan_act_dtype(cfg->precision);
@@ -492,8 +492,12 @@ int eval_run(const RunConfig *cfg, const ModelDesc *desc, const EvalOptions *o, 
                         "generations'), found none", o->output ? "--output" : "generation.output");
     EvalModel *em = gt_xcalloc(1, sizeof *em);
     Backend *be = NULL;
+    EvalGen *g = NULL;
     int rc = -1;
     if (eval_model_open(em, cfg, desc, o, err)) goto out;
+    if (cfg->generation.task != TASK_NONE &&
+        eval_gen_open(&g, cfg, &em->desc, em->tok, em->model_dir, em->desc.n_positions, err))
+        goto out;
     if (output) { /* the results file: never an input, never a directory or FIFO */
         OutGuard guard = {0};
         out_guard_add(&guard, cfg->generation.data, "generation.data");
@@ -506,8 +510,10 @@ int eval_run(const RunConfig *cfg, const ModelDesc *desc, const EvalOptions *o, 
     }
     if (backend_open(&be, cfg->device, 0, cfg->num_threads, err)) goto out;
     backend_set_act_dtype(be, plan_act_dtype(cfg->precision));
-    rc = cfg->generation.task == TASK_NONE ? eval_loss(cfg, em, be, err) : eval_generate(cfg, em, be, output, err);
+    rc = cfg->generation.task == TASK_NONE ? eval_loss(cfg, em, be, err) : eval_generate(cfg, em, g, be, output, err);
+    g = NULL; /* eval_generate's now */
 out:
+    eval_gen_free(g);
     backend_close(be);
     tokenizer_free(em->tok);
     free(em);
