@@ -22,11 +22,9 @@ uint64_t gen_rng_seed(uint64_t seed, long index) {
 }
 
 /* the kept tokens' weights exp((l - max) / T) after top-k and top-p (HF's order: temperature,
- * top-k, top-p); w[v] = 0 for the removed ones; returns their sum */
-static double warp(const float *logits, int V, const GenOptions *o, double *w, int *order) {
-    int best = 0;
-    for (int v = 1; v < V; v++)
-        if (logits[v] > logits[best]) best = v;
+ * top-k, top-p; best: the largest logit's id, the caller's argmax); w[v] = 0 for the removed ones; returns
+ * their sum */
+static double warp(const float *logits, int V, int best, const GenOptions *o, double *w, int *order) {
     const double T = o->temperature > 0 ? o->temperature : 1.0;
     /* top-k: HF's TopKLogitsWarper removes the tokens below the k-th largest logit (ties kept);
      * the k-th largest by quickselect on a copy */
@@ -96,7 +94,7 @@ int gen_pick_token(const float *logits, int V, const GenOptions *o, uint64_t *rn
     if (!o->do_sample) return best;
     double *w = gt_xmalloc((size_t)V * sizeof *w);
     int *order = gt_xmalloc((size_t)V * sizeof *order);
-    const double sum = warp(logits, V, o, w, order);
+    const double sum = warp(logits, V, best, o, w, order);
     const double u = (double)(sample_rng_next(rng) >> 11) / 9007199254740992.0 * sum;
     double acc = 0.0;
     int pick = best;
@@ -217,15 +215,17 @@ int generate_run(Model *m, KvCache *kv, const GenPrompt *prompts, long n, const 
             for (int e = 0; e < o->n_eos && !end; e++)
                 if (id == o->eos[e]) end = true, fin = GEN_FINISH_EOS;
             long cut = -1;
+            bool decoded = false; /* r->text is this step's */
             if (!end && o->n_stop > 0) {
                 if ((rc = row_text(r, o, err))) break;
+                decoded = true;
                 if ((cut = find_stop(r, o)) >= 0) end = true, fin = GEN_FINISH_STOP;
             }
             if (!end && (int)r->gen.n >= o->max_new_tokens) end = true, fin = GEN_FINISH_LENGTH;
             /* prompt + generation fill the context (HF's max_length = the model's positions) */
             if (!end && p->n + (int)r->gen.n >= cap) end = true, fin = GEN_FINISH_CONTEXT;
             if (!end) continue;
-            if (o->tok && (fin != GEN_FINISH_STOP) && (rc = row_text(r, o, err))) break;
+            if (o->tok && !decoded && (rc = row_text(r, o, err))) break;
             if (cut >= 0) r->text[cut] = '\0';
             GenResult res = {r->index, r->gen.ids, (int)r->gen.n, r->text, fin};
             rc = done ? done(ctx, &res, err) : 0;
