@@ -421,11 +421,7 @@ int main(int argc, char **argv) {
          * memory is read only by a run (asking the driver costs a context), so no limit here */
         uint64_t limit = cfg->memory_limit;
         bool on_cpu = cfg->device == DEVICE_CPU;
-#ifdef GT_HAVE_CUDA
-        on_cpu = on_cpu || (cfg->device == DEVICE_AUTO && cuda_device_count() == 0);
-#else
-        on_cpu = on_cpu || cfg->device == DEVICE_AUTO;
-#endif
+        on_cpu = on_cpu || (cfg->device == DEVICE_AUTO && backend_gpu_count() == 0);
         char lim[32];
         if (!limit && on_cpu) {
             Backend *cpu = NULL;

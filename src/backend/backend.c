@@ -35,6 +35,14 @@ const char *backend_built_list(void) {
 #endif
 }
 
+int backend_gpu_count(void) {
+#ifdef GT_HAVE_CUDA
+    return cuda_device_count();
+#else
+    return 0;
+#endif
+}
+
 int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err) {
     *out = NULL;
     (void)local_rank;

@@ -373,5 +373,7 @@ void backend_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float 
 
 /* Which backends this binary was built with, e.g. "cpu cuda". */
 const char *backend_built_list(void);
+/* How many GPUs a CUDA backend would see (0 without one, or without CUDA). */
+int backend_gpu_count(void);
 
 #endif
