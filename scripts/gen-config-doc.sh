@@ -1,14 +1,14 @@
 #!/bin/sh
-# gen-config-doc.sh - the README's config reference, generated from the schema table in
+# gen-config-doc.sh - the config reference (docs/config.md), generated from the schema table in
 # src/config_table.c through `gtrain --help-config --markdown` (nothing about a key is written twice).
 #
 #   scripts/gen-config-doc.sh [--print | --check | --update] [GTRAIN_BIN]
 #
 #   --print   (default) print the markdown table to stdout
-#   --update  replace the text between the markers below in README.md
-#   --check   exit 1 if README.md's reference differs from the binary's (for CI)
+#   --update  replace the text between the markers below in docs/config.md
+#   --check   exit 1 if docs/config.md's reference differs from the binary's (for CI)
 #
-# README.md markers (each on its own line):
+# docs/config.md markers (each on its own line):
 #   <!-- config-reference:begin -->
 #   <!-- config-reference:end -->
 set -eu
@@ -27,7 +27,7 @@ esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-${GTRAIN_BIN:-$root/build/gtrain}}
-readme=${README:-$root/README.md}
+readme=${CONFIG_DOC:-$root/docs/config.md}
 begin='<!-- config-reference:begin -->'
 end='<!-- config-reference:end -->'
 
@@ -50,7 +50,7 @@ if [ ! -f "$readme" ] || ! grep -qxF "$begin" "$readme" || ! grep -qxF "$end" "$
     exit 2
 fi
 
-# README with the block between the markers replaced by the table.
+# the doc with the block between the markers replaced by the table.
 awk -v begin="$begin" -v end="$end" -v table="$table" '
     $0 == begin { print; while ((getline line < table) > 0) print line; skip = 1; next }
     $0 == end   { skip = 0 }
