@@ -27,7 +27,7 @@ esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-${GTRAIN_BIN:-$root/build/gtrain}}
-readme=${CONFIG_DOC:-$root/docs/config.md}
+doc=${CONFIG_DOC:-$root/docs/config.md}
 begin='<!-- config-reference:begin -->'
 end='<!-- config-reference:end -->'
 
@@ -45,8 +45,8 @@ if [ "$mode" = print ]; then
     exit 0
 fi
 
-if [ ! -f "$readme" ] || ! grep -qxF "$begin" "$readme" || ! grep -qxF "$end" "$readme"; then
-    echo "gen-config-doc: $readme lacks the lines '$begin' and '$end'" >&2
+if [ ! -f "$doc" ] || ! grep -qxF "$begin" "$doc" || ! grep -qxF "$end" "$doc"; then
+    echo "gen-config-doc: $doc lacks the lines '$begin' and '$end'" >&2
     exit 2
 fi
 
@@ -55,17 +55,17 @@ awk -v begin="$begin" -v end="$end" -v table="$table" '
     $0 == begin { print; while ((getline line < table) > 0) print line; skip = 1; next }
     $0 == end   { skip = 0 }
     !skip       { print }
-' "$readme" >"$table.new"
+' "$doc" >"$table.new"
 
 if [ "$mode" = check ]; then
-    if cmp -s "$readme" "$table.new"; then
-        echo "gen-config-doc: $readme config reference is up to date"
+    if cmp -s "$doc" "$table.new"; then
+        echo "gen-config-doc: $doc config reference is up to date"
         exit 0
     fi
-    echo "gen-config-doc: $readme config reference is stale; run scripts/gen-config-doc.sh --update" >&2
-    diff -u "$readme" "$table.new" >&2 || true
+    echo "gen-config-doc: $doc config reference is stale; run scripts/gen-config-doc.sh --update" >&2
+    diff -u "$doc" "$table.new" >&2 || true
     exit 1
 fi
 
-cp "$table.new" "$readme"
-echo "gen-config-doc: updated the config reference in $readme"
+cp "$table.new" "$doc"
+echo "gen-config-doc: updated the config reference in $doc"

@@ -60,7 +60,7 @@ int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads
     case DEVICE_AUTO:
     default:
 #ifdef GT_HAVE_CUDA
-        if (cuda_device_count() > 0) return cuda_backend_create(out, local_rank, err);
+        if (backend_gpu_count() > 0) return cuda_backend_create(out, local_rank, err);
 #endif
         return cpu_backend_create(out, num_threads, err);
     }
