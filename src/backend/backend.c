@@ -35,33 +35,16 @@ const char *backend_built_list(void) {
 #endif
 }
 
-int backend_gpu_count(void) {
-#ifdef GT_HAVE_CUDA
-    return cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
 int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err) {
     *out = NULL;
-    (void)local_rank;
     switch (kind) {
     case DEVICE_CPU:
         return cpu_backend_create(out, num_threads, err);
     case DEVICE_CUDA:
-#ifdef GT_HAVE_CUDA
-        return cuda_backend_create(out, local_rank, err);
-#else
-        return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "device: cuda asked for, but this gtrain was built without CUDA (built: %s)",
-                        backend_built_list());
-#endif
+        return backend_open_cuda(out, local_rank, err);
     case DEVICE_AUTO:
     default:
-#ifdef GT_HAVE_CUDA
-        if (cuda_device_count() > 0) return cuda_backend_create(out, local_rank, err);
-#endif
+        if (backend_gpu_count() > 0) return backend_open_cuda(out, local_rank, err);
         return cpu_backend_create(out, num_threads, err);
     }
 }
