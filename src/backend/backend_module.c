@@ -51,7 +51,8 @@ int cuda_module_load(const GtCudaModule **out, char *path, size_t cap, GtError *
     void *h = dlopen(file, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        return gt_error(err, GT_EXIT_BAD_INPUT, "the CUDA backend module does not load: %s", why ? why : file);
+        /* dlerror names the library missing (libcublasLt.so.13: cannot open ...) or the file's fault */
+        return gt_error(err, GT_EXIT_BAD_INPUT, "the CUDA backend module %s does not load: %s", file, why ? why : "?");
     }
     GtCudaModuleEntry entry;
     void *sym = dlsym(h, GT_CUDA_MODULE_ENTRY);
