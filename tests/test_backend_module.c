@@ -58,6 +58,33 @@ Test(backend_module, auto_without_the_module_runs_on_the_cpu, .timeout = 120) {
     ws_fini(&w);
 }
 
+/* a GPU the probe sees, but a module that does not load (its CUDA libraries absent): device: auto
+ * warns and runs on the CPU. Where the probe sees none (no GPU here), auto runs on the CPU all the
+ * same and the warning is not asked for. */
+Test(backend_module, auto_with_a_gpu_but_no_loadable_module_runs_on_the_cpu, .timeout = 120) {
+    Ws w;
+    ws_init(&w);
+    char from[600], to[400];
+    const char *bin = test_gtrain_bin(), *slash = strrchr(bin, '/');
+    snprintf(from, sizeof from, "%.*s/libgtrain-cuda-probe.so", slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+    if (access(from, R_OK) != 0) cr_skip_test("no device probe beside gtrain (%s): built without CUDA", from);
+    snprintf(to, sizeof to, "%s/libgtrain-cuda-probe.so", w.dir);
+    copy_file(from, to);
+    snprintf(to, sizeof to, "%s/libgtrain-cuda.so", w.dir);
+    put_file(to, "not a shared object\n", 20);
+    backend_dir(w.dir);
+    const int gpus = backend_gpu_count(); /* the copied probe, as the child will see it */
+    int st = run(&w, NULL, "autobad", "device=auto", "max_steps=2", "save_steps=0", NULL);
+    expect_exit(&w, "autobad", st, 0);
+    if (gpus > 0) {
+        char e[4096];
+        log_text(&w, "autobad", "err", e, sizeof e);
+        cr_expect(strstr(e, "a GPU is visible, but the CUDA backend module") && strstr(e, "running on the CPU"),
+                  "%d GPU(s), module unloadable: no warning: %s", gpus, e);
+    }
+    ws_fini(&w);
+}
+
 /* gtrain --version with $GTRAIN_BACKEND_DIR as given (NULL: unset); its stdout, exit 0 asserted */
 static char *version_of(const char *dir, char *buf, size_t cap) {
     char path[64] = "/tmp/gt_version_XXXXXX";

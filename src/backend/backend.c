@@ -1,6 +1,7 @@
 /* backend.c - backend selection, the tracking allocator shared by every backend, and the one
  * place that composes an optional (fused) op a backend leaves out (backend.h). */
 #include "backend.h"
+#include "cuda_module.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,13 @@ int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads
         return backend_open_cuda(out, local_rank, err);
     case DEVICE_AUTO:
     default:
-        if (backend_gpu_count() > 0) return backend_open_cuda(out, local_rank, err);
+        if (backend_gpu_count() > 0) {
+            /* a GPU, but the module's CUDA libraries absent (cuBLAS, NCCL): the CPU, said once */
+            const GtCudaModule *m;
+            GtError why = {0};
+            if (cuda_module_load(&m, NULL, 0, &why) == 0) return backend_open_cuda(out, local_rank, err);
+            gt_warn("device: auto: a GPU is visible, but %s; running on the CPU\n", why.msg);
+        }
         return cpu_backend_create(out, num_threads, err);
     }
 }
