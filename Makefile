@@ -100,7 +100,8 @@ TEST_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRCS))
 .PHONY: all test test-asan cuda-check demo bench clean help-config-doc
 all: $(BUILD)/gtrain $(CUDA_MODULE)
 
-$(BUILD)/gtrain: $(OBJS)
+# (the module with it: a script that asks for build/gtrain gets what device: cuda loads)
+$(BUILD)/gtrain: $(OBJS) | $(CUDA_MODULE)
 	$(CC) -o $@ $^ $(LDLIBS)
 
 # the CUDA backend module, found beside the executables of $(BUILD) (gtrain, test_gtrain, bench_*),

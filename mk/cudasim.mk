@@ -54,7 +54,7 @@ $(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(SRC_HDRS)
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
 $(BUILD_SIM)/sim/%.o: cuda/sim/%.cpp $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/sim
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
-$(BUILD_SIM)/gtrain: $(SIM_OBJS)
+$(BUILD_SIM)/gtrain: $(SIM_OBJS) | $(SIM_MODULE)
 	$(CC) -o $@ $^ $(SIM_LDLIBS)
 $(BUILD_SIM)/libgtrain-cuda.so: $(SIM_CU_OBJS) $(SIM_RT_OBJS)
 	$(CXX) -shared -o $@ $^ $(SIM_MODULE_LDLIBS)
