@@ -20,7 +20,8 @@ CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null)
 
 WARN     := -Wall -Wextra -Wshadow -Wno-unused-parameter
 CFLAGS   += -std=c11 $(OPT) $(ARCH_FLAGS) -g -fopenmp -fno-math-errno -D_GNU_SOURCE $(WARN) $(PKG_CFLAGS) $(SRC_INC) $(SAN)
-LDLIBS   += $(PKG_LIBS) -fopenmp -lmvec -lm $(SAN)
+# -rdynamic: the CUDA backend module (below) calls back into the executable (gt_error, backend_alloc ...)
+LDLIBS   += $(PKG_LIBS) -fopenmp -lmvec -lm -ldl -rdynamic $(SAN)
 
 # CUDA backend: built when nvcc is found (CUDA=0 leaves it out, CUDA=1 insists).
 NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
@@ -33,15 +34,21 @@ ifeq ($(CUDA),auto)
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # CUDA sources always compile with warnings as errors (CI checks this without a GPU).
-NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) $(SRC_INC) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror
+# The CUDA backend is a module, $(BUILD)/libgtrain-cuda.so (src/backend/cuda_module.h), that gtrain
+# opens with dlopen when a run asks for CUDA: only it links cuBLAS, cuBLASLt, cudart and NCCL. Its
+# code is position independent and hidden but for the one entry point.
+NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_ARCH) $(SRC_INC) -Werror all-warnings -Xcompiler -Wall,-Wextra,-Wno-unused-parameter,-Werror \
+             -Xcompiler -fPIC,-fvisibility=hidden
 CU_SRCS  := $(wildcard cuda/*.cu)
 ifeq ($(CUDA),1)
   CFLAGS  += -DGT_HAVE_CUDA
   NVCCFLAGS += -DGT_HAVE_CUDA
   CU_OBJS := $(patsubst cuda/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS))
-  LDLIBS  += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++
+  CUDA_MODULE := $(BUILD)/libgtrain-cuda.so $(BUILD)/libgtrain-cuda-probe.so
+  CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart_static -ldl -lrt -lpthread -lstdc++ -lm
 else
   CU_OBJS :=
+  CUDA_MODULE :=
 endif
 
 # NCCL (data parallel on the CUDA backend, cuda/dist_nccl.cu): built when CUDA is and nccl.h is
@@ -64,7 +71,7 @@ ifeq ($(NCCL),1)
   CFLAGS    += -DGT_HAVE_NCCL
   NVCCFLAGS += -DGT_HAVE_NCCL -I$(NCCL_HOME)/include
   NCCL_LIBDIR := $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so $(NCCL_HOME)/lib/libnccl.so $(NCCL_HOME)/lib/x86_64-linux-gnu/libnccl.so /usr/lib/x86_64-linux-gnu/libnccl.so))
-  LDLIBS    += $(if $(NCCL_LIBDIR),-L$(dir $(NCCL_LIBDIR)) -Wl$(comma)-rpath$(comma)$(dir $(NCCL_LIBDIR))) -lnccl
+  CUDA_LDLIBS += $(if $(NCCL_LIBDIR),-L$(dir $(NCCL_LIBDIR)) -Wl$(comma)-rpath$(comma)$(dir $(NCCL_LIBDIR))) -lnccl
 endif
 
 # MPI (data parallel on the CPU backend): built when Open MPI's mpicc is found (MPI=0 leaves it out).
@@ -91,10 +98,18 @@ TEST_SRCS := $(wildcard tests/*.c)
 TEST_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/%.o,$(TEST_SRCS))
 
 .PHONY: all test test-asan cuda-check demo bench clean help-config-doc
-all: $(BUILD)/gtrain
+all: $(BUILD)/gtrain $(CUDA_MODULE)
 
-$(BUILD)/gtrain: $(OBJS) $(CU_OBJS)
+# (the module with it: a script that asks for build/gtrain gets what device: cuda loads)
+$(BUILD)/gtrain: $(OBJS) | $(CUDA_MODULE)
 	$(CC) -o $@ $^ $(LDLIBS)
+
+# the CUDA backend module, found beside the executables of $(BUILD) (gtrain, test_gtrain, bench_*),
+# and its device probe (cudart only: what device: auto and --version load)
+$(BUILD)/libgtrain-cuda.so: $(CU_OBJS)
+	$(CC) -shared -o $@ $^ $(CUDA_LDLIBS)
+$(BUILD)/libgtrain-cuda-probe.so: $(BUILD)/cuda/device_probe.o
+	$(CC) -shared -o $@ $^ -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lpthread -lstdc++
 
 # Objects depend on the flags they were built with (CUDA=0/1, sanitizers, MPI): a change rebuilds.
 FLAGS_STAMP := $(BUILD)/flags.stamp
@@ -110,7 +125,7 @@ $(BUILD)/cuda/%.o: cuda/%.cu $(wildcard cuda/*.cuh) $(SRC_HDRS) $(FLAGS_STAMP) |
 $(BUILD)/tests/%.o: tests/%.c $(SRC_HDRS) $(wildcard tests/*.h) $(FLAGS_STAMP) | $(BUILD)/tests
 	$(CC) $(CFLAGS) $(CRIT_CFLAGS) -Itests -c -o $@ $<
 
-$(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) -o $@ $^ $(CRIT_LIBS) $(LDLIBS)
 
 $(BUILD)/obj $(BUILD)/cuda $(BUILD)/tests:
@@ -128,7 +143,7 @@ $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SRC_HD
 # GTRAIN_REFS_PY: the Python of the test references (scripts/install-deps.sh --test-refs), whose
 # programs run through a fork server (scripts/with-refs-server.sh: torch & co. imported once). The closing
 # line counts passed, failed and skipped tests (scripts/tap-summary.sh), naming each skip.
-test: $(BUILD)/gtrain $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
+test: $(BUILD)/gtrain $(CUDA_MODULE) $(BUILD)/test_gtrain $(BUILD)/dist_probe $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
 	GTRAIN_REFS_PY="$${GTRAIN_REFS_PY:-$$(scripts/install-deps.sh --venv-path)/bin/python}" \
 	GOMP_SPINCOUNT=$${GOMP_SPINCOUNT:-1000} GTRAIN_BIN=$(abspath $(BUILD)/gtrain) GTRAIN_ROOT=$(CURDIR) \
 	OPENBLAS_CORETYPE="$${OPENBLAS_CORETYPE:-$$($(BUILD)/bench_step --blas-core)}" \
@@ -150,30 +165,30 @@ cuda-check:
 	$(MAKE) CUDA=1 $(patsubst cuda/%.cu,$(BUILD)/cuda/%.o,$(CU_SRCS))
 	@echo "cuda-check: $(words $(CU_SRCS)) CUDA source(s) compiled with warnings as errors"
 
-demo: $(BUILD)/gtrain
+demo: $(BUILD)/gtrain $(CUDA_MODULE)
 	$(BUILD)/gtrain --config configs/shakespeare-char.yaml
 
-$(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench_pack: bench/bench_pack.c $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/bench_pack: bench/bench_pack.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/bench_decode: bench/bench_decode.c $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/bench_decode: bench/bench_decode.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 # the NF4 base: QPiSSA's against QLoRA's quantization error (tests/qerr.c, shared with the test) and
 # the dequantize against the memory-bandwidth floor
-$(BUILD)/bench_nf4: bench/bench_nf4.c tests/qerr.c $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/bench_nf4: bench/bench_nf4.c tests/qerr.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -Itests -o $@ $^ $(LDLIBS)
 
 # Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, the time of
 # the SVD PiSSA needs, decode tokens/s beside transformers' generate, and gtrain tokenize's tokens/s beside
 # Hugging Face's tokenizers (not a test).
-bench: $(BUILD)/gtrain $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
+bench: $(BUILD)/gtrain $(CUDA_MODULE) $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
 	scripts/bench.sh $(BUILD)
 	scripts/bench-tokenizer.sh $(BUILD)
 

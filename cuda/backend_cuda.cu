@@ -17,20 +17,12 @@
  * GELU through cuBLASLt's GELU_AUX_BIAS epilogue under bf16 (see there). */
 #include "cuda_common.cuh"
 
+extern "C" {
+#include "cuda_module.h"
+}
+
 #include <stdint.h>
 #include <string.h>
-
-/* ------------------------------------------------------------------ device discovery */
-
-extern "C" int cuda_device_count(void) {
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError(); /* no driver / no device: not an error here */
-        return 0;
-    }
-    return n;
-}
 
 /* ------------------------------------------------------------------ scratch */
 
@@ -627,19 +619,10 @@ static const BackendOps k_cuda_ops = {
 
 extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) {
     *out = NULL;
-    /* cudaGetDeviceCount directly (not cuda_device_count, which hides the reason): a driver older
-     * than the CUDA runtime this was built with (cudaErrorInsufficientDriver) must say so, not
-     * read as "no GPU" */
-    int count = 0;
-    cudaError_t ce = cudaGetDeviceCount(&count);
-    if (ce != cudaSuccess || count <= 0) {
-        (void)cudaGetLastError();
-        return gt_error(err, GT_EXIT_FAILURE,
-                        "device: cuda asked for, but no CUDA device is usable: %s (no GPU, no driver, "
-                        "or a driver older than CUDA %d.%d, which this build needs)",
-                        ce != cudaSuccess ? cudaGetErrorString(ce) : "no GPU visible",
-                        CUDART_VERSION / 1000, (CUDART_VERSION % 1000) / 10);
-    }
+    char why[256] = "";
+    int count = cuda_device_count(why, sizeof why);
+    if (count <= 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT, "device: cuda asked for, but no CUDA device is usable: %s", why);
     if (local_rank < 0 || local_rank >= count)
         return gt_error(err, GT_EXIT_FAILURE, "device: local rank %d has no GPU (%d visible)",
                         local_rank, count);

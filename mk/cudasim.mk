@@ -8,6 +8,9 @@
 # C++ cannot express) becomes a pointer to the block's dynamic shared memory, on the same line.
 # The NCCL model (cuda/sim/nccl.cpp) runs its ranks over MPI, so it is built only with MPI=1.
 # -ffp-contract=fast: a * b + c fused into an FMA, as nvcc does by default (--fmad=true).
+# As with nvcc, the CUDA sources and the simulator make a module, $(BUILD_SIM)/libgtrain-cuda.so (and
+# its device probe), that gtrain and test_gtrain load with dlopen (src/backend/backend_module.c): the
+# simulated suite runs through the same loader as a GPU build.
 BUILD_SIM ?= build-cudasim
 CXX ?= g++
 SIM_HAVE_NCCL   := $(if $(filter 1,$(MPI)),$(wildcard cuda/sim/nccl.cpp)) # the NCCL model runs over MPI
@@ -15,9 +18,11 @@ SIM_SRCS := $(filter-out $(if $(SIM_HAVE_NCCL),,cuda/sim/nccl.cpp),$(wildcard cu
 SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
 SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
 SIM_INC  := -Icuda/sim/include -Icuda/sim -Icuda $(SRC_INC)
-SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -fPIC -fvisibility=hidden -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
   $(SIM_DEFS) $(SIM_INC) $(if $(SIM_HAVE_NCCL),-DOMPI_SKIP_MPICXX=1 $(shell $(MPICC) --showme:compile))
-SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -lstdc++ $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
+SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -ldl -rdynamic $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
+SIM_MODULE_LDLIBS = -lstdc++ -lm -lpthread $(if $(SIM_HAVE_NCCL),$(shell $(MPICC) --showme:link))
+SIM_MODULE := $(BUILD_SIM)/libgtrain-cuda.so $(BUILD_SIM)/libgtrain-cuda-probe.so
 SIM_OBJS := $(patsubst src/%.c,$(BUILD_SIM)/obj/%.o,$(SRCS))
 SIM_LIB_OBJS := $(filter-out $(BUILD_SIM)/obj/main.o,$(SIM_OBJS))
 SIM_TEST_OBJS := $(patsubst tests/%.c,$(BUILD_SIM)/tests/%.o,$(TEST_SRCS))
@@ -34,7 +39,7 @@ $(shell mkdir -p $(BUILD_SIM) && echo '$(CC) $(SIM_CFLAGS) $(CXX) $(SIM_CXXFLAGS
 endif
 
 .PHONY: test-cudasim cudasim-build test-cudasim-mutants
-cudasim-build: $(BUILD_SIM)/gtrain $(BUILD_SIM)/test_gtrain $(BUILD_SIM)/dist_probe
+cudasim-build: $(BUILD_SIM)/gtrain $(SIM_MODULE) $(BUILD_SIM)/test_gtrain $(BUILD_SIM)/dist_probe
 
 $(BUILD_SIM)/obj/%.o: src/%.c $(SRC_HDRS) $(SIM_STAMP) | $(BUILD_SIM)/obj
 	@mkdir -p $(@D)
@@ -49,9 +54,13 @@ $(BUILD_SIM)/cuda/%.o: $(BUILD_SIM)/gen/%.cpp $(wildcard cuda/*.cuh) $(SRC_HDRS)
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
 $(BUILD_SIM)/sim/%.o: cuda/sim/%.cpp $(SIM_HEADERS) $(SIM_STAMP) | $(BUILD_SIM)/sim
 	$(CXX) $(SIM_CXXFLAGS) -c -o $@ $<
-$(BUILD_SIM)/gtrain: $(SIM_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
+$(BUILD_SIM)/gtrain: $(SIM_OBJS) | $(SIM_MODULE)
 	$(CC) -o $@ $^ $(SIM_LDLIBS)
-$(BUILD_SIM)/test_gtrain: $(SIM_TEST_OBJS) $(SIM_LIB_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
+$(BUILD_SIM)/libgtrain-cuda.so: $(SIM_CU_OBJS) $(SIM_RT_OBJS)
+	$(CXX) -shared -o $@ $^ $(SIM_MODULE_LDLIBS)
+$(BUILD_SIM)/libgtrain-cuda-probe.so: $(BUILD_SIM)/cuda/device_probe.o $(SIM_RT_OBJS)
+	$(CXX) -shared -o $@ $^ $(SIM_MODULE_LDLIBS)
+$(BUILD_SIM)/test_gtrain: $(SIM_TEST_OBJS) $(SIM_LIB_OBJS) | $(SIM_MODULE)
 	$(CC) -o $@ $^ $(CRIT_LIBS) $(SIM_LDLIBS)
 # the MPI probe the dist_mpi tests look for beside $$GTRAIN_BIN (no CUDA in it)
 $(BUILD_SIM)/dist_probe: tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SRC_HDRS) $(SIM_STAMP) | $(BUILD_SIM)/obj

@@ -40,6 +40,7 @@ attention_cached_window_ignored|cuda/kernels_decode.cu|const int lo = gtc_att_fi
 attention_cached_no_rescale|cuda/kernels_decode.cu|const float alpha = expf(m - mnew);|const float alpha = m == -INFINITY ? 0.0f : 1.0f;|@(backend_ops|backend_ops_bf16)/*
 kv_store_value_from_key_heads|cuda/kernels_decode.cu|        vc[at] = row[KV + c];|        vc[at] = row[c];|@(backend_ops|backend_ops_bf16|decode)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
+module_table_collectives_swapped|cuda/module_entry.cu|    nccl_reduce_scatter,\n    nccl_allgather,\n|    nccl_allgather,\n    nccl_reduce_scatter,\n|@(nccl|dist_e2e)/*
 EOF
 }
 

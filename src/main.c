@@ -65,7 +65,10 @@ static void print_usage(FILE *out) {
             "      --help-config     every config key with its type, default, bounds and meaning\n"
             "      --markdown        with --help-config: the README's reference table\n"
             "  -h, --help            this text\n"
-            "  -V, --version         version and the backends built in\n"
+            "  -V, --version         version and the backends found\n"
+            "\n"
+            "the CUDA backend is a module, libgtrain-cuda.so, loaded only for device: cuda (or auto, to see\n"
+            "whether there is a GPU) from $GTRAIN_BACKEND_DIR when set, else beside the gtrain executable\n"
             "\n"
             "exit status: 0 success, 1 failure while running, 2 bad input (config, model, data)\n");
 }
@@ -201,7 +204,13 @@ int main(int argc, char **argv) {
         case 'c': config_path = optarg; break;
         case 's': sets[n_sets++] = optarg; break;
         case 'h': print_usage(stdout); goto out;
-        case 'V': printf("gtrain %s (backends: %s; dist: %s)\n", GTRAIN_VERSION, backend_built_list(), dist_built()); goto out;
+        case 'V': {
+            char found[1024];
+            printf("gtrain %s (backends: %s; dist: %s)\nCUDA module looked for in %s\n", GTRAIN_VERSION,
+                   backend_describe(found, sizeof found), dist_built(),
+                   getenv("GTRAIN_BACKEND_DIR") ? "$GTRAIN_BACKEND_DIR" : "the executable's folder (or $GTRAIN_BACKEND_DIR)");
+            goto out;
+        }
         case OPT_HELP_CONFIG: help_config = 1; break;
         case OPT_MARKDOWN: markdown = 1; break;
         case OPT_CHECKPOINT: so.checkpoint = eo.checkpoint = optarg; break;

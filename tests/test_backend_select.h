@@ -51,8 +51,8 @@ static inline Backend *test_backend_open(void) {
             cr_assert_fail("cpu backend failed to open: %s", err.msg);
     } else if (strcmp(dev, "cuda") == 0) {
 #ifdef GT_HAVE_CUDA
-        if (cuda_device_count() <= 0) cr_skip_test("GTRAIN_TEST_DEVICE=cuda but no GPU is visible");
-        if (cuda_backend_create(&b, 0, &err) != 0)
+        if (backend_gpu_count() <= 0) cr_skip_test("GTRAIN_TEST_DEVICE=cuda but no GPU is visible");
+        if (backend_open_cuda(&b, 0, &err) != 0)
             cr_assert_fail("cuda backend failed to open: %s", err.msg);
 #else
         cr_skip_test("GTRAIN_TEST_DEVICE=cuda but this build has no CUDA backend (built: %s)",

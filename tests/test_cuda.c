@@ -2,7 +2,7 @@
  * process. Without CUDA in the build, or without a visible GPU, every test here but the first is
  * skipped (never failed). The op-by-op comparison with the double reference lives in test_ops.c
  * (GTRAIN_TEST_DEVICE=cuda); this file covers what those tests cannot see:
- *   - no GPU: cuda_device_count() is 0 and device=cuda fails with one clear line;
+ *   - no GPU: backend_gpu_count() is 0 and device=cuda fails with one clear line;
  *   - the copy stream: offload copies are ordered after compute issued before them, and compute
  *     after offload_wait sees the copied data;
  *   - shapes the op tests do not reach: head size 128 (attention's large shared-memory path),
@@ -34,8 +34,8 @@ typedef struct {
 static void pair_open(Pair *p) {
     GtError err = {0};
     memset(p, 0, sizeof *p);
-    if (cuda_device_count() <= 0) cr_skip_test("no GPU visible");
-    cr_assert_eq(cuda_backend_create(&p->gpu, 0, &err), 0, "cuda backend: %s", err.msg);
+    if (backend_gpu_count() <= 0) cr_skip_test("no GPU visible");
+    cr_assert_eq(backend_open_cuda(&p->gpu, 0, &err), 0, "cuda backend: %s", err.msg);
     cr_assert_eq(cpu_backend_create(&p->cpu, 0, &err), 0, "cpu backend: %s", err.msg);
 }
 
@@ -893,7 +893,7 @@ Test(cuda, matmul_gelu_bits_independent_of_buffers) {
 
 /* no GPU: the count is 0 (never an abort) and asking for cuda is one clear error */
 Test(cuda, no_gpu_is_a_clean_error) {
-    if (cuda_device_count() > 0) cr_skip_test("a GPU is visible");
+    if (backend_gpu_count() > 0) cr_skip_test("a GPU is visible");
     Backend *b = NULL;
     GtError err = {0};
     cr_expect_neq(backend_open(&b, DEVICE_CUDA, 0, 1, &err), 0);

@@ -182,10 +182,10 @@ Test(nccl, needs_the_cuda_backend) {
 /* ------------------------------------------------------------------------------ one GPU */
 
 Test(nccl, one_rank_orders_with_the_compute_stream, .timeout = 120) {
-    if (cuda_device_count() <= 0) cr_skip_test("no GPU visible");
+    if (backend_gpu_count() <= 0) cr_skip_test("no GPU visible");
     GtError err = {0};
     Backend *be = NULL;
-    cr_assert_eq(cuda_backend_create(&be, 0, &err), 0, "%s", err.msg);
+    cr_assert_eq(backend_open_cuda(&be, 0, &err), 0, "%s", err.msg);
     NcclComm *c = NULL;
     cr_assert_eq(nccl_open_ranks(&c, 0, 1, NULL, be, NULL, 60.0, &err), 0, "%s", err.msg);
     char ver[64];
@@ -243,12 +243,12 @@ Test(nccl, one_rank_orders_with_the_compute_stream, .timeout = 120) {
 
 /* open the backend on GPU `rank` and the communicator through the id file in dir */
 static int open_rank(int rank, int world, const char *dir, double timeout, Backend **be, NcclComm **c) {
-    if (cuda_device_count() < world) return SKIP_CODE;
+    if (backend_gpu_count() < world) return SKIP_CODE;
     char path[320];
     snprintf(path, sizeof path, "%s/nccl.id", dir);
     set_job("777", "3");
     GtError err = {0};
-    if (cuda_backend_create(be, rank, &err)) return SAY("backend: %s", err.msg);
+    if (backend_open_cuda(be, rank, &err)) return SAY("backend: %s", err.msg);
     if (nccl_open_ranks(c, rank, world, NULL, *be, path, timeout, &err)) return SAY("nccl_open: %s", err.msg);
     return 0;
 }

@@ -496,10 +496,10 @@ Test(lora_ops, same_bits_for_1_and_2_threads) {
 /* the CUDA backend gives the CPU backend's bits (a GPU, or the simulator) */
 Test(lora_ops, cuda_bits_match_cpu, .timeout = 120) {
 #ifdef GT_HAVE_CUDA
-    if (cuda_device_count() <= 0) cr_skip_test("no CUDA device visible");
+    if (backend_gpu_count() <= 0) cr_skip_test("no CUDA device visible");
     GtError err = {0};
     Backend *cpu = NULL, *gpu = NULL;
-    cr_assert_eq(cuda_backend_create(&gpu, 0, &err), 0, "cuda backend: %s", err.msg);
+    cr_assert_eq(backend_open_cuda(&gpu, 0, &err), 0, "cuda backend: %s", err.msg);
     cr_assert_eq(cpu_backend_create(&cpu, 0, &err), 0, "cpu backend: %s", err.msg);
     float *xd, *xs, *xdrop;
     lora_inputs(&xd, &xs, &xdrop);

@@ -1,6 +1,7 @@
 /* backend.c - backend selection, the tracking allocator shared by every backend, and the one
  * place that composes an optional (fused) op a backend leaves out (backend.h). */
 #include "backend.h"
+#include "cuda_module.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,33 +36,22 @@ const char *backend_built_list(void) {
 #endif
 }
 
-int backend_gpu_count(void) {
-#ifdef GT_HAVE_CUDA
-    return cuda_device_count();
-#else
-    return 0;
-#endif
-}
-
 int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err) {
     *out = NULL;
-    (void)local_rank;
     switch (kind) {
     case DEVICE_CPU:
         return cpu_backend_create(out, num_threads, err);
     case DEVICE_CUDA:
-#ifdef GT_HAVE_CUDA
-        return cuda_backend_create(out, local_rank, err);
-#else
-        return gt_error(err, GT_EXIT_BAD_INPUT,
-                        "device: cuda asked for, but this gtrain was built without CUDA (built: %s)",
-                        backend_built_list());
-#endif
+        return backend_open_cuda(out, local_rank, err);
     case DEVICE_AUTO:
     default:
-#ifdef GT_HAVE_CUDA
-        if (backend_gpu_count() > 0) return cuda_backend_create(out, local_rank, err);
-#endif
+        if (backend_gpu_count() > 0) {
+            /* a GPU, but the module's CUDA libraries absent (cuBLAS, NCCL): the CPU, said once */
+            const GtCudaModule *m;
+            GtError why = {0};
+            if (cuda_module_load(&m, NULL, 0, &why) == 0) return backend_open_cuda(out, local_rank, err);
+            gt_warn("device: auto: a GPU is visible, but %s; running on the CPU\n", why.msg);
+        }
         return cpu_backend_create(out, num_threads, err);
     }
 }

@@ -329,7 +329,7 @@ struct Backend {
     void *impl;                  /* backend private state */
 };
 
-/* Open the backend for the config's device (auto: CUDA when built in and a GPU is present, else
+/* Open the backend for the config's device (auto: CUDA when its module loads and sees a GPU, else
  * CPU). local_rank picks the GPU. */
 int backend_open(Backend **out, DeviceKind kind, int local_rank, int num_threads, GtError *err);
 void backend_close(Backend *b);
@@ -342,12 +342,11 @@ void backend_free(Backend *b, MemCategory cat, void *p, size_t bytes);
 /* convenience: allocate n floats */
 float *backend_alloc_floats(Backend *b, MemCategory cat, size_t n, GtError *err);
 
-/* Backend constructors (backend.c dispatches). cuda_backend_create exists only with GT_HAVE_CUDA. */
+/* Backend constructors (backend.c dispatches). The CUDA backend lives in a module loaded on demand
+ * (cuda_module.h); backend_open_cuda loads it and says in one line (exit code 2) why it cannot: the
+ * module missing, a CUDA library it needs absent (dlerror's text), or no device. */
 int cpu_backend_create(Backend **out, int num_threads, GtError *err);
-#ifdef GT_HAVE_CUDA
-int cuda_backend_create(Backend **out, int local_rank, GtError *err);
-int cuda_device_count(void);
-#endif
+int backend_open_cuda(Backend **out, int local_rank, GtError *err);
 
 /* The activation dtype of the ops from now on: set before the model is created. */
 void backend_set_act_dtype(Backend *b, GtDtype t);
@@ -371,9 +370,13 @@ void backend_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const 
 void backend_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x, const act_t *y,
                                       const act_t *w, int N, int C, float eps);
 
-/* Which backends this binary was built with, e.g. "cpu cuda". */
+/* Which backends this build made, e.g. "cpu cuda" (the CUDA one a module: backend_describe says
+ * whether it is found and loads). */
 const char *backend_built_list(void);
-/* How many GPUs a CUDA backend would see (0 without one, or without CUDA). */
+/* How many GPUs a CUDA backend would see (0 without one, or without a loadable CUDA module). */
 int backend_gpu_count(void);
+/* The backends found, for --version: "cpu, cuda (PATH; 1 GPU)", "cpu, cuda (PATH; no device: WHY)" or
+ * "cpu (cuda: WHY the module does not load)". Writes buf; returns it. */
+const char *backend_describe(char *buf, size_t cap);
 
 #endif
