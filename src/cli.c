@@ -236,6 +236,7 @@ static void put_cell(FILE *out, const char *s) {
 }
 
 static const CliOption HELP_OPTION = {"help", 'h', NULL, false, "this text"};
+static void print_options(const CliCommand *cmd, FILE *out);
 
 void cli_print_command_help(const CliCommand *cmd, FILE *out, bool markdown) {
     if (markdown) {
@@ -270,6 +271,11 @@ void cli_print_command_help(const CliCommand *cmd, FILE *out, bool markdown) {
         put_wrapped(out, cmd->details, 0, 0);
     }
     fprintf(out, "\noptions:\n");
+    print_options(cmd, out);
+    fprintf(out, "\nexit status: 0 success, 1 failure while running, 2 bad input (usage, config, model, data)\n");
+}
+
+static void print_options(const CliCommand *cmd, FILE *out) {
     for (int k = 0; k <= n_options(cmd); k++) {
         const CliOption *o = cmd->options[k].name ? &cmd->options[k] : &HELP_OPTION;
         char label[128], help[1024];
@@ -283,7 +289,6 @@ void cli_print_command_help(const CliCommand *cmd, FILE *out, bool markdown) {
         fprintf(out, "%*s", OPTION_COLUMN - col, "");
         put_wrapped(out, help, OPTION_COLUMN, OPTION_COLUMN);
     }
-    fprintf(out, "\nexit status: 0 success, 1 failure while running, 2 bad input (usage, config, model, data)\n");
 }
 
 static const char OVERVIEW[] =
@@ -312,13 +317,14 @@ void cli_print_overview(FILE *out, bool markdown) {
     put_wrapped(out, OVERVIEW, 0, 0);
     fprintf(out, "\ncommands:\n");
     for (const CliCommand *c = CLI_COMMANDS; c->name; c++) {
-        int col = fprintf(out, "  %s%s", c->name, c == CLI_COMMANDS ? " (default)" : "");
+        int col = fprintf(out, "  %s", c->name);
         fprintf(out, "%*s", 20 - col, "");
         put_wrapped(out, c->summary, 20, 20);
     }
     fprintf(out, "\ngtrain help COMMAND (or gtrain COMMAND --help): a command's usage and options.\n"
-                 "gtrain --help-config: every config key. gtrain --version: the version and the backends built in.\n"
-                 "\nexit status: 0 success, 1 failure while running, 2 bad input (usage, config, model, data)\n");
+                 "\noptions of train, the default command:\n");
+    print_options(CLI_COMMANDS, out);
+    fprintf(out, "\nexit status: 0 success, 1 failure while running, 2 bad input (usage, config, model, data)\n");
 }
 
 int help_command(CliArgs *a) {

@@ -106,130 +106,90 @@ static void expect_usage_error(const Result *r, const char *const *args, const c
         if (needles[i]) cr_assert_not_null(strstr(r->err, needles[i]), "gtrain%s: expected \"%s\" in: %s", what, needles[i], r->err);
 }
 
-/* "--name" as a whole word of s (not the prefix of a longer option: --prompt vs --prompt-ids) */
-static bool names_option(const char *s, const char *name) {
-    char want[80];
-    snprintf(want, sizeof want, "--%s", name);
-    for (const char *p = s; (p = strstr(p, want)); p++) {
-        char after = p[strlen(want)];
-        if (!(after == '-' || (after >= 'a' && after <= 'z'))) return true;
-    }
+/* "--name" listed as an option in the options part of a help text: "  -c, --name" or "      --name" */
+static bool lists_option(const char *opts, const char *name) {
+    char a[96], b[96];
+    snprintf(a, sizeof a, ", --%s", name);
+    snprintf(b, sizeof b, "\n      --%s", name);
+    for (const char *want[] = {a, b, NULL}, **w = want; *w; w++)
+        for (const char *p = opts; (p = strstr(p, *w)); p++) {
+            char after = p[strlen(*w)];
+            if (after == ' ' || after == '\n') return true;
+        }
     return false;
 }
 
-Test(cli, every_command_answers_help_and_dash_dash_help_alike_naming_its_options, .timeout = 60) {
+/* word in s after a space and before a space, ',' or ')' */
+static bool has_word(const char *s, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = s; (p = strstr(p, word)); p++)
+        if (p > s && p[-1] == ' ' && (p[n] == ' ' || p[n] == ',' || p[n] == ')')) return true;
+    return false;
+}
+
+Test(cli, every_command_answers_help_and_dash_dash_help_alike_naming_its_options, .timeout = 180) {
     int n_commands = 0;
     for (const CliCommand *c = CLI_COMMANDS; c->name; c++, n_commands++) {
-        const char *help_args[] = {"help", c->name, NULL}, *dash_args[] = {c->name, "--help", NULL},
-                   *h_args[] = {c->name, "-h", NULL};
-        Result a = run_args(help_args), b = run_args(dash_args), h = run_args(h_args);
+        const char *help_args[] = {"help", c->name, NULL}, *dash_args[] = {c->name, "--help", NULL};
+        Result a = run_args(help_args), b = run_args(dash_args);
         cr_assert(WIFEXITED(a.status) && WEXITSTATUS(a.status) == 0, "gtrain help %s: %s", c->name, a.err);
         cr_assert(WIFEXITED(b.status) && WEXITSTATUS(b.status) == 0, "gtrain %s --help: %s", c->name, b.err);
-        cr_assert(WIFEXITED(h.status) && WEXITSTATUS(h.status) == 0, "gtrain %s -h: %s", c->name, h.err);
         cr_assert_str_eq(a.err, "");
         cr_assert_str_eq(a.out, b.out, "gtrain help %s and gtrain %s --help differ", c->name, c->name);
-        cr_assert_str_eq(a.out, h.out);
         char usage[64];
         snprintf(usage, sizeof usage, "usage: gtrain %s", c == CLI_COMMANDS ? "[train]" : c->name);
         cr_assert(strncmp(a.out, usage, strlen(usage)) == 0, "gtrain help %s: starts \"%.60s\"", c->name, a.out);
-        cr_assert(names_option(a.out, "help"), "gtrain help %s lacks --help", c->name);
-        for (const CliOption *o = c->options; o->name; o++) {
-            cr_assert(names_option(a.out, o->name), "gtrain help %s does not name --%s:\n%s", c->name, o->name, a.out);
-            if (o->letter) {
-                char letter[8];
-                snprintf(letter, sizeof letter, "-%c, --", o->letter);
-                cr_assert_not_null(strstr(a.out, letter), "gtrain help %s does not name -%c", c->name, o->letter);
-            }
-        }
-        /* the options it does not take are not named as its own */
+        const char *opts = strstr(a.out, "\noptions:\n");
+        cr_assert_not_null(opts, "gtrain help %s: no options part", c->name);
+        cr_assert(lists_option(opts, "help"), "gtrain help %s lacks --help", c->name);
+        /* each option it takes is listed (with its letter), and no other command's */
         for (const CliCommand *other = CLI_COMMANDS; other->name; other++)
             for (const CliOption *o = other->options; o->name; o++) {
                 bool own = false;
                 for (const CliOption *m = c->options; m->name; m++) own = own || strcmp(m->name, o->name) == 0;
-                const char *opts = strstr(a.out, "\noptions:\n");
-                cr_assert_not_null(opts);
-                cr_assert(own || !names_option(opts, o->name), "gtrain help %s lists --%s, which is %s's", c->name,
-                          o->name, other->name);
+                cr_assert(lists_option(opts, o->name) == own, "gtrain help %s: --%s (an option of %s) %s:\n%s", c->name,
+                          o->name, other->name, own ? "not listed" : "listed", a.out);
+                char letter[16];
+                snprintf(letter, sizeof letter, "-%c, --%s", o->letter, o->name);
+                cr_assert(!own || !o->letter || strstr(opts, letter), "gtrain help %s lacks %s", c->name, letter);
             }
-        done(&a), done(&b), done(&h);
+        done(&a), done(&b);
     }
     cr_assert_geq(n_commands, 8);
-    /* the overview: gtrain help, gtrain --help, each naming every command */
-    const char *help[] = {"help", NULL}, *dash[] = {"--help", NULL};
-    Result a = run_args(help), b = run_args(dash);
+    /* the overview: gtrain help, gtrain --help, -h, each naming every command */
+    const char *help[] = {"help", NULL}, *dash[] = {"--help", NULL}, *h[] = {"-h", NULL};
+    Result a = run_args(help), b = run_args(dash), c = run_args(h);
     cr_assert(WIFEXITED(a.status) && WEXITSTATUS(a.status) == 0, "%s", a.err);
     cr_assert(WIFEXITED(b.status) && WEXITSTATUS(b.status) == 0, "%s", b.err);
     cr_assert_str_eq(a.out, b.out);
-    for (const CliCommand *c = CLI_COMMANDS; c->name; c++) {
+    cr_assert_str_eq(a.out, c.out);
+    for (const CliCommand *cmd = CLI_COMMANDS; cmd->name; cmd++) {
         char line[64];
-        snprintf(line, sizeof line, "\n  %s ", c->name);
-        cr_assert_not_null(strstr(a.out, line), "gtrain help does not list %s:\n%s", c->name, a.out);
+        snprintf(line, sizeof line, "\n  %s ", cmd->name);
+        cr_assert_not_null(strstr(a.out, line), "gtrain help does not list %s:\n%s", cmd->name, a.out);
     }
-    done(&a), done(&b);
+    cr_assert(lists_option(a.out, "config") && lists_option(a.out, "version"), "gtrain --help: train's options:\n%s", a.out);
+    done(&a), done(&b), done(&c);
 }
 
-Test(cli, unknown_options_commands_and_repeats_are_one_line_and_exit_2, .timeout = 60) {
+/* the binary: an unknown option for each command, unknown commands, misplaced arguments */
+Test(cli, unknown_options_and_commands_are_one_line_and_exit_2, .timeout = 180) {
     for (const CliCommand *c = CLI_COMMANDS; c->name; c++) {
         char see[64];
         snprintf(see, sizeof see, "see gtrain help %s", c->name);
-        const char *unknown[] = {c->name, "--no-such-option", NULL}, *short_unknown[] = {c->name, "-Z", NULL},
-                   *unknown_value[] = {c->name, "--no-such-option=1", NULL};
+        const char *unknown[] = {c->name, "--no-such-option", NULL};
         Result r = run_args(unknown);
         expect_usage_error(&r, unknown, "--no-such-option: unknown", see, NULL);
         done(&r);
-        r = run_args(short_unknown);
-        expect_usage_error(&r, short_unknown, "-Z: unknown option", see, NULL);
-        done(&r);
-        r = run_args(unknown_value);
-        expect_usage_error(&r, unknown_value, "--no-such-option: unknown", see, NULL);
-        done(&r);
-        for (const CliOption *o = c->options; o->name; o++) {
-            char opt[80], with_value[96];
-            snprintf(opt, sizeof opt, "--%s", o->name);
-            snprintf(with_value, sizeof with_value, "--%s=x", o->name);
-            /* twice (a repeatable one is fine twice: given once more without its value instead) */
-            const char *twice[] = {c->name, opt, "v", opt, "v", NULL}, *flag_twice[] = {c->name, opt, opt, NULL},
-                       *missing[] = {c->name, opt, NULL}, *flag_value[] = {c->name, with_value, NULL};
-            if (o->arg && !o->repeatable) {
-                r = run_args(twice);
-                expect_usage_error(&r, twice, opt, "given more than once", see);
-                done(&r);
-            }
-            if (!o->arg) {
-                r = run_args(flag_twice);
-                expect_usage_error(&r, flag_twice, opt, "given more than once", see);
-                done(&r);
-                r = run_args(flag_value);
-                expect_usage_error(&r, flag_value, opt, "takes no value", see);
-                done(&r);
-            } else {
-                r = run_args(missing);
-                expect_usage_error(&r, missing, opt, "expected a value", see);
-                done(&r);
-            }
-        }
-        /* every other command's option it does not take: named as theirs */
-        for (const CliCommand *other = CLI_COMMANDS; other->name; other++)
-            for (const CliOption *o = other->options; o->name; o++) {
-                bool own = false;
-                for (const CliOption *m = c->options; m->name; m++) own = own || strcmp(m->name, o->name) == 0;
-                if (own) continue;
-                char opt[80], says[128], only[96];
-                snprintf(opt, sizeof opt, "--%s", o->name);
-                snprintf(says, sizeof says, "--%s: not for gtrain %s", o->name, c->name);
-                snprintf(only, sizeof only, "gtrain %s", other->name);
-                const char *args[] = {c->name, opt, "v", NULL};
-                r = run_args(o->arg ? args : (const char *const[]){c->name, opt, NULL});
-                expect_usage_error(&r, args, says, only, see);
-                done(&r);
-            }
     }
     const char *bad[][4] = {{"no-such-command", NULL}, {"no-such-command", "--config", "x", NULL}, {"", NULL},
                             {"help", "no-such-command", NULL}, {"help", "plan", "eval", NULL}, {"report", NULL},
-                            {"report", "a", "b", NULL}, {"--config", "run.yaml", "plan", NULL}, {NULL}};
+                            {"report", "a", "b", NULL}, {"--config", "run.yaml", "plan", NULL}, {"-Z", NULL},
+                            {"sample", "--config", "run.yaml", NULL}};
     const char *says[] = {"unknown command 'no-such-command'", "unknown command 'no-such-command'", "unknown command ''",
                           "unknown command 'no-such-command'", "unexpected argument 'eval'", "missing argument",
-                          "unexpected argument 'b'", "a command comes first: gtrain plan"};
+                          "unexpected argument 'b'", "a command comes first: gtrain plan", "-Z: unknown option",
+                          "--config: not for gtrain sample (only for gtrain train, plan and eval)"};
     for (int i = 0; i < (int)(sizeof says / sizeof *says); i++) {
         Result r = run_args(bad[i]);
         expect_usage_error(&r, bad[i], says[i], NULL, NULL);
@@ -241,56 +201,140 @@ Test(cli, unknown_options_commands_and_repeats_are_one_line_and_exit_2, .timeout
     done(&r);
 }
 
-/* Every option each entry lists, given alone (with a value when it takes one, and the operands the
- * command needs): never refused as unknown or as another command's, never an abort (a command
- * reading an option its entry lacks aborts), and the value reaches the command: an option the
- * command does not read would leave no trace, so each is also given a value it refuses, and the
- * refusal must name it, except where a value cannot be wrong here (a path that is only opened
- * later, a text, a flag). */
-Test(cli, every_listed_option_is_accepted_by_its_command, .timeout = 120) {
+/* cli_parse in process, its stderr captured into err; args NULL-terminated, args[0] the command */
+static int parse_captured(const CliCommand *c, const char *const *args, char *err, size_t cap, CliArgs *a) {
+    char *argv[16];
+    int n = 0;
+    for (; args[n]; n++) {
+        cr_assert_lt(n, 15);
+        argv[n] = (char *)args[n];
+    }
+    argv[n] = NULL;
+    fflush(stderr);
+    int saved = dup(2);
+    FILE *tmp = tmpfile();
+    cr_assert(saved >= 0 && tmp && dup2(fileno(tmp), 2) == 2);
+    int rc = cli_parse(c, n, argv, a);
+    fflush(stderr);
+    cr_assert_eq(dup2(saved, 2), 2);
+    close(saved);
+    rewind(tmp);
+    size_t k = fread(err, 1, cap - 1, tmp);
+    err[k] = '\0';
+    fclose(tmp);
+    return rc;
+}
+
+/* rc 2 and one line "gtrain: CMD: ... (see gtrain help CMD)" holding needle */
+static void expect_parse_error(const CliCommand *c, const char *const *args, const char *needle) {
+    char err[1024], see[64];
+    CliArgs a;
+    int rc = parse_captured(c, args, err, sizeof err, &a);
+    cli_args_free(&a);
+    const char *what = show(args);
+    cr_assert_eq(rc, 2, "%s: rc %d: %s", what, rc, err);
+    size_t len = strlen(err);
+    cr_assert(len > 0 && strchr(err, '\n') == err + len - 1, "%s: expected one line, found \"%s\"", what, err);
+    snprintf(see, sizeof see, "gtrain: %s: ", c->name);
+    cr_assert(strncmp(err, see, strlen(see)) == 0, "%s: %s", what, err);
+    snprintf(see, sizeof see, " (see gtrain help %s)\n", c->name);
+    cr_assert(len > strlen(see) && strcmp(err + len - strlen(see), see) == 0, "%s: %s", what, err);
+    cr_assert_not_null(strstr(err, needle), "%s: expected \"%s\" in: %s", what, needle, err);
+}
+
+/* The parser against every entry: each listed option (and its letter) parses, with its value; twice,
+ * without its value, or (a flag) with one, it is refused naming it; every other command's option is
+ * refused naming the commands that take it; unknown options are refused. */
+Test(cli, every_listed_option_parses_and_misuse_is_one_line) {
     for (const CliCommand *c = CLI_COMMANDS; c->name; c++) {
         for (const CliOption *o = c->options; o->name; o++) {
-            char opt[80];
+            char opt[80], with_value[96], letter[4] = {'-', o->letter, 0}, err[1024];
             snprintf(opt, sizeof opt, "--%s", o->name);
-            const char *args[8] = {c->name, opt};
-            int n = 2;
-            if (o->arg) args[n++] = "no-such-path";
-            for (int k = 0; k < c->min_operands; k++) args[n++] = "no-such-dir";
-            args[n] = NULL;
-            Result r = run_args(args);
-            cr_assert(WIFEXITED(r.status), "gtrain%s: killed by signal %d: %s", show(args), WTERMSIG(r.status), r.err);
-            cr_assert_neq(WEXITSTATUS(r.status), 127);
-            cr_assert_null(strstr(r.err, "unknown"), "gtrain%s: %s", show(args), r.err);
-            cr_assert_null(strstr(r.err, "not for gtrain"), "gtrain%s: %s", show(args), r.err);
-            cr_assert_null(strstr(r.err, "internal error"), "gtrain%s: %s", show(args), r.err);
-            if (c->run == help_command || (c->run == train_command && o->letter == 'V')) {
-                cr_assert_eq(WEXITSTATUS(r.status), 0, "gtrain%s: %s", show(args), r.err);
-                cr_assert_str_neq(r.out, "");
+            snprintf(with_value, sizeof with_value, "--%s=v", o->name);
+            for (int form = 0; form < (o->letter ? 3 : 2); form++) {
+                const char *args[] = {c->name, form == 2 ? letter : opt, "v", "v2", NULL};
+                if (form == 1) args[1] = o->arg ? with_value : opt, args[2] = "v2", args[3] = NULL;
+                if (!o->arg && form != 1) args[2] = "v2", args[3] = NULL;
+                CliArgs a;
+                const bool operand_ok = c->max_operands != 0;
+                if (!operand_ok) args[o->arg && form != 1 ? 3 : 2] = NULL;
+                int rc = parse_captured(c, args, err, sizeof err, &a);
+                cr_assert_eq(rc, 0, "gtrain%s: rc %d: %s", show(args), rc, err);
+                cr_assert(cli_given(&a, o->name), "gtrain%s", show(args));
+                cr_assert_str_eq(cli_value(&a, o->name), o->arg ? "v" : "");
+                cr_assert_eq(a.n_operands, operand_ok ? 1 : 0);
+                cli_args_free(&a);
             }
-            done(&r);
-            /* the short letter is the same option */
-            if (o->letter) {
-                char letter[4] = {'-', o->letter, 0};
-                args[1] = letter;
-                Result s = run_args(args);
-                cr_assert(WIFEXITED(s.status), "gtrain%s: killed", show(args));
-                cr_assert_null(strstr(s.err, "unknown"), "gtrain%s: %s", show(args), s.err);
-                done(&s);
+            const char *twice[] = {c->name, opt, "v", opt, "v", NULL}, *flag_twice[] = {c->name, opt, opt, NULL},
+                       *missing[] = {c->name, opt, NULL}, *flag_value[] = {c->name, with_value, NULL};
+            if (o->arg && o->repeatable) {
+                CliArgs a;
+                cr_assert_eq(parse_captured(c, twice, err, sizeof err, &a), 0, "%s", err);
+                const char *vals[8];
+                cr_assert_eq(cli_values(&a, o->name, vals), 2);
+                cli_args_free(&a);
+            } else if (o->arg) {
+                expect_parse_error(c, twice, "given more than once");
+            } else {
+                expect_parse_error(c, flag_twice, "given more than once");
+                expect_parse_error(c, flag_value, "takes no value");
             }
+            if (o->arg) expect_parse_error(c, missing, "expected a value");
         }
+        /* every other command's option it does not take: named as theirs */
+        for (const CliCommand *other = CLI_COMMANDS; other->name; other++)
+            for (const CliOption *o = other->options; o->name; o++) {
+                bool own = false; /* or an abbreviation of its own (getopt_long's: eval --out is --output) */
+                for (const CliOption *m = c->options; m->name; m++) own = own || strncmp(m->name, o->name, strlen(o->name)) == 0;
+                if (own) continue;
+                char opt[80], says[128];
+                snprintf(opt, sizeof opt, "--%s", o->name);
+                snprintf(says, sizeof says, "--%s: not for gtrain %s (only for gtrain ", o->name, c->name);
+                const char *args[] = {c->name, opt, "v", NULL};
+                if (!o->arg) args[2] = NULL;
+                expect_parse_error(c, args, says);
+                char err[1024];
+                CliArgs a;
+                parse_captured(c, args, err, sizeof err, &a);
+                cli_args_free(&a);
+                cr_assert(has_word(strstr(err, "(only for"), other->name), "gtrain %s %s: %s not named: %s", c->name, opt,
+                          other->name, err);
+            }
+        const char *unknown[] = {c->name, "--no-such-option", NULL}, *unknown_value[] = {c->name, "--no-such-option=1", NULL},
+                   *short_unknown[] = {c->name, "-Z", NULL};
+        expect_parse_error(c, unknown, "--no-such-option: unknown or ambiguous option");
+        expect_parse_error(c, unknown_value, "--no-such-option: unknown or ambiguous option");
+        expect_parse_error(c, short_unknown, "-Z: unknown option");
     }
-    /* values each command checks itself name their option when wrong */
-    static const char *const refused[][6] = {
+}
+
+/* The commands read the options their entries list: values each command checks itself, given
+ * wrong, are refused naming their option (an option a command never read would pass unnoticed;
+ * one it read without listing it would abort). The binary, each once. */
+Test(cli, commands_read_their_options, .timeout = 120) {
+    static const char *const refused[][8] = {
         {"sample", "--checkpoint", "ck", "--max-new-tokens", "x", NULL}, {"sample", "--checkpoint", "ck", "--top-k", "-1", NULL},
         {"sample", "--checkpoint", "ck", "--seed", "1.5", NULL},         {"sample", "--checkpoint", "ck", "--temperature", "-1", NULL},
+        {"sample", "--prompt", "a", NULL},                               {"sample", "--checkpoint", "", NULL},
+        {"sample", "--checkpoint", "c", "--prompt", "a", "--prompt-ids", NULL},
         {"merge", "--base", "b", "--dtype", "f16", NULL},                {"merge", "--base", "b", "--max-shard-size", "5Gb", NULL},
+        {"merge", "--base", "b", "--out", "o", NULL},                    {"merge", "--adapter", "a", NULL},
         {"tokenize", "--tokenizer", "t", "--threads", "0", NULL},        {"tokenize", "--data", "d", "--format", "tokens", NULL},
         {"tokenize", "--data", "d", "--column", "colour=x", NULL},       {"tokenize", "--format", "text", NULL},
-        {"tokenize", "--data", "d", "--jsonl", NULL},                    {"train", "--markdown", NULL},
+        {"tokenize", "--data", "d", "--jsonl", NULL},                    {"tokenize", "--data", "d", "--mask", "--render", NULL},
+        {"tokenize", "--tokenizer", "t", "--decode", "--out", "o", NULL}, {"tokenize", "--data", "", NULL},
+        {"train", "--markdown", NULL},                                   {"eval", "--checkpoint", "ck", NULL},
+        {"tokenize", "--tokenizer", "t", "--skip-special-tokens", NULL},
     };
-    static const char *const named[] = {"--max-new-tokens", "--top-k", "--seed", "--temperature", "--dtype",
-                                        "--max-shard-size", "--threads", "--format", "--column", "--format: only with --data",
-                                        "--jsonl: not with --data", "--markdown: only with --help-config"};
+    static const char *const named[] = {"--max-new-tokens", "--top-k", "--seed", "--temperature",
+                                        "--checkpoint DIR is required", "--checkpoint DIR is required",
+                                        "--prompt-ids: expected a value", "--dtype", "--max-shard-size",
+                                        "--adapter DIR is required", "--base DIR is required", "--threads", "--format",
+                                        "--column", "--format: only with --data", "--jsonl: not with --data",
+                                        "--mask and --render", "--out: only when encoding", "--data: expected a file name",
+                                        "--markdown: only with --help-config", "--config FILE is required",
+                                        "--skip-special-tokens: only with --decode"};
+    cr_assert_eq(sizeof named / sizeof *named, sizeof refused / sizeof *refused);
     for (size_t i = 0; i < sizeof named / sizeof *named; i++) {
         Result r = run_args(refused[i]);
         expect_usage_error(&r, refused[i], named[i], NULL, NULL);
@@ -303,6 +347,14 @@ Test(cli, every_listed_option_is_accepted_by_its_command, .timeout = 120) {
     cr_assert_eq(WEXITSTATUS(r.status), 2, "%s", r.err);
     cr_assert_not_null(strstr(r.err, "no_such_key"), "%s", r.err);
     done(&r);
+    /* the flags that print and exit 0 */
+    const char *const printing[][3] = {{"--version", NULL}, {"-V", NULL}, {"--help-config", NULL}, {"help", "--markdown", NULL}};
+    for (size_t i = 0; i < 4; i++) {
+        r = run_args(printing[i]);
+        cr_assert(WIFEXITED(r.status) && WEXITSTATUS(r.status) == 0, "gtrain%s: %s", show(printing[i]), r.err);
+        cr_assert(strlen(r.out) > 20, "gtrain%s printed \"%s\"", show(printing[i]), r.out);
+        done(&r);
+    }
 }
 
 /* in process: the parser keeps each value of a repeatable option in order, the last of the others */
