@@ -183,9 +183,20 @@ int cli_values(const CliArgs *a, const char *name, const char **out) {
 /* ---------------------------------------------------------------------------------------------
  * help */
 
+/* the length of the word at p: to the next space or newline (outside [...] when whole_brackets) */
+static int word_length(const char *p, bool whole_brackets) {
+    int n = 0, depth = 0;
+    for (; p[n] && p[n] != '\n' && (p[n] != ' ' || depth > 0); n++) {
+        if (whole_brackets && p[n] == '[') depth++;
+        if (whole_brackets && p[n] == ']' && depth > 0) depth--;
+    }
+    return n;
+}
+
 /* text from column col (where the cursor is) wrapped at HELP_WIDTH, continued lines indented
- * by indent; a "\n" in text starts a new line (a blank line for "\n\n") */
-static void put_wrapped(FILE *out, const char *text, int col, int indent) {
+ * by indent; a "\n" in text starts a new line (a blank line for "\n\n"); a usage line
+ * (whole_brackets) breaks only between its [...] groups */
+static void put_wrapped(FILE *out, const char *text, int col, int indent, bool whole_brackets) {
     const char *p = text;
     bool line_start = true;
     while (*p) {
@@ -201,7 +212,7 @@ static void put_wrapped(FILE *out, const char *text, int col, int indent) {
             p++;
             continue;
         }
-        int w = (int)strcspn(p, " \n");
+        int w = word_length(p, whole_brackets);
         if (!line_start && col + 1 + w > HELP_WIDTH) {
             fprintf(out, "\n%*s", indent, "");
             col = indent;
@@ -261,14 +272,14 @@ void cli_print_command_help(const CliCommand *cmd, FILE *out, bool markdown) {
         size_t len = strcspn(u, "\n");
         snprintf(line, sizeof line, "%.*s", (int)len, u);
         fprintf(out, "%s gtrain ", u == cmd->usage ? "usage:" : "      ");
-        put_wrapped(out, line, 14, 15 + (int)strlen(cmd->name));
+        put_wrapped(out, line, 14, 15 + (int)strlen(cmd->name), true);
         u += len + (u[len] == '\n');
     }
     fputc('\n', out);
-    put_wrapped(out, cmd->summary, 0, 0);
+    put_wrapped(out, cmd->summary, 0, 0, false);
     if (cmd->details) {
         fputc('\n', out);
-        put_wrapped(out, cmd->details, 0, 0);
+        put_wrapped(out, cmd->details, 0, 0, false);
     }
     fprintf(out, "\noptions:\n");
     print_options(cmd, out);
@@ -287,7 +298,7 @@ static void print_options(const CliCommand *cmd, FILE *out) {
             col = 0;
         }
         fprintf(out, "%*s", OPTION_COLUMN - col, "");
-        put_wrapped(out, help, OPTION_COLUMN, OPTION_COLUMN);
+        put_wrapped(out, help, OPTION_COLUMN, OPTION_COLUMN, false);
     }
 }
 
@@ -314,12 +325,12 @@ void cli_print_overview(FILE *out, bool markdown) {
     }
     fprintf(out, "usage: gtrain COMMAND [OPTION]... [ARGUMENT]...\n       gtrain --config RUN.yaml [--set KEY=VALUE]..."
                  "   (train, the default command)\n\n");
-    put_wrapped(out, OVERVIEW, 0, 0);
+    put_wrapped(out, OVERVIEW, 0, 0, false);
     fprintf(out, "\ncommands:\n");
     for (const CliCommand *c = CLI_COMMANDS; c->name; c++) {
         int col = fprintf(out, "  %s", c->name);
         fprintf(out, "%*s", 20 - col, "");
-        put_wrapped(out, c->summary, 20, 20);
+        put_wrapped(out, c->summary, 20, 20, false);
     }
     fprintf(out, "\ngtrain help COMMAND (or gtrain COMMAND --help): a command's usage and options.\n"
                  "\noptions of train, the default command:\n");
