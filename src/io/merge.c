@@ -14,6 +14,7 @@
 
 #include "arch.h"
 #include "checkpoint.h"
+#include "cli.h"
 #include "hf_weights.h"
 #include "hf_writer.h"
 #include "lora.h"
@@ -416,4 +417,37 @@ done:
     peft_adapter_close(a);
     free(entries);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the command */
+
+/* a required directory option's value, or NULL after its usage error (*rc set) */
+static const char *required_dir(const CliArgs *a, const char *name, const char *what, int *rc) {
+    const char *v = cli_value(a, name);
+    if (v && *v) return v;
+    *rc = cli_error(a->cmd, "--%s DIR is required (%s)%s", name, what, v ? "; found \"\"" : "");
+    return NULL;
+}
+
+int merge_command(CliArgs *a) {
+    MergeOptions mo = {0};
+    int rc = 0;
+    const char *size = cli_value(a, "max-shard-size"), *dtype = cli_value(a, "dtype");
+    char why[256];
+    if (size && hf_parse_size(size, &mo.max_shard_bytes, why, sizeof why))
+        return cli_error(a->cmd, "--max-shard-size: %s", why);
+    if (dtype && (strcmp(dtype, "fp32") == 0 || strcmp(dtype, "float32") == 0)) mo.dtype = MERGE_DTYPE_FP32;
+    else if (dtype && (strcmp(dtype, "bf16") == 0 || strcmp(dtype, "bfloat16") == 0)) mo.dtype = MERGE_DTYPE_BF16;
+    else if (dtype) return cli_error(a->cmd, "--dtype: expected fp32 or bf16, found \"%s\"", dtype);
+    if (!(mo.base = required_dir(a, "base", "the model directory the adapter was trained on", &rc)) ||
+        !(mo.adapter = required_dir(a, "adapter", "a PEFT LoRA adapter directory", &rc)) ||
+        !(mo.out = required_dir(a, "out", "a new or empty directory for the merged model", &rc)))
+        return rc;
+    MergeSummary ms;
+    GtError err = {0};
+    if (merge_run(&mo, &ms, &err)) return cli_fail(&err);
+    printf("%s: %d tensors (%d merged with the adapter: r %d, scale %g), %s, %d weight file%s\n", mo.out, ms.n_tensors,
+           ms.n_adapted, ms.r, ms.scale, ms.bf16 ? "bf16" : "fp32", ms.n_shards, ms.n_shards == 1 ? "" : "s");
+    return GT_EXIT_OK;
 }

@@ -2,6 +2,7 @@
 #include "report.h"
 
 #include "backend.h"
+#include "cli.h"
 
 #include <cJSON.h>
 #include <errno.h>
@@ -517,4 +518,12 @@ int report_write(const char *run_dir, GtError *err) {
     if (rc == 0) rc = gt_write_file_atomic(outp, svg, svg_len, err);
     free(svg);
     return rc;
+}
+
+/* `gtrain report DIR` */
+int report_command(CliArgs *a) {
+    GtError err = {0};
+    if (report_write(a->operands[0], &err)) return cli_fail(&err);
+    printf("%s/report.svg\n", a->operands[0]);
+    return GT_EXIT_OK;
 }

@@ -5,12 +5,15 @@
  * training; GPT-2's learned positions leave no cheaper exact way). */
 #include "sample.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "checkpoint.h"
+#include "cli.h"
 #include "lora.h"
 #include "rundir.h"
 
@@ -273,4 +276,47 @@ done:
     model_free(m);
     backend_close(be);
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the command */
+
+/* --max-new-tokens, --top-k, --seed: an integer in [0, max] into *v (else *v kept); 0, or the
+ * usage error's exit status */
+static int count_option(const CliArgs *a, const char *name, long long max, long long *v) {
+    const char *s = cli_value(a, name);
+    if (s && !cli_parse_count(s, 0, max, v))
+        return cli_error(a->cmd, "--%s: expected an integer in [0, %lld], found \"%s\"", name, max, s);
+    return 0;
+}
+
+int sample_command(CliArgs *a) {
+    SampleOptions so = {.checkpoint = cli_value(a, "checkpoint"), .prompt = cli_value(a, "prompt"),
+                        .prompt_ids = cli_value(a, "prompt-ids"), .tokenizer = cli_value(a, "tokenizer"),
+                        .temperature = 0.8};
+    long long max_new = 200, top_k = -1, seed = 1;
+    /* --top-k is checked against the vocabulary once the model is read (sample_run) */
+    int rc = count_option(a, "max-new-tokens", SAMPLE_MAX_NEW_TOKENS, &max_new);
+    if (!rc) rc = count_option(a, "top-k", INT_MAX, &top_k);
+    if (!rc) rc = count_option(a, "seed", LLONG_MAX, &seed);
+    if (rc) return rc;
+    const char *t = cli_value(a, "temperature");
+    if (t) {
+        char *end;
+        errno = 0;
+        so.temperature = strtod(t, &end);
+        if (errno || *end || !*t || *t == ' ' || !isfinite(so.temperature) || so.temperature < 0)
+            return cli_error(a->cmd, "--temperature: expected a non-negative number (0: greedy), found \"%s\"", t);
+    }
+    so.max_new_tokens = (int)max_new;
+    so.top_k = (int)top_k;
+    so.seed = (uint64_t)seed;
+    if (!so.checkpoint || !*so.checkpoint)
+        return cli_error(a->cmd, "--checkpoint DIR is required%s", so.checkpoint ? " (found \"\")" : "");
+    if (so.prompt && so.prompt_ids) return cli_error(a->cmd, "--prompt and --prompt-ids exclude each other");
+    if (so.prompt && !*so.prompt)
+        return cli_error(a->cmd, "--prompt: expected text, found \"\" (without --prompt a sample starts from a newline)");
+    gt_log_to_stderr(true); /* stdout is the sample: the backend's notes must not end up in it */
+    GtError err = {0};
+    return sample_run(&so, stdout, &err) ? cli_fail(&err) : GT_EXIT_OK;
 }

@@ -5,9 +5,7 @@
 #include "tokenize_cmd.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -78,117 +76,40 @@ typedef struct {
 } Progress;
 
 /* ---------------------------------------------------------------------------------------------
- * usage */
+ * options (their table: TOKENIZE_OPTIONS in cli_table.c) */
 
-void tokenize_print_usage(FILE *out) {
-    fprintf(out,
-            "usage: gtrain tokenize --tokenizer FILE|DIR [--jsonl] [--add-special-tokens] [--decode]\n"
-            "                       [--skip-special-tokens] [--out shard.bin] [--threads N] [FILE...]\n"
-            "\n"
-            "Encode text with a Hugging Face tokenizer.json (or a directory holding one), or decode ids.\n"
-            "Input: the FILEs in order, or standard input when none is given ('-' names it).\n"
-            "\n"
-            "  --tokenizer PATH        tokenizer.json, or a model directory holding one (required)\n"
-            "  --jsonl                 each input line is a JSON string (encode) or a JSON array of ids\n"
-            "                          (decode); without it each FILE is one document (encode), or each\n"
-            "                          line holds space-separated ids (decode)\n"
-            "  --add-special-tokens    apply the post-processor (BOS, EOS ...) to each document\n"
-            "  --decode                ids to text: one JSON string a line with --jsonl, else the raw text\n"
-            "                          of every line, one after the other\n"
-            "  --skip-special-tokens   leave special tokens out of the decoded text (with --decode)\n"
-            "  --out FILE              write every document's ids, in order, into one llm.c token shard\n"
-            "                          (uint16 when the vocabulary fits 16 bits, else llm.c's Llama-3\n"
-            "                          uint32 layout) instead of printing one line of ids per document\n"
-            "  --threads N             OpenMP threads (default: OMP_NUM_THREADS, or every core); the\n"
-            "                          output does not depend on it\n"
-            "  -h, --help              this text\n"
-            "\n"
-            "       gtrain tokenize --data FILE --tokenizer PATH|none [--format auto|text|jsonl|json|parquet]\n"
-            "                       [--column text|prompt|completion|messages=COLUMN]... [--prompt-template T]\n"
-            "                       [--completion-template T] [--no-eos] [--chat-template FILE|DIR] [--mask|--render]\n"
-            "\n"
-            "A training data file read as the trainer reads it (data.format, data.columns.*, the templates,\n"
-            "data.add_eos): one line of ids per example, or with --mask its labels (-100 where it does not train),\n"
-            "or with --render the text that was tokenized (the rendered chat, the filled templates) as a JSON string.\n"
-            "\n"
-            "exit status: 0 success, 1 failure while running, 2 bad input (tokenizer, input text, usage)\n");
-}
+/* the options of one form only: --data FILE's, and the others' */
+static const char *const DATA_ONLY[] = {"format", "column", "prompt-template", "completion-template", "no-eos",
+                                        "chat-template", "mask", "render", NULL};
+static const char *const TEXT_ONLY[] = {"jsonl", "add-special-tokens", "decode", "skip-special-tokens", "out", "threads",
+                                        NULL};
 
-int tokenize_usage_error(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("gtrain: tokenize: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputs(" (see gtrain tokenize --help)\n", stderr);
-    va_end(ap);
-    return GT_EXIT_BAD_INPUT;
-}
-
-enum { OPT_TOKENIZER = 1000, OPT_JSONL, OPT_ADD_SPECIAL, OPT_DECODE, OPT_SKIP_SPECIAL, OPT_OUT, OPT_THREADS };
-static const struct option LONG_OPTIONS[] = {
-    {"tokenizer", required_argument, NULL, OPT_TOKENIZER},
-    {"jsonl", no_argument, NULL, OPT_JSONL},
-    {"add-special-tokens", no_argument, NULL, OPT_ADD_SPECIAL},
-    {"decode", no_argument, NULL, OPT_DECODE},
-    {"skip-special-tokens", no_argument, NULL, OPT_SKIP_SPECIAL},
-    {"out", required_argument, NULL, OPT_OUT},
-    {"threads", required_argument, NULL, OPT_THREADS},
-    {"help", no_argument, NULL, 'h'},
-    {NULL, 0, NULL, 0}};
-
-static int option_index(int val) {
-    for (int i = 0; LONG_OPTIONS[i].name; i++)
-        if (LONG_OPTIONS[i].val == val) return i;
-    return -1;
-}
-
-/* Returns 0 to run, -1 when --help was printed, else the exit status of a usage error. */
-static int parse_options(int argc, char **argv, TokenizeOptions *o) {
-    int given[sizeof LONG_OPTIONS / sizeof *LONG_OPTIONS] = {0};
-    optind = 1;
-    opterr = 0; /* one line of our own, not getopt's */
-    int c;
-    while ((c = getopt_long(argc, argv, ":h", LONG_OPTIONS, NULL)) != -1) {
-        int k = option_index(c);
-        if (k >= 0 && given[k]++) return tokenize_usage_error("--%s: given more than once", LONG_OPTIONS[k].name);
-        switch (c) {
-        case 'h': tokenize_print_usage(stdout); return -1;
-        case OPT_TOKENIZER: o->tokenizer = optarg; break;
-        case OPT_JSONL: o->jsonl = true; break;
-        case OPT_ADD_SPECIAL: o->add_special = true; break;
-        case OPT_DECODE: o->decode = true; break;
-        case OPT_SKIP_SPECIAL: o->skip_special = true; break;
-        case OPT_OUT: o->out = optarg; break;
-        case OPT_THREADS: {
-            long v = 0;
-            const char *s = optarg;
-            for (; *s >= '0' && *s <= '9' && v <= MAX_THREADS; s++) v = 10 * v + (*s - '0');
-            if (!*optarg || *s || v < 1 || v > MAX_THREADS)
-                return tokenize_usage_error("--threads: expected an integer in [1, %d], found \"%s\"", MAX_THREADS, optarg);
-            o->threads = (int)v;
-            break;
-        }
-        case ':':
-            k = option_index(optopt);
-            return tokenize_usage_error("--%s: expected a value", k >= 0 ? LONG_OPTIONS[k].name : "?");
-        default:
-            k = option_index(optopt);
-            if (optopt && k >= 0) return tokenize_usage_error("--%s: takes no value", LONG_OPTIONS[k].name);
-            if (optopt) return tokenize_usage_error("-%c: unknown option", optopt);
-            return tokenize_usage_error("%s: unknown or ambiguous option", argv[optind - 1]);
-        }
-    }
+/* Returns 0 to run, else the exit status of a usage error. */
+static int parse_options(const CliArgs *a, TokenizeOptions *o) {
+    for (int i = 0; DATA_ONLY[i]; i++)
+        if (cli_given(a, DATA_ONLY[i])) return cli_error(a->cmd, "--%s: only with --data FILE", DATA_ONLY[i]);
+    o->tokenizer = cli_value(a, "tokenizer");
+    o->out = cli_value(a, "out");
+    o->jsonl = cli_given(a, "jsonl");
+    o->add_special = cli_given(a, "add-special-tokens");
+    o->decode = cli_given(a, "decode");
+    o->skip_special = cli_given(a, "skip-special-tokens");
+    const char *threads = cli_value(a, "threads");
+    long long v = 0;
+    if (threads && !cli_parse_count(threads, 1, MAX_THREADS, &v))
+        return cli_error(a->cmd, "--threads: expected an integer in [1, %d], found \"%s\"", MAX_THREADS, threads);
+    o->threads = (int)v;
     if (!o->tokenizer || !*o->tokenizer)
-        return tokenize_usage_error("--tokenizer FILE|DIR is required: a tokenizer.json, or a directory holding one%s",
-                           o->tokenizer ? "; found \"\"" : "");
-    if (o->out && !*o->out) return tokenize_usage_error("--out: expected a file name, found \"\"");
-    if (o->decode && o->add_special) return tokenize_usage_error("--add-special-tokens: only when encoding (not with --decode)");
-    if (o->decode && o->out) return tokenize_usage_error("--out: only when encoding (a shard holds ids, --decode prints text)");
-    if (o->skip_special && !o->decode) return tokenize_usage_error("--skip-special-tokens: only with --decode");
-    for (int i = optind; i < argc; i++)
-        if (!*argv[i]) return tokenize_usage_error("an input file named \"\", expected a path or -");
-    o->inputs = (const char *const *)argv + optind;
-    o->n_inputs = argc - optind;
+        return cli_error(a->cmd, "--tokenizer FILE|DIR is required: a tokenizer.json, or a directory holding one%s",
+                         o->tokenizer ? "; found \"\"" : "");
+    if (o->out && !*o->out) return cli_error(a->cmd, "--out: expected a file name, found \"\"");
+    if (o->decode && o->add_special) return cli_error(a->cmd, "--add-special-tokens: only when encoding (not with --decode)");
+    if (o->decode && o->out) return cli_error(a->cmd, "--out: only when encoding (a shard holds ids, --decode prints text)");
+    if (o->skip_special && !o->decode) return cli_error(a->cmd, "--skip-special-tokens: only with --decode");
+    for (int i = 0; i < a->n_operands; i++)
+        if (!*a->operands[i]) return cli_error(a->cmd, "an input file named \"\", expected a path or -");
+    o->inputs = (const char *const *)a->operands;
+    o->n_inputs = a->n_operands;
     return 0;
 }
 
@@ -723,11 +644,15 @@ static int check_out(const TokenizeOptions *o, GtError *err) {
     return rc;
 }
 
-int tokenize_command(int argc, char **argv) {
-    if (tokenize_data_wanted(argc, argv)) return tokenize_data_command(argc, argv);
+int tokenize_command(CliArgs *a) {
+    if (cli_given(a, "data")) {
+        for (int i = 0; TEXT_ONLY[i]; i++)
+            if (cli_given(a, TEXT_ONLY[i])) return cli_error(a->cmd, "--%s: not with --data FILE", TEXT_ONLY[i]);
+        return tokenize_data_command(a);
+    }
     TokenizeOptions o = {0};
-    int prc = parse_options(argc, argv, &o);
-    if (prc != 0) return prc < 0 ? GT_EXIT_OK : prc;
+    int prc = parse_options(a, &o);
+    if (prc != 0) return prc;
     static const char *const stdin_only[1] = {"-"};
     if (o.n_inputs == 0) {
         o.inputs = stdin_only;
@@ -748,10 +673,5 @@ int tokenize_command(int argc, char **argv) {
     }
     tokenizer_free(tok);
     free(c.names);
-    if (rc != 0) {
-        fflush(stdout); /* what was printed comes before the error */
-        fprintf(stderr, "gtrain: %s\n", err.msg);
-        return err.code ? err.code : GT_EXIT_FAILURE;
-    }
-    return GT_EXIT_OK;
+    return rc != 0 ? cli_fail(&err) : GT_EXIT_OK;
 }

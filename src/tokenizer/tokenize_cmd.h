@@ -39,13 +39,9 @@
 #ifndef GT_TOKENIZE_CMD_H
 #define GT_TOKENIZE_CMD_H
 
-#include <stdio.h>
+#include "cli.h"
 
-/* argv[0] is "tokenize"; returns the exit status (0, 1 failure, 2 bad input or usage). */
-int tokenize_command(int argc, char **argv);
-void tokenize_print_usage(FILE *out);
-/* "gtrain: tokenize: MESSAGE (see gtrain tokenize --help)" on stderr; returns exit status 2 */
-int tokenize_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* tokenize_command (cli.h): the options, their help and the parsing in cli_table.c's entry. */
 
 /* --data FILE (tokenize_data.c): a training data file through the trainer's own reader (data.h),
  *   gtrain tokenize --data FILE --tokenizer FILE|DIR|none [--format auto|text|jsonl|json|parquet]
@@ -57,8 +53,6 @@ int tokenize_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 
  * (data_example_text: the rendered chat, the filled templates; a row of ids decoded, special
  * tokens kept) as one JSON string. Examples whole (never truncated to a seq_len).
  * Bad data: the trainer's one-line error, exit 2, nothing printed. */
-#include <stdbool.h>
-bool tokenize_data_wanted(int argc, char **argv);
-int tokenize_data_command(int argc, char **argv);
+int tokenize_data_command(const CliArgs *a);
 
 #endif

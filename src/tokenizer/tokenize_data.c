@@ -6,7 +6,6 @@
  * has no text, renders as its ids decoded (special tokens kept).
  * See tokenize_cmd.h. */
 #define _POSIX_C_SOURCE 200809L
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,84 +15,56 @@
 #include "tokenize_cmd.h"
 #include "tokenizer.h"
 
-bool tokenize_data_wanted(int argc, char **argv) {
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--") == 0) return false;
-        if (strcmp(argv[i], "--data") == 0 || strncmp(argv[i], "--data=", 7) == 0) return true;
-    }
-    return false;
+/* --column ROLE=COLUMN into text's column of that role; false when it names none */
+static bool set_column(DataText *text, const char *v) {
+    const char *eq = strchr(v, '=');
+    size_t n = eq ? (size_t)(eq - v) : 0;
+    const char **slot = !eq                                         ? NULL
+                        : n == 4 && strncmp(v, "text", 4) == 0        ? &text->col_text
+                        : n == 6 && strncmp(v, "prompt", 6) == 0      ? &text->col_prompt
+                        : n == 10 && strncmp(v, "completion", 10) == 0 ? &text->col_completion
+                        : n == 8 && strncmp(v, "messages", 8) == 0    ? &text->col_messages
+                                                                      : NULL;
+    if (!slot || !eq[1]) return false;
+    *slot = eq + 1;
+    return true;
 }
 
-enum { D_DATA = 1, D_TOKENIZER, D_FORMAT, D_COLUMN, D_PROMPT_T, D_COMPLETION_T, D_NO_EOS, D_MASK, D_RENDER, D_CHAT, D_HELP };
-
-int tokenize_data_command(int argc, char **argv) {
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, D_DATA},
-        {"tokenizer", required_argument, NULL, D_TOKENIZER},
-        {"format", required_argument, NULL, D_FORMAT},
-        {"column", required_argument, NULL, D_COLUMN},
-        {"prompt-template", required_argument, NULL, D_PROMPT_T},
-        {"completion-template", required_argument, NULL, D_COMPLETION_T},
-        {"no-eos", no_argument, NULL, D_NO_EOS},
-        {"mask", no_argument, NULL, D_MASK},
-        {"render", no_argument, NULL, D_RENDER},
-        {"chat-template", required_argument, NULL, D_CHAT},
-        {"help", no_argument, NULL, D_HELP},
-        {0, 0, 0, 0},
-    };
-    const char *path = NULL, *tokenizer = NULL;
+int tokenize_data_command(const CliArgs *a) {
+    const char *path = cli_value(a, "data"), *tokenizer = cli_value(a, "tokenizer"), *fmt = cli_value(a, "format");
     DataFormat format = DATA_AUTO;
-    DataText text = {.add_eos = true, .assistant_only_loss = true};
-    bool mask = false, render = false;
-    optind = 1;
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
-        switch (c) {
-        case D_DATA: path = optarg; break;
-        case D_TOKENIZER: tokenizer = optarg; break;
-        case D_FORMAT: {
-            int f = -1;
-            for (int i = 0; strcmp(config_data_format_name((DataFormat)i), "?") != 0; i++)
-                if (strcmp(optarg, config_data_format_name((DataFormat)i)) == 0) f = i;
-            if (f < 0 || f == DATA_TOKENS)
-                return tokenize_usage_error("--format: expected auto, text, jsonl, json or parquet, found \"%s\"", optarg);
-            format = (DataFormat)f;
-            break;
-        }
-        case D_COLUMN: { /* NAME=COLUMN */
-            const char *eq = strchr(optarg, '=');
-            size_t n = eq ? (size_t)(eq - optarg) : 0;
-            const char **slot = !eq                                           ? NULL
-                                : n == 4 && strncmp(optarg, "text", 4) == 0        ? &text.col_text
-                                : n == 6 && strncmp(optarg, "prompt", 6) == 0      ? &text.col_prompt
-                                : n == 10 && strncmp(optarg, "completion", 10) == 0 ? &text.col_completion
-                                : n == 8 && strncmp(optarg, "messages", 8) == 0    ? &text.col_messages
-                                                                                   : NULL;
-            if (!slot || !eq[1])
-                return tokenize_usage_error("--column: expected text|prompt|completion|messages=COLUMN, found \"%s\"", optarg);
-            *slot = eq + 1;
-            break;
-        }
-        case D_PROMPT_T: text.prompt_template = optarg; break;
-        case D_COMPLETION_T: text.completion_template = optarg; break;
-        case D_NO_EOS: text.add_eos = false; break;
-        case D_MASK: mask = true; break;
-        case D_RENDER: render = text.keep_text = true; break;
-        case D_CHAT: text.chat_template = optarg; break;
-        case D_HELP: tokenize_print_usage(stdout); return GT_EXIT_OK;
-        case ':': return tokenize_usage_error("%s: expected a value", argv[optind - 1]);
-        default: return tokenize_usage_error("%s: unknown option with --data", argv[optind - 1]);
-        }
+    DataText text = {.add_eos = !cli_given(a, "no-eos"), .assistant_only_loss = true,
+                     .prompt_template = cli_value(a, "prompt-template"),
+                     .completion_template = cli_value(a, "completion-template"),
+                     .chat_template = cli_value(a, "chat-template")};
+    const bool mask = cli_given(a, "mask"), render = cli_given(a, "render");
+    text.keep_text = render;
+    if (fmt) {
+        int f = -1;
+        for (int i = 0; strcmp(config_data_format_name((DataFormat)i), "?") != 0; i++)
+            if (strcmp(fmt, config_data_format_name((DataFormat)i)) == 0) f = i;
+        if (f < 0 || f == DATA_TOKENS)
+            return cli_error(a->cmd, "--format: expected auto, text, jsonl, json or parquet, found \"%s\"", fmt);
+        format = (DataFormat)f;
     }
-    if (optind < argc) return tokenize_usage_error("%s: --data reads one file, expected no other input", argv[optind]);
-    if (!path || !*path) return tokenize_usage_error("--data: expected a file name");
-    if (mask && render) return tokenize_usage_error("--mask and --render: expected one of them");
-    if (!tokenizer) return tokenize_usage_error("--tokenizer FILE|DIR (or none: byte-level) is required with --data");
+    const char **columns = gt_xcalloc((size_t)a->n_values + 1, sizeof *columns);
+    const int n_columns = cli_values(a, "column", columns);
+    for (int i = 0; i < n_columns; i++)
+        if (!set_column(&text, columns[i])) {
+            int rc = cli_error(a->cmd, "--column: expected text|prompt|completion|messages=COLUMN, found \"%s\"", columns[i]);
+            free(columns);
+            return rc;
+        }
+    free(columns);
+    if (a->n_operands > 0)
+        return cli_error(a->cmd, "%s: --data reads one file, expected no other input", a->operands[0]);
+    if (!*path) return cli_error(a->cmd, "--data: expected a file name");
+    if (mask && render) return cli_error(a->cmd, "--mask and --render: expected one of them");
+    if (!tokenizer) return cli_error(a->cmd, "--tokenizer FILE|DIR (or none: byte-level) is required with --data");
     char why[200];
     if ((text.prompt_template && data_template_why(text.prompt_template, why, sizeof why) != 0) ||
         (text.completion_template && data_template_why(text.completion_template, why, sizeof why) != 0))
-        return tokenize_usage_error("--prompt-template/--completion-template: %s", why);
+        return cli_error(a->cmd, "--prompt-template/--completion-template: %s", why);
     GtError err = {0};
     Tokenizer *tok = NULL;
     DataSource *d = NULL;
@@ -152,9 +123,5 @@ int tokenize_data_command(int argc, char **argv) {
     data_close(d);
     tokenizer_free(tok);
     if (fflush(stdout) != 0 && rc == 0) rc = gt_error(&err, GT_EXIT_FAILURE, "tokenize: cannot write to standard output");
-    if (rc != 0) {
-        fprintf(stderr, "gtrain: %s\n", err.msg);
-        return err.code ? err.code : GT_EXIT_FAILURE;
-    }
-    return GT_EXIT_OK;
+    return rc != 0 ? cli_fail(&err) : GT_EXIT_OK;
 }
