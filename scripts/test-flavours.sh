@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# test-flavours.sh - which suites of the Criterion suite each flavour of scripts/test.sh runs.
+# Sourced by scripts/test.sh; run alone it prints the two filters and checks the lists against
+# the suites the test binary has (scripts/test-flavours.sh [build/test_gtrain]).
+#
+# The plain flavour (make test) runs every test. The ASan + UBSan flavour and the CUDA-simulator
+# flavour run every suite except those listed below, as a Criterion filter "!(@(a|b|...))/*": a
+# suite added later runs in every flavour until someone shows a flavour adds nothing for it.
+# make test, make test-asan and make test-cudasim run alone still run the whole suite; only
+# scripts/test.sh passes these filters (TEST_ARGS / CUDASIM_FILTER).
+
+# Left out of the simulator flavour: suites in which no test opens a backend, neither in the test
+# process (test_backend_open) nor through a gtrain that trains, evaluates or samples. On the
+# simulator these run exactly the host code the plain flavour already ran (the simulator replaces
+# only cuda/), so they add nothing there; most of their time is the Python references (trl,
+# transformers, bitsandbytes). Measured: a whole-suite simulator run's GTCSIM_USAGE_LOG (each
+# process that launches a kernel names its test) lists no test of these suites.
+CUDASIM_LEAVE_OUT=(
+  bnb_weights         # bitsandbytes' 4-bit state read and merged on the host (gtrain merge)
+  bounded             # tokenizer/config/data readers in bounded time; bad input refused before a backend
+  chat_template       # the Jinja subset against jinja2/transformers/trl
+  config              # config parsing and checking
+  config_source       # config key errors
+  data_formats        # data rendering and masks against trl
+  data_shards         # token shard files
+  hf_index            # safetensors index reading
+  hf_writer           # the Hugging Face directory writer
+  metrics             # metrics.jsonl records and the console line
+  parquet             # the Parquet reader
+  peft_config         # PEFT adapter_config.json
+  peft_files          # PEFT adapter files
+  report              # gtrain report (reads a finished run's files)
+  safetensors         # the safetensors reader
+  scorers             # GSM8K/MATH answer scorers
+  tboard              # TensorBoard event files
+  tokenize_cmd        # gtrain tokenize
+  tokenizer_hf        # the tokenizer against Hugging Face tokenizers
+  tokenizer_hf_variants
+  tokenizer_offsets
+)
+
+# Left out of the ASan + UBSan flavour: nothing yet (every suite drives C code of gtrain, in the
+# test process or in the gtrain it starts, which is what the sanitizers check).
+ASAN_LEAVE_OUT=()
+
+# the Criterion filter that runs every suite but the given ones (all of them when none is given)
+leave_out_filter() {
+  if [ $# -eq 0 ]; then echo '*/*'; return; fi
+  local IFS='|'
+  echo "!(@($*))/*"
+}
+
+# check_leave_out TEST_BINARY NAME...: fails naming a listed suite the binary does not have
+check_leave_out() {
+  local bin="$1" s have
+  shift
+  have="$("$bin" --list 2>/dev/null | sed -nE 's/^([A-Za-z0-9_]+): [0-9]+ tests?$/\1/p')" || return 1
+  for s in "$@"; do
+    grep -qx -- "$s" <<<"$have" || { echo "test-flavours.sh: suite $s: listed but not in $bin (renamed or removed?)"; return 1; }
+  done
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -euo pipefail
+  cd "$(dirname "$0")/.."
+  bin="${1:-build/test_gtrain}"
+  check_leave_out "$bin" "${CUDASIM_LEAVE_OUT[@]}" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"}
+  echo "simulator: $(leave_out_filter "${CUDASIM_LEAVE_OUT[@]}")"
+  echo "asan:      $(leave_out_filter ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"})"
+fi
