@@ -23,6 +23,8 @@ CUDASIM_LEAVE_OUT=(
   config_source       # config key errors
   data_formats        # data rendering and masks against trl
   data_shards         # token shard files
+  dist                # rank discovery from the environment (src/run/dist.c, in process)
+  dist_mpi            # build/dist_probe's collectives over MPI (no CUDA in the probe)
   hf_index            # safetensors index reading
   hf_writer           # the Hugging Face directory writer
   metrics             # metrics.jsonl records and the console line
