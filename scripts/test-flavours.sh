@@ -45,20 +45,25 @@ CUDASIM_LEAVE_OUT=(
 # test process or in the gtrain it starts, which is what the sanitizers check).
 ASAN_LEAVE_OUT=()
 
-# the Criterion filter that runs every suite but the given ones (all of them when none is given)
+# the Criterion filter that runs every test but the given ones: a SUITE (all its tests) or a
+# SUITE/TEST glob (everything runs when none is given)
 leave_out_filter() {
   if [ $# -eq 0 ]; then echo '*/*'; return; fi
+  local e pats=()
+  for e in "$@"; do
+    if [[ "$e" == */* ]]; then pats+=("$e"); else pats+=("$e/*"); fi
+  done
   local IFS='|'
-  echo "!(@($*))/*"
+  echo "!(@(${pats[*]}))"
 }
 
-# check_leave_out TEST_BINARY NAME...: fails naming a listed suite the binary does not have
+# check_leave_out TEST_BINARY ENTRY...: fails naming a listed suite the binary does not have
 check_leave_out() {
-  local bin="$1" s have
+  local bin="$1" e have
   shift
   have="$("$bin" --list 2>/dev/null | sed -nE 's/^([A-Za-z0-9_]+): [0-9]+ tests?$/\1/p')" || return 1
-  for s in "$@"; do
-    grep -qx -- "$s" <<<"$have" || { echo "test-flavours.sh: suite $s: listed but not in $bin (renamed or removed?)"; return 1; }
+  for e in "$@"; do
+    grep -qx -- "${e%%/*}" <<<"$have" || { echo "test-flavours.sh: suite ${e%%/*}: listed but not in $bin (renamed or removed?)"; return 1; }
   done
 }
 
