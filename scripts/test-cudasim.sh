@@ -34,4 +34,6 @@ echo "test-cudasim: ${tested:-0} test(s) run with the CUDA backend on the simula
      "ran kernels through cuda/ (their names: $USAGE);" \
      "$((skipped - disabled)) skipped; $(( $(date +%s) - start )) s; rc $rc"
 scripts/tap-summary.sh "$B/test.tap" cudasim || rc=1
+# after a whole-suite run: no suite that scripts/test.sh leaves out of this flavour ran a kernel
+[ -n "${CUDASIM_FILTER:-}" ] || bash scripts/test-flavours.sh --check-usage "$USAGE" || rc=1
 exit $rc
