@@ -13,7 +13,8 @@ LOG=$B/test-cudasim.log
 USAGE=$B/test-cudasim.usage
 rm -f "$USAGE"
 start=$(date +%s)
-set -- ${CUDASIM_FILTER:+--filter="$CUDASIM_FILTER"} "$@"
+# (quoted: a filter is a glob, which the shell must not expand)
+if [ -n "${CUDASIM_FILTER:-}" ]; then set -- --filter="$CUDASIM_FILTER" "$@"; fi
 # the Python of the test references (scripts/install-deps.sh --test-refs), unless given; its programs
 # run through a fork server (scripts/with-refs-server.sh)
 GTRAIN_REFS_PY="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"

@@ -46,14 +46,17 @@ part() {
 part_name="install of what was missing" part_start="$(awk -v w="${EPOCHREALTIME/,/.}" -v s="$SECONDS" 'BEGIN { printf "%.6f", w - s }')"
 all_start="$part_start"
 # the filters of the ASan and simulator flavours (scripts/test-flavours.sh)
-asan_args=""
-[ ${#ASAN_LEAVE_OUT[@]} -eq 0 ] || asan_args="--filter='$(leave_out_filter "${ASAN_LEAVE_OUT[@]}")'"
+asan_args="" asan_what="every suite"
+if [ ${#ASAN_LEAVE_OUT[@]} -gt 0 ]; then
+  asan_args="--filter='$(leave_out_filter "${ASAN_LEAVE_OUT[@]}")'"
+  asan_what="${#ASAN_LEAVE_OUT[@]} entries of scripts/test-flavours.sh left out"
+fi
 sim_filter="$(leave_out_filter "${CUDASIM_LEAVE_OUT[@]}")"
 part "build and test"
 make -j"$jobs"
 make -j"$jobs" test
 check_leave_out build/test_gtrain "${CUDASIM_LEAVE_OUT[@]}" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"}
-part "test under AddressSanitizer + UBSan, leaks fatal (${#ASAN_LEAVE_OUT[@]} suites left out)"
+part "test under AddressSanitizer + UBSan, leaks fatal (${asan_what})"
 LSAN_JOBS="$jobs" make -j"$jobs" test-asan TEST_ARGS="$asan_args"
 if command -v nvcc >/dev/null 2>&1; then
   part "CUDA backend: compiled with warnings as errors"
@@ -64,7 +67,7 @@ fi
 part "CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
 make test-cudasim-blas
 make test-cudasim-nccl
-part "the suite with the CUDA backend (cuda/*.cu) on the CUDA simulator (${#CUDASIM_LEAVE_OUT[@]} suites that open no backend left out)"
+part "the suite with the CUDA backend (cuda/*.cu) on the CUDA simulator (${#CUDASIM_LEAVE_OUT[@]} entries of scripts/test-flavours.sh that open no backend left out)"
 make -j"$jobs" test-cudasim CUDASIM_FILTER="$sim_filter"
 part "known bugs planted into copies of cuda/: the simulated suite must catch each"
 GTRAIN_TEST_COUNTS= make test-cudasim-mutants   # their failures are the point: not counted
