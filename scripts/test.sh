@@ -5,9 +5,9 @@
 # CUDA simulator's cuBLAS and NCCL models, the
 # whole suite again with the CUDA backend on the CUDA simulator, planted bugs it must catch, and
 # libFuzzer on every reader.
-# The plain flavour runs every test; the ASan and simulator flavours leave out the suites
-# scripts/test-flavours.sh lists, each with why that flavour adds nothing for it (the closing lines
-# say what ran where). The time of each part (wall and CPU seconds) is printed at the end.
+# The plain flavour runs every test; the ASan and simulator flavours leave out the suites and
+# tests scripts/test-flavours.sh lists, each with why that flavour adds nothing for it (the
+# closing lines say what ran where). The time of each part (wall and CPU seconds) is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/test-flavours.sh
@@ -42,7 +42,7 @@ part() {
   [ -n "$1" ] && echo "== $1"
   return 0
 }
-# the install ran before this script's first line (bash's $SECONDS counts from there)
+# the install (above) ran from the script's start, where bash's $SECONDS counts from
 part_name="install of what was missing" part_start="$(awk -v w="${EPOCHREALTIME/,/.}" -v s="$SECONDS" 'BEGIN { printf "%.6f", w - s }')"
 all_start="$part_start"
 # the filters of the ASan and simulator flavours (scripts/test-flavours.sh)
