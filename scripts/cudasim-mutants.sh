@@ -3,7 +3,9 @@
 # bugs, one at a time, into a copy of the CUDA sources, builds that copy on the simulator and runs
 # the suites of make test-cudasim that should see the bug. A planted bug the tests do not catch is
 # reported and fails the script. MUTANTS_FULL=1 runs the whole simulated suite for each;
-# MUTANTS=name,name runs only those.
+# MUTANTS=name,name runs only those. MUTANT_JOBS (default: the number of cores) mutants run at a
+# time, each in its own copy, so that one's single-file rebuild overlaps another's tests; each
+# copy's tests run with JOBS=1 then (MUTANT_TEST_JOBS overrides).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -12,9 +14,16 @@ make -s -j"$(nproc)" cudasim-build BUILD_SIM="$B"
 
 work=$(mktemp -d /tmp/gtrain-mutants.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-# the tracked tree and the simulator build (so each mutant rebuilds only the file it changes)
-git ls-files -z | xargs -0 cp -a --parents -t "$work"
-cp -a "$B" "$work/$B"
+slots=${MUTANT_JOBS:-$(nproc)}
+[ "$slots" -ge 1 ] || slots=1
+test_jobs=${MUTANT_TEST_JOBS:-$(( slots > 1 ? 1 : $(nproc) ))}
+# a copy per slot: the tracked tree and the simulator build (so each mutant rebuilds only the file
+# it changes)
+for ((k = 0; k < slots; k++)); do
+  mkdir -p "$work/slot$k"
+  git ls-files -z | xargs -0 cp -a --parents -t "$work/slot$k"
+  cp -a "$B" "$work/slot$k/$B"
+done
 
 # name | file | text found exactly once | replacement | suites that should fail (Criterion glob)
 # (a replacement of "" deletes the text; \n in the texts is a newline; the suites, last, may hold |)
@@ -44,43 +53,72 @@ module_table_collectives_swapped|cuda/module_entry.cu|    nccl_reduce_scatter,\n
 EOF
 }
 
-caught=0 missed=0 report=""
-while IFS='|' read -r name file from to suites; do
-  [ -n "$name" ] || continue
-  if [ -n "${MUTANTS:-}" ] && [[ ",$MUTANTS," != *",$name,"* ]]; then continue; fi
-  [ "${MUTANTS_FULL:-0}" = 1 ] && suites=""
+# run_mutant SLOT NAME FILE FROM TO SUITES: plant, build and test in the slot's copy, unplant; the
+# outcome (caught/missed/broken) goes to $work/result-NAME, the logs beside it
+run_mutant() {
+  local slot="$work/slot$1" name="$2" file="$3" from="$4" to="$5" suites="$6" rc failed how
   # plant: the text must be there exactly once, or this script is out of date with the sources
   if ! FROM="$from" TO="$to" perl -0777 -i -pe '
         BEGIN { ($f, $t) = map { s/\\n/\n/g; $_ } ($ENV{FROM}, $ENV{TO}); }
         $n = () = /\Q$f\E/g;
         die "found $n times\n" if $n != 1;
-        s/\Q$f\E/$t/;' "$work/$file"; then
-    echo "cudasim-mutants: $name: the text to change is not in $file exactly once; update scripts/cudasim-mutants.sh" >&2
-    exit 1
+        s/\Q$f\E/$t/;' "$slot/$file"; then
+    echo "broken|cudasim-mutants: $name: the text to change is not in $file exactly once; update scripts/cudasim-mutants.sh" >"$work/result-$name"
+    return
   fi
-  if ! make -s -C "$work" -j"$(nproc)" cudasim-build BUILD_SIM="$B" >"$work/build-$name.log" 2>&1; then
+  if ! make -s -C "$slot" -j"$(nproc)" cudasim-build BUILD_SIM="$B" >"$work/build-$name.log" 2>&1; then
+    echo "broken|cudasim-mutants: $name does not build; a planted bug must compile (log: $work/build-$name.log)" >"$work/result-$name"
     cat "$work/build-$name.log" >&2
-    echo "cudasim-mutants: $name does not build; a planted bug must compile" >&2
-    exit 1
-  fi
-  set +e
-  (cd "$work" && BUILD_SIM="$B" CUDASIM_FILTER="$suites" scripts/test-cudasim.sh) >"$work/test-$name.log" 2>&1
-  rc=$?
-  set -e
-  failed=$(grep -E '^\[(FAIL|CRASH)\]|^\[----\] .*(Timed out|crash)' "$work/test-$name.log" | sed -E 's/^\[[A-Z]+\] //; s/: .*//' | sort -u | head -4 | tr "\n" " " || true)
-  how=$(grep -m1 -E 'gtcsim: |rel err|differ|Assertion' "$work/test-$name.log" | sed 's/^\[----\] *//' | cut -c1-150 || true)
-  if [ "$rc" -ne 0 ]; then
-    caught=$((caught + 1))
-    report+=$(printf '  caught  %-30s %s\n          %s' "$name" "$failed" "$how")$'\n'
   else
-    missed=$((missed + 1))
-    report+=$(printf '  MISSED  %-30s (%s passed)' "$name" "${suites:-the whole suite}")$'\n'
+    (cd "$slot" && JOBS="$test_jobs" BUILD_SIM="$B" CUDASIM_FILTER="$suites" scripts/test-cudasim.sh) >"$work/test-$name.log" 2>&1
+    rc=$?
+    failed=$(grep -E '^\[(FAIL|CRASH)\]|^\[----\] .*(Timed out|crash)' "$work/test-$name.log" | sed -E 's/^\[[A-Z]+\] //; s/: .*//' | sort -u | head -4 | tr "\n" " " || true)
+    how=$(grep -m1 -E 'gtcsim: |rel err|differ|Assertion' "$work/test-$name.log" | sed 's/^\[----\] *//' | cut -c1-150 || true)
+    if [ "$rc" -ne 0 ]; then
+      printf 'caught|  caught  %-30s %s\n          %s\n' "$name" "$failed" "$how" >"$work/result-$name"
+    else
+      printf 'missed|  MISSED  %-30s (%s passed)\n' "$name" "${suites:-the whole suite}" >"$work/result-$name"
+    fi
   fi
-  # unplant; the newer mtime makes the next build recompile it
-  cp "$root/$file" "$work/$file"
-  touch "$work/$file"
-done < <(mutants)
+  # unplant; the newer mtime makes the next build in this slot recompile it
+  cp "$root/$file" "$slot/$file"
+  touch "$slot/$file"
+}
 
-echo "cudasim-mutants: $caught planted bug(s) caught, $missed missed"
+names=() pids=() slot_of=()
+for ((k = 0; k < slots; k++)); do pids[k]=0; done
+while IFS='|' read -r name file from to suites; do
+  [ -n "$name" ] || continue
+  if [ -n "${MUTANTS:-}" ] && [[ ",$MUTANTS," != *",$name,"* ]]; then continue; fi
+  [ "${MUTANTS_FULL:-0}" = 1 ] && suites=""
+  # a free slot: wait for any mutant to finish when all are busy
+  free=-1
+  while [ "$free" -lt 0 ]; do
+    for ((k = 0; k < slots; k++)); do
+      if [ "${pids[k]}" -eq 0 ] || ! kill -0 "${pids[k]}" 2>/dev/null; then free=$k; break; fi
+    done
+    [ "$free" -ge 0 ] || wait -n || true
+  done
+  [ "${pids[free]}" -eq 0 ] || wait "${pids[free]}" || true
+  set +e
+  run_mutant "$free" "$name" "$file" "$from" "$to" "$suites" &
+  pids[free]=$!
+  set -e
+  names+=("$name")
+done < <(mutants)
+wait || true
+
+caught=0 missed=0 broken=0 report=""
+for name in "${names[@]}"; do
+  r=$(cat "$work/result-$name" 2>/dev/null || echo "broken|cudasim-mutants: $name: no result")
+  case "${r%%|*}" in
+    caught) caught=$((caught + 1)) ;;
+    missed) missed=$((missed + 1)) ;;
+    *) broken=$((broken + 1)) ;;
+  esac
+  report+="${r#*|}"$'\n'
+done
+
+echo "cudasim-mutants: $caught planted bug(s) caught, $missed missed, $broken not planted or not built ($slots at a time)"
 printf '%s' "$report"
-[ "$missed" -eq 0 ]
+[ "$missed" -eq 0 ] && [ "$broken" -eq 0 ]

@@ -13,7 +13,8 @@ LOG=$B/test-cudasim.log
 USAGE=$B/test-cudasim.usage
 rm -f "$USAGE"
 start=$(date +%s)
-set -- ${CUDASIM_FILTER:+--filter="$CUDASIM_FILTER"} "$@"
+# (quoted: a filter is a glob, which the shell must not expand)
+if [ -n "${CUDASIM_FILTER:-}" ]; then set -- --filter="$CUDASIM_FILTER" "$@"; fi
 # the Python of the test references (scripts/install-deps.sh --test-refs), unless given; its programs
 # run through a fork server (scripts/with-refs-server.sh)
 GTRAIN_REFS_PY="${GTRAIN_REFS_PY:-$(scripts/install-deps.sh --venv-path)/bin/python}"
@@ -34,4 +35,6 @@ echo "test-cudasim: ${tested:-0} test(s) run with the CUDA backend on the simula
      "ran kernels through cuda/ (their names: $USAGE);" \
      "$((skipped - disabled)) skipped; $(( $(date +%s) - start )) s; rc $rc"
 scripts/tap-summary.sh "$B/test.tap" cudasim || rc=1
+# after a whole-suite run: no suite that scripts/test.sh leaves out of this flavour ran a kernel
+[ -n "${CUDASIM_FILTER:-}" ] || bash scripts/test-flavours.sh --check-usage "$USAGE" || rc=1
 exit $rc

@@ -5,8 +5,12 @@
 # CUDA simulator's cuBLAS and NCCL models, the
 # whole suite again with the CUDA backend on the CUDA simulator, planted bugs it must catch, and
 # libFuzzer on every reader.
+# The plain flavour runs every test; the ASan and simulator flavours leave out the suites and
+# tests scripts/test-flavours.sh lists, each with why that flavour adds nothing for it (the
+# closing lines say what ran where). The time of each part (wall and CPU seconds) is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/test-flavours.sh
 # the Debian packages, and the test references (the real Hugging Face stack from PyPI) in a venv
 # outside the repository: its path is the last line
 venv="$(scripts/install-deps.sh --test-refs | tail -n 1)"
@@ -17,22 +21,43 @@ export PATH="$PATH:/usr/local/cuda/bin"
 # every suite appends its passed/failed/skipped counts here (scripts/tap-summary.sh)
 GTRAIN_TEST_COUNTS="$(mktemp)"
 export GTRAIN_TEST_COUNTS
-trap 'rm -f "$GTRAIN_TEST_COUNTS"' EXIT
+trap 'rm -f "$GTRAIN_TEST_COUNTS" "${times_file:-}"' EXIT
 jobs="$(nproc)"
-# the time each part took, printed at the end
-times=() part_name="" part_start=$SECONDS
+# the time each part took, printed at the end: wall seconds, and CPU seconds (user + sys of the
+# processes the part ran and waited for, from bash's `times`), which say more on a shared machine.
+# `times` runs in this shell: a $(...) subshell would count its own children, none of these.
+times_file="$(mktemp)"
+cpu_s=0
+read_cpu() {
+  times >"$times_file"
+  cpu_s="$(awk 'NR == 2 { n = 0; for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); n += a[1] * 60 + a[2] } printf "%.2f", n }' "$times_file")"
+}
+times=() part_name="" part_start="" part_cpu=0
 part() {
-  [ -n "$part_name" ] && times+=("$(printf '%5d s  %s' $((SECONDS - part_start)) "$part_name")")
-  part_name="$1" part_start=$SECONDS
+  local t="${EPOCHREALTIME/,/.}"
+  read_cpu
+  [ -n "$part_name" ] && times+=("$(awk -v w="$t" -v w0="$part_start" -v c="$cpu_s" -v c0="$part_cpu" -v n="$part_name" \
+    'BEGIN { printf "%7.1f s wall %7.1f s CPU  %s", w - w0, c - c0, n }')")
+  part_name="$1" part_start="$t" part_cpu="$cpu_s"
   [ -n "$1" ] && echo "== $1"
   return 0
 }
-part_name="install of what was missing" part_start=0 # done above
+# the install (above) ran from the script's start, where bash's $SECONDS counts from
+part_name="install of what was missing" part_start="$(awk -v w="${EPOCHREALTIME/,/.}" -v s="$SECONDS" 'BEGIN { printf "%.6f", w - s }')"
+all_start="$part_start"
+# the filters of the ASan and simulator flavours (scripts/test-flavours.sh)
+asan_args="" asan_what="every suite"
+if [ ${#ASAN_LEAVE_OUT[@]} -gt 0 ]; then
+  asan_args="--filter='$(leave_out_filter "${ASAN_LEAVE_OUT[@]}")'"
+  asan_what="${#ASAN_LEAVE_OUT[@]} entries of scripts/test-flavours.sh left out"
+fi
+sim_filter="$(leave_out_filter "${CUDASIM_LEAVE_OUT[@]}")"
 part "build and test"
 make -j"$jobs"
 make -j"$jobs" test
-part "test under AddressSanitizer + UBSan, leaks fatal"
-LSAN_JOBS="$jobs" make -j"$jobs" test-asan
+check_leave_out build/test_gtrain "${CUDASIM_LEAVE_OUT[@]}" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"}
+part "test under AddressSanitizer + UBSan, leaks fatal (${asan_what})"
+LSAN_JOBS="$jobs" make -j"$jobs" test-asan TEST_ARGS="$asan_args"
 if command -v nvcc >/dev/null 2>&1; then
   part "CUDA backend: compiled with warnings as errors"
   make -j"$jobs" cuda-check
@@ -42,13 +67,15 @@ fi
 part "CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
 make test-cudasim-blas
 make test-cudasim-nccl
-part "the whole suite with the CUDA backend (cuda/*.cu) on the CUDA simulator"
-make -j"$jobs" test-cudasim
+part "the suite with the CUDA backend (cuda/*.cu) on the CUDA simulator (${#CUDASIM_LEAVE_OUT[@]} entries of scripts/test-flavours.sh that open no backend left out)"
+make -j"$jobs" test-cudasim CUDASIM_FILTER="$sim_filter"
 part "known bugs planted into copies of cuda/: the simulated suite must catch each"
 GTRAIN_TEST_COUNTS= make test-cudasim-mutants   # their failures are the point: not counted
 part "fuzz every reader of untrusted input for ${FUZZ_SECONDS:-20} s each"
 make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-20}" FUZZ_JOBS="$jobs"
 part ""
-echo "== all tests passed in $SECONDS s:"
+echo "== all tests passed in $(awk -v w="${EPOCHREALTIME/,/.}" -v w0="$all_start" 'BEGIN { printf "%.0f", w - w0 }') s:"
 printf '%s\n' "${times[@]}"
+echo "what ran where: plain: every suite; ASan + UBSan: all but ${ASAN_LEAVE_OUT[*]:-none};" \
+     "CUDA simulator: all but ${CUDASIM_LEAVE_OUT[*]} (scripts/test-flavours.sh says why)"
 awk '{p += $1; f += $2; s += $3} END {printf "all suites: %d passed, %d failed, %d skipped\n", p, f, s}' "$GTRAIN_TEST_COUNTS"

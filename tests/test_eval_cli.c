@@ -6,11 +6,15 @@
  * middle of generating (no results file under its name, no temporary left). */
 #include <cJSON.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -85,11 +89,56 @@ static char *text_of(const char *path) {
     return s;
 }
 
+/* The fixture model is trained once per run of the suite and copied into each test that needs it
+ * (four tests trained the same config with the same seed: the same weights, four times). It lives
+ * in /tmp/gt_evalcli_model_PID_KEY, PID the test runner (the parent of Criterion's workers), KEY
+ * the training steps and the gtrain binary's size and mtime; the first test to get the lock
+ * (flock) trains it and marks it done, the others wait on the lock and copy it. A directory whose
+ * runner has ended is removed by the next run. */
+static void remove_stale_models(void) {
+    DIR *d = opendir("/tmp");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        long pid;
+        if (sscanf(e->d_name, "gt_evalcli_model_%ld_", &pid) != 1 || pid <= 1 || pid == (long)getppid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* its runner is alive (or not ours) */
+        char path[600];
+        snprintf(path, sizeof path, "/tmp/%s", e->d_name);
+        test_scratch_remove(path);
+    }
+    closedir(d);
+}
+
 /* the tiny model trained on the arithmetic (dir/out) */
 static void train_model(const char *dir) {
     write_config(dir);
-    int rc = gtrain(dir, "train", "train --config run.yaml --set generation.task=none");
-    cr_assert_eq(rc, 0, "training the fixture failed: %s", text_of(test_join(dir, "train.err")));
+    struct stat bin;
+    cr_assert_eq(stat(test_gtrain_bin(), &bin), 0, "%s: %s", test_gtrain_bin(), strerror(errno));
+    char cache[256], lock[300], done[300];
+    snprintf(cache, sizeof cache, "/tmp/gt_evalcli_model_%ld_%d_%lld_%lld.%09ld", (long)getppid(), fixture_steps(),
+             (long long)bin.st_size, (long long)bin.st_mtim.tv_sec, (long)bin.st_mtim.tv_nsec);
+    snprintf(lock, sizeof lock, "%s/lock", cache);
+    snprintf(done, sizeof done, "%s/done", cache);
+    cr_assert(mkdir(cache, 0755) == 0 || errno == EEXIST, "mkdir %s: %s", cache, strerror(errno));
+    int fd = open(lock, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    cr_assert(fd >= 0, "%s: %s", lock, strerror(errno));
+    cr_assert_eq(flock(fd, LOCK_EX), 0, "flock %s: %s", lock, strerror(errno)); /* released if this test dies */
+    if (access(done, F_OK) != 0) {
+        remove_stale_models();
+        char out[300];
+        snprintf(out, sizeof out, "%s/out", cache);
+        test_scratch_remove(out); /* a run that died half way */
+        write_config(cache);
+        int rc = gtrain(cache, "train", "train --config run.yaml --set generation.task=none");
+        cr_assert_eq(rc, 0, "training the fixture failed: %s", text_of(test_join(cache, "train.err")));
+        test_write_file(done, "", 0);
+    }
+    cr_assert_eq(flock(fd, LOCK_UN), 0);
+    close(fd);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "cp -a '%s/out' '%s/out'", cache, dir);
+    cr_assert_eq(system(cmd), 0, "%s failed", cmd);
 }
 
 Test(eval_cli, loss_equals_the_trainers_eval_and_touches_no_run_directory, .timeout = 120) {
