@@ -41,7 +41,15 @@
  * Global copies of whole rows use cp.async when every pointer is 16-byte aligned (row strides
  * and head offsets are multiples of hs, itself of 32), element by element otherwise; both move
  * the same values, so the result's bits never depend on the buffers' addresses (recompute stays
- * bit-identical). Shared memory per block: see fa_smem_report below (and the report of issue 29). */
+ * bit-identical).
+ *
+ * Shared memory per block (KiB; forward / dK,dV / dQ):   4 warps          8 warps
+ *   hs 64                                                40 / 49 / 48     48 / 65 / 64
+ *   hs 96                                                65 / 79 / 78     78 / 105 / 104
+ *   hs 128                                               80 / 97 / 96     96 / 129 / 128
+ * so sm_86/89 (99 KiB) run every head size with 4 warps, sm_80 (163 KiB) and sm_90 (227 KiB) with
+ * 8. Registers (ptxas, CUDA 13, sm_80 / sm_90): forward 124-190, dQ 165-255, dK/dV 194-255;
+ * hs 128's backward spills 12-48 bytes (its dK and dV accumulators are 128 registers). */
 #include "cuda_common.cuh"
 
 #include <limits.h>
@@ -568,7 +576,7 @@ template <int HS, int W> static FaKernels fa_kernels() {
 
 int gtc_attention_tc_init(CudaImpl *im, GtError *err) {
     /* per head size: the large variant (8 warps) where the device's opt-in shared memory holds all
-     * three kernels (sm_80 A100 164 KiB, sm_90 227 KiB), else 4 warps (<= 80 KiB: sm_86/89's 99 KiB
+     * three kernels (sm_80 A100 163 KiB, sm_90 227 KiB), else 4 warps (<= 97 KiB: sm_86/89's 99 KiB
      * hold every head size), else none; mma.sync bf16 needs sm_80 */
     const FaKernels ks[3][2] = {{fa_kernels<64, 4>(), fa_kernels<64, 8>()},
                                 {fa_kernels<96, 4>(), fa_kernels<96, 8>()},
