@@ -150,24 +150,33 @@ __device__ __forceinline__ void fa_acc_to_a(uint32_t (&a)[4], const float (&c0)[
     a[3] = gtc_pack_bf16x2(c1[2], c1[3]);
 }
 
-/* C = X_w Y^T for the warp's 16 rows of X (tile rows xr0 ..) against the 64 rows of Y */
+/* C += A Y^T for the A fragments a of chunk kc (16 rows x 16 columns) against the 64 rows of Y */
 template <int HS>
-__device__ __forceinline__ void fa_scores(float (&s)[8][4], const bf16 *X, int xr0, const bf16 *Y, int lane) {
+__device__ __forceinline__ void fa_scores_chunk(float (&s)[8][4], const uint32_t (&a)[4], int kc, const bf16 *Y, int lane) {
+    #pragma unroll
+    for (int np = 0; np < 4; np++) {
+        uint32_t b[4];
+        fa_ld_bt<HS>(b, Y, np * 16, kc * 16, lane);
+        gtc_mma_bf16_16816(s[2 * np], a, b[0], b[1]);
+        gtc_mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
+    }
+}
+__device__ __forceinline__ void fa_zero(float (&s)[8][4]) {
     #pragma unroll
     for (int n = 0; n < 8; n++)
         #pragma unroll
         for (int e = 0; e < 4; e++) s[n][e] = 0.0f;
+}
+/* C = X_w Y^T for the warp's 16 rows of X (tile rows xr0 ..) against the 64 rows of Y, X's
+ * fragments read from shared memory chunk by chunk (the backward, whose registers hold dK/dV or dQ) */
+template <int HS>
+__device__ __forceinline__ void fa_scores(float (&s)[8][4], const bf16 *X, int xr0, const bf16 *Y, int lane) {
+    fa_zero(s);
     #pragma unroll
     for (int kc = 0; kc < HS / 16; kc++) {
         uint32_t a[4];
         fa_ld_a<HS>(a, X, xr0, kc * 16, lane);
-        #pragma unroll
-        for (int np = 0; np < 4; np++) {
-            uint32_t b[4];
-            fa_ld_bt<HS>(b, Y, np * 16, kc * 16, lane);
-            gtc_mma_bf16_16816(s[2 * np], a, b[0], b[1]);
-            gtc_mma_bf16_16816(s[2 * np + 1], a, b[2], b[3]);
-        }
+        fa_scores_chunk<HS>(s, a, kc, Y, lane);
     }
 }
 
@@ -261,6 +270,8 @@ __global__ void __launch_bounds__(W * 32)
         #pragma unroll
         for (int e = 0; e < 4; e++) o[n][e] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; /* l: this lane's columns only */
+    uint32_t qf[HS / 16][4]; /* the warp's 16 query rows as A fragments, loaded once */
+    bool q_in_regs = false;  /* warp-uniform */
 
     int stage = 0;
     for (int k0 = kstart; k0 <= q_last; k0 += FA_TILE, stage ^= 1) {
@@ -275,10 +286,17 @@ __global__ void __launch_bounds__(W * 32)
         } else {
             gtc_cp_async_wait<0>();
         }
-        __syncthreads(); /* every thread's copies of this tile are visible */
+        __syncthreads(); /* every thread's copies of this tile (and of Q, the first time) are visible */
+        if (active && !q_in_regs) {
+            #pragma unroll
+            for (int kc = 0; kc < HS / 16; kc++) fa_ld_a<HS>(qf[kc], Qs, warp * 16, kc * 16, lane);
+            q_in_regs = true;
+        }
         if (active && k0 + FA_TILE > wlo && k0 <= tlim) { /* warp-uniform: some key of the warp here */
             float s[8][4];
-            fa_scores<HS>(s, Qs, warp * 16, Ks, lane);
+            fa_zero(s);
+            #pragma unroll
+            for (int kc = 0; kc < HS / 16; kc++) fa_scores_chunk<HS>(s, qf[kc], kc, Ks, lane); /* S = Q_w K^T */
             /* online softmax: element e of tile n is row w0 + g + 8 (e >> 1), key k0 + 8 n + 2 tq + (e & 1) */
             float mt[2] = {-INFINITY, -INFINITY};
             #pragma unroll

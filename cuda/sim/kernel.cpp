@@ -71,7 +71,6 @@ struct Fiber {
     bool done = false;
     Barrier *wait_bar = nullptr;
     unsigned wait_gen = 0;
-    long wmma_calls = 0;
     /* cp.async copies issued and not yet waited for (mma_ptx.cuh): done at cp.async.wait_group */
     struct Copy {
         void *dst;
@@ -223,7 +222,6 @@ void run_block(bool reverse) {
         Fiber &f = B.fibers[i];
         f.done = false;
         f.wait_bar = nullptr;
-        f.wmma_calls = 0;
         f.pending.clear(); /* copies a thread never waited for are lost (as if still in flight) */
         f.groups = 0;
         fiber_init(f);
@@ -276,14 +274,7 @@ int syncthreads_or(int pred) {
 
 void syncwarp(unsigned mask) {
     int w = warp_enter(mask, "__syncwarp");
-    if (!arrive(g_blk.warp_bar[w], 32, "__syncwarp")) return;
-    /* the last lane to arrive sees them all stopped here: the wmma calls (collective) made so far
-     * must agree */
-    long mine = g_blk.cur->wmma_calls;
-    for (int l = 0; l < 32; l++)
-        if (g_blk.fibers[w * 32 + l].wmma_calls != mine)
-            fail("kernel %s: lanes of warp %d made different numbers of wmma calls (%ld vs %ld)", g_blk.name, w,
-                 mine, g_blk.fibers[w * 32 + l].wmma_calls);
+    arrive(g_blk.warp_bar[w], 32, "__syncwarp");
 }
 
 int lane_id() { return cur_fiber("lane id").linear & 31; }
@@ -349,8 +340,6 @@ void cp_async_wait(int n) {
     }
     f.pending.resize(k);
 }
-
-void wmma_count() { cur_fiber("wmma").wmma_calls++; }
 
 bool in_shared(const void *p, size_t bytes) {
     const unsigned char *a = (const unsigned char *)p, *e = a + bytes;

@@ -47,8 +47,6 @@ void syncwarp(unsigned mask);
 uint64_t shfl(unsigned mask, uint64_t v, int src_lane, int width, const char *what);
 unsigned ballot(unsigned mask, int pred);
 int lane_id();
-/* wmma bookkeeping (mma.h): collective calls counted per lane, checked equal at __syncwarp */
-void wmma_count();
 /* mma_ptx.cuh: every lane of the (full, converged) warp gives n <= 64 bytes and gets all 32 lanes'
  * (all[lane * n ..]) in one barrier, as the warp-collective mma.sync/ldmatrix exchange registers */
 void warp_exchange(const void *mine, size_t n, void *all);
