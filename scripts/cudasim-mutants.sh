@@ -29,7 +29,6 @@ no_syncthreads_attention_tile|cuda/kernels_attention.cu|        __syncthreads();
 no_syncthreads_block_sum|cuda/kernels_misc.cu|    if (lane == 0) shared[warp] = v;\n    __syncthreads();\n    if (threadIdx.x == 0) {\n        double s|    if (lane == 0) shared[warp] = v;\n    if (threadIdx.x == 0) {\n        double s|@(ops|ops_bf16|cuda|optim)/*
 fa_cp_async_wait_missing|cuda/kernels_attention_tc.cu|            gtc_cp_async_wait<1>(); /* this tile (and Q) landed; the next may be in flight */\n||cuda/bf16_attention_tensor*
 fa_dkdv_stage_race|cuda/kernels_attention_tc.cu|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }\n        __syncthreads();|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }|cuda/bf16_attention_tensor*
-fa_dq_lo_part_dropped|cuda/kernels_attention_tc.cu|            fa_acc_av<HS>(dq, a, Ks, lane); /* dQ += dS_lo K */|            (void)lo;|cuda/bf16_attention_tensor*
 mma_emulation_trans_layout|cuda/mma_ptx.cuh|            lo = all[8 * i + 2 * t][g];|            lo = all[8 * i + g][2 * t];|mma_ptx/*
 wrong_ld_to_cublaslt|cuda/backend_cuda.cu|ta == CUBLAS_OP_N ? k : m, key->lda));|ta == CUBLAS_OP_N ? k : m, key->ldc));|@(ops|ops_bf16)/*
 transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|@(ops|ops_bf16)/*

@@ -6,12 +6,14 @@
 #include <math.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "common.h"
 
 #ifdef GT_HAVE_CUDA
 int gtc_mma_selftest(int mode, const uint16_t *a, const uint16_t *b, float *d);
 
 Test(mma_ptx, fragments_match_naive_matmul) {
+    if (cuda_device_count() <= 0) cr_skip_test("no GPU visible");
     uint16_t a[256], b[256];
     uint64_t s = 12345;
     for (int i = 0; i < 256; i++) { /* distinct values, so a misplaced element shows */
