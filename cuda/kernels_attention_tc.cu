@@ -48,8 +48,9 @@
  *   hs 96                                                65 / 79 / 78     78 / 105 / 104
  *   hs 128                                               80 / 97 / 96     96 / 129 / 128
  * so sm_86/89 (99 KiB) run every head size with 4 warps, sm_80 (163 KiB) and sm_90 (227 KiB) with
- * 8. Registers (ptxas, CUDA 13, sm_80 / sm_90): forward 124-190, dQ 165-255, dK/dV 194-255;
- * hs 128's backward spills 12-48 bytes (its dK and dV accumulators are 128 registers). */
+ * 8. Registers (ptxas, CUDA 13, sm_80 / sm_90): forward 128-204 (Q fragments held; hs 64 spills
+ * 8-16 bytes), dQ 165-255, dK/dV 194-255; hs 128's backward spills 12-48 bytes (its dK and dV
+ * accumulators alone are 128 registers). */
 #include "cuda_common.cuh"
 
 #include <limits.h>
