@@ -93,7 +93,7 @@ typedef struct {
     double *ss_host;     /* 1 pinned double */
     GtcGemmPlan gemm_plans[GTC_GEMM_PLANS];
     int n_gemm_plans, next_gemm_plan;
-    bool tc_attention[2]; /* tensor-core attention for head size 64 / 128 on this device */
+    int fa_warps[3]; /* tensor-core attention for head size 64 / 96 / 128: warps per block (8, 4), 0: none */
     bool gelu_epilogue_refused; /* cuBLASLt refused the bf16 GELU epilogue (logged once) */
 } CudaImpl;
 
@@ -317,9 +317,9 @@ void gtc_attention_backward(Backend *b, act_t *dqkv, float *workspace, const act
                             const act_t *qkv, const act_t *out, const float *lse, int B, int T,
                             int NH, int NKV, int hd, int window, const int *pos);
 
-/* kernels_attention_tc.cu: the bf16 tensor-core attention that gtc_attention_forward/backward
- * dispatch to when the act dtype is bf16 and gtc_attention_tc_supported(hs): hs 64 or 128 on an
- * sm_80+ device with the shared memory the head size needs (fixed when the backend opens) */
+/* kernels_attention_tc.cu: the bf16 tensor-core attention (FlashAttention-2 design) that
+ * gtc_attention_forward/backward dispatch to when the act dtype is bf16 and
+ * gtc_attention_tc_supported(hs): hs 64, 96 or 128 on an sm_80+ device (fixed when the backend opens) */
 bool gtc_attention_tc_supported(Backend *b, int hs);
 /* called by gtc_attention_init: picks the supported head sizes for the current device and sets
  * their kernels' shared-memory limits; 0 or -1 */

@@ -30,12 +30,12 @@
  * they load tiles into shared memory, so shared memory (layout and size) and all the math are
  * fp32 whatever the act dtype; out and dqkv are rounded once as they are stored.
  *
- * Dispatch: with bf16 activations and head size 64 or 128, forward and backward run on tensor
+ * Dispatch: with bf16 activations and head size 64, 96 or 128, forward and backward run on tensor
  * cores (kernels_attention_tc.cu; the backward's D kernel below is shared); every other case (fp32
- * always, bf16 with other head sizes) runs the CUDA-core kernels in this file, which fp32 keeps
- * exactly. The choice depends on the dtype and the shapes only (and, fixed once when the backend
- * opens, on the device: hs 128 needs ~121 KiB of shared memory per block, which sm_80 and sm_90
- * have and sm_86/89 do not), so a recompute takes the same path and gets the same bits. The
+ * always, bf16 with other head sizes, devices before sm_80) runs the CUDA-core kernels in this
+ * file, which fp32 keeps exactly. The choice depends on the dtype and the shapes only (and, fixed
+ * once when the backend opens, on the device: its tile variant by opt-in shared memory, every
+ * head size fitting sm_86/89's 99 KiB), so a recompute takes the same path and gets the same bits. The
  * tensor-core results differ from the CUDA-core path's by the bf16 rounding of P (and of dS in
  * dK) before they enter a product, and by the products' accumulation order: within the
  * bf16 bound (1e-2 relative) of the CPU reference; lse keeps fp32 accuracy (computed from fp32

@@ -29,11 +29,16 @@ done
 # (a replacement of "" deletes the text; \n in the texts is a newline; the suites, last, may hold |)
 mutants() {
   cat <<'EOF'
-causal_mask_tc_forward|cuda/kernels_attention_tc.cu|const int jmax = min(t, T - 1);     /* last key row|const int jmax = min(t + 1, T - 1);     /* last key row|@(ops_bf16|cuda)/*
+fa_causal_off_by_one|cuda/kernels_attention_tc.cu|        jmax[hr] = min(w0 + g + 8 * hr, T - 1);|        jmax[hr] = min(w0 + g + 8 * hr + 1, T - 1);|cuda/bf16_attention_tensor*
+fa_ldmatrix_trans_dropped|cuda/kernels_attention_tc.cu|    gtc_ldmatrix_x4_t(b, tile + fa_off<HS>(k0|    gtc_ldmatrix_x4(b, tile + fa_off<HS>(k0|cuda/bf16_attention_tensor*
+fa_softmax_rescale_dropped|cuda/kernels_attention_tc.cu|o[n][e] *= alpha[e >> 1];|(void)alpha[e >> 1];|cuda/bf16_attention_tensor*
+fa_acc_to_a_registers_swapped|cuda/kernels_attention_tc.cu|    a[1] = gtc_pack_bf16x2(c0[2], c0[3]);\n    a[2] = gtc_pack_bf16x2(c1[0], c1[1]);|    a[1] = gtc_pack_bf16x2(c1[0], c1[1]);\n    a[2] = gtc_pack_bf16x2(c0[2], c0[3]);|cuda/bf16_attention_tensor*
 causal_mask_dq|cuda/kernels_attention.cu|            if (j <= t && j >= jlo) {\n                float p = expf(att_score(|            if (j < t && j >= jlo) {\n                float p = expf(att_score(|@(ops|ops_bf16)/*
 no_syncthreads_attention_tile|cuda/kernels_attention.cu|        __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */\n||@(ops|ops_bf16)/*
 no_syncthreads_block_sum|cuda/kernels_misc.cu|    if (lane == 0) shared[warp] = v;\n    __syncthreads();\n    if (threadIdx.x == 0) {\n        double s|    if (lane == 0) shared[warp] = v;\n    if (threadIdx.x == 0) {\n        double s|@(ops|ops_bf16|cuda|optim)/*
-no_syncthreads_tc_tile|cuda/kernels_attention_tc.cu|        __syncthreads(); /* every warp is done with the previous K/V tile */\n||@(ops_bf16|cuda)/*
+fa_cp_async_wait_missing|cuda/kernels_attention_tc.cu|            gtc_cp_async_wait<1>(); /* this tile (and Q) landed; the next may be in flight */\n||cuda/bf16_attention_tensor*
+fa_dkdv_stage_race|cuda/kernels_attention_tc.cu|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }\n        __syncthreads();|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }|cuda/bf16_attention_tensor*
+mma_emulation_trans_layout|cuda/mma_ptx.cuh|            lo = all[8 * i + 2 * t][g];|            lo = all[8 * i + g][2 * t];|mma_ptx/*
 wrong_ld_to_cublaslt|cuda/backend_cuda.cu|ta == CUBLAS_OP_N ? k : m, key->lda));|ta == CUBLAS_OP_N ? k : m, key->ldc));|@(ops|ops_bf16)/*
 transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|@(ops|ops_bf16)/*
 offload_compute_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->compute, im->done[slot & 1], 0));\n||@(cuda|recompute)/*

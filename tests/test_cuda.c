@@ -682,6 +682,30 @@ Test(cuda, bf16_attention_gqa_window_match_cpu_bf16, .timeout = 120) {
     pair_close(&p);
 }
 
+/* the FlashAttention-2-style kernels at head size 96 (padded shared rows, not swizzled) and the
+ * shapes that cross their tiles: causal, window, GQA, T not a multiple of 64 or 128 */
+Test(cuda, bf16_attention_head_size_96_match_cpu_bf16, .timeout = 240) {
+    Pair p;
+    pair_open(&p);
+    bf16_attention_gqa_case(&p, 2, 77, 2, 2, 96, 0);    /* causal, ragged last tile */
+    bf16_attention_gqa_case(&p, 1, 150, 4, 2, 96, 45);  /* GQA, window across tile edges */
+    bf16_attention_gqa_case(&p, 1, 129, 3, 1, 96, 0);   /* MQA, one row past two 64-tiles */
+    pair_close(&p);
+}
+
+/* the 4-warp variant, the one a 99 KiB device (RTX 3090/4090, sm_86/89) runs: on the simulator
+ * GTCSIM_SMEM_OPTIN_KIB makes the device report 99 KiB of opt-in shared memory, so the backend
+ * picks the small tiles for every head size (on a GPU the variable does nothing: the device's) */
+Test(cuda, bf16_attention_small_smem_variant_match_cpu_bf16, .timeout = 240) {
+    setenv("GTCSIM_SMEM_OPTIN_KIB", "99", 1);
+    Pair p;
+    pair_open(&p);
+    bf16_attention_gqa_case(&p, 1, 100, 2, 1, 128, 0);  /* hs 128 within 99 KiB */
+    bf16_attention_gqa_case(&p, 2, 70, 4, 2, 64, 33);   /* hs 64, GQA, window */
+    bf16_attention_gqa_case(&p, 1, 65, 2, 2, 96, 0);    /* hs 96 */
+    pair_close(&p);
+}
+
 /* ------------------------------------------------------------------ Llama-family ops
  *
  * rmsnorm (forward, backward with dinp and dw accumulated), residual_rmsnorm (res aliasing x),

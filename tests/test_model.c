@@ -299,6 +299,12 @@ static void recompute_bit_identity_of(ModelDesc d, GtDtype act) {
 
 static void recompute_bit_identity(GtDtype act) { recompute_bit_identity_of(tiny_desc(5, 4, 32, 64, 16), act); }
 
+/* head size 64 in bf16: CUDA's tensor-core attention (kernels_attention_tc.cu) under recompute and
+ * offload, bit for bit */
+Test(recompute, bf16_head_size_64_bit_identical_for_every_setting, .timeout = 240) {
+    recompute_bit_identity_of(tiny_desc(5, 2, 128, 64, 16), GT_BF16);
+}
+
 Test(recompute, llama_gradients_and_losses_bit_identical_for_every_setting, .timeout = 240) {
     for (int which = 1; which < N_TEST_MODELS; which++)
         for (int act = GT_F32; act <= GT_BF16; act++) recompute_bit_identity_of(test_model_desc(which, 5, 64, 16), (GtDtype)act);

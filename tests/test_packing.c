@@ -212,9 +212,10 @@ Test(packing, attention_positions_long_rows) {
     check_attention_pos(GT_F32, (AttCase){1, 200, 4, 1, 16, 9}, 100, 12);
     check_attention_pos(GT_F32, (AttCase){2, 130, 2, 2, 64, 0}, 140, 13); /* segments longer than a tile */
     check_attention_pos(GT_BF16, (AttCase){2, 150, 4, 2, 16, 0}, 80, 14);
-    /* bf16 at head size 64 and 128: CUDA's tensor-core kernels (kernels_attention_tc.cu) */
+    /* bf16 at head size 64, 96 and 128: CUDA's tensor-core kernels (kernels_attention_tc.cu) */
     check_attention_pos(GT_BF16, (AttCase){2, 140, 4, 2, 64, 0}, 90, 15);
     check_attention_pos(GT_BF16, (AttCase){1, 150, 2, 1, 128, 11}, 70, 16);
+    check_attention_pos(GT_BF16, (AttCase){2, 100, 2, 1, 96, 0}, 30, 17); /* hs 96, short segments */
 }
 
 /* ------------------------------------------------------------------ packed step = unpacked step */

@@ -54,6 +54,7 @@ namespace {
 
 constexpr size_t kStackBytes = 256 << 10; /* per fiber; only touched pages are committed */
 constexpr size_t kPage = 4096;
+constexpr size_t kXchBytes = 64; /* per lane, one warp_exchange */
 
 struct Barrier {
     int arrived = 0;
@@ -70,7 +71,15 @@ struct Fiber {
     bool done = false;
     Barrier *wait_bar = nullptr;
     unsigned wait_gen = 0;
-    long wmma_calls = 0;
+    /* cp.async copies issued and not yet waited for (mma_ptx.cuh): done at cp.async.wait_group */
+    struct Copy {
+        void *dst;
+        const void *src;
+        unsigned bytes;
+        int group; /* -1: not yet committed */
+    };
+    std::vector<Copy> pending;
+    int groups = 0; /* committed groups so far */
 };
 
 struct Block {
@@ -80,6 +89,7 @@ struct Block {
     std::vector<Barrier> warp_bar;
     std::vector<int> warp_live;
     std::vector<uint64_t> xch; /* [warp][parity][lane] */
+    std::vector<unsigned char> xbuf; /* [warp][parity][lane][kXchBytes]: warp_exchange */
     const std::function<void()> *body = nullptr;
     const char *name = nullptr;
     Fiber *cur = nullptr;
@@ -212,7 +222,8 @@ void run_block(bool reverse) {
         Fiber &f = B.fibers[i];
         f.done = false;
         f.wait_bar = nullptr;
-        f.wmma_calls = 0;
+        f.pending.clear(); /* copies a thread never waited for are lost (as if still in flight) */
+        f.groups = 0;
         fiber_init(f);
     }
     B.live = n;
@@ -263,14 +274,7 @@ int syncthreads_or(int pred) {
 
 void syncwarp(unsigned mask) {
     int w = warp_enter(mask, "__syncwarp");
-    if (!arrive(g_blk.warp_bar[w], 32, "__syncwarp")) return;
-    /* the last lane to arrive sees them all stopped here: the wmma calls (collective) made so far
-     * must agree */
-    long mine = g_blk.cur->wmma_calls;
-    for (int l = 0; l < 32; l++)
-        if (g_blk.fibers[w * 32 + l].wmma_calls != mine)
-            fail("kernel %s: lanes of warp %d made different numbers of wmma calls (%ld vs %ld)", g_blk.name, w,
-                 mine, g_blk.fibers[w * 32 + l].wmma_calls);
+    arrive(g_blk.warp_bar[w], 32, "__syncwarp");
 }
 
 int lane_id() { return cur_fiber("lane id").linear & 31; }
@@ -300,7 +304,42 @@ unsigned ballot(unsigned mask, int pred) {
     return r;
 }
 
-void wmma_count() { cur_fiber("wmma").wmma_calls++; }
+void warp_exchange(const void *mine, size_t n, void *all) {
+    int w = warp_enter(0xffffffffu, "a warp-collective mma/ldmatrix");
+    if (n > kXchBytes) fail("kernel %s: warp exchange of %zu bytes per lane (at most %zu)", g_blk.name, n, kXchBytes);
+    Barrier &b = g_blk.warp_bar[w];
+    unsigned par = b.gen & 1u;
+    int lane = g_blk.cur->linear & 31;
+    unsigned char *base = &g_blk.xbuf[((size_t)w * 2 + par) * 32 * kXchBytes];
+    memcpy(base + (size_t)lane * kXchBytes, mine, n);
+    arrive(b, 32, "a warp-collective mma/ldmatrix");
+    for (int l = 0; l < 32; l++) memcpy((unsigned char *)all + (size_t)l * n, base + (size_t)l * kXchBytes, n);
+}
+
+void cp_async(void *dst, const void *src, unsigned bytes) {
+    Fiber &f = cur_fiber("cp.async");
+    if (!in_shared(dst, bytes)) fail("kernel %s: cp.async destination %p not in shared memory", g_blk.name, dst);
+    if (((uintptr_t)dst | (uintptr_t)src) % bytes) fail("kernel %s: cp.async of %u bytes misaligned", g_blk.name, bytes);
+    f.pending.push_back({dst, src, bytes, -1});
+}
+
+void cp_async_commit() {
+    Fiber &f = cur_fiber("cp.async.commit_group");
+    for (auto &c : f.pending)
+        if (c.group < 0) c.group = f.groups;
+    f.groups++;
+}
+
+void cp_async_wait(int n) {
+    Fiber &f = cur_fiber("cp.async.wait_group");
+    /* every committed group but the newest n is complete */
+    size_t k = 0;
+    for (auto &c : f.pending) {
+        if (c.group >= 0 && c.group < f.groups - n) memcpy(c.dst, c.src, c.bytes);
+        else f.pending[k++] = c;
+    }
+    f.pending.resize(k);
+}
 
 bool in_shared(const void *p, size_t bytes) {
     const unsigned char *a = (const unsigned char *)p, *e = a + bytes;
@@ -354,6 +393,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
     B.warp_bar.assign(nwarps, Barrier());
     B.warp_live.assign(nwarps, 0);
     B.xch.assign((size_t)nwarps * 64, 0);
+    B.xbuf.assign((size_t)nwarps * 64 * kXchBytes, 0);
     B.body = &body;
     B.name = name;
     g_grid_dim = grid;

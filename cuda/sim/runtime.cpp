@@ -90,6 +90,12 @@ size_t device_bytes() {
     static const size_t n = (size_t)env_number("GTCSIM_DEVICE_MIB", 1, (size_t)1 << 20, 80 << 10) << 20;
     return n;
 }
+/* the opt-in shared memory per block: 227 KiB (sm_90), or GTCSIM_SMEM_OPTIN_KIB (a test that
+ * wants the kernels an RTX 3090/4090 runs, 99 KiB); read at every call, so a test may set it */
+size_t smem_optin() {
+    return (size_t)env_number("GTCSIM_SMEM_OPTIN_KIB", 48, gtcsim::kSmemOptinPerBlock >> 10,
+                              gtcsim::kSmemOptinPerBlock >> 10) << 10;
+}
 /* how many devices cudaGetDeviceCount reports: 1, or GTCSIM_DEVICE_COUNT (ranks of a data-parallel
  * test on one node, each its own process, pick device = local rank). A process uses one of them:
  * they share this process's one memory, streams and events. */

@@ -47,8 +47,14 @@ void syncwarp(unsigned mask);
 uint64_t shfl(unsigned mask, uint64_t v, int src_lane, int width, const char *what);
 unsigned ballot(unsigned mask, int pred);
 int lane_id();
-/* wmma bookkeeping (mma.h): collective calls counted per lane, checked equal at __syncwarp */
-void wmma_count();
+/* mma_ptx.cuh: every lane of the (full, converged) warp gives n <= 64 bytes and gets all 32 lanes'
+ * (all[lane * n ..]) in one barrier, as the warp-collective mma.sync/ldmatrix exchange registers */
+void warp_exchange(const void *mine, size_t n, void *all);
+/* cp.async: the copy is queued, committed into the thread's next group and done only when a
+ * cp.async.wait_group leaves that group out of the newest n (a missing wait reads poison) */
+void cp_async(void *dst, const void *src, unsigned bytes);
+void cp_async_commit();
+void cp_async_wait(int n);
 bool in_shared(const void *p, size_t bytes);
 
 /* queue a kernel launch on stream s: checks the configuration now (an error becomes the launch's
