@@ -3,9 +3,11 @@
  * (Backend ops only), with DoRA's magnitude initialised from the loaded base.
  *
  * LoRA at a site (rows of the base weight W_blk, input width IC, rank r, scale s):
- *   forward   out[:, block] += s (x A^T) B^T
- *   backward  with g = s dout[:, block] and h = x A^T (recomputed: one small GEMM instead of keeping h
- *             per layer): dB += g^T h, dh = g B, dA += dh^T x, dinp += dropout'(dh A)
+ *   forward   out[:, block] += s (x A^T) B^T, the second GEMM accumulating into the block of the
+ *             base's output itself (backend.h's gemm: alpha s, beta 1, row stride OC)
+ *   backward  with d = dout[:, block] read in place and h = x A^T (recomputed: one small GEMM instead
+ *             of keeping h per layer): dB += s d^T h, dh = s d B, dA += dh^T x, dinp += dropout'(dh A),
+ *             without dropout the last one GEMM with beta 1 into dinp
  * DoRA (PEFT's DoraLinearLayer): with y = (x A^T) B^T, z = x W_blk^T and norm = ||W_blk + s B A||_row
  * (a constant: PEFT detaches it), m the magnitude and g = m / norm:
  *   forward   out[:, block] += (g - 1) z + g s y, i.e. g (x W^T + s x A^T B^T) + b without dropout,
@@ -58,24 +60,54 @@ static void add_input_grad(Model *m, int l, const LoraSite *s, act_t *dinp, cons
 
 /* ---------------------------------------------------------------- LoRA */
 
-/* h = x A^T into lora_h, y = h B^T into lora_y */
-static void lora_hy(Model *m, int ia, const LoraSite *s, const act_t *x, int N, int IC) {
-    const BackendOps *op = m->be->ops;
-    const int r = m->desc.adapter.r, rows = (int)s->rows;
-    op->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-    op->matmul_forward(m->be, m->ad.y, m->ad.h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+/* h = x A^T into lora_h */
+static void lora_h(Model *m, int ia, const act_t *x, int N, int IC) {
+    m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, m->desc.adapter.r,
+                               m->desc.adapter.r);
 }
 
+/* out[:, block] += s h B^T: one GEMM with beta 1 into the block (row stride OC), no [N, rows]
+ * intermediate and no add */
 static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
                               const act_t *inp, int N, int IC) {
     (void)l, (void)inp;
-    const int rows = (int)s->rows;
-    lora_hy(m, ia, s, x, N, IC);
-    m->be->ops->axpby_rows(m->be, model_at(m, out, (size_t)s->row0), OC, m->ad.y, rows, N, rows,
-                           (float)m->desc.adapter.scale, 1.0f);
+    const int r = m->desc.adapter.r;
+    lora_h(m, ia, x, N, IC);
+    m->be->ops->gemm(m->be, false, true, N, (int)s->rows, r, (float)m->desc.adapter.scale, m->ad.h, r,
+                     model_adapter_w(m, ia + 1), r, 1.0f, model_at(m, out, (size_t)s->row0), m->act, OC);
 }
 
-/* LoRA's backward from g in lora_y (h in lora_h): dB, dh, dA and the input's gradient */
+/* with d = dout[:, block] (row stride OC) read in place and s the scale: dB += s d^T h, dh = s d B,
+ * dA += dh^T x and dinp += dropout'(dh A): GEMMs with alpha s and beta 1, no scaled copy of d;
+ * without dropout dh A is added into dinp by its GEMM */
+static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
+                               const act_t *x, const act_t *inp, int N, int IC) {
+    const BackendOps *op = m->be->ops;
+    const int r = m->desc.adapter.r, rows = (int)s->rows;
+    const float sc = (float)m->desc.adapter.scale;
+    const act_t *d = model_at(m, dout, (size_t)s->row0);
+    float *dB = model_adapter_g(m, ia + 1);
+    lora_h(m, ia, x, N, IC);
+    if (dB) op->gemm(m->be, true, false, rows, r, N, sc, d, OC, m->ad.h, r, 1.0f, dB, GT_F32, r);
+    op->gemm(m->be, false, false, N, r, rows, sc, d, OC, model_adapter_w(m, ia + 1), r, 0.0f, m->ad.dh, m->act, r);
+    float *dA = model_adapter_g(m, ia);
+    if (dA) op->gemm(m->be, true, false, r, IC, N, 1.0f, m->ad.dh, r, x, IC, 1.0f, dA, GT_F32, IC);
+    if (x == inp) { /* no dropout: dinp += dh A */
+        op->gemm(m->be, false, false, N, IC, r, 1.0f, m->ad.dh, r, model_adapter_w(m, ia), IC, 1.0f, dinp, m->act, IC);
+        return;
+    }
+    op->matmul_backward(m->be, m->ad.dx, NULL, NULL, m->ad.dh, x, model_adapter_w(m, ia), N, IC, r, r);
+    add_input_grad(m, l, s, dinp, x, inp, N, IC);
+}
+
+/* DoRA's LoRA part: h = x A^T into lora_h, y = h B^T into lora_y */
+static void lora_hy(Model *m, int ia, const LoraSite *s, const act_t *x, int N, int IC) {
+    const int r = m->desc.adapter.r, rows = (int)s->rows;
+    lora_h(m, ia, x, N, IC);
+    m->be->ops->matmul_forward(m->be, m->ad.y, m->ad.h, model_adapter_w(m, ia + 1), NULL, N, r, rows, rows);
+}
+
+/* DoRA's LoRA backward from g in lora_y (h in lora_h): dB, dh, dA and the input's gradient */
 static void lora_backward_from_g(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *x,
                                  const act_t *inp, int N, int IC) {
     const BackendOps *op = m->be->ops;
@@ -85,15 +117,6 @@ static void lora_backward_from_g(Model *m, int l, const LoraSite *s, int ia, act
     op->matmul_backward(m->be, m->ad.dx, model_adapter_g(m, ia), NULL, m->ad.dh, x, model_adapter_w(m, ia), N, IC, r,
                         r);
     add_input_grad(m, l, s, dinp, x, inp, N, IC);
-}
-
-static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
-                               const act_t *x, const act_t *inp, int N, int IC) {
-    const int r = m->desc.adapter.r, rows = (int)s->rows;
-    m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, r, r);
-    m->be->ops->axpby_rows(m->be, m->ad.y, rows, model_at(m, dout, (size_t)s->row0), OC, N, rows,
-                           (float)m->desc.adapter.scale, 0.0f);
-    lora_backward_from_g(m, l, s, ia, dinp, x, inp, N, IC);
 }
 
 /* ---------------------------------------------------------------- DoRA */

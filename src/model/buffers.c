@@ -164,10 +164,12 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         const uint64_t r = (uint64_t)d->adapter.r;
         if (s->train && d->adapter.dropout > 0) add(&k, BUF_LORA_XD, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
         add(&k, BUF_LORA_H, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
-        add(&k, BUF_LORA_Y, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
+        /* [BT, rows] only for DoRA (LoRA's B GEMM accumulates into the base's output itself), the
+         * input gradient's own buffer only where dropout or DoRA comes between it and dinp */
+        add(&k, BUF_LORA_Y, MEM_WORKSPACE, mul(&k, BT, rows), a, d->adapter.dora);
         if (s->train) {
             add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
-            add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
+            add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, d->adapter.dora || d->adapter.dropout > 0);
         }
         const AdapterKind *kind = adapter_kind(d); /* the kind's own, one site at a time */
         for (int w = 0; w < kind->n_work; w++)
