@@ -6,8 +6,12 @@
  *   forward   out[:, block] += s (x A^T) B^T, the second GEMM accumulating into the block of the
  *             base's output itself (backend.h's gemm: alpha s, beta 1, row stride OC)
  *   backward  with d = dout[:, block] read in place and h = x A^T (recomputed: one small GEMM instead
- *             of keeping h per layer): dB += s d^T h, dh = s d B, dA += dh^T x, dinp += dropout'(dh A),
- *             without dropout the last one GEMM with beta 1 into dinp
+ *             of keeping h per layer): dB += s d^T h, dh = s d B, dA += dh^T x, dinp += dropout'(dh A)
+ *   without dropout the sites on one weight (q, k, v; gate, up) go at once: their lora_A are one
+ *             A_cat [n r, IC] in the layout (lora.h), so h = x A_cat^T, dA_cat += dh^T x and
+ *             dinp += dh A_cat are one GEMM each (the last two with beta 1); only B is per site.
+ *   Launches per Mistral-7B layer (all seven modules, no dropout): 11 forward + 26 backward, where
+ *   the per-site form with a [N, rows] y, its add and a scaled copy of dout took 21 + 49.
  * DoRA (PEFT's DoraLinearLayer): with y = (x A^T) B^T, z = x W_blk^T and norm = ||W_blk + s B A||_row
  * (a constant: PEFT detaches it), m the magnitude and g = m / norm:
  *   forward   out[:, block] += (g - 1) z + g s y, i.e. g (x W^T + s x A^T B^T) + b without dropout,
@@ -78,8 +82,9 @@ static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t 
 }
 
 /* with d = dout[:, block] (row stride OC) read in place and s the scale: dB += s d^T h, dh = s d B,
- * dA += dh^T x and dinp += dropout'(dh A): GEMMs with alpha s and beta 1, no scaled copy of d;
- * without dropout dh A is added into dinp by its GEMM */
+ * dA += dh^T x and dinp += dropout'(dh A): GEMMs with alpha s and beta 1, no scaled copy of d. One
+ * site at a time is LoRA's path under dropout only (each module has its own mask, as PEFT's: x
+ * differs per site, so their A's cannot share a GEMM); without it lora_group_backward runs. */
 static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
                                const act_t *x, const act_t *inp, int N, int IC) {
     const BackendOps *op = m->be->ops;
@@ -92,10 +97,6 @@ static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t
     op->gemm(m->be, false, false, N, r, rows, sc, d, OC, model_adapter_w(m, adapter_tensor(&m->ad, ia, PEFT_PART_B)), r, 0.0f, m->ad.dh, m->act, r);
     float *dA = model_adapter_g(m, ia);
     if (dA) op->gemm(m->be, true, false, r, IC, N, 1.0f, m->ad.dh, r, x, IC, 1.0f, dA, GT_F32, IC);
-    if (x == inp) { /* no dropout: dinp += dh A */
-        op->gemm(m->be, false, false, N, IC, r, 1.0f, m->ad.dh, r, model_adapter_w(m, ia), IC, 1.0f, dinp, m->act, IC);
-        return;
-    }
     op->matmul_backward(m->be, m->ad.dx, NULL, NULL, m->ad.dh, x, model_adapter_w(m, ia), N, IC, r, r);
     add_input_grad(m, l, s, dinp, x, inp, N, IC);
 }
