@@ -183,10 +183,9 @@ static cudaDataType_t cuda_type(GtDtype t) { return t == GT_BF16 ? CUDA_R_16BF :
  * into every column of C, which the GEMM then adds with beta = 1, so a bf16 D is rounded once
  * (as the cuBLASLt epilogue and the CPU do). */
 static void gemm_fallback(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                          int k, GtDtype abt, const void *A, int lda, const void *B, int ldb,
+                          int k, float alpha, GtDtype abt, const void *A, int lda, const void *B, int ldb,
                           GtDtype cdt, void *Cm, int ldc, const void *bias, float beta) {
     CudaImpl *im = gtc_impl(b);
-    float alpha = 1.0f;
     if (abt == GT_F32 && cdt == GT_F32) {
         CUBLAS_CHECK(cublasSgemm(im->cublas, ta, tb, m, n, k, &alpha, (const float *)A, lda,
                                  (const float *)B, ldb, &beta, (float *)Cm, ldc));
@@ -302,9 +301,9 @@ static GtcGemmPlan *gemm_plan(Backend *b, const GtcGemmKey *key) {
     return p;
 }
 
-/* C[m,n] (col-major) = op(A) op(B) + beta C (+ bias[m] per row); A, B of type abt, C (and bias)
- * of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0. */
-static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+/* C[m,n] (col-major) = alpha op(A) op(B) + beta C (+ bias[m] per row); A, B of type abt, C (and
+ * bias) of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0. */
+static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                  GtDtype abt, const void *A, int lda, const void *B, int ldb, GtDtype cdt,
                  void *Cm, int ldc, const void *bias, float beta) {
     CudaImpl *im = gtc_impl(b);
@@ -327,7 +326,7 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
     uint32_t align_ab = al16 ? 16u : (uint32_t)ab_size;
     uint32_t align_cd = al16 ? 16u : (uint32_t)cd_size;
     if (bias && !al16) { /* keep the epilogue on the well-trodden path only */
-        gemm_fallback(b, ta, tb, m, n, k, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
+        gemm_fallback(b, ta, tb, m, n, k, alpha, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
         return;
     }
 
@@ -338,7 +337,6 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
     key.align_ab = align_ab, key.align_cd = align_cd;
     GtcGemmPlan *plan = gemm_plan(b, &key);
     if (plan->found) {
-        float alpha = 1.0f;
         if (bias)
             CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
                                                         sizeof bias));
@@ -347,7 +345,7 @@ static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, 
                                     im->compute));
     } else {
         /* no cuBLASLt algorithm for this shape/alignment/types: plain cuBLAS */
-        gemm_fallback(b, ta, tb, m, n, k, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
+        gemm_fallback(b, ta, tb, m, n, k, alpha, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
     }
 }
 
@@ -356,7 +354,7 @@ static GtDtype act_dtype(Backend *b) { return gtc_act_bf16(b) ? GT_BF16 : GT_F32
 static void cu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w,
                               const act_t *bias, int N, int C, int OC, int ldo) {
     GtDtype at = act_dtype(b);
-    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);
+    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);
 }
 
 /* ---- matmul + GELU ----
@@ -478,9 +476,25 @@ static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias,
                 ldo, OC);
         exit(GT_EXIT_FAILURE);
     }
-    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, at, w, C, dout, ldo, at, dinp, C, NULL, 0.0f);
-    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, at, inp, C, dout, ldo, GT_F32, dw, C, NULL, 1.0f);
+    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, at, w, C, dout, ldo, at, dinp, C, NULL, 0.0f);
+    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, at, inp, C, dout, ldo, GT_F32, dw, C, NULL, 1.0f);
     if (dbias) gtc_colsum_accumulate(b, dbias, dout, N, OC); /* fixed order, no atomics */
+}
+
+/* backend.h's gemm, row-major C[M,N] = alpha op(A) op(B) + beta C: as column-major, the same bytes
+ * are C^T = op(B)^T op(A)^T, so B goes first with its own transpose flag (as cu_matmul_forward's
+ * w^T inp). One cuBLASLt call: beta 1 accumulates into the output block in place (a strided ldc:
+ * the block of a fused weight's output), the sum rounded once to cdt. */
+static void cu_gemm_op(Backend *b, bool ta, bool tb, int M, int N, int K, float alpha, const act_t *A, int lda,
+                       const act_t *B, int ldb, float beta, void *C, GtDtype cdt, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (cdt != GT_F32 && cdt != act_dtype(b)) {
+        fprintf(stderr, "%s:%d: gemm: output dtype %s is neither fp32 nor the act dtype\n", __FILE__, __LINE__,
+                gt_dtype_name(cdt));
+        exit(GT_EXIT_FAILURE);
+    }
+    gemm(b, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K < 0 ? 0 : K, alpha, act_dtype(b), B,
+         ldb, A, lda, cdt, C, ldc, NULL, beta);
 }
 
 /* ------------------------------------------------------------------ open / close */
@@ -561,6 +575,7 @@ static const BackendOps k_cuda_ops = {
     /* .layernorm_backward = */ gtc_layernorm_backward,
     /* .matmul_forward = */ cu_matmul_forward,
     /* .matmul_backward = */ cu_matmul_backward,
+    /* .gemm = */ cu_gemm_op,
     /* .attention_forward = */ gtc_attention_forward,
     /* .attention_backward = */ gtc_attention_backward,
     /* .gelu_forward = */ gtc_gelu_forward,

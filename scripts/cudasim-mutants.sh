@@ -40,7 +40,7 @@ fa_cp_async_wait_missing|cuda/kernels_attention_tc.cu|            gtc_cp_async_w
 fa_dkdv_stage_race|cuda/kernels_attention_tc.cu|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }\n        __syncthreads();|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }|cuda/bf16_attention_tensor*
 mma_emulation_trans_layout|cuda/mma_ptx.cuh|            lo = all[8 * i + 2 * t][g];|            lo = all[8 * i + g][2 * t];|mma_ptx/*
 wrong_ld_to_cublaslt|cuda/backend_cuda.cu|ta == CUBLAS_OP_N ? k : m, key->lda));|ta == CUBLAS_OP_N ? k : m, key->ldc));|@(ops|ops_bf16)/*
-transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|@(ops|ops_bf16)/*
+transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|@(ops|ops_bf16)/*
 offload_compute_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->compute, im->done[slot & 1], 0));\n||@(cuda|recompute)/*
 offload_copy_skips_wait|cuda/backend_cuda.cu|    CUDA_CHECK(cudaStreamWaitEvent(im->copy, im->ready[slot], 0));\n||@(cuda|recompute)/*
 allreduce_skips_compute_wait|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->stream, c->ready, 0));\n||@(nccl|dist_e2e)/*
@@ -53,6 +53,10 @@ attention_cached_reads_past_pos|cuda/kernels_decode.cu|const int last = pos[i]; 
 attention_cached_window_ignored|cuda/kernels_decode.cu|const int lo = gtc_att_first_key(pos[i], window);|const int lo = gtc_att_first_key(pos[i], 0);|@(backend_ops|backend_ops_bf16|decode)/*
 attention_cached_no_rescale|cuda/kernels_decode.cu|const float alpha = expf(m - mnew);|const float alpha = m == -INFINITY ? 0.0f : 1.0f;|@(backend_ops|backend_ops_bf16)/*
 kv_store_value_from_key_heads|cuda/kernels_decode.cu|        vc[at] = row[KV + c];|        vc[at] = row[c];|@(backend_ops|backend_ops_bf16|decode)/*
+lora_gemm_beta_zero|cuda/backend_cuda.cu|         ldb, A, lda, cdt, C, ldc, NULL, beta);|         ldb, A, lda, cdt, C, ldc, NULL, 0.0f);|@(backend_ops|backend_ops_bf16|lora_model)/*
+lora_gemm_output_stride|cuda/backend_cuda.cu|         ldb, A, lda, cdt, C, ldc, NULL, beta);|         ldb, A, lda, cdt, C, N, NULL, beta);|@(backend_ops|backend_ops_bf16|lora_model)/*
+lora_gemm_alpha_ignored|cuda/backend_cuda.cu|N, M, K < 0 ? 0 : K, alpha, act_dtype(b), B,|N, M, K < 0 ? 0 : K, 1.0f, act_dtype(b), B,|@(backend_ops|backend_ops_bf16|lora_model)/*
+lora_concat_a_offset_by_r|src/model/adapter_linear.c|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), R,|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)((j + 1) % n) * r), R,|@(lora_model|lora_train)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 module_table_collectives_swapped|cuda/module_entry.cu|    nccl_reduce_scatter,\n    nccl_allgather,\n|    nccl_allgather,\n    nccl_reduce_scatter,\n|@(nccl|dist_e2e)/*
 EOF

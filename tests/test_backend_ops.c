@@ -123,6 +123,45 @@ static void run_matmul(Fx *fx, Rng *r, const int *s) {
     CHK("matmul dbias", get_f(fx, d_db, OC), rdb, OC);
 }
 
+/* s: M, N, K, pad. The adapters' strided gemm in its four transpose forms, C in the act dtype and
+ * in fp32, beta 0 and 1, every operand with pad columns beyond its rows (C's padding must come
+ * back bit for bit: it is another block's output), against the double sum */
+static void run_gemm(Fx *fx, Rng *r, const int *s) {
+    const int M = s[0], N = s[1], K = s[2], pad = s[3];
+    const float alpha = 0.625f;
+    for (int i = 0; i < 8; i++) {
+        const bool ta = i & 1, tb = i >> 1 & 1, f32 = i >> 2;
+        const float beta = i % 3 == 0 ? 0.0f : 1.0f;
+        const int ar = ta ? K : M, ac = ta ? M : K, br = tb ? N : K, bc = tb ? K : N;
+        const int lda = ac + pad, ldb = bc + 2 * pad, ldc = N + pad;
+        const size_t na = (size_t)ar * lda, nb = (size_t)br * ldb, nc = (size_t)M * ldc;
+        float *A = rand_a(fx, r, na, -1, 1), *B = rand_a(fx, r, nb, -1, 1);
+        float *C = f32 ? rand_f(fx, r, nc, -2, 2) : rand_a(fx, r, nc, -2, 2);
+        void *dC = f32 ? (void *)dup_f(fx, C, nc) : dup_a(fx, C, nc);
+        fx->be->ops->gemm(fx->be, ta, tb, M, N, K, alpha, dup_a(fx, A, na), lda, dup_a(fx, B, nb), ldb, beta, dC,
+                          f32 ? GT_F32 : fx->act, ldc);
+        double *rc = to_d(fx, C, nc);
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double acc = 0.0;
+                for (int k = 0; k < K; k++)
+                    acc += (double)A[ta ? (size_t)k * lda + m : (size_t)m * lda + k] *
+                           B[tb ? (size_t)n * ldb + k : (size_t)k * ldb + n];
+                rc[(size_t)m * ldc + n] = alpha * acc + (beta != 0.0f ? (double)C[(size_t)m * ldc + n] : 0.0);
+            }
+        const float *got = f32 ? get_f(fx, dC, nc) : get_a(fx, dC, nc);
+        size_t bad_pad = 0;
+        for (int m = 0; m < M; m++)
+            for (int n = N; n < ldc; n++) bad_pad += got[(size_t)m * ldc + n] != C[(size_t)m * ldc + n];
+        cr_expect_eq(bad_pad, 0, "gemm ta %d tb %d beta %g: %zu padding element(s) of C changed (%s)", ta, tb,
+                     (double)beta, bad_pad, k_shape);
+        if (f32)
+            CHK(ta ? (tb ? "gemm TT fp32 C" : "gemm TN fp32 C") : (tb ? "gemm NT fp32 C" : "gemm NN fp32 C"), got, rc, nc);
+        else
+            CHK_A(ta ? (tb ? "gemm TT" : "gemm TN") : (tb ? "gemm NT" : "gemm NN"), got, rc, nc);
+    }
+}
+
 /* s: B, T, NH, NKV, hd, window (ops_fixture.c's check opens its own fixture) */
 static void run_attention(Fx *fx, Rng *r, const int *s) {
     AttCase c = {s[0], s[1], s[2], s[3], s[4], s[5]};
@@ -538,6 +577,7 @@ static const OpCase k_ops[] = {
     {"encoder", run_encoder, {"encoder_forward", "encoder_backward"}, {{2, 7, 20, 11}, {3, 33, 64, 50}}},
     {"layernorm", run_layernorm, {"layernorm_forward", "layernorm_backward"}, {{14, 20}, {257, 96}}},
     {"matmul", run_matmul, {"matmul_forward", "matmul_backward"}, {{14, 20, 60}, {33, 64, 17}}},
+    {"gemm", run_gemm, {"gemm"}, {{14, 20, 16, 3}, {70, 33, 48, 8}, {5, 7, 1, 2}}},
     {"attention", run_attention, {"attention_forward", "attention_backward"},
      {{2, 37, 4, 2, 16, 0}, {1, 70, 4, 1, 16, 5}, {1, 20, 2, 2, 64, 0}}},
     {"gelu", run_gelu, {"gelu_forward", "gelu_backward"}, {{1000}, {20001}}},
@@ -582,7 +622,7 @@ static const struct {
     SLOT(name), SLOT(caps), SLOT(close), SLOT(dev_alloc), SLOT(dev_free), SLOT(host_alloc), SLOT(host_free), SLOT(to_device),
     SLOT(to_host), SLOT(dev_copy), SLOT(zero), SLOT(synchronize), SLOT(offload_to_host), SLOT(offload_to_device),
     SLOT(offload_wait), SLOT(encoder_forward), SLOT(encoder_backward), SLOT(layernorm_forward),
-    SLOT(layernorm_backward), SLOT(matmul_forward), SLOT(matmul_backward), SLOT(attention_forward),
+    SLOT(layernorm_backward), SLOT(matmul_forward), SLOT(matmul_backward), SLOT(gemm), SLOT(attention_forward),
     SLOT(attention_backward), SLOT(gelu_forward), SLOT(gelu_backward), SLOT(add), SLOT(residual_layernorm_forward),
     SLOT(matmul_gelu_forward), SLOT(rmsnorm_forward), SLOT(rmsnorm_backward), SLOT(residual_rmsnorm_forward),
     SLOT(head_rmsnorm_forward), SLOT(head_rmsnorm_backward), SLOT(rope_forward), SLOT(rope_backward),

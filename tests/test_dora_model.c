@@ -103,7 +103,8 @@ Test(dora_model, gpt2_recompute_and_offload_are_bit_identical) { check_recompute
 Test(dora_model, llama_recompute_with_dropout_is_bit_identical) { check_recompute(true, 0.1); }
 Test(dora_model, gpt2_recompute_with_dropout_is_bit_identical) { check_recompute(false, 0.1); }
 
-/* the layout: per site lora_A [r, in], lora_B [rows, r], lora_magnitude_vector [rows] under PEFT's key */
+/* the layout: per site lora_A [r, in], lora_B [rows, r], lora_magnitude_vector [rows] under PEFT's key
+ * (part-major per layer: the magnitudes after every site's A and B) */
 Test(dora_model, layout_has_a_magnitude_per_output_row) {
     ModelDesc d = dora_desc(true, 0.0);
     ParamLayout pl;
@@ -120,7 +121,9 @@ Test(dora_model, layout_has_a_magnitude_per_output_row) {
         char a_name[sizeof t->name];
         snprintf(a_name, sizeof a_name, "%.*s.lora_A.weight", (int)(strstr(t->name, ".lora_magnitude_vector") - t->name),
                  t->name);
-        cr_assert(i >= 2 && strcmp(pl.tensors[i - 2].name, a_name) == 0, "%s: not after its lora_A and lora_B", t->name);
+        const int ia = lora_entry_tensor(&d, lora_tensor_entry(&d, i), PEFT_PART_A); /* part-major (lora.h) */
+        cr_assert(ia >= 0 && strcmp(pl.tensors[ia].name, a_name) == 0 && i == lora_entry_tensor(&d, lora_tensor_entry(&d, i), PEFT_PART_M),
+                  "%s: not its entry's part PEFT_PART_M", t->name);
     }
     cr_assert_eq(mags, 7 * d.n_layer);
     cr_assert_eq(pl.total, (size_t)lora_num_params(&d));

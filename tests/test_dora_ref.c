@@ -193,8 +193,9 @@ static Fix fix_open(bool llama, uint64_t seed, double p) {
         for (int mod = 0; mod < PEFT_MODULE_COUNT; mod++) {
             if (!(f.d.adapter.targets & (1u << mod))) continue;
             const int idx = m->ad.idx[l][mod];
-            cr_assert(idx >= 0 && idx + 2 < pl->n_tensors, "layer %d module %d: no adapter", l, mod);
-            const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[idx + 1], *tm = &pl->tensors[idx + 2];
+            cr_assert(idx >= 0 && adapter_tensor(&m->ad, idx, PEFT_PART_M) < pl->n_tensors, "layer %d module %d: no adapter", l, mod);
+            const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[adapter_tensor(&m->ad, idx, PEFT_PART_B)],
+                              *tm = &pl->tensors[adapter_tensor(&m->ad, idx, PEFT_PART_M)];
             int in, out;
             lora_fix_module_dims(&f.d, mod, &in, &out);
             cr_assert(strstr(ta->name, ".lora_A.weight") && ta->shape[0] == R && ta->shape[1] == in, "%s", ta->name);
@@ -261,7 +262,7 @@ static void check_model(bool llama, uint64_t seed, double p) {
             if (!a->A) continue;
             const int idx = f.m->ad.idx[l][mod];
             for (int w = 0; w < 3; w++) {
-                const ParamTensor *t = &f.m->layout.tensors[idx + w];
+                const ParamTensor *t = &f.m->layout.tensors[adapter_tensor(&f.m->ad, idx, w)];
                 const double *fd = w == 0 ? a->dA : w == 1 ? a->dB : a->dm;
                 double diff, big;
                 size_t worst;

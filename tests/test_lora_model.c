@@ -126,8 +126,9 @@ static void bind_adapters(Fix *f, bool randomise, bool rslora, uint64_t seed) {
                 cr_assert_eq(idx, -1, "layer %d: %s is not a target but has an adapter", l, peft_module_name(mod));
                 continue;
             }
-            cr_assert(idx >= 0 && idx + 1 < pl->n_tensors, "layer %d: %s has no adapter", l, peft_module_name(mod));
-            const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[idx + 1];
+            const int ib = adapter_tensor(&m->ad, idx, PEFT_PART_B);
+            cr_assert(idx >= 0 && ib < pl->n_tensors, "layer %d: %s has no adapter", l, peft_module_name(mod));
+            const ParamTensor *ta = &pl->tensors[idx], *tb = &pl->tensors[ib];
             int in, out;
             lora_fix_module_dims(&f->d, mod, &in, &out);
             char ka[PEFT_KEY_MAX], kb[PEFT_KEY_MAX];
@@ -227,7 +228,7 @@ static void check_model(Fix *f, const char *what) {
             if (!a->A) continue;
             const int idx = f->m->ad.idx[l][mod];
             for (int w = 0; w < 2; w++) {
-                const ParamTensor *t = &f->m->layout.tensors[idx + w];
+                const ParamTensor *t = &f->m->layout.tensors[adapter_tensor(&f->m->ad, idx, w)];
                 const double *fd = w ? a->dB : a->dA;
                 double diff, big;
                 size_t worst;

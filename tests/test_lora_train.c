@@ -183,8 +183,9 @@ static void ref_open(Ref *r, const ModelDesc *d, const float *base_h, const floa
     ParamLayout pl;
     lora_layout_init(&pl, d);
     cr_assert_eq((uint64_t)pl.total, lora_params_from_dims(d));
-    for (int i = 0; i < pl.n_tensors; i += 2) {
-        const ParamTensor *ta = &pl.tensors[i], *tb = &pl.tensors[i + 1];
+    for (int e = 0; e < pl.n_tensors / 2; e++) {
+        const int i = lora_entry_tensor(d, e, PEFT_PART_A);
+        const ParamTensor *ta = &pl.tensors[i], *tb = &pl.tensors[lora_entry_tensor(d, e, PEFT_PART_B)];
         const char *ea = strstr(ta->name, ".lora_A.weight"), *eb = strstr(tb->name, ".lora_B.weight");
         cr_assert(ea && eb && ea - ta->name == eb - tb->name && strncmp(ta->name, tb->name, (size_t)(ea - ta->name)) == 0 &&
                       ta->layer == tb->layer,
@@ -491,9 +492,10 @@ Test(lora_train, gpt2_recompute_and_offload_are_bit_identical_fp32_and_bf16, .ti
  * computed here from the dims alone: the frozen base is the architecture's parameters once in
  * the act dtype; params, grads and AdamW state are the adapters only (ZeRO-1: padded to world
  * shards, AdamW per shard; bf16 adds a bf16 copy of the adapters); the workspace is the full
- * model's plus one adapter application's (x A^T and its gradient [BT, r] each, the output block
- * [BT, widest output], the input gradient [BT, widest input], and with dropout the dropped input
- * [BT, widest input]); every other category is the full model's (no activation is kept per adapter). */
+ * model's plus one adapter application's (x A^T and its gradient [BT, r] each, times the sites on one
+ * fused weight, whose concatenated lora_A is one GEMM; with dropout the input gradient [BT, widest
+ * input] and the dropped input [BT, widest input]); every other category is the full model's (no
+ * activation is kept per adapter). */
 Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeout = 60) {
     const int Bs[2] = {1, 3}, Ts[2] = {8, 24}, L = 3;
     /* world, rank: world 11 divides none of these adapter counts (r L = 15 times 56, 72, 232, 64, 32, 256):
@@ -570,7 +572,14 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
                 in_max = in > (int)in_max ? (uint64_t)in : in_max;
                 out_max = out > (int)out_max ? (uint64_t)out : out_max;
             }
-        const uint64_t BT = (uint64_t)B * T, lora_ws = BT * ab * (2 * 5 + out_max + in_max + (drop ? in_max : 0));
+        /* the sites on one weight at once: Llama's q, k, v on the fused qkv weight and gate, up on the
+         * fused gate_up (GPT-2's modules are a weight each) */
+        const uint32_t qkv = BIT(PEFT_Q_PROJ) | BIT(PEFT_K_PROJ) | BIT(PEFT_V_PROJ);
+        const uint32_t gu = BIT(PEFT_GATE_PROJ) | BIT(PEFT_UP_PROJ);
+        const int n_qkv = __builtin_popcount(targets & qkv), n_gu = __builtin_popcount(targets & gu);
+        const uint64_t group = !llama ? 1 : (uint64_t)(n_qkv > n_gu ? (n_qkv > 1 ? n_qkv : 1) : (n_gu > 1 ? n_gu : 1));
+        (void)out_max; /* no [BT, output block] under LoRA: B's GEMM accumulates into the base's output */
+        const uint64_t BT = (uint64_t)B * T, lora_ws = BT * ab * (2 * 5 * group + (drop ? 2 * in_max : 0));
         cr_assert_eq(be->mem.peak[MEM_WORKSPACE], p0.bytes[MEM_WORKSPACE] + lora_ws, "%s: workspace %llu, the full "
                      "model's %llu + the adapters' %llu", what, (unsigned long long)be->mem.peak[MEM_WORKSPACE],
                      (unsigned long long)p0.bytes[MEM_WORKSPACE], (unsigned long long)lora_ws);

@@ -130,7 +130,7 @@ static PeftConfig qpeft(const ModelDesc *d) {
 
 /* adapter tensor of (layer, site) in layout l: A [r, in] (part 0) or B [rows, r] (part 1) */
 static const float *part_of(const Model *m, const float *params, int l, const LoraSite *s, int part) {
-    return params + m->layout.tensors[m->ad.idx[l][s->module] + part].offset;
+    return params + m->layout.tensors[adapter_tensor(&m->ad, m->ad.idx[l][s->module], part)].offset;
 }
 
 /* fl32(W - s B A), the product and the difference in double (svd.h's documented rule) */
@@ -221,7 +221,7 @@ Test(qpissa, hook_adapter_is_pissa_base_is_quantized_residual_conversion_and_reb
             const float *w = W + bt->offset + (size_t)s->row0 * (size_t)in;
             float *A2 = malloc(sizeof(float) * 2 * QR * in), *B2 = malloc(sizeof(float) * rows * 2 * QR);
             cr_assert(A2 && B2);
-            const char *names[2] = {q.m->layout.tensors[ia].name, q.m->layout.tensors[ia + 1].name};
+            const char *names[2] = {q.m->layout.tensors[ia].name, q.m->layout.tensors[adapter_tensor(&q.m->ad, ia, PEFT_PART_B)].name};
             float *dst[2] = {A2, B2};
             for (int part = 0; part < 2; part++) {
                 const int i = hf_weights_find(hw, names[part]);

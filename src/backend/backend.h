@@ -132,6 +132,17 @@ typedef struct BackendOps {
      * columns OC..ldo-1 are never read); with dbias, ldo must be OC. */
     void (*matmul_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                             const act_t *inp, const act_t *w, int N, int C, int OC, int ldo);
+    /* The strided GEMM the adapters accumulate with (LoRA: scale * B (A x) added into the base's
+     * output block, its gradients added into theirs), row-major:
+     *   C[M,N] = alpha * op(A) op(B) + beta * C,  op(A) [M,K] (A stored [M,K], or [K,M] when ta),
+     *   op(B) [K,N] (B stored [K,N], or [N,K] when tb),
+     * row strides lda, ldb, ldc (>= the stored row length). A and B act values; C of dtype cdt:
+     * the act dtype or GT_F32 (a gradient). beta 0 (C not read) or 1 (accumulate). fp32
+     * accumulation, the result (alpha * sum + beta * C) rounded once to cdt. Only the M rows of N
+     * columns of C are read or written (the columns up to ldc belong to others: an output block
+     * of a fused weight). M, N <= 0: nothing; K 0: C = beta * C. */
+    void (*gemm)(Backend *b, bool ta, bool tb, int M, int N, int K, float alpha, const act_t *A, int lda,
+                 const act_t *B, int ldb, float beta, void *C, GtDtype cdt, int ldc);
 
     /* Causal multi-head self-attention with grouped-query heads, flash-style:
      * qkv[B,T,(NH+2*NKV)*hd] (NH query heads | NKV key heads | NKV value heads, hd channels each),

@@ -314,9 +314,8 @@ void cpu_norm_param_grads_rows(Backend *b, float *dw, float *dbias, const float 
  * so results are deterministic for a given thread count. (Not across thread counts: OpenBLAS's
  * edge/small-matrix kernels round differently depending on the block shape.) */
 #define GEMM_ALIGN 16
-static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K,
-                      const float *A, int lda, const float *Bm, int ldb, float beta, float *C,
-                      int ldc) {
+static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int N, int K, float alpha,
+                      const float *A, int lda, const float *Bm, int ldb, float beta, float *C, int ldc) {
     int nt = nthr(b);
     double work = (double)M * N * K;
     bool split_m = M >= N;
@@ -325,7 +324,7 @@ static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
     chunk = (chunk + GEMM_ALIGN - 1) / GEMM_ALIGN * GEMM_ALIGN;
     int parts = chunk > 0 ? (dim + chunk - 1) / chunk : 1;
     if (nt == 1 || parts <= 1 || work < 262144.0) {
-        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, 1.0f, A, lda, Bm, ldb, beta, C, ldc);
+        cblas_sgemm(CblasRowMajor, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, C, ldc);
         return;
     }
 #pragma omp parallel for schedule(static) num_threads(nt)
@@ -334,13 +333,19 @@ static void sgemm_par(Backend *b, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M,
         int n = dim - i0 < chunk ? dim - i0 : chunk;
         if (split_m) {
             const float *Ap = ta == CblasNoTrans ? A + (size_t)i0 * lda : A + i0;
-            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, 1.0f, Ap, lda, Bm, ldb, beta,
+            cblas_sgemm(CblasRowMajor, ta, tb, n, N, K, alpha, Ap, lda, Bm, ldb, beta,
                         C + (size_t)i0 * ldc, ldc);
         } else {
             const float *Bp = tb == CblasNoTrans ? Bm + i0 : Bm + (size_t)i0 * ldb;
-            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, 1.0f, A, lda, Bp, ldb, beta, C + i0, ldc);
+            cblas_sgemm(CblasRowMajor, ta, tb, M, n, K, alpha, A, lda, Bp, ldb, beta, C + i0, ldc);
         }
     }
+}
+
+void cpu_sgemm(Backend *b, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *Bm, int ldb, float beta, float *C, int ldc) {
+    sgemm_par(b, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, Bm, ldb, beta,
+              C, ldc);
 }
 
 static void f32_matmul_forward(Backend *b, float *out, const float *inp, const float *w,
@@ -360,14 +365,14 @@ static void f32_matmul_forward(Backend *b, float *out, const float *inp, const f
         }
         return;
     }
-    sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, inp, C, w, C, beta, out, ldo);
+    sgemm_par(b, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, w, C, beta, out, ldo);
 }
 
 static void f32_matmul_backward(Backend *b, float *dinp, float *dw, float *dbias,
                                 const float *dout, const float *inp, const float *w, int N, int C,
                                 int OC, int ldo) {
-    if (dinp) sgemm_par(b, CblasNoTrans, CblasNoTrans, N, C, OC, dout, ldo, w, C, 0.0f, dinp, C);
-    if (dw) sgemm_par(b, CblasTrans, CblasNoTrans, OC, C, N, dout, ldo, inp, C, 1.0f, dw, C);
+    if (dinp) sgemm_par(b, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, ldo, w, C, 0.0f, dinp, C);
+    if (dw) sgemm_par(b, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, ldo, inp, C, 1.0f, dw, C);
     if (dbias) colsum_accumulate(b, dbias, dout, N, OC, (size_t)ldo);
 }
 
@@ -510,7 +515,7 @@ static double cpu_sum_squares(Backend *b, const float *x, size_t n) {
  * than fp32 on a CPU; the widening buffers are the backend's own (not in the plan's categories),
  * grown on first use to the largest tensor seen. */
 
-static float *wide_buf(Backend *b, int slot, size_t n) {
+float *cpu_wide_slot(Backend *b, int slot, size_t n) {
     CpuImpl *im = b->impl;
     if (n > im->wide_cap[slot]) {
         im->wide[slot] = gt_xrealloc(im->wide[slot], (n ? n : 1) * sizeof(float));
@@ -531,14 +536,14 @@ static void narrow(Backend *b, uint16_t *dst, const float *src, size_t n) {
 
 const float *cpu_act_in(Backend *b, int slot, const act_t *x, size_t n) {
     if (b->act_dtype == GT_F32 || !x) return x;
-    float *w = wide_buf(b, slot, n);
+    float *w = cpu_wide_slot(b, slot, n);
     widen(b, w, x, n);
     return w;
 }
 
 float *cpu_act_out(Backend *b, int slot, act_t *x, size_t n, bool read) {
     if (b->act_dtype == GT_F32 || !x) return x;
-    float *w = wide_buf(b, slot, n);
+    float *w = cpu_wide_slot(b, slot, n);
     if (read) widen(b, w, x, n);
     return w;
 }
@@ -727,6 +732,7 @@ static const BackendOps k_cpu_ops = {
     .timer_start = cpu_timer_start,
     .timer_elapsed_ms = cpu_timer_elapsed_ms,
     .memory_info = cpu_memory_info,
+    .gemm = cpu_gemm,
     .axpby_rows = cpu_axpby_rows,
     .dropout = cpu_dropout,
     .dora_norm = cpu_dora_norm,

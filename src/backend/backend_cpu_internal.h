@@ -2,7 +2,7 @@
  * backend_cpu.c (memory, the GPT-2 ops, the bf16 emulation, the ops table), backend_cpu_attention.c
  * (flash-style attention), backend_cpu_llama.c (RMSNorm, per-head RMSNorm, RoPE, SwiGLU), backend_cpu_nf4.c
  * (dequant_nf4), backend_cpu_decode.c (the KV cache's ops) and backend_cpu_lora.c
- * (axpby_rows, dropout). The determinism rules
+ * (the adapters' strided gemm, axpby_rows, dropout). The determinism rules
  * all of them follow are in backend_cpu.c's header comment. */
 #ifndef GT_BACKEND_CPU_INTERNAL_H
 #define GT_BACKEND_CPU_INTERNAL_H
@@ -101,7 +101,15 @@ void cpu_head_rmsnorm_backward(Backend *b, act_t *dinp, float *dwq, float *dwk, 
                                const act_t *wq, const act_t *wk, const float *rstd, int N, int NH, int NKV, int hd);
 void cpu_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I);
 void cpu_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N, int I);
+/* backend_cpu.c: the fp32 GEMM every matmul goes through (row-major C = alpha op(A) op(B) + beta C,
+ * split across the OpenMP threads, a fixed split for a thread count) and a widening slot as
+ * cpu_act_in uses (grown to n floats, the backend's own) */
+void cpu_sgemm(Backend *b, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *Bm, int ldb, float beta, float *C, int ldc);
+float *cpu_wide_slot(Backend *b, int slot, size_t n);
 /* backend_cpu_lora.c */
+void cpu_gemm(Backend *b, bool ta, bool tb, int M, int N, int K, float alpha, const act_t *A, int lda,
+              const act_t *B, int ldb, float beta, void *C, GtDtype cdt, int ldc);
 void cpu_axpby_rows(Backend *b, act_t *dst, int ldd, const act_t *src, int lds, int N, int cols, float alpha,
                     float beta);
 void cpu_dropout(Backend *b, act_t *out, const act_t *inp, size_t n, uint64_t key, uint64_t base, uint32_t threshold,

@@ -3,9 +3,9 @@
  * of what a PiSSA run saves, the rebuilding of its residual base on resume, and QPiSSA's hook that
  * does both on a 4-bit base as it loads (lora.h).
  *
- * The adapters' layout (lora_layout_init) and peft_entries_for's list are in the same order
- * (layer-major, modules in PeftModule order), so entry e is layout tensors P e (lora_A), P e + 1
- * (lora_B) and under DoRA P e + 2 (the magnitude), P = lora_parts. Everything streams through
+ * The adapters' layout (lora_layout_init) and peft_entries_for's list are both layer-major with the
+ * modules in lora_sites' order; the layout is part-major within a layer, so entry e's part p is
+ * layout tensor lora_entry_tensor(d, e, p) (lora.h). Everything streams through
  * bounded host buffers: an adapter tensor is r x width. */
 #include <errno.h>
 #include <math.h>
@@ -128,7 +128,8 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
     buf = gt_xmalloc((size_t)want_r * widest * sizeof *buf);
     const int P = kind->n;
     for (int e = 0; e < n; e++) {
-        const ParamTensor *ta = &m->layout.tensors[P * e], *tb = &m->layout.tensors[P * e + 1];
+        const ParamTensor *ta = &m->layout.tensors[lora_entry_tensor(&m->desc, e, PEFT_PART_A)],
+                          *tb = &m->layout.tensors[lora_entry_tensor(&m->desc, e, PEFT_PART_B)];
         const size_t in = (size_t)ent[e].in, out = (size_t)ent[e].out;
         /* lora_A [want_r, in]: its first r rows */
         if (peft_adapter_read(a, e, false, buf, (size_t)want_r * in, err)) goto done;
@@ -148,7 +149,7 @@ int lora_load_adapter(Model *m, const char *dir, GtError *err) {
         if (m->be->ops->to_device(m->be, m->params + tb->offset, buf, out * r * sizeof(float), err)) goto done;
         for (int p = PEFT_PART_B + 1; p < P; p++) { /* the kind's further parts as they are (DoRA's magnitude;
                                                        PiSSA is refused with DoRA) */
-            const ParamTensor *tp = &m->layout.tensors[P * e + p];
+            const ParamTensor *tp = &m->layout.tensors[lora_entry_tensor(&m->desc, e, p)];
             if (peft_adapter_read(a, e, p, buf, tp->numel, err) ||
                 m->be->ops->to_device(m->be, m->params + tp->offset, buf, tp->numel * sizeof(float), err))
                 goto done;
@@ -188,7 +189,7 @@ static int save_fill(void *vctx, int e, int part, uint64_t off, size_t n, float 
     SaveCtx *c = vctx;
     Model *m = c->m;
     const bool lora_B = part == PEFT_PART_B;
-    const ParamTensor *t = &m->layout.tensors[lora_parts(&m->desc) * e + part];
+    const ParamTensor *t = &m->layout.tensors[lora_entry_tensor(&m->desc, e, part)];
     if (!c->init || part > PEFT_PART_B) return m->be->ops->to_host(m->be, dst, m->params + t->offset + off, n * sizeof(float), err);
     const uint64_t own = t->numel; /* A: r * in elements of A before A0's; B: see below */
     if (!lora_B) {
@@ -318,7 +319,7 @@ int lora_pissa_init(Model *m, int niter, uint64_t seed, bool write, GtError *err
                 goto done;
             }
             if (m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia].offset, A, (size_t)r * in * sizeof(float), err) ||
-                m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia + 1].offset, B, rows * r * sizeof(float), err) ||
+                m->be->ops->to_device(m->be, m->params + m->layout.tensors[adapter_tensor(&m->ad, ia, PEFT_PART_B)].offset, B, rows * r * sizeof(float), err) ||
                 model_upload_base(m, off, w, rows * in, err))
                 goto done;
         }
@@ -362,7 +363,7 @@ static int qpissa_hook(Model *m, int tensor, int block, float *values, GtError *
     const int r = m->desc.adapter.r, ia = m->ad.idx[l][s->module];
     const size_t rows = (size_t)s->rows, in = (size_t)s->in;
     if (q->conv) { /* W - s B0 A0, from the conversion's second halves */
-        const int e = ia / lora_parts(&m->desc);
+        const int e = lora_tensor_entry(&m->desc, ia);
         if (peft_adapter_read(q->conv, e, false, q->a, 2 * (size_t)r * in, err) ||
             peft_adapter_read(q->conv, e, true, q->b, rows * 2 * (size_t)r, err))
             return -1;
@@ -378,7 +379,7 @@ static int qpissa_hook(Model *m, int tensor, int block, float *values, GtError *
         return gt_error(err, err->code, "pissa: layer %d %s: %s", l, peft_module_path(s->module), msg);
     }
     if (m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia].offset, q->a, (size_t)r * in * sizeof(float), err) ||
-        m->be->ops->to_device(m->be, m->params + m->layout.tensors[ia + 1].offset, q->b, rows * r * sizeof(float), err))
+        m->be->ops->to_device(m->be, m->params + m->layout.tensors[adapter_tensor(&m->ad, ia, PEFT_PART_B)].offset, q->b, rows * r * sizeof(float), err))
         return -1;
     model_params_changed(m);
     q->done[l * m->ad.n_sites + k] = true;

@@ -29,9 +29,9 @@ struct Model;
 
 /* The adapters' state in a model (Model's ad member; all zero without adapters). */
 typedef struct AdapterState {
-    /* idx[l][module] = index in the model's layout of that adapter's lora_A (lora_B is the next
-     * one, and under DoRA the magnitude the one after), -1 when the module is not adapted; NULL
-     * without LoRA */
+    /* idx[l][module] = index in the model's layout of that adapter's lora_A (its part p is
+     * adapter_tensor(ad, idx, p): the layout is part-major per layer, lora.h), -1 when the module
+     * is not adapted; NULL without LoRA */
     int (*idx)[MODEL_LORA_SLOTS];
     /* LoRA dropout: the key of each application is lora_dropout_key(dropout_seed, dropout_step,
      * layer, module) (lora.h) and element (n, c) of the adapter's [B*T, in] input has the mask
@@ -60,6 +60,9 @@ typedef struct AdapterState {
     struct QpissaRun *qpissa;
 } AdapterState;
 
+/* the layout index of part p (peft.h's PEFT_PART_*) of the adapter whose lora_A is tensor ia */
+static inline int adapter_tensor(const AdapterState *ad, int ia, int p) { return ia + p * ad->n_sites; }
+
 /* A workspace buffer a kind needs beside LoRA's (BUF_LORA_*), one site at a time: [BT, widest output
  * block] (per_token) or [widest output block]. */
 typedef struct {
@@ -80,6 +83,11 @@ typedef struct AdapterKind {
     /* dx: the gradient of x into m->ad.dx, then through dropout (undo) and into dinp */
     void (*site_backward)(struct Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
                           const act_t *x, const act_t *inp, int N, int IC);
+    /* OPTIONAL (NULL: per site): the n consecutive sites k0.. of layer l on one weight at once, on an
+     * input without dropout (LoRA: one GEMM with their concatenated lora_A) */
+    void (*group_forward)(struct Model *m, int l, int k0, int n, act_t *out, int OC, const act_t *x, int N, int IC);
+    void (*group_backward)(struct Model *m, int l, int k0, int n, act_t *dinp, const act_t *dout, int OC,
+                           const act_t *x, int N, int IC);
     int (*init_from_base)(struct Model *m, GtError *err);
 } AdapterKind;
 

@@ -163,11 +163,16 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         }
         const uint64_t r = (uint64_t)d->adapter.r;
         if (s->train && d->adapter.dropout > 0) add(&k, BUF_LORA_XD, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
-        add(&k, BUF_LORA_H, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
-        add(&k, BUF_LORA_Y, MEM_WORKSPACE, mul(&k, BT, rows), a, 1);
+        /* x A^T and its gradient: [BT, r] a site, or under LoRA the sites on one weight at once
+         * (their concatenated lora_A: lora_group_max of them) */
+        const uint64_t hr = d->adapter.dora ? r : r * (uint64_t)lora_group_max(d);
+        add(&k, BUF_LORA_H, MEM_WORKSPACE, mul(&k, BT, hr), a, 1);
+        /* [BT, rows] only for DoRA (LoRA's B GEMM accumulates into the base's output itself), the
+         * input gradient's own buffer only where dropout or DoRA comes between it and dinp */
+        add(&k, BUF_LORA_Y, MEM_WORKSPACE, mul(&k, BT, rows), a, d->adapter.dora);
         if (s->train) {
-            add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, r), a, 1);
-            add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
+            add(&k, BUF_LORA_DH, MEM_WORKSPACE, mul(&k, BT, hr), a, 1);
+            add(&k, BUF_LORA_DX, MEM_WORKSPACE, mul(&k, BT, in), a, d->adapter.dora || d->adapter.dropout > 0);
         }
         const AdapterKind *kind = adapter_kind(d); /* the kind's own, one site at a time */
         for (int w = 0; w < kind->n_work; w++)

@@ -56,10 +56,10 @@ typedef enum {
     BUF_HOST_STAGING, /* bounded host buffer that initialisation, loading and saving stream through */
     BUF_FROZEN,       /* LoRA: the frozen base weights (act dtype) */
     BUF_LORA_XD,      /* LoRA workspace: an adapter's input after dropout [BT, widest input] (dropout > 0) */
-    BUF_LORA_H,       /* x A^T [BT, r] */
-    BUF_LORA_Y,       /* h B^T, or the scaled output gradient [BT, widest output block] */
-    BUF_LORA_DH,      /* [BT, r] */
-    BUF_LORA_DX,      /* the adapter's input gradient [BT, widest input] */
+    BUF_LORA_H,       /* x A^T [BT, r * lora_group_max] (DoRA: [BT, r]) */
+    BUF_LORA_Y,       /* DoRA: h B^T, or the scaled output gradient [BT, widest output block] */
+    BUF_LORA_DH,      /* its gradient, the same size */
+    BUF_LORA_DX,      /* the adapter's input gradient [BT, widest input] (dropout or DoRA) */
     BUF_DORA_Z,       /* DoRA: the adapter's input times the base block, x W_blk^T [BT, widest output block] */
     BUF_DORA_NORM,    /* DoRA: || W + s B A ||_row of one block (fp32) [widest output block] */
     BUF_WCONV,        /* workspace: one stored weight converted to the act dtype for its GEMM (a base

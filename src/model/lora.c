@@ -53,6 +53,17 @@ int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]) {
     return n;
 }
 
+int lora_group_max(const ModelDesc *d) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = lora_sites(d, s);
+    int most = 0;
+    for (int k = 0, run = 0; k < n; k++) {
+        run = k > 0 && s[k].role == s[k - 1].role ? run + 1 : 1;
+        if (run > most) most = run;
+    }
+    return most;
+}
+
 void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]) {
     for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->adapter.targets >> m & 1u;
 }
@@ -93,13 +104,36 @@ static void add_adapter(ParamLayout *pl, int *cap, const ModelDesc *d, const Lor
     pl->total += t->numel;
 }
 
+/* the sites in a layer of d's layout, at least 1 (a description without targets: one site a layer, so
+ * the part is i % lora_parts, as for any one-site layout) */
+static int layout_sites(const ModelDesc *d, LoraSite s[PEFT_MODULE_COUNT]) {
+    const int n = lora_sites(d, s);
+    return n > 0 ? n : 1;
+}
+
 PeftModule lora_tensor_module(const ModelDesc *d, int i) {
     LoraSite s[PEFT_MODULE_COUNT];
     const int n = lora_sites(d, s);
-    return n > 0 && i >= 0 ? s[(i / lora_parts(d)) % n].module : PEFT_MODULE_COUNT;
+    return n > 0 && i >= 0 ? s[(i % (n * lora_parts(d))) % n].module : PEFT_MODULE_COUNT;
 }
 
-int lora_tensor_part(const ModelDesc *d, int i) { return i >= 0 ? i % lora_parts(d) : -1; }
+int lora_tensor_part(const ModelDesc *d, int i) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = layout_sites(d, s);
+    return i >= 0 ? (i % (n * lora_parts(d))) / n : -1;
+}
+
+int lora_entry_tensor(const ModelDesc *d, int e, int part) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = layout_sites(d, s);
+    return e >= 0 ? (e / n) * n * lora_parts(d) + part * n + e % n : -1;
+}
+
+int lora_tensor_entry(const ModelDesc *d, int i) {
+    LoraSite s[PEFT_MODULE_COUNT];
+    const int n = layout_sites(d, s), per = n * lora_parts(d);
+    return i >= 0 ? (i / per) * n + (i % per) % n : -1;
+}
 
 void lora_layout_init(ParamLayout *pl, const ModelDesc *d) {
     memset(pl, 0, sizeof *pl);
@@ -114,8 +148,8 @@ void lora_layout_init(ParamLayout *pl, const ModelDesc *d) {
     for (int l = 0; l < L; l++) {
         for (int r = 0; r < ROLE_COUNT; r++) pl->layer[l][r] = -1;
         pl->layer_begin[l] = pl->total;
-        for (int k = 0; k < n; k++)
-            for (int part = 0; part < lora_parts(d); part++) add_adapter(pl, &cap, d, &s[k], l, part);
+        for (int part = 0; part < lora_parts(d); part++) /* part-major (lora.h) */
+            for (int k = 0; k < n; k++) add_adapter(pl, &cap, d, &s[k], l, part);
     }
     pl->layer_begin[L] = pl->total;
 }
@@ -158,13 +192,16 @@ void lora_init_tensor(const ParamTensor *t, const ModelDesc *d, uint64_t seed, i
         return;
     }
     const double fan_in = (double)t->shape[1];
+    /* the draws are keyed by the tensor's place in entry order (entry, part), as before the layout
+     * became part-major: the same seed gives the same adapters */
+    const int key = lora_tensor_entry(d, i) * lora_parts(d) + lora_tensor_part(d, i);
     for (size_t k = 0; k < n; k++) {
         const size_t e = k0 + k;
         if (init == LORA_INIT_GAUSSIAN) { /* nn.init.normal_(std = 1 / r) */
-            double u1 = draw01(seed, i, e, 0), u2 = draw01(seed, i, e, 1);
+            double u1 = draw01(seed, key, e, 0), u2 = draw01(seed, key, e, 1);
             dst[k] = (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2) / d->adapter.r);
         } else { /* kaiming_uniform_(a = sqrt(5)): bound = sqrt(6 / ((1 + a^2) fan_in)) = 1 / sqrt(fan_in) */
-            dst[k] = (float)((2.0 * draw01(seed, i, e, 0) - 1.0) / sqrt(fan_in));
+            dst[k] = (float)((2.0 * draw01(seed, key, e, 0) - 1.0) / sqrt(fan_in));
         }
     }
 }

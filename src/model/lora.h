@@ -47,6 +47,10 @@ int lora_sites(const ModelDesc *d, LoraSite out[PEFT_MODULE_COUNT]);
 /* d->adapter.targets as a mask over PeftModule (what peft.h's functions take) */
 void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]);
 
+/* The most consecutive sites (lora_sites' order) on one base weight: the rank of the widest
+ * concatenated lora_A (adapter_linear.c's group GEMM) is this times r; 0 without adapters. */
+int lora_group_max(const ModelDesc *d);
+
 /* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows) (+ rows: DoRA's magnitude). */
 uint64_t lora_num_params(const ModelDesc *d);
 
@@ -55,13 +59,20 @@ uint64_t lora_num_params(const ModelDesc *d);
 int lora_parts(const ModelDesc *d);
 
 /* What adapter tensor i of the layout lora_layout_init builds for d is, from the layout's fixed order
- * (per layer, per site, per part), so the tensor table itself knows no adapter: its module, and its
+ * (per layer, per part, per site), so the tensor table itself knows no adapter: its module, and its
  * part (PEFT_PART_A, PEFT_PART_B or DoRA's PEFT_PART_M). */
 PeftModule lora_tensor_module(const ModelDesc *d, int i);
 int lora_tensor_part(const ModelDesc *d, int i);
+/* Entry e of peft_entries_for (layer e / n, site e % n of the n lora_sites) and the layout: the index
+ * of its part, and the entry of tensor i */
+int lora_entry_tensor(const ModelDesc *d, int e, int part);
+int lora_tensor_entry(const ModelDesc *d, int i);
 
-/* The adapters' layout (the model's trainable layout under LoRA): for each layer, for each site,
- * lora_A [r, in] then lora_B [rows, r] (then under DoRA lora_magnitude_vector [rows]), named by their PEFT keys
+/* The adapters' layout (the model's trainable layout under LoRA): for each layer, part-major: every
+ * site's lora_A [r, in] (the sites in lora_sites' order), then every lora_B [rows, r] (then under
+ * DoRA every lora_magnitude_vector [rows]), so the A's of the sites on one fused weight (q, k, v on
+ * the qkv weight; gate, up) are one [sum of r, in] matrix in the parameters, their compute copy and
+ * their gradients, which one GEMM multiplies (adapter_linear.c). Named by their PEFT keys
  * ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"), weight decay on (as HF's
  * Trainer decays every non-bias, non-norm weight). layer_begin brackets each layer's adapters;
  * there are no globals. */
