@@ -9,13 +9,11 @@
  * Parameter gradients, mean/rstd, losses and the optimizer's tensors are always fp32.
  *
  * Fused: residual add + layernorm (residual_layernorm_forward); bias + GELU is a cuBLASLt epilogue
- * (backend_cuda.cu, matmul_gelu_forward). TODO(perf): vectorised bf16 loads. */
+ * (backend_cuda.cu, matmul_gelu_forward). The elementwise ops (gelu, add, scale, to_act, convert)
+ * and AdamW are in kernels_elementwise.cu. */
 #include "cuda_common.cuh"
 
 #include <math.h>
-
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
 
 /* ------------------------------------------------------------------ block reductions */
 
@@ -531,134 +529,6 @@ void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, co
                              (const float *)w, mean, rstd, N, C);
 }
 
-/* ------------------------------------------------------------------ gelu, add, scale, to_act, convert
- *
- * Elementwise: each thread reads element i of every input before writing element i of the output,
- * so out may alias an input (gelu_backward's dinp = dout, add's out = x or y). */
-
-template <typename Act>
-__global__ void gelu_forward_kernel(Act *out, const Act *inp, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = load_f32(inp, i);
-        float u = GELU_K * (x + GELU_A * x * x * x);
-        store_from_f32(out, i, 0.5f * x * (1.0f + tanhf(u)));
-    }
-}
-
-template <typename Act>
-__global__ void gelu_backward_kernel(Act *dinp, const Act *inp, const Act *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = load_f32(inp, i);
-        float x2 = x * x;
-        float u = GELU_K * (x + GELU_A * x2 * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x2);
-        /* dinp may alias dout: read before write, same element */
-        store_from_f32(dinp, i, g * load_f32(dout, i));
-    }
-}
-
-template <typename Act>
-__global__ void add_kernel(Act *out, const Act *x, const Act *y, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        store_from_f32(out, i, load_f32(x, i) + load_f32(y, i));
-}
-
-template <typename Act>
-__global__ void to_act_kernel(Act *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        store_from_f32(dst, i, src[i]);
-}
-
-__global__ void scale_kernel(float *x, float s, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= s;
-}
-
-void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n) {
-    if (!n) return;
-    unsigned blocks = gtc_blocks(n, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(gelu_forward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, n);
-    else
-        GTC_LAUNCH(gelu_forward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
-                   (const float *)inp, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n) {
-    if (!n) return;
-    unsigned blocks = gtc_blocks(n, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(gelu_backward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, n);
-    else
-        GTC_LAUNCH(gelu_backward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (float *)dinp, (const float *)inp, (const float *)dout, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
-    if (!n) return;
-    unsigned blocks = gtc_blocks(n, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(add_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b), (gtc_bf16 *)out,
-                   (const gtc_bf16 *)x, (const gtc_bf16 *)y, n);
-    else
-        GTC_LAUNCH(add_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
-                   (const float *)x, (const float *)y, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-/* fp32 -> act dtype: a device copy on the compute stream for fp32, a rounding kernel for bf16 */
-void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
-    if (!n) return;
-    if (gtc_act_bf16(b)) {
-        GTC_LAUNCH(to_act_kernel<gtc_bf16>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-                   gtc_stream(b), (gtc_bf16 *)dst, src, n);
-        CUDA_CHECK_LAUNCH();
-    } else if ((const void *)dst != (const void *)src) {
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   gtc_stream(b)));
-    }
-}
-
-__global__ void widen_kernel(float *dst, const gtc_bf16 *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = load_f32(src, i);
-}
-
-/* a stored weight into the act dtype (or back): to_act's rounding, or the exact widening */
-void gtc_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n) {
-    if (!n) return;
-    if (dst_dtype == src_dtype) {
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * gt_dtype_size(dst_dtype), cudaMemcpyDeviceToDevice,
-                                   gtc_stream(b)));
-        return;
-    }
-    if (dst_dtype == GT_F32)
-        GTC_LAUNCH(widen_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b),
-                   (float *)dst, (const gtc_bf16 *)src, n);
-    else
-        GTC_LAUNCH(to_act_kernel<gtc_bf16>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-                   gtc_stream(b), (gtc_bf16 *)dst, (const float *)src, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_scale(Backend *b, float *x, float s, size_t n) {
-    if (!n) return;
-    GTC_LAUNCH(scale_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), x, s, n);
-    CUDA_CHECK_LAUNCH();
-}
-
 /* ------------------------------------------------------------------ cross-entropy */
 
 /* One block per row: max, then sum of exp(x - max) in double, loss = log(sum) + max - x[target];
@@ -713,37 +583,6 @@ void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targe
     else
         GTC_LAUNCH(crossentropy_kernel<float>, N, CE_THREADS, 0, gtc_stream(b), losses,
                    (float *)logits, targets, V, ld, dloss_scale, compute_grad);
-    CUDA_CHECK_LAUNCH();
-}
-
-/* ------------------------------------------------------------------ AdamW */
-
-__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
-                             float beta1, float beta2, float omb1, float omb2, float step,
-                             float inv_sqrt_bc2, float decay, float eps) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad[i];
-        float mi = beta1 * m[i] + omb1 * g;
-        float vi = beta2 * v[i] + omb2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = param[i] * decay;
-        param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    }
-}
-
-void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
-               float beta1, float beta2, float eps, float weight_decay, int t) {
-    if (!n) return;
-    /* scalars computed on the host exactly as backend_cpu.c does */
-    double bc1 = 1.0 - pow((double)beta1, (double)t);
-    double bc2 = 1.0 - pow((double)beta2, (double)t);
-    float step = (float)((double)lr / bc1);
-    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    GTC_LAUNCH(adamw_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), param, grad,
-               m, v, n, beta1, beta2, 1.0f - beta1, 1.0f - beta2, step, inv_sqrt_bc2, decay, eps);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -230,8 +230,10 @@ typedef struct BackendOps {
                          int V, int ld, float dloss_scale, int compute_grad);
 
     /* AdamW (torch/HF form), one tensor: decoupled weight decay p -= lr*wd*p, then
-     * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1. */
-    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+     * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1.
+     * act_copy (NULL: none): also the new param in the act dtype, as to_act(act_copy, param, n)
+     * would write it, in the same pass (the compute copy of the weights); may equal param under fp32. */
+    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t);
     /* sum of squares of x[n] in double, returned to the host (synchronises) */
     double (*sum_squares)(Backend *b, const float *x, size_t n);
