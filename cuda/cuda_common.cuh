@@ -316,6 +316,10 @@ void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, c
                           const float *mean, const float *rstd, int N, int C);
 /* RMSNorm's dw over the rows of head_rmsnorm: for n < N and h < heads (in that order), the C
  * values at dout/inp[n * ld + h * C] with rstd[n * sld + h]: dw[c] += sum dout * inp * rstd */
+/* rmsnorm_backward with dw in one pass (kernels_misc.cu's single-pass norm backward); *done false:
+ * the rows are too wide for it, nothing was done */
+void gtc_rmsnorm_backward_single_pass(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                                      const act_t *w, const float *rstd, int N, int C, bool *done);
 void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const act_t *inp,
                                const float *rstd, int N, int heads, size_t ld, int sld, int C);
 /* GEMM helpers with the element type given (out and bias both of type t):

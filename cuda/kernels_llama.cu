@@ -6,9 +6,10 @@
  * act_t tensors are fp32 or bf16 (b->act_dtype): each op dispatches to a kernel templated on the
  * storage type (Act = float or __nv_bfloat16), reads through load_f32, computes in fp32 and
  * rounds each act_t output once through store_from_f32 (cuda_common.cuh). rstd and the RMSNorm
- * weight gradient are fp32. Determinism: no atomics; the dw column reduction runs in two passes
- * with a fixed order (double partials over fixed row chunks, then the chunks in order), as
- * layernorm_backward's in kernels_misc.cu.
+ * weight gradient are fp32. Determinism: no atomics; dw is summed in a fixed order: with dinp in
+ * one pass (kernels_misc.cu's single-pass norm backward: fp32 partials per warp, per block, then
+ * the blocks in order), or for per-head norms and rows too wide for that, in layernorm's two-pass
+ * column reduction (fp32 partials over fixed row chunks, then the chunks in order).
  *
  * RMSNorm (HF's LlamaRMSNorm): rstd = 1/sqrt(mean(x^2) + eps), out = x * rstd * w. One warp per
  * row; the squares are summed with explicit fmaf in lane order, so rmsnorm_forward and
@@ -261,6 +262,11 @@ template <typename Act>
 static void rmsnorm_backward_t(Backend *b, Act *dinp, float *dw, const Act *dout, const Act *inp,
                                const Act *w, const float *rstd, int N, int C) {
     cudaStream_t st = gtc_stream(b);
+    if (dw) { /* dinp and dw in one pass over dout and inp (kernels_misc.cu), when C fits */
+        bool done = false;
+        gtc_rmsnorm_backward_single_pass(b, dinp, dw, dout, inp, w, rstd, N, C, &done);
+        if (done) return;
+    }
     if (dinp) {
         int rows_per_block = GTC_THREADS / 32;
         GTC_LAUNCH(rmsnorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,

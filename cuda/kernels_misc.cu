@@ -199,8 +199,12 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
 /* ------------------------------------------------------------------ column reductions */
 
 /* Parameter gradients that sum over rows (layernorm dw/dbias, matmul dbias) go in two fixed-order
- * passes: partial sums in double over RS contiguous row chunks (grid: column tiles x RS), then
- * one thread per column adds the RS partials in order. RS depends only on N. */
+ * passes: fp32 partial sums over RS contiguous row chunks (grid: column tiles x RS), then one thread
+ * per column adds the RS partials in order. RS depends only on N, so the bits do not depend on the
+ * device. fp32, not double (FP64 runs at 1/64 rate on GeForce cards): a column's sum over NR rows
+ * takes k = ceil(NR / RS / COL_TY) + COL_TY + RS + 1 rounded additions in a fixed tree, so its error
+ * is at most about k * 2^-24 * sum |terms| (test_ops.c, ops::norm_param_grads_fp32_bound, checks that
+ * bound against a double reference at N = 16384). */
 #define COL_TX 32
 #define COL_TY 8
 #define col_row_splits gtc_row_splits
@@ -211,18 +215,18 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
  * heads, h = r % heads, start at n * ld + h * C, their statistics at mean/rstd[n * sld + h]: a
  * plain norm's rows are heads 1, ld C, sld 1; head_rmsnorm's are a row's q (or k) heads. */
 template <typename Act>
-__global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, const Act *inp,
+__global__ void colsum_partial_kernel(float *pw, float *pb, const Act *dout, const Act *inp,
                                       const float *mean, const float *rstd, int NR, int heads,
                                       size_t ld, int sld, int C, int RS) {
-    __shared__ double s_w[COL_TY][COL_TX];
-    __shared__ double s_b[COL_TY][COL_TX];
+    __shared__ float s_w[COL_TY][COL_TX];
+    __shared__ float s_b[COL_TY][COL_TX];
     int tx = threadIdx.x, ty = threadIdx.y;
     int c = blockIdx.x * COL_TX + tx;
     int y = blockIdx.y;
     int chunk = (NR + RS - 1) / RS;
     int r0 = y * chunk;
     int r1 = min(NR, r0 + chunk);
-    double aw = 0.0, ab = 0.0;
+    float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += COL_TY) {
             int n = heads == 1 ? r : r / heads, h = r - n * heads;
@@ -236,7 +240,7 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, c
     s_b[ty][tx] = ab;
     __syncthreads();
     if (ty == 0 && c < C) {
-        double sw = 0.0, sb = 0.0;
+        float sw = 0.0f, sb = 0.0f;
         for (int k = 0; k < COL_TY; k++) {
             sw += s_w[k][tx];
             sb += s_b[k][tx];
@@ -246,19 +250,18 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, c
     }
 }
 
-__global__ void colsum_final_kernel(float *dw, float *db, const double *pw, const double *pb,
-                                    int C, int RS) {
+__global__ void colsum_final_kernel(float *dw, float *db, const float *pw, const float *pb, int C, int RS) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     if (dw) {
-        double s = 0.0;
+        float s = 0.0f;
         for (int y = 0; y < RS; y++) s += pw[(size_t)y * C + c];
-        dw[c] += (float)s;
+        dw[c] += s;
     }
     if (db) {
-        double s = 0.0;
+        float s = 0.0f;
         for (int y = 0; y < RS; y++) s += pb[(size_t)y * C + c];
-        db[c] += (float)s;
+        db[c] += s;
     }
 }
 
@@ -271,8 +274,8 @@ static void colreduce_rows(Backend *b, float *dw, float *db, const Act *dout, co
     if (N <= 0 || heads <= 0 || C <= 0) return;
     int NR = N * heads;
     int RS = col_row_splits(NR);
-    double *pw = (double *)gtc_scratch(b, (size_t)2 * RS * C * sizeof(double));
-    double *pb = pw + (size_t)RS * C;
+    float *pw = (float *)gtc_scratch(b, (size_t)2 * RS * C * sizeof(float));
+    float *pb = pw + (size_t)RS * C;
     cudaStream_t st = gtc_stream(b);
     dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
     dim3 block(COL_TX, COL_TY);
@@ -499,10 +502,120 @@ __global__ void layernorm_backward_dinp_kernel(Act *dinp, const Act *dout, const
     }
 }
 
+/* ------------------------------------------------------------------ single-pass norm backward
+ *
+ * LayerNorm (LN) or RMSNorm backward in one pass over dout and inp: dinp += the rows' gradients
+ * (dinp NULL: none) and the column sums dw = sum_r dout * xhat (and, with pb, db = sum_r dout) as
+ * fp32 partials per block, which colsum_final_kernel then adds in block order. The two-pass form
+ * (the dinp kernel, then colreduce) read dout and inp twice: 4 + 2 (dinp) + 2 bytes per element
+ * under bf16 read and 2 written, now 2 + 2 + 2 read and 2 written.
+ *
+ * Layout: block y takes rows [y * rpb, (y + 1) * rpb) (rpb, and so the grid, depend on N only);
+ * its nw warps take rows y * rpb + warp, + nw, ... one at a time, lane l the columns l, l + 32, ...
+ * (the dinp kernels' order, so dinp's bits are theirs). Each warp adds its rows' dout * xhat into
+ * its own fp32 row of shared memory (s[warp][c]: a lane owns its columns, no two threads write one
+ * word); after a barrier thread t adds the nw warp rows of its columns in warp order into the
+ * block's partial pw[y][c]. So every sum has a fixed order: rows within a warp, warps, blocks.
+ * nw = (48 KiB / (C * 4 * arrays)) clamped to [1, 8] depends on C only; wider rows (no warp fits)
+ * take the two-pass path. */
+#define NB_SMEM_BYTES (48 * 1024)
+#define NB_MAX_BLOCKS 128
+
+/* warps per block of the single-pass norm backward for rows of C (arrays: 1 dw, 2 dw and db); 0:
+ * a warp's shared row does not fit, use the two-pass form */
+static int norm_bwd_warps(int C, int arrays) {
+    size_t per_warp = (size_t)C * sizeof(float) * (size_t)arrays;
+    size_t nw = NB_SMEM_BYTES / per_warp;
+    return nw > 8 ? 8 : (int)nw;
+}
+
+template <bool LN, typename Act>
+__global__ void norm_backward_kernel(Act *dinp, float *pw, float *pb, const Act *dout, const Act *inp,
+                                     const Act *w, const float *mean, const float *rstd, int N, int C, int rpb) {
+    extern __shared__ float nb_smem[]; /* [nw][C] dw partials, then [nw][C] db partials if pb */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    float *sw = nb_smem + (size_t)warp * C;
+    float *sb = pb ? nb_smem + (size_t)(nw + warp) * C : NULL;
+    for (int c = lane; c < C; c += 32) {
+        sw[c] = 0.0f;
+        if (sb) sb[c] = 0.0f;
+    }
+    const int r0 = blockIdx.x * rpb, r1 = min(N, r0 + rpb);
+    const float invC = 1.0f / (float)C;
+    for (int row = r0 + warp; row < r1; row += nw) { /* warp-uniform */
+        const Act *x = inp + (size_t)row * C;
+        const Act *dy = dout + (size_t)row * C;
+        const float m = LN ? mean[row] : 0.0f, r = rstd[row];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float dn = load_f32(dy, c) * load_f32(w, c);
+            if (LN) s1 += dn;
+            s2 += dn * ((load_f32(x, c) - m) * r);
+        }
+        const float mdn = LN ? gtc_warp_sum(s1) * invC : 0.0f;
+        const float mdnx = gtc_warp_sum(s2) * invC;
+        Act *dx = dinp ? dinp + (size_t)row * C : NULL;
+        for (int c = lane; c < C; c += 32) {
+            const float xh = (load_f32(x, c) - m) * r, g = load_f32(dy, c);
+            if (dx) {
+                float d = LN ? (g * load_f32(w, c) - mdn - xh * mdnx) * r : (g * load_f32(w, c) - xh * mdnx) * r;
+                store_from_f32(dx, c, load_f32(dx, c) + d);
+            }
+            sw[c] += g * xh;
+            if (sb) sb[c] += g;
+        }
+    }
+    __syncthreads(); /* every warp's partial rows are complete */
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float aw = 0.0f, ab = 0.0f;
+        for (int k = 0; k < nw; k++) {
+            aw += nb_smem[(size_t)k * C + c];
+            if (pb) ab += nb_smem[(size_t)(nw + k) * C + c];
+        }
+        pw[(size_t)blockIdx.x * C + c] = aw;
+        if (pb) pb[(size_t)blockIdx.x * C + c] = ab;
+    }
+}
+
+/* dinp (NULL: none) += the gradient, dw += sum dout * xhat, db (NULL: none) += sum dout, in one pass;
+ * false (nothing done) when rows of C are too wide for it */
+template <bool LN, typename Act>
+static bool norm_backward_single_pass(Backend *b, Act *dinp, float *dw, float *db, const Act *dout, const Act *inp,
+                                      const Act *w, const float *mean, const float *rstd, int N, int C) {
+    const int arrays = db ? 2 : 1, nw = norm_bwd_warps(C, arrays);
+    if (nw < 1 || N <= 0 || C <= 0) return false;
+    int rpb = (N + NB_MAX_BLOCKS - 1) / NB_MAX_BLOCKS;
+    if (rpb < 32) rpb = 32;
+    const int blocks = (N + rpb - 1) / rpb;
+    float *pw = (float *)gtc_scratch(b, (size_t)arrays * blocks * C * sizeof(float));
+    float *pb = db ? pw + (size_t)blocks * C : NULL;
+    cudaStream_t st = gtc_stream(b);
+    size_t smem = (size_t)arrays * nw * C * sizeof(float);
+    GTC_LAUNCH((norm_backward_kernel<LN, Act>), blocks, nw * 32, smem, st, dinp, pw, pb, dout, inp, w, mean, rstd, N,
+               C, rpb);
+    CUDA_CHECK_LAUNCH();
+    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);
+    CUDA_CHECK_LAUNCH();
+    return true;
+}
+
+void gtc_rmsnorm_backward_single_pass(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                                      const act_t *w, const float *rstd, int N, int C, bool *done) {
+    if (gtc_act_bf16(b))
+        *done = norm_backward_single_pass<false>(b, (gtc_bf16 *)dinp, dw, (float *)NULL, (const gtc_bf16 *)dout,
+                                                 (const gtc_bf16 *)inp, (const gtc_bf16 *)w, (const float *)NULL,
+                                                 rstd, N, C);
+    else
+        *done = norm_backward_single_pass<false>(b, (float *)dinp, dw, (float *)NULL, (const float *)dout,
+                                                 (const float *)inp, (const float *)w, (const float *)NULL, rstd,
+                                                 N, C);
+}
+
 template <typename Act>
 static void layernorm_backward_t(Backend *b, Act *dinp, float *dw, float *dbias, const Act *dout,
                                  const Act *inp, const Act *w, const float *mean,
                                  const float *rstd, int N, int C) {
+    if (dw && norm_backward_single_pass<true>(b, dinp, dw, dbias, dout, inp, w, mean, rstd, N, C)) return;
     if (dinp) {
         int rows_per_block = GTC_THREADS / 32;
         GTC_LAUNCH(layernorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,

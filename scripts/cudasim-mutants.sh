@@ -40,6 +40,13 @@ attention_cached_window_ignored|cuda/kernels_decode.cu|const int lo = gtc_att_fi
 attention_cached_no_rescale|cuda/kernels_decode.cu|const float alpha = expf(m - mnew);|const float alpha = m == -INFINITY ? 0.0f : 1.0f;|@(backend_ops|backend_ops_bf16)/*
 kv_store_value_from_key_heads|cuda/kernels_decode.cu|        vc[at] = row[KV + c];|        vc[at] = row[c];|@(backend_ops|backend_ops_bf16|decode)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
+elementwise_tail_dropped|cuda/kernels_elementwise.cu|    for (size_t i = npack * N + tid; i < n; i += stride)\n        store_from_f32(out, i, op(|    for (size_t i = npack * N + tid; i < npack * N; i += stride)\n        store_from_f32(out, i, op(|@(backend_ops|backend_ops_bf16)/*
+elementwise_alignment_unchecked|cuda/kernels_elementwise.cu|    const size_t npack = packed ? n / N : 0;\n    const size_t work = npack + (n - npack * N);\n    GTC_LAUNCH(adamw_kernel|    const size_t npack = packed ? n / N : n / N;\n    const size_t work = npack + (n - npack * N);\n    GTC_LAUNCH(adamw_kernel|@(backend_ops|backend_ops_bf16)/*
+adamw_act_copy_skipped|cuda/kernels_elementwise.cu|        if (copy) store_pack<N>(copy + o, p);\n||@(backend_ops|backend_ops_bf16)/*
+swiglu_pack_up_offset|cuda/kernels_llama.cu|        load_pack<P>(u, in + I);|        load_pack<P>(u, in + P);|@(backend_ops|backend_ops_bf16)/*
+fused_residual_not_written|cuda/kernels_misc.cu|        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));\n        s += load_f32(rr, c);|        s += load_f32(xr, c) + load_f32(yr, c);|@(ops|ops_bf16|backend_ops|backend_ops_bf16)/*
+norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every warp's partial rows are complete */\n||@(ops|ops_bf16|ops_llama|backend_ops)/*
+norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
 EOF
 }
 
