@@ -51,27 +51,48 @@ __device__ float block_max(float v, float *shared /* >= 33 */) {
 
 /* ------------------------------------------------------------------ encoder */
 
+/* out[bt, :] = wte[tokens[bt], :] (+ wpe[position, :]): npack packs of P = GTC_PACK(Act) channels
+ * (16-byte loads and stores; only when C % P == 0 and the three tensors are 16-byte aligned, else
+ * npack = 0), then one element per thread. Bytes per element (bf16): 2 or 4 read, 2 written. */
 template <typename Act>
-__global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *wte,
-                                       const Act *wpe, int BT, int T, int C, const int *pos) {
-    size_t n = (size_t)BT * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C);
-        int t = pos ? pos[bt] : (int)(bt % T); /* packed rows: the token's position */
-        float v = load_f32(wte, (size_t)tokens[bt] * C + c);
-        if (wpe) v += load_f32(wpe, (size_t)t * C + c); /* NULL: no position embedding (Llama) */
-        store_from_f32(out, i, v);
+__device__ __forceinline__ float encoder_value(const int *tokens, const Act *wte, const Act *wpe, const int *pos,
+                                               size_t bt, int c, int T, int C) {
+    int t = pos ? pos[bt] : (int)(bt % T); /* packed rows: the token's position */
+    float v = load_f32(wte, (size_t)tokens[bt] * C + c);
+    if (wpe) v += load_f32(wpe, (size_t)t * C + c); /* NULL: no position embedding (Llama) */
+    return v;
+}
+
+template <typename Act>
+__global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *wte, const Act *wpe, int BT, int T,
+                                       int C, const int *pos, size_t npack) {
+    constexpr int P = GTC_PACK(Act);
+    const size_t n = (size_t)BT * C, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t q = tid; q < npack; q += stride) {
+        const size_t i = q * P, bt = i / C;
+        const int c = (int)(i % C), t = pos ? pos[bt] : (int)(bt % T);
+        float v[P], e[P];
+        load_pack<P>(v, wte + (size_t)tokens[bt] * C + c);
+        if (wpe) {
+            load_pack<P>(e, wpe + (size_t)t * C + c);
+#pragma unroll
+            for (int k = 0; k < P; k++) v[k] += e[k];
+        }
+        store_pack<P>(out + i, v);
     }
+    for (size_t i = npack * P + tid; i < n; i += stride)
+        store_from_f32(out, i, encoder_value(tokens, wte, wpe, pos, i / C, (int)(i % C), T, C));
 }
 
 template <typename Act>
 static void encoder_forward_t(Backend *b, Act *out, const int *tokens, const Act *wte,
                               const Act *wpe, int B, int T, int C, const int *pos) {
-    size_t n = (size_t)B * T * C;
-    GTC_LAUNCH(encoder_forward_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C, pos);
+    const size_t n = (size_t)B * T * C;
+    const bool packed = C % GTC_PACK(Act) == 0 && gtc_aligned16(out) && gtc_aligned16(wte) && (!wpe || gtc_aligned16(wpe));
+    const size_t npack = packed ? n / GTC_PACK(Act) : 0, work = npack + (n - npack * GTC_PACK(Act));
+    GTC_LAUNCH(encoder_forward_kernel<Act>, gtc_blocks(work, GTC_THREADS), GTC_THREADS, 0,
+               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C, pos, npack);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -203,8 +224,8 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
  * per column adds the RS partials in order. RS depends only on N, so the bits do not depend on the
  * device. fp32, not double (FP64 runs at 1/64 rate on GeForce cards): a column's sum over NR rows
  * takes k = ceil(NR / RS / COL_TY) + COL_TY + RS + 1 rounded additions in a fixed tree, so its error
- * is at most about k * 2^-24 * sum |terms| (test_ops.c, ops::norm_param_grads_fp32_bound, checks that
- * bound against a double reference at N = 16384). */
+ * is at most about k * 2^-24 * sum |terms| (backend.h states the bound for every path;
+ * tests/test_ops_paramgrads.c checks it against a double reference at N = 16384). */
 #define COL_TX 32
 #define COL_TY 8
 #define col_row_splits gtc_row_splits
@@ -510,7 +531,8 @@ __global__ void layernorm_backward_dinp_kernel(Act *dinp, const Act *dout, const
  * (the dinp kernel, then colreduce) read dout and inp twice: 4 + 2 (dinp) + 2 bytes per element
  * under bf16 read and 2 written, now 2 + 2 + 2 read and 2 written.
  *
- * Layout: block y takes rows [y * rpb, (y + 1) * rpb) (rpb, and so the grid, depend on N only);
+ * Layout: block y takes rows [y * rpb, (y + 1) * rpb), rpb = max(16, ceil(N / 256)) (so the grid,
+ * at most 256 blocks, depends on N only);
  * its nw warps take rows y * rpb + warp, + nw, ... one at a time, lane l the columns l, l + 32, ...
  * (the dinp kernels' order, so dinp's bits are theirs). Each warp adds its rows' dout * xhat into
  * its own fp32 row of shared memory (s[warp][c]: a lane owns its columns, no two threads write one
@@ -519,7 +541,7 @@ __global__ void layernorm_backward_dinp_kernel(Act *dinp, const Act *dout, const
  * nw = (48 KiB / (C * 4 * arrays)) clamped to [1, 8] depends on C only; wider rows (no warp fits)
  * take the two-pass path. */
 #define NB_SMEM_BYTES (48 * 1024)
-#define NB_MAX_BLOCKS 128
+#define NB_MAX_BLOCKS 256 /* about 2 blocks per SM on an H100 */
 
 /* warps per block of the single-pass norm backward for rows of C (arrays: 1 dw, 2 dw and db); 0:
  * a warp's shared row does not fit, use the two-pass form */
@@ -585,7 +607,7 @@ static bool norm_backward_single_pass(Backend *b, Act *dinp, float *dw, float *d
     const int arrays = db ? 2 : 1, nw = norm_bwd_warps(C, arrays);
     if (nw < 1 || N <= 0 || C <= 0) return false;
     int rpb = (N + NB_MAX_BLOCKS - 1) / NB_MAX_BLOCKS;
-    if (rpb < 32) rpb = 32;
+    if (rpb < 16) rpb = 16;
     const int blocks = (N + rpb - 1) / rpb;
     float *pw = (float *)gtc_scratch(b, (size_t)arrays * blocks * C * sizeof(float));
     float *pb = db ? pw + (size_t)blocks * C : NULL;

@@ -119,7 +119,7 @@ typedef struct BackendOps {
     /* dinp += ..., dw += ..., dbias += ...  (dinp ACCUMULATES: it is the residual stream).
      * dw, dbias (and rmsnorm's dw, head_rmsnorm's dwq/dwk, matmul's dbias): each column's sum over
      * the N rows in a fixed order, its error at most gamma_K * (|dw| + sum_r |term_r|) with
-     * K = max(32, ceil(N / 128)) + 144 and gamma_K = K 2^-24 / (1 - K 2^-24) (CUDA: fp32 partials;
+     * K = max(32, ceil(N / 256)) + 268 and gamma_K = K 2^-24 / (1 - K 2^-24) (CUDA: fp32 partials;
      * the CPU sums in double; tests/test_ops_paramgrads.c checks it) */
     void (*layernorm_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                                const act_t *inp, const act_t *w, const float *mean,
