@@ -25,8 +25,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "backend.h"
@@ -141,6 +143,59 @@ __device__ __forceinline__ void store_from_f32(__nv_bfloat16 *p, size_t i, float
     p[i] = __float2bfloat16_rn(v);
 }
 
+/* ---- 16-byte packs (llm.c's Packed128): bandwidth-bound kernels move 16 bytes per load/store ----
+ * A pack is GTC_PACK(T) = 16 / sizeof(T) elements (8 bf16, 4 fp32). load_pack / store_pack move N
+ * elements (a multiple of the pack) starting at p through 16-byte accesses, widening to / rounding
+ * from fp32 exactly as load_f32 / store_from_f32 do element by element, so a packed kernel computes
+ * the bits of its scalar form. p must be 16-byte aligned: launchers check it (gtc_aligned16) and
+ * fall back to the scalar tail for everything when it is not; the simulator checks it on every
+ * access (a real GPU faults). */
+#define GTC_PACK(T) ((int)(16 / sizeof(T)))
+
+static inline bool gtc_aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+__device__ __forceinline__ void gtc_check_aligned16(const void *p) {
+#ifndef __CUDACC__
+    if (!gtc_aligned16(p)) {
+        fprintf(stderr, "cudasim: 16-byte access at %p, not 16-byte aligned\n", p);
+        abort();
+    }
+#else
+    (void)p;
+#endif
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void load_pack(float (&out)[N], const T *p) {
+    constexpr int per = GTC_PACK(T);
+    static_assert(N % per == 0, "a pack load moves whole 16-byte words");
+#pragma unroll
+    for (int k = 0; k < N / per; k++) {
+        gtc_check_aligned16(p + k * per);
+        uint4 raw = *reinterpret_cast<const uint4 *>(p + k * per);
+        T e[per];
+        memcpy(e, &raw, sizeof raw);
+#pragma unroll
+        for (int j = 0; j < per; j++) out[k * per + j] = load_f32(e, j);
+    }
+}
+
+template <int N, typename T>
+__device__ __forceinline__ void store_pack(T *p, const float (&in)[N]) {
+    constexpr int per = GTC_PACK(T);
+    static_assert(N % per == 0, "a pack store moves whole 16-byte words");
+#pragma unroll
+    for (int k = 0; k < N / per; k++) {
+        T e[per];
+#pragma unroll
+        for (int j = 0; j < per; j++) store_from_f32(e, j, in[k * per + j]);
+        uint4 raw;
+        memcpy(&raw, e, sizeof raw);
+        gtc_check_aligned16(p + k * per);
+        *reinterpret_cast<uint4 *>(p + k * per) = raw;
+    }
+}
+
 /* Raise a kernel's dynamic shared-memory limit to bytes (needed above 48 KiB); 0, or -1 with
  * err = "file:line: cudaFuncSetAttribute(name, bytes): error" */
 static inline int gtc_set_smem_limit(const void *fn, size_t bytes, const char *name, GtError *err) {
@@ -220,7 +275,7 @@ __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int
 /* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ----
  * act_t arguments hold b->act_dtype elements (backend.h); float arguments are always fp32. */
 
-/* kernels_misc.cu */
+/* kernels_misc.cu, kernels_elementwise.cu (gelu, add, scale, to_act, convert, AdamW) */
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
                          const act_t *wpe, int B, int T, int C, const int *pos);
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
@@ -239,8 +294,8 @@ void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *d
 void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
 void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                       float dloss_scale, int compute_grad);
-void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
-               float beta1, float beta2, float eps, float weight_decay, int t);
+void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
+               float lr, float beta1, float beta2, float eps, float weight_decay, int t);
 double gtc_sum_squares(Backend *b, const float *x, size_t n);
 void gtc_scale(Backend *b, float *x, float s, size_t n);
 void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);
@@ -261,6 +316,10 @@ void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, c
                           const float *mean, const float *rstd, int N, int C);
 /* RMSNorm's dw over the rows of head_rmsnorm: for n < N and h < heads (in that order), the C
  * values at dout/inp[n * ld + h * C] with rstd[n * sld + h]: dw[c] += sum dout * inp * rstd */
+/* rmsnorm_backward with dw in one pass (kernels_misc.cu's single-pass norm backward); *done false:
+ * the rows are too wide for it, nothing was done */
+void gtc_rmsnorm_backward_single_pass(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                                      const act_t *w, const float *rstd, int N, int C, bool *done);
 void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const act_t *inp,
                                const float *rstd, int N, int heads, size_t ld, int sld, int C);
 /* GEMM helpers with the element type given (out and bias both of type t):

@@ -6,9 +6,10 @@
  * act_t tensors are fp32 or bf16 (b->act_dtype): each op dispatches to a kernel templated on the
  * storage type (Act = float or __nv_bfloat16), reads through load_f32, computes in fp32 and
  * rounds each act_t output once through store_from_f32 (cuda_common.cuh). rstd and the RMSNorm
- * weight gradient are fp32. Determinism: no atomics; the dw column reduction runs in two passes
- * with a fixed order (double partials over fixed row chunks, then the chunks in order), as
- * layernorm_backward's in kernels_misc.cu.
+ * weight gradient are fp32. Determinism: no atomics; dw is summed in a fixed order: with dinp in
+ * one pass (kernels_misc.cu's single-pass norm backward: fp32 partials per warp, per block, then
+ * the blocks in order), or for per-head norms and rows too wide for that, in layernorm's two-pass
+ * column reduction (fp32 partials over fixed row chunks, then the chunks in order).
  *
  * RMSNorm (HF's LlamaRMSNorm): rstd = 1/sqrt(mean(x^2) + eps), out = x * rstd * w. One warp per
  * row; the squares are summed with explicit fmaf in lane order, so rmsnorm_forward and
@@ -261,6 +262,11 @@ template <typename Act>
 static void rmsnorm_backward_t(Backend *b, Act *dinp, float *dw, const Act *dout, const Act *inp,
                                const Act *w, const float *rstd, int N, int C) {
     cudaStream_t st = gtc_stream(b);
+    if (dw) { /* dinp and dw in one pass over dout and inp (kernels_misc.cu), when C fits */
+        bool done = false;
+        gtc_rmsnorm_backward_single_pass(b, dinp, dw, dout, inp, w, rstd, N, C, &done);
+        if (done) return;
+    }
     if (dinp) {
         int rows_per_block = GTC_THREADS / 32;
         GTC_LAUNCH(rmsnorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
@@ -350,60 +356,112 @@ void gtc_rope_backward(Backend *b, act_t *dqkv, const float *cosv, const float *
 
 /* ------------------------------------------------------------------ SwiGLU */
 
+/* SwiGLU's per-element formulas, shared by the packed and the scalar paths (the same bits) */
+__device__ __forceinline__ float swiglu_out(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+__device__ __forceinline__ void swiglu_grad(float g, float u, float dy, float &dg, float &du) {
+    float sig = 1.0f / (1.0f + expf(-g));
+    float silu = g * sig;
+    dg = dy * u * (sig * (1.0f + g * (1.0f - sig)));
+    du = dy * silu;
+}
+
+/* The N * I outputs as npack packs of P = GTC_PACK(Act) columns (16-byte loads of gate, up and
+ * dout, stores of out / dgate, dup; only when I % P == 0 and the pointers are 16-byte aligned,
+ * else npack = 0), then one element per thread for the rest. Bytes per output (bf16): forward 4
+ * read + 2 written, backward 6 read + 4 written. dinp may alias inp: each thread reads its
+ * inputs before writing the same elements. */
 template <typename Act>
-__global__ void swiglu_forward_kernel(Act *out, const Act *inp, int N, int I) {
-    size_t n = (size_t)N * I;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
-         idx += (size_t)gridDim.x * blockDim.x) {
+__global__ void swiglu_forward_kernel(Act *out, const Act *inp, int N, int I, size_t npack) {
+    constexpr int P = GTC_PACK(Act);
+    const size_t n = (size_t)N * I, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t q = tid; q < npack; q += stride) {
+        const size_t idx = q * P, row = idx / I;
+        const Act *in = inp + row * 2 * (size_t)I + idx % I;
+        float g[P], u[P], o[P];
+        load_pack<P>(g, in);
+        load_pack<P>(u, in + I);
+#pragma unroll
+        for (int k = 0; k < P; k++) o[k] = swiglu_out(g[k], u[k]);
+        store_pack<P>(out + idx, o);
+    }
+    for (size_t idx = npack * P + tid; idx < n; idx += stride) {
         size_t row = idx / I;
         int i = (int)(idx % I);
         const Act *in = inp + row * 2 * (size_t)I;
-        float g = load_f32(in, i), u = load_f32(in, (size_t)I + i);
-        store_from_f32(out, idx, g / (1.0f + expf(-g)) * u);
+        store_from_f32(out, idx, swiglu_out(load_f32(in, i), load_f32(in, (size_t)I + i)));
     }
 }
 
-/* dinp[n, i] = d gate, dinp[n, I + i] = d up; each thread reads its inputs before writing */
+/* dinp[n, i] = d gate, dinp[n, I + i] = d up */
 template <typename Act>
-__global__ void swiglu_backward_kernel(Act *dinp, const Act *inp, const Act *dout, int N, int I) {
-    size_t n = (size_t)N * I;
-    for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < n;
-         idx += (size_t)gridDim.x * blockDim.x) {
+__global__ void swiglu_backward_kernel(Act *dinp, const Act *inp, const Act *dout, int N, int I, size_t npack) {
+    constexpr int P = GTC_PACK(Act);
+    const size_t n = (size_t)N * I, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t q = tid; q < npack; q += stride) {
+        const size_t idx = q * P, row = idx / I, col = idx % I;
+        const Act *in = inp + row * 2 * (size_t)I + col;
+        Act *din = dinp + row * 2 * (size_t)I + col;
+        float g[P], u[P], dy[P], dg[P], du[P];
+        load_pack<P>(g, in);
+        load_pack<P>(u, in + I);
+        load_pack<P>(dy, dout + idx);
+#pragma unroll
+        for (int k = 0; k < P; k++) swiglu_grad(g[k], u[k], dy[k], dg[k], du[k]);
+        store_pack<P>(din, dg);
+        store_pack<P>(din + I, du);
+    }
+    for (size_t idx = npack * P + tid; idx < n; idx += stride) {
         size_t row = idx / I;
         int i = (int)(idx % I);
         const Act *in = inp + row * 2 * (size_t)I;
         Act *din = dinp + row * 2 * (size_t)I;
-        float g = load_f32(in, i), u = load_f32(in, (size_t)I + i), dy = load_f32(dout, idx);
-        float sig = 1.0f / (1.0f + expf(-g));
-        float silu = g * sig;
-        float dg = dy * u * (sig * (1.0f + g * (1.0f - sig)));
-        float du = dy * silu;
+        float dg, du;
+        swiglu_grad(load_f32(in, i), load_f32(in, (size_t)I + i), load_f32(dout, idx), dg, du);
         store_from_f32(din, i, dg);
         store_from_f32(din, (size_t)I + i, du);
     }
 }
 
-void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I) {
-    if (N <= 0 || I <= 0) return;
-    unsigned blocks = gtc_blocks((size_t)N * I, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(swiglu_forward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, N, I);
-    else
-        GTC_LAUNCH(swiglu_forward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (float *)out, (const float *)inp, N, I);
+/* packs of the N * I outputs when the layout allows (see the kernels), else 0 */
+template <typename Act>
+static size_t swiglu_packs(const Act *a, const Act *b, const Act *c, int N, int I) {
+    const int P = GTC_PACK(Act);
+    if (I % P != 0 || !gtc_aligned16(a) || !gtc_aligned16(b) || (c && !gtc_aligned16(c))) return 0;
+    return (size_t)N * I / P;
+}
+
+template <typename Act>
+static void swiglu_forward_t(Backend *b, Act *out, const Act *inp, int N, int I) {
+    size_t npack = swiglu_packs(out, inp, (const Act *)NULL, N, I);
+    size_t work = npack + ((size_t)N * I - npack * GTC_PACK(Act));
+    GTC_LAUNCH(swiglu_forward_kernel<Act>, gtc_blocks(work, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), out,
+               inp, N, I, npack);
     CUDA_CHECK_LAUNCH();
 }
 
-void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N,
-                         int I) {
-    if (N <= 0 || I <= 0) return;
-    unsigned blocks = gtc_blocks((size_t)N * I, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(swiglu_backward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, N, I);
-    else
-        GTC_LAUNCH(swiglu_backward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (float *)dinp, (const float *)inp, (const float *)dout, N, I);
+template <typename Act>
+static void swiglu_backward_t(Backend *b, Act *dinp, const Act *inp, const Act *dout, int N, int I) {
+    size_t npack = swiglu_packs(dinp, inp, dout, N, I);
+    size_t work = npack + ((size_t)N * I - npack * GTC_PACK(Act));
+    GTC_LAUNCH(swiglu_backward_kernel<Act>, gtc_blocks(work, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), dinp,
+               inp, dout, N, I, npack);
     CUDA_CHECK_LAUNCH();
+}
+
+void gtc_swiglu_forward(Backend *b, act_t *out, const act_t *inp, int N, int I) {
+    if (N <= 0 || I <= 0) return;
+    if (gtc_act_bf16(b))
+        swiglu_forward_t(b, (gtc_bf16 *)out, (const gtc_bf16 *)inp, N, I);
+    else
+        swiglu_forward_t(b, (float *)out, (const float *)inp, N, I);
+}
+
+void gtc_swiglu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, int N, int I) {
+    if (N <= 0 || I <= 0) return;
+    if (gtc_act_bf16(b))
+        swiglu_backward_t(b, (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, N, I);
+    else
+        swiglu_backward_t(b, (float *)dinp, (const float *)inp, (const float *)dout, N, I);
 }

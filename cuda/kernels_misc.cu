@@ -9,13 +9,11 @@
  * Parameter gradients, mean/rstd, losses and the optimizer's tensors are always fp32.
  *
  * Fused: residual add + layernorm (residual_layernorm_forward); bias + GELU is a cuBLASLt epilogue
- * (backend_cuda.cu, matmul_gelu_forward). TODO(perf): vectorised bf16 loads. */
+ * (backend_cuda.cu, matmul_gelu_forward). The elementwise ops (gelu, add, scale, to_act, convert)
+ * and AdamW are in kernels_elementwise.cu. */
 #include "cuda_common.cuh"
 
 #include <math.h>
-
-#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
-#define GELU_A 0.044715f
 
 /* ------------------------------------------------------------------ block reductions */
 
@@ -53,27 +51,48 @@ __device__ float block_max(float v, float *shared /* >= 33 */) {
 
 /* ------------------------------------------------------------------ encoder */
 
+/* out[bt, :] = wte[tokens[bt], :] (+ wpe[position, :]): npack packs of P = GTC_PACK(Act) channels
+ * (16-byte loads and stores; only when C % P == 0 and the three tensors are 16-byte aligned, else
+ * npack = 0), then one element per thread. Bytes per element (bf16): 2 or 4 read, 2 written. */
 template <typename Act>
-__global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *wte,
-                                       const Act *wpe, int BT, int T, int C, const int *pos) {
-    size_t n = (size_t)BT * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t bt = i / C;
-        int c = (int)(i % C);
-        int t = pos ? pos[bt] : (int)(bt % T); /* packed rows: the token's position */
-        float v = load_f32(wte, (size_t)tokens[bt] * C + c);
-        if (wpe) v += load_f32(wpe, (size_t)t * C + c); /* NULL: no position embedding (Llama) */
-        store_from_f32(out, i, v);
+__device__ __forceinline__ float encoder_value(const int *tokens, const Act *wte, const Act *wpe, const int *pos,
+                                               size_t bt, int c, int T, int C) {
+    int t = pos ? pos[bt] : (int)(bt % T); /* packed rows: the token's position */
+    float v = load_f32(wte, (size_t)tokens[bt] * C + c);
+    if (wpe) v += load_f32(wpe, (size_t)t * C + c); /* NULL: no position embedding (Llama) */
+    return v;
+}
+
+template <typename Act>
+__global__ void encoder_forward_kernel(Act *out, const int *tokens, const Act *wte, const Act *wpe, int BT, int T,
+                                       int C, const int *pos, size_t npack) {
+    constexpr int P = GTC_PACK(Act);
+    const size_t n = (size_t)BT * C, stride = (size_t)gridDim.x * blockDim.x;
+    const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    for (size_t q = tid; q < npack; q += stride) {
+        const size_t i = q * P, bt = i / C;
+        const int c = (int)(i % C), t = pos ? pos[bt] : (int)(bt % T);
+        float v[P], e[P];
+        load_pack<P>(v, wte + (size_t)tokens[bt] * C + c);
+        if (wpe) {
+            load_pack<P>(e, wpe + (size_t)t * C + c);
+#pragma unroll
+            for (int k = 0; k < P; k++) v[k] += e[k];
+        }
+        store_pack<P>(out + i, v);
     }
+    for (size_t i = npack * P + tid; i < n; i += stride)
+        store_from_f32(out, i, encoder_value(tokens, wte, wpe, pos, i / C, (int)(i % C), T, C));
 }
 
 template <typename Act>
 static void encoder_forward_t(Backend *b, Act *out, const int *tokens, const Act *wte,
                               const Act *wpe, int B, int T, int C, const int *pos) {
-    size_t n = (size_t)B * T * C;
-    GTC_LAUNCH(encoder_forward_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C, pos);
+    const size_t n = (size_t)B * T * C;
+    const bool packed = C % GTC_PACK(Act) == 0 && gtc_aligned16(out) && gtc_aligned16(wte) && (!wpe || gtc_aligned16(wpe));
+    const size_t npack = packed ? n / GTC_PACK(Act) : 0, work = npack + (n - npack * GTC_PACK(Act));
+    GTC_LAUNCH(encoder_forward_kernel<Act>, gtc_blocks(work, GTC_THREADS), GTC_THREADS, 0,
+               gtc_stream(b), out, tokens, wte, wpe, B * T, T, C, pos, npack);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -201,8 +220,12 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
 /* ------------------------------------------------------------------ column reductions */
 
 /* Parameter gradients that sum over rows (layernorm dw/dbias, matmul dbias) go in two fixed-order
- * passes: partial sums in double over RS contiguous row chunks (grid: column tiles x RS), then
- * one thread per column adds the RS partials in order. RS depends only on N. */
+ * passes: fp32 partial sums over RS contiguous row chunks (grid: column tiles x RS), then one thread
+ * per column adds the RS partials in order. RS depends only on N, so the bits do not depend on the
+ * device. fp32, not double (FP64 runs at 1/64 rate on GeForce cards): a column's sum over NR rows
+ * takes k = ceil(NR / RS / COL_TY) + COL_TY + RS + 1 rounded additions in a fixed tree, so its error
+ * is at most about k * 2^-24 * sum |terms| (backend.h states the bound for every path;
+ * tests/test_ops_paramgrads.c checks it against a double reference at N = 16384). */
 #define COL_TX 32
 #define COL_TY 8
 #define col_row_splits gtc_row_splits
@@ -213,18 +236,18 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
  * heads, h = r % heads, start at n * ld + h * C, their statistics at mean/rstd[n * sld + h]: a
  * plain norm's rows are heads 1, ld C, sld 1; head_rmsnorm's are a row's q (or k) heads. */
 template <typename Act>
-__global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, const Act *inp,
+__global__ void colsum_partial_kernel(float *pw, float *pb, const Act *dout, const Act *inp,
                                       const float *mean, const float *rstd, int NR, int heads,
                                       size_t ld, int sld, int C, int RS) {
-    __shared__ double s_w[COL_TY][COL_TX];
-    __shared__ double s_b[COL_TY][COL_TX];
+    __shared__ float s_w[COL_TY][COL_TX];
+    __shared__ float s_b[COL_TY][COL_TX];
     int tx = threadIdx.x, ty = threadIdx.y;
     int c = blockIdx.x * COL_TX + tx;
     int y = blockIdx.y;
     int chunk = (NR + RS - 1) / RS;
     int r0 = y * chunk;
     int r1 = min(NR, r0 + chunk);
-    double aw = 0.0, ab = 0.0;
+    float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         for (int r = r0 + ty; r < r1; r += COL_TY) {
             int n = heads == 1 ? r : r / heads, h = r - n * heads;
@@ -238,7 +261,7 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, c
     s_b[ty][tx] = ab;
     __syncthreads();
     if (ty == 0 && c < C) {
-        double sw = 0.0, sb = 0.0;
+        float sw = 0.0f, sb = 0.0f;
         for (int k = 0; k < COL_TY; k++) {
             sw += s_w[k][tx];
             sb += s_b[k][tx];
@@ -248,19 +271,18 @@ __global__ void colsum_partial_kernel(double *pw, double *pb, const Act *dout, c
     }
 }
 
-__global__ void colsum_final_kernel(float *dw, float *db, const double *pw, const double *pb,
-                                    int C, int RS) {
+__global__ void colsum_final_kernel(float *dw, float *db, const float *pw, const float *pb, int C, int RS) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     if (dw) {
-        double s = 0.0;
+        float s = 0.0f;
         for (int y = 0; y < RS; y++) s += pw[(size_t)y * C + c];
-        dw[c] += (float)s;
+        dw[c] += s;
     }
     if (db) {
-        double s = 0.0;
+        float s = 0.0f;
         for (int y = 0; y < RS; y++) s += pb[(size_t)y * C + c];
-        db[c] += (float)s;
+        db[c] += s;
     }
 }
 
@@ -273,8 +295,8 @@ static void colreduce_rows(Backend *b, float *dw, float *db, const Act *dout, co
     if (N <= 0 || heads <= 0 || C <= 0) return;
     int NR = N * heads;
     int RS = col_row_splits(NR);
-    double *pw = (double *)gtc_scratch(b, (size_t)2 * RS * C * sizeof(double));
-    double *pb = pw + (size_t)RS * C;
+    float *pw = (float *)gtc_scratch(b, (size_t)2 * RS * C * sizeof(float));
+    float *pb = pw + (size_t)RS * C;
     cudaStream_t st = gtc_stream(b);
     dim3 grid((unsigned)((C + COL_TX - 1) / COL_TX), (unsigned)RS);
     dim3 block(COL_TX, COL_TY);
@@ -501,10 +523,121 @@ __global__ void layernorm_backward_dinp_kernel(Act *dinp, const Act *dout, const
     }
 }
 
+/* ------------------------------------------------------------------ single-pass norm backward
+ *
+ * LayerNorm (LN) or RMSNorm backward in one pass over dout and inp: dinp += the rows' gradients
+ * (dinp NULL: none) and the column sums dw = sum_r dout * xhat (and, with pb, db = sum_r dout) as
+ * fp32 partials per block, which colsum_final_kernel then adds in block order. The two-pass form
+ * (the dinp kernel, then colreduce) read dout and inp twice: 4 + 2 (dinp) + 2 bytes per element
+ * under bf16 read and 2 written, now 2 + 2 + 2 read and 2 written.
+ *
+ * Layout: block y takes rows [y * rpb, (y + 1) * rpb), rpb = max(16, ceil(N / 256)) (so the grid,
+ * at most 256 blocks, depends on N only);
+ * its nw warps take rows y * rpb + warp, + nw, ... one at a time, lane l the columns l, l + 32, ...
+ * (the dinp kernels' order, so dinp's bits are theirs). Each warp adds its rows' dout * xhat into
+ * its own fp32 row of shared memory (s[warp][c]: a lane owns its columns, no two threads write one
+ * word); after a barrier thread t adds the nw warp rows of its columns in warp order into the
+ * block's partial pw[y][c]. So every sum has a fixed order: rows within a warp, warps, blocks.
+ * nw = (48 KiB / (C * 4 * arrays)) clamped to [1, 8] depends on C only; wider rows (no warp fits)
+ * take the two-pass path. */
+#define NB_SMEM_BYTES (48 * 1024)
+#define NB_MAX_BLOCKS 256 /* about 2 blocks per SM on an H100 */
+
+/* warps per block of the single-pass norm backward for rows of C (arrays: 1 dw, 2 dw and db); 0:
+ * a warp's shared row does not fit, use the two-pass form */
+static int norm_bwd_warps(int C, int arrays) {
+    size_t per_warp = (size_t)C * sizeof(float) * (size_t)arrays;
+    size_t nw = NB_SMEM_BYTES / per_warp;
+    return nw > 8 ? 8 : (int)nw;
+}
+
+template <bool LN, typename Act>
+__global__ void norm_backward_kernel(Act *dinp, float *pw, float *pb, const Act *dout, const Act *inp,
+                                     const Act *w, const float *mean, const float *rstd, int N, int C, int rpb) {
+    extern __shared__ float nb_smem[]; /* [nw][C] dw partials, then [nw][C] db partials if pb */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    float *sw = nb_smem + (size_t)warp * C;
+    float *sb = pb ? nb_smem + (size_t)(nw + warp) * C : NULL;
+    for (int c = lane; c < C; c += 32) {
+        sw[c] = 0.0f;
+        if (sb) sb[c] = 0.0f;
+    }
+    const int r0 = blockIdx.x * rpb, r1 = min(N, r0 + rpb);
+    const float invC = 1.0f / (float)C;
+    for (int row = r0 + warp; row < r1; row += nw) { /* warp-uniform */
+        const Act *x = inp + (size_t)row * C;
+        const Act *dy = dout + (size_t)row * C;
+        const float m = LN ? mean[row] : 0.0f, r = rstd[row];
+        float s1 = 0.0f, s2 = 0.0f;
+        for (int c = lane; c < C; c += 32) {
+            float dn = load_f32(dy, c) * load_f32(w, c);
+            if (LN) s1 += dn;
+            s2 += dn * ((load_f32(x, c) - m) * r);
+        }
+        const float mdn = LN ? gtc_warp_sum(s1) * invC : 0.0f;
+        const float mdnx = gtc_warp_sum(s2) * invC;
+        Act *dx = dinp ? dinp + (size_t)row * C : NULL;
+        for (int c = lane; c < C; c += 32) {
+            const float xh = (load_f32(x, c) - m) * r, g = load_f32(dy, c);
+            if (dx) {
+                float d = LN ? (g * load_f32(w, c) - mdn - xh * mdnx) * r : (g * load_f32(w, c) - xh * mdnx) * r;
+                store_from_f32(dx, c, load_f32(dx, c) + d);
+            }
+            sw[c] += g * xh;
+            if (sb) sb[c] += g;
+        }
+    }
+    __syncthreads(); /* every warp's partial rows are complete */
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float aw = 0.0f, ab = 0.0f;
+        for (int k = 0; k < nw; k++) {
+            aw += nb_smem[(size_t)k * C + c];
+            if (pb) ab += nb_smem[(size_t)(nw + k) * C + c];
+        }
+        pw[(size_t)blockIdx.x * C + c] = aw;
+        if (pb) pb[(size_t)blockIdx.x * C + c] = ab;
+    }
+}
+
+/* dinp (NULL: none) += the gradient, dw += sum dout * xhat, db (NULL: none) += sum dout, in one pass;
+ * false (nothing done) when rows of C are too wide for it */
+template <bool LN, typename Act>
+static bool norm_backward_single_pass(Backend *b, Act *dinp, float *dw, float *db, const Act *dout, const Act *inp,
+                                      const Act *w, const float *mean, const float *rstd, int N, int C) {
+    const int arrays = db ? 2 : 1, nw = norm_bwd_warps(C, arrays);
+    if (nw < 1 || N <= 0 || C <= 0) return false;
+    int rpb = (N + NB_MAX_BLOCKS - 1) / NB_MAX_BLOCKS;
+    if (rpb < 16) rpb = 16;
+    const int blocks = (N + rpb - 1) / rpb;
+    float *pw = (float *)gtc_scratch(b, (size_t)arrays * blocks * C * sizeof(float));
+    float *pb = db ? pw + (size_t)blocks * C : NULL;
+    cudaStream_t st = gtc_stream(b);
+    size_t smem = (size_t)arrays * nw * C * sizeof(float);
+    GTC_LAUNCH((norm_backward_kernel<LN, Act>), blocks, nw * 32, smem, st, dinp, pw, pb, dout, inp, w, mean, rstd, N,
+               C, rpb);
+    CUDA_CHECK_LAUNCH();
+    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);
+    CUDA_CHECK_LAUNCH();
+    return true;
+}
+
+void gtc_rmsnorm_backward_single_pass(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
+                                      const act_t *w, const float *rstd, int N, int C, bool *done) {
+    if (gtc_act_bf16(b))
+        *done = norm_backward_single_pass<false>(b, (gtc_bf16 *)dinp, dw, (float *)NULL, (const gtc_bf16 *)dout,
+                                                 (const gtc_bf16 *)inp, (const gtc_bf16 *)w, (const float *)NULL,
+                                                 rstd, N, C);
+    else
+        *done = norm_backward_single_pass<false>(b, (float *)dinp, dw, (float *)NULL, (const float *)dout,
+                                                 (const float *)inp, (const float *)w, (const float *)NULL, rstd,
+                                                 N, C);
+}
+
 template <typename Act>
 static void layernorm_backward_t(Backend *b, Act *dinp, float *dw, float *dbias, const Act *dout,
                                  const Act *inp, const Act *w, const float *mean,
                                  const float *rstd, int N, int C) {
+    if (dw && norm_backward_single_pass<true>(b, dinp, dw, dbias, dout, inp, w, mean, rstd, N, C)) return;
     if (dinp) {
         int rows_per_block = GTC_THREADS / 32;
         GTC_LAUNCH(layernorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
@@ -529,134 +662,6 @@ void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, co
     else
         layernorm_backward_t(b, (float *)dinp, dw, dbias, (const float *)dout, (const float *)inp,
                              (const float *)w, mean, rstd, N, C);
-}
-
-/* ------------------------------------------------------------------ gelu, add, scale, to_act, convert
- *
- * Elementwise: each thread reads element i of every input before writing element i of the output,
- * so out may alias an input (gelu_backward's dinp = dout, add's out = x or y). */
-
-template <typename Act>
-__global__ void gelu_forward_kernel(Act *out, const Act *inp, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = load_f32(inp, i);
-        float u = GELU_K * (x + GELU_A * x * x * x);
-        store_from_f32(out, i, 0.5f * x * (1.0f + tanhf(u)));
-    }
-}
-
-template <typename Act>
-__global__ void gelu_backward_kernel(Act *dinp, const Act *inp, const Act *dout, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float x = load_f32(inp, i);
-        float x2 = x * x;
-        float u = GELU_K * (x + GELU_A * x2 * x);
-        float th = tanhf(u);
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * GELU_A * x2);
-        /* dinp may alias dout: read before write, same element */
-        store_from_f32(dinp, i, g * load_f32(dout, i));
-    }
-}
-
-template <typename Act>
-__global__ void add_kernel(Act *out, const Act *x, const Act *y, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        store_from_f32(out, i, load_f32(x, i) + load_f32(y, i));
-}
-
-template <typename Act>
-__global__ void to_act_kernel(Act *dst, const float *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        store_from_f32(dst, i, src[i]);
-}
-
-__global__ void scale_kernel(float *x, float s, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        x[i] *= s;
-}
-
-void gtc_gelu_forward(Backend *b, act_t *out, const act_t *inp, size_t n) {
-    if (!n) return;
-    unsigned blocks = gtc_blocks(n, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(gelu_forward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)out, (const gtc_bf16 *)inp, n);
-    else
-        GTC_LAUNCH(gelu_forward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
-                   (const float *)inp, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *dout, size_t n) {
-    if (!n) return;
-    unsigned blocks = gtc_blocks(n, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(gelu_backward_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (gtc_bf16 *)dinp, (const gtc_bf16 *)inp, (const gtc_bf16 *)dout, n);
-    else
-        GTC_LAUNCH(gelu_backward_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b),
-                   (float *)dinp, (const float *)inp, (const float *)dout, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n) {
-    if (!n) return;
-    unsigned blocks = gtc_blocks(n, GTC_THREADS);
-    if (gtc_act_bf16(b))
-        GTC_LAUNCH(add_kernel<gtc_bf16>, blocks, GTC_THREADS, 0, gtc_stream(b), (gtc_bf16 *)out,
-                   (const gtc_bf16 *)x, (const gtc_bf16 *)y, n);
-    else
-        GTC_LAUNCH(add_kernel<float>, blocks, GTC_THREADS, 0, gtc_stream(b), (float *)out,
-                   (const float *)x, (const float *)y, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-/* fp32 -> act dtype: a device copy on the compute stream for fp32, a rounding kernel for bf16 */
-void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n) {
-    if (!n) return;
-    if (gtc_act_bf16(b)) {
-        GTC_LAUNCH(to_act_kernel<gtc_bf16>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-                   gtc_stream(b), (gtc_bf16 *)dst, src, n);
-        CUDA_CHECK_LAUNCH();
-    } else if ((const void *)dst != (const void *)src) {
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                   gtc_stream(b)));
-    }
-}
-
-__global__ void widen_kernel(float *dst, const gtc_bf16 *src, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = load_f32(src, i);
-}
-
-/* a stored weight into the act dtype (or back): to_act's rounding, or the exact widening */
-void gtc_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *src, GtDtype src_dtype, size_t n) {
-    if (!n) return;
-    if (dst_dtype == src_dtype) {
-        CUDA_CHECK(cudaMemcpyAsync(dst, src, n * gt_dtype_size(dst_dtype), cudaMemcpyDeviceToDevice,
-                                   gtc_stream(b)));
-        return;
-    }
-    if (dst_dtype == GT_F32)
-        GTC_LAUNCH(widen_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b),
-                   (float *)dst, (const gtc_bf16 *)src, n);
-    else
-        GTC_LAUNCH(to_act_kernel<gtc_bf16>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0,
-                   gtc_stream(b), (gtc_bf16 *)dst, (const float *)src, n);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_scale(Backend *b, float *x, float s, size_t n) {
-    if (!n) return;
-    GTC_LAUNCH(scale_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), x, s, n);
-    CUDA_CHECK_LAUNCH();
 }
 
 /* ------------------------------------------------------------------ cross-entropy */
@@ -713,37 +718,6 @@ void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targe
     else
         GTC_LAUNCH(crossentropy_kernel<float>, N, CE_THREADS, 0, gtc_stream(b), losses,
                    (float *)logits, targets, V, ld, dloss_scale, compute_grad);
-    CUDA_CHECK_LAUNCH();
-}
-
-/* ------------------------------------------------------------------ AdamW */
-
-__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, size_t n,
-                             float beta1, float beta2, float omb1, float omb2, float step,
-                             float inv_sqrt_bc2, float decay, float eps) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float g = grad[i];
-        float mi = beta1 * m[i] + omb1 * g;
-        float vi = beta2 * v[i] + omb2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = param[i] * decay;
-        param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    }
-}
-
-void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n, float lr,
-               float beta1, float beta2, float eps, float weight_decay, int t) {
-    if (!n) return;
-    /* scalars computed on the host exactly as backend_cpu.c does */
-    double bc1 = 1.0 - pow((double)beta1, (double)t);
-    double bc2 = 1.0 - pow((double)beta2, (double)t);
-    float step = (float)((double)lr / bc1);
-    float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
-    GTC_LAUNCH(adamw_kernel, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), param, grad,
-               m, v, n, beta1, beta2, 1.0f - beta1, 1.0f - beta2, step, inv_sqrt_bc2, decay, eps);
     CUDA_CHECK_LAUNCH();
 }
 

@@ -59,6 +59,13 @@ lora_gemm_alpha_ignored|cuda/backend_cuda.cu|N, M, K < 0 ? 0 : K, alpha, act_dty
 lora_concat_a_offset_by_r|src/model/adapter_linear.c|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), R,|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)((j + 1) % n) * r), R,|@(lora_model|lora_train)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 module_table_collectives_swapped|cuda/module_entry.cu|    nccl_reduce_scatter,\n    nccl_allgather,\n|    nccl_allgather,\n    nccl_reduce_scatter,\n|@(nccl|dist_e2e)/*
+elementwise_tail_dropped|cuda/kernels_elementwise.cu|    for (size_t i = npack * N + tid; i < n; i += stride)\n        store_from_f32(out, i, op(|    for (size_t i = npack * N + tid; i < npack * N; i += stride)\n        store_from_f32(out, i, op(|@(backend_ops|backend_ops_bf16)/*
+elementwise_alignment_unchecked|cuda/kernels_elementwise.cu|    const size_t npack = packed ? n / N : 0;\n    const size_t work = npack + (n - npack * N);\n    GTC_LAUNCH(adamw_kernel|    const size_t npack = packed ? n / N : n / N;\n    const size_t work = npack + (n - npack * N);\n    GTC_LAUNCH(adamw_kernel|@(backend_ops|backend_ops_bf16)/*
+adamw_act_copy_skipped|cuda/kernels_elementwise.cu|        if (copy) store_pack<N>(copy + o, p);\n||@(backend_ops|backend_ops_bf16)/*
+swiglu_pack_up_offset|cuda/kernels_llama.cu|        load_pack<P>(u, in + I);\n        load_pack<P>(dy, dout + idx);|        load_pack<P>(u, in + P);\n        load_pack<P>(dy, dout + idx);|@(backend_ops|backend_ops_bf16)/*
+fused_residual_not_written|cuda/kernels_misc.cu|        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));\n        s += load_f32(rr, c);|        s += load_f32(xr, c) + load_f32(yr, c);|@(ops|ops_bf16|backend_ops|backend_ops_bf16)/*
+norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every warp's partial rows are complete */\n||@(ops|ops_bf16|ops_llama|backend_ops)/*
+norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
 EOF
 }
 

@@ -357,19 +357,35 @@ static void run_crossentropy(Fx *fx, Rng *r, const int *s) {
     CHK_A("crossentropy dlogits", get_a(fx, d_logits, NV), rdl, NV);
 }
 
-/* s: n, t (fp32 tensors whatever the act dtype) */
+/* s: n, t, off (fp32 tensors whatever the act dtype). adamw with the act-dtype copy written in the same pass, on tensors starting off
+ * elements into their buffers (off 1: not 16-byte aligned, every element through the kernels'
+ * scalar path): param, m, v against ref_adamw, and the copy bit for bit the reference's rounding
+ * of the param the op returned (ref_round_bf16; the value itself under fp32) */
 static void run_adamw(Fx *fx, Rng *r, const int *s) {
-    const size_t n = (size_t)s[0];
+    const size_t n = (size_t)s[0], off = (size_t)s[2];
     const int t = s[1];
     float *p = rand_f(fx, r, n, -1, 1), *g = rand_f(fx, r, n, -1, 1), *m = rand_f(fx, r, n, -0.1f, 0.1f);
     float *v = rand_f(fx, r, n, 0, 0.01f);
-    float *d_p = dup_f(fx, p, n), *d_m = dup_f(fx, m, n), *d_v = dup_f(fx, v, n);
-    fx->be->ops->adamw(fx->be, d_p, dup_f(fx, g, n), d_m, d_v, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    float *d_p = dnan(fx, n + off) + off, *d_g = dnan(fx, n + off) + off, *d_m = dnan(fx, n + off) + off;
+    float *d_v = dnan(fx, n + off) + off;
+    act_t *d_c = backend_act_at(fx->be, dnan_a(fx, n + off), off);
+    GtError err = {0};
+    cr_assert_eq(fx->be->ops->to_device(fx->be, d_p, p, n * sizeof(float), &err), 0, "%s", err.msg);
+    cr_assert_eq(fx->be->ops->to_device(fx->be, d_g, g, n * sizeof(float), &err), 0, "%s", err.msg);
+    cr_assert_eq(fx->be->ops->to_device(fx->be, d_m, m, n * sizeof(float), &err), 0, "%s", err.msg);
+    cr_assert_eq(fx->be->ops->to_device(fx->be, d_v, v, n * sizeof(float), &err), 0, "%s", err.msg);
+    fx->be->ops->adamw(fx->be, d_p, d_g, d_m, d_v, d_c, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     double *rp = to_d(fx, p, n), *rm = to_d(fx, m, n), *rv = to_d(fx, v, n);
     ref_adamw(rp, to_d(fx, g, n), rm, rv, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    CHK("adamw param", get_f(fx, d_p, n), rp, n);
+    const float *got = get_f(fx, d_p, n), *copy = get_a(fx, d_c, n);
+    CHK("adamw param", got, rp, n);
     CHK("adamw m", get_f(fx, d_m, n), rm, n);
     CHK("adamw v", get_f(fx, d_v, n), rv, n);
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += (double)copy[i] != (fx->act == GT_BF16 ? ref_round_bf16(got[i]) : (double)got[i]);
+    cr_expect_eq(bad, 0, "adamw act copy: %zu of %zu values are not the rounding of the new param (%s)", bad, n,
+                 k_shape);
 }
 
 /* s: n: sum_squares, scale, to_act on one fp32 vector */
@@ -589,9 +605,9 @@ static const OpCase k_ops[] = {
     {"head_rmsnorm", run_head_rmsnorm, {"head_rmsnorm_forward", "head_rmsnorm_backward"},
      {{13, 4, 2, 64}, {7, 4, 1, 128}, {9, 2, 2, 20}}},
     {"rope", run_rope, {"rope_forward", "rope_backward"}, {{2, 7, 3, 2, 2, 8}, {2, 37, 11, 4, 2, 64}}},
-    {"swiglu", run_swiglu, {"swiglu_forward", "swiglu_backward"}, {{7, 13}, {64, 300}}},
+    {"swiglu", run_swiglu, {"swiglu_forward", "swiglu_backward"}, {{7, 13}, {64, 300}, {9, 40}}},
     {"crossentropy", run_crossentropy, {"crossentropy"}, {{10, 11}, {33, 257}}},
-    {"adamw", run_adamw, {"adamw"}, {{17, 1}, {20001, 7}}},
+    {"adamw", run_adamw, {"adamw"}, {{17, 1, 0}, {20001, 7, 0}, {20001, 3, 1}}},
     {"vector", run_vector, {"sum_squares", "scale", "to_act"}, {{9}, {20001}}},
     {"axpby_rows", run_axpby_rows, {"axpby_rows"}, {{5, 33, 40, 33}, {130, 150, 160, 152}}},
     {"dropout", run_dropout, {"dropout"}, {{1000, 100}, {20001, 500}}},

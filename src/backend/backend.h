@@ -116,7 +116,11 @@ typedef struct BackendOps {
     /* out = (inp - mean) * rstd * w + bias over rows of C; mean/rstd[N] saved for backward */
     void (*layernorm_forward)(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
                               const act_t *w, const act_t *bias, int N, int C, float eps);
-    /* dinp += ..., dw += ..., dbias += ...  (dinp ACCUMULATES: it is the residual stream) */
+    /* dinp += ..., dw += ..., dbias += ...  (dinp ACCUMULATES: it is the residual stream).
+     * dw, dbias (and rmsnorm's dw, head_rmsnorm's dwq/dwk, matmul's dbias): each column's sum over
+     * the N rows in a fixed order, its error at most gamma_K * (|dw| + sum_r |term_r|) with
+     * K = max(32, ceil(N / 256)) + 268 and gamma_K = K 2^-24 / (1 - K 2^-24) (CUDA: fp32 partials;
+     * the CPU sums in double; tests/test_ops_paramgrads.c checks it) */
     void (*layernorm_backward)(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                                const act_t *inp, const act_t *w, const float *mean,
                                const float *rstd, int N, int C);
@@ -241,8 +245,10 @@ typedef struct BackendOps {
                          int V, int ld, float dloss_scale, int compute_grad);
 
     /* AdamW (torch/HF form), one tensor: decoupled weight decay p -= lr*wd*p, then
-     * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1. */
-    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+     * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1.
+     * act_copy (NULL: none): also the new param in the act dtype, as to_act(act_copy, param, n)
+     * would write it, in the same pass (the compute copy of the weights); may equal param under fp32. */
+    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t);
     /* sum of squares of x[n] in double, returned to the host (synchronises) */
     double (*sum_squares)(Backend *b, const float *x, size_t n);

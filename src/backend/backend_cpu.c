@@ -463,7 +463,9 @@ static void f32_crossentropy(Backend *b, float *losses, float *logits, const int
 
 /* ------------------------------------------------------------------ optimizer, norms */
 
-static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, float *v, size_t n,
+static void cpu_to_act(Backend *b, act_t *dst, const float *src, size_t n);
+
+static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     double bc1 = 1.0 - pow((double)beta1, (double)t);
     double bc2 = 1.0 - pow((double)beta2, (double)t);
@@ -481,6 +483,7 @@ static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, flo
         float p = param[i] * decay;
         param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
+    if (act_copy) cpu_to_act(b, act_copy, param, n); /* the CPU reads the params again: no bandwidth to save */
 }
 
 static double cpu_sum_squares(Backend *b, const float *x, size_t n) {

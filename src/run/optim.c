@@ -44,6 +44,9 @@ void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t l
     Backend *be = m->be;
     const ParamLayout *pl = &m->layout;
     if (hi > pl->total) hi = pl->total;
+    /* the act-dtype compute copy of the weights is written in the same pass (NULL under fp32: the
+     * weights are the params); it is fresh afterwards when the range covered every param */
+    act_t *copy = m->weights != (act_t *)m->params ? m->weights : NULL;
     /* contiguous runs of tensors in the same group (decay or not) are stepped together */
     int i = 0;
     while (i < pl->n_tensors) {
@@ -54,12 +57,14 @@ void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t l
         if (a < lo) a = lo;
         if (b > hi) b = hi;
         if (a < b)
-            be->ops->adamw(be, m->params + a, m->grads + a, m->adam_m + (a - lo), m->adam_v + (a - lo), b - a,
+            be->ops->adamw(be, m->params + a, m->grads + a, m->adam_m + (a - lo), m->adam_v + (a - lo),
+                           copy ? backend_act_at(be, copy, a) : NULL, b - a,
                            (float)lr, (float)cfg->adam_beta1, (float)cfg->adam_beta2, (float)cfg->adam_epsilon,
                            decay ? (float)cfg->weight_decay : 0.0f, t);
         i = j;
     }
     model_params_changed(m);
+    if (copy && lo == 0 && hi == pl->total) m->weights_stale = false;
 }
 
 void adamw_step(Model *m, double lr, const RunConfig *cfg, int t) { adamw_step_range(m, lr, cfg, t, 0, m->layout.total); }
