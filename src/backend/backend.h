@@ -326,6 +326,12 @@ struct Backend {
     uint64_t device_total_bytes;
     int num_threads;             /* CPU threads in use (CPU backend) */
     GtDtype act_dtype;           /* element type of act_t tensors; fp32 at open (backend_set_precision) */
+    /* How often the host waited for the device: host_waits counts the calls of the ops that
+     * synchronise (to_device, to_host, synchronize, sum_squares, timer_elapsed_ms; the CPU backend
+     * counts the same calls, so the count is the caller's structure, the same on every backend);
+     * syncs counts synchronize alone (both streams, the whole device). Read by the trainer's summary
+     * and its tests: a micro-step adds none (model_step_async). */
+    uint64_t host_waits, syncs;
     void *impl;                  /* backend private state */
 };
 

@@ -321,6 +321,21 @@ static int overflow_error(const MemPlan *p, const ModelDesc *d, const RunConfig 
                     d->n_inner, d->n_head, d->vocab_size);
 }
 
+uint64_t plan_step_batch_bytes(int B, int A, int T, bool packing) {
+    const uint64_t n = (uint64_t)B * (uint64_t)A * (uint64_t)T; /* each at most 2^31: no overflow */
+    return 2 * n * (packing ? 3 : 2) * sizeof(int) + n * sizeof(float);
+}
+
+/* the run's plan: the model's and the step buffers */
+static int run_plan(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+                    GtDtype act, bool packing) {
+    if (plan_memory(p, d, B, A, world, T, pol, zero1, act)) return -1;
+    const uint64_t step = plan_step_batch_bytes(B, A, T, packing);
+    p->bytes[MEM_HOST_STAGING] += step;
+    p->host_total += step;
+    return 0;
+}
+
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err) {
     char a[32], b[32], why[256];
@@ -358,7 +373,7 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         }
         const PlanCandidate c = fit.rows[fit.chosen];
         RecomputePolicy pol = recompute_policy(c.every_n > 0, c.every_n ? c.every_n : 1, c.offload, d->n_layer);
-        if (plan_memory(p, d, c.B, c.A, world, T, pol, zero1, act)) {
+        if (run_plan(p, d, c.B, c.A, world, T, pol, zero1, act, cfg->data.packing)) {
             plan_fit_free(&fit);
             return overflow_error(p, d, cfg, err);
         }
@@ -370,7 +385,8 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         return 0;
     }
     RecomputePolicy pol = recompute_policy(cfg->gradient_checkpointing, cfg->every_n_layers, cfg->offload, d->n_layer);
-    if (plan_memory(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act))
+    if (run_plan(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act,
+                 cfg->data.packing))
         return overflow_error(p, d, cfg, err);
     if (memory_limit && p->device_total > memory_limit) {
         /* what would fit, for the same effective batch */

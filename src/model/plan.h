@@ -84,9 +84,16 @@ void plan_fit_free(PlanFit *f);
  * around the chosen one; out NULL: through gt_log. */
 void plan_fit_print(const PlanFit *f, FILE *out);
 
+/* The trainer's host buffers of a step's batch (host_staging; pinned on CUDA, so the uploads are
+ * copies the device does on its own): the tokens, targets and (packing) positions of the A
+ * micro-batches of B x T, twice (the host fills the next step's while the device reads this one's),
+ * and the step's per-token losses (fp32). plan_resolve adds them to the run's plan. */
+uint64_t plan_step_batch_bytes(int B, int A, int T, bool packing);
+
 /* Resolve the micro-batch layout for the config: fixed B, or auto-fit (per_device_train_batch_size
  * auto + train_batch_size) within memory_limit bytes. Fills *p. Errors (code 2) when the plan does
- * not fit memory_limit, with what would fit. memory_limit 0 = no limit. */
+ * not fit memory_limit, with what would fit. memory_limit 0 = no limit. The run's plan: the model's
+ * (plan_memory) and the trainer's step buffers (plan_step_batch_bytes, in host_staging). */
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err);
 
