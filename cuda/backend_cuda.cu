@@ -688,6 +688,8 @@ extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) 
              prop.minor);
     b->device_free_bytes = free_b;
     b->device_total_bytes = total_b;
+    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");
+    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");
     gt_log("cuda: %s, backend-internal buffers %s cuBLASLt workspace + %s reduction scratch "
            "(not in the plan's categories)\n",
            b->device_name, gt_format_bytes(ws, sizeof ws, GTC_LT_WORKSPACE_BYTES),

@@ -178,6 +178,12 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
                 gt_format_bytes(b, sizeof b, measured->device_peak));
     else
         fprintf(out, "  %-18s %14s\n", "device total", gt_format_bytes(a, sizeof a, p->device_total));
+    if (p->runtime_reserve) {
+        fprintf(out, "  %-18s %14s  (%s: the runtime's, outside the categories)\n", "runtime_reserve",
+                gt_format_bytes(a, sizeof a, p->runtime_reserve), p->runtime_reserve_what);
+        fprintf(out, "  %-18s %14s  (device total + runtime_reserve)\n", "device need",
+                gt_format_bytes(a, sizeof a, p->device_total + p->runtime_reserve));
+    }
     fprintf(out, "  %-18s %14s\n", "host total", gt_format_bytes(a, sizeof a, p->host_total));
     fprintf(out, "  peak: every buffer is allocated once before step 1 and reused, so the peak is the\n"
                  "  total above, reached at the start and held through every forward, backward and\n"

@@ -25,6 +25,11 @@ typedef struct {
     uint64_t bytes[MEM_COUNT];
     uint64_t device_total; /* the device categories */
     uint64_t host_total;   /* host_offload + host_staging */
+    /* device bytes the runtime takes beside the categories (Backend.runtime_reserve; 0 on the CPU and
+     * in a plan made without a device): not in device_total; printed as its own line, with the
+     * device's need = device_total + runtime_reserve */
+    uint64_t runtime_reserve;
+    char runtime_reserve_what[160];
     const char *overflow;  /* NULL, or the first quantity that overflowed 64 bits ("activations", ...) */
 } MemPlan;
 

@@ -305,8 +305,17 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     if (cfg->precision == PREC_BF16 && !(t->be->ops->caps & GT_CAP_NATIVE_BF16) && t->rank == 0)
         gt_warn("precision: bf16 on the cpu backend rounds activations as the GPU does, for checking: it is slower "
                 "than fp32 there\n");
-    uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
-    if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
+    uint64_t limit = cfg->memory_limit ? cfg->memory_limit : backend_auto_limit(t->be);
+    if (!cfg->memory_limit && t->be->runtime_reserve && t->rank == 0) {
+        char a[32], b[32], c[32];
+        gt_log("memory_limit auto: %s free on the device at start - %s runtime_reserve = %s for the plan\n",
+               gt_format_bytes(a, sizeof a, t->be->device_free_bytes), gt_format_bytes(b, sizeof b, t->be->runtime_reserve),
+               gt_format_bytes(c, sizeof c, limit));
+    }
+    const int refused = plan_resolve(&t->plan, desc, cfg, t->world, limit, err);
+    t->plan.runtime_reserve = t->be->runtime_reserve;
+    snprintf(t->plan.runtime_reserve_what, sizeof t->plan.runtime_reserve_what, "%s", t->be->runtime_reserve_what);
+    if (refused) {
         if (t->rank == 0 && !t->plan.overflow) plan_print(&t->plan, NULL, stdout); /* an overflowed plan shows nothing true */
         return -1;
     }
