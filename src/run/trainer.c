@@ -1,6 +1,8 @@
 /* trainer.c - see trainer.h. One optimizer step:
  *   rows of all micro-batches drawn first -> num_items (valid targets, all micro-batches, all ranks)
- *   for each micro-batch: forward + backward with the loss gradient scaled by 1/num_items
+ *   for each micro-batch: forward + backward with the loss gradient scaled by 1/num_items, issued
+ *     without a host wait (model_step_async: the batch from pinned step buffers, the losses back
+ *     the same way); the host reads the next step's rows meanwhile, then one synchronize
  *   grad norm -> skip on NaN/Inf -> clip -> AdamW -> zero grads -> log, eval, checkpoint
  * The run is opened in trainer_open.c, evaluated in trainer_eval.c; its collectives are dist.h's DistComm. */
 #include "trainer_internal.h"
@@ -423,7 +425,10 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
         trainer_summary_print(summary);
     }
     rundir_close(t.rundir); /* after the last file is written: releases the lock */
-    if (t.step_mem) backend_free(t.be, MEM_HOST_STAGING, t.step_mem, t.step_mem_bytes);
+    if (t.step_mem) { /* a failed step may have left copies of them in flight */
+        t.be->ops->synchronize(t.be);
+        backend_free(t.be, MEM_HOST_STAGING, t.step_mem, t.step_mem_bytes);
+    }
     dist_comm_close(t.comm, rc == 0); /* before the buffers it may still read go */
     eval_gen_free(t.gen);
     kv_cache_free(t.kv);
