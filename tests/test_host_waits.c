@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "plan.h"
 #include "run_util.h"
 #include "test_backend_select.h"
 
@@ -29,6 +30,8 @@ static Waits run_waits(const Ws *w, const char *tag, const char *a1, const char 
     expect_exit(w, tag, st, 0);
     char *log = read_log(w, tag, "out");
     cr_assert(log, "%s: no log", tag);
+    /* the step buffers are in the plan's host_staging: planned = measured in every category */
+    cr_expect(strstr(log, "(differs)") == NULL, "%s: a category's measured bytes differ from the plan:\n%s", tag, log);
     const char *at = strstr(log, "host waits   ");
     cr_assert(at, "%s: no host waits line in the summary:\n%s", tag, log);
     Waits r = {0};
@@ -137,4 +140,34 @@ Test(host_waits, auto_fit_leaves_the_runtime_reserve_free, .timeout = 300) {
     }
     free(log);
     ws_fini(&w);
+}
+
+/* The plan's lines on their own (any backend): with a runtime reserve, its line and the device's need,
+ * which is the device total plus the reserve as printed. */
+Test(host_waits, the_reserve_line_adds_up) {
+    ModelDesc d = {.n_layer = 6, .n_head = 4, .n_embd = 64, .n_inner = 256, .vocab_size = 512, .n_positions = 128,
+                   .layer_norm_epsilon = 1e-5, .tie_word_embeddings = true};
+    model_desc_defaults(&d);
+    MemPlan p;
+    cr_assert_eq(plan_memory(&p, &d, 4, 2, 1, 128, recompute_policy(false, 1, false, d.n_layer), false, GT_BF16), 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    plan_print(&p, NULL, f);
+    fclose(f);
+    cr_expect(strstr(text, "runtime_reserve") == NULL, "no reserve, no line:\n%s", text);
+    free(text);
+    p.runtime_reserve = (36ull << 20) + 12345;
+    snprintf(p.runtime_reserve_what, sizeof p.runtime_reserve_what, "cuBLAS workspace 32.00 MiB, other 4.01 MiB");
+    f = open_memstream(&text, &len);
+    plan_print(&p, NULL, f);
+    fclose(f);
+    double h1, h2, h3;
+    const double total = plan_value(text, "device total", &h1), reserve = plan_value(text, "runtime_reserve", &h2),
+                 need_b = plan_value(text, "device need", &h3);
+    cr_expect_leq(fabs(reserve - (double)p.runtime_reserve), h2, "%s", text);
+    cr_expect_leq(fabs(total - (double)p.device_total), h1, "%s", text);
+    cr_expect_leq(fabs(total + reserve - need_b), h1 + h2 + h3, "device total + runtime_reserve != device need:\n%s", text);
+    cr_expect(strstr(text, "cuBLAS workspace 32.00 MiB") != NULL, "the line names what the reserve holds:\n%s", text);
+    free(text);
 }
