@@ -434,7 +434,8 @@ int main(int argc, char **argv) {
             printf("memory limit: %s (%s)\n", gt_format_bytes(lim, sizeof lim, limit),
                    cfg->memory_limit ? "memory_limit" : "available RAM");
         else
-            printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start)\n");
+            printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start, less "
+                   "the runtime_reserve it prints)\n");
         int refused = plan_resolve(&plan, &desc, cfg, 1, limit, &err);
         if (!refused) /* the resolved table shows auto-fit's choices */
             config_set_fitted(cfg, plan.B, plan.A, plan.policy.every_n > 0,
