@@ -42,7 +42,6 @@ kv_store_value_from_key_heads|cuda/kernels_decode.cu|        vc[at] = row[KV + c
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 sync_not_counted|cuda/backend_cuda.cu|    b->host_waits++;\n    b->syncs++;|    b->host_waits++;|@(host_waits)/*
 runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");\n    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");\n||@(host_waits)/*
-async_upload_not_waited|src/model/model.c|    op->offload_wait(be, 0);\n    step_compute(m, rows, dloss_scale, true);|    step_compute(m, rows, dloss_scale, true);|@(host_waits|accumulation|recompute)/*
 EOF
 }
 
