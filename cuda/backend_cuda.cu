@@ -78,6 +78,7 @@ static void cu_host_free(Backend *b, void *p) {
 /* synchronous copies, ordered after the compute issued so far */
 static int cu_copy_sync(Backend *b, void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
                         const char *what, GtError *err) {
+    b->host_waits++;
     if (!bytes) return 0;
     CudaImpl *im = gtc_impl(b);
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, im->compute);
@@ -111,6 +112,8 @@ static void cu_zero(Backend *b, void *dev_dst, size_t bytes) {
 
 static void cu_synchronize(Backend *b) {
     CudaImpl *im = gtc_impl(b);
+    b->host_waits++;
+    b->syncs++;
     CUDA_CHECK(cudaStreamSynchronize(im->copy));
     CUDA_CHECK(cudaStreamSynchronize(im->compute));
 }
@@ -547,6 +550,7 @@ static void cu_timer_start(Backend *b) {
 static double cu_timer_elapsed_ms(Backend *b) {
     CudaImpl *im = gtc_impl(b);
     float ms = 0.0f;
+    b->host_waits++;
     CUDA_CHECK(cudaEventRecord(im->timer[1], im->compute));
     CUDA_CHECK(cudaEventSynchronize(im->timer[1]));
     CUDA_CHECK(cudaEventElapsedTime(&ms, im->timer[0], im->timer[1]));
@@ -682,6 +686,8 @@ extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) 
              prop.minor);
     b->device_free_bytes = free_b;
     b->device_total_bytes = total_b;
+    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");
+    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");
     gt_log("cuda: %s, backend-internal buffers %s cuBLASLt workspace + %s reduction scratch "
            "(not in the plan's categories)\n",
            b->device_name, gt_format_bytes(ws, sizeof ws, GTC_LT_WORKSPACE_BYTES),

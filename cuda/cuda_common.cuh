@@ -61,6 +61,19 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
  * is printed once when the backend opens. */
 #define GTC_LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
 #define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums (grows on demand) */
+/* The runtime's device memory after open, outside the tracked buffers (Backend.runtime_reserve);
+ * the context, the cuBLASLt workspace and the scratch above are taken before the free figure is
+ * read, so they are not in it.
+ * - cuBLAS's own workspace, allocated at the first cuBLAS call on a stream: 32 MiB on Hopper
+ *   (sm_90) and later, 4 MiB before (cuBLAS documentation, cublasSetWorkspace: the default
+ *   workspace pool sizes);
+ * - kernel modules loaded at their first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA
+ *   12.2): gtrain's own are its .nv_fatbin, 3.3 MiB for sm_80 + sm_90 + PTX (measured: objdump -h
+ *   build/gtrain), and the cuBLAS/cuBLASLt kernels a run uses; 256 MiB is an allowance for both,
+ *   not a measurement (no GPU has run this yet: the device check's cudaMemGetInfo after steps
+ *   against the plan measures it). */
+#define GTC_CUBLAS_WORKSPACE_BYTES(major) ((size_t)((major) >= 9 ? 32 : 4) << 20)
+#define GTC_MODULES_RESERVE_BYTES ((size_t)256 << 20)
 #define GTC_SS_PARTS 256                          /* sum_squares: fixed number of partial sums */
 
 /* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan */

@@ -66,6 +66,8 @@ swiglu_pack_up_offset|cuda/kernels_llama.cu|        load_pack<P>(u, in + I);\n  
 fused_residual_not_written|cuda/kernels_misc.cu|        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));\n        s += load_f32(rr, c);|        s += load_f32(xr, c) + load_f32(yr, c);|@(ops|ops_bf16|backend_ops|backend_ops_bf16)/*
 norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every warp's partial rows are complete */\n||@(ops|ops_bf16|ops_llama|backend_ops)/*
 norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
+sync_not_counted|cuda/backend_cuda.cu|    b->host_waits++;\n    b->syncs++;|    b->host_waits++;|@(host_waits)/*
+runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");\n    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");\n||@(host_waits)/*
 EOF
 }
 

@@ -227,7 +227,7 @@ const KeySpec CONFIG_SCHEMA[] = {
             "checkpoint, and refuse a different run naming what differs; \"latest\": that checkpoint, required; a "
             "checkpoint directory; never (or false, or empty): start fresh."},
     {.key = "memory_limit", .type = KT_BYTES, FIELD(memory_limit), .def = "auto", .imin = 1,
-     .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free."},
+     .imax = 1LL << 50, .doc = "Memory the run may plan for: bytes, or \"24GiB\", \"512MiB\", \"1.5GB\"; auto = what is free, on a GPU less the runtime_reserve (cuBLAS workspace, kernel modules, NCCL buffers) that the plan prints."},
     {.key = "num_threads", .type = KT_INT, FIELD(num_threads), .def = "0", .imin = 0, .imax = 4096,
      .doc = "CPU threads; 0 = all cores."},
     {.key = "overwrite_output_dir", .type = KT_BOOL, FIELD(overwrite_output_dir), .def = "false",

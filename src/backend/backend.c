@@ -28,6 +28,19 @@ const char *mem_category_name(MemCategory c) {
 
 bool mem_category_on_device(MemCategory c) { return c != MEM_HOST_OFFLOAD && c != MEM_HOST_STAGING; }
 
+void backend_reserve(Backend *b, uint64_t bytes, const char *what) {
+    char sz[32];
+    const size_t n = strlen(b->runtime_reserve_what);
+    b->runtime_reserve += bytes;
+    snprintf(b->runtime_reserve_what + n, sizeof b->runtime_reserve_what - n, "%s%s %s", n ? ", " : "", what,
+             gt_format_bytes(sz, sizeof sz, bytes));
+}
+
+uint64_t backend_auto_limit(const Backend *b) {
+    /* 1, not 0: a limit of 0 means none, and a reserve above the free memory leaves nothing */
+    return b->device_free_bytes > b->runtime_reserve ? b->device_free_bytes - b->runtime_reserve : 1;
+}
+
 const char *backend_built_list(void) {
 #ifdef GT_HAVE_CUDA
     return "cpu cuda";

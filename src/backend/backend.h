@@ -343,6 +343,19 @@ struct Backend {
     uint64_t device_total_bytes;
     int num_threads;             /* CPU threads in use (CPU backend) */
     GtDtype act_dtype;           /* element type of act_t tensors; fp32 at open (backend_set_precision) */
+    /* How often the host waited for the device: host_waits counts the calls of the ops that
+     * synchronise (to_device, to_host, synchronize, sum_squares, timer_elapsed_ms; the CPU backend
+     * counts the same calls, so the count is the caller's structure, the same on every backend);
+     * syncs counts synchronize alone (both streams, the whole device). Read by the trainer's summary
+     * and its tests: a micro-step adds none (model_step_async). */
+    uint64_t host_waits, syncs;
+    /* Device bytes the runtime still takes after open, outside the tracking allocator's categories
+     * (the plan's runtime_reserve line): the CUDA backend sets cuBLAS's own workspace and an
+     * allowance for the kernel modules loaded at their first launch (cuda/backend_cuda.cu names the
+     * source of each figure), dist_comm_open adds NCCL's buffers; 0 on the CPU. memory_limit auto is
+     * device_free_bytes minus this. */
+    uint64_t runtime_reserve;
+    char runtime_reserve_what[160]; /* what it holds, for the plan's line ("" when 0) */
     void *impl;                  /* backend private state */
 };
 
@@ -386,6 +399,12 @@ void backend_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, const 
                                  const act_t *bias, int N, int C, int OC);
 void backend_residual_rmsnorm_forward(Backend *b, act_t *res, act_t *out, float *rstd, const act_t *x, const act_t *y,
                                       const act_t *w, int N, int C, float eps);
+
+/* Add bytes to b->runtime_reserve, named in runtime_reserve_what ("cuBLAS workspace 32.0 MiB"). */
+void backend_reserve(Backend *b, uint64_t bytes, const char *what);
+/* What memory_limit auto lets the plan's device categories take: device_free_bytes at open less
+ * runtime_reserve (1 byte, so that nothing fits, when the reserve is larger). */
+uint64_t backend_auto_limit(const Backend *b);
 
 /* Which backends this build made, e.g. "cpu cuda" (the CUDA one a module: backend_describe says
  * whether it is found and loads). */

@@ -54,15 +54,15 @@ static void cpu_free(Backend *b, void *p) {
 }
 
 static int cpu_to_device(Backend *b, void *dst, const void *src, size_t bytes, GtError *err) {
-    (void)b;
     (void)err;
+    b->host_waits++;
     if (bytes) memmove(dst, src, bytes);
     return 0;
 }
 
 static int cpu_to_host(Backend *b, void *dst, const void *src, size_t bytes, GtError *err) {
-    (void)b;
     (void)err;
+    b->host_waits++;
     if (bytes) memmove(dst, src, bytes);
     return 0;
 }
@@ -77,7 +77,10 @@ static void cpu_zero(Backend *b, void *dst, size_t bytes) {
     if (bytes) memset(dst, 0, bytes);
 }
 
-static void cpu_synchronize(Backend *b) { (void)b; }
+static void cpu_synchronize(Backend *b) {
+    b->host_waits++;
+    b->syncs++;
+}
 
 static void cpu_offload_to_host(Backend *b, void *dst, const void *src, size_t bytes, int slot) {
     (void)slot;
@@ -487,6 +490,7 @@ static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, flo
 }
 
 static double cpu_sum_squares(Backend *b, const float *x, size_t n) {
+    b->host_waits++;
     double part[SS_PARTS];
     size_t chunk = (n + SS_PARTS - 1) / SS_PARTS;
 #pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
@@ -676,7 +680,10 @@ static void cpu_convert(Backend *b, void *dst, GtDtype dst_dtype, const void *sr
 /* ------------------------------------------------------------------ open / close */
 
 static void cpu_timer_start(Backend *b) { ((CpuImpl *)b->impl)->timer_start = gt_now_seconds(); }
-static double cpu_timer_elapsed_ms(Backend *b) { return (gt_now_seconds() - ((CpuImpl *)b->impl)->timer_start) * 1e3; }
+static double cpu_timer_elapsed_ms(Backend *b) {
+    b->host_waits++;
+    return (gt_now_seconds() - ((CpuImpl *)b->impl)->timer_start) * 1e3;
+}
 
 static void cpu_close(Backend *b) {
     if (!b) return;

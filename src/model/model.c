@@ -439,14 +439,12 @@ void model_refresh_weights(Model *m) {
 
 /* ---------------------------------------------------------------- steps */
 
-static int upload_batch(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
-                        GtError *err) {
-    const size_t n = (size_t)rows * m->T * sizeof(int);
+/* the batch's rows as the ops take them (backend.h): each row starts at 0, then 0 or one more */
+static int check_batch(const Model *m, const int *positions, int rows, GtError *err) {
     if (rows < 1 || rows > m->B) return gt_error(err, GT_EXIT_FAILURE, "model: %d rows, model sized for %d", rows, m->B);
     if (positions && !(m->be->ops->caps & GT_CAP_POSITIONS))
         return gt_error(err, GT_EXIT_BAD_INPUT, "model: the %s backend does not take per-token positions (packed rows)",
                         m->be->ops->name);
-    /* what the ops take (backend.h): each row starts at 0, then 0 or one more; never past T */
     for (int r = 0; positions && r < rows; r++)
         for (int t = 0; t < m->T; t++) {
             const int p = positions[(size_t)r * m->T + t], prev = t ? positions[(size_t)r * m->T + t - 1] : -1;
@@ -454,6 +452,13 @@ static int upload_batch(Model *m, const int *tokens, const int *targets, const i
                 return gt_error(err, GT_EXIT_FAILURE, "model: row %d position %d is %d, expected 0 or %d", r, t, p,
                                 prev + 1);
         }
+    return 0;
+}
+
+static int upload_batch(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                        GtError *err) {
+    const size_t n = (size_t)rows * m->T * sizeof(int);
+    if (check_batch(m, positions, rows, err)) return -1;
     if (m->be->ops->to_device(m->be, m->tokens, tokens, n, err)) return -1;
     m->pos_on = positions != NULL;
     if (positions && m->be->ops->to_device(m->be, m->positions, positions, n, err)) return -1;
@@ -465,13 +470,11 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
     return model_step_pos(m, tokens, targets, NULL, rows, dloss_scale, compute_grad, loss_sum, err);
 }
 
-int model_step_pos(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
-                   float dloss_scale, bool compute_grad, double *loss_sum, GtError *err) {
+/* forward, LM head + loss and (compute_grad) backward of the uploaded batch: issued, not waited for */
+static void step_compute(Model *m, int rows, float dloss_scale, bool compute_grad) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
     const int C = m->desc.n_embd, V = m->desc.vocab_size, LV = plan_logits_stride(&m->desc), BT = rows * m->T;
-    if (compute_grad && !m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
-    if (upload_batch(m, tokens, targets, positions, rows, err)) return -1;
     model_refresh_weights(m);
     m->kv_len = 0; /* the activations are this batch's now */
     m->training = compute_grad;
@@ -487,10 +490,44 @@ int model_step_pos(Model *m, const int *tokens, const int *targets, const int *p
                                 m->lm_head, n, C, V, LV);
     }
     if (compute_grad) model_backward_blocks(m, rows);
-    if (op->to_host(be, m->losses_host, m->losses, (size_t)BT * sizeof(float), err)) return -1;
+}
+
+int model_step_pos(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                   float dloss_scale, bool compute_grad, double *loss_sum, GtError *err) {
+    Backend *be = m->be;
+    const int BT = rows * m->T;
+    if (compute_grad && !m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
+    if (upload_batch(m, tokens, targets, positions, rows, err)) return -1;
+    step_compute(m, rows, dloss_scale, compute_grad);
+    if (be->ops->to_host(be, m->losses_host, m->losses, (size_t)BT * sizeof(float), err)) return -1;
+    *loss_sum = model_loss_sum(m->losses_host, BT);
+    return 0;
+}
+
+double model_loss_sum(const float *losses, int n) {
     double s = 0.0;
-    for (int i = 0; i < BT; i++) s += m->losses_host[i];
-    *loss_sum = s;
+    for (int i = 0; i < n; i++) s += losses[i];
+    return s;
+}
+
+/* The copies go on the backend's copy stream in offload slot 0: ordered after the compute issued
+ * so far (the previous micro-batch's reads of tokens, targets and positions, and its losses), and
+ * the compute waits for the upload before it starts. A recompute offload sharing the slot only
+ * makes a wait later than it needs to be (the copy stream runs in order), never earlier. */
+int model_step_async(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                     float dloss_scale, float *losses_host, GtError *err) {
+    Backend *be = m->be;
+    const BackendOps *op = be->ops;
+    const size_t n = (size_t)rows * m->T * sizeof(int);
+    if (!m->grads) return gt_error(err, GT_EXIT_FAILURE, "model: created for inference, no gradients");
+    if (check_batch(m, positions, rows, err)) return -1;
+    op->offload_to_device(be, m->tokens, tokens, n, 0);
+    m->pos_on = positions != NULL;
+    if (positions) op->offload_to_device(be, m->positions, positions, n, 0);
+    op->offload_to_device(be, m->targets, targets, n, 0);
+    op->offload_wait(be, 0);
+    step_compute(m, rows, dloss_scale, true);
+    op->offload_to_host(be, losses_host, m->losses, (size_t)rows * m->T * sizeof(float), 0);
     return 0;
 }
 

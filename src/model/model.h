@@ -135,6 +135,16 @@ int model_step(Model *m, const int *tokens, const int *targets, int rows, float 
  * with positions from 0 attending only to itself (backend.h; needs GT_CAP_POSITIONS). */
 int model_step_pos(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
                    float dloss_scale, bool compute_grad, double *loss_sum, GtError *err);
+/* A training micro-batch (model_step_pos with compute_grad, the same ops in the same order: the
+ * same bits) that never waits for the device: tokens, targets and positions (NULL: none) are read
+ * from host memory (pinned on CUDA: the trainer's step buffers, host_staging) on the backend's copy
+ * stream, and the per-token losses [rows*T] are copied back into losses_host the same way. Neither
+ * host array may be touched until the next synchronize; then losses_host holds the losses
+ * (model_loss_sum adds them as model_step_pos does). */
+int model_step_async(Model *m, const int *tokens, const int *targets, const int *positions, int rows,
+                     float dloss_scale, float *losses_host, GtError *err);
+/* the sum of n per-token losses in double, in order: the loss_sum of model_step_pos */
+double model_loss_sum(const float *losses, int n);
 
 /* Sampling: forward positions pos0..pos0+n-1 of row 0 (tokens[n], host) and copy the logits of the
  * last one to logits_host[vocab_size]. The keys and values of positions 0..pos0-1 are those the

@@ -178,6 +178,12 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
                 gt_format_bytes(b, sizeof b, measured->device_peak));
     else
         fprintf(out, "  %-18s %14s\n", "device total", gt_format_bytes(a, sizeof a, p->device_total));
+    if (p->runtime_reserve) {
+        fprintf(out, "  %-18s %14s  (%s: the runtime's, outside the categories)\n", "runtime_reserve",
+                gt_format_bytes(a, sizeof a, p->runtime_reserve), p->runtime_reserve_what);
+        fprintf(out, "  %-18s %14s  (device total + runtime_reserve)\n", "device need",
+                gt_format_bytes(a, sizeof a, p->device_total + p->runtime_reserve));
+    }
     fprintf(out, "  %-18s %14s\n", "host total", gt_format_bytes(a, sizeof a, p->host_total));
     fprintf(out, "  peak: every buffer is allocated once before step 1 and reused, so the peak is the\n"
                  "  total above, reached at the start and held through every forward, backward and\n"
@@ -321,6 +327,21 @@ static int overflow_error(const MemPlan *p, const ModelDesc *d, const RunConfig 
                     d->n_inner, d->n_head, d->vocab_size);
 }
 
+uint64_t plan_step_batch_bytes(int B, int A, int T, bool packing) {
+    const uint64_t n = (uint64_t)B * (uint64_t)A * (uint64_t)T; /* each at most 2^31: no overflow */
+    return 2 * n * (packing ? 3 : 2) * sizeof(int) + n * sizeof(float);
+}
+
+/* the run's plan: the model's and the step buffers */
+static int run_plan(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
+                    GtDtype act, bool packing) {
+    if (plan_memory(p, d, B, A, world, T, pol, zero1, act)) return -1;
+    const uint64_t step = plan_step_batch_bytes(B, A, T, packing);
+    p->bytes[MEM_HOST_STAGING] += step;
+    p->host_total += step;
+    return 0;
+}
+
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err) {
     char a[32], b[32], why[256];
@@ -358,7 +379,7 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         }
         const PlanCandidate c = fit.rows[fit.chosen];
         RecomputePolicy pol = recompute_policy(c.every_n > 0, c.every_n ? c.every_n : 1, c.offload, d->n_layer);
-        if (plan_memory(p, d, c.B, c.A, world, T, pol, zero1, act)) {
+        if (run_plan(p, d, c.B, c.A, world, T, pol, zero1, act, cfg->data.packing)) {
             plan_fit_free(&fit);
             return overflow_error(p, d, cfg, err);
         }
@@ -370,7 +391,8 @@ int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world
         return 0;
     }
     RecomputePolicy pol = recompute_policy(cfg->gradient_checkpointing, cfg->every_n_layers, cfg->offload, d->n_layer);
-    if (plan_memory(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act))
+    if (run_plan(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act,
+                 cfg->data.packing))
         return overflow_error(p, d, cfg, err);
     if (memory_limit && p->device_total > memory_limit) {
         /* what would fit, for the same effective batch */

@@ -25,6 +25,11 @@ typedef struct {
     uint64_t bytes[MEM_COUNT];
     uint64_t device_total; /* the device categories */
     uint64_t host_total;   /* host_offload + host_staging */
+    /* device bytes the runtime takes beside the categories (Backend.runtime_reserve; 0 on the CPU and
+     * in a plan made without a device): not in device_total; printed as its own line, with the
+     * device's need = device_total + runtime_reserve */
+    uint64_t runtime_reserve;
+    char runtime_reserve_what[160];
     const char *overflow;  /* NULL, or the first quantity that overflowed 64 bits ("activations", ...) */
 } MemPlan;
 
@@ -84,9 +89,16 @@ void plan_fit_free(PlanFit *f);
  * around the chosen one; out NULL: through gt_log. */
 void plan_fit_print(const PlanFit *f, FILE *out);
 
+/* The trainer's host buffers of a step's batch (host_staging; pinned on CUDA, so the uploads are
+ * copies the device does on its own): the tokens, targets and (packing) positions of the A
+ * micro-batches of B x T, twice (the host fills the next step's while the device reads this one's),
+ * and the step's per-token losses (fp32). plan_resolve adds them to the run's plan. */
+uint64_t plan_step_batch_bytes(int B, int A, int T, bool packing);
+
 /* Resolve the micro-batch layout for the config: fixed B, or auto-fit (per_device_train_batch_size
  * auto + train_batch_size) within memory_limit bytes. Fills *p. Errors (code 2) when the plan does
- * not fit memory_limit, with what would fit. memory_limit 0 = no limit. */
+ * not fit memory_limit, with what would fit. memory_limit 0 = no limit. The run's plan: the model's
+ * (plan_memory) and the trainer's step buffers (plan_step_batch_bytes, in host_staging). */
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err);
 

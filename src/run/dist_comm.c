@@ -38,6 +38,7 @@ int dist_comm_open(DistComm **out, Dist *d, Backend *be, const char *init_file, 
         }
         c->host_over_nccl = !mpi;
         device_collectives = true;
+        backend_reserve(be, NCCL_RESERVE_BYTES, "NCCL buffers");
         char v[64];
         gt_log("data parallel: %d ranks, gradients over %s (id %s)\n", world, nccl_version_string(v, sizeof v),
                mpi ? "over MPI" : "through dist_init_file");

@@ -48,6 +48,12 @@ extern "C" {
 
 typedef struct NcclComm NcclComm;
 
+/* NCCL's device buffers, for the backend's runtime_reserve: NCCL_BUFFSIZE (4 MiB by default, NCCL's
+ * environment-variable documentation) per connection for the Simple protocol and about as much for
+ * LL128, a send and a receive connection per channel, ring and tree, up to 16 channels on one node
+ * (NCCL picks the count; 2 x 4 MiB x 2 x 2 x 16 = 512 MiB): an upper estimate, not a measurement. */
+#define NCCL_RESERVE_BYTES ((uint64_t)512 << 20)
+
 /* The communicator of this rank: rank/world from d (dist_rank, dist_world); the id over MPI when
  * dist_transport(d) is "mpi", else through init_file (required then, unless world is 1). be must
  * be the CUDA backend: the communicator lives on its device and orders after its compute stream. */

@@ -429,7 +429,7 @@ static int eval_generate(const RunConfig *cfg, EvalModel *em, EvalGen *g, Backen
     log_model(em, be);
     const int ctx = eval_gen_ctx(g), prefill = eval_gen_prefill(g, INT32_MAX);
     const GtDtype act = plan_act_dtype(cfg->precision);
-    const uint64_t limit = cfg->memory_limit ? cfg->memory_limit : be->device_free_bytes;
+    const uint64_t limit = cfg->memory_limit ? cfg->memory_limit : backend_auto_limit(be);
     const long n = eval_gen_count(g);
     int slots = cfg->generation.batch_size;
     if (slots == 0) {
@@ -449,6 +449,8 @@ static int eval_generate(const RunConfig *cfg, EvalModel *em, EvalGen *g, Backen
                  cfg->config_path, slots, ctx);
         goto out;
     }
+    plan.runtime_reserve = be->runtime_reserve;
+    snprintf(plan.runtime_reserve_what, sizeof plan.runtime_reserve_what, "%s", be->runtime_reserve_what);
     gt_log("generation: %ld prompts from %s (the longest %d tokens), %d rows at once, %d positions each, at most %d "
            "new tokens, %s\n", n, cfg->generation.data, g->max_prompt,
            slots, ctx, cfg->generation.max_new_tokens, cfg->generation.do_sample ? "sampled" : "greedy");

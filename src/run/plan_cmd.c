@@ -63,7 +63,8 @@ static uint64_t memory_limit(const RunConfig *cfg) {
         printf("memory limit: %s (%s)\n", gt_format_bytes(lim, sizeof lim, limit),
                cfg->memory_limit ? "memory_limit" : "available RAM");
     else
-        printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start)\n");
+        printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start, less "
+                   "the runtime_reserve it prints)\n");
     return limit;
 }
 

@@ -55,5 +55,8 @@ void trainer_summary_print(const TrainSummary *s) {
                loss_text(c, sizeof c, "best", s->best_val_loss, s->best_val_step));
     gt_log("  peak memory  planned %s, measured %s (device)\n", gt_format_bytes(m1, sizeof m1, s->mem_planned),
            gt_format_bytes(m2, sizeof m2, s->mem_measured));
+    if (done > 0)
+        gt_log("  host waits   %llu in %ld optimizer steps, %llu of them device-wide syncs (a micro-step waits for "
+               "nothing)\n", (unsigned long long)s->host_waits, done, (unsigned long long)s->syncs);
     gt_log("  weights      %s\n", s->weights[0] ? s->weights : "none written");
 }

@@ -1,6 +1,8 @@
 /* trainer.c - see trainer.h. One optimizer step:
  *   rows of all micro-batches drawn first -> num_items (valid targets, all micro-batches, all ranks)
- *   for each micro-batch: forward + backward with the loss gradient scaled by 1/num_items
+ *   for each micro-batch: forward + backward with the loss gradient scaled by 1/num_items, issued
+ *     without a host wait (model_step_async: the batch from pinned step buffers, the losses back
+ *     the same way); the host reads the next step's rows meanwhile, then one synchronize
  *   grad norm -> skip on NaN/Inf -> clip -> AdamW -> zero grads -> log, eval, checkpoint
  * The run is opened in trainer_open.c, evaluated in trainer_eval.c; its collectives are dist.h's DistComm. */
 #include "trainer_internal.h"
@@ -24,15 +26,11 @@ long count_items(const int *targets, size_t n) {
     return c;
 }
 
-/* trainer_accumulate, also giving *steps_loss: this rank's share of the loss whose gradient
- * LOSS_NORM_STEPS applies, sum over its micro-batches of (their token-loss sum / their targets) /
- * (A * world), in double (a micro-batch without targets adds 0). Summed over the ranks it is HF
- * Trainer's logged loss when the loss is not normalised by num_items_in_batch: the mean of the
- * micro-batches' mean losses. */
-static int accumulate(Model *m, const int *tokens, const int *targets, const int *positions, int B, int A, int world,
-                      LossNormalization norm, long num_items, double *loss_sum, double *steps_loss, GtError *err) {
+/* The micro-batches of one step, issued without waiting for the device (model_step_async): the
+ * per-token losses of micro-batch a land in losses[a * B * T ..], valid after the next synchronize. */
+static int accumulate_issue(Model *m, const int *tokens, const int *targets, const int *positions, int B, int A,
+                            int world, LossNormalization norm, long num_items, float *losses, GtError *err) {
     const size_t rows = (size_t)B * model_seq_len(m);
-    double total = 0.0, mean_sum = 0.0;
     /* a grad-ready hook (data-parallel all-reduce) fires on the last micro-batch only: no
      * communication while gradients are still accumulating (DDP's no_sync) */
     void *hook_ctx;
@@ -51,32 +49,55 @@ static int accumulate(Model *m, const int *tokens, const int *targets, const int
              * all-reduce sums, so the ranks' average is a division by world here) */
             scale = n > 0 ? (float)(1.0 / ((double)n * A * world)) : 0.0f;
         }
-        double s = 0.0;
-        if (model_step_pos(m, tk, tg, positions ? positions + (size_t)a * rows : NULL, B, scale, true, &s, err)) {
+        if (model_step_async(m, tk, tg, positions ? positions + (size_t)a * rows : NULL, B, scale,
+                             losses + (size_t)a * rows, err)) {
             model_set_grad_ready(m, hook, hook_ctx);
             return -1;
         }
+    }
+    model_set_grad_ready(m, hook, hook_ctx);
+    return 0;
+}
+
+/* After the synchronize: *loss_sum, the token-loss sum of the step's micro-batches, and *steps_loss,
+ * this rank's share of the loss whose gradient LOSS_NORM_STEPS applies, sum over its micro-batches
+ * of (their token-loss sum / their targets) / (A * world), in double (a micro-batch without targets
+ * adds 0). Summed over the ranks it is HF Trainer's logged loss when the loss is not normalised by
+ * num_items_in_batch: the mean of the micro-batches' mean losses. */
+static void accumulate_sums(const float *losses, const int *targets, size_t rows, int A, int world, double *loss_sum,
+                            double *steps_loss) {
+    double total = 0.0, mean_sum = 0.0;
+    for (int a = 0; a < A; a++) {
+        const double s = model_loss_sum(losses + (size_t)a * rows, (int)rows);
+        const long n = count_items(targets + (size_t)a * rows, rows);
         total += s;
         if (n > 0) mean_sum += s / (double)n;
     }
-    model_set_grad_ready(m, hook, hook_ctx);
     *loss_sum = total;
     if (steps_loss) *steps_loss = mean_sum / ((double)A * world);
-    return 0;
 }
 
 int trainer_accumulate(Model *m, const int *tokens, const int *targets, int B, int A, int world,
                        LossNormalization norm, long num_items, double *loss_sum, GtError *err) {
-    return accumulate(m, tokens, targets, NULL, B, A, world, norm, num_items, loss_sum, NULL, err);
+    const size_t rows = (size_t)B * model_seq_len(m);
+    float *losses = gt_xmalloc((size_t)A * rows * sizeof(float));
+    int rc = accumulate_issue(m, tokens, targets, NULL, B, A, world, norm, num_items, losses, err);
+    m->be->ops->synchronize(m->be); /* the losses (and, after a failure, nothing in flight reads the arrays) */
+    if (rc == 0) accumulate_sums(losses, targets, rows, A, world, loss_sum, NULL);
+    free(losses);
+    return rc;
 }
 
-static void fill_step(Trainer *t, long step) {
+/* the step's batch into the step buffers of parity `slot` (trainer_open.c: two, so the host reads
+ * the next step's while the device still copies this one's) */
+static void fill_step(Trainer *t, long step, int slot) {
     const int B = t->plan.B, A = t->plan.A, T = t->cfg->data.seq_len;
+    int *tok = t->tok_buf[slot], *tgt = t->tgt_buf[slot], *pos = data_packed(t->train) ? t->pos_buf[slot] : NULL;
     /* rows g = (a * world + rank) * B + b of the step's global batch */
     for (int a = 0; a < A; a++)
         data_fill_train_pos(t->train, t->cfg->seed, t->cfg->data.shuffle, step, t->plan.effective_batch,
-                            ((long)a * t->world + t->rank) * B, B, t->tok + (size_t)a * B * T, t->tgt + (size_t)a * B * T,
-                            t->pos ? t->pos + (size_t)a * B * T : NULL);
+                            ((long)a * t->world + t->rank) * B, B, tok + (size_t)a * B * T, tgt + (size_t)a * B * T,
+                            pos ? pos + (size_t)a * B * T : NULL);
 }
 
 static int check_weights(Trainer *t, long step, const char *when, GtError *err);
@@ -196,9 +217,13 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
     const long warmup = cfg->warmup_steps > 0 ? cfg->warmup_steps : (long)ceil(cfg->warmup_ratio * (double)max_steps);
     t->t_start = gt_now_seconds();
     double tokens_done = 0;
+    if (t->state.global_step < max_steps) fill_step(t, t->state.global_step, (int)(t->state.global_step & 1));
     for (long step = t->state.global_step; step < max_steps; step++) {
         double t0 = gt_now_seconds();
-        fill_step(t, step);
+        const uint64_t waits0 = t->be->host_waits, syncs0 = t->be->syncs;
+        const int cur = (int)(step & 1);
+        t->tok = t->tok_buf[cur], t->tgt = t->tgt_buf[cur];
+        t->pos = data_packed(t->train) ? t->pos_buf[cur] : NULL;
         const size_t n_tok = (size_t)t->plan.B * t->plan.A * cfg->data.seq_len;
         /* num_items_in_batch: valid targets of every micro-batch on every rank */
         int64_t items = count_items(t->tgt, n_tok);
@@ -209,9 +234,16 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         const bool empty = num_items == 0;
         t->be->ops->timer_start(t->be); /* device time: forward, backward, optimizer */
         model_set_dropout_step(m, step);
-        if (!empty && accumulate(m, t->tok, t->tgt, t->pos, t->plan.B, t->plan.A, t->world, cfg->loss_normalization, num_items,
-                                 &sums[0], &sums[1], err))
+        if (!empty && accumulate_issue(m, t->tok, t->tgt, t->pos, t->plan.B, t->plan.A, t->world, cfg->loss_normalization,
+                                       num_items, t->losses, err))
             return -1;
+        /* the host reads the next step's batch while the device computes this one */
+        if (step + 1 < max_steps) fill_step(t, step + 1, (int)((step + 1) & 1));
+        /* the step's one device-wide sync: every micro-batch done, its losses on the host */
+        t->be->ops->synchronize(t->be);
+        if (!empty)
+            accumulate_sums(t->losses, t->tgt, (size_t)t->plan.B * cfg->data.seq_len, t->plan.A, t->world, &sums[0],
+                            &sums[1]);
         if (dist_comm_sum_f64(t->comm, sums, 2, err)) return -1;
         /* the loss whose gradient the step applies, as HF's Trainer logs it: the token mean over the
          * whole step (tokens), or the mean of the micro-batches' mean losses (steps) */
@@ -237,7 +269,8 @@ static int train_loop(Trainer *t, TrainSummary *summary, GtError *err) {
         /* an update can overflow with a finite loss and gradient: never train on from it */
         if (!skip && !empty && check_weights(t, step + 1, "after the optimizer update", err)) return -1;
         const double device_ms = t->be->ops->timer_elapsed_ms(t->be);
-        t->be->ops->synchronize(t->be);
+        summary->host_waits += t->be->host_waits - waits0; /* the step's, eval and checkpoints apart */
+        summary->syncs += t->be->syncs - syncs0;
         double dt = gt_now_seconds() - t0;
         tokens_done += (double)t->plan.tokens_per_step;
         t->state.global_step = step + 1;
@@ -392,9 +425,10 @@ int trainer_run(const RunConfig *cfg, const ModelDesc *desc, const PeftConfig *p
         trainer_summary_print(summary);
     }
     rundir_close(t.rundir); /* after the last file is written: releases the lock */
-    free(t.tok);
-    free(t.tgt);
-    free(t.pos);
+    if (t.step_mem) { /* a failed step may have left copies of them in flight */
+        t.be->ops->synchronize(t.be);
+        backend_free(t.be, MEM_HOST_STAGING, t.step_mem, t.step_mem_bytes);
+    }
     dist_comm_close(t.comm, rc == 0); /* before the buffers it may still read go */
     eval_gen_free(t.gen);
     kv_cache_free(t.kv);

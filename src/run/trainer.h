@@ -40,6 +40,9 @@ typedef struct {
     long first_val_step, last_val_step, best_val_step;
     double best_val_loss;
     uint64_t mem_planned, mem_measured; /* device bytes: the plan's total, the backend's high-water mark */
+    /* the backend's host_waits and syncs (backend.h) in this process's optimizer steps, from the
+     * step's start to its log line (eval and checkpoints not counted) */
+    uint64_t host_waits, syncs;
     char weights[GT_PATH_MAX + 64];     /* where the weights are ("" when none were written) */
 } TrainSummary;
 

@@ -38,6 +38,13 @@ typedef struct {
     int sync_failed;
     int *tok, *tgt;
     int *pos; /* per-token positions of packed rows (data.packing), else NULL */
+    /* the step buffers (host_staging, pinned on CUDA: plan_step_batch_bytes), one allocation: the
+     * tokens, targets and (data.packing) positions of a step's A micro-batches for the steps of
+     * each parity (tok, tgt, pos point into the current step's), and the step's per-token losses */
+    int *tok_buf[2], *tgt_buf[2], *pos_buf[2];
+    float *losses;
+    void *step_mem;
+    size_t step_mem_bytes;
     char resumed_from[GT_PATH_MAX + 64]; /* the checkpoint resumed from, or "" */
     bool tty;
     double t_start;

@@ -277,6 +277,24 @@ static int open_generation(Trainer *t, uint64_t limit, int *slots, GtError *err)
     return 0;
 }
 
+/* The step buffers, as plan_step_batch_bytes plans them (host_staging): one allocation carved into
+ * tok[2], tgt[2], pos[2] (data.packing) of A x B x T ints each, then the A x B x T losses. */
+static int alloc_step_buffers(Trainer *t, GtError *err) {
+    const bool packing = t->cfg->data.packing;
+    const size_t n = (size_t)t->plan.B * t->plan.A * t->cfg->data.seq_len;
+    t->step_mem_bytes = (size_t)plan_step_batch_bytes(t->plan.B, t->plan.A, t->cfg->data.seq_len, packing);
+    t->step_mem = backend_alloc(t->be, MEM_HOST_STAGING, t->step_mem_bytes, err);
+    if (!t->step_mem) return -1;
+    int *p = t->step_mem;
+    for (int s = 0; s < 2; s++) {
+        t->tok_buf[s] = p, p += n;
+        t->tgt_buf[s] = p, p += n;
+        if (packing) t->pos_buf[s] = p, p += n;
+    }
+    t->losses = (float *)p;
+    return 0;
+}
+
 int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
@@ -287,8 +305,17 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     if (cfg->precision == PREC_BF16 && !(t->be->ops->caps & GT_CAP_NATIVE_BF16) && t->rank == 0)
         gt_warn("precision: bf16 on the cpu backend rounds activations as the GPU does, for checking: it is slower "
                 "than fp32 there\n");
-    uint64_t limit = cfg->memory_limit ? cfg->memory_limit : t->be->device_free_bytes;
-    if (plan_resolve(&t->plan, desc, cfg, t->world, limit, err)) {
+    uint64_t limit = cfg->memory_limit ? cfg->memory_limit : backend_auto_limit(t->be);
+    if (!cfg->memory_limit && t->be->runtime_reserve && t->rank == 0) {
+        char a[32], b[32], c[32];
+        gt_log("memory_limit auto: %s free on the device at start - %s runtime_reserve = %s for the plan\n",
+               gt_format_bytes(a, sizeof a, t->be->device_free_bytes), gt_format_bytes(b, sizeof b, t->be->runtime_reserve),
+               gt_format_bytes(c, sizeof c, limit));
+    }
+    const int refused = plan_resolve(&t->plan, desc, cfg, t->world, limit, err);
+    t->plan.runtime_reserve = t->be->runtime_reserve;
+    snprintf(t->plan.runtime_reserve_what, sizeof t->plan.runtime_reserve_what, "%s", t->be->runtime_reserve_what);
+    if (refused) {
         if (t->rank == 0 && !t->plan.overflow) plan_print(&t->plan, NULL, stdout); /* an overflowed plan shows nothing true */
         return -1;
     }
@@ -344,6 +371,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
         return gt_error(err, GT_EXIT_FAILURE, "%s", msg);
     }
     if (t->gen && kv_cache_create(&t->kv, t->model, gen_slots, eval_gen_ctx(t->gen), err)) return -1;
+    if (alloc_step_buffers(t, err)) return -1;
     if (t->rank == 0) {
         plan_print(&t->plan, &t->be->mem, stdout);
         uint64_t free_b = 0, total_b = 0;
@@ -427,10 +455,6 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
         if (lora_write_pissa_init(t->model, t->resumed_from, err)) return -1;
         gt_log("adapters: the initial PiSSA adapter rebuilt in %s from %s\n", t->model->ad.pissa_init_dir, t->resumed_from);
     }
-    const size_t step_rows = (size_t)t->plan.B * t->plan.A;
-    t->tok = gt_xmalloc(step_rows * T * sizeof(int));
-    t->tgt = gt_xmalloc(step_rows * T * sizeof(int));
-    if (data_packed(t->train)) t->pos = gt_xmalloc(step_rows * T * sizeof(int));
     summary->steps = t->state.global_step;
     return 0;
 }
