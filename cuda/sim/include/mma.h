@@ -85,6 +85,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float> &d,
                      const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b,
                      const fragment<accumulator, 16, 16, 16, float> &c) {
     gtcsim::wmma_count();
+    gtcsim::cost_mma(16, 16, 16);
     float r[256];
     int lane = gtcsim::lane_id();
     for (int m = 0; m < 16; m++)
