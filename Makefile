@@ -155,6 +155,8 @@ demo: $(BUILD)/gtrain
 
 $(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench_attention: bench/bench_attention.c $(LIB_OBJS) $(CU_OBJS)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) $(CU_OBJS)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)

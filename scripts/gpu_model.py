@@ -166,7 +166,9 @@ def main():
     ap.add_argument("--bin", default=os.environ.get("GPU_MODEL_BIN", "build-cudasim/gtrain"))
     ap.add_argument("--only", default="", help="comma-separated case ids (gpt2, gpt2-rc, mistral, mistral-rc)")
     ap.add_argument("--top", type=int, default=8)
-    ap.add_argument("--json", default="", help="also write the predictions here (for device-check)")
+    ap.add_argument("--reuse", default="", help="read the counts of an earlier run's work folder instead of simulating")
+    ap.add_argument("--json", default=os.path.join(ROOT, "bench/gpu-model-predictions.json"),
+                    help="merge the predicted step ms into this file (scripts/device-check.sh reads it)")
     a = ap.parse_args()
     gpt2_dims = {768, 2304, 3072, 50257, 64, 12}
     mis_dims = {4096, 1024, 6144, 14336, 28672, 32000, 128, 32, 8} | {16 * i for i in range(1, 9)}
@@ -179,14 +181,15 @@ def main():
              sets=["precision=bf16", "gradient_checkpointing=true", "gradient_checkpointing_kwargs.every_n_layers=1"]),
         dict(id="mistral", title="Mistral-7B LoRA r 16 bf16", model_json="configs/mistral-7b-v0.1.json",
              layers_key="num_hidden_layers", config="configs/mistral-7b-lora-r16.yaml", L=32, B=4, T=512,
-             dims=mis_dims, sets=["gradient_checkpointing=false", "lora.lora_dropout=0"]),
+             dims=mis_dims, sets=["gradient_checkpointing=false", "lora.lora_dropout=0"],
+             device_check=[("mistral-dc", 2, 4)]),
         dict(id="mistral-rc", title="Mistral-7B LoRA r 16 bf16, every layer recomputed",
              model_json="configs/mistral-7b-v0.1.json", layers_key="num_hidden_layers",
              config="configs/mistral-7b-lora-r16.yaml", L=32, B=4, T=512, dims=mis_dims,
              sets=["gradient_checkpointing=true", "gradient_checkpointing_kwargs.every_n_layers=1", "lora.lora_dropout=0"]),
     ]
     only = set(x for x in a.only.split(",") if x)
-    work = tempfile.mkdtemp(prefix="gpu-model.")
+    work = a.reuse or tempfile.mkdtemp(prefix="gpu-model.")
     log = os.path.join(work, "sim.log")
     print("gpu-model: a roofline over the simulator's counts; sim log in %s" % log)
     out = {}
@@ -198,14 +201,26 @@ def main():
         w = {}
         for L in (1, 2):
             for B in (1, 2):
-                counts, _ = run_case(c, L, B, os.path.join(work, c["id"]), log)
+                if a.reuse:
+                    counts = read_counts(os.path.join(work, c["id"], "L%dB%d" % (L, B), "counts.tsv"))
+                else:
+                    counts, _ = run_case(c, L, B, os.path.join(work, c["id"]), log)
                 w[(L, B)] = chunk_rows_normalise(counts, c["dims"])
         ops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], c["L"], c["B"])
         report(c, ops, time.time() - t0, a.top)
         out[c["id"]] = {g[0]: sum(r[0] for r in roofline(ops, g)) * 1e3 for g in GPUS}
-    if a.json:
+        for dc_id, dc_L, dc_B in c.get("device_check", []):  # the device check's smaller runs
+            dops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], dc_L, dc_B)
+            out[dc_id] = {g[0]: sum(r[0] for r in roofline(dops, g)) * 1e3 for g in GPUS}
+    if a.json and out:
+        old = {}
+        if os.path.exists(a.json):
+            with open(a.json) as f:
+                old = json.load(f).get("step_ms", {})
+        old.update(out)
         with open(a.json, "w") as f:
-            json.dump({"step_ms": out, "note": "a model, not a measurement (scripts/gpu_model.py)"}, f, indent=1)
+            json.dump({"step_ms": old, "note": "predicted step ms: a model, not a measurement (make gpu-model)"}, f,
+                      indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":
