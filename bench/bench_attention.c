@@ -55,7 +55,7 @@ int main(int argc, char **argv) {
     qsort(ms, (size_t)iters, sizeof(double), cmp_double);
     double med = ms[iters / 2];
     double fwd = 4.0 * B * NH * (double)T * T * hd / 2.0;
-    printf("attention %s %s B=%d T=%d NH=%d NKV=%d hd=%d causal: %.3f ms fwd+bwd, %.1f TFLOP/s (FA2 count: fwd 4BHT^2d/2, bwd 2.5x)\n",
+    printf("attention %s %s B=%d T=%d NH=%d NKV=%d hd=%d causal: %.3f ms fwd+bwd, %.3g TFLOP/s (FA2 count: fwd 4BHT^2d/2, bwd 2.5x)\n",
            argv[1], bf16 ? "bf16" : "fp32", B, T, NH, NKV, hd, med, fwd * 3.5 / (med * 1e-3) / 1e12);
     free(ms);
     backend_free(b, MEM_WORKSPACE, ws, sizeof(float) * (size_t)B * NH * T);
