@@ -72,6 +72,8 @@ def main():
     import torch
 
     torch.manual_seed(0)
+    if a.device == "cpu":
+        torch.set_num_threads(2)
     for name, spec, lora in (("gpt2", a.gpt2, False), ("mistral-full", a.mistral, False), ("mistral-lora", a.mistral, True)):
         path, B, T = spec.rsplit(":", 2)
         run(name, path, int(B), int(T), a.steps, a.device, lora)
