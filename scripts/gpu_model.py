@@ -8,10 +8,11 @@ device bytes first read and written (4 KiB pages, compulsory traffic), the tenso
 and mma.sync, 2mnk per warp MMA) and the cuBLAS FLOPs (2mnk) of the step (its timed window). The
 simulator is slow, so the runs use fewer layers and batch rows than the case and scale exactly: the
 work of a step is affine in the layer count L (identical layers) and in the batch rows B at a fixed
-T, and bilinear in both, so runs at L in {1, 2} and B in {1, 2} give every count at any L and B:
-    w(L, B) = w11 + (L - 1)(w21 - w11) + (B - 1)(w12 - w11) + (L - 1)(B - 1)(w22 - w21 - w12 + w11).
+T, and bilinear in both, so runs at L in {1, 2} and B in {1, b} give every count at any L and B (t = (B - 1) / (b - 1)):
+    w(L, B) = w11 + (L - 1)(w21 - w11) + t (w1b - w11) + (L - 1) t (w2b - w21 - w1b + w11).
 cuBLAS shapes are named with their token-row dimension replaced by "rows" so that the same call
-matches across the runs. (The LM-head chunks' rows depend on B: their sums are exact, their launch
+matches across the runs; the second B is chosen so that B T is not a model dimension (Mistral: B 3,
+as 2 x 512 = 1024 is its kv width). (The LM-head chunks' rows depend on B: their sums are exact, their launch
 count approximate.)
 
 Per op and GPU: time = max(tensor FLOPs / bf16 tensor peak + fp32 FLOPs / fp32 peak,
@@ -109,13 +110,15 @@ def run_case(case, L, B, work, log):
     return read_counts(counts), time.time() - t0
 
 
-def combine(w11, w21, w12, w22, L, B):
+def combine(w11, w21, w12, w22, L, B, b2=2):
+    """w at any L, B from runs at L 1, 2 and B 1, b2"""
     keys = set(w11) | set(w21) | set(w12) | set(w22)
     z = [0.0] * 5
     out = {}
     for k in keys:
         a, b, c, d = (w.get(k, z) for w in (w11, w21, w12, w22))
-        v = [a[i] + (L - 1) * (b[i] - a[i]) + (B - 1) * (c[i] - a[i]) + (L - 1) * (B - 1) * (d[i] - b[i] - c[i] + a[i])
+        t = (B - 1) / (b2 - 1)
+        v = [a[i] + (L - 1) * (b[i] - a[i]) + t * (c[i] - a[i]) + (L - 1) * t * (d[i] - b[i] - c[i] + a[i])
              for i in range(5)]
         if any(abs(x) > 1e-9 for x in v):
             out[k] = [max(x, 0.0) for x in v]
@@ -181,11 +184,11 @@ def main():
              sets=["precision=bf16", "gradient_checkpointing=true", "gradient_checkpointing_kwargs.every_n_layers=1"]),
         dict(id="mistral", title="Mistral-7B LoRA r 16 bf16", model_json="configs/mistral-7b-v0.1.json",
              layers_key="num_hidden_layers", config="configs/mistral-7b-lora-r16.yaml", L=32, B=4, T=512,
-             dims=mis_dims, sets=["gradient_checkpointing=false", "lora.lora_dropout=0"],
+             dims=mis_dims, b2=3, sets=["gradient_checkpointing=false", "lora.lora_dropout=0"],
              device_check=[("mistral-dc", 2, 4)]),
         dict(id="mistral-rc", title="Mistral-7B LoRA r 16 bf16, every layer recomputed",
              model_json="configs/mistral-7b-v0.1.json", layers_key="num_hidden_layers",
-             config="configs/mistral-7b-lora-r16.yaml", L=32, B=4, T=512, dims=mis_dims,
+             config="configs/mistral-7b-lora-r16.yaml", L=32, B=4, T=512, dims=mis_dims, b2=3,
              sets=["gradient_checkpointing=true", "gradient_checkpointing_kwargs.every_n_layers=1", "lora.lora_dropout=0"]),
     ]
     only = set(x for x in a.only.split(",") if x)
@@ -199,18 +202,20 @@ def main():
         c["bin"] = a.bin
         t0 = time.time()
         w = {}
+        b2 = c.get("b2", 2)
         for L in (1, 2):
-            for B in (1, 2):
-                if a.reuse:
-                    counts = read_counts(os.path.join(work, c["id"], "L%dB%d" % (L, B), "counts.tsv"))
+            for B in (1, b2):
+                done = os.path.join(work, c["id"], "L%dB%d" % (L, B), "counts.tsv")
+                if a.reuse and os.path.exists(done):
+                    counts = read_counts(done)
                 else:
                     counts, _ = run_case(c, L, B, os.path.join(work, c["id"]), log)
-                w[(L, B)] = chunk_rows_normalise(counts, c["dims"])
-        ops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], c["L"], c["B"])
+                w[(L, 1 if B == 1 else 2)] = chunk_rows_normalise(counts, c["dims"])
+        ops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], c["L"], c["B"], b2)
         report(c, ops, time.time() - t0, a.top)
         out[c["id"]] = {g[0]: sum(r[0] for r in roofline(ops, g)) * 1e3 for g in GPUS}
         for dc_id, dc_L, dc_B in c.get("device_check", []):  # the device check's smaller runs
-            dops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], dc_L, dc_B)
+            dops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], dc_L, dc_B, b2)
             out[dc_id] = {g[0]: sum(r[0] for r in roofline(dops, g)) * 1e3 for g in GPUS}
     if a.json and out:
         old = {}
