@@ -17,8 +17,10 @@ count approximate.)
 
 Per op and GPU: time = max(tensor FLOPs / bf16 tensor peak + fp32 FLOPs / fp32 peak,
 bytes / memory bandwidth) + launches x launch overhead; copies with "Host" in their name move over
-PCIe. Summed to a step time, tokens/s and MFU (6 N_trainable-and-frozen-forward FLOPs are not
-assumed: MFU = the counted tensor+fp32 FLOPs of the model's matmuls / (step time x bf16 peak)).
+PCIe. Summed to a step time, tokens/s and "MFU" = the counted (executed) tensor-core + cuBLAS FLOPs /
+(step time x bf16 peak); with recompute that counts the recomputed forward too (hardware FLOPs).
+Every op runs at 100 % of peak FLOPs or bandwidth, so the step time is a lower bound: kernels that
+reach a fraction of peak (the wmma attention) look cheaper here than they are.
 
 THIS IS A MODEL, NOT A MEASUREMENT: no caches beyond a launch, no occupancy, no overlap between
 ops, CUDA-core FLOPs of the non-GEMM kernels not counted (they are bandwidth-bound here), kernels
