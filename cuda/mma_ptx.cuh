@@ -71,6 +71,7 @@ __device__ __forceinline__ float gtc_bf16_hi(uint32_t w) { return __bfloat162flo
 
 __device__ __forceinline__ void gtc_mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4],
                                                    uint32_t b0, uint32_t b1) {
+    gtcsim::cost_mma(16, 8, 16); /* the cost model's tensor-core FLOPs (cuda/sim/cost.cpp) */
     uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1}, all[32][6];
     gtcsim::warp_exchange(mine, sizeof mine, all);
     const int lane = gtcsim::lane_id(), g = lane >> 2, t = lane & 3;

@@ -6,6 +6,14 @@
 #   scripts/device-check.sh              # from anywhere; works in the repository root
 #   DEVICE_CHECK_BUDGET=420 scripts/device-check.sh   # seconds for everything after the build
 #   DEVICE_CHECK_ONLY=g,h scripts/device-check.sh     # only those steps (after the build)
+#   scripts/device-check.sh --dry-run   # no GPU: the stages s1-s5 on the CPU backend with tiny sizes
+#                                       # (build/ as it is; make device-check-dry)
+#
+# Stages s1-s5 run first, each with its own budget (scripts/device-check-stages.sh): s1 benchmarks
+# (GPT-2 124M, Mistral dimensions full and LoRA r 16, attention alone at T 1024/4096) beside the
+# cost model's prediction (make gpu-model), s2 the same-machine PyTorch + PEFT baseline, s3 CPU vs
+# GPU step, s4 recompute/offload bit identity on the tensor-core attention at head size 128 and
+# T 1024 with the memory plan vs measured, s5 compute-sanitizer memcheck + racecheck. Then:
 #
 # Steps
 #   build  make CUDA=1 BUILD=build-device (gtrain + test_gtrain), for this GPU's architecture only
@@ -67,7 +75,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ROOT="$(pwd)"
 LOG="$ROOT/device-check.log"
 BUILD="build-device"
-BUDGET="${DEVICE_CHECK_BUDGET:-420}"
+BUDGET="${DEVICE_CHECK_BUDGET:-360}"
+DRY=0
+if [ "${1:-}" = --dry-run ]; then
+  DRY=1 BUILD=build BUDGET="${DEVICE_CHECK_BUDGET:-900}" DEVICE_CHECK_DEVICE=cpu
+  DEVICE_CHECK_ONLY="${DEVICE_CHECK_ONLY:-s1,s2,s3,s4,s5}"
+  DEVICE_CHECK_PYTHON="${DEVICE_CHECK_PYTHON:-${GTRAIN_REFS_PY:-python3}}"
+  LOG="$ROOT/build/device-check-dry.log"
+fi
 # DEVICE_CHECK_DEVICE=cpu: a dry run of this script's own logic on a machine without a GPU
 # (every comparison is then CPU vs CPU); the real check is the default, cuda.
 DEV="${DEVICE_CHECK_DEVICE:-cuda}"
@@ -146,13 +161,16 @@ if [ -z "${CUDA_ARCH:-}" ] && command -v nvidia-smi >/dev/null; then
   [ -n "$cc" ] && CUDA_ARCH="-gencode arch=compute_$cc,code=sm_$cc"
 fi
 MAKE_ARGS=(CUDA=1 BUILD="$BUILD")
+[ "$DRY" = 1 ] && MAKE_ARGS=(BUILD="$BUILD") # the CPU build
 [ -n "${CUDA_ARCH:-}" ] && MAKE_ARGS+=(CUDA_ARCH="$CUDA_ARCH")
 JOBS="$(nproc 2>/dev/null || echo 4)"
 HAVE_GTRAIN=0
 HAVE_TESTS=0
-if run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain"; then
+if run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain" "$BUILD/bench_attention"; then
   HAVE_GTRAIN=1
-  if run_to "$WORK/build-tests.out" 180 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/test_gtrain"; then
+  if [ "$DRY" = 1 ]; then
+    record build PASS "dry run: $BUILD/gtrain + bench_attention on the CPU (no test_gtrain)"
+  elif run_to "$WORK/build-tests.out" 180 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/test_gtrain"; then
     HAVE_TESTS=1
     record build PASS "gtrain + test_gtrain (${CUDA_ARCH:-default arch}), $(elapsed)s"
   else
@@ -259,6 +277,30 @@ bitident_checks() { # STEP P SETS...
     record "$step-mem" FAIL "planned ${planned:-?}, measured ${measured:-?}"
 }
 
+same_metrics() {
+  local base="$1" v
+  shift
+  metrics_of "$base" >"$WORK/c-$base" || true
+  for v in "$@"; do
+    metrics_of "$v" >"$WORK/c-$v" || true
+    [ -s "$WORK/c-$base" ] && cmp -s "$WORK/c-$base" "$WORK/c-$v" || diffs="$diffs $v"
+  done
+}
+# median of a metrics.jsonl field over the steps after warm-up
+median_of() { # NAME FIELD
+  local f="$WORK/run-$1/metrics.jsonl"
+  [ -f "$f" ] || return 1
+  grep '"type":"train"' "$f" | sed -E "s/.*\"step\":([0-9]+).*\"$2\":([^,]+).*/\1 \2/" |
+    awk -v w="$BENCH_WARMUP" '$1 > w && $2 != "null" && $2 > 0 { print $2 }' | sort -g |
+    awk '{ a[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
+}
+
+# ------------------------------------------------------------------ the timed stages (s1-s5)
+# benchmarks first, then CPU vs GPU, head-size-128 bit identity and memory, sanitizers
+# (scripts/device-check-stages.sh); the steps (a)-(h) below use what is left of the budget.
+# shellcheck source=scripts/device-check-stages.sh
+. "$ROOT/scripts/device-check-stages.sh"
+
 # ------------------------------------------------------------------ (a) ops
 if ! want a; then
   : # not asked for (DEVICE_CHECK_ONLY)
@@ -294,15 +336,6 @@ fi
 
 # ------------------------------------------------------------------ (c) recompute / offload bit identity
 # same_metrics BASE RUN...: appends to diffs each RUN whose metrics differ from BASE's
-same_metrics() {
-  local base="$1" v
-  shift
-  metrics_of "$base" >"$WORK/c-$base" || true
-  for v in "$@"; do
-    metrics_of "$v" >"$WORK/c-$v" || true
-    [ -s "$WORK/c-$base" ] && cmp -s "$WORK/c-$base" "$WORK/c-$v" || diffs="$diffs $v"
-  done
-}
 if ! want c; then
   : # not asked for (DEVICE_CHECK_ONLY)
 elif [ "$GPU_OK" = 1 ]; then
@@ -377,14 +410,6 @@ bench_run() { # NAME SECONDS SETS...
               --set warmup_steps=0 --set output_dir="$WORK/run-$name")
   for s in "$@"; do sets+=(--set "$s"); done
   run_to "$WORK/run-$name.out" "$secs" "$GT" --config configs/gpt2-124m.yaml "${sets[@]}"
-}
-# median of a metrics.jsonl field over the steps after warm-up
-median_of() { # NAME FIELD
-  local f="$WORK/run-$1/metrics.jsonl"
-  [ -f "$f" ] || return 1
-  grep '"type":"train"' "$f" | sed -E "s/.*\"step\":([0-9]+).*\"$2\":([^,]+).*/\1 \2/" |
-    awk -v w="$BENCH_WARMUP" '$1 > w && $2 != "null" && $2 > 0 { print $2 }' | sort -g |
-    awk '{ a[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'
 }
 # dense peak FLOP/s by device name and precision; "unknown" rather than a wrong number
 peak_flops() { # PRECISION

@@ -242,6 +242,17 @@ void note(const Mat &m, bool write) {
 
 void run(const Job &j) {
     const bool use_ab = j.k > 0 && j.alpha != 0.0;
+    if (gtcsim::cost_on()) { /* the cost model's counts (cost.cpp); the workspace is no traffic */
+        char name[160];
+        snprintf(name, sizeof name, "%s %s%s %s->%s m %lld n %lld k %lld%s%s", j.api, j.ta ? "T" : "N",
+                 j.tb ? "T" : "N", tname(j.A.type), tname(j.D.type), (long long)j.m, (long long)j.n,
+                 (long long)(use_ab ? j.k : 0), j.bias ? " +bias" : "", j.gelu ? " +gelu" : "");
+        double rd = (use_ab ? (double)extent(j.A) + (double)extent(j.B) : 0.0) + (j.beta != 0.0 ? (double)extent(j.C) : 0.0) +
+                    (j.bias ? (double)j.m * (double)esize(j.bias_type) : 0.0);
+        double wr = (double)extent(j.D) + (j.aux ? (double)extent(j.Aux) : 0.0);
+        gtcsim::cost_blas(name, use_ab ? 2.0 * (double)j.m * (double)j.n * (double)j.k : 0.0,
+                          j.A.type == CUDA_R_16BF || j.tf32, rd, wr);
+    }
     if (use_ab) {
         note(j.A, false);
         note(j.B, false);
@@ -252,6 +263,14 @@ void run(const Job &j) {
     if (j.aux) note(j.Aux, true);
     note(j.D, true);
     const int64_t m = j.m, n = j.n, k = use_ab ? j.k : 0;
+    if (gtcsim::cost_fast_blas()) { /* counted above; zeros instead of the arithmetic (cost.cpp) */
+        for (int64_t c = 0; c < n; c++)
+            for (int64_t r = 0; r < m; r++) {
+                if (j.aux) store(const_cast<void *>(j.Aux.p), j.Aux.type, (size_t)(r + c * j.Aux.ld), 0.0);
+                store(const_cast<void *>(j.D.p), j.D.type, (size_t)(r + c * j.D.ld), 0.0);
+            }
+        return;
+    }
     auto rd = [&](const Mat &x, int64_t r, int64_t c) {
         float f = load_f(x.p, x.type, (size_t)(r + c * x.ld));
         return j.tf32 ? tf32(f) : f;

@@ -399,6 +399,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
     g_grid_dim = grid;
     g_block_dim = block;
     unsigned long long blk = 0;
+    cost_kernel_begin(name);
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++, blk++) {
@@ -408,6 +409,7 @@ void run_grid(const char *name, dim3 grid, dim3 block, size_t smem, const std::f
                     memset(__start_gtcsim_shared, 0xFF, (size_t)(__stop_gtcsim_shared - __start_gtcsim_shared));
                 run_block(blk & 1);
             }
+    cost_kernel_end();
     B.body = nullptr;
     B.name = nullptr;
     B.smem = nullptr;

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -156,6 +157,10 @@ bool in_arena(uintptr_t a) {
 void segv_handler(int sig, siginfo_t *si, void *ctx) {
     char buf[512];
     const void *a = si->si_addr;
+    /* the cost model's first-touch page count (x86-64: bit 1 of the page-fault error code = write) */
+    if (in_arena((uintptr_t)a) &&
+        gtcsim::cost_page_fault(si->si_addr, (((ucontext_t *)ctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0))
+        return;
     const char *k = gtcsim::current_kernel();
     const char *d = gtcsim::describe_sim_address(a);
     int n;
@@ -269,7 +274,9 @@ void run_stream(CUstream_st *s, uint64_t upto, int depth) {
             g_cur_stream = s;
             g_cur_vc = &it.vc;
             g_cur_what = it.what;
+            gtcsim::cost_item_begin(s->id, s->done + 1, it.what);
             it.fn();
+            gtcsim::cost_item_end();
             g_cur_stream = ps;
             g_cur_vc = pv;
             g_cur_what = pw;
@@ -437,10 +444,16 @@ void note_access(const void *p, size_t bytes, bool write) {
              a.write ? "writes" : "reads", (void *)a.lo, (void *)a.hi);
     }
     g_log.push_back(Access{lo, hi, write, me, my_clock, g_cur_what});
+    cost_access(bytes, write);
     if (g_log.size() > 4096) g_log.pop_front();
 }
 
 void set_last_error(cudaError_t e) { g_last_error = e; }
+
+void arena_protect(bool none) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    set_prot(none ? PROT_NONE : PROT_READ | PROT_WRITE);
+}
 
 size_t func_smem_limit(const void *fn) {
     auto it = g_smem_limit.find(fn);
