@@ -4,6 +4,7 @@
 
 extern "C" {
 #include "cuda_module.h"
+int gtc_mma_selftest(int mode, const uint16_t *a, const uint16_t *b, float *d); /* mma_selftest.cu */
 #ifdef GT_HAVE_NCCL
 #include "dist_nccl.h"
 #endif
@@ -38,6 +39,7 @@ static const GtCudaModule k_module = {
 #else
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 #endif
+    gtc_mma_selftest,
 };
 
 extern "C" __attribute__((visibility("default"))) const GtCudaModule *gtrain_cuda_module(void) { return &k_module; }

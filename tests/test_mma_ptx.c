@@ -8,12 +8,15 @@
 
 #include "backend.h"
 #include "common.h"
+#include "cuda_module.h"
 
 #ifdef GT_HAVE_CUDA
-int gtc_mma_selftest(int mode, const uint16_t *a, const uint16_t *b, float *d);
 
 Test(mma_ptx, fragments_match_naive_matmul) {
-    if (cuda_device_count() <= 0) cr_skip_test("no GPU visible");
+    if (backend_gpu_count() <= 0) cr_skip_test("no GPU visible");
+    const GtCudaModule *mod;
+    GtError err = {0};
+    cr_assert_eq(cuda_module_load(&mod, NULL, 0, &err), 0, "%s", err.msg);
     uint16_t a[256], b[256];
     uint64_t s = 12345;
     for (int i = 0; i < 256; i++) { /* distinct values, so a misplaced element shows */
@@ -23,7 +26,7 @@ Test(mma_ptx, fragments_match_naive_matmul) {
         b[i] = gt_f32_to_bf16((float)((int)(s >> 40 & 1023) - 512) / 256.0f);
     }
     float d[3][256];
-    for (int mode = 0; mode < 3; mode++) cr_assert_eq(gtc_mma_selftest(mode, a, b, d[mode]), 0, "mode %d", mode);
+    for (int mode = 0; mode < 3; mode++) cr_assert_eq(mod->mma_selftest(mode, a, b, d[mode]), 0, "mode %d", mode);
     for (int m = 0; m < 16; m++)
         for (int n = 0; n < 16; n++) {
             double ref = 0, mag = 0;

@@ -66,6 +66,9 @@ typedef struct GtCudaModule {
     int (*nccl_id_file_write)(const char *path, const void *id, size_t bytes, int world, GtError *err);
     int (*nccl_id_file_read)(const char *path, void *id, size_t bytes, int world, double deadline, GtError *err);
     void (*nccl_job_key)(char *buf, size_t cap);
+    /* tests only (tests/test_mma_ptx.c): one warp's mma.sync / ldmatrix fragments on a 16x16 bf16
+     * product, mode 0 direct, 1 ldmatrix, 2 ldmatrix.trans (cuda/mma_selftest.cu); 0 on success */
+    int (*mma_selftest)(int mode, const uint16_t *a, const uint16_t *b, float *d);
 } GtCudaModule;
 
 typedef const GtCudaModule *(*GtCudaModuleEntry)(void);
