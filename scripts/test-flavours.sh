@@ -37,7 +37,19 @@ CUDASIM_LEAVE_OUT=(
   dist                # rank discovery from the environment (src/run/dist.c, in process)
   dist_mpi            # build/dist_probe's collectives over MPI (no CUDA in the probe)
   hf_index            # safetensors index reading
-  hf_writer           # the Hugging Face directory writer
+  # the Hugging Face directory writer; its one test that trains (save_dtype_bf16_final_weights_only)
+  # runs there
+  'hf_writer/parse_size_as_hf'
+  'hf_writer/split_follows_huggingface_hub'
+  'hf_writer/plan_rejects_bad_tensors'
+  'hf_writer/sharded_round_trip'
+  'hf_writer/one_shard_is_model_safetensors_without_index'
+  'hf_writer/index_is_what_transformers_writes'
+  'hf_writer/config_keys'
+  'hf_writer/a_new_save_removes_what_contradicts_it'
+  'hf_writer/a_failing_fill_leaves_nothing'
+  'hf_writer/file_size_limit_leaves_the_previous_save'
+  'hf_writer/python_reads_what_we_wrote'
   metrics             # metrics.jsonl records and the console line
   parquet             # the Parquet reader
   peft_config         # PEFT adapter_config.json
