@@ -170,7 +170,7 @@ demo: $(BUILD)/gtrain $(CUDA_MODULE)
 
 $(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
-$(BUILD)/bench_attention: bench/bench_attention.c $(LIB_OBJS) $(CU_OBJS)
+$(BUILD)/bench_attention: bench/bench_attention.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) | $(CUDA_MODULE)

@@ -68,7 +68,7 @@ sbench() {
   local sets=(--set device="$DEV" --set data.train="$ROOT/data/tinyshakespeare.txt" --set data.format=text
               --set data.val= --set gradient_accumulation_steps=1 --set max_steps="$BSTEPS"
               --set logging_steps=1 --set eval_steps=0 --set eval_max_batches=1 --set save_steps=0
-              --set warmup_steps=0 --set memory_limit=auto --set output_dir="$WORK/run-$name")
+              --set warmup_steps=0 --set memory_limit=auto --set save_dtype=bf16 --set output_dir="$WORK/run-$name")
   for s in "$@"; do sets+=(--set "$s"); done
   run_to "$WORK/run-$name.out" "$secs" "$GT" --config "$cfg" "${sets[@]}"
 }
@@ -131,7 +131,7 @@ if want s2; then
   stage_start
   secs="$(stage_secs "$STAGE_TORCH" "$STAGE_TORCH")"
   PY="${DEVICE_CHECK_PYTHON:-python3}"
-  if ! "$PY" -c 'import torch, transformers, peft' >/dev/null 2>&1; then
+  if ! env -u LD_LIBRARY_PATH "$PY" -c 'import torch, transformers, peft' >/dev/null 2>&1; then
     record s2-torch SKIP "torch/transformers/peft not importable by $PY"
   elif [ "$secs" -lt 20 ]; then
     record s2-torch SKIP "out of time budget"
@@ -139,7 +139,7 @@ if want s2; then
     tdev=cuda
     [ "$DEV" = cpu ] && tdev=cpu
     rc=0
-    run_to "$WORK/torch.out" "$secs" "$PY" "$ROOT/scripts/bench_torch_gpu.py" --device "$tdev" --steps "$BSTEPS" \
+    run_to "$WORK/torch.out" "$secs" env -u LD_LIBRARY_PATH "$PY" "$ROOT/scripts/bench_torch_gpu.py" --device "$tdev" --steps "$BSTEPS" \
       --gpt2 "$GPT2_JSON:$GPT2_B:$GPT2_T" --mistral "$WORK/mistral.json:$MIS_B:$MIS_T" || rc=$?
     while IFS= read -r line; do record "s2-torch-${line%%:*}" PASS "${line#*: }"; done < <(grep -a '^[a-z0-9-]*: torch' "$WORK/torch.out")
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then

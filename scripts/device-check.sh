@@ -62,6 +62,12 @@
 # Steps whose output format may change (the plan-vs-measured table's wording, metrics.jsonl
 # fields) report SKIP with the reason instead of failing or crashing.
 #
+# A build carried from another machine (DEVICE_CHECK_PREBUILT=1; scripts/device-prepare.sh makes it
+# on a Debian 12 machine: build-carry/ for sm_90 and .devlibs.tar.xz, the shared libraries a bare
+# CUDA image lacks): nothing is compiled here; the libraries are unpacked into .devlibs/ and put on
+# LD_LIBRARY_PATH (Python runs without them), with the directories holding cuBLAS/cuBLASLt/NCCL.
+# When $OUT is set (the device tool), the log and the summary are copied there at the end.
+#
 # Machines without Debian's -dev packages: the build needs libyaml, cJSON, OpenBLAS (and Criterion
 # for the tests). If pkg-config cannot find them (or DEVICE_CHECK_FORCE_DEBS=1), this script looks
 # for .deb files in .debs/ at the repository root and unpacks them (dpkg -x, no root needed) into
@@ -128,7 +134,30 @@ say "device-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) in $ROOT"
 
 # ------------------------------------------------------------------ dependencies
 PKGS="yaml-0.1 libcjson openblas"
-if [ "${DEVICE_CHECK_FORCE_DEBS:-0}" = 1 ] || ! pkg-config --exists $PKGS 2>/dev/null ||
+PREBUILT="${DEVICE_CHECK_PREBUILT:-0}"
+if [ "$PREBUILT" = 1 ]; then
+  [ "$DRY" = 1 ] || BUILD="${DEVICE_CHECK_BUILD:-build-carry}"
+  if [ -f "$ROOT/.devlibs.tar.xz" ]; then
+    # only the libraries this machine lacks: its own (newer, same soname) copies are used otherwise
+    mkdir -p "$ROOT/.devlibs/all" && tar -xJf "$ROOT/.devlibs.tar.xz" -C "$ROOT/.devlibs/all"
+    have="$(ldconfig -p 2>/dev/null | awk '{ print $1 }')"
+    lacked=""
+    for f in "$ROOT"/.devlibs/all/lib*; do
+      n="$(basename "$f")"
+      if ! grep -qxF "$n" <<<"$have"; then ln -sf "all/$n" "$ROOT/.devlibs/$n"; lacked="$lacked $n"; fi
+    done
+    say "prebuilt: carried libraries this machine lacks:${lacked:- none}"
+  fi
+  libdirs="$ROOT/.devlibs"
+  for lib in libcublas.so.13 libcublasLt.so.13 libnccl.so.2 libcudart.so.13; do
+    d="$(find /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu \
+          /opt/torch/.venv/lib -name "$lib" -printf '%h\n' 2>/dev/null | head -1 || true)"
+    say "prebuilt: $lib: ${d:-NOT FOUND}"
+    [ -n "$d" ] && [[ ":$libdirs:" != *":$d:"* ]] && libdirs="$libdirs:$d"
+  done
+  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  say "prebuilt: $BUILD, LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+elif [ "${DEVICE_CHECK_FORCE_DEBS:-0}" = 1 ] || ! pkg-config --exists $PKGS 2>/dev/null ||
    ! pkg-config --exists criterion 2>/dev/null; then
   if ls "$ROOT"/.debs/*.deb >/dev/null 2>&1; then
     PREFIX="$ROOT/.debs/root"
@@ -166,7 +195,16 @@ MAKE_ARGS=(CUDA=1 BUILD="$BUILD")
 JOBS="$(nproc 2>/dev/null || echo 4)"
 HAVE_GTRAIN=0
 HAVE_TESTS=0
-if run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain" "$BUILD/bench_attention"; then
+if [ "$PREBUILT" = 1 ]; then
+  if run_to "$WORK/build.out" 30 "$BUILD/gtrain" --version; then
+    HAVE_GTRAIN=1
+    say "prebuilt: $(head -1 "$WORK/build.out")"
+    "$BUILD/test_gtrain" --list >/dev/null 2>"$WORK/tests-list.err" && HAVE_TESTS=1
+    record build PASS "carried $BUILD (not built here); test_gtrain $([ "$HAVE_TESTS" = 1 ] && echo runs || echo "does not run: $(head -1 "$WORK/tests-list.err")")"
+  else
+    record build FAIL "carried $BUILD/gtrain does not run: $(tail -1 "$WORK/build.out")"
+  fi
+elif run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain" "$BUILD/bench_attention"; then
   HAVE_GTRAIN=1
   if [ "$DRY" = 1 ]; then
     record build PASS "dry run: $BUILD/gtrain + bench_attention on the CPU (no test_gtrain)"
@@ -632,4 +670,11 @@ done
   done
   echo "$fails check(s) failed"
 } | tee -a "$LOG"
+if [ -n "${OUT:-}" ] && [ -d "$OUT" ]; then
+  cp "$LOG" "$OUT/device-check.log"
+  tail -n $((${#RESULTS[@]} + 4)) "$LOG" >"$OUT/device-check-summary.txt"
+  # every run's metrics and output, in one file (the tool brings back at most 8)
+  (cd "$WORK" && find . \( -name '*.out' -o -name 'metrics.jsonl' -o -name '*.json' \) -size -4M |
+    tar -czf "$OUT/device-check-runs.tar.gz" -T -) 2>/dev/null || true
+fi
 [ "$fails" = 0 ]
