@@ -211,7 +211,8 @@ if want s5 && [ "$GPU_OK" = 1 ]; then
       if [ "$secs" -lt 10 ]; then record "s5-$tool" SKIP "out of time budget"; continue; fi
       if run_to "$WORK/san-$tool.out" "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$GT" \
           --config configs/shakespeare-char.yaml --set device="$DEV" --set max_steps=1 --set eval_steps=0 \
-          --set eval_max_batches=1 --set save_steps=0 --set precision=bf16 --set output_dir="$WORK/run-san-$tool"; then
+          --set eval_max_batches=1 --set save_steps=0 --set precision=bf16 --set sample_max_new_tokens=0 --set data.val= \
+          --set output_dir="$WORK/run-san-$tool"; then
         record "s5-$tool" PASS "$(grep -a 'ERROR SUMMARY' "$WORK/san-$tool.out" | tail -1)"
       else
         record "s5-$tool" FAIL "$(grep -a 'ERROR SUMMARY' "$WORK/san-$tool.out" | tail -1 || echo 'failed or passed its budget') - see log"
