@@ -105,11 +105,17 @@ static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t
  * lora_A are consecutive in the layout (lora.h: part-major), so in params, weights and grads they are
  * one A_cat [R = n r, IC], and h = x A_cat^T [N, R] is one GEMM; site j reads its columns j r.. of h
  * (row stride R) and accumulates into its block of out with its B. */
+/* h = x A_cat^T [N, n r] for the group's n sites from k0 of layer l; returns the first site's A index */
+static int lora_group_h(Model *m, int l, int k0, int n, const act_t *x, int N, int IC) {
+    const int R = n * m->desc.adapter.r, ia = m->ad.idx[l][m->ad.sites[k0].module];
+    m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, R, R);
+    return ia;
+}
+
 static void lora_group_forward(Model *m, int l, int k0, int n, act_t *out, int OC, const act_t *x, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.adapter.r, R = n * r, ia = m->ad.idx[l][m->ad.sites[k0].module];
+    const int r = m->desc.adapter.r, R = n * r, ia = lora_group_h(m, l, k0, n, x, N, IC);
     const float sc = (float)m->desc.adapter.scale;
-    op->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, R, R);
     for (int j = 0; j < n; j++) {
         const LoraSite *s = &m->ad.sites[k0 + j];
         op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), R,
@@ -124,9 +130,8 @@ static void lora_group_forward(Model *m, int l, int k0, int n, act_t *out, int O
 static void lora_group_backward(Model *m, int l, int k0, int n, act_t *dinp, const act_t *dout, int OC,
                                 const act_t *x, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.adapter.r, R = n * r, ia = m->ad.idx[l][m->ad.sites[k0].module];
+    const int r = m->desc.adapter.r, R = n * r, ia = lora_group_h(m, l, k0, n, x, N, IC);
     const float sc = (float)m->desc.adapter.scale;
-    op->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, R, R);
     for (int j = 0; j < n; j++) {
         const LoraSite *s = &m->ad.sites[k0 + j];
         const int rows = (int)s->rows, ib = adapter_tensor(&m->ad, ia + j, PEFT_PART_B);
