@@ -6,8 +6,8 @@
 CUDASIM_MPICXX ?= $(shell command -v mpicxx 2>/dev/null)
 CUDASIM_MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
 # OMPI_SKIP_MPICXX: no MPI C++ bindings (their casts warn).
-CUDASIM_NCCL_FLAGS := -std=c++20 -O1 -g -Wall -Wextra -Werror -DOMPI_SKIP_MPICXX=1 -DMPICH_SKIP_MPICXX=1 \
-                      -Icuda/sim -Icuda/sim/include
+CUDASIM_NCCL_FLAGS := -std=c++20 -O1 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -DOMPI_SKIP_MPICXX=1 \
+                      -DMPICH_SKIP_MPICXX=1 -Icuda/sim -Icuda/sim/include
 CUDASIM_NCCL_RUN = $(CUDASIM_MPIRUN) --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1
 
 .PHONY: test-cudasim-nccl

@@ -11,6 +11,10 @@
 #define __global__
 #define __forceinline__ inline
 
+/* cuda_common.cuh's 16-byte packed loads name it */
+struct alignas(16) uint4 {
+    unsigned int x, y, z, w;
+};
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 
