@@ -11,6 +11,9 @@
 # seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one reference server (scripts/with-refs-server.sh) for every mutant's test run, instead of one
+# started (torch, transformers and peft imported) per mutant
+if [ -z "${GTRAIN_MUTANTS_SERVED:-}" ]; then GTRAIN_MUTANTS_SERVED=1 exec scripts/with-refs-server.sh "$(pwd)/scripts/cudasim-mutants.sh" "$@"; fi
 root=$(pwd)
 B=${BUILD_SIM:-build-cudasim}
 P=${BUILD:-build}
