@@ -23,9 +23,15 @@ SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -fPIC -fvisibility=hidden -ffp-c
 SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -ldl -rdynamic $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
 SIM_MODULE_LDLIBS = -lstdc++ -lm -lpthread $(if $(SIM_HAVE_NCCL),$(shell $(MPICC) --showme:link))
 SIM_MODULE := $(BUILD_SIM)/libgtrain-cuda.so $(BUILD_SIM)/libgtrain-cuda-probe.so
-SIM_OBJS := $(patsubst src/%.c,$(BUILD_SIM)/obj/%.o,$(SRCS))
-SIM_LIB_OBJS := $(filter-out $(BUILD_SIM)/obj/main.o,$(SIM_OBJS))
-SIM_TEST_OBJS := $(patsubst tests/%.c,$(BUILD_SIM)/tests/%.o,$(TEST_SRCS))
+# The host C code (src/, tests/) is compiled once: when the plain build's flags are the simulator
+# build's (the same words in another order: CUDA and NCCL found and MPI on, as in scripts/test.sh on
+# CI), the simulator build links the plain build's objects ($(BUILD)/obj, $(BUILD)/tests), built by
+# the plain rules if missing; otherwise (no nvcc, no NCCL, MPI=0) it compiles its own here.
+SIM_HOST_DIFF = $(strip $(filter-out $(CFLAGS),$(SIM_CFLAGS)) $(filter-out $(SIM_CFLAGS),$(CFLAGS)))
+SIM_HOST := $(if $(SIM_HOST_DIFF),$(BUILD_SIM),$(BUILD))
+SIM_OBJS := $(patsubst src/%.c,$(SIM_HOST)/obj/%.o,$(SRCS))
+SIM_LIB_OBJS := $(filter-out $(SIM_HOST)/obj/main.o,$(SIM_OBJS))
+SIM_TEST_OBJS := $(patsubst tests/%.c,$(SIM_HOST)/tests/%.o,$(TEST_SRCS))
 SIM_CU_OBJS := $(patsubst cuda/%.cu,$(BUILD_SIM)/cuda/%.o,$(CU_SRCS))
 SIM_RT_OBJS := $(patsubst cuda/sim/%.cpp,$(BUILD_SIM)/sim/%.o,$(SIM_SRCS))
 SIM_HEADERS := $(wildcard cuda/sim/*.h cuda/sim/*.inc cuda/sim/include/*.h)

@@ -5,11 +5,18 @@
 # reported and fails the script. MUTANTS_FULL=1 runs the whole simulated suite for each;
 # MUTANTS=name,name runs only those. MUTANT_JOBS (default: the number of cores) mutants run at a
 # time, each in its own copy, so that one's single-file rebuild overlaps another's tests; each
-# copy's tests run with JOBS=1 then (MUTANT_TEST_JOBS overrides).
+# copy's tests run with JOBS=1 then (MUTANT_TEST_JOBS overrides). A mutant's test run stops at its
+# first failing test (Criterion --fail-fast): one failure is the catch, the rest of its suites add
+# nothing (MUTANTS_FULL=1 runs them all). Each line of the report gives the mutant's build and test
+# seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# one reference server (scripts/with-refs-server.sh) for every mutant's test run, instead of one
+# started (torch, transformers and peft imported) per mutant
+if [ -z "${GTRAIN_MUTANTS_SERVED:-}" ]; then GTRAIN_MUTANTS_SERVED=1 exec scripts/with-refs-server.sh "$(pwd)/scripts/cudasim-mutants.sh" "$@"; fi
 root=$(pwd)
 B=${BUILD_SIM:-build-cudasim}
+P=${BUILD:-build}
 make -s -j"$(nproc)" cudasim-build BUILD_SIM="$B"
 
 work=$(mktemp -d /tmp/gtrain-mutants.XXXXXX)
@@ -17,12 +24,19 @@ trap 'rm -rf "$work"' EXIT
 slots=${MUTANT_JOBS:-$(nproc)}
 [ "$slots" -ge 1 ] || slots=1
 test_jobs=${MUTANT_TEST_JOBS:-$(( slots > 1 ? 1 : $(nproc) ))}
+fail_fast=--fail-fast
+[ "${MUTANTS_FULL:-0}" = 1 ] && fail_fast=
 # a copy per slot: the tracked tree and the simulator build (so each mutant rebuilds only the file
 # it changes)
 for ((k = 0; k < slots; k++)); do
   mkdir -p "$work/slot$k"
   git ls-files -z | xargs -0 cp -a --parents -t "$work/slot$k"
   cp -a "$B" "$work/slot$k/$B"
+  # and the plain build's host objects, which the simulator build links when it was compiled with
+  # the same flags (mk/cudasim.mk), so that a mutant of cuda/ recompiles that one file
+  for d in obj tests flags.stamp; do
+    if [ -e "$P/$d" ]; then mkdir -p "$work/slot$k/$P" && cp -a "$P/$d" "$work/slot$k/$P/"; fi
+  done
 done
 
 # name | file | text found exactly once | replacement | suites that should fail (Criterion glob)
@@ -74,7 +88,7 @@ EOF
 # run_mutant SLOT NAME FILE FROM TO SUITES: plant, build and test in the slot's copy, unplant; the
 # outcome (caught/missed/broken) goes to $work/result-NAME, the logs beside it
 run_mutant() {
-  local slot="$work/slot$1" name="$2" file="$3" from="$4" to="$5" suites="$6" rc failed how
+  local slot="$work/slot$1" name="$2" file="$3" from="$4" to="$5" suites="$6" rc failed how t0 tb tt
   # plant: the text must be there exactly once, or this script is out of date with the sources
   if ! FROM="$from" TO="$to" perl -0777 -i -pe '
         BEGIN { ($f, $t) = map { s/\\n/\n/g; $_ } ($ENV{FROM}, $ENV{TO}); }
@@ -84,18 +98,21 @@ run_mutant() {
     echo "broken|cudasim-mutants: $name: the text to change is not in $file exactly once; update scripts/cudasim-mutants.sh" >"$work/result-$name"
     return
   fi
+  t0=$SECONDS
   if ! make -s -C "$slot" -j"$(nproc)" cudasim-build BUILD_SIM="$B" >"$work/build-$name.log" 2>&1; then
     echo "broken|cudasim-mutants: $name does not build; a planted bug must compile (log: $work/build-$name.log)" >"$work/result-$name"
     cat "$work/build-$name.log" >&2
   else
-    (cd "$slot" && JOBS="$test_jobs" BUILD_SIM="$B" CUDASIM_FILTER="$suites" scripts/test-cudasim.sh) >"$work/test-$name.log" 2>&1
+    tb=$((SECONDS - t0))
+    (cd "$slot" && JOBS="$test_jobs" BUILD_SIM="$B" CUDASIM_FILTER="$suites" scripts/test-cudasim.sh $fail_fast) >"$work/test-$name.log" 2>&1
     rc=$?
+    tt=$((SECONDS - t0 - tb))
     failed=$(grep -E '^\[(FAIL|CRASH)\]|^\[----\] .*(Timed out|crash)' "$work/test-$name.log" | sed -E 's/^\[[A-Z]+\] //; s/: .*//' | sort -u | head -4 | tr "\n" " " || true)
     how=$(grep -m1 -E 'gtcsim: |rel err|differ|Assertion' "$work/test-$name.log" | sed 's/^\[----\] *//' | cut -c1-150 || true)
     if [ "$rc" -ne 0 ]; then
-      printf 'caught|  caught  %-30s %s\n          %s\n' "$name" "$failed" "$how" >"$work/result-$name"
+      printf 'caught|  caught  %-30s (build %d s, tests %d s) %s\n          %s\n' "$name" "$tb" "$tt" "$failed" "$how" >"$work/result-$name"
     else
-      printf 'missed|  MISSED  %-30s (%s passed)\n' "$name" "${suites:-the whole suite}" >"$work/result-$name"
+      printf 'missed|  MISSED  %-30s (build %d s, tests %d s; %s passed)\n' "$name" "$tb" "$tt" "${suites:-the whole suite}" >"$work/result-$name"
     fi
   fi
   # unplant; the newer mtime makes the next build in this slot recompile it

@@ -6,6 +6,9 @@
 # Python (GTRAIN_REFS_PY_REAL). When the server cannot start, CMD runs with the real Python as
 # before (a line says so). The server ends with CMD; CMD's exit status is returned.
 set -uo pipefail
+# inside another with-refs-server.sh (a script that runs many suites, as cudasim-mutants.sh does,
+# starts one server for all): that server serves CMD too
+if [ -n "${GTRAIN_REFS_SOCK:-}" ] && [ -S "$GTRAIN_REFS_SOCK" ] && [ -n "${GTRAIN_REFS_PY_REAL:-}" ]; then exec "$@"; fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 real="${GTRAIN_REFS_PY_REAL:-${GTRAIN_REFS_PY:-$("$root/scripts/install-deps.sh" --venv-path)/bin/python}}"
 dir="$(mktemp -d /tmp/gtrain-refs.XXXXXX)" || exit 1

@@ -157,17 +157,26 @@ Test(output_dir, auto_resumes_the_same_run_and_names_what_differs_otherwise, .ti
 
 /* ---------------------------------------------------------------- 3. the shipped demo, interrupted */
 
-#define DEMO_STEPS 40
-
-/* the demo's command with a test's overrides (fewer steps, a scratch output_dir, one thread) */
-static void demo_sets(const char *out, char *od, size_t cap, const char **sets) {
+/* the demo's command with a test's overrides (fewer steps, a scratch output_dir, one thread); the
+ * count of overrides is returned. On the CUDA simulator, where a step of the demo model takes
+ * seconds and its closing evaluation (145 batches) minutes (the whole test took 355 s there, the
+ * longest test of that flavour), 12 steps of batch 4 checkpointed every 3 and 2 evaluation
+ * batches: the same interrupt after a checkpoint and the same bit-for-bit resume. */
+#define DEMO_SETS 8
+static long demo_steps(void) { return test_on_cudasim() ? 12 : 40; }
+static long demo_save_steps(void) { return test_on_cudasim() ? 3 : 5; }
+static int demo_sets(const char *out, char *od, size_t cap, const char **sets) {
+    const bool sim = test_on_cudasim();
     snprintf(od, cap, "output_dir=%s", out);
-    sets[0] = "max_steps=" "40";
-    sets[1] = "save_steps=5";
+    sets[0] = sim ? "max_steps=12" : "max_steps=40";
+    sets[1] = sim ? "save_steps=3" : "save_steps=5";
     sets[2] = "logging_steps=1";
     sets[3] = "num_threads=1";
     sets[4] = "sample_max_new_tokens=0";
     sets[5] = od;
+    sets[6] = sim ? "per_device_train_batch_size=4" : "per_device_train_batch_size=12";
+    sets[7] = "eval_max_batches=2";
+    return sim ? 8 : 7;
 }
 
 Test(output_dir, the_demo_interrupted_by_sigint_resumes_to_the_unbroken_weights, .timeout = 600) {
@@ -182,23 +191,24 @@ Test(output_dir, the_demo_interrupted_by_sigint_resumes_to_the_unbroken_weights,
     char ref[400], out[400], od[450];
     path_in(ref, sizeof ref, w.dir, "ref");
     path_in(out, sizeof out, w.dir, "demo");
-    const char *sets[6];
-    demo_sets(ref, od, sizeof od, sets);
+    const char *sets[DEMO_SETS];
+    int nsets = demo_sets(ref, od, sizeof od, sets);
     Proc p;
-    start_v(&p, &w, demo, NULL, "ref", sets, 6);
+    start_v(&p, &w, demo, NULL, "ref", sets, nsets);
     expect_exit(&w, "ref", wait_proc(&p), 0);
     /* interrupted after its first checkpoint */
     char od2[450];
-    demo_sets(out, od2, sizeof od2, sets);
-    start_v(&p, &w, demo, NULL, "int", sets, 6);
-    char ck[450];
-    path_in(ck, sizeof ck, out, "checkpoint-5/trainer_state.json");
+    nsets = demo_sets(out, od2, sizeof od2, sets);
+    start_v(&p, &w, demo, NULL, "int", sets, nsets);
+    char ck[520], first[64];
+    snprintf(first, sizeof first, "checkpoint-%ld/trainer_state.json", demo_save_steps());
+    path_in(ck, sizeof ck, out, first);
     for (int i = 0; i < 60000 && !exists(ck); i++) {
         int st;
         cr_assert_eq(waitpid(p.pid, &st, WNOHANG), 0, "the demo ended before its first checkpoint");
         sleep_s(0.002);
     }
-    cr_assert(exists(ck), "no checkpoint-5 within 120 s");
+    cr_assert(exists(ck), "no %s within 120 s", first);
     kill(p.pid, SIGINT);
     expect_exit(&w, "int", wait_proc(&p), 0);
     char *o = read_log(&w, "int", "out");
@@ -209,7 +219,7 @@ Test(output_dir, the_demo_interrupted_by_sigint_resumes_to_the_unbroken_weights,
     cr_assert_not_null(eol);
     long last = -1;
     check_checkpoints(out, &last);
-    cr_assert(last >= 5 && last < DEMO_STEPS, "the interrupted run's latest checkpoint is %ld", last);
+    cr_assert(last >= demo_save_steps() && last < demo_steps(), "the interrupted run's latest checkpoint is %ld", last);
     /* the printed command, run as printed */
     char sh[8192];
     snprintf(sh, sizeof sh, "cd / && %.*s >'%s/again.out' 2>'%s/again.err'", (int)(eol - cmd), cmd, w.dir, w.dir);
