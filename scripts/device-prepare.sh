@@ -13,13 +13,13 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ARCH="${DEVICE_ARCH:-90}"
 B=build-device
+FILES=(gtrain libgtrain-cuda.so libgtrain-cuda-probe.so test_gtrain bench_attention) # what is carried
 nice make -j"$(nproc)" BUILD=$B CUDA=1 MPI=0 ARCH_FLAGS=-march=x86-64-v3 \
-  CUDA_ARCH="-gencode arch=compute_$ARCH,code=sm_$ARCH" \
-  $B/gtrain $B/libgtrain-cuda.so $B/libgtrain-cuda-probe.so $B/test_gtrain $B/bench_attention
+  CUDA_ARCH="-gencode arch=compute_$ARCH,code=sm_$ARCH" "${FILES[@]/#/$B/}"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
-for f in $B/gtrain $B/test_gtrain $B/bench_attention $B/libgtrain-cuda.so $B/libgtrain-cuda-probe.so; do
-  ldd "$f" | awk '/=> \// { print $1, $3 }'
+for f in "${FILES[@]}"; do
+  ldd "$B/$f" | awk '/=> \// { print $1, $3 }'
 done | sort -u | while read -r soname path; do
   case "$soname" in
     libc.so* | libm.so* | libpthread* | libdl.so* | librt.so* | ld-linux* | libmvec* | libresolv* | libutil* | \
@@ -29,7 +29,7 @@ done | sort -u | while read -r soname path; do
 done
 tar -cJf .devlibs.tar.xz -C "$stage" .
 rm -rf build-carry && mkdir -p build-carry
-for f in gtrain test_gtrain bench_attention libgtrain-cuda.so libgtrain-cuda-probe.so; do
+for f in "${FILES[@]}"; do
   strip --strip-unneeded -o build-carry/$f $B/$f
 done
 echo "device-prepare: build-carry/ $(du -sh build-carry | cut -f1), $(ls "$stage" | wc -l) libraries in" \

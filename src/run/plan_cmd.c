@@ -64,7 +64,7 @@ static uint64_t memory_limit(const RunConfig *cfg) {
                cfg->memory_limit ? "memory_limit" : "available RAM");
     else
         printf("memory limit: none here (memory_limit auto: a run on the GPU checks its free memory at start, less "
-                   "the runtime_reserve it prints)\n");
+               "the runtime_reserve it prints)\n");
     return limit;
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "cuda_module.h"
 #include "dist.h"
 #include "eval.h"
 #include "lora.h"
@@ -87,8 +88,8 @@ int train_command(CliArgs *a) {
         char found[1024];
         printf("gtrain %s (backends: %s; dist: %s)\nCUDA module looked for in %s\n", GTRAIN_VERSION,
                backend_describe(found, sizeof found), dist_built(),
-               getenv("GTRAIN_BACKEND_DIR") ? "$GTRAIN_BACKEND_DIR"
-                                            : "the executable's folder (or $GTRAIN_BACKEND_DIR)");
+               getenv(GT_BACKEND_DIR_ENV) ? "$" GT_BACKEND_DIR_ENV
+                                          : "the executable's folder (or $" GT_BACKEND_DIR_ENV ")");
         return GT_EXIT_OK;
     }
     const bool markdown = cli_given(a, "markdown");
