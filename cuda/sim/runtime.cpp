@@ -3,10 +3,11 @@
  *
  * Device memory: a reserved PROT_NONE arena; every cudaMalloc gets fresh pages (never reused, a
  * guard page after each, the allocation ending at its last page's end, 256-byte aligned) filled
- * with 0xFF (NaN). The arena is readable only while queued work runs (a kernel, a copy, a
+ * with 0xFF (NaN). Live allocations are readable only while queued work runs (a kernel, a copy, a
  * library call): a host dereference of a device pointer faults and the SIGSEGV handler names it.
- * cudaFree synchronises the device (as CUDA does) and poisons the pages again; they are never
- * handed out again, and a kernel given a freed pointer fails at launch.
+ * cudaFree synchronises the device (as CUDA does) and gives the pages back, inaccessible for good:
+ * they are never handed out again, a kernel given a freed pointer fails at launch, and one that
+ * reads freed memory through another pointer faults.
  *
  * Streams: work is queued, not run: it runs when the host waits (stream, event or device
  * synchronisation, a synchronous copy, a query), and then only as far as that wait needs, each
@@ -223,15 +224,29 @@ cudaError_t bad(cudaError_t e, const char *fmt, ...) {
     return ret(e);
 }
 
-/* One call per arena over the pages handed out so far: inside a window the guard pages and freed
- * allocations are readable too (per-allocation calls made whole test runs take minutes), so
- * out-of-bounds and use-after-free accesses from kernels are not caught by the MMU; the host
- * outside a window is, and kernel pointer arguments are checked at launch. */
+/* One call per run of live allocations (an allocation's pages and the guard page after it; those
+ * made one after another touch, so a model's buffers are a few runs): inside a window the guard
+ * pages are readable too (per-allocation calls made whole test runs take minutes), so out-of-bounds
+ * accesses from kernels are not caught by the MMU; the host outside a window is, and kernel pointer
+ * arguments are checked at launch. Freed pages stay PROT_NONE for good (cudaFree): a window no
+ * longer walks them. Protecting everything handed out so far, as before, cost each window the page
+ * tables of every allocation the process ever made: 80 % of a test that creates a hundred models. */
 void set_prot(int prot) {
-    for (auto &r : g_arenas) {
-        uintptr_t end = g_next > r.first && g_next <= r.first + r.second ? g_next : r.first + r.second;
-        if (mprotect((void *)r.first, end - r.first, prot) != 0) gtcsim::fail("mprotect: %s", strerror(errno));
+    uintptr_t lo = 0, hi = 0;
+    auto flush = [&] {
+        if (hi > lo && mprotect((void *)lo, hi - lo, prot) != 0) gtcsim::fail("mprotect: %s", strerror(errno));
+    };
+    for (const auto &kv : g_dev) { /* by address */
+        const DevAlloc &d = kv.second;
+        const uintptr_t s = d.span, e = d.span + d.span_bytes + kPage;
+        if (s == hi) {
+            hi = e;
+        } else {
+            flush();
+            lo = s, hi = e;
+        }
     }
+    flush();
 }
 struct Window {
     Window() {
