@@ -7,6 +7,7 @@
 # The .cu sources are used unchanged except one rewrite: `extern __shared__ T name[];` (which host
 # C++ cannot express) becomes a pointer to the block's dynamic shared memory, on the same line.
 # The NCCL model (cuda/sim/nccl.cpp) runs its ranks over MPI, so it is built only with MPI=1.
+# SAN (instrumentation such as --coverage, scripts/flavour-coverage.sh) applies here as in the host build.
 # -ffp-contract=fast: a * b + c fused into an FMA, as nvcc does by default (--fmad=true).
 # As with nvcc, the CUDA sources and the simulator make a module, $(BUILD_SIM)/libgtrain-cuda.so (and
 # its device probe), that gtrain and test_gtrain load with dlopen (src/backend/backend_module.c): the
@@ -19,9 +20,9 @@ SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
 SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
 SIM_INC  := -Icuda/sim/include -Icuda/sim -Icuda $(SRC_INC)
 SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -fPIC -fvisibility=hidden -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
-  $(SIM_DEFS) $(SIM_INC) $(if $(SIM_HAVE_NCCL),-DOMPI_SKIP_MPICXX=1 $(shell $(MPICC) --showme:compile))
-SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -ldl -rdynamic $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link))
-SIM_MODULE_LDLIBS = -lstdc++ -lm -lpthread $(if $(SIM_HAVE_NCCL),$(shell $(MPICC) --showme:link))
+  $(SIM_DEFS) $(SIM_INC) $(if $(SIM_HAVE_NCCL),-DOMPI_SKIP_MPICXX=1 $(shell $(MPICC) --showme:compile)) $(SAN)
+SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -ldl -rdynamic $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link)) $(SAN)
+SIM_MODULE_LDLIBS = -lstdc++ -lm -lpthread $(if $(SIM_HAVE_NCCL),$(shell $(MPICC) --showme:link)) $(SAN)
 SIM_MODULE := $(BUILD_SIM)/libgtrain-cuda.so $(BUILD_SIM)/libgtrain-cuda-probe.so
 # The host C code (src/, tests/) is compiled once: when the plain build's flags are the simulator
 # build's (the same words in another order: CUDA and NCCL found and MPI on, as in scripts/test.sh on

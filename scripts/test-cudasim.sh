@@ -6,7 +6,9 @@
 #   GTCSIM_DEVICE_COUNT=2     two simulated devices, so the data-parallel tests (2 MPI ranks on one
 #                             node, device = local rank) run through dist_nccl.cu and the NCCL model
 #   GTCSIM_USAGE_LOG          each process that runs a kernel appends the test it runs for
-# CUDASIM_FILTER narrows the suite (a Criterion --filter glob); extra arguments go to the test binary.
+# CUDASIM_FILTER narrows the suite (a Criterion --filter glob); GTRAIN_TEST_LEAVE_OUT=FILE leaves out
+# the tests FILE lists (tests/test_main.c; scripts/test.sh's simulator flavour); extra arguments go to
+# the test binary.
 set -u
 B=${BUILD_SIM:-build-cudasim}
 LOG=$B/test-cudasim.log

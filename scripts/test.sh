@@ -6,8 +6,8 @@
 # whole suite again with the CUDA backend on the CUDA simulator, planted bugs it must catch, and
 # libFuzzer on every reader.
 # The plain flavour runs every test; the ASan and simulator flavours leave out the suites and
-# tests scripts/test-flavours.sh lists, each with why that flavour adds nothing for it (the
-# closing lines say what ran where). The time of each part (wall and CPU seconds) is printed at the end.
+# tests scripts/test-flavours.sh lists, each with why that flavour adds nothing for it, said or
+# measured (the closing lines say what ran where). The time of each part (wall and CPU seconds) is printed at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/test-flavours.sh
@@ -21,7 +21,7 @@ export PATH="$PATH:/usr/local/cuda/bin"
 # every suite appends its passed/failed/skipped counts here (scripts/tap-summary.sh)
 GTRAIN_TEST_COUNTS="$(mktemp)"
 export GTRAIN_TEST_COUNTS
-trap 'rm -f "$GTRAIN_TEST_COUNTS" "${times_file:-}"' EXIT
+trap 'rm -f "$GTRAIN_TEST_COUNTS" "${times_file:-}" "${asan_leave:-}" "${sim_leave:-}"' EXIT
 jobs="$(nproc)"
 # the time each part took, printed at the end: wall seconds, and CPU seconds (user + sys of the
 # processes the part ran and waited for, from bash's `times`), which say more on a shared machine.
@@ -45,19 +45,19 @@ part() {
 # the install (above) ran from the script's start, where bash's $SECONDS counts from
 part_name="install of what was missing" part_start="$(awk -v w="${EPOCHREALTIME/,/.}" -v s="$SECONDS" 'BEGIN { printf "%.6f", w - s }')"
 all_start="$part_start"
-# the filters of the ASan and simulator flavours (scripts/test-flavours.sh)
-asan_args="" asan_what="every suite"
-if [ ${#ASAN_LEAVE_OUT[@]} -gt 0 ]; then
-  asan_args="--filter='$(leave_out_filter "${ASAN_LEAVE_OUT[@]}")'"
-  asan_what="${#ASAN_LEAVE_OUT[@]} entries of scripts/test-flavours.sh left out"
-fi
-sim_filter="$(leave_out_filter "${CUDASIM_LEAVE_OUT[@]}")"
+# what the ASan and simulator flavours leave out (scripts/test-flavours.sh): files the test binary
+# reads (GTRAIN_TEST_LEAVE_OUT, tests/test_main.c)
+asan_leave="$(mktemp)" sim_leave="$(mktemp)"
+write_leave_out "$asan_leave" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"} ${ASAN_COVERED[@]+"${ASAN_COVERED[@]}"}
+write_leave_out "$sim_leave" "${CUDASIM_LEAVE_OUT[@]}" ${CUDASIM_COVERED[@]+"${CUDASIM_COVERED[@]}"}
+asan_n="$(grep -c . "$asan_leave" || true)" sim_n="$(grep -c . "$sim_leave")"
 part "build and test"
 make -j"$jobs"
 make -j"$jobs" test
-check_leave_out build/test_gtrain "${CUDASIM_LEAVE_OUT[@]}" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"}
-part "test under AddressSanitizer + UBSan, leaks fatal (${asan_what})"
-LSAN_JOBS="$jobs" make -j"$jobs" test-asan TEST_ARGS="$asan_args"
+check_leave_out build/test_gtrain "$asan_leave"
+check_leave_out build/test_gtrain "$sim_leave"
+part "test under AddressSanitizer + UBSan, leaks fatal ($asan_n entries of scripts/test-flavours.sh left out)"
+GTRAIN_TEST_LEAVE_OUT="$asan_leave" LSAN_JOBS="$jobs" make -j"$jobs" test-asan
 if command -v nvcc >/dev/null 2>&1; then
   part "CUDA backend: compiled with warnings as errors"
   make -j"$jobs" cuda-check
@@ -67,8 +67,8 @@ fi
 part "CUDA simulator: the cuBLAS/cuBLASLt and NCCL models against their references"
 make test-cudasim-blas
 make test-cudasim-nccl
-part "the suite with the CUDA backend (cuda/*.cu) on the CUDA simulator (${#CUDASIM_LEAVE_OUT[@]} entries of scripts/test-flavours.sh that open no backend left out)"
-make -j"$jobs" test-cudasim CUDASIM_FILTER="$sim_filter"
+part "the suite with the CUDA backend (cuda/*.cu) on the CUDA simulator ($sim_n entries of scripts/test-flavours.sh left out)"
+GTRAIN_TEST_LEAVE_OUT="$sim_leave" make -j"$jobs" test-cudasim
 part "known bugs planted into copies of cuda/: the simulated suite must catch each"
 GTRAIN_TEST_COUNTS= make test-cudasim-mutants   # their failures are the point: not counted
 part "fuzz every reader of untrusted input for ${FUZZ_SECONDS:-8} s each (its seed corpus first)"
@@ -76,6 +76,6 @@ make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-8}" FUZZ_JOBS="$jobs"
 part ""
 echo "== all tests passed in $(awk -v w="${EPOCHREALTIME/,/.}" -v w0="$all_start" 'BEGIN { printf "%.0f", w - w0 }') s:"
 printf '%s\n' "${times[@]}"
-echo "what ran where: plain: every suite; ASan + UBSan: all but ${ASAN_LEAVE_OUT[*]:-none};" \
-     "CUDA simulator: all but ${CUDASIM_LEAVE_OUT[*]} (scripts/test-flavours.sh says why)"
+echo "what ran where: plain: every test; ASan + UBSan: all but $asan_n entries; CUDA simulator: all but" \
+     "$sim_n entries (scripts/test-flavours.sh lists them and says why)"
 awk '{p += $1; f += $2; s += $3} END {printf "all suites: %d passed, %d failed, %d skipped\n", p, f, s}' "$GTRAIN_TEST_COUNTS"
