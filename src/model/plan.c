@@ -160,6 +160,10 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     if (p->zero1)
         fprintf(out, "  ZeRO-1 saves %s of optimizer state per rank (%d shards)\n",
                 gt_format_bytes(a, sizeof a, 2 * p->n_trainable * sizeof(float) - p->bytes[MEM_OPTIMIZER]), p->world);
+    if (p->grads_bf16)
+        fprintf(out, "  ddp_grad_dtype bf16: %s of gradients per step between ranks instead of %s (saves %s, half)\n",
+                gt_format_bytes(a, sizeof a, p->n_trainable * 2), gt_format_bytes(b, sizeof b, p->n_trainable * 4),
+                gt_format_bytes(desc, sizeof desc, p->n_trainable * 2));
     if (measured)
         fprintf(out, "  %-18s %14s %14s\n", "category", "planned", "measured");
     else

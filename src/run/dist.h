@@ -33,6 +33,10 @@ int dist_allreduce_f32(Dist *d, float *buf, size_t n, GtError *err);
 /* Start an in-place sum without waiting (for overlapping with backward); dist_wait_all waits for
  * every started one. */
 int dist_allreduce_f32_start(Dist *d, float *buf, size_t n, GtError *err);
+/* The same with the values in bf16 (ddp_grad_dtype bf16): buf is rounded in place to bf16 (to
+ * nearest even), the sum over ranks is taken in bf16 (each pairwise sum in fp32, rounded to bf16;
+ * 2 bytes per value on the wire), and after dist_wait_all buf holds those sums as floats. */
+int dist_allreduce_bf16_start(Dist *d, float *buf, size_t n, GtError *err);
 int dist_wait_all(Dist *d, GtError *err);
 /* Sums of host scalars. */
 int dist_allreduce_i64(Dist *d, int64_t *v, int n, GtError *err);
@@ -40,6 +44,8 @@ int dist_allreduce_f64(Dist *d, double *v, int n, GtError *err);
 /* ZeRO-1: buf holds world * shard floats; after the call this rank's shard
  * buf[rank*shard .. (rank+1)*shard) holds the sum over ranks (the rest is undefined). */
 int dist_reduce_scatter_f32(Dist *d, float *buf, size_t shard, GtError *err);
+/* The same in bf16, as dist_allreduce_bf16_start (all world * shard values are rounded in place). */
+int dist_reduce_scatter_bf16(Dist *d, float *buf, size_t shard, GtError *err);
 /* every rank's shard gathered into buf (world * shard floats), in place */
 int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err);
 /* all ranks agree a value (e.g. 1 = "I failed"): max over ranks */
@@ -66,8 +72,10 @@ void dist_fail(Dist *d, const GtError *err) __attribute__((noreturn));
  * backend with device memory (GT_CAP_DEVICE_MEMORY; refused when built without NCCL), over MPI
  * otherwise; host values over MPI when it is up, else NCCL. World 1: every call is a no-op. */
 typedef struct DistComm DistComm;
-/* Refused (code 2, naming config_path) when world > 1 has no transport for be. Logs NCCL's line. */
-int dist_comm_open(DistComm **out, Dist *d, Backend *be, const char *init_file, double timeout_s,
+/* Refused (code 2, naming config_path) when world > 1 has no transport for be. Logs NCCL's line.
+ * grads_bf16 (ddp_grad_dtype bf16): the gradients' all-reduce and ZeRO-1's reduce-scatter sum in
+ * bf16, as dist_allreduce_bf16_start (MPI) or ncclBfloat16 (NCCL) do; host values stay exact. */
+int dist_comm_open(DistComm **out, Dist *d, Backend *be, const char *init_file, double timeout_s, bool grads_bf16,
                    const char *config_path, GtError *err);
 /* ok: finalize (bounded); else abort, so no peer is waited for. Before the buffers it may still
  * read are freed. NULL is fine. */

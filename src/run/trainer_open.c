@@ -299,7 +299,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
     if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
-    if (dist_comm_open(&t->comm, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout, cfg->config_path, err))
+    if (dist_comm_open(&t->comm, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout,
+                       cfg->ddp_grad_dtype == PREC_BF16, cfg->config_path, err))
         return -1;
     backend_set_act_dtype(t->be, plan_act_dtype(cfg->precision));
     if (cfg->precision == PREC_BF16 && !(t->be->ops->caps & GT_CAP_NATIVE_BF16) && t->rank == 0)
@@ -314,6 +315,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     }
     const int refused = plan_resolve(&t->plan, desc, cfg, t->world, limit, err);
     t->plan.runtime_reserve = t->be->runtime_reserve;
+    t->plan.grads_bf16 = cfg->ddp_grad_dtype == PREC_BF16 && t->world > 1;
     snprintf(t->plan.runtime_reserve_what, sizeof t->plan.runtime_reserve_what, "%s", t->be->runtime_reserve_what);
     if (refused) {
         if (t->rank == 0 && !t->plan.overflow) plan_print(&t->plan, NULL, stdout); /* an overflowed plan shows nothing true */
