@@ -315,7 +315,6 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     }
     const int refused = plan_resolve(&t->plan, desc, cfg, t->world, limit, err);
     t->plan.runtime_reserve = t->be->runtime_reserve;
-    t->plan.grads_bf16 = cfg->ddp_grad_dtype == PREC_BF16 && t->world > 1;
     snprintf(t->plan.runtime_reserve_what, sizeof t->plan.runtime_reserve_what, "%s", t->be->runtime_reserve_what);
     if (refused) {
         if (t->rank == 0 && !t->plan.overflow) plan_print(&t->plan, NULL, stdout); /* an overflowed plan shows nothing true */
@@ -372,6 +371,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                  err->msg, gt_format_bytes(need, sizeof need, t->plan.device_total));
         return gt_error(err, GT_EXIT_FAILURE, "%s", msg);
     }
+    /* ddp_grad_dtype bf16: the gradients' bf16 copy (the plan's grads include it) */
+    if (dist_comm_grads(t->comm, model_grads(t->model), model_shard(t->model).padded_total, err)) return -1;
     if (t->gen && kv_cache_create(&t->kv, t->model, gen_slots, eval_gen_ctx(t->gen), err)) return -1;
     if (alloc_step_buffers(t, err)) return -1;
     if (t->rank == 0) {

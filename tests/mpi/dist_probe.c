@@ -5,8 +5,9 @@
  *   dist_probe collectives              every collective, checked against closed-form sums; exit 0
  *   dist_probe world1                   no launcher: world 1, transport "none", no MPI_Init, no-ops
  *   dist_probe bf16                     2 ranks: the bf16 all-reduce and reduce-scatter (ddp_grad_dtype
- *                                       bf16) against sums taken in double of the values rounded to bf16
- *                                       in double (frexp/nearbyint, not the code under test)
+ *                                       bf16) bit for bit against sums taken in double of the values
+ *                                       rounded to bf16 in double (frexp/nearbyint, not the code under
+ *                                       test), the sums rounded so too
  *   dist_probe timeout TIMEOUT SLEEP    rank 1 sleeps SLEEP s before an all-reduce; rank 0 must time
  *                                       out after TIMEOUT s and abort the job
  *   dist_probe kill                     rank 1 raises SIGKILL while rank 0 waits in an all-reduce
@@ -157,8 +158,25 @@ static float grad_value(int r, size_t i) {
     return v != 0 ? v : 1.0f;
 }
 
-/* the expected bf16 sum over 2 ranks of value i: both rounded, added exactly in double, rounded */
+/* the bit pattern of x, a bf16 value (its float's low 16 bits are zero) */
+static uint16_t bits_of(double x) {
+    const float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* rank r's value i as bf16, and the expected bf16 sum over 2 ranks: both rounded, added exactly in
+ * double, rounded */
+static uint16_t rank_bf16(int r, size_t i) { return bits_of(ref_bf16(grad_value(r, i))); }
 static double want_bf16_sum(size_t i) { return ref_bf16(ref_bf16(grad_value(0, i)) + ref_bf16(grad_value(1, i))); }
+
+static double value_of(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
 
 static int run_bf16(Dist *d) {
     GtError e = {0};
@@ -170,8 +188,8 @@ static int run_bf16(Dist *d) {
     enum { NB = 70 };
     size_t sizes[NB], total = 0;
     for (int k = 0; k < NB; k++) total += sizes[k] = k == 3 ? (size_t)1 << 20 : 1 + (size_t)k * 977;
-    float *g = gt_xmalloc(total * sizeof *g);
-    for (size_t i = 0; i < total; i++) g[i] = grad_value(R, i);
+    uint16_t *g = gt_xmalloc(total * sizeof *g);
+    for (size_t i = 0; i < total; i++) g[i] = rank_bf16(R, i);
     size_t off = 0, differs = 0;
     for (int k = 0; k < NB; k++) {
         if (dist_allreduce_bf16_start(d, g + off, sizes[k], &e)) die(&e);
@@ -181,7 +199,7 @@ static int run_bf16(Dist *d) {
     if (dist_wait_all(d, &e)) die(&e);
     for (size_t i = 0; i < total; i++) {
         const double want = want_bf16_sum(i);
-        check(&t, g[i] == (float)want, "allreduce_bf16", (long)i, g[i], want);
+        check(&t, g[i] == bits_of(want), "allreduce_bf16", (long)i, value_of(g[i]), want);
         differs += (float)want != grad_value(0, i) + grad_value(1, i);
     }
     /* the data exercise what bf16 changes: most sums differ from the fp32 sum */
@@ -189,12 +207,12 @@ static int run_bf16(Dist *d) {
 
     /* ZeRO-1: reduce-scatter in bf16 */
     const size_t shard = 40099;
-    float *z = gt_xmalloc((size_t)W * shard * sizeof *z);
-    for (size_t i = 0; i < (size_t)W * shard; i++) z[i] = grad_value(R, i);
+    uint16_t *z = gt_xmalloc((size_t)W * shard * sizeof *z);
+    for (size_t i = 0; i < (size_t)W * shard; i++) z[i] = rank_bf16(R, i);
     if (dist_reduce_scatter_bf16(d, z, shard, &e)) die(&e);
     for (size_t i = (size_t)R * shard; i < (size_t)(R + 1) * shard; i++) {
         const double want = want_bf16_sum(i);
-        check(&t, z[i] == (float)want, "reduce_scatter_bf16", (long)i, z[i], want);
+        check(&t, z[i] == bits_of(want), "reduce_scatter_bf16", (long)i, value_of(z[i]), want);
     }
     free(g);
     free(z);
@@ -217,7 +235,7 @@ static int run_world1(Dist *d) {
     check(&t, init == 0, "MPI_Init not called", 0, init, 0);
 #endif
     float f[4] = {1, 2, 3, 4};
-    float odd[2] = {1.0009765625f, -3.0009765625f}; /* not bf16 values: world 1 must not round them */
+    uint16_t odd[2] = {0x3f81, 0xc041}; /* world 1: no sum, no change */
     int64_t i64 = 5;
     double f64 = 6;
     int mx = 7;
@@ -228,7 +246,7 @@ static int run_world1(Dist *d) {
         dist_broadcast(d, f, sizeof f, 0, &e) || dist_barrier(d, "x", &e))
         die(&e);
     for (int i = 0; i < 4; i++) check(&t, f[i] == i + 1, "world1 no-op", i, f[i], i + 1);
-    check(&t, odd[0] == 1.0009765625f && odd[1] == -3.0009765625f, "world1 bf16 no-op", 0, odd[0], 1.0009765625);
+    check(&t, odd[0] == 0x3f81 && odd[1] == 0xc041, "world1 bf16 no-op", 0, odd[0], 0x3f81);
     check(&t, i64 == 5 && f64 == 6 && mx == 7, "world1 scalars", 0, 0, 0);
     if (t.failures) return 1;
     printf("dist_probe: world 1: all %d checks passed\n", t.checks);
