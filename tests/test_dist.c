@@ -3,12 +3,15 @@
  * 1. In process: rank discovery from the environment (world 1 needs no launcher; bad values and
  *    world > 1 without a usable launcher are refused with one line).
  * 2. build/dist_probe under `mpirun --allow-run-as-root --oversubscribe -np 2`: every collective
- *    against closed-form sums; a collective timeout; a killed rank; a failing rank. Each must end
+ *    against closed-form sums; the bf16 sums (ddp_grad_dtype bf16) bit for bit against rounding in
+ *    double; a collective timeout; a killed rank; a failing rank. Each must end
  *    within a bounded time with a message naming the rank. Skipped when built with MPI=0, or when
  *    mpirun or the probe is missing.
  * 3. End to end through gtrain (skipped until `gtrain --version` lists "mpi"): the losses of
  *    1 rank x (B, 2A), 2 ranks x (B, A) and 1 rank x (2B, A) agree to float32 rounding; ZeRO-1
- *    equals plain data parallel; a killed rank or a rank with a bad file ends the job non-zero,
+ *    equals plain data parallel; ddp_grad_dtype bf16 stays within a stated tolerance of fp32 (and
+ *    its ZeRO-1 equals its plain run); a bad ddp_grad_dtype is refused with one line, exit 2; a
+ *    killed rank or a rank with a bad file ends the job non-zero,
  *    in bounded time, naming the rank. */
 #define _POSIX_C_SOURCE 200809L
 #include <cJSON.h>
