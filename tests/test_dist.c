@@ -512,6 +512,32 @@ Test(dist_e2e, zero1_bf16_equals_plain_bf16, .timeout = 900) {
     e2e_cleanup(&x);
 }
 
+/* The bf16 sums' order is fixed for a world size, so a bf16 run resumed from its step-2 checkpoint
+ * continues with the uninterrupted run's losses and gradient norms, bit for bit */
+Test(dist_e2e, bf16_resume_is_bit_exact, .timeout = 900) {
+    E2E x;
+    need_e2e(&x);
+    Losses whole, resumed;
+    train(&x, "bf16-whole", 2, 2, 1, "ddp_grad_dtype=bf16 save_steps=2", &whole);
+    char out_dir[GT_PATH_MAX], s_out[GT_PATH_MAX + 16];
+    snprintf(out_dir, sizeof out_dir, "%s/bf16-resumed", x.tmp);
+    snprintf(s_out, sizeof s_out, "output_dir=%s", out_dir);
+    char *argv[] = {MPIRUN_ARGS(&x.mpi), x.bin,     "--config",           x.config, "--set", s_out,
+                    "--set",            "ddp_grad_dtype=bf16", "--set", "save_steps=2", "--set", "max_steps=2", NULL};
+    static Run r;
+    run_cmd(argv, 300, &r); /* stops after step 2, its checkpoint saved */
+    cr_assert_eq(exit_code(&r), 0, "first part: exit %d\nstderr: %s", exit_code(&r), r.err);
+    const Run *rest = train(&x, "bf16-resumed", 2, 2, 1, "ddp_grad_dtype=bf16 save_steps=2", &resumed);
+    cr_expect(strstr(rest->out, "resumed from") != NULL, "the second part did not resume: %s", rest->out);
+    for (int s = 2; s < 5; s++) {
+        cr_expect(whole.loss[s] == resumed.loss[s], "step %d: loss %.9g resumed vs %.9g", s + 1, resumed.loss[s],
+                  whole.loss[s]);
+        cr_expect(whole.grad_norm[s] == resumed.grad_norm[s], "step %d: grad norm %.9g resumed vs %.9g", s + 1,
+                  resumed.grad_norm[s], whole.grad_norm[s]);
+    }
+    e2e_cleanup(&x);
+}
+
 /* Rank 1 runs through `sh -c` so that it alone can be killed or given a bad file. */
 static void run_failing_rank(E2E *x, const char *name, const char *rank1_script, Run *r) {
     char out_dir[GT_PATH_MAX], s_out[GT_PATH_MAX + 16];
