@@ -131,6 +131,10 @@ $(BUILD)/test_gtrain: $(TEST_OBJS) $(LIB_OBJS) | $(CUDA_MODULE)
 $(BUILD)/obj $(BUILD)/cuda $(BUILD)/tests:
 	mkdir -p $@
 
+# The gradient all-reduce fp32 vs ddp_grad_dtype bf16, timed under mpirun by make bench.
+$(BUILD)/bench_dist: bench/bench_dist.c src/run/dist.c src/common.c $(SRC_HDRS) $(FLAGS_STAMP) | $(BUILD)/obj
+	$(CC) $(CFLAGS) -o $@ bench/bench_dist.c src/run/dist.c src/common.c $(LDLIBS)
+
 # A small MPI program that exercises every collective of dist.c (tests/test_dist.c runs it).
 $(BUILD)/dist_probe: tests/mpi/dist_probe.c src/run/dist.c src/common.c $(SRC_HDRS) $(FLAGS_STAMP) | $(BUILD)/obj
 	$(CC) $(CFLAGS) -o $@ tests/mpi/dist_probe.c src/run/dist.c src/common.c $(LDLIBS)
@@ -190,7 +194,7 @@ $(BUILD)/bench_nf4: bench/bench_nf4.c tests/qerr.c $(LIB_OBJS) | $(CUDA_MODULE)
 # Step time and tokens/s of gtrain beside PyTorch's CPU step on the same shapes, the time of
 # the SVD PiSSA needs, decode tokens/s beside transformers' generate, and gtrain tokenize's tokens/s beside
 # Hugging Face's tokenizers (not a test).
-bench: $(BUILD)/gtrain $(CUDA_MODULE) $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode
+bench: $(BUILD)/gtrain $(CUDA_MODULE) $(BUILD)/bench_step $(BUILD)/bench_svd $(BUILD)/bench_pack $(BUILD)/bench_nf4 $(BUILD)/bench_decode $(BUILD)/bench_dist
 	scripts/bench.sh $(BUILD)
 	scripts/bench-tokenizer.sh $(BUILD)
 

@@ -39,7 +39,7 @@ struct NcclComm {
     int rank, world, device;
     double timeout_s;       /* <= 0: no limit */
     int n_started;          /* all-reduces started since the last nccl_sync */
-    size_t started_floats;
+    size_t started_floats;  /* values (floats or bf16) in them, for messages */
     void *dev_small;        /* NCCL_HOST_MAX * 8 bytes on the device (host scalars) */
     void *host_small;       /* the same, pinned */
     bool failed;            /* sticky: the first error, in fail */
@@ -453,15 +453,23 @@ extern "C" int nccl_poll(NcclComm *c, GtError *err) {
     return comm_state(c, "the started collectives", err) < 0 ? -1 : 0;
 }
 
-extern "C" int nccl_allreduce_start(NcclComm *c, float *dev_buf, size_t n, GtError *err) {
+/* an in-place sum of n values of type t (4 or 2 bytes) at dev_buf, started after the compute stream */
+static int allreduce_start(NcclComm *c, void *dev_buf, size_t n, ncclDataType_t t, GtError *err) {
     if (check_failed(c, err)) return -1;
     if (n == 0) return 0;
     if (after_compute(c, err)) return -1;
-    NC_NCCL(c, ncclAllReduce(dev_buf, dev_buf, n, ncclFloat32, ncclSum, c->comm, c->stream),
-            "starting a gradient all-reduce");
+    NC_NCCL(c, ncclAllReduce(dev_buf, dev_buf, n, t, ncclSum, c->comm, c->stream), "starting a gradient all-reduce");
     c->n_started++;
     c->started_floats += n;
     return 0;
+}
+
+extern "C" int nccl_allreduce_start(NcclComm *c, float *dev_buf, size_t n, GtError *err) {
+    return allreduce_start(c, dev_buf, n, ncclFloat32, err);
+}
+
+extern "C" int nccl_allreduce_bf16_start(NcclComm *c, uint16_t *dev_buf, size_t n, GtError *err) {
+    return allreduce_start(c, dev_buf, n, ncclBfloat16, err);
 }
 
 extern "C" int nccl_wait_all(NcclComm *c, GtError *err) {
@@ -483,18 +491,26 @@ extern "C" int nccl_sync(NcclComm *c, const char *what, GtError *err) {
     return 0;
 }
 
-extern "C" int nccl_reduce_scatter(NcclComm *c, float *dev_buf, size_t shard, GtError *err) {
+/* in place, values of es bytes of type t: NCCL's recvbuff == sendbuff + rank * recvcount */
+static int reduce_scatter(NcclComm *c, void *dev_buf, size_t shard, size_t es, ncclDataType_t t, GtError *err) {
     if (check_failed(c, err)) return -1;
     if (shard == 0) return 0;
     char what[96];
-    snprintf(what, sizeof what, "reduce-scatter of %d x %zu floats", c->world, shard);
+    snprintf(what, sizeof what, "reduce-scatter of %d x %zu %s", c->world, shard, t == ncclBfloat16 ? "bf16 values" : "floats");
     if (after_compute(c, err)) return -1;
-    /* in place: NCCL's recvbuff == sendbuff + rank * recvcount */
-    NC_NCCL(c, ncclReduceScatter(dev_buf, dev_buf + (size_t)c->rank * shard, shard, ncclFloat32, ncclSum, c->comm,
+    NC_NCCL(c, ncclReduceScatter(dev_buf, (char *)dev_buf + (size_t)c->rank * shard * es, shard, t, ncclSum, c->comm,
                                  c->stream),
             what);
     if (join_compute(c, err)) return -1;
     return wait_event(c, c->done, what, err);
+}
+
+extern "C" int nccl_reduce_scatter(NcclComm *c, float *dev_buf, size_t shard, GtError *err) {
+    return reduce_scatter(c, dev_buf, shard, sizeof(float), ncclFloat32, err);
+}
+
+extern "C" int nccl_reduce_scatter_bf16(NcclComm *c, uint16_t *dev_buf, size_t shard, GtError *err) {
+    return reduce_scatter(c, dev_buf, shard, sizeof(uint16_t), ncclBfloat16, err);
 }
 
 extern "C" int nccl_allgather(NcclComm *c, float *dev_buf, size_t shard, GtError *err) {

@@ -36,8 +36,11 @@ static const GtCudaModule k_module = {
     nccl_id_file_write,
     nccl_id_file_read,
     nccl_job_key,
+    nccl_allreduce_bf16_start,
+    nccl_reduce_scatter_bf16,
 #else
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL,
 #endif
     gtc_mma_selftest,
 };

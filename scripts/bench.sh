@@ -106,3 +106,37 @@ for _ in range(32): print(' '.join(str(random.randrange(32000)) for _ in range(6
 else
   echo "bench: the 34M checkpoint for the decode bench could not be made"
 fi
+
+# ddp_grad_dtype (issue 29 item 4): 2 CPU ranks under mpirun (1 thread each): the all-reduce of GPT-2
+# 124M's 124.4M gradients in 12 buckets alone (bench/bench_dist.c), then GPT-2 124M full, B 1, T 64,
+# 6 steps, gradients summed in fp32 and in bf16; the median step time of steps 2..6 of each.
+# One node: MPI moves the gradients through shared memory, so this weighs the conversions and the
+# bf16 sum against the halved copy, not a network.
+mpirun_bin="$(command -v mpirun || true)"
+if [ -n "$mpirun_bin" ] && "$build/gtrain" --version 2>/dev/null | grep -q mpi; then
+  cat >"$tmp/ddp.yaml" <<EOF2
+model: $PWD/configs/gpt2-124m.json
+data: {train: $PWD/data/tinyshakespeare.txt, format: text, seq_len: 64}
+per_device_train_batch_size: 1
+max_steps: 6
+logging_steps: 1
+eval_steps: 0
+eval_max_batches: 1
+save_steps: 0
+num_threads: 1
+dist_timeout: 600
+EOF2
+  "$mpirun_bin" --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$build/bench_dist" 124439808 12 7 ||
+    echo "bench: bench_dist failed"
+  for dt in fp32 bf16; do
+    if "$mpirun_bin" --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$build/gtrain" --config "$tmp/ddp.yaml" \
+         --set output_dir="$tmp/ddp-$dt" --set ddp_grad_dtype="$dt" >"$tmp/ddp-$dt.log" 2>&1; then
+      grep '"type":"train"' "$tmp/ddp-$dt/metrics.jsonl" | tail -n +2 | sed 's/.*"step_time_ms":\([0-9.]*\).*/\1/' | sort -g |
+        awk -v dt="$dt" '{ a[NR] = $1 } END { printf "ddp     GPT-2 124M, 2 CPU ranks, ddp_grad_dtype %s: median step %.0f ms (steps 2..6)\n", dt, a[int((NR + 1) / 2)] }'
+    else
+      echo "bench: the 2-rank ddp_grad_dtype $dt run failed ($tmp/ddp-$dt.log)"
+    fi
+  done
+else
+  echo "bench: ddp_grad_dtype: skipped (needs mpirun and gtrain built with MPI)"
+fi

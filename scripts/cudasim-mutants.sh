@@ -82,6 +82,9 @@ norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every w
 norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
 sync_not_counted|cuda/backend_cuda.cu|    b->host_waits++;\n    b->syncs++;|    b->host_waits++;|@(host_waits)/*
 runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");\n    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");\n||@(host_waits)/*
+nccl_bf16_summed_as_fp32_pairs|cuda/dist_nccl.cu|    return allreduce_start(c, dev_buf, n, ncclBfloat16, err);|    return allreduce_start(c, dev_buf, n / 2, ncclFloat32, err);|@(nccl|dist_e2e)/*
+nccl_bf16_reduce_scatter_offset|cuda/dist_nccl.cu|(char *)dev_buf + (size_t)c->rank * shard * es, shard, t,|(char *)dev_buf + (size_t)c->rank * shard * sizeof(float), shard, t,|@(nccl|dist_e2e)/*
+bf16_sums_not_widened_back|src/run/dist_comm.c|        c->be->ops->convert(c->be, c->grads + off, GT_F32, c->copy + off, GT_BF16, n);|        (void)off, (void)n;|@(dist_e2e)/*
 EOF
 }
 

@@ -108,6 +108,7 @@ typedef struct {
     long max_skipped_steps;      /* stop after this many skipped steps in a row */
     int sample_max_new_tokens;   /* print a sample of this many tokens at the end (0: none) */
     int zero_stage;              /* 0: plain data parallel; 1: optimizer state sharded */
+    Precision ddp_grad_dtype;    /* the gradients' dtype in the all-reduce / reduce-scatter: fp32 or bf16 */
     char dist_init_file[GT_PATH_MAX]; /* NCCL id exchange file for srun-only launches */
     double dist_timeout;         /* seconds a collective may wait for the other ranks */
 

@@ -241,6 +241,12 @@ const KeySpec CONFIG_SCHEMA[] = {
      .imax = SAMPLE_MAX_NEW_TOKENS, .doc = "At the end, print a sample of this many tokens (byte-level models); 0 = none."},
     {.key = "zero_stage", .type = KT_INT, FIELD(zero_stage), .def = "0", .imin = 0, .imax = 1,
      .doc = "0: plain data parallel; 1: AdamW state sharded across ranks (ZeRO-1)."},
+    {.key = "ddp_grad_dtype", .type = KT_ENUM, FIELD(ddp_grad_dtype), .def = "fp32", .names = PREC_NAMES,
+     .doc = "The gradients' dtype between ranks (as PyTorch DDP's bf16_compress_hook, DeepSpeed's "
+            "communication_data_type): fp32, or bf16 = each rank's gradients rounded to bf16 (to nearest even), "
+            "summed as bf16 (each pairwise sum in fp32, rounded to bf16), then widened back to fp32: half the "
+            "gradient traffic, ZeRO-1's reduce-scatter included; the weights' all-gather stays fp32. Costs a bf16 "
+            "copy of the gradients (half their memory, planned in grads). One rank: nothing is sent or rounded."},
     {.key = "dist_init_file", .type = KT_PATH, FIELD(dist_init_file), .def = "",
      .doc = "File on a shared filesystem for the NCCL id exchange when launched by srun without MPI."},
     {.key = "dist_timeout", .type = KT_FLOAT, FIELD(dist_timeout), .def = "300", .fmin = 0, .fmax = 1e6,

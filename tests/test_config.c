@@ -42,6 +42,7 @@ Test(config, defaults_are_hf_like) {
     cr_expect_float_eq(c->adam_epsilon, 1e-8, 1e-22);
     cr_expect_float_eq(c->max_grad_norm, 1.0, 1e-15);
     cr_expect_eq(c->precision, PREC_FP32);
+    cr_expect_eq(c->ddp_grad_dtype, PREC_FP32, "ddp_grad_dtype defaults to fp32 (today's all-reduce)");
     cr_expect_eq(c->seed, 42);
     cr_expect_eq(c->device, DEVICE_AUTO);
     cr_expect_eq(c->loss_normalization, LOSS_NORM_TOKENS);
@@ -259,6 +260,7 @@ static const Rule RULES[] = {
     {"num_threads", {"0", "16", "4096"}, {"-1", "4097"}},
     {"lr_scheduler_type", {"constant", "linear", "cosine", "\"cosine\""}, {"cosin", "Cosine", "1", "~", "true"}},
     {"precision", {"fp32", "bf16"}, {"fp16", "bfloat16", "32"}},
+    {"ddp_grad_dtype", {"fp32", "bf16"}, {"fp16", "bfloat16", "float32", "16"}},
     {"device", {"auto", "cpu", "cuda"}, {"gpu", "CUDA", "0"}},
     {"loss_normalization", {"tokens", "steps"}, {"token", "mean"}},
     {"data.format", {"text", "tokens", "jsonl", "json"}, {"csv", "bin", ""}},

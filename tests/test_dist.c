@@ -3,12 +3,15 @@
  * 1. In process: rank discovery from the environment (world 1 needs no launcher; bad values and
  *    world > 1 without a usable launcher are refused with one line).
  * 2. build/dist_probe under `mpirun --allow-run-as-root --oversubscribe -np 2`: every collective
- *    against closed-form sums; a collective timeout; a killed rank; a failing rank. Each must end
+ *    against closed-form sums; the bf16 sums (ddp_grad_dtype bf16) bit for bit against rounding in
+ *    double; a collective timeout; a killed rank; a failing rank. Each must end
  *    within a bounded time with a message naming the rank. Skipped when built with MPI=0, or when
  *    mpirun or the probe is missing.
  * 3. End to end through gtrain (skipped until `gtrain --version` lists "mpi"): the losses of
  *    1 rank x (B, 2A), 2 ranks x (B, A) and 1 rank x (2B, A) agree to float32 rounding; ZeRO-1
- *    equals plain data parallel; a killed rank or a rank with a bad file ends the job non-zero,
+ *    equals plain data parallel; ddp_grad_dtype bf16 stays within a stated tolerance of fp32 (and
+ *    its ZeRO-1 equals its plain run); a bad ddp_grad_dtype is refused with one line, exit 2; a
+ *    killed rank or a rank with a bad file ends the job non-zero,
  *    in bounded time, naming the rank. */
 #define _POSIX_C_SOURCE 200809L
 #include <cJSON.h>
@@ -274,6 +277,20 @@ Test(dist_mpi, probe_collectives_two_ranks) {
     cr_expect(strstr(r.out, "rank 1 of 2: all") != NULL, "%s", r.out);
 }
 
+/* ddp_grad_dtype bf16: each of 2^20 + ~2.3M values summed over 2 ranks (started buckets, and ZeRO-1's
+ * reduce-scatter) equals, bit for bit, bf16(bf16(g0) + bf16(g1)) computed in double by the probe */
+Test(dist_mpi, probe_bf16_sums_two_ranks) {
+    MpiTools t;
+    need_mpi(&t, true);
+    char *argv[] = {MPIRUN_ARGS(&t), t.probe, "bf16", NULL};
+    static Run r;
+    run_cmd(argv, 120, &r);
+    cr_assert_not(r.hung, "mpirun hung; stderr: %s", r.err);
+    cr_assert_eq(exit_code(&r), 0, "exit %d\nstdout: %s\nstderr: %s", exit_code(&r), r.out, r.err);
+    cr_expect(strstr(r.out, "rank 0 of 2: bf16: all") != NULL, "%s", r.out);
+    cr_expect(strstr(r.out, "rank 1 of 2: bf16: all") != NULL, "%s", r.out);
+}
+
 Test(dist_mpi, probe_timeout_aborts_naming_the_rank) {
     MpiTools t;
     need_mpi(&t, true);
@@ -348,29 +365,38 @@ static void need_e2e(E2E *x) {
 
 static void e2e_cleanup(E2E *x) { nftw(x->tmp, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
-/* One training run: ranks 1 (plain process) or 2 (mpirun); extra --set pairs. */
-static void train(E2E *x, const char *name, int ranks, int B, int A, const char *extra, Losses *l) {
+/* One training run: ranks 1 (plain process) or 2 (mpirun); extra: one or two --set pairs (a space
+ * between two). Returns its output. */
+static const Run *train(E2E *x, const char *name, int ranks, int B, int A, const char *extra, Losses *l) {
     char out_dir[GT_PATH_MAX], s_out[GT_PATH_MAX + 16], s_b[64], s_a[64], s_x[128];
     snprintf(out_dir, sizeof out_dir, "%s/%s", x->tmp, name);
     snprintf(s_out, sizeof s_out, "output_dir=%s", out_dir);
     snprintf(s_b, sizeof s_b, "per_device_train_batch_size=%d", B);
     snprintf(s_a, sizeof s_a, "gradient_accumulation_steps=%d", A);
     snprintf(s_x, sizeof s_x, "%s", extra ? extra : "zero_stage=0");
+    char *s_y = strchr(s_x, ' '); /* the second pair, if any */
+    if (s_y) *s_y++ = '\0';
     setenv("OMP_NUM_THREADS", "1", 1);
     static Run r;
-    if (ranks == 1) {
+    char *launch[] = {MPIRUN_ARGS(&x->mpi)}, *argv[32];
+    int n = 0;
+    if (ranks == 1)
         clear_launcher_env();
-        char *argv[] = {x->bin, "--config", x->config, "--set", s_out, "--set", s_b, "--set", s_a, "--set", s_x, NULL};
-        run_cmd(argv, 300, &r);
-    } else {
-        char *argv[] = {MPIRUN_ARGS(&x->mpi), x->bin, "--config", x->config, "--set", s_out, "--set", s_b,
-                        "--set",          s_a,  "--set",    s_x,      NULL};
-        run_cmd(argv, 300, &r);
+    else
+        for (size_t i = 0; i < sizeof launch / sizeof launch[0]; i++) argv[n++] = launch[i];
+    char *run[] = {x->bin, "--config", x->config, "--set", s_out, "--set", s_b, "--set", s_a, "--set", s_x};
+    for (size_t i = 0; i < sizeof run / sizeof run[0]; i++) argv[n++] = run[i];
+    if (s_y) {
+        argv[n++] = "--set";
+        argv[n++] = s_y;
     }
+    argv[n] = NULL;
+    run_cmd(argv, 300, &r);
     cr_assert_not(r.hung, "[%s] hung; stderr: %s", name, r.err);
     cr_assert_eq(exit_code(&r), 0, "[%s] exit %d\nstdout: %s\nstderr: %s", name, exit_code(&r), r.out, r.err);
     read_train_metrics(out_dir, l);
     cr_assert_eq(l->n, 5, "[%s] %d train records, expected 5", name, l->n);
+    return &r;
 }
 
 /* float32 rounding of sums taken in another order, grown over 5 AdamW steps */
@@ -421,6 +447,94 @@ Test(dist_e2e, zero1_equals_plain_data_parallel, .timeout = 900) {
     train(&x, "2rank-zero0", 2, 2, 2, "zero_stage=0", &z0);
     train(&x, "2rank-zero1", 2, 2, 2, "zero_stage=1", &z1);
     expect_same_losses("zero_stage 1 vs 0", &z0, &z1);
+    e2e_cleanup(&x);
+}
+
+/* ddp_grad_dtype bf16 against fp32 on 2 ranks. Each summed gradient value carries at most the
+ * rounding of its two inputs and of their sum to bf16 (2^-9 relative each); the gradient norm, a sum
+ * over all of them, stays within 2^-8 relative at step 1 (measured: 5e-4 relative). AdamW normalises
+ * each update by the gradient's own scale, so 5 steps at learning rate 1e-3 move the losses by far
+ * less (measured: 2e-6 relative); 1e-4 is the tolerance. The two runs must differ somewhere, or the
+ * key changed nothing. */
+#define BF16_LOSS_RTOL 1e-4
+#define BF16_NORM_RTOL (1.0 / 256)
+
+Test(dist_e2e, bf16_gradients_stay_near_fp32, .timeout = 900) {
+    E2E x;
+    need_e2e(&x);
+    Losses fp, bf;
+    train(&x, "2rank-fp32", 2, 2, 2, "ddp_grad_dtype=fp32", &fp);
+    const Run *r = train(&x, "2rank-bf16", 2, 2, 2, "ddp_grad_dtype=bf16", &bf);
+    cr_expect(strstr(r->out, "ddp_grad_dtype bf16: 67.75 KiB of gradients per step between ranks instead of 135.50 KiB") !=
+                  NULL,
+              "the plan names the traffic saved: %s", r->out);
+    bool differs = false;
+    for (int s = 0; s < fp.n; s++) {
+        cr_expect_leq(fabs(fp.loss[s] - bf.loss[s]), BF16_LOSS_RTOL * fabs(fp.loss[s]), "step %d: loss %.9g (bf16) vs %.9g",
+                      s + 1, bf.loss[s], fp.loss[s]);
+        cr_expect_leq(fabs(fp.grad_norm[s] - bf.grad_norm[s]), BF16_NORM_RTOL * fp.grad_norm[s],
+                      "step %d: grad norm %.9g (bf16) vs %.9g", s + 1, bf.grad_norm[s], fp.grad_norm[s]);
+        differs = differs || fp.grad_norm[s] != bf.grad_norm[s];
+    }
+    cr_expect(differs, "ddp_grad_dtype bf16 gave the fp32 run's gradient norms bit for bit: the key changed nothing");
+    e2e_cleanup(&x);
+}
+
+/* a bad value: one line naming the file, the key, what is expected and what was found; exit 2 */
+Test(dist, bad_ddp_grad_dtype_is_refused) {
+    const char *bin = test_gtrain_bin(), *root = getenv("GTRAIN_ROOT");
+    if (!bin || !*bin || !root || !*root) cr_skip_test("GTRAIN_BIN or GTRAIN_ROOT is not set (run through make test)");
+    char config[GT_PATH_MAX], bin_copy[GT_PATH_MAX];
+    snprintf(config, sizeof config, "%s/tests/fixtures/dist/run.yaml", root);
+    snprintf(bin_copy, sizeof bin_copy, "%s", bin);
+    clear_launcher_env();
+    char *argv[] = {bin_copy, "--config", config, "--set", "output_dir=/tmp/gtrain-dist-never", "--set",
+                    "ddp_grad_dtype=fp16", NULL};
+    static Run r;
+    run_cmd(argv, 60, &r);
+    cr_expect_eq(exit_code(&r), GT_EXIT_BAD_INPUT, "exit %d; stderr: %s", exit_code(&r), r.err);
+    cr_expect(strstr(r.err, "ddp_grad_dtype") && strstr(r.err, "expected") && strstr(r.err, "fp32, bf16") &&
+                  strstr(r.err, "found") && strstr(r.err, "fp16"),
+              "stderr: %s", r.err);
+    const char *nl = strchr(r.err, '\n');
+    cr_expect(nl && nl[1] == '\0', "one line, found: %s", r.err);
+    cr_expect_eq(access("/tmp/gtrain-dist-never", F_OK), -1, "a refused run made its output_dir");
+}
+
+/* On 2 ranks the bf16 all-reduce and ZeRO-1's bf16 reduce-scatter both give bf16(a + b) */
+Test(dist_e2e, zero1_bf16_equals_plain_bf16, .timeout = 900) {
+    E2E x;
+    need_e2e(&x);
+    Losses z0, z1;
+    train(&x, "2rank-bf16-zero0", 2, 2, 2, "ddp_grad_dtype=bf16", &z0);
+    train(&x, "2rank-bf16-zero1", 2, 2, 2, "ddp_grad_dtype=bf16 zero_stage=1", &z1);
+    expect_same_losses("bf16: zero_stage 1 vs 0", &z0, &z1);
+    e2e_cleanup(&x);
+}
+
+/* The bf16 sums' order is fixed for a world size, so a bf16 run resumed from its step-2 checkpoint
+ * continues with the uninterrupted run's losses and gradient norms, bit for bit */
+Test(dist_e2e, bf16_resume_is_bit_exact, .timeout = 900) {
+    E2E x;
+    need_e2e(&x);
+    Losses whole, resumed;
+    train(&x, "bf16-whole", 2, 2, 1, "ddp_grad_dtype=bf16 save_steps=2", &whole);
+    char out_dir[GT_PATH_MAX], s_out[GT_PATH_MAX + 16];
+    snprintf(out_dir, sizeof out_dir, "%s/bf16-resumed", x.tmp);
+    snprintf(s_out, sizeof s_out, "output_dir=%s", out_dir);
+    char *argv[] = {MPIRUN_ARGS(&x.mpi), x.bin,     "--config",           x.config, "--set", s_out,
+                    "--set",            "ddp_grad_dtype=bf16", "--set", "save_steps=2", "--set", "max_steps=2", NULL};
+    static Run r;
+    run_cmd(argv, 300, &r); /* stops after step 2, its checkpoint saved */
+    cr_assert_eq(exit_code(&r), 0, "first part: exit %d\nstderr: %s", exit_code(&r), r.err);
+    const Run *rest = train(&x, "bf16-resumed", 2, 2, 1, "ddp_grad_dtype=bf16 save_steps=2", &resumed);
+    cr_expect(strstr(rest->out, "resumed from") != NULL, "the second part did not resume: %s", rest->out);
+    for (int s = 2; s < 5; s++) {
+        cr_expect(whole.loss[s] == resumed.loss[s], "step %d: loss %.9g resumed vs %.9g", s + 1, resumed.loss[s],
+                  whole.loss[s]);
+        cr_expect(whole.grad_norm[s] == resumed.grad_norm[s], "step %d: grad norm %.9g resumed vs %.9g", s + 1,
+                  resumed.grad_norm[s], whole.grad_norm[s]);
+    }
     e2e_cleanup(&x);
 }
 

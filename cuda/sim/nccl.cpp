@@ -14,7 +14,8 @@
  *   else all fail loudly naming each rank's call. Then it copies the device buffer to the host,
  *   exchanges it (MPI_Iallgather / MPI_Ialltoall, polled with a deadline: GTCSIM_NCCL_TIMEOUT
  *   seconds, default 120), reduces in rank order 0, 1, ... (deterministic, identical on every
- *   rank; float sums in float as NCCL's kernels do) and writes the result back.
+ *   rank; float sums in float as NCCL's kernels do, bf16 ones in fp32 rounded to bf16 at each step)
+ *   and writes the result back.
  * - Non-blocking communicators (config.blocking = 0): init and finalize return ncclInProgress and
  *   every second collective does too; the state (ncclCommGetAsyncError) turns ncclSuccess after a
  *   poll or two (finalize: once the queued work has run). Any other call on a communicator whose
@@ -216,6 +217,25 @@ template <typename T> T combine(T a, T b, ncclRedOp_t op) {
     gtcsim::fail("nccl: reduction op %d is not modelled", (int)op);
 }
 
+/* ncclBfloat16: each combine in fp32, the result rounded to bf16 to nearest even (NaN stays a quiet
+ * NaN), as NCCL's bf16 reduction (__hadd, __hmax, ...) computes it */
+struct Bf16 {
+    uint16_t bits;
+};
+float bf16_value(Bf16 h) {
+    const uint32_t u = (uint32_t)h.bits << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+Bf16 bf16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return Bf16{(uint16_t)((u >> 16) | 0x0040u)};
+    return Bf16{(uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
+}
+Bf16 combine(Bf16 a, Bf16 b, ncclRedOp_t op) { return bf16_round(combine(bf16_value(a), bf16_value(b), op)); }
+
 /* out[i] = in_0[i] op in_1[i] op ... in rank order; in_r starts at all + r * stride bytes */
 template <typename T> void reduce_t(void *out, const char *all, size_t count, int n, size_t stride, ncclRedOp_t op) {
     T *o = (T *)out;
@@ -241,6 +261,7 @@ void reduce(void *out, const char *all, size_t count, int n, size_t stride, nccl
     case ncclUint64: return reduce_t<uint64_t>(out, all, count, n, stride, op);
     case ncclFloat32: return reduce_t<float>(out, all, count, n, stride, op);
     case ncclFloat64: return reduce_t<double>(out, all, count, n, stride, op);
+    case ncclBfloat16: return reduce_t<Bf16>(out, all, count, n, stride, op);
     default: gtcsim::fail("nccl: reductions on data type %d are not modelled", (int)t);
     }
 }

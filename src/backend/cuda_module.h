@@ -27,7 +27,7 @@ extern "C" {
 #include "common.h"
 #include "dist.h"
 
-#define GT_CUDA_MODULE_ABI 1
+#define GT_CUDA_MODULE_ABI 2 /* 2: nccl_allreduce_bf16_start, nccl_reduce_scatter_bf16 */
 #define GT_CUDA_MODULE_ENTRY "gtrain_cuda_module"
 #define GT_CUDA_MODULE_FILE "libgtrain-cuda.so"
 #define GT_CUDA_PROBE_ENTRY "gtrain_cuda_probe"
@@ -66,6 +66,8 @@ typedef struct GtCudaModule {
     int (*nccl_id_file_write)(const char *path, const void *id, size_t bytes, int world, GtError *err);
     int (*nccl_id_file_read)(const char *path, void *id, size_t bytes, int world, double deadline, GtError *err);
     void (*nccl_job_key)(char *buf, size_t cap);
+    int (*nccl_allreduce_bf16_start)(NcclComm *c, uint16_t *dev_buf, size_t n, GtError *err);
+    int (*nccl_reduce_scatter_bf16)(NcclComm *c, uint16_t *dev_buf, size_t shard, GtError *err);
     /* tests only (tests/test_mma_ptx.c): one warp's mma.sync / ldmatrix fragments on a 16x16 bf16
      * product, mode 0 direct, 1 ldmatrix, 2 ldmatrix.trans (cuda/mma_selftest.cu); 0 on success */
     int (*mma_selftest)(int mode, const uint16_t *a, const uint16_t *b, float *d);

@@ -160,6 +160,11 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
     if (p->zero1)
         fprintf(out, "  ZeRO-1 saves %s of optimizer state per rank (%d shards)\n",
                 gt_format_bytes(a, sizeof a, 2 * p->n_trainable * sizeof(float) - p->bytes[MEM_OPTIMIZER]), p->world);
+    if (p->grads_bf16)
+        fprintf(out, "  ddp_grad_dtype bf16: %s of gradients per step between ranks instead of %s (saves %s, half); "
+                "their bf16 copy is in grads\n",
+                gt_format_bytes(a, sizeof a, p->n_trainable * 2), gt_format_bytes(b, sizeof b, p->n_trainable * 4),
+                gt_format_bytes(desc, sizeof desc, p->n_trainable * 2));
     if (measured)
         fprintf(out, "  %-18s %14s %14s\n", "category", "planned", "measured");
     else
@@ -342,8 +347,40 @@ static int run_plan(MemPlan *p, const ModelDesc *d, int B, int A, int world, int
     return 0;
 }
 
+/* ddp_grad_dtype bf16 over world > 1 ranks: the bf16 copy of the gradients that dist_comm_grads
+ * allocates (MEM_GRADS), half the gradients' bytes, whatever the micro-batch; 0 otherwise */
+static uint64_t grad_copy_bytes(const ModelDesc *d, const RunConfig *cfg, int world, bool zero1, GtDtype act) {
+    MemPlan q;
+    if (cfg->ddp_grad_dtype != PREC_BF16 || world <= 1 ||
+        plan_memory(&q, d, 1, 1, world, cfg->data.seq_len, recompute_policy(false, 1, false, d->n_layer), zero1, act))
+        return 0;
+    return q.bytes[MEM_GRADS] / 2;
+}
+
+/* the resolved plan with the gradients' bf16 copy added (grad_copy_bytes) */
+static void add_grad_copy(MemPlan *p, uint64_t bytes) {
+    if (!bytes) return;
+    p->grads_bf16 = true;
+    p->bytes[MEM_GRADS] += bytes;
+    p->device_total += bytes;
+}
+
+static int plan_resolve_layout(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
+                               GtError *err);
+
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err) {
+    const bool zero1 = cfg->zero_stage == 1 && world > 1;
+    const uint64_t copy = grad_copy_bytes(d, cfg, world, zero1, plan_act_dtype(cfg->precision));
+    /* the copy does not depend on the layout: the layouts are weighed against what it leaves */
+    const uint64_t limit = !memory_limit || !copy ? memory_limit : memory_limit > copy ? memory_limit - copy : 1;
+    const int rc = plan_resolve_layout(p, d, cfg, world, limit, err);
+    if (!p->overflow) add_grad_copy(p, copy);
+    return rc;
+}
+
+static int plan_resolve_layout(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
+                               GtError *err) {
     char a[32], b[32], why[256];
     const int T = cfg->data.seq_len;
     const bool zero1 = cfg->zero_stage == 1 && world > 1;

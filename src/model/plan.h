@@ -18,6 +18,8 @@ typedef struct {
     uint64_t n_trainable; /* what trains: n_params, or the LoRA adapters' (the rest frozen) */
     int logits_rows;
     bool zero1; /* AdamW state sharded over the world (ZeRO-1) */
+    bool grads_bf16; /* world > 1, ddp_grad_dtype bf16: the gradients go between ranks in bf16, and their bf16
+                      * copy (dist_comm_grads) is in bytes[MEM_GRADS] (plan_resolve) */
     GtDtype act; /* activation dtype (precision) */
     GtDtype base_linear; /* LoRA: the frozen base's linear weights' storage (lora.base_dtype; act when auto;
                           * GT_NF4 with a 4-bit base, base_quant its blocksize and nesting) */

@@ -48,7 +48,8 @@ struct Dist {
     MPI_Comm comm; /* a duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN */
     MPI_Request pending[DIST_MAX_PENDING];
     int n_pending;
-    size_t pending_floats; /* floats in the pending all-reduces, for messages */
+    size_t pending_floats; /* values (floats or bf16) in the pending all-reduces, for messages */
+    MPI_Op bf16_sum;       /* ddp_grad_dtype bf16: a + b in fp32, rounded to bf16 (bf16_setup) */
 #endif
 };
 
@@ -185,6 +186,22 @@ static void wait_requests(Dist *d, MPI_Request *reqs, int n, const char *what) {
 
 static void wait_one(Dist *d, MPI_Request *req, const char *what) { wait_requests(d, req, 1, what); }
 
+/* ---- ddp_grad_dtype bf16: a contiguous buffer of bf16 values (uint16 bit patterns), MPI_UINT16_T
+ * with bf16_sum, a user op that adds two bf16 values in fp32 and rounds the sum to bf16 (to nearest
+ * even, gt_f32_to_bf16), as NCCL's bf16 sum does. Its order is MPI's algorithm, which depends only
+ * on the world size and the count (see the top of this file); with 2 ranks a + b == b + a. */
+static void bf16_sum_op(void *in, void *inout, int *len, MPI_Datatype *type) {
+    (void)type; /* only ever MPI_UINT16_T */
+    const uint16_t *a = in;
+    uint16_t *b = inout;
+    for (int i = 0; i < *len; i++) b[i] = gt_f32_to_bf16(gt_bf16_to_f32(a[i]) + gt_bf16_to_f32(b[i]));
+}
+
+static int bf16_setup(Dist *d, GtError *err) {
+    (void)err;
+    if (d->bf16_sum == MPI_OP_NULL) CHECK_MPI(d, MPI_Op_create(bf16_sum_op, 1, &d->bf16_sum), "setting up the bf16 sum");
+    return 0;
+}
 #endif /* GT_HAVE_MPI */
 
 /* ------------------------------------------------------------------------------ init / finalize */
@@ -196,6 +213,7 @@ int dist_init(Dist **out, int *argc, char ***argv, double timeout_s, GtError *er
     d->transport = "none";
 #ifdef GT_HAVE_MPI
     d->comm = MPI_COMM_NULL;
+    d->bf16_sum = MPI_OP_NULL;
 #endif
     if (env_discover(d, err)) {
         free(d);
@@ -307,6 +325,7 @@ void dist_finalize(Dist *d) {
         }
         MPI_Comm_free(&d->comm);
     }
+    if (d->bf16_sum != MPI_OP_NULL) MPI_Op_free(&d->bf16_sum);
     if (d->mpi_initialized) {
         int finalized = 0;
         if (MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) MPI_Finalize();
@@ -371,22 +390,45 @@ int dist_allreduce_f32(Dist *d, float *buf, size_t n, GtError *err) {
     return 0;
 }
 
-int dist_allreduce_f32_start(Dist *d, float *buf, size_t n, GtError *err) {
-    if (no_transport(d, "dist_allreduce_f32_start", err)) return -1;
-    if (solo(d) || n == 0) return 0;
 #ifdef GT_HAVE_MPI
+/* Started in-place sums of n values of `size` bytes at buf, as type with op, in chunks. */
+static int start_sums(Dist *d, void *buf, size_t n, size_t size, MPI_Datatype type, MPI_Op op, const char *what_type,
+                      GtError *err) {
     for (size_t off = 0; off < n; off += DIST_CHUNK) {
         size_t k = n - off < DIST_CHUNK ? n - off : DIST_CHUNK;
         if (d->n_pending == DIST_MAX_PENDING && dist_wait_all(d, err)) return -1;
         char what[96];
-        snprintf(what, sizeof what, "starting an all-reduce of %zu floats", k);
-        CHECK_MPI(d, MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)k, MPI_FLOAT, MPI_SUM, d->comm, &d->pending[d->n_pending]),
+        snprintf(what, sizeof what, "starting an all-reduce of %zu %s", k, what_type);
+        CHECK_MPI(d, MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * size, (int)k, type, op, d->comm,
+                                    &d->pending[d->n_pending]),
                   what);
         d->n_pending++;
         d->pending_floats += k;
     }
-#endif
     return 0;
+}
+#endif
+
+int dist_allreduce_f32_start(Dist *d, float *buf, size_t n, GtError *err) {
+    if (no_transport(d, "dist_allreduce_f32_start", err)) return -1;
+    if (solo(d) || n == 0) return 0;
+#ifdef GT_HAVE_MPI
+    return start_sums(d, buf, n, sizeof *buf, MPI_FLOAT, MPI_SUM, "floats", err);
+#else
+    return 0;
+#endif
+}
+
+int dist_allreduce_bf16_start(Dist *d, uint16_t *buf, size_t n, GtError *err) {
+    if (no_transport(d, "dist_allreduce_bf16_start", err)) return -1;
+    if (solo(d) || n == 0) return 0;
+#ifdef GT_HAVE_MPI
+    if (bf16_setup(d, err)) return -1;
+    return start_sums(d, buf, n, sizeof *buf, MPI_UINT16_T, d->bf16_sum, "bf16 values", err);
+#else
+    (void)buf;
+    return 0;
+#endif
 }
 
 int dist_poll(Dist *d, GtError *err) {
@@ -442,21 +484,42 @@ int dist_allreduce_f64(Dist *d, double *v, int n, GtError *err) {
     return 0;
 }
 
+#ifdef GT_HAVE_MPI
+/* In place, MPI leaves this rank's sum at the START of buf; it is moved to its own shard. */
+static int reduce_scatter(Dist *d, void *buf, size_t shard, size_t size, MPI_Datatype type, MPI_Op op,
+                          const char *what_type, GtError *err) {
+    if (shard > (size_t)INT_MAX)
+        return gt_error(err, GT_EXIT_FAILURE, "reduce-scatter: a shard of %zu values is more than MPI's %d", shard, INT_MAX);
+    char what[96];
+    snprintf(what, sizeof what, "reduce-scatter of %d x %zu %s", d->world, shard, what_type);
+    MPI_Request r;
+    CHECK_MPI(d, MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)shard, type, op, d->comm, &r), what);
+    wait_one(d, &r, what);
+    if (d->rank != 0) memmove((char *)buf + (size_t)d->rank * shard * size, buf, shard * size);
+    return 0;
+}
+#endif
+
 int dist_reduce_scatter_f32(Dist *d, float *buf, size_t shard, GtError *err) {
     if (no_transport(d, "dist_reduce_scatter_f32", err)) return -1;
     if (solo(d) || shard == 0) return 0;
 #ifdef GT_HAVE_MPI
-    if (shard > (size_t)INT_MAX)
-        return gt_error(err, GT_EXIT_FAILURE, "reduce-scatter: a shard of %zu floats is more than MPI's %d", shard, INT_MAX);
-    char what[96];
-    snprintf(what, sizeof what, "reduce-scatter of %d x %zu floats", d->world, shard);
-    MPI_Request r;
-    /* In place, MPI leaves this rank's sum at the START of buf; move it to its own shard. */
-    CHECK_MPI(d, MPI_Ireduce_scatter_block(MPI_IN_PLACE, buf, (int)shard, MPI_FLOAT, MPI_SUM, d->comm, &r), what);
-    wait_one(d, &r, what);
-    if (d->rank != 0) memmove(buf + (size_t)d->rank * shard, buf, shard * sizeof *buf);
-#endif
+    return reduce_scatter(d, buf, shard, sizeof *buf, MPI_FLOAT, MPI_SUM, "floats", err);
+#else
     return 0;
+#endif
+}
+
+int dist_reduce_scatter_bf16(Dist *d, uint16_t *buf, size_t shard, GtError *err) {
+    if (no_transport(d, "dist_reduce_scatter_bf16", err)) return -1;
+    if (solo(d) || shard == 0) return 0;
+#ifdef GT_HAVE_MPI
+    if (bf16_setup(d, err)) return -1;
+    return reduce_scatter(d, buf, shard, sizeof *buf, MPI_UINT16_T, d->bf16_sum, "bf16 values", err);
+#else
+    (void)buf;
+    return 0;
+#endif
 }
 
 int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err) {

@@ -33,6 +33,9 @@ int dist_allreduce_f32(Dist *d, float *buf, size_t n, GtError *err);
 /* Start an in-place sum without waiting (for overlapping with backward); dist_wait_all waits for
  * every started one. */
 int dist_allreduce_f32_start(Dist *d, float *buf, size_t n, GtError *err);
+/* The same on n bf16 values (uint16 bit patterns; ddp_grad_dtype bf16): each pairwise sum is taken
+ * in fp32 and rounded to bf16 (to nearest even), as NCCL's bf16 sum. */
+int dist_allreduce_bf16_start(Dist *d, uint16_t *buf, size_t n, GtError *err);
 int dist_wait_all(Dist *d, GtError *err);
 /* Sums of host scalars. */
 int dist_allreduce_i64(Dist *d, int64_t *v, int n, GtError *err);
@@ -40,6 +43,8 @@ int dist_allreduce_f64(Dist *d, double *v, int n, GtError *err);
 /* ZeRO-1: buf holds world * shard floats; after the call this rank's shard
  * buf[rank*shard .. (rank+1)*shard) holds the sum over ranks (the rest is undefined). */
 int dist_reduce_scatter_f32(Dist *d, float *buf, size_t shard, GtError *err);
+/* The same on bf16 values, summed as dist_allreduce_bf16_start sums them. */
+int dist_reduce_scatter_bf16(Dist *d, uint16_t *buf, size_t shard, GtError *err);
 /* every rank's shard gathered into buf (world * shard floats), in place */
 int dist_allgather_f32(Dist *d, float *buf, size_t shard, GtError *err);
 /* all ranks agree a value (e.g. 1 = "I failed"): max over ranks */
@@ -66,9 +71,15 @@ void dist_fail(Dist *d, const GtError *err) __attribute__((noreturn));
  * backend with device memory (GT_CAP_DEVICE_MEMORY; refused when built without NCCL), over MPI
  * otherwise; host values over MPI when it is up, else NCCL. World 1: every call is a no-op. */
 typedef struct DistComm DistComm;
-/* Refused (code 2, naming config_path) when world > 1 has no transport for be. Logs NCCL's line. */
-int dist_comm_open(DistComm **out, Dist *d, Backend *be, const char *init_file, double timeout_s,
+/* Refused (code 2, naming config_path) when world > 1 has no transport for be. Logs NCCL's line.
+ * grads_bf16 (ddp_grad_dtype bf16): the gradients' all-reduce and ZeRO-1's reduce-scatter sum in
+ * bf16, as dist_allreduce_bf16_start (MPI) or ncclBfloat16 (NCCL) do; host values stay exact. */
+int dist_comm_open(DistComm **out, Dist *d, Backend *be, const char *init_file, double timeout_s, bool grads_bf16,
                    const char *config_path, GtError *err);
+/* The gradient buffer (n floats: every range the all-reduces and the reduce-scatter are given lies
+ * in it). With grads_bf16 and world > 1, its bf16 copy is allocated here in the backend's memory
+ * (MEM_GRADS, n * 2 bytes: what plan_resolve adds to the plan); a no-op otherwise. */
+int dist_comm_grads(DistComm *c, float *grads, size_t n, GtError *err);
 /* ok: finalize (bounded); else abort, so no peer is waited for. Before the buffers it may still
  * read are freed. NULL is fine. */
 void dist_comm_close(DistComm *c, bool ok);

@@ -74,6 +74,9 @@ const char *nccl_version_string(char *buf, size_t cap);
 /* Start an in-place sum over ranks of n floats at dev_buf (device memory), ordered after the
  * compute stream's work issued so far, on the communication stream. Returns without waiting. */
 int nccl_allreduce_start(NcclComm *c, float *dev_buf, size_t n, GtError *err);
+/* The same on n bf16 values (ncclBfloat16: NCCL adds two bf16 values in fp32 and rounds the sum to
+ * bf16; ddp_grad_dtype bf16). */
+int nccl_allreduce_bf16_start(NcclComm *c, uint16_t *dev_buf, size_t n, GtError *err);
 /* The compute stream waits (on the device) for every collective started so far. No host sync;
  * reports an asynchronous NCCL error seen so far. */
 int nccl_wait_all(NcclComm *c, GtError *err);
@@ -89,6 +92,8 @@ int nccl_poll(NcclComm *c, GtError *err);
  * reduce-scatter: dev_buf holds world * shard floats; afterwards this rank's shard
  * dev_buf[rank*shard .. (rank+1)*shard) holds the sum over ranks (the rest is undefined). */
 int nccl_reduce_scatter(NcclComm *c, float *dev_buf, size_t shard, GtError *err);
+/* The same on bf16 values (ncclBfloat16). */
+int nccl_reduce_scatter_bf16(NcclComm *c, uint16_t *dev_buf, size_t shard, GtError *err);
 /* every rank's shard gathered into dev_buf (world * shard floats), in place */
 int nccl_allgather(NcclComm *c, float *dev_buf, size_t shard, GtError *err);
 /* The same on host memory (a checkpoint's AdamW shards when there is no MPI): through a

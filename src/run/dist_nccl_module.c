@@ -39,6 +39,16 @@ int nccl_allreduce_start(NcclComm *c, float *dev_buf, size_t n, GtError *err) {
     return m ? m->nccl_allreduce_start(c, dev_buf, n, err) : -1;
 }
 
+int nccl_allreduce_bf16_start(NcclComm *c, uint16_t *dev_buf, size_t n, GtError *err) {
+    const GtCudaModule *m = nccl_module(err);
+    return m ? m->nccl_allreduce_bf16_start(c, dev_buf, n, err) : -1;
+}
+
+int nccl_reduce_scatter_bf16(NcclComm *c, uint16_t *dev_buf, size_t shard, GtError *err) {
+    const GtCudaModule *m = nccl_module(err);
+    return m ? m->nccl_reduce_scatter_bf16(c, dev_buf, shard, err) : -1;
+}
+
 int nccl_wait_all(NcclComm *c, GtError *err) {
     const GtCudaModule *m = nccl_module(err);
     return m ? m->nccl_wait_all(c, err) : -1;

@@ -299,7 +299,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     const RunConfig *cfg = t->cfg;
     const ModelDesc *desc = t->desc;
     if (backend_open(&t->be, cfg->device, dist_local_rank(t->dist), cfg->num_threads, err)) return -1;
-    if (dist_comm_open(&t->comm, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout, cfg->config_path, err))
+    if (dist_comm_open(&t->comm, t->dist, t->be, cfg->dist_init_file, cfg->dist_timeout,
+                       cfg->ddp_grad_dtype == PREC_BF16, cfg->config_path, err))
         return -1;
     backend_set_act_dtype(t->be, plan_act_dtype(cfg->precision));
     if (cfg->precision == PREC_BF16 && !(t->be->ops->caps & GT_CAP_NATIVE_BF16) && t->rank == 0)
@@ -370,6 +371,8 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
                  err->msg, gt_format_bytes(need, sizeof need, t->plan.device_total));
         return gt_error(err, GT_EXIT_FAILURE, "%s", msg);
     }
+    /* ddp_grad_dtype bf16: the gradients' bf16 copy (the plan's grads include it) */
+    if (dist_comm_grads(t->comm, model_grads(t->model), model_shard(t->model).padded_total, err)) return -1;
     if (t->gen && kv_cache_create(&t->kv, t->model, gen_slots, eval_gen_ctx(t->gen), err)) return -1;
     if (alloc_step_buffers(t, err)) return -1;
     if (t->rank == 0) {

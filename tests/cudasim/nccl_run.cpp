@@ -12,7 +12,8 @@
  * a Backend named "cuda" whose CudaImpl has a compute stream, with "kernels" queued on it.
  *
  * It runs what tests/test_nccl.c's two-GPU test runs (bucketed all-reduce ordered between compute
- * work, reduce-scatter / all-gather in place, the host all-gather, host scalars), then a 1-rank
+ * work, reduce-scatter / all-gather in place, the bf16 all-reduce and reduce-scatter of
+ * ddp_grad_dtype bf16, the host all-gather, host scalars), then a 1-rank
  * communicator per process. Exit 0: every check passed. */
 #include "gtcsim.h"
 
@@ -23,6 +24,7 @@ extern "C" {
 #include "dist_nccl.h"
 }
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -258,6 +260,52 @@ void to_host(CudaImpl *im, float *h, const float *d, size_t n) {
     cudaMemcpyAsync(h, d, n * sizeof(float), cudaMemcpyDeviceToHost, im->compute);
 }
 
+/* bf16 (ddp_grad_dtype bf16): x rounded to 8 significant bits to nearest even in double, and its
+ * bits; rank r's value i: (i % 251 + 1) * (1 + r / 3) / 7 rounded so (sums of two need rounding) */
+double ref_bf16(double x) {
+    int e;
+    const double m = frexp(x, &e);
+    return x == 0 ? x : ldexp(nearbyint(ldexp(m, 8)), e - 8);
+}
+uint16_t bits(double x) {
+    const float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+double bf16_in(int r, size_t i) { return ref_bf16((double)(i % 251 + 1) * (1.0 + r / 3.0) / 7.0); }
+/* the sum over W ranks in rank order, each step rounded */
+uint16_t bf16_want(int W, size_t i) {
+    double acc = bf16_in(0, i);
+    for (int r = 1; r < W; r++) acc = ref_bf16(acc + bf16_in(r, i));
+    return bits(acc);
+}
+
+void bf16_collectives(NcclComm *c, CudaImpl *im, int R, int W) {
+    GtError err = {};
+    const size_t shard = 517, n = shard * (size_t)W;
+    std::vector<uint16_t> h(n), back(n);
+    for (size_t i = 0; i < n; i++) h[i] = bits(bf16_in(R, i));
+    uint16_t *dev = nullptr;
+    cudaMalloc(&dev, n * sizeof(uint16_t));
+    cudaMemcpyAsync(dev, h.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice, im->compute);
+    CHECK(nccl_allreduce_bf16_start(c, dev, n / 3, &err) == 0, "%s", err.msg);
+    CHECK(nccl_allreduce_bf16_start(c, dev + n / 3, n - n / 3, &err) == 0, "%s", err.msg);
+    CHECK(nccl_wait_all(c, &err) == 0 && nccl_sync(c, nullptr, &err) == 0, "%s", err.msg);
+    cudaMemcpyAsync(back.data(), dev, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, im->compute);
+    cudaStreamSynchronize(im->compute);
+    for (size_t i = 0; i < n; i++)
+        CHECK(back[i] == bf16_want(W, i), "bf16 all-reduce %zu: 0x%04x, expected 0x%04x", i, back[i], bf16_want(W, i));
+    cudaMemcpyAsync(dev, h.data(), n * sizeof(uint16_t), cudaMemcpyHostToDevice, im->compute);
+    CHECK(nccl_reduce_scatter_bf16(c, dev, shard, &err) == 0, "%s", err.msg);
+    cudaMemcpyAsync(back.data(), dev, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, im->compute);
+    cudaStreamSynchronize(im->compute);
+    for (size_t i = (size_t)R * shard; i < (size_t)(R + 1) * shard; i++)
+        CHECK(back[i] == bf16_want(W, i), "bf16 reduce-scatter %zu: 0x%04x, expected 0x%04x", i, back[i],
+              bf16_want(W, i));
+    cudaFree(dev);
+}
+
 void ranks(Dist *d, Backend *be, CudaImpl *im) {
     GtError err = {};
     NcclComm *c = nullptr;
@@ -289,6 +337,7 @@ void ranks(Dist *d, Backend *be, CudaImpl *im) {
     to_host(im, back.data(), dev, n);
     for (size_t i = (size_t)R * shard; i < (size_t)(R + 1) * shard; i++)
         CHECK(back[i] == tri * (float)(i % 4096), "reduce-scatter %zu: %g", i, back[i]);
+    bf16_collectives(c, im, R, W);
     CHECK(nccl_allgather(c, dev, shard, &err) == 0, "%s", err.msg);
     to_host(im, back.data(), dev, n);
     for (size_t i = 0; i < n; i++) CHECK(back[i] == tri * (float)(i % 4096), "all-gather %zu: %g", i, back[i]);

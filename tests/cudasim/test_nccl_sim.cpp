@@ -6,7 +6,8 @@
  * model a stream that has not run yet), so the model is tested before and apart from
  * cuda/sim/runtime.cpp.
  *
- *   test_nccl_sim                 every API call: results exact and identical on all ranks,
+ *   test_nccl_sim                 every API call: results exact and identical on all ranks (bf16
+ *                                 sums bit for bit against rounding in double, in rank order),
  *                                 in-place forms, argument errors as NCCL returns them, the
  *                                 non-blocking state machine, abort/finalize with queued work,
  *                                 and (in forked children, 1-rank communicators) the misuses that
@@ -267,6 +268,65 @@ void test_zero1(ncclComm_t c) {
     for (void *p : {(void *)d, (void *)s, (void *)r, (void *)g}) dev_free(p);
 }
 
+/* x rounded to bf16 (8 significant bits) to nearest even, in double (frexp, nearbyint: not the
+ * model's bit arithmetic); the bits of such a value; rank r's value i (24 random bits at a scale
+ * from 2^-30 to 2^9, so rounding drops bits and sums often tie) */
+double ref_bf16(double x) {
+    if (x == 0) return x;
+    int e;
+    const double m = frexp(x, &e);
+    return ldexp(nearbyint(ldexp(m, 8)), e - 8);
+}
+uint16_t bf16_bits(double x) {
+    const float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+double rank_value(int r, size_t i) {
+    uint64_t z = ((uint64_t)r << 40) + i + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const double v = ldexp((double)((int64_t)(z & 0xFFFFFF) - 0x800000), (int)((z >> 32) % 40) - 53);
+    return ref_bf16(v != 0 ? v : 1.0);
+}
+/* the bf16 sum of value i over the ranks in rank order, each step rounded (exact in double before) */
+uint16_t want_bf16(size_t i) {
+    double acc = rank_value(0, i);
+    for (int r = 1; r < g_world; r++) acc = ref_bf16(acc + rank_value(r, i));
+    return bf16_bits(acc);
+}
+
+/* ncclBfloat16 sums (ddp_grad_dtype bf16): all-reduce in place and out of place, reduce-scatter in place */
+void test_bf16(ncclComm_t c) {
+    const size_t shard = 4099, n = shard * (size_t)g_world;
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; i++) h[i] = bf16_bits(rank_value(g_rank, i));
+    void *d = to_dev(h), *o = dev_alloc(n * sizeof(uint16_t)), *z = to_dev(h);
+    CHECK(settle(c, ncclAllReduce(d, o, n, ncclBfloat16, ncclSum, c, STREAM)) == ncclSuccess, "bf16 all-reduce");
+    CHECK(settle(c, ncclAllReduce(d, d, n, ncclBfloat16, ncclSum, c, STREAM)) == ncclSuccess, "bf16 in place");
+    auto a = to_host<uint16_t>(o, n), b = to_host<uint16_t>(d, n);
+    size_t rounded = 0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(a[i] == want_bf16(i), "bf16 element %zu: 0x%04x, expected 0x%04x", i, a[i], want_bf16(i));
+        CHECK(b[i] == a[i], "bf16 in place element %zu", i);
+        double exact = 0;
+        for (int r = 0; r < g_world; r++) exact += rank_value(r, i);
+        rounded += (double)ref_bf16(exact) != exact || (g_world > 1 && bf16_bits(exact) != a[i]);
+    }
+    CHECK(g_world == 1 || rounded > n / 4, "only %zu of %zu sums needed rounding: the data test nothing", rounded, n);
+    CHECK(same_everywhere(a.data(), n * sizeof(uint16_t)), "bf16 sums differ between ranks");
+    uint16_t *zz = (uint16_t *)z;
+    CHECK(settle(c, ncclReduceScatter(zz, zz + (size_t)g_rank * shard, shard, ncclBfloat16, ncclSum, c, STREAM)) ==
+              ncclSuccess,
+          "bf16 reduce-scatter in place");
+    auto r = to_host<uint16_t>(z, n);
+    for (size_t i = (size_t)g_rank * shard; i < (size_t)(g_rank + 1) * shard; i++)
+        CHECK(r[i] == want_bf16(i), "bf16 rs %zu: 0x%04x, expected 0x%04x", i, r[i], want_bf16(i));
+    for (void *p : {d, o, z}) dev_free(p);
+}
+
 void test_errors(ncclComm_t c) {
     float host[4] = {0, 0, 0, 0};
     float *d = (float *)dev_alloc(8 * sizeof(float) * (size_t)g_world);
@@ -410,6 +470,7 @@ int main(int argc, char **argv) {
     ncclComm_t c = open_comm(g_world, g_rank, false, true);
     test_allreduce(c);
     test_zero1(c);
+    test_bf16(c);
     test_errors(c);
     test_queued(c);
     ncclComm_t b = open_comm(g_world, g_rank, true, true); /* blocking, over MPI */

@@ -4,6 +4,10 @@
  *
  *   dist_probe collectives              every collective, checked against closed-form sums; exit 0
  *   dist_probe world1                   no launcher: world 1, transport "none", no MPI_Init, no-ops
+ *   dist_probe bf16                     2 ranks: the bf16 all-reduce and reduce-scatter (ddp_grad_dtype
+ *                                       bf16) bit for bit against sums taken in double of the values
+ *                                       rounded to bf16 in double (frexp/nearbyint, not the code under
+ *                                       test), the sums rounded so too
  *   dist_probe timeout TIMEOUT SLEEP    rank 1 sleeps SLEEP s before an all-reduce; rank 0 must time
  *                                       out after TIMEOUT s and abort the job
  *   dist_probe kill                     rank 1 raises SIGKILL while rank 0 waits in an all-reduce
@@ -131,6 +135,95 @@ static int run_collectives(Dist *d) {
     return 0;
 }
 
+/* x rounded to bf16 (8 significant bits) to nearest even, in double: frexp gives x = m 2^e with
+ * 0.5 <= |m| < 1, so m 2^8 holds the 8 bits kept; nearbyint rounds half to even (the default
+ * rounding mode). For normal values, which are all this probe makes. */
+static double ref_bf16(double x) {
+    if (x == 0) return x;
+    int e;
+    const double m = frexp(x, &e);
+    return ldexp(nearbyint(ldexp(m, 8)), e - 8);
+}
+
+/* rank r's value i: 24 random bits at a scale from 2^-30 to 2^9 (a splitmix64 hash of (r, i)), so the
+ * rounding to bf16 drops bits, sums of two bf16 values often tie, and magnitudes differ widely */
+static float grad_value(int r, size_t i) {
+    uint64_t z = ((uint64_t)r << 40) + i + 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    const double mant = (double)((int64_t)(z & 0xFFFFFF) - 0x800000); /* [-2^23, 2^23) */
+    const int scale = (int)((z >> 32) % 40) - 53;
+    const float v = (float)ldexp(mant, scale);
+    return v != 0 ? v : 1.0f;
+}
+
+/* the bit pattern of x, a bf16 value (its float's low 16 bits are zero) */
+static uint16_t bits_of(double x) {
+    const float f = (float)x;
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return (uint16_t)(u >> 16);
+}
+
+/* rank r's value i as bf16, and the expected bf16 sum over 2 ranks: both rounded, added exactly in
+ * double, rounded */
+static uint16_t rank_bf16(int r, size_t i) { return bits_of(ref_bf16(grad_value(r, i))); }
+static double want_bf16_sum(size_t i) { return ref_bf16(ref_bf16(grad_value(0, i)) + ref_bf16(grad_value(1, i))); }
+
+static double value_of(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static int run_bf16(Dist *d) {
+    GtError e = {0};
+    const int R = dist_rank(d), W = dist_world(d);
+    Tally t = {0, 0, R};
+    check(&t, W == 2, "world (the reference is for 2 ranks)", 0, W, 2);
+    /* started all-reduces in buckets of different sizes, more of them than the pending list holds,
+     * one of 2^20 values, then dist_wait_all */
+    enum { NB = 70 };
+    size_t sizes[NB], total = 0;
+    for (int k = 0; k < NB; k++) total += sizes[k] = k == 3 ? (size_t)1 << 20 : 1 + (size_t)k * 977;
+    uint16_t *g = gt_xmalloc(total * sizeof *g);
+    for (size_t i = 0; i < total; i++) g[i] = rank_bf16(R, i);
+    size_t off = 0, differs = 0;
+    for (int k = 0; k < NB; k++) {
+        if (dist_allreduce_bf16_start(d, g + off, sizes[k], &e)) die(&e);
+        if (k % 7 == 0 && dist_poll(d, &e)) die(&e);
+        off += sizes[k];
+    }
+    if (dist_wait_all(d, &e)) die(&e);
+    for (size_t i = 0; i < total; i++) {
+        const double want = want_bf16_sum(i);
+        check(&t, g[i] == bits_of(want), "allreduce_bf16", (long)i, value_of(g[i]), want);
+        differs += (float)want != grad_value(0, i) + grad_value(1, i);
+    }
+    /* the data exercise what bf16 changes: most sums differ from the fp32 sum */
+    check(&t, differs > total / 2, "bf16 sums that differ from the fp32 sums", 0, (double)differs, (double)total / 2);
+
+    /* ZeRO-1: reduce-scatter in bf16 */
+    const size_t shard = 40099;
+    uint16_t *z = gt_xmalloc((size_t)W * shard * sizeof *z);
+    for (size_t i = 0; i < (size_t)W * shard; i++) z[i] = rank_bf16(R, i);
+    if (dist_reduce_scatter_bf16(d, z, shard, &e)) die(&e);
+    for (size_t i = (size_t)R * shard; i < (size_t)(R + 1) * shard; i++) {
+        const double want = want_bf16_sum(i);
+        check(&t, z[i] == bits_of(want), "reduce_scatter_bf16", (long)i, value_of(z[i]), want);
+    }
+    free(g);
+    free(z);
+    if (t.failures) {
+        fprintf(stderr, "dist_probe: rank %d of %d: %d of %d checks FAILED\n", R, W, t.failures, t.checks);
+        return 1;
+    }
+    printf("dist_probe: rank %d of %d: bf16: all %d checks passed\n", R, W, t.checks);
+    return 0;
+}
+
 static int run_world1(Dist *d) {
     GtError e = {0};
     Tally t = {0, 0, 0};
@@ -142,15 +235,18 @@ static int run_world1(Dist *d) {
     check(&t, init == 0, "MPI_Init not called", 0, init, 0);
 #endif
     float f[4] = {1, 2, 3, 4};
+    uint16_t odd[2] = {0x3f81, 0xc041}; /* world 1: no sum, no change */
     int64_t i64 = 5;
     double f64 = 6;
     int mx = 7;
     if (dist_allreduce_f32(d, f, 4, &e) || dist_allreduce_f32_start(d, f, 4, &e) || dist_poll(d, &e) ||
         dist_wait_all(d, &e) || dist_allreduce_i64(d, &i64, 1, &e) || dist_allreduce_f64(d, &f64, 1, &e) ||
         dist_reduce_scatter_f32(d, f, 4, &e) || dist_allgather_f32(d, f, 4, &e) || dist_allreduce_max_i32(d, &mx, &e) ||
+        dist_allreduce_bf16_start(d, odd, 2, &e) || dist_wait_all(d, &e) || dist_reduce_scatter_bf16(d, odd, 2, &e) ||
         dist_broadcast(d, f, sizeof f, 0, &e) || dist_barrier(d, "x", &e))
         die(&e);
     for (int i = 0; i < 4; i++) check(&t, f[i] == i + 1, "world1 no-op", i, f[i], i + 1);
+    check(&t, odd[0] == 0x3f81 && odd[1] == 0xc041, "world1 bf16 no-op", 0, odd[0], 0x3f81);
     check(&t, i64 == 5 && f64 == 6 && mx == 7, "world1 scalars", 0, 0, 0);
     if (t.failures) return 1;
     printf("dist_probe: world 1: all %d checks passed\n", t.checks);
@@ -173,6 +269,8 @@ int main(int argc, char **argv) {
     const int R = dist_rank(d);
     if (strcmp(mode, "collectives") == 0) {
         rc = run_collectives(d);
+    } else if (strcmp(mode, "bf16") == 0) {
+        rc = run_bf16(d);
     } else if (strcmp(mode, "world1") == 0) {
         rc = run_world1(d);
     } else if (strcmp(mode, "timeout") == 0) {
