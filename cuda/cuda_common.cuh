@@ -339,6 +339,15 @@ void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const a
  * out[n, c] += bias[c] (the fp32 fallback when the GEMM has no bias epilogue), and
  * out[n, c] = bias[c] (the bf16 fallback's prefill: the GEMM then adds with beta = 1, so the
  * bf16 result is rounded once, as the epilogue does) */
+/* C[m,n] (col-major) = alpha op(A) op(B) + beta C (+ bias[m] per row): backend_cuda.cu's one cuBLAS(Lt)
+ * call (gtc_gemm_one), and gemm_align.cu's gtc_gemm, which calls it on 16-byte-aligned parts of a shape
+ * whose m, n or k is not a multiple of 16 bytes (see there) */
+void gtc_gemm_one(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                  GtDtype abt, const void *A, int lda, const void *B, int ldb, GtDtype cdt, void *Cm, int ldc,
+                  const void *bias, float beta);
+void gtc_gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, GtDtype abt,
+              const void *A, int lda, const void *B, int ldb, GtDtype cdt, void *Cm, int ldc, const void *bias,
+              float beta);
 void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 
