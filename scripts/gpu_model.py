@@ -189,7 +189,7 @@ def main():
     ap.add_argument("--json", default=os.path.join(ROOT, "bench/gpu-model-predictions.json"),
                     help="merge the predicted step ms into this file (scripts/device-check.sh reads it)")
     a = ap.parse_args()
-    gpt2_dims = {768, 2304, 3072, 50257, 64, 12}
+    gpt2_dims = {768, 2304, 3072, 50257, 50256, 64, 12}  # 50256: the aligned part of V (gemm_align.cu)
     mis_dims = {4096, 1024, 6144, 14336, 28672, 32000, 128, 32, 8} | {16 * i for i in range(1, 9)}
     cases = [
         dict(id="gpt2", title="GPT-2 124M bf16", model_json="configs/gpt2-124m.json", layers_key="n_layer",
