@@ -156,6 +156,8 @@ static void check_head(GtDtype act, int N, int C, int V) {
             judge(&ww, (long)o * C + c, dw[(size_t)o * C + c], s, a, 1.0 / 8388608, 1e-6);
         }
     const char *dt = gt_dtype_name(act);
+    cr_log_info("%s N %d C %d V %d: worst element / its bound: forward %.3f, dinp (k split) %.3f, dw %.3f, gemm beta 1 %.3f",
+                dt, N, C, V, wo.worst, wi.worst, ww.worst, wc.worst);
     cr_expect_leq(wo.worst, 1.0, "%s forward N %d C %d V %d: element %ld off by %.3g of its bound", dt, N, C, V, wo.at, wo.worst);
     cr_expect_leq(wi.worst, 1.0, "%s dinp: element %ld off by %.3g of its bound", dt, wi.at, wi.worst);
     cr_expect_leq(ww.worst, 1.0, "%s dw: element %ld off by %.3g of its bound", dt, ww.at, ww.worst);
