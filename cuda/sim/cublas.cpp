@@ -28,6 +28,8 @@
  * support make the heuristic answer CUBLAS_STATUS_NOT_SUPPORTED, as the library does; features
  * cuBLASLt has but this model does not (other types, epilogues, pointer modes, batches) abort as
  * "not modelled" rather than be refused, so a gap in the model never hides as a fallback.
+ * The GEMM audit (gemm_audit, cublas_model.h): every call is judged on the 16-byte path or not (named
+ * "misaligned" in the cost model's counts); with GTCSIM_GEMM_AUDIT=1 a call off it aborts.
  *
  * Work runs as stream work (gtcsim::enqueue) with every operand declared (gtcsim::note_access);
  * descriptor contents are taken at call time, as cuBLASLt does. Depends on gtcsim.h only. */
