@@ -305,8 +305,9 @@ static GtcGemmPlan *gemm_plan(Backend *b, const GtcGemmKey *key) {
 }
 
 /* C[m,n] (col-major) = alpha op(A) op(B) + beta C (+ bias[m] per row); A, B of type abt, C (and
- * bias) of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0. */
-static void gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+ * bias) of type cdt; fp32 compute (no TF32). beta is 0 or 1, and a bias comes only with beta = 0.
+ * One cuBLAS(Lt) call on the shape as given; gtc_gemm (gemm_align.cu) calls it on aligned parts. */
+void gtc_gemm_one(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                  GtDtype abt, const void *A, int lda, const void *B, int ldb, GtDtype cdt,
                  void *Cm, int ldc, const void *bias, float beta) {
     CudaImpl *im = gtc_impl(b);
@@ -357,7 +358,7 @@ static GtDtype act_dtype(Backend *b) { return gtc_act_bf16(b) ? GT_BF16 : GT_F32
 static void cu_matmul_forward(Backend *b, act_t *out, const act_t *inp, const act_t *w,
                               const act_t *bias, int N, int C, int OC, int ldo) {
     GtDtype at = act_dtype(b);
-    gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);
+    gtc_gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);
 }
 
 /* ---- matmul + GELU ----
@@ -479,8 +480,8 @@ static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias,
                 ldo, OC);
         exit(GT_EXIT_FAILURE);
     }
-    if (dinp) gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, at, w, C, dout, ldo, at, dinp, C, NULL, 0.0f);
-    if (dw) gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, at, inp, C, dout, ldo, GT_F32, dw, C, NULL, 1.0f);
+    if (dinp) gtc_gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, at, w, C, dout, ldo, at, dinp, C, NULL, 0.0f);
+    if (dw) gtc_gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, at, inp, C, dout, ldo, GT_F32, dw, C, NULL, 1.0f);
     if (dbias) gtc_colsum_accumulate(b, dbias, dout, N, OC); /* fixed order, no atomics */
 }
 
@@ -496,7 +497,7 @@ static void cu_gemm_op(Backend *b, bool ta, bool tb, int M, int N, int K, float 
                 gt_dtype_name(cdt));
         exit(GT_EXIT_FAILURE);
     }
-    gemm(b, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K < 0 ? 0 : K, alpha, act_dtype(b), B,
+    gtc_gemm(b, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K < 0 ? 0 : K, alpha, act_dtype(b), B,
          ldb, A, lda, cdt, C, ldc, NULL, beta);
 }
 

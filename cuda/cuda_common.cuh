@@ -60,7 +60,9 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 /* Internal scratch: not tracked by the MemTracker (it is the backend's, not the run's); its size
  * is printed once when the backend opens. */
 #define GTC_LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
-#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums (grows on demand) */
+#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums and gemm_align.cu's padded
+                                                   * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk);
+                                                   * grows on demand */
 /* The runtime's device memory after open, outside the tracked buffers (Backend.runtime_reserve);
  * the context, the cuBLASLt workspace and the scratch above are taken before the free figure is
  * read, so they are not in it.
@@ -102,7 +104,7 @@ typedef struct {
     cublasHandle_t cublas;
     cublasLtHandle_t lt;
     void *lt_workspace;
-    void *scratch; /* column-reduction partials */
+    void *scratch; /* column-reduction partials, gemm_align.cu's padded tails (gtc_scratch) */
     size_t scratch_bytes;
     double *ss_partials; /* GTC_SS_PARTS + 1 doubles on the device */
     double *ss_host;     /* 1 pinned double */
@@ -339,6 +341,15 @@ void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const a
  * out[n, c] += bias[c] (the fp32 fallback when the GEMM has no bias epilogue), and
  * out[n, c] = bias[c] (the bf16 fallback's prefill: the GEMM then adds with beta = 1, so the
  * bf16 result is rounded once, as the epilogue does) */
+/* C[m,n] (col-major) = alpha op(A) op(B) + beta C (+ bias[m] per row): backend_cuda.cu's one cuBLAS(Lt)
+ * call (gtc_gemm_one), and gemm_align.cu's gtc_gemm, which calls it on 16-byte-aligned parts of a shape
+ * whose m, n or k is not a multiple of 16 bytes (see there) */
+void gtc_gemm_one(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                  GtDtype abt, const void *A, int lda, const void *B, int ldb, GtDtype cdt, void *Cm, int ldc,
+                  const void *bias, float beta);
+void gtc_gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, GtDtype abt,
+              const void *A, int lda, const void *B, int ldb, GtDtype cdt, void *Cm, int ldc, const void *bias,
+              float beta);
 void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 

@@ -78,6 +78,10 @@ elementwise_alignment_unchecked|cuda/kernels_elementwise.cu|    const size_t npa
 adamw_act_copy_skipped|cuda/kernels_elementwise.cu|        if (copy) store_pack<N>(copy + o, p);\n||@(backend_ops|backend_ops_bf16)/*
 swiglu_pack_up_offset|cuda/kernels_llama.cu|        load_pack<P>(u, in + I);\n        load_pack<P>(dy, dout + idx);|        load_pack<P>(u, in + P);\n        load_pack<P>(dy, dout + idx);|@(backend_ops|backend_ops_bf16)/*
 fused_residual_not_written|cuda/kernels_misc.cu|        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));\n        s += load_f32(rr, c);|        s += load_f32(xr, c) + load_f32(yr, c);|@(ops|ops_bf16|backend_ops|backend_ops_bf16)/*
+gemm_align_split_removed|cuda/gemm_align.cu|    const bool aligned = gtc_aligned16(A) && gtc_aligned16(B)|    const bool aligned = false && gtc_aligned16(A) && gtc_aligned16(B)|cuda_gemm/*
+gemm_align_k_main_overwrites_tail|cuda/gemm_align.cu|abt, A, lda, B, ldb, cdt, Cm, ldc, NULL, 1.0f);|abt, A, lda, B, ldb, cdt, Cm, ldc, NULL, beta);|cuda_gemm/*
+gemm_align_m_tail_writes_padding|cuda/gemm_align.cu|dp, (size_t)g * cd, (size_t)mt * cd, (size_t)n);|dp, (size_t)g * cd, (size_t)g * cd, (size_t)n);|cuda_gemm/*
+gemm_align_n_tail_offset|cuda/gemm_align.cu|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)n0 * ab,|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)(n0 - 1) * ab,|cuda_gemm/*
 norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every warp's partial rows are complete */\n||@(ops|ops_bf16|ops_llama|backend_ops)/*
 norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
 sync_not_counted|cuda/backend_cuda.cu|    b->host_waits++;\n    b->syncs++;|    b->host_waits++;|@(host_waits)/*

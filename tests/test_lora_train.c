@@ -537,7 +537,7 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
         backend_set_act_dtype(be, a);
         Model *m = NULL;
         GtError err = {0};
-        cr_assert_eq(model_create_sharded(&m, &d, be, B, T, pol, 1, world, rank, &err), 0, "%s: %s", what, err.msg);
+        cr_assert_eq(model_create_sharded(&m, &d, be, B, T, pol, 1, world, rank, 0, &err), 0, "%s: %s", what, err.msg);
         for (int c = 0; c < MEM_COUNT; c++)
             cr_assert_eq(p.bytes[c], be->mem.peak[c], "%s: %s planned %llu, measured %llu", what,
                          mem_category_name((MemCategory)c), (unsigned long long)p.bytes[c],

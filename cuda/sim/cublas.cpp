@@ -28,6 +28,8 @@
  * support make the heuristic answer CUBLAS_STATUS_NOT_SUPPORTED, as the library does; features
  * cuBLASLt has but this model does not (other types, epilogues, pointer modes, batches) abort as
  * "not modelled" rather than be refused, so a gap in the model never hides as a fallback.
+ * The GEMM audit (gemm_audit, cublas_model.h): every call is judged on the 16-byte path or not (named
+ * "misaligned" in the cost model's counts); with GTCSIM_GEMM_AUDIT=1 a call off it aborts.
  *
  * Work runs as stream work (gtcsim::enqueue) with every operand declared (gtcsim::note_access);
  * descriptor contents are taken at call time, as cuBLASLt does. Depends on gtcsim.h only. */
@@ -40,6 +42,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -238,6 +241,37 @@ void note(const Mat &m, bool write) {
 }
 } // namespace
 
+/* ------------------------------------------------------------------ the audit */
+
+void gemm_audit(const char *api, Job &j, const uint8_t *lt_align_log) {
+    char why[200] = "";
+    const bool use_ab = j.k > 0 && j.alpha != 0.0;
+    const Mat *ops[4] = {use_ab ? &j.A : nullptr, use_ab ? &j.B : nullptr, j.beta != 0.0 ? &j.C : nullptr, &j.D};
+    const char *names[4] = {"A", "B", "C", "D"};
+    if (!lt_align_log) snprintf(why, sizeof why, "plain cuBLAS (%s) picks its own kernel; not the 16-byte path", api);
+    for (int i = 0; i < 4 && !why[0]; i++) {
+        if (!ops[i]) continue;
+        const Mat &x = *ops[i];
+        const size_t es = esize(x.type);
+        if (((uintptr_t)x.p & 15u) != 0)
+            snprintf(why, sizeof why, "%s at %p is not 16-byte aligned", names[i], x.p);
+        else if (((size_t)x.ld * es) % 16u != 0)
+            snprintf(why, sizeof why, "%s's leading dimension %lld is not a multiple of 16 bytes", names[i], (long long)x.ld);
+        else if (((size_t)x.rows * es) % 16u != 0)
+            snprintf(why, sizeof why, "%s's %lld stored rows (its contiguous extent) are not a multiple of 16 bytes",
+                     names[i], (long long)x.rows);
+        else if (lt_align_log[i] < 4)
+            snprintf(why, sizeof why, "%s was promised to the heuristic only %u-byte aligned", names[i],
+                     1u << lt_align_log[i]);
+    }
+    j.misaligned = why[0] != 0;
+    const char *env = getenv("GTCSIM_GEMM_AUDIT");
+    if (j.misaligned && env && !strcmp(env, "1"))
+        fail("%s: GTCSIM_GEMM_AUDIT: m %lld n %lld k %lld (trans %s%s, %s -> %s) would not run on 16-byte kernels: %s",
+             api, (long long)j.m, (long long)j.n, (long long)j.k, j.ta ? "T" : "N", j.tb ? "T" : "N", tname(j.A.type),
+             tname(j.D.type), why);
+}
+
 /* ------------------------------------------------------------------ the computation */
 
 void run(const Job &j) {
@@ -247,6 +281,7 @@ void run(const Job &j) {
         snprintf(name, sizeof name, "%s %s%s %s->%s m %lld n %lld k %lld%s%s", j.api, j.ta ? "T" : "N",
                  j.tb ? "T" : "N", tname(j.A.type), tname(j.D.type), (long long)j.m, (long long)j.n,
                  (long long)(use_ab ? j.k : 0), j.bias ? " +bias" : "", j.gelu ? " +gelu" : "");
+        if (j.misaligned) strncat(name, " misaligned", sizeof name - strlen(name) - 1);
         double rd = (use_ab ? (double)extent(j.A) + (double)extent(j.B) : 0.0) + (j.beta != 0.0 ? (double)extent(j.C) : 0.0) +
                     (j.bias ? (double)j.m * (double)esize(j.bias_type) : 0.0);
         double wr = (double)extent(j.D) + (j.aux ? (double)extent(j.Aux) : 0.0);
@@ -569,6 +604,7 @@ cublasStatus_t blas_gemm(const char *api, cublasHandle_t handle, cublasOperation
     for (const Mat *x : {&j.A, &j.B, &j.C})
         check_aligned(api, x == &j.A ? "A" : x == &j.B ? "B" : "C", x->p, (unsigned)esize(x->type),
                       "its element size needs");
+    gemm_audit(api, j, nullptr);
     gtcsim::enqueue(h->stream, api, [j] { run(j); });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -89,12 +89,23 @@ struct Job {
     int32_t bias_type = CUDA_R_32F;
     void *ws = nullptr;
     size_t ws_bytes = 0;
+    bool misaligned = false; /* gemm_audit's verdict: named in the cost model's counts */
 };
 /* D = alpha op(A) op(B) + beta C (+ bias, GELU, aux), as stream work: declares every operand
  * (gtcsim::note_access) and computes */
 void run(const Job &j);
 /* a host-mode alpha/beta: not NULL, not device memory */
 float host_scalar(const char *api, const char *name, const void *p);
+
+/* The GEMM audit: would this call run on kernels that load 16 bytes at a time? cuBLASLt's heuristic
+ * picks such kernels only when every operand it reads or writes (A, B, C when beta != 0, D) starts
+ * on a 16-byte boundary, has a leading dimension and a contiguous extent (its stored rows) that are
+ * multiples of 16 bytes, and the alignment promised to it (MIN_ALIGNMENT_*_BYTES, lt_align_log) is
+ * 16; otherwise (and always for the plain cuBLAS calls, lt_align_log NULL) the kernel loads element
+ * by element ("align1"/"align2"), as measured on an H200 for GPT-2's vocabulary of 50257
+ * (bench/device-check-h200-2026-12-04.md). Sets j.misaligned; with GTCSIM_GEMM_AUDIT=1 in the
+ * environment a misaligned call aborts naming its shape and the first operand at fault. */
+void gemm_audit(const char *api, Job &j, const uint8_t *lt_align_log);
 
 /* ------------------------------------------------------------------ cuBLASLt problem */
 

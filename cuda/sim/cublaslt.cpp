@@ -425,6 +425,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc
                 check_disjoint(api, "workspace", w, "an operand", *x);
     }
     j.ws = workspace, j.ws_bytes = (size_t)r.ws;
+    gemm_audit(api, j, r.align_log);
     gtcsim::enqueue(stream, api, [j] { run(j); });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -213,13 +213,13 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
 
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err) {
-    return model_create_sharded(out, desc, be, B, T, policy, seed, 1, 0, err);
+    return model_create_sharded(out, desc, be, B, T, policy, seed, 1, 0, 0, err);
 }
 
 int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
-                         uint64_t seed, int shard_world, int shard_rank, GtError *err) {
+                         uint64_t seed, int shard_world, int shard_rank, int logits_rows, GtError *err) {
     return model_build(out, desc, be, B, T, policy, seed, shard_world, shard_rank, true,
-                       plan_logits_rows(desc, B, T, be->act_dtype), err);
+                       logits_rows > 0 ? logits_rows : plan_logits_rows(desc, B, T, be->act_dtype), err);
 }
 
 int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int T, GtError *err) {

@@ -116,9 +116,10 @@ typedef struct Model {
  * as the architecture's table says (GPT-2's or HF's Llama initialisation), from seed. */
 int model_create(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
                  uint64_t seed, GtError *err);
-/* The same with the AdamW state sharded over shard_world ranks (ZeRO-1); this is shard_rank. */
+/* The same with the AdamW state sharded over shard_world ranks (ZeRO-1); this is shard_rank; the LM head
+ * in chunks of logits_rows rows (0: plan_logits_rows; a run passes its plan's, plan_resolve). */
 int model_create_sharded(Model **out, const ModelDesc *desc, Backend *be, int B, int T, RecomputePolicy policy,
-                         uint64_t seed, int shard_world, int shard_rank, GtError *err);
+                         uint64_t seed, int shard_world, int shard_rank, int logits_rows, GtError *err);
 /* For sampling: B = 1, no recompute, no gradients, AdamW state or backward workspace, and zero
  * weights (load them: checkpoint_load_weights). model_step only evaluates on it. */
 int model_create_inference(Model **out, const ModelDesc *desc, Backend *be, int T, GtError *err);

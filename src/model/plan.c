@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define LOGITS_CHUNK_BYTES (64ull << 20)
+#define LOGITS_CHUNK_BYTES (64ull << 20)    /* the chunk of a plan without a memory limit, and the least one */
+#define LOGITS_CHUNK_MAX_BYTES (1ull << 30) /* the most a chunk grows to (plan_grow_logits) */
 
 int plan_logits_stride(const ModelDesc *d) { return (d->vocab_size + 63) / 64 * 64; }
 
@@ -190,6 +191,9 @@ void plan_print(const MemPlan *p, const MemTracker *measured, FILE *out) {
                 gt_format_bytes(a, sizeof a, p->device_total + p->runtime_reserve));
     }
     fprintf(out, "  %-18s %14s\n", "host total", gt_format_bytes(a, sizeof a, p->host_total));
+    const long bt = (long)p->B * p->T, chunks = p->logits_rows > 0 ? (bt + p->logits_rows - 1) / p->logits_rows : 0;
+    fprintf(out, "  LM head: %d of the micro-batch's %ld rows at a time (%ld chunk%s, logits above)\n", p->logits_rows,
+            bt, chunks, chunks == 1 ? "" : "s");
     fprintf(out, "  peak: every buffer is allocated once before step 1 and reused, so the peak is the\n"
                  "  total above, reached at the start and held through every forward, backward and\n"
                  "  optimizer step (no allocation inside a step)\n");
@@ -337,14 +341,40 @@ uint64_t plan_step_batch_bytes(int B, int A, int T, bool packing) {
     return 2 * n * (packing ? 3 : 2) * sizeof(int) + n * sizeof(float);
 }
 
-/* the run's plan: the model's and the step buffers */
+/* the run's plan: the model's (logits_rows 0: plan_logits_rows) and the step buffers */
 static int run_plan(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol, bool zero1,
-                    GtDtype act, bool packing) {
-    if (plan_memory(p, d, B, A, world, T, pol, zero1, act)) return -1;
+                    GtDtype act, bool packing, int logits_rows) {
+    if (plan_fill(p, d, B, A, world, T, pol, zero1, act, true, logits_rows, 0)) return -1;
     const uint64_t step = plan_step_batch_bytes(B, A, T, packing);
     p->bytes[MEM_HOST_STAGING] += step;
     p->host_total += step;
     return 0;
+}
+
+int plan_grow_logits_rows(const MemPlan *p, const ModelDesc *d, uint64_t limit) {
+    const uint64_t row = (uint64_t)plan_logits_stride(d) * gt_dtype_size(p->act);
+    const uint64_t bt = (uint64_t)p->B * (uint64_t)p->T, now = (uint64_t)p->logits_rows;
+    if (!limit || p->overflow || now >= bt) return p->logits_rows;
+    /* the room is the no-recompute plan's (at the default chunk), whatever p's recompute: every
+     * recompute setting of one layout gets the same chunk, so their bits stay identical */
+    MemPlan q;
+    if (plan_memory(&q, d, p->B, p->A, p->world, p->T, recompute_policy(false, 1, false, d->n_layer), p->zero1, p->act) ||
+        q.device_total >= limit || q.logits_rows != p->logits_rows)
+        return p->logits_rows;
+    const uint64_t half_room = (limit - q.device_total) / 2, cap = LOGITS_CHUNK_MAX_BYTES / row;
+    for (uint64_t rows = bt < cap ? bt : cap; rows > now; rows /= 2) {
+        const uint64_t r = rows == bt ? rows : rows / 64 * 64; /* whole tiles of rows below one chunk */
+        if (r > now && (r - now) * row <= half_room) return (int)r;
+    }
+    return p->logits_rows;
+}
+
+/* the run's plan with the LM head's chunk grown into the room under the limit (plan_grow_logits_rows) */
+static int run_plan_grown(MemPlan *p, const ModelDesc *d, int B, int A, int world, int T, RecomputePolicy pol,
+                          bool zero1, GtDtype act, bool packing, uint64_t limit) {
+    if (run_plan(p, d, B, A, world, T, pol, zero1, act, packing, 0)) return -1;
+    const int rows = plan_grow_logits_rows(p, d, limit);
+    return rows == p->logits_rows ? 0 : run_plan(p, d, B, A, world, T, pol, zero1, act, packing, rows);
 }
 
 /* ddp_grad_dtype bf16 over world > 1 ranks: the bf16 copy of the gradients that dist_comm_grads
@@ -416,7 +446,7 @@ static int plan_resolve_layout(MemPlan *p, const ModelDesc *d, const RunConfig *
         }
         const PlanCandidate c = fit.rows[fit.chosen];
         RecomputePolicy pol = recompute_policy(c.every_n > 0, c.every_n ? c.every_n : 1, c.offload, d->n_layer);
-        if (run_plan(p, d, c.B, c.A, world, T, pol, zero1, act, cfg->data.packing)) {
+        if (run_plan_grown(p, d, c.B, c.A, world, T, pol, zero1, act, cfg->data.packing, memory_limit)) {
             plan_fit_free(&fit);
             return overflow_error(p, d, cfg, err);
         }
@@ -429,7 +459,7 @@ static int plan_resolve_layout(MemPlan *p, const ModelDesc *d, const RunConfig *
     }
     RecomputePolicy pol = recompute_policy(cfg->gradient_checkpointing, cfg->every_n_layers, cfg->offload, d->n_layer);
     if (run_plan(p, d, cfg->per_device_train_batch_size, cfg->gradient_accumulation_steps, world, T, pol, zero1, act,
-                 cfg->data.packing))
+                 cfg->data.packing, 0))
         return overflow_error(p, d, cfg, err);
     if (memory_limit && p->device_total > memory_limit) {
         /* what would fit, for the same effective batch */
@@ -448,5 +478,9 @@ static int plan_resolve_layout(MemPlan *p, const ModelDesc *d, const RunConfig *
                         cfg->config_path, gt_format_bytes(a, sizeof a, p->device_total),
                         gt_format_bytes(b, sizeof b, memory_limit), fix);
     }
+    const int rows = plan_grow_logits_rows(p, d, memory_limit);
+    if (rows != p->logits_rows &&
+        run_plan(p, d, p->B, p->A, world, T, pol, zero1, act, cfg->data.packing, rows))
+        return overflow_error(p, d, cfg, err);
     return 0;
 }

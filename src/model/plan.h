@@ -39,8 +39,19 @@ typedef struct {
  * see 16-byte-aligned rows even for GPT-2's 50257 (llm.c pads the vocabulary itself to 50304;
  * here only the logits buffer is padded, the weights keep Hugging Face's shapes) */
 int plan_logits_stride(const ModelDesc *d);
-/* rows of the LM head computed at once: the logits chunk (act dtype) is kept near 64 MiB */
+/* rows of the LM head computed at once without a memory limit: the logits chunk (act dtype) is kept
+ * near 64 MiB (at most B*T rows) */
 int plan_logits_rows(const ModelDesc *d, int B, int T, GtDtype act);
+/* The LM head's chunk of a run under a memory limit (plan_resolve), from a fixed ladder so that it
+ * does not follow small changes of the free memory: all B*T rows of the micro-batch (one chunk) when
+ * their logits take at most 1 GiB, else 1 GiB of rows; halved (in whole multiples of 64 rows) until the
+ * growth over p's chunk takes at most HALF the room that the same layout WITHOUT recompute leaves under
+ * limit (the other half is left for what the plan does not see: the allocator's rounding, a
+ * generation's KV cache, other processes); never fewer rows than p's (plan_logits_rows). Every
+ * recompute setting of a layout gets the same chunk (their bits stay identical); with memory to spare
+ * a run and its resume get the same chunk. With no limit (0), or no room, p's rows. A larger chunk
+ * means fewer, larger LM-head GEMMs and cross-entropy launches per micro-batch. */
+int plan_grow_logits_rows(const MemPlan *p, const ModelDesc *d, uint64_t limit);
 
 /* the activation dtype of a precision: fp32 -> fp32, bf16 -> bf16 */
 GtDtype plan_act_dtype(Precision prec);
@@ -100,7 +111,9 @@ uint64_t plan_step_batch_bytes(int B, int A, int T, bool packing);
 /* Resolve the micro-batch layout for the config: fixed B, or auto-fit (per_device_train_batch_size
  * auto + train_batch_size) within memory_limit bytes. Fills *p. Errors (code 2) when the plan does
  * not fit memory_limit, with what would fit. memory_limit 0 = no limit. The run's plan: the model's
- * (plan_memory) and the trainer's step buffers (plan_step_batch_bytes, in host_staging). */
+ * (plan_memory, with the LM head's chunk then grown under the limit: plan_grow_logits_rows; the model
+ * is created with p->logits_rows) and the trainer's step buffers (plan_step_batch_bytes, in
+ * host_staging). */
 int plan_resolve(MemPlan *p, const ModelDesc *d, const RunConfig *cfg, int world, uint64_t memory_limit,
                  GtError *err);
 

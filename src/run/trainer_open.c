@@ -361,7 +361,7 @@ int trainer_open(Trainer *t, TrainSummary *summary, GtError *err) {
     if (cfg->generation.task && t->rank == 0 && open_generation(t, limit, &gen_slots, err)) return -1;
     int shards = t->plan.zero1 ? t->world : 1;
     if (model_create_sharded(&t->model, desc, t->be, t->plan.B, T, t->plan.policy, cfg->seed, shards,
-                             shards > 1 ? t->rank : 0, err)) {
+                             shards > 1 ? t->rank : 0, t->plan.logits_rows, err)) {
         /* the plan fitted, so something else took the memory: show the plan and what would help */
         if (t->rank == 0) plan_print(&t->plan, NULL, stdout);
         char need[32], msg[GT_ERR_MAX + 400];

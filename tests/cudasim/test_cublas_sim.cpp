@@ -485,6 +485,44 @@ static void test_blas_invalid(cublasHandle_t h) {
     expect_fail("handle after destroy", "used after it was destroyed", [&] { cublasSetStream(h2, nullptr); });
 }
 
+/* GTCSIM_GEMM_AUDIT=1: a GEMM off the 16-byte path aborts naming the first operand at fault */
+static void test_audit(cublasHandle_t h) {
+    setenv("GTCSIM_GEMM_AUDIT", "1", 1);
+    const cudaDataType bf = CUDA_R_16BF;
+    { /* every operand aligned: runs */
+        M A = mat(bf, 16, 24, 16), B = mat(bf, 24, 5, 24), D = mat(bf, 16, 5, 16);
+        LtCall c;
+        CHECK(lt_run(c, A, B, D) == CUBLAS_STATUS_SUCCESS, "audit: an aligned bf16 GEMM runs");
+    }
+    { /* D's contiguous extent 17 rows: GPT-2's odd vocabulary as the logits' m */
+        M A = mat(bf, 24, 17, 24), B = mat(bf, 24, 5, 24), D = mat(bf, 17, 5, 24);
+        LtCall c;
+        c.ta = 1; /* A stored [k, m]: its contiguous extent is k */
+        expect_fail("audit: odd m", "D's 17 stored rows", [&] { lt_run(c, A, B, D); });
+    }
+    { /* A's leading dimension 20 elements = 40 bytes */
+        M A = mat(bf, 16, 24, 20), B = mat(bf, 24, 5, 24), D = mat(bf, 16, 5, 16);
+        LtCall c;
+        c.align_ab = 8;
+        expect_fail("audit: ld", "A's leading dimension 20", [&] { lt_run(c, A, B, D); });
+    }
+    { /* aligned, but only 2 bytes promised to the heuristic */
+        M A = mat(bf, 16, 24, 16), B = mat(bf, 24, 5, 24), D = mat(bf, 16, 5, 16);
+        LtCall c;
+        c.align_ab = 2;
+        expect_fail("audit: promise", "promised to the heuristic only 2-byte", [&] { lt_run(c, A, B, D); });
+    }
+    { /* plain cuBLAS: never the 16-byte path */
+        M A = mat(bf, 16, 8, 16), B = mat(bf, 8, 4, 8), C = mat(bf, 16, 4, 16);
+        const float one = 1, zero = 0;
+        expect_fail("audit: cublasGemmEx", "plain cuBLAS (cublasGemmEx)", [&] {
+            cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 16, 4, 8, &one, A.p, bf, 16, B.p, bf, 8, &zero, C.p, bf, 16,
+                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT); });
+    }
+    unsetenv("GTCSIM_GEMM_AUDIT");
+    printf("GEMM audit: aligned runs; odd extent, ld, promise and plain cuBLAS each named\n");
+}
+
 int main() {
     ok(cublasLtCreate(&g_lt), "cublasLtCreate");
     g_ws = dev_alloc(kWs);
@@ -497,6 +535,7 @@ int main() {
         test_blas_correct(h);
         test_lt_invalid();
         test_blas_invalid(h);
+        test_audit(h);
     } catch (const SimFail &e) {
         fprintf(stderr, "FAIL: unexpected abort: %s\n", e.what());
         g_failures++;
