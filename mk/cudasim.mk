@@ -7,6 +7,8 @@
 # The .cu sources are used unchanged except one rewrite: `extern __shared__ T name[];` (which host
 # C++ cannot express) becomes a pointer to the block's dynamic shared memory, on the same line.
 # The NCCL model (cuda/sim/nccl.cpp) runs its ranks over MPI, so it is built only with MPI=1.
+# -g1: line tables (backtraces name file:line) at 2/3 of -g's compile time, which every planted bug
+# pays again (scripts/cudasim-mutants.sh recompiles one file per bug).
 # SAN (instrumentation such as --coverage, scripts/flavour-coverage.sh) applies here as in the host build.
 # -ffp-contract=fast: a * b + c fused into an FMA, as nvcc does by default (--fmad=true).
 # As with nvcc, the CUDA sources and the simulator make a module, $(BUILD_SIM)/libgtrain-cuda.so (and
@@ -19,7 +21,7 @@ SIM_SRCS := $(filter-out $(if $(SIM_HAVE_NCCL),,cuda/sim/nccl.cpp),$(wildcard cu
 SIM_DEFS := -DGT_HAVE_CUDA $(if $(SIM_HAVE_NCCL),-DGT_HAVE_NCCL)
 SIM_CFLAGS = $(filter-out -DGT_HAVE_CUDA -DGT_HAVE_NCCL -I$(NCCL_HOME)/include,$(CFLAGS)) $(SIM_DEFS)
 SIM_INC  := -Icuda/sim/include -Icuda/sim -Icuda $(SRC_INC)
-SIM_CXXFLAGS := -std=c++20 -O2 -g $(ARCH_FLAGS) -fPIC -fvisibility=hidden -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
+SIM_CXXFLAGS := -std=c++20 -O2 -g1 $(ARCH_FLAGS) -fPIC -fvisibility=hidden -ffp-contract=fast -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -Wno-unknown-pragmas \
   $(SIM_DEFS) $(SIM_INC) $(if $(SIM_HAVE_NCCL),-DOMPI_SKIP_MPICXX=1 $(shell $(MPICC) --showme:compile)) $(SAN)
 SIM_LDLIBS = $(PKG_LIBS) -fopenmp -lmvec -lm -ldl -rdynamic $(if $(filter 1,$(MPI)),$(shell $(MPICC) --showme:link)) $(SAN)
 SIM_MODULE_LDLIBS = -lstdc++ -lm -lpthread $(if $(SIM_HAVE_NCCL),$(shell $(MPICC) --showme:link)) $(SAN)

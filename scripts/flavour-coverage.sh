@@ -10,7 +10,8 @@
 #      simulator flavour is built: scripts/test-cudasim.sh's environment);
 #   2. candidates: the tests that took MIN_SECONDS (default 2) or more in the flavour's last run
 #      (build-asan/test.tap or build-cudasim/test.tap: run the flavour once first), less those
-#      scripts/test-flavours.sh already leaves out of it;
+#      scripts/test-flavours.sh already leaves out of it and, on the simulator, those whose
+#      assertions are the CUDA backend's own results (keep= below);
 #   3. runs the other tests of the flavour together, then each candidate alone, each into its own
 #      GCOV_PREFIX (gtrain processes a test starts write there too), and reads the lines run;
 #   4. from the slowest candidate down: a candidate whose lines all run in the kept tests and the
@@ -37,12 +38,16 @@ covmake=(make -j"$jobs" BUILD=$cov CUDA=0 OPT=-O1 SAN=--coverage)
 case "$flavour" in
   asan)
     "${covmake[@]}" $cov/gtrain $cov/test_gtrain $cov/dist_probe >/dev/null
-    bin=$cov/test_gtrain tap=build-asan/test.tap code='src/'
+    bin=$cov/test_gtrain tap=build-asan/test.tap code='src/' keep=''
     leave=(${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"}) covered=(${ASAN_COVERED[@]+"${ASAN_COVERED[@]}"})
     export GTRAIN_BIN="$(pwd)/$cov/gtrain" ;;
   cudasim)
     "${covmake[@]}" BUILD_SIM=$simcov cudasim-build >/dev/null
     bin=$simcov/test_gtrain tap=build-cudasim/test.tap code='src/|cuda/(?!sim/)'
+    # never candidates: tests whose assertions are the CUDA backend's own results (its numbers
+    # against a reference, its waits, its device memory against the plan, its bits under recompute
+    # and offload): lines run say nothing of what they check
+    keep='(cuda|cuda_gemm|mma_ptx|ops\w*|backend_ops\w*|\w+_ops|nccl|host_waits|plan|storage_plan|gen_plan|recompute)/\w+|\w+/\w*planned_equals_measured\w*'
     leave=("${CUDASIM_LEAVE_OUT[@]}") covered=(${CUDASIM_COVERED[@]+"${CUDASIM_COVERED[@]}"})
     export GTRAIN_BIN="$(pwd)/$simcov/gtrain" GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 \
            GTCSIM_NCCL_TIMEOUT=60 ;;
@@ -69,6 +74,7 @@ else
         # shellcheck disable=SC2053
         [[ "$t" == $e ]] && continue 2
       done
+      [ -n "$keep" ] && grep -qxP -- "$keep" <<<"$t" && continue
       echo "$t"
     done >"$out/candidates"
 fi
@@ -103,4 +109,4 @@ find "$out/runs" -name '*.gcda' | while IFS= read -r f; do
   src="${f#"$out/runs/"*/}"
   ln -sf "/${src%.gcda}.gcno" "${f%.gcda}.gcno"
 done
-"${GTRAIN_REFS_PY}" scripts/flavour_coverage.py "$out" "$code" "$check" "$flavour"
+"${GTRAIN_REFS_PY}" scripts/flavour_coverage.py "$out" "$code" "$check" "$flavour" "$keep"

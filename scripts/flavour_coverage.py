@@ -1,11 +1,12 @@
-"""flavour_coverage.py OUT CODE_REGEX CHECK FLAVOUR - the analysis half of scripts/flavour-coverage.sh.
+"""flavour_coverage.py OUT CODE_REGEX CHECK FLAVOUR [KEEP_REGEX] - the analysis half of scripts/flavour-coverage.sh.
 
 Reads the gcov counters each run of OUT/runs left (kept: the tests a flavour keeps; cN: candidate N
 alone, named in cN.name), keeps the lines of files whose path matches CODE_REGEX that ran at least
 once, and prints which candidates the flavour can leave out with no line of that code unrun:
 from the slowest down, a candidate goes when each of its lines is also run by the kept tests or by a
 candidate still kept. CHECK=1: every candidate is an entry already listed as covered; fails naming the
-lines one of them alone runs."""
+lines one of them alone runs. KEEP_REGEX: candidates (suite/test) that stay whatever their lines: their
+lines count as kept."""
 import glob
 import json
 import os
@@ -52,11 +53,16 @@ def seconds(tap):
 def main():
     out, code, check, flavour = sys.argv[1], re.compile(sys.argv[2]), sys.argv[3] == "1", sys.argv[4]
     runs = os.path.join(out, "runs")
+    keep = re.compile(sys.argv[5]) if len(sys.argv) > 5 and sys.argv[5] else None
     kept = lines_of(os.path.join(runs, "kept"), code)
     cands = []
     for name_file in glob.glob(os.path.join(runs, "c*.name")):
         name = open(name_file).read().strip()
-        cands.append((name, lines_of(name_file[:-len(".name")], code)))
+        ls = lines_of(name_file[:-len(".name")], code)
+        if keep and keep.fullmatch(name):
+            kept |= ls
+        else:
+            cands.append((name, ls))
     tap = {"asan": "build-asan/test.tap", "cudasim": "build-cudasim/test.tap"}[flavour]
     secs = seconds(tap)
     print(f"flavour-coverage: {flavour}: the kept tests run {len(kept)} lines of its code")
