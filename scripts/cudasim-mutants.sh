@@ -95,7 +95,8 @@ EOF
 # run_mutant SLOT NAME FILE FROM TO SUITES: plant, build and test in the slot's copy, unplant; the
 # outcome (caught/missed/broken) goes to $work/result-NAME, the logs beside it
 run_mutant() {
-  local slot="$work/slot$1" name="$2" file="$3" from="$4" to="$5" suites="$6" rc failed how t0 tb tt
+  local slot="$work/slot$1" name="$2" file="$3" from="$4" to="$5" suites="$6" rc failed how t0 tb tt f
+  touch "$work/stamp-$name" # what the mutant's build and tests write is newer: put back after
   # plant: the text must be there exactly once, or this script is out of date with the sources
   if ! FROM="$from" TO="$to" perl -0777 -i -pe '
         BEGIN { ($f, $t) = map { s/\\n/\n/g; $_ } ($ENV{FROM}, $ENV{TO}); }
@@ -122,9 +123,14 @@ run_mutant() {
       printf 'missed|  MISSED  %-30s (build %d s, tests %d s; %s passed)\n' "$name" "$tb" "$tt" "${suites:-the whole suite}" >"$work/result-$name"
     fi
   fi
-  # unplant; the newer mtime makes the next build in this slot recompile it
-  cp "$root/$file" "$slot/$file"
-  touch "$slot/$file"
+  # unplant, and put back every build output the mutant's build (and its tests) wrote, from the tree
+  # the slot was copied from (the source with its old mtime too): the next mutant in this slot then
+  # recompiles only what it changes. Recompiling the unplanted file instead cost each mutant a second
+  # compile, and a planted header (cuda_common.cuh, mma_ptx.cuh) a second rebuild of every .cu
+  cp -p "$root/$file" "$slot/$file"
+  while IFS= read -r -d '' f; do
+    if [ -e "$root/${f#"$slot/"}" ]; then cp -p "$root/${f#"$slot/"}" "$f"; else rm -f "$f"; fi
+  done < <(find "$slot/$B" "$slot/$P" -newer "$work/stamp-$name" -type f -print0 2>/dev/null)
 }
 
 names=() pids=() slot_of=()

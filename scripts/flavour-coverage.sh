@@ -43,7 +43,12 @@ case "$flavour" in
     export GTRAIN_BIN="$(pwd)/$cov/gtrain" ;;
   cudasim)
     "${covmake[@]}" BUILD_SIM=$simcov cudasim-build >/dev/null
-    bin=$simcov/test_gtrain tap=build-cudasim/test.tap code='src/|cuda/(?!sim/)'
+    # the code the simulator flavour checks: the CUDA backend (not the simulator) and the host code that
+    # drives it (the backend layer, the model, the trainer, evaluation, generation, checkpoints, data
+    # parallel, the weight loaders and writers); readers, tokenizer and config run the same bits in the
+    # plain flavour
+    bin=$simcov/test_gtrain tap=build-cudasim/test.tap
+    code='cuda/(?!sim/)|src/backend/|src/model/|src/run/(trainer|trainer_eval|trainer_open|checkpoint|eval|generate|sample|dist|dist_comm|dist_nccl_module|optim)\.c|src/io/(hf_weights|hf_weights_bnb|hf_checkpoint|hf_writer|lora_io|bnb_state)\.c'
     # never candidates: tests whose assertions are the CUDA backend's own results (its numbers
     # against a reference, its waits, its device memory against the plan, its bits under recompute
     # and offload): lines run say nothing of what they check

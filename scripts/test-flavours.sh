@@ -68,14 +68,16 @@ CUDASIM_LEAVE_OUT=(
 )
 
 # Left out of the simulator flavour, measured as ASAN_COVERED is (scripts/flavour-coverage.sh
-# cudasim 2): slow tests each of whose lines of src/ and cuda/ (not the simulator) also run on the
-# simulator in the tests the flavour keeps. Never among them: the suites whose assertions are the
+# cudasim 2): slow tests each of whose lines of the CUDA backend (cuda/, not the simulator) and of the
+# host code that drives it (src/backend, src/model, the trainer, eval, generation, checkpoints, data
+# parallel, the weight loaders and writers: flavour-coverage.sh's code=) also run on the simulator in
+# the tests the flavour keeps. Never among them: the suites whose assertions are the
 # CUDA backend's own results (cuda, cuda_gemm, the op suites, mma_ptx, nccl, host_waits, plan,
 # storage_plan, gen_plan, recompute, every planned_equals_measured test): what a line computes is
 # checked there, not only that it runs. Most of their time is training steps on the simulator that
 # other tests already take through the same code (resume, signals, run directories, generation
 # against transformers: one test of each kind stays). Measured 2026-12-04 on the CI run's simulator
-# TAP: 49 of 76 candidates, 400 s of its 912 s of test time.
+# TAP: 59 of 76 candidates, 450 s of its 912 s of test time.
 CUDASIM_COVERED=(
   'hf_layout/saved_weights_give_the_same_loss_in_transformers_gpt2lmheadmodel'  # 46.5 s
   'reliability/kill9_at_random_moments_then_resume_is_bit_exact'  # 33.7 s
@@ -83,6 +85,7 @@ CUDASIM_COVERED=(
   'output_dir/the_demo_interrupted_by_sigint_resumes_to_the_unbroken_weights'  # 22.0 s
   'safety/sigterm_while_loading_exits_0_and_resumes_exactly'  # 18.8 s
   'e2e/the_loss_falls_on_the_demo_model'  # 18.2 s
+  'generate/lora_unmerged_and_merged_greedy_equal_peft'  # 14.8 s
   'safety/two_runs_started_at_once_one_wins'  # 14.5 s
   'e2e/micro_batch_8x1_and_2x4_log_the_same_losses'  # 14.1 s
   'output_dir/auto_resumes_the_same_run_and_names_what_differs_otherwise'  # 13.9 s
@@ -92,7 +95,9 @@ CUDASIM_COVERED=(
   'silent/the_saved_config_json_is_the_one_read_at_start'  # 9.9 s
   'hf_trainer/accumulation_recompute_and_steps_loss_match_trainer'  # 8.8 s
   'generate/nf4_bnb_base_lora_greedy_equals_transformers'  # 8.6 s
+  'reliability/llama_sharded_resume_is_bit_exact'  # 8.0 s
   'lora_runs/resume_with_dropout_into_another_output_dir_is_bit_exact'  # 7.7 s
+  'eval_cli/jsonl_json_and_parquet_prompts_give_the_same_results'  # 7.7 s
   'lora_runs/two_ranks_equal_one_rank_with_the_same_effective_batch'  # 7.2 s
   'lora_runs/resume_with_accumulation_and_gradient_checkpointing_is_bit_exact'  # 6.7 s
   'dist_e2e/killed_rank_ends_the_job'  # 6.7 s
@@ -109,21 +114,28 @@ CUDASIM_COVERED=(
   'dist_e2e/zero1_equals_plain_data_parallel'  # 4.2 s
   'silent/special_tokens_are_autotokenizers_for_the_real_tokenizers'  # 4.0 s
   'reliability/disk_full_keeps_the_previous_checkpoint'  # 3.7 s
+  'safety/symlink_traps_never_delete_through_a_link'  # 3.5 s
+  'safety/metrics_never_hold_a_torn_record'  # 3.4 s
+  'data/shuffle_false_run_resumes_in_order_and_refuses_a_changed_order'  # 3.3 s
   'lora_io/pissa_exact_all_linear_on_llama_like_peft'  # 3.2 s
   'dist_e2e/steps_normalisation_averages_over_ranks'  # 3.2 s
   'logs/window_means_eta_eval_line_and_summary_agree_with_metrics'  # 3.1 s
   'lora_train/llama_accumulation_matches_the_big_batch'  # 2.9 s
   'lora_io/pissa_exact_all_linear_on_phi3_like_peft'  # 2.9 s
   'lora_train/qwen3_recompute_and_offload_are_bit_identical_fp32_and_bf16'  # 2.9 s
+  'silent/a_run_prints_qwen3s_special_tokens_as_autotokenizer_has_them'  # 2.7 s
   'model/gradients_match_finite_differences_of_double_reference'  # 2.5 s
   'lora_train/llama_recompute_and_offload_are_bit_identical_fp32_and_bf16'  # 2.5 s
   'lora_model/gpt2_all_four_modules'  # 2.5 s
+  'silent/sample_reads_only_the_checkpoints_own_tokenizer'  # 2.5 s
+  'eval_cli/generation_accuracy_matches_its_results_file'  # 2.4 s
   'lora_train/gpt2_recompute_and_offload_are_bit_identical_fp32_and_bf16'  # 2.3 s
   'dora_ref/gpt2_with_dropout_matches_the_reference'  # 2.3 s
   'lora_runs/pissa_niter_0_writes_an_initial_adapter_that_reads_back'  # 2.2 s
   'lora_io/continue_all_linear_rslora_dora_adapter_on_a_bf16_qwen2_like_peft'  # 2.2 s
   'logs/resolved_config_holds_auto_fit_and_loads_back_as_the_same_run'  # 2.1 s
   'lora_train/phi3_recompute_and_offload_are_bit_identical_fp32_and_bf16'  # 2.0 s
+  'output_dir/never_the_model_directory_nor_around_or_inside_it_with_overwrite'  # 2.0 s
   'lora_io/bf16_base_under_fp32_is_peft_on_the_rounded_gpt2'  # 2.0 s
   'dora_ref/gpt2_loss_and_every_adapter_gradient_match_the_reference'  # 2.0 s
 )
