@@ -32,8 +32,10 @@
  * "misaligned" in the cost model's counts); with GTCSIM_GEMM_AUDIT=1 a call off it aborts.
  *
  * Work runs as stream work (gtcsim::enqueue) with every operand declared (gtcsim::note_access);
- * descriptor contents are taken at call time, as cuBLASLt does. Depends on gtcsim.h only. */
+ * descriptor contents are taken at call time, as cuBLASLt does. Depends on gtcsim.h (and the header-only
+ * cuda_bf16.h of cuda/sim/include) only. */
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cublas_v2.h>
 
 #include "cublas_model.h"
@@ -136,19 +138,9 @@ size_t esize(int32_t t) { return t == CUDA_R_32F ? 4 : t == CUDA_R_16BF ? 2 : 0;
 
 namespace {
 bool type_modelled(int32_t t) { return t == CUDA_R_32F || t == CUDA_R_16BF; }
-float bf16_to_f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-uint16_t f_to_bf16(float f) { /* nearest even; NaN stays NaN (quiet) */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);
-    uint32_t lsb = (u >> 16) & 1u;
-    return (uint16_t)((u + 0x7FFFu + lsb) >> 16);
-}
+/* the simulator's cuda_bf16.h conversions (nearest even; NaN stays a quiet NaN), as the kernels' */
+float bf16_to_f(uint16_t h) { return __bfloat162float(__ushort_as_bfloat16(h)); }
+uint16_t f_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
 float tf32(float f) { /* 10 mantissa bits, nearest with ties away (cvt.rna.tf32.f32) */
     uint32_t u;
     memcpy(&u, &f, 4);

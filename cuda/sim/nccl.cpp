@@ -24,6 +24,7 @@
  *   misuse that NCCL would not report (a hang, undefined behaviour) aborts via gtcsim::fail. */
 #include "gtcsim.h"
 
+#include <cuda_bf16.h>
 #include <nccl.h>
 
 #include <mpi.h>
@@ -218,23 +219,15 @@ template <typename T> T combine(T a, T b, ncclRedOp_t op) {
 }
 
 /* ncclBfloat16: each combine in fp32, the result rounded to bf16 to nearest even (NaN stays a quiet
- * NaN), as NCCL's bf16 reduction (__hadd, __hmax, ...) computes it */
+ * NaN), as NCCL's bf16 reduction (__hadd, __hmax, ...) computes it; the conversions are the
+ * simulator's cuda_bf16.h, the ones the simulated kernels use */
 struct Bf16 {
     uint16_t bits;
 };
-float bf16_value(Bf16 h) {
-    const uint32_t u = (uint32_t)h.bits << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
+Bf16 combine(Bf16 a, Bf16 b, ncclRedOp_t op) {
+    const float s = combine(__bfloat162float(__ushort_as_bfloat16(a.bits)), __bfloat162float(__ushort_as_bfloat16(b.bits)), op);
+    return Bf16{__bfloat16_as_ushort(__float2bfloat16_rn(s))};
 }
-Bf16 bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return Bf16{(uint16_t)((u >> 16) | 0x0040u)};
-    return Bf16{(uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16)};
-}
-Bf16 combine(Bf16 a, Bf16 b, ncclRedOp_t op) { return bf16_round(combine(bf16_value(a), bf16_value(b), op)); }
 
 /* out[i] = in_0[i] op in_1[i] op ... in rank order; in_r starts at all + r * stride bytes */
 template <typename T> void reduce_t(void *out, const char *all, size_t count, int n, size_t stride, ncclRedOp_t op) {
