@@ -40,6 +40,16 @@ static void check(Tally *t, bool ok, const char *what, long index, double got, d
         fprintf(stderr, "dist_probe: rank %d: %s[%ld]: got %.9g, expected %.9g\n", t->rank, what, index, got, want);
 }
 
+/* the probe's exit status and closing line for a mode's checks (label: "" or "bf16: ") */
+static int report(const Tally *t, int world, const char *label) {
+    if (t->failures) {
+        fprintf(stderr, "dist_probe: rank %d of %d: %d of %d checks FAILED\n", t->rank, world, t->failures, t->checks);
+        return 1;
+    }
+    printf("dist_probe: rank %d of %d: %sall %d checks passed\n", t->rank, world, label, t->checks);
+    return 0;
+}
+
 static void die(const GtError *e) {
     fprintf(stderr, "dist_probe: %s\n", e->msg);
     exit(1);
@@ -127,12 +137,7 @@ static int run_collectives(Dist *d) {
     free(a);
     free(b);
     free(z);
-    if (t.failures) {
-        fprintf(stderr, "dist_probe: rank %d of %d: %d of %d checks FAILED\n", R, W, t.failures, t.checks);
-        return 1;
-    }
-    printf("dist_probe: rank %d of %d: all %d checks passed\n", R, W, t.checks);
-    return 0;
+    return report(&t, W, "");
 }
 
 /* x rounded to bf16 (8 significant bits) to nearest even, in double: frexp gives x = m 2^e with
@@ -216,12 +221,7 @@ static int run_bf16(Dist *d) {
     }
     free(g);
     free(z);
-    if (t.failures) {
-        fprintf(stderr, "dist_probe: rank %d of %d: %d of %d checks FAILED\n", R, W, t.failures, t.checks);
-        return 1;
-    }
-    printf("dist_probe: rank %d of %d: bf16: all %d checks passed\n", R, W, t.checks);
-    return 0;
+    return report(&t, W, "bf16: ");
 }
 
 static int run_world1(Dist *d) {
