@@ -134,7 +134,7 @@ run_mutant() {
   done < <(find "$slot/$B" "$slot/$P" -newer "$work/stamp-$name" -type f -print0 2>/dev/null)
 }
 
-names=() pids=() slot_of=()
+names=() pids=()
 for ((k = 0; k < slots; k++)); do pids[k]=0; done
 while IFS='|' read -r name file from to suites; do
   [ -n "$name" ] || continue

@@ -34,13 +34,13 @@ if [ -z "${GTRAIN_COVERAGE_SERVED:-}" ]; then
 fi
 jobs="$(nproc)"
 cov=build-cov simcov=build-cudasim-cov
-covmake=(make -j"$jobs" BUILD=$cov CUDA=0 OPT=-O1 SAN=--coverage)
+covmake=(make -j"$jobs" BUILD="$cov" CUDA=0 OPT=-O1 SAN=--coverage)
 case "$flavour" in
   asan)
     "${covmake[@]}" $cov/gtrain $cov/test_gtrain $cov/dist_probe >/dev/null
     bin=$cov/test_gtrain tap=build-asan/test.tap code='src/' keep=''
     leave=(${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"}) covered=(${ASAN_COVERED[@]+"${ASAN_COVERED[@]}"})
-    export GTRAIN_BIN="$(pwd)/$cov/gtrain" ;;
+    export GTRAIN_BIN="$PWD/$cov/gtrain" ;;
   cudasim)
     "${covmake[@]}" BUILD_SIM=$simcov cudasim-build >/dev/null
     # the code the simulator flavour checks: the CUDA backend (not the simulator) and the host code that
@@ -54,11 +54,11 @@ case "$flavour" in
     # and offload): lines run say nothing of what they check
     keep='(cuda|cuda_gemm|mma_ptx|ops\w*|backend_ops\w*|\w+_ops|nccl|host_waits|plan|storage_plan|gen_plan|recompute)/\w+|\w+/\w*planned_equals_measured\w*'
     leave=("${CUDASIM_LEAVE_OUT[@]}") covered=(${CUDASIM_COVERED[@]+"${CUDASIM_COVERED[@]}"})
-    export GTRAIN_BIN="$(pwd)/$simcov/gtrain" GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 \
+    export GTRAIN_BIN="$PWD/$simcov/gtrain" GTRAIN_TEST_CUDASIM=1 GTRAIN_TEST_DEVICE=cuda GTCSIM_DEVICE_COUNT=2 \
            GTCSIM_NCCL_TIMEOUT=60 ;;
   *) echo "flavour-coverage: expected asan or cudasim, found $flavour"; exit 2 ;;
 esac
-export GTRAIN_ROOT="$(pwd)" GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}" GCOV_PREFIX_STRIP=0
+export GTRAIN_ROOT="$PWD" GOMP_SPINCOUNT="${GOMP_SPINCOUNT:-1000}" GCOV_PREFIX_STRIP=0
 out="/tmp/gtrain-coverage-$flavour"
 rm -rf "$out" && mkdir -p "$out/runs"
 
@@ -85,7 +85,7 @@ else
 fi
 # the kept run leaves out (GTRAIN_TEST_LEAVE_OUT, tests/test_main.c) the flavour's left-out entries and
 # the candidates: too many for a --filter pattern
-printf '%s\n' ${leave[@]+"${leave[@]}"} >"$out/leave-out"
+write_leave_out "$out/leave-out" ${leave[@]+"${leave[@]}"}
 cat "$out/candidates" >>"$out/leave-out"
 run() { # run PREFIX JOBS CRITERION_ARGS... (PREFIX.failed when a test failed)
   local p="$1" j="$2"

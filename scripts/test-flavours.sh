@@ -247,6 +247,15 @@ write_leave_out() {
   printf '%s\n' "$@" >"$f"
 }
 
+# write_flavour_leave_out FILE asan|cudasim: what that flavour leaves out, both of its lists
+write_flavour_leave_out() {
+  case "$2" in
+    asan) write_leave_out "$1" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"} ${ASAN_COVERED[@]+"${ASAN_COVERED[@]}"} ;;
+    cudasim) write_leave_out "$1" "${CUDASIM_LEAVE_OUT[@]}" ${CUDASIM_COVERED[@]+"${CUDASIM_COVERED[@]}"} ;;
+    *) echo "test-flavours.sh: expected asan or cudasim, found $2"; return 2 ;;
+  esac
+}
+
 # check_leave_out TEST_BINARY FILE: fails naming an entry of FILE that matches no test of the binary
 check_leave_out() {
   GTRAIN_TEST_LEAVE_OUT="$2" "$1" --list >/dev/null
@@ -283,10 +292,9 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   bin="${1:-build/test_gtrain}"
   f="$(mktemp)"
   trap 'rm -f "$f"' EXIT
-  write_leave_out "$f" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"} ${ASAN_COVERED[@]+"${ASAN_COVERED[@]}"}
-  check_leave_out "$bin" "$f"
-  echo "asan:      $(grep -c . "$f") entries left out"
-  write_leave_out "$f" "${CUDASIM_LEAVE_OUT[@]}" ${CUDASIM_COVERED[@]+"${CUDASIM_COVERED[@]}"}
-  check_leave_out "$bin" "$f"
-  echo "simulator: $(grep -c . "$f") entries left out"
+  for flavour in asan cudasim; do
+    write_flavour_leave_out "$f" "$flavour"
+    check_leave_out "$bin" "$f"
+    printf '%-9s %s entries left out\n' "$flavour:" "$(grep -c . "$f")"
+  done
 fi

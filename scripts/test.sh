@@ -48,9 +48,9 @@ all_start="$part_start"
 # what the ASan and simulator flavours leave out (scripts/test-flavours.sh): files the test binary
 # reads (GTRAIN_TEST_LEAVE_OUT, tests/test_main.c)
 asan_leave="$(mktemp)" sim_leave="$(mktemp)"
-write_leave_out "$asan_leave" ${ASAN_LEAVE_OUT[@]+"${ASAN_LEAVE_OUT[@]}"} ${ASAN_COVERED[@]+"${ASAN_COVERED[@]}"}
-write_leave_out "$sim_leave" "${CUDASIM_LEAVE_OUT[@]}" ${CUDASIM_COVERED[@]+"${CUDASIM_COVERED[@]}"}
-asan_n="$(grep -c . "$asan_leave" || true)" sim_n="$(grep -c . "$sim_leave")"
+write_flavour_leave_out "$asan_leave" asan
+write_flavour_leave_out "$sim_leave" cudasim
+asan_n="$(grep -c . "$asan_leave" || true)" sim_n="$(grep -c . "$sim_leave" || true)"
 part "build and test"
 make -j"$jobs"
 make -j"$jobs" test
