@@ -6,7 +6,8 @@
  * Llama layer l:  ln1 = RMS(x); qkv = rope(ln1 Wqkv [+ b]); atty = gqa_attn(qkv, window);
  *                 res2 = x + atty Wo [+ b]; ln2 = RMS(res2); fch = ln2 Wgate|up [+ b];
  *                 fch_act = silu(gate) * up; out = res2 + fch_act Wdown [+ b]
- * (the residual add and the second norm run as one fused op; GPT-2's Wfc and its gelu too).
+ * (each residual add runs fused with the norm that reads its sum: res2 with ln2, and the block's
+ * output with the next block's ln1 or the final norm; GPT-2's Wfc and its gelu run fused too).
  * qkv is kept after the rotation: the attention's backward needs the rotated q and k, and the
  * rotation's own backward needs only the table. Backward runs the same graph in reverse with one
  * activation-gradient workspace shared by all layers; a recomputed layer re-runs its forward
@@ -47,6 +48,26 @@ static void norm_forward(Model *m, act_t *out, float *mean, float *rstd, const a
         op->rmsnorm_forward(m->be, out, rstd, x, w, N, m->desc.n_embd, eps);
 }
 
+/* res = x + y rounded, out = norm(res): the add and the norm as one fused op (bit for bit the pair) */
+static void residual_norm_forward(Model *m, act_t *res, act_t *out, float *mean, float *rstd, const act_t *x,
+                                  const act_t *y, const act_t *w, const act_t *b, int N) {
+    const int C = m->desc.n_embd;
+    const float eps = (float)m->desc.layer_norm_epsilon;
+    if (spec(m)->norm == NORM_LAYERNORM)
+        backend_residual_layernorm_forward(m->be, res, out, mean, rstd, x, y, w, b, N, C, eps);
+    else
+        backend_residual_rmsnorm_forward(m->be, res, out, rstd, x, y, w, N, C, eps);
+}
+
+/* The norm that reads a block's output: the next layer's first norm, or the final one. The block's
+ * closing residual add runs fused with it (llm.c's fused_residual_forward), so the output is
+ * written once and normed from the same pass. Rows of the whole buffers; the callee offsets them. */
+typedef struct {
+    act_t *out;
+    float *mean, *rstd;
+    const act_t *w, *b;
+} NextNorm;
+
 static void norm_backward(Model *m, act_t *dinp, float *dw, float *db, const act_t *dout, const act_t *x,
                           const act_t *w, const float *mean, const float *rstd, int N) {
     const BackendOps *op = m->be->ops;
@@ -60,8 +81,10 @@ static void norm_backward(Model *m, act_t *dinp, float *dw, float *db, const act
  * (pos0 = 0, n = T), sampling runs B = 1 over the new positions only, the keys and values of
  * the earlier ones being kept in qkv by the calls before. in, a and out are the whole buffers.
  * out == NULL skips the last projection (recompute needs only the activations backward reads,
- * not the block's output). */
-static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *in, const LayerActs *a, act_t *out) {
+ * not the block's output). in_normed: ln1 (and its statistics) already hold norm1(in) for these
+ * rows, written by the block before; next: where this block's output is normed (NULL: only out). */
+static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *in, const LayerActs *a, bool in_normed,
+                          act_t *out, const NextNorm *next) {
     Backend *be = m->be;
     const BackendOps *op = be->ops;
     const ModelDesc *d = &m->desc;
@@ -72,8 +95,9 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     act_t *ln1 = model_at(m, a->ln1, r * C), *qkv = model_at(m, a->qkv, r * QKV), *atty = model_at(m, a->atty, r * Q);
     act_t *res2 = model_at(m, a->res2, r * C), *ln2 = model_at(m, a->ln2, r * C), *fch = model_at(m, a->fch, r * FC);
     act_t *fch_act = model_at(m, a->fch_act, r * I), *x = model_at(m, in, r * C);
-    norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, x, model_w(m, l, ROLE_NORM1_W),
-                 model_w(m, l, ROLE_NORM1_B), N);
+    if (!in_normed)
+        norm_forward(m, ln1, a->ln1_mean ? a->ln1_mean + r : NULL, a->ln1_rstd + r, x, model_w(m, l, ROLE_NORM1_W),
+                     model_w(m, l, ROLE_NORM1_B), N);
     if (spec(m)->qk_norm) { /* the projection into qkv_pre, then q and k heads normed into qkv */
         act_t *pre = model_at(m, a->qkv_pre, r * QKV);
         linear_forward(m, l, ROLE_QKV_W, ROLE_QKV_B, pre, ln1, N, C, QKV);
@@ -96,12 +120,9 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     else
         op->attention_forward(be, a->atty, a->lse, a->qkv, B, pos0 + n, NH, NKV, hd, m->window, pos);
     linear_forward(m, l, ROLE_O_W, ROLE_O_B, res2, atty, N, Q, C);
-    /* res2 += in, ln2 = norm(res2): one fused op (bit for bit the add and the norm) */
-    if (spec(m)->norm == NORM_LAYERNORM)
-        backend_residual_layernorm_forward(be, res2, ln2, a->ln2_mean + r, a->ln2_rstd + r, res2, x,
-                                           model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N, C, eps);
-    else
-        backend_residual_rmsnorm_forward(be, res2, ln2, a->ln2_rstd + r, res2, x, model_w(m, l, ROLE_NORM2_W), N, C, eps);
+    /* res2 += in, ln2 = norm(res2) */
+    residual_norm_forward(m, res2, ln2, a->ln2_mean ? a->ln2_mean + r : NULL, a->ln2_rstd + r, res2, x,
+                          model_w(m, l, ROLE_NORM2_W), model_w(m, l, ROLE_NORM2_B), N);
     if (spec(m)->mlp == MLP_GELU_TANH) {
         /* fch = ln2 Wfc + b, fch_act = gelu(fch): one fused op (backend.h: bf16 on CUDA may use a GELU
          * epilogue), or the pair when an adapter adds to fch before the gelu */
@@ -118,7 +139,11 @@ static void layer_forward(Model *m, int l, int B, int pos0, int n, const act_t *
     if (out) {
         act_t *y = model_at(m, out, r * C);
         linear_forward(m, l, ROLE_DOWN_W, ROLE_DOWN_B, y, fch_act, N, I, C);
-        op->add(be, y, y, res2, (size_t)N * C);
+        if (next) /* out = y + res2, and the next norm of it */
+            residual_norm_forward(m, y, model_at(m, next->out, r * C), next->mean ? next->mean + r : NULL,
+                                  next->rstd + r, y, res2, next->w, next->b, N);
+        else
+            op->add(be, y, y, res2, (size_t)N * C);
     }
 }
 
@@ -176,10 +201,14 @@ void model_forward_blocks(Model *m, int B, int pos0, int n, bool offload) {
         act_t *out = l + 1 < L ? m->input[l + 1] : m->final_res;
         /* before overwriting a prefetch buffer, the copy out of its previous tenant must be done */
         if (offload && l + 1 < L && recompute_offloaded(pol, l + 1)) op->offload_wait(be, recompute_slot(pol, l + 1));
-        layer_forward(m, l, B, pos0, n, m->input[l], &m->acts[l], out);
+        /* the output normed by the next layer's first norm or the final norm, in the same pass */
+        const LayerActs *na = l + 1 < L ? &m->acts[l + 1] : NULL;
+        const NextNorm next = na ? (NextNorm){na->ln1, na->ln1_mean, na->ln1_rstd, model_w(m, l + 1, ROLE_NORM1_W),
+                                              model_w(m, l + 1, ROLE_NORM1_B)}
+                                 : (NextNorm){m->lnf, m->lnf_mean, m->lnf_rstd, m->lnfw, m->lnfb};
+        layer_forward(m, l, B, pos0, n, m->input[l], &m->acts[l], l > 0, out, &next);
     }
-    norm_forward(m, model_at(m, m->lnf, r * C), m->lnf_mean ? m->lnf_mean + r : NULL, m->lnf_rstd + r,
-                 model_at(m, m->final_res, r * C), m->lnfw, m->lnfb, N);
+    /* lnf = norm(final_res): written by the last block (n_layer >= 1, arch.c) */
 }
 
 void model_backward_blocks(Model *m, int B) {
@@ -206,7 +235,7 @@ void model_backward_blocks(Model *m, int B) {
                 if (prev >= 0)
                     op->offload_to_device(be, m->input[prev], m->host_stash[prev], input_bytes, recompute_slot(pol, prev));
             }
-            layer_forward(m, l, B, 0, m->T, m->input[l], &m->acts[l], NULL);
+            layer_forward(m, l, B, 0, m->T, m->input[l], &m->acts[l], false, NULL, NULL);
         }
         layer_backward(m, l, B, m->input[l], &m->acts[l]);
         if (m->grad_ready) /* layer l's tensors are contiguous */
