@@ -208,6 +208,11 @@ def main():
              sets=["gradient_checkpointing=true", "gradient_checkpointing_kwargs.every_n_layers=1", "lora.lora_dropout=0"]),
     ]
     only = set(x for x in a.only.split(",") if x)
+    unknown = sorted(only - {c["id"] for c in cases})
+    if unknown:  # a misspelt case would otherwise run nothing for it, silently
+        print("gpu-model: --only (GPU_MODEL_CASES): expected case ids among %s, found %s (mistral-dc is part "
+              "of mistral)" % (", ".join(c["id"] for c in cases), ", ".join(unknown)), file=sys.stderr)
+        sys.exit(2)
     work = a.reuse or tempfile.mkdtemp(prefix="gpu-model.")
     log = os.path.join(work, "sim.log")
     print("gpu-model: a roofline over the simulator's counts; sim log in %s" % log)
