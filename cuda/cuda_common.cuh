@@ -76,7 +76,7 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
  *   against the plan measures it). */
 #define GTC_CUBLAS_WORKSPACE_BYTES(major) ((size_t)((major) >= 9 ? 32 : 4) << 20)
 #define GTC_MODULES_RESERVE_BYTES ((size_t)256 << 20)
-#define GTC_SS_PARTS 256                          /* sum_squares: fixed number of partial sums */
+#define GTC_SS_PARTS 1024                         /* sum_squares: fixed number of partial sums */
 
 /* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan */
 typedef struct {

@@ -724,14 +724,34 @@ void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targe
 /* ------------------------------------------------------------------ sum of squares */
 
 /* Pass 1: GTC_SS_PARTS fixed contiguous chunks (independent of the device), each summed in double
- * by one block in a fixed order. Pass 2: one block adds the partials in order. */
+ * by one block in a fixed order. Pass 2: one block adds the partials in order.
+ * The chunk is a multiple of 8 floats, so with x 16-byte aligned (packed) each thread moves two
+ * 16-byte packs per iteration (thread t: packs 2 (t + k B), 2 (t + k B) + 1 of its chunk), keeping
+ * enough loads in flight to stream at bandwidth (measured on an H200 with one 4-byte load per
+ * iteration and 256 chunks: 0.74 ms for GPT-2's 124M gradients, 0.67 TB/s); the chunk's last
+ * elements (fewer than 8) and an unaligned x go one float per thread. */
 __global__ void sum_squares_partial_kernel(double *partials, const float *x, size_t n,
-                                           size_t chunk) {
+                                           size_t chunk, int packed) {
     __shared__ double s[33];
     size_t i0 = (size_t)blockIdx.x * chunk;
     size_t i1 = i0 + chunk < n ? i0 + chunk : n;
+    if (i0 > i1) i0 = i1;
     double acc = 0.0;
-    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];
+    size_t tail = i0;
+    if (packed) {
+        const size_t pairs = (i1 - i0) / 8; /* 8 floats: two packs */
+        for (size_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+            float a[4], c[4]; /* both loads issued before the sums need them */
+            load_pack<4>(a, x + i0 + 8 * p);
+            load_pack<4>(c, x + i0 + 8 * p + 4);
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc += (double)a[k] * (double)a[k];
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc += (double)c[k] * (double)c[k];
+        }
+        tail = i0 + 8 * pairs;
+    }
+    for (size_t i = tail + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];
     acc = block_sum_d(acc, s);
     if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
@@ -748,9 +768,9 @@ double gtc_sum_squares(Backend *b, const float *x, size_t n) {
     b->host_waits++; /* counted as a wait even when n is 0, as the CPU backend does */
     if (!n) return 0.0;
     CudaImpl *im = gtc_impl(b);
-    size_t chunk = (n + GTC_SS_PARTS - 1) / GTC_SS_PARTS;
+    size_t chunk = ((n + GTC_SS_PARTS - 1) / GTC_SS_PARTS + 7) / 8 * 8; /* whole packs */
     GTC_LAUNCH(sum_squares_partial_kernel, GTC_SS_PARTS, GTC_THREADS, 0, im->compute,
-               im->ss_partials, x, n, chunk);
+               im->ss_partials, x, n, chunk, gtc_aligned16(x) ? 1 : 0);
     CUDA_CHECK_LAUNCH();
     GTC_LAUNCH(sum_squares_final_kernel, 1, GTC_THREADS, 0, im->compute, im->ss_partials,
                GTC_SS_PARTS);
