@@ -21,7 +21,10 @@ extern "C" {
 #include "cuda_module.h"
 }
 
+#include <cuda_profiler_api.h>
+#include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ scratch */
@@ -545,6 +548,7 @@ static void cu_memory_info(Backend *b, uint64_t *free_bytes, uint64_t *total_byt
 
 static void cu_timer_start(Backend *b) {
     CudaImpl *im = gtc_impl(b);
+    if (im->profile_step && ++im->timed_steps == im->profile_step) CUDA_CHECK(cudaProfilerStart());
     CUDA_CHECK(cudaEventRecord(im->timer[0], im->compute));
 }
 
@@ -555,7 +559,24 @@ static double cu_timer_elapsed_ms(Backend *b) {
     CUDA_CHECK(cudaEventRecord(im->timer[1], im->compute));
     CUDA_CHECK(cudaEventSynchronize(im->timer[1]));
     CUDA_CHECK(cudaEventElapsedTime(&ms, im->timer[0], im->timer[1]));
+    if (im->profile_step && im->timed_steps == im->profile_step) CUDA_CHECK(cudaProfilerStop());
     return ms;
+}
+
+/* GTRAIN_PROFILE_STEP: unset or empty, 0 (no profiler range), or the step whose ops a profiler
+ * started with --profile-from-start off sees (cu_timer_start) */
+static int profile_step_from_env(long *out, GtError *err) {
+    const char *v = getenv("GTRAIN_PROFILE_STEP");
+    *out = 0;
+    if (!v || !*v) return 0;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || end == v || n < 0)
+        return gt_error(err, GT_EXIT_BAD_INPUT,
+                        "GTRAIN_PROFILE_STEP: expected a step number (1 or more; 0 for none), found '%.40s'", v);
+    *out = n;
+    return 0;
 }
 
 static const BackendOps k_cuda_ops = {
@@ -658,6 +679,11 @@ extern "C" int cuda_backend_create(Backend **out, int local_rank, GtError *err) 
         return gt_error(err, GT_EXIT_FAILURE, "cuda: out of host memory opening the backend");
     }
     im->device = local_rank;
+    if (profile_step_from_env(&im->profile_step, err)) {
+        free(b);
+        free(im);
+        return -1;
+    }
     TRY_CUDA(cudaSetDevice(local_rank));
     TRY_CUDA(cudaGetDeviceProperties(&prop, local_rank));
     TRY_CUDA(cudaStreamCreateWithFlags(&im->compute, cudaStreamNonBlocking));

@@ -101,6 +101,9 @@ typedef struct {
     cudaEvent_t ready[2];
     cudaEvent_t done[2];
     cudaEvent_t timer[2]; /* timer_start / timer_elapsed_ms: recorded on the compute stream */
+    /* GTRAIN_PROFILE_STEP=N: the N-th timed step (forward, backward, optimizer) runs between
+     * cudaProfilerStart and cudaProfilerStop, so `ncu --profile-from-start off` sees exactly one step */
+    long profile_step, timed_steps;
     cublasHandle_t cublas;
     cublasLtHandle_t lt;
     void *lt_workspace;

@@ -14,19 +14,26 @@
 #                T 1024 (bf16), and the plan's device total beside the measured one and the
 #                driver's view (cudaMemGetInfo) after the steps.
 #   s5 sanitize  compute-sanitizer memcheck and racecheck on one small step.
+#   s6 kernels   Nsight Compute's time of every kernel of step 2 of s1's GPT-2 and Mistral LoRA runs
+#                (GTRAIN_PROFILE_STEP=2, ncu --profile-from-start off), summed per kernel function
+#                beside the cost model's figure for it (scripts/ncu_summary.py); the tables go to the
+#                log, the totals and the kernel furthest from the model to the summary. Runs after s2.
 # --dry-run (DRY=1): the same commands on the CPU backend with tiny models and sizes (tests the
 # script's logic here; the numbers mean nothing).
 
 STAGE_BENCH="${STAGE_BENCH:-150}" STAGE_TORCH="${STAGE_TORCH:-80}" STAGE_STEP="${STAGE_STEP:-40}"
-STAGE_TC128="${STAGE_TC128:-60}" STAGE_SANITIZE="${STAGE_SANITIZE:-50}"
+STAGE_TC128="${STAGE_TC128:-60}" STAGE_SANITIZE="${STAGE_SANITIZE:-50}" STAGE_KERNELS="${STAGE_KERNELS:-60}"
 GPU_MODEL_JSON="${GPU_MODEL_JSON:-$ROOT/bench/gpu-model-predictions.json}"
 MISTRAL_LAYERS="${MISTRAL_LAYERS:-2}"
 GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || true)"
 
 # the cost model's predicted step ms for CASE on this GPU, or "none"
+model_gpu() {
+  case "$GPU_NAME" in *H200*) echo "H200" ;; *H100*) echo "H100 SXM" ;; *4090*) echo "RTX 4090" ;; *) echo "" ;; esac
+}
 predicted_ms() {
   local gpu
-  case "$GPU_NAME" in *H200*) gpu="H200" ;; *H100*) gpu="H100 SXM" ;; *4090*) gpu="RTX 4090" ;; *) gpu="" ;; esac
+  gpu="$(model_gpu)"
   if [ -z "$gpu" ] || [ ! -f "$GPU_MODEL_JSON" ]; then echo none; return; fi
   python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["step_ms"]; v=d.get(sys.argv[2],{}).get(sys.argv[3]); print("%.1f" % v if v else "none")' \
     "$GPU_MODEL_JSON" "$1" "$gpu" 2>/dev/null || echo none
@@ -70,8 +77,9 @@ sbench() {
               --set logging_steps=1 --set eval_steps=0 --set eval_max_batches=1 --set save_steps=0
               --set warmup_steps=0 --set memory_limit=auto --set save_dtype=bf16 --set output_dir="$WORK/run-$name")
   for s in "$@"; do sets+=(--set "$s"); done
-  run_to "$WORK/run-$name.out" "$secs" "$GT" --config "$cfg" "${sets[@]}"
+  run_to "$WORK/run-$name.out" "$secs" "${SBENCH_PREFIX[@]}" "$GT" --config "$cfg" "${sets[@]}"
 }
+SBENCH_PREFIX=() # a command sbench's runs go through (s6: ncu)
 # record NAME from a benchmark run with the prediction CASE beside it
 bench_record() { # NAME RUN CASE WHAT
   local tps ms pred
@@ -98,11 +106,13 @@ stage_secs() { # STAGE-BUDGET WANT
 }
 
 # ------------------------------------------------------------------ s1 benchmarks
+# NAME|CASE (the cost model's)|CONFIG|WHAT|SETS; s6 profiles the first and the last
+S1_RUNS=("s1-gpt2|gpt2|$ROOT/configs/gpt2-124m.yaml|GPT-2 124M bf16 B=$GPT2_B T=$GPT2_T|model=$GPT2_JSON precision=bf16 per_device_train_batch_size=$GPT2_B data.seq_len=$GPT2_T gradient_checkpointing=false"
+         "s1-mistral-full|mistral-full|$ROOT/configs/gpt2-124m.yaml|Mistral dims L=$MISTRAL_LAYERS full bf16 B=$MIS_B T=$MIS_T|model=$WORK/mistral.json precision=bf16 per_device_train_batch_size=$MIS_B data.seq_len=$MIS_T gradient_checkpointing=false"
+         "s1-mistral-lora|mistral-dc|$ROOT/configs/mistral-7b-lora-r16.yaml|Mistral dims L=$MISTRAL_LAYERS LoRA r16 bf16 B=$MIS_B T=$MIS_T|model=$WORK/mistral.json per_device_train_batch_size=$MIS_B train_batch_size=$MIS_B data.seq_len=$MIS_T gradient_checkpointing=false lora.lora_dropout=0")
 if want s1 && [ "$GPU_OK" = 1 ]; then
   stage_start
-  for b in "s1-gpt2|gpt2|$ROOT/configs/gpt2-124m.yaml|GPT-2 124M bf16 B=$GPT2_B T=$GPT2_T|model=$GPT2_JSON precision=bf16 per_device_train_batch_size=$GPT2_B data.seq_len=$GPT2_T gradient_checkpointing=false" \
-           "s1-mistral-full|mistral-full|$ROOT/configs/gpt2-124m.yaml|Mistral dims L=$MISTRAL_LAYERS full bf16 B=$MIS_B T=$MIS_T|model=$WORK/mistral.json precision=bf16 per_device_train_batch_size=$MIS_B data.seq_len=$MIS_T gradient_checkpointing=false" \
-           "s1-mistral-lora|mistral-dc|$ROOT/configs/mistral-7b-lora-r16.yaml|Mistral dims L=$MISTRAL_LAYERS LoRA r16 bf16 B=$MIS_B T=$MIS_T|model=$WORK/mistral.json per_device_train_batch_size=$MIS_B train_batch_size=$MIS_B data.seq_len=$MIS_T gradient_checkpointing=false lora.lora_dropout=0"; do
+  for b in "${S1_RUNS[@]}"; do
     IFS='|' read -r name pcase cfg what sets <<<"$b"
     secs="$(stage_secs "$STAGE_BENCH" 60)"
     if [ "$secs" -lt 15 ]; then record "$name" SKIP "out of time budget ($what)"; continue; fi
@@ -147,6 +157,41 @@ if want s2; then
     elif [ "$rc" != 0 ]; then
       record s2-torch FAIL "the PyTorch baseline failed (exit $rc) - see log"
     fi
+  fi
+fi
+
+# ------------------------------------------------------------------ s6 per-kernel times (Nsight Compute)
+# (after s2, before the correctness stages: it is a benchmark)
+ncu_record() { # NAME NCU-OUTPUT CASE [GPU]: the summary table to the log, its last line to the table
+  local sum="$WORK/$1.summary" gpu="${4:-$(model_gpu)}"
+  if python3 "$ROOT/scripts/ncu_summary.py" "$2" --json "$GPU_MODEL_JSON" --case "$3" --gpu "$gpu" >"$sum" 2>&1; then
+    cat "$sum" >>"$LOG"
+    record "$1" PASS "$(tail -1 "$sum" | sed 's/^ncu-summary: //')"
+  else
+    cat "$sum" >>"$LOG"
+    record "$1" FAIL "$(tail -1 "$sum") - see log"
+  fi
+}
+if want s6 && [ "${DRY:-0}" = 1 ]; then
+  # no ncu here: the summary of the H200's stored output (step 1 of GPT-2, its first 81 kernels)
+  ncu_record s6-kernels-gpt2 "$ROOT/tests/fixtures/ncu/gpt2-h200-step1-head.csv" gpt2 H200
+elif want s6 && [ "$GPU_OK" = 1 ]; then
+  if ! command -v ncu >/dev/null; then
+    record s6-kernels SKIP "ncu (Nsight Compute) not on PATH"
+  else
+    for b in "${S1_RUNS[0]}" "${S1_RUNS[2]}"; do
+      IFS='|' read -r name pcase cfg what sets <<<"$b"
+      name="s6-kernels-${name#s1-}"
+      stage_start
+      secs="$(stage_secs "$STAGE_KERNELS" "$((STAGE_KERNELS / 2))")"
+      if [ "$secs" -lt 15 ]; then record "$name" SKIP "out of time budget ($what)"; continue; fi
+      SBENCH_PREFIX=(env GTRAIN_PROFILE_STEP=2 ncu --clock-control none --profile-from-start off
+                     --metrics gpu__time_duration.sum --csv)
+      # shellcheck disable=SC2086
+      if sbench "$name" "$secs" "$cfg" $sets max_steps=2; then ncu_record "$name" "$WORK/run-$name.out" "$pcase"
+      else record "$name" FAIL "$what under ncu: run failed or passed its ${secs}s - see log"; fi
+      SBENCH_PREFIX=()
+    done
   fi
 fi
 

@@ -6,14 +6,16 @@
 #   scripts/device-check.sh              # from anywhere; works in the repository root
 #   DEVICE_CHECK_BUDGET=420 scripts/device-check.sh   # seconds for everything after the build
 #   DEVICE_CHECK_ONLY=g,h scripts/device-check.sh     # only those steps (after the build)
-#   scripts/device-check.sh --dry-run   # no GPU: the stages s1-s5 on the CPU backend with tiny sizes
+#   scripts/device-check.sh --dry-run   # no GPU: the stages s1-s6 on the CPU backend with tiny sizes
 #                                       # (build/ as it is; make device-check-dry)
 #
-# Stages s1-s5 run first, each with its own budget (scripts/device-check-stages.sh): s1 benchmarks
+# Stages s1-s6 run first, each with its own budget (scripts/device-check-stages.sh): s1 benchmarks
 # (GPT-2 124M, Mistral dimensions full and LoRA r 16, attention alone at T 1024/4096) beside the
-# cost model's prediction (make gpu-model), s2 the same-machine PyTorch + PEFT baseline, s3 CPU vs
-# GPU step, s4 recompute/offload bit identity on the tensor-core attention at head size 128 and
-# T 1024 with the memory plan vs measured, s5 compute-sanitizer memcheck + racecheck. Then:
+# cost model's prediction (make gpu-model), s2 the same-machine PyTorch + PEFT baseline, s6 (run
+# third) Nsight Compute's per-kernel times of one GPT-2 and one Mistral LoRA step beside the cost
+# model's per kernel, s3 CPU vs GPU step, s4 recompute/offload bit identity on the tensor-core
+# attention at head size 128 and T 1024 with the memory plan vs measured, s5 compute-sanitizer
+# memcheck + racecheck (the dry run's s6 summarises the H200's stored ncu output). Then:
 #
 # Steps
 #   build  make CUDA=1 BUILD=build-device (gtrain + test_gtrain), for this GPU's architecture only
@@ -85,7 +87,7 @@ BUDGET="${DEVICE_CHECK_BUDGET:-360}"
 DRY=0
 if [ "${1:-}" = --dry-run ]; then
   DRY=1 BUILD=build BUDGET="${DEVICE_CHECK_BUDGET:-900}" DEVICE_CHECK_DEVICE=cpu
-  DEVICE_CHECK_ONLY="${DEVICE_CHECK_ONLY:-s1,s2,s3,s4,s5}"
+  DEVICE_CHECK_ONLY="${DEVICE_CHECK_ONLY:-s1,s2,s3,s4,s5,s6}"
   DEVICE_CHECK_PYTHON="${DEVICE_CHECK_PYTHON:-${GTRAIN_REFS_PY:-python3}}"
   LOG="$ROOT/build/device-check-dry.log"
 fi

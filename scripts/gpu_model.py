@@ -153,6 +153,41 @@ def roofline(ops, gpu):
     return res
 
 
+def op_group(kind, op):
+    """the name Nsight Compute's per-kernel table is matched on (scripts/ncu_summary.py): a kernel's
+    function name without template arguments, every cuBLAS call as "cuBLAS"; None for copies"""
+    if kind == "blas":
+        return "cuBLAS"
+    if kind != "kernel":
+        return None
+    return kernel_base_name(op)
+
+
+def kernel_base_name(name):
+    """'(map_kernel<Out, In, Op>)' or 'void ns::fa_dq_kernel<64, 8>(...)' -> 'map_kernel', 'fa_dq_kernel'"""
+    name = name.replace("(anonymous namespace)::", "").strip()
+    if name.startswith("(") and name.endswith(")"):
+        name = name[1:-1]
+    if name.startswith("void "):
+        name = name[5:]
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):
+        if ch in "<(" and depth == 0:
+            cut = i
+            break
+    return name[:cut].split("::")[-1].strip()
+
+
+def ops_by_group(ops, gpu):
+    """predicted ms per op_group on gpu, for the device check's per-kernel comparison"""
+    out = {}
+    for t, kind, op, _n, _b, _fl, _bound in roofline(ops, gpu):
+        g = op_group(kind, op)
+        if g:
+            out[g] = out.get(g, 0.0) + t * 1e3
+    return out
+
+
 def report(case, ops, sim_s, top):
     L, B, T = case["L"], case["B"], case["T"]
     flops = sum(v[3] + v[4] for v in ops.values())
@@ -216,7 +251,7 @@ def main():
     work = a.reuse or tempfile.mkdtemp(prefix="gpu-model.")
     log = os.path.join(work, "sim.log")
     print("gpu-model: a roofline over the simulator's counts; sim log in %s" % log)
-    out = {}
+    out, by_group = {}, {}
     for c in cases:
         if only and c["id"] not in only:
             continue
@@ -235,18 +270,23 @@ def main():
         ops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], c["L"], c["B"], b2)
         report(c, ops, time.time() - t0, a.top)
         out[c["id"]] = {g[0]: sum(r[0] for r in roofline(ops, g)) * 1e3 for g in GPUS}
+        by_group[c["id"]] = {g[0]: ops_by_group(ops, g) for g in GPUS}
         for dc_id, dc_L, dc_B in c.get("device_check", []):  # the device check's smaller runs
             dops = combine(w[(1, 1)], w[(2, 1)], w[(1, 2)], w[(2, 2)], dc_L, dc_B, b2)
             out[dc_id] = {g[0]: sum(r[0] for r in roofline(dops, g)) * 1e3 for g in GPUS}
+            by_group[dc_id] = {g[0]: ops_by_group(dops, g) for g in GPUS}
     if a.json and out:
         old = {}
         if os.path.exists(a.json):
             with open(a.json) as f:
-                old = json.load(f).get("step_ms", {})
-        old.update(out)
+                old = json.load(f)
+        step_ms, ops_ms = old.get("step_ms", {}), old.get("ops_ms", {})
+        step_ms.update(out)
+        ops_ms.update(by_group)
         with open(a.json, "w") as f:
-            json.dump({"step_ms": old, "note": "predicted step ms: a model, not a measurement (make gpu-model)"}, f,
-                      indent=1, sort_keys=True)
+            json.dump({"step_ms": step_ms, "ops_ms": ops_ms,
+                       "note": "predicted step ms, and ms per kernel (function name) and for all cuBLAS calls: a "
+                               "model, not a measurement (make gpu-model)"}, f, indent=1, sort_keys=True)
 
 
 if __name__ == "__main__":

@@ -171,3 +171,40 @@ Test(host_waits, the_reserve_line_adds_up) {
     cr_expect(strstr(text, "cuBLAS workspace 32.00 MiB") != NULL, "the line names what the reserve holds:\n%s", text);
     free(text);
 }
+
+static int count_of(const char *s, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* GTRAIN_PROFILE_STEP=N (CUDA backend): the N-th step runs between cudaProfilerStart and
+ * cudaProfilerStop, so `ncu --profile-from-start off` profiles exactly one step (scripts/device-check
+ * stage s6). On the simulator, whose profiler calls print a line with GTCSIM_PROFILER_LOG: one range in
+ * a run of 3 steps, none when the run stops before step N; a value that is not a step number is one
+ * line and exit 2. */
+Test(host_waits, profile_step_opens_one_profiler_range, .timeout = 180) {
+    if (!test_on_cudasim()) cr_skip_test("GTRAIN_PROFILE_STEP is the CUDA backend's (seen on the simulator)");
+    Ws w;
+    ws_init(&w);
+    cr_assert_eq(setenv("GTCSIM_PROFILER_LOG", "1", 1), 0);
+    cr_assert_eq(setenv("GTRAIN_PROFILE_STEP", "2", 1), 0);
+    int st3 = run(&w, NULL, "p3", "max_steps=3", "save_steps=0", "eval_steps=0", "overwrite_output_dir=true", NULL);
+    int st1 = run(&w, NULL, "p1", "max_steps=1", "save_steps=0", "eval_steps=0", "overwrite_output_dir=true", NULL);
+    cr_assert_eq(setenv("GTRAIN_PROFILE_STEP", "two", 1), 0);
+    int bad = run(&w, NULL, "bad", "max_steps=1", "save_steps=0", "eval_steps=0", "overwrite_output_dir=true", NULL);
+    unsetenv("GTRAIN_PROFILE_STEP");
+    unsetenv("GTCSIM_PROFILER_LOG");
+    expect_exit(&w, "p3", st3, 0);
+    expect_exit(&w, "p1", st1, 0);
+    char *e3 = read_log(&w, "p3", "err"), *e1 = read_log(&w, "p1", "err");
+    const char *start = strstr(e3, "gtcsim: cudaProfilerStart"), *stop = strstr(e3, "gtcsim: cudaProfilerStop");
+    cr_expect(count_of(e3, "cudaProfilerStart") == 1 && count_of(e3, "cudaProfilerStop") == 1 && start && stop &&
+                  start < stop,
+              "3 steps with GTRAIN_PROFILE_STEP=2: expected one Start then one Stop on stderr, found:\n%s", e3);
+    cr_expect(strstr(e1, "cudaProfiler") == NULL, "1 step with GTRAIN_PROFILE_STEP=2: expected no range:\n%s", e1);
+    expect_one_line(&w, "bad", bad, 2, "GTRAIN_PROFILE_STEP", "two");
+    free(e3);
+    free(e1);
+    ws_fini(&w);
+}
