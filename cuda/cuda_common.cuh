@@ -78,7 +78,9 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 #define GTC_MODULES_RESERVE_BYTES ((size_t)256 << 20)
 #define GTC_SS_PARTS 256                          /* sum_squares: fixed number of partial sums */
 
-/* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan */
+/* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan; bias: 0 none,
+ * GTC_GEMM_BIAS (D = ... + bias[m]), GTC_GEMM_BGRADB (the epilogue writes bias[n] = sum_k op(B)[k, n], fp32) */
+enum { GTC_GEMM_BIAS = 1, GTC_GEMM_BGRADB = 2 };
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, abt, cdt, bias;
     uint32_t align_ab, align_cd;
@@ -112,6 +114,7 @@ typedef struct {
     int n_gemm_plans, next_gemm_plan;
     int fa_warps[3]; /* tensor-core attention for head size 64 / 96 / 128: warps per block (8, 4), 0: none */
     bool gelu_epilogue_refused; /* cuBLASLt refused the bf16 GELU epilogue (logged once) */
+    bool bgrad_epilogue_refused; /* cuBLASLt refused the dW GEMM's BGRADB epilogue (logged once) */
 } CudaImpl;
 
 static inline CudaImpl *gtc_impl(Backend *b) { return (CudaImpl *)b->impl; }
@@ -325,6 +328,8 @@ void gtc_attention_cached(Backend *b, act_t *out, const act_t *qkv, const act_t 
 /* dst[c] += sum_n src[n * C + c] (src act dtype, dst fp32), rows summed in a fixed order (bias
  * gradients) */
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C);
+/* dst[c] += src[c] for c < C, fp32 (the BGRADB epilogue's bias gradient into dbias) */
+void gtc_accumulate_f32(Backend *b, float *dst, const float *src, int C);
 /* a norm's parameter gradients, deterministic: dw[c] += sum_n dout * (inp - mean) * rstd and
  * db[c] += sum_n dout (db NULL: skipped; mean NULL: 0, RMSNorm's dw) */
 void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, const act_t *inp,
