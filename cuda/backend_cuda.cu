@@ -14,7 +14,8 @@
  * 1e-5. With bf16 activations A/B are bf16 and the GEMMs compute and accumulate in fp32
  * (CUBLAS_COMPUTE_32F, fp32 scale type): forward and dinp write bf16 (rounded once, bias included),
  * dw accumulates into the fp32 gradient (C/D fp32). matmul_gelu_forward fuses the fc GEMM with its
- * GELU through cuBLASLt's GELU_AUX_BIAS epilogue under bf16 (see there). */
+ * GELU through cuBLASLt's GELU_AUX_BIAS epilogue under bf16 (see there), and matmul_backward's dw GEMM
+ * sums the bias gradient in its BGRADB epilogue under bf16 (gemm_dw_bgrad_epilogue). */
 #include "cuda_common.cuh"
 
 extern "C" {
@@ -168,7 +169,8 @@ static void cu_offload_wait(Backend *b, int slot) {
  *           -> op T gives [N,OC];  m = C, n = OC, k = N, lda = C, ldb = OC, ldc = C, beta = 1
  *
  * Element types: A and B are the act dtype; C/D is the act dtype for forward and dinp and fp32
- * for dw (fp32 accumulation into the fp32 gradient). The bias (forward only) has D's type.
+ * for dw (fp32 accumulation into the fp32 gradient). The forward's bias has D's type; the bias
+ * gradient that dw's GEMM writes under bf16 (gemm_dw_bgrad_epilogue) is fp32, D's type too.
  *
  * Algorithm choice (and so the bits) must not depend on which buffer a tensor happens to live in,
  * or recompute would not be bit-identical: the alignment we promise cuBLASLt is 16 bytes when all
@@ -495,9 +497,10 @@ static void cu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, cons
  * rule; no atomics mode applies to cublasLtMatmul); the add is elementwise.
  *
  * Taken only with bf16 activations (fp32 keeps the GEMM + the column sum: it must stay within 1e-5 of
- * the CPU), every pointer 16-byte aligned, C and OC multiples of 8 (the shapes gemm_align.cu runs
- * unsplit on the 16-byte path; a split shape's tail GEMM would sum only part of the rows), N > 0, and
- * when the heuristic finds an algorithm and cublasLtMatmul accepts it; false (nothing done) otherwise. */
+ * the CPU), every pointer 16-byte aligned, C and OC multiples of 8 (this GEMM's leading dimensions are
+ * its contiguous extents, so any other shape is off the 16-byte path, where gemm_align.cu does not
+ * split either), N > 0, and when the heuristic finds an algorithm and cublasLtMatmul accepts it; false
+ * (nothing done) otherwise. */
 static bool gemm_dw_bgrad_epilogue(Backend *b, float *dw, float *dbias, const act_t *dout, const act_t *inp, int N,
                                    int C, int OC) {
     CudaImpl *im = gtc_impl(b);

@@ -60,9 +60,10 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 /* Internal scratch: not tracked by the MemTracker (it is the backend's, not the run's); its size
  * is printed once when the backend opens. */
 #define GTC_LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
-#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums and gemm_align.cu's padded
-                                                   * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk);
-                                                   * grows on demand */
+#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums, gemm_align.cu's padded
+                                                   * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk)
+                                                   * and the BGRADB epilogue's bias gradient (OC floats:
+                                                   * 12 KiB for GPT-2's fc); grows on demand */
 /* The runtime's device memory after open, outside the tracked buffers (Backend.runtime_reserve);
  * the context, the cuBLASLt workspace and the scratch above are taken before the free figure is
  * read, so they are not in it.
@@ -106,7 +107,7 @@ typedef struct {
     cublasHandle_t cublas;
     cublasLtHandle_t lt;
     void *lt_workspace;
-    void *scratch; /* column-reduction partials, gemm_align.cu's padded tails (gtc_scratch) */
+    void *scratch; /* column-reduction partials, gemm_align.cu's padded tails, bias gradients (gtc_scratch) */
     size_t scratch_bytes;
     double *ss_partials; /* GTC_SS_PARTS + 1 doubles on the device */
     double *ss_host;     /* 1 pinned double */
