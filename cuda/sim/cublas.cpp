@@ -449,7 +449,7 @@ cublasStatus_t lt_setup(const char *api, const DescObj *d, const LayoutObj *la, 
         const int32_t bt = d->bias_type == -1 ? ld->type : d->bias_type;
         if (j.ta || !j.tb || ab != CUDA_R_16BF || cd != CUDA_R_32F || bt != CUDA_R_32F)
             fail("%s: CUBLASLT_EPILOGUE_BGRADB with TRANSA %s, TRANSB %s, A/B %s, C/D %s, bias gradient %s is not "
-                 "modelled (only TRANSA N, TRANSB T, A/B CUDA_R_16BF, C/D CUDA_R_32F, an CUDA_R_32F bias "
+                 "modelled (only TRANSA N, TRANSB T, A/B CUDA_R_16BF, C/D CUDA_R_32F, a CUDA_R_32F bias "
                  "gradient)", api, op_name(j.ta), op_name(j.tb), tname(ab), tname(cd), tname(bt));
         j.bias_type = bt;
         return CUBLAS_STATUS_SUCCESS;
