@@ -14,7 +14,8 @@
  * 1e-5. With bf16 activations A/B are bf16 and the GEMMs compute and accumulate in fp32
  * (CUBLAS_COMPUTE_32F, fp32 scale type): forward and dinp write bf16 (rounded once, bias included),
  * dw accumulates into the fp32 gradient (C/D fp32). matmul_gelu_forward fuses the fc GEMM with its
- * GELU through cuBLASLt's GELU_AUX_BIAS epilogue under bf16 (see there). */
+ * GELU through cuBLASLt's GELU_AUX_BIAS epilogue under bf16 (see there), and matmul_backward's dw GEMM
+ * sums the bias gradient in its BGRADB epilogue under bf16 (gemm_dw_bgrad_epilogue). */
 #include "cuda_common.cuh"
 
 extern "C" {
@@ -171,7 +172,8 @@ static void cu_offload_wait(Backend *b, int slot) {
  *           -> op T gives [N,OC];  m = C, n = OC, k = N, lda = C, ldb = OC, ldc = C, beta = 1
  *
  * Element types: A and B are the act dtype; C/D is the act dtype for forward and dinp and fp32
- * for dw (fp32 accumulation into the fp32 gradient). The bias (forward only) has D's type.
+ * for dw (fp32 accumulation into the fp32 gradient). The forward's bias has D's type; the bias
+ * gradient that dw's GEMM writes under bf16 (gemm_dw_bgrad_epilogue) is fp32, D's type too.
  *
  * Algorithm choice (and so the bits) must not depend on which buffer a tensor happens to live in,
  * or recompute would not be bit-identical: the alignment we promise cuBLASLt is 16 bytes when all
@@ -247,11 +249,12 @@ static void gemm_plan_build(Backend *b, GtcGemmPlan *p) {
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     if (key->bias) {
         const void *probe = (const char *)im->lt_workspace + 16;
-        cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+        const bool bgrad = key->bias == GTC_GEMM_BGRADB; /* gemm_dw_bgrad_epilogue: fp32 D and bias */
+        cublasLtEpilogue_t epi = bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &probe,
                                                     sizeof probe));
-        if (cdt != GT_F32) { /* the default (D's type) made explicit; fp32 keeps the default */
+        if (cdt != GT_F32 || bgrad) { /* the default (D's type) made explicit; a forward fp32 D keeps it */
             int32_t bias_type = (int32_t)cuda_type(cdt);
             CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                         &bias_type, sizeof bias_type));
@@ -340,7 +343,7 @@ void gtc_gemm_one(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m,
     GtcGemmKey key;
     memset(&key, 0, sizeof key); /* the padding too: keys are compared with memcmp */
     key.ta = (int)ta, key.tb = (int)tb, key.m = m, key.n = n, key.k = k, key.lda = lda, key.ldb = ldb;
-    key.ldc = ldc, key.abt = (int)abt, key.cdt = (int)cdt, key.bias = bias != NULL;
+    key.ldc = ldc, key.abt = (int)abt, key.cdt = (int)cdt, key.bias = bias ? GTC_GEMM_BIAS : 0;
     key.align_ab = align_ab, key.align_cd = align_cd;
     GtcGemmPlan *plan = gemm_plan(b, &key);
     if (plan->found) {
@@ -475,6 +478,63 @@ static void cu_matmul_gelu_forward(Backend *b, act_t *out_gelu, act_t *pre, cons
     if (N > 0 && OC > 0) gtc_gelu_forward(b, out_gelu, pre, (size_t)N * OC);
 }
 
+/* ---- dW with the bias gradient in its epilogue ----
+ *
+ * matmul_backward's dw GEMM (m = C, n = OC, k = N: A = inp op N, B = dout op T, D = dw fp32, beta 1)
+ * with CUBLASLT_EPILOGUE_BGRADB: cuBLASLt also writes bias[j] = sum over k of op(B)[k, j], the sum of
+ * dout's N rows = the bias gradient (cublasLt.h: "the bias size corresponds to the number of columns
+ * of the matrix D; the reduction happens over the GEMM's k dimension"), as fp32 (BIAS_DATA_TYPE
+ * CUDA_R_32F: D's type, the documented default, made explicit), so dout is read once instead of a
+ * second time by the column sum. The layout is the one public uses of BGRADB take (apex's fused_dense
+ * linear_bias_backward, Paddle's fused_gemm_epilogue: TRANSA N, TRANSB T, m = in, n = out features,
+ * k = the rows, the output's gradient as B), each with a fallback when cuBLASLt refuses, as here.
+ *
+ * The epilogue WRITES; gradients ACCUMULATE across micro-batches (backend.h), so it writes into the
+ * backend's scratch (OC floats, inside the GTC_SCRATCH_BYTES taken when the backend opens, never grown
+ * for OC <= 1M: no allocation in the step) and gtc_accumulate_f32 adds that into dbias (one more
+ * rounding per micro-batch, the same as the column sum's final add).
+ *
+ * Determinism: the algorithm comes from gemm_plan on the shape alone (the heuristic sees a stand-in
+ * bias pointer aligned to exactly 16 bytes; the scratch is 256-byte aligned) and cuBLASLt's results
+ * are the same bits run to run for one algorithm, stream and workspace (cuBLAS's reproducibility
+ * rule; no atomics mode applies to cublasLtMatmul); the add is elementwise.
+ *
+ * Taken only with bf16 activations (fp32 keeps the GEMM + the column sum: it must stay within 1e-5 of
+ * the CPU), every pointer 16-byte aligned, C and OC multiples of 8 (this GEMM's leading dimensions are
+ * its contiguous extents, so any other shape is off the 16-byte path, where gemm_align.cu does not
+ * split either), N > 0, and when the heuristic finds an algorithm and cublasLtMatmul accepts it; false
+ * (nothing done) otherwise. */
+static bool gemm_dw_bgrad_epilogue(Backend *b, float *dw, float *dbias, const act_t *dout, const act_t *inp, int N,
+                                   int C, int OC) {
+    CudaImpl *im = gtc_impl(b);
+    if (act_dtype(b) != GT_BF16 || N <= 0 || C <= 0 || OC <= 0 || C % 8 != 0 || OC % 8 != 0 ||
+        !(ptr_aligned16(inp) && ptr_aligned16(dout) && ptr_aligned16(dw)))
+        return false;
+    float *grad = (float *)gtc_scratch(b, (size_t)OC * sizeof(float));
+    GtcGemmKey key;
+    memset(&key, 0, sizeof key); /* the padding too: keys are compared with memcmp */
+    key.ta = (int)CUBLAS_OP_N, key.tb = (int)CUBLAS_OP_T, key.m = C, key.n = OC, key.k = N, key.lda = C;
+    key.ldb = OC, key.ldc = C, key.abt = (int)GT_BF16, key.cdt = (int)GT_F32, key.bias = GTC_GEMM_BGRADB;
+    key.align_ab = 16u, key.align_cd = 16u;
+    GtcGemmPlan *plan = gemm_plan(b, &key);
+    if (!plan->found) return false;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &grad, sizeof grad));
+    const float alpha = 1.0f, beta = 1.0f;
+    cublasStatus_t ms = cublasLtMatmul(im->lt, plan->op, &alpha, inp, plan->la, dout, plan->lb, &beta, dw, plan->lc,
+                                       dw, plan->lc, &plan->algo, im->lt_workspace, GTC_LT_WORKSPACE_BYTES,
+                                       im->compute);
+    if (ms == CUBLAS_STATUS_NOT_SUPPORTED) { /* refused before launching anything, the same for the shape */
+        if (!im->bgrad_epilogue_refused)
+            gt_log("cuda: cuBLASLt BGRADB epilogue refused (%s) for %d x %d x %d: using the GEMM + column sum "
+                   "for that shape\n", cublasGetStatusString(ms), N, C, OC);
+        im->bgrad_epilogue_refused = true;
+        return false;
+    }
+    CUBLAS_CHECK(ms);
+    gtc_accumulate_f32(b, dbias, grad, OC);
+    return true;
+}
+
 static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
                                const act_t *inp, const act_t *w, int N, int C, int OC, int ldo) {
     GtDtype at = act_dtype(b);
@@ -484,6 +544,7 @@ static void cu_matmul_backward(Backend *b, act_t *dinp, float *dw, float *dbias,
         exit(GT_EXIT_FAILURE);
     }
     if (dinp) gtc_gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, C, N, OC, 1.0f, at, w, C, dout, ldo, at, dinp, C, NULL, 0.0f);
+    if (dw && dbias && gemm_dw_bgrad_epilogue(b, dw, dbias, dout, inp, N, C, OC)) return;
     if (dw) gtc_gemm(b, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, N, 1.0f, at, inp, C, dout, ldo, GT_F32, dw, C, NULL, 1.0f);
     if (dbias) gtc_colsum_accumulate(b, dbias, dout, N, OC); /* fixed order, no atomics */
 }

@@ -60,9 +60,10 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 /* Internal scratch: not tracked by the MemTracker (it is the backend's, not the run's); its size
  * is printed once when the backend opens. */
 #define GTC_LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
-#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums and gemm_align.cu's padded
-                                                   * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk);
-                                                   * grows on demand */
+#define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums, gemm_align.cu's padded
+                                                   * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk)
+                                                   * and the BGRADB epilogue's bias gradient (OC floats:
+                                                   * 12 KiB for GPT-2's fc); grows on demand */
 /* The runtime's device memory after open, outside the tracked buffers (Backend.runtime_reserve);
  * the context, the cuBLASLt workspace and the scratch above are taken before the free figure is
  * read, so they are not in it.
@@ -78,7 +79,9 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 #define GTC_MODULES_RESERVE_BYTES ((size_t)256 << 20)
 #define GTC_SS_PARTS 1024                         /* sum_squares: fixed number of partial sums */
 
-/* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan */
+/* a GEMM shape as backend_cuda.cu's gemm() sees it (no pointers), and its cuBLASLt plan; bias: 0 none,
+ * GTC_GEMM_BIAS (D = ... + bias[m]), GTC_GEMM_BGRADB (the epilogue writes bias[n] = sum_k op(B)[k, n], fp32) */
+enum { GTC_GEMM_BIAS = 1, GTC_GEMM_BGRADB = 2 };
 typedef struct {
     int ta, tb, m, n, k, lda, ldb, ldc, abt, cdt, bias;
     uint32_t align_ab, align_cd;
@@ -107,7 +110,7 @@ typedef struct {
     cublasHandle_t cublas;
     cublasLtHandle_t lt;
     void *lt_workspace;
-    void *scratch; /* column-reduction partials, gemm_align.cu's padded tails (gtc_scratch) */
+    void *scratch; /* column-reduction partials, gemm_align.cu's padded tails, bias gradients (gtc_scratch) */
     size_t scratch_bytes;
     double *ss_partials; /* GTC_SS_PARTS + 1 doubles on the device */
     double *ss_host;     /* 1 pinned double */
@@ -115,6 +118,7 @@ typedef struct {
     int n_gemm_plans, next_gemm_plan;
     int fa_warps[3]; /* tensor-core attention for head size 64 / 96 / 128: warps per block (8, 4), 0: none */
     bool gelu_epilogue_refused; /* cuBLASLt refused the bf16 GELU epilogue (logged once) */
+    bool bgrad_epilogue_refused; /* cuBLASLt refused the dW GEMM's BGRADB epilogue (logged once) */
 } CudaImpl;
 
 static inline CudaImpl *gtc_impl(Backend *b) { return (CudaImpl *)b->impl; }
@@ -328,6 +332,8 @@ void gtc_attention_cached(Backend *b, act_t *out, const act_t *qkv, const act_t 
 /* dst[c] += sum_n src[n * C + c] (src act dtype, dst fp32), rows summed in a fixed order (bias
  * gradients) */
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C);
+/* dst[c] += src[c] for c < C, fp32 (the BGRADB epilogue's bias gradient into dbias) */
+void gtc_accumulate_f32(Backend *b, float *dst, const float *src, int C);
 /* a norm's parameter gradients, deterministic: dw[c] += sum_n dout * (inp - mean) * rstd and
  * db[c] += sum_n dout (db NULL: skipped; mean NULL: 0, RMSNorm's dw) */
 void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, const act_t *inp,

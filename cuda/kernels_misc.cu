@@ -340,6 +340,17 @@ void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int 
         colreduce<float>(b, NULL, dst, (const float *)src, NULL, NULL, NULL, N, C);
 }
 
+/* dst[c] += src[c] for c < C (fp32): colsum_final_kernel over one row of partial sums, i.e. the
+ * bias gradient a cuBLASLt BGRADB epilogue wrote (backend_cuda.cu, gemm_dw_bgrad_epilogue) added
+ * into the accumulating gradient */
+void gtc_accumulate_f32(Backend *b, float *dst, const float *src, int C) {
+    if (C <= 0) return;
+    float *no_dw = NULL;
+    const float *no_pw = NULL;
+    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, gtc_stream(b), no_dw, dst, no_pw, src, C, 1);
+    CUDA_CHECK_LAUNCH();
+}
+
 /* out[n * ld + c] += bias[c] over n < N, c < C */
 template <typename Act>
 __global__ void add_bias_kernel(Act *out, const Act *bias, int N, int C, int ld) {

@@ -88,6 +88,11 @@ gemm_align_n_tail_offset|cuda/gemm_align.cu|        copy2d(b, bp, (size_t)g * ab
 norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every warp's partial rows are complete */\n||@(ops|ops_bf16|ops_llama|backend_ops)/*
 norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
 profile_range_opened_every_step|cuda/backend_cuda.cu|    if (im->profile_step && ++im->timed_steps == im->profile_step) CUDA_CHECK(cudaProfilerStart());|    if (im->profile_step && ++im->timed_steps >= im->profile_step) CUDA_CHECK(cudaProfilerStart());|host_waits/profile*
+bgrad_scratch_added_twice|cuda/backend_cuda.cu|    gtc_accumulate_f32(b, dbias, grad, OC);\n    return true;|    gtc_accumulate_f32(b, dbias, grad, OC);\n    gtc_accumulate_f32(b, dbias, grad, OC);\n    return true;|ops_bf16/matmul*
+bgrad_scratch_not_added|cuda/backend_cuda.cu|    gtc_accumulate_f32(b, dbias, grad, OC);\n    return true;|    return true;|ops_bf16/matmul*
+bgrad_epilogue_writes_dbias|cuda/backend_cuda.cu|CUBLASLT_MATMUL_DESC_BIAS_POINTER, &grad, sizeof grad));|CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));|ops_bf16/matmul*
+bgrad_other_operand|cuda/backend_cuda.cu|bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;|bgrad ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BIAS;|ops_bf16/matmul*
+bgrad_bias_type_bf16|cuda/backend_cuda.cu|            int32_t bias_type = (int32_t)cuda_type(cdt);|            int32_t bias_type = bgrad ? (int32_t)CUDA_R_16BF : (int32_t)cuda_type(cdt);|ops_bf16/matmul*
 sync_not_counted|cuda/backend_cuda.cu|    b->host_waits++;\n    b->syncs++;|    b->host_waits++;|@(host_waits)/*
 runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");\n    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");\n||@(host_waits)/*
 nccl_bf16_summed_as_fp32_pairs|cuda/dist_nccl.cu|    return allreduce_start(c, dev_buf, n, ncclBfloat16, err);|    return allreduce_start(c, dev_buf, n / 2, ncclFloat32, err);|@(nccl|dist_e2e)/*

@@ -10,13 +10,17 @@
  * computed sum is the exact sum of its terms each perturbed by at most gamma_K relative (the
  * standard bound for recursive summation, Higham 4.2). The CPU backend sums in double and lands
  * far inside. The bound is per column, so a dropped row or a partial added twice (an error of one
- * whole term, ~1/N of the column's mass at these sizes, far above gamma_K) fails it. */
+ * whole term, ~1/N of the column's mass at these sizes, far above gamma_K) fails it.
+ *
+ * And matmul_backward's bias gradient (a column sum of dout) with dw, accumulated over two
+ * micro-batches, against the double reference (ref_ops.c) at test_ops.c's fp32 bound. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
 
 #include "backend.h"
 #include "ops_fixture.h"
+#include "ref_ops.h"
 #include "test_backend_select.h"
 
 /* the worst column of |got - want| / (gamma_K * mass); <= 1 meets the contract */
@@ -86,3 +90,35 @@ static void cases(GtDtype act) {
 
 Test(ops, norm_param_grads_fp32_bound, .timeout = 300) { cases(GT_F32); }
 Test(ops_bf16, norm_param_grads_fp32_bound, .timeout = 300) { cases(GT_BF16); }
+
+/* The bias gradient accumulated over two micro-batches into a dbias (and dw) that start non-zero,
+ * as a training step's accumulation does, against the reference run twice. On CUDA with bf16 the
+ * first shape (C, OC multiples of 8, 16-byte aligned) takes the dW GEMM's cuBLASLt BGRADB epilogue,
+ * which WRITES its sums into a scratch that is then added: run twice, a scratch added twice or never,
+ * or written straight into dbias, shows here. The second (C = 36: rows of 72 bytes, off the 16-byte
+ * path) is refused the epilogue and keeps the GEMM + column sum. */
+static void check_matmul_two_micro_batches(GtDtype act, int N, int C, int OC, uint64_t seed) {
+    Fx fx;
+    fx_open_as(&fx, act);
+    Rng r = {seed};
+    const size_t NC = (size_t)N * C, NO = (size_t)N * OC, OCC = (size_t)OC * C;
+    float *w = rand_a(&fx, &r, OCC, -1, 1), *dw0 = rand_f(&fx, &r, OCC, -1, 1), *db0 = rand_f(&fx, &r, OC, -1, 1);
+    void *d_w = dup_a(&fx, w, OCC);
+    float *d_dw = dup_f(&fx, dw0, OCC), *d_db = dup_f(&fx, db0, OC);
+    double *rw = to_d(&fx, w, OCC), *rdw = to_d(&fx, dw0, OCC), *rdb = to_d(&fx, db0, OC), *rdinp = hd(&fx, NC);
+    for (int mb = 0; mb < 2; mb++) {
+        float *inp = rand_a(&fx, &r, NC, -1, 1), *dout = rand_a(&fx, &r, NO, -1, 1);
+        fx.be->ops->matmul_backward(fx.be, dnan_a(&fx, NC), d_dw, d_db, dup_a(&fx, dout, NO), dup_a(&fx, inp, NC), d_w,
+                                    N, C, OC, OC);
+        ref_matmul_backward(rdinp, rdw, rdb, to_d(&fx, dout, NO), to_d(&fx, inp, NC), rw, N, C, OC);
+    }
+    CHECK("matmul dbias (two micro-batches)", get_f(&fx, d_db, OC), rdb, OC, "N=%d C=%d OC=%d", N, C, OC);
+    CHECK("matmul dw (two micro-batches)", get_f(&fx, d_dw, OCC), rdw, OCC, "N=%d C=%d OC=%d", N, C, OC);
+    fx_close(&fx);
+}
+static void matmul_two_micro_batch_cases(GtDtype act) {
+    check_matmul_two_micro_batches(act, 40, 32, 48, 21);
+    check_matmul_two_micro_batches(act, 40, 36, 24, 22);
+}
+Test(ops, matmul_dbias_two_micro_batches) { matmul_two_micro_batch_cases(GT_F32); }
+Test(ops_bf16, matmul_dbias_two_micro_batches) { matmul_two_micro_batch_cases(GT_BF16); }

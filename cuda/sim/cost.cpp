@@ -13,7 +13,8 @@
  *            tensor_flops = 2 m n k per warp-level MMA (wmma 16x16x16, mma.sync m16n8k16): each lane
  *            adds its 1/32 (cost_mma). flops (CUDA-core arithmetic) are not counted: 0.
  *   cuBLAS:  flops = 2 m n k (tensor_flops for bf16 operands, flops for fp32), bytes = the operands'
- *            extents (A, B, C when beta != 0, bias read; D, aux written; not the workspace).
+ *            extents (A, B, C when beta != 0, bias read; D, aux and a BGRADB bias gradient written;
+ *            not the workspace): the bias gradient is counted inside its GEMM, B read once.
  *   copies, memsets, NCCL: the ranges they declare (note_access); a host-to-device copy counts the
  *            device bytes written (the model charges copies with "Host" in their name to PCIe).
  * GTCSIM_COST_FAST_BLAS=1: the cuBLAS model writes zeros instead of computing (the counts are the

@@ -5,7 +5,10 @@
  * is declared in cublas_model.h.
  *
  * What it computes: D = alpha op(A) op(B) + beta C (+ bias[m] broadcast along the columns, then
- * GELU, with the pre-GELU value stored to the aux matrix), column-major as cuBLAS defines it.
+ * GELU, with the pre-GELU value stored to the aux matrix), column-major as cuBLAS defines it; with
+ * CUBLASLT_EPILOGUE_BGRADB also bias[j] = sum over k of op(B)[k, j] (n values, fp32, written, not
+ * accumulated: the bias gradient, summed in double in k order and rounded once), only in the layout
+ * lt_setup names (other BGRADB layouts, and BGRADA, abort as not modelled).
  * Products and sums are exact-then-rounded in double (every fp32/bf16 product is exact in double;
  * the k-sum runs in index order), and each output is rounded once: double -> fp32 (nearest) and,
  * for a bf16 output, fp32 -> bf16 (nearest even). Hardware accumulates in fp32 and rounds its fp32
@@ -272,11 +275,13 @@ void run(const Job &j) {
         char name[160];
         snprintf(name, sizeof name, "%s %s%s %s->%s m %lld n %lld k %lld%s%s", j.api, j.ta ? "T" : "N",
                  j.tb ? "T" : "N", tname(j.A.type), tname(j.D.type), (long long)j.m, (long long)j.n,
-                 (long long)(use_ab ? j.k : 0), j.bias ? " +bias" : "", j.gelu ? " +gelu" : "");
+                 (long long)(use_ab ? j.k : 0), j.bias ? " +bias" : j.bgrad ? " +bgradb" : "", j.gelu ? " +gelu" : "");
         if (j.misaligned) strncat(name, " misaligned", sizeof name - strlen(name) - 1);
         double rd = (use_ab ? (double)extent(j.A) + (double)extent(j.B) : 0.0) + (j.beta != 0.0 ? (double)extent(j.C) : 0.0) +
                     (j.bias ? (double)j.m * (double)esize(j.bias_type) : 0.0);
-        double wr = (double)extent(j.D) + (j.aux ? (double)extent(j.Aux) : 0.0);
+        /* BGRADB sums B inside the GEMM: B is read once; only its n sums are written */
+        double wr = (double)extent(j.D) + (j.aux ? (double)extent(j.Aux) : 0.0) +
+                    (j.bgrad ? (double)j.n * (double)esize(j.bias_type) : 0.0);
         gtcsim::cost_blas(name, use_ab ? 2.0 * (double)j.m * (double)j.n * (double)j.k : 0.0,
                           j.A.type == CUDA_R_16BF || j.tf32, rd, wr);
     }
@@ -288,9 +293,11 @@ void run(const Job &j) {
     if (j.bias) gtcsim::note_access(j.biasp, (size_t)j.m * esize(j.bias_type), false);
     if (j.ws_bytes) gtcsim::note_access(j.ws, j.ws_bytes, true);
     if (j.aux) note(j.Aux, true);
+    if (j.bgrad) gtcsim::note_access(j.biasp, (size_t)j.n * esize(j.bias_type), true);
     note(j.D, true);
     const int64_t m = j.m, n = j.n, k = use_ab ? j.k : 0;
     if (gtcsim::cost_fast_blas()) { /* counted above; zeros instead of the arithmetic (cost.cpp) */
+        for (int64_t c = 0; j.bgrad && c < n; c++) store(const_cast<void *>(j.biasp), j.bias_type, (size_t)c, 0.0);
         for (int64_t c = 0; c < n; c++)
             for (int64_t r = 0; r < m; r++) {
                 if (j.aux) store(const_cast<void *>(j.Aux.p), j.Aux.type, (size_t)(r + c * j.Aux.ld), 0.0);
@@ -305,6 +312,11 @@ void run(const Job &j) {
     std::vector<float> bcol((size_t)(n * k)); /* bcol[c * k + l] = op(B)[l, c] */
     for (int64_t c = 0; c < n; c++)
         for (int64_t l = 0; l < k; l++) bcol[(size_t)(c * k + l)] = j.tb ? rd(j.B, c, l) : rd(j.B, l, c);
+    for (int64_t c = 0; j.bgrad && c < n; c++) { /* BGRADB: written, not accumulated; one rounding */
+        double s = 0.0;
+        for (int64_t l = 0; l < k; l++) s += bcol[(size_t)(c * k + l)];
+        store(const_cast<void *>(j.biasp), j.bias_type, (size_t)c, s);
+    }
     const int64_t IB = 64;
     std::vector<float> arow((size_t)(IB * k)); /* arow[(i - i0) * k + l] = op(A)[i, l] */
     for (int64_t i0 = 0; i0 < m; i0 += IB) {
@@ -427,6 +439,21 @@ cublasStatus_t lt_setup(const char *api, const DescObj *d, const LayoutObj *la, 
               (ab == CUDA_R_16BF || cd == CUDA_R_32F) && (!j.tf32 || (ab == CUDA_R_32F && cd == CUDA_R_32F));
     if (!ok) return CUBLAS_STATUS_NOT_SUPPORTED;
     const uint32_t e = d->epilogue;
+    j.bgrad = e == CUBLASLT_EPILOGUE_BGRADB;
+    if (j.bgrad) {
+        /* modelled in one layout and type set: the layout of its public uses (apex's fused_dense
+         * linear_bias_backward, Paddle's fused_gemm_epilogue): the weight gradient D = A op(B) with
+         * the output's gradient as B transposed (TRANSA N, TRANSB T), here with bf16 A/B, fp32 C/D and
+         * an fp32 bias gradient (cublasLt.h: the bias type defaults to D's). Anything else aborts:
+         * what else cuBLASLt supports is not documented, so the model must not guess. */
+        const int32_t bt = d->bias_type == -1 ? ld->type : d->bias_type;
+        if (j.ta || !j.tb || ab != CUDA_R_16BF || cd != CUDA_R_32F || bt != CUDA_R_32F)
+            fail("%s: CUBLASLT_EPILOGUE_BGRADB with TRANSA %s, TRANSB %s, A/B %s, C/D %s, bias gradient %s is not "
+                 "modelled (only TRANSA N, TRANSB T, A/B CUDA_R_16BF, C/D CUDA_R_32F, a CUDA_R_32F bias "
+                 "gradient)", api, op_name(j.ta), op_name(j.tb), tname(ab), tname(cd), tname(bt));
+        j.bias_type = bt;
+        return CUBLAS_STATUS_SUCCESS;
+    }
     j.bias = (e & CUBLASLT_EPILOGUE_BIAS) != 0;
     j.gelu = (e & CUBLASLT_EPILOGUE_GELU) != 0;
     j.aux = (e & 128u) != 0;
@@ -455,11 +482,11 @@ AlgoRec lt_rec(const DescObj *d, const Job &j, const uint32_t align[4], unsigned
     r.magic = kAlgoMagic;
     r.compute = (int8_t)d->compute;
     r.at = (int8_t)j.A.type, r.bt = (int8_t)j.B.type, r.ct = (int8_t)j.C.type, r.dt = (int8_t)j.D.type;
-    r.biast = (int8_t)(j.bias ? j.bias_type : -1);
+    r.biast = (int8_t)(j.bias || j.bgrad ? j.bias_type : -1);
     r.auxt = (int8_t)(j.aux ? j.Aux.type : -1);
     r.ta = (int8_t)j.ta, r.tb = (int8_t)j.tb;
     for (int i = 0; i < 4; i++) r.align_log[i] = log2u(align[i]);
-    r.align_log[4] = j.bias ? log2u(bias_align) : 0;
+    r.align_log[4] = j.bias || j.bgrad ? log2u(bias_align) : 0;
     r.align_log[5] = j.aux ? log2u(aux_align) : 0;
     r.epilogue = (uint16_t)d->epilogue;
     r.ws = ws;

@@ -85,7 +85,8 @@ struct Job {
     Mat A, B, C, D, Aux; /* C.p unused when beta == 0; Aux only with `aux` */
     double alpha = 1, beta = 0;
     bool bias = false, gelu = false, aux = false, tf32 = false;
-    const void *biasp = nullptr;
+    bool bgrad = false;          /* BGRADB: biasp[c] = sum over l of op(B)[l, c] (n values), written */
+    const void *biasp = nullptr; /* the bias (m values, read) or the bias gradient (n values, written) */
     int32_t bias_type = CUDA_R_32F;
     void *ws = nullptr;
     size_t ws_bytes = 0;

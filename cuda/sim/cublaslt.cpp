@@ -27,11 +27,12 @@ struct PrefObj : Obj {
 };
 
 bool type_known(int32_t t) { return t >= 0 && t <= CUDA_R_4F_E2M1; }
-/* the epilogues modelled: DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS */
+/* the epilogues modelled: DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, GELU_AUX_BIAS, BGRADB (in the one
+ * layout lt_setup names) */
 bool epilogue_modelled(uint32_t e) {
     return e == CUBLASLT_EPILOGUE_DEFAULT || e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU ||
            e == CUBLASLT_EPILOGUE_GELU_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX ||
-           e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+           e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_BGRADB;
 }
 unsigned cap16(const void *p) { return std::min(16u, ptr_align(p)); }
 
@@ -189,7 +190,7 @@ extern "C" cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t h,
         set_attr(api, an, buf, size, &e);
         if (!epilogue_modelled(e))
             fail("%s(%s): epilogue %u is not modelled (DEFAULT, BIAS, GELU, GELU_BIAS, GELU_AUX, "
-                 "GELU_AUX_BIAS)", api, an, e);
+                 "GELU_AUX_BIAS, BGRADB)", api, an, e);
         d->epilogue = e;
         break;
     }
@@ -389,6 +390,22 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc
                  (long long)j.m, tname(j.bias_type));
         check_disjoint(api, "D", j.D, "bias", bias);
     }
+    if (j.bgrad) { /* an output: the n columns' sums of op(B) */
+        if (j.alpha != 1.0)
+            fail("%s: BGRADB with alpha %g: only alpha 1 is modelled (whether alpha scales the bias gradient "
+                 "is not documented)", api, j.alpha);
+        if (!j.biasp) fail("%s: BGRADB writes the bias gradient but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL", api);
+        bias.p = j.biasp, bias.type = j.bias_type, bias.rows = j.n, bias.cols = 1, bias.ld = j.n;
+        if (!gtcsim::is_device_range(j.biasp, extent(bias)))
+            fail("%s: bias gradient %p (%lld %s: the n columns of D) is not inside one live device allocation",
+                 api, j.biasp, (long long)j.n, tname(j.bias_type));
+        check_disjoint(api, "bias gradient", bias, "D", j.D);
+        if (use_ab) {
+            check_disjoint(api, "bias gradient", bias, "A", j.A);
+            check_disjoint(api, "bias gradient", bias, "B", j.B);
+        }
+        if (j.beta != 0.0) check_disjoint(api, "bias gradient", bias, "C", j.C);
+    }
     if (j.aux) {
         if (!j.Aux.p) fail("%s: the GELU_AUX epilogue needs CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER", api);
         check_device(api, "aux (EPILOGUE_AUX_POINTER with EPILOGUE_AUX_LD)", j.Aux);
@@ -404,7 +421,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc
     const void *ptrs[4] = {use_ab ? A : nullptr, use_ab ? B : nullptr, j.beta != 0.0 ? C : nullptr, D};
     const char *names[4] = {"A", "B", "C", "D"};
     for (int i = 0; i < 4; i++) check_aligned(api, names[i], ptrs[i], 1u << r.align_log[i], why);
-    if (j.bias)
+    if (j.bias || j.bgrad)
         check_aligned(api, "bias", j.biasp, 1u << r.align_log[4],
                       "the heuristic saw at CUBLASLT_MATMUL_DESC_BIAS_POINTER (its algorithm may rely on them)");
     if (j.aux)
@@ -421,7 +438,7 @@ extern "C" cublasStatus_t cublasLtMatmul(cublasLtHandle_t lt, cublasLtMatmulDesc
         Mat w;
         w.p = workspace, w.type = CUDA_R_16BF, w.rows = (int64_t)(ws_bytes / 2), w.cols = 1, w.ld = w.rows;
         for (const Mat *x : {&j.A, &j.B, &j.C, &j.D, &j.Aux, &bias})
-            if (x->p && (x != &j.C || j.beta != 0.0) && (x != &j.Aux || j.aux) && (x != &bias || j.bias))
+            if (x->p && (x != &j.C || j.beta != 0.0) && (x != &j.Aux || j.aux) && (x != &bias || j.bias || j.bgrad))
                 check_disjoint(api, "workspace", w, "an operand", *x);
     }
     j.ws = workspace, j.ws_bytes = (size_t)r.ws;

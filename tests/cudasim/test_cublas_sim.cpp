@@ -319,6 +319,83 @@ static void test_lt_correct() {
     printf("cuBLASLt: %d configurations bit-identical to the double reference\n", runs + 1);
 }
 
+/* BGRADB: the weight gradient's layout (TRANSA N, TRANSB T, bf16 A/B, fp32 C/D): D as any GEMM and the
+ * bias gradient bias[j] = sum over l of op(B)[l, j] = B[j, l] WRITTEN (the NaN poison already there, and
+ * the element past n, must not survive / must survive), against the double sum rounded once to fp32 */
+static void test_lt_bgradb() {
+    const int m = 24, n = 16, k = 37;
+    int runs = 0;
+    for (int beta = 0; beta < 2; beta++)
+        for (int32_t bt : {(int32_t)-1, (int32_t)CUDA_R_32F}) {
+            M A = mat(CUDA_R_16BF, m, k, m + 8), B = mat(CUDA_R_16BF, n, k, n + 8), D = mat(CUDA_R_32F, m, n, m + 4);
+            std::vector<char> c0(((size_t)(n - 1) * D.ld + m) * 4);
+            memcpy(c0.data(), D.p, c0.size());
+            M C0 = D;
+            C0.p = c0.data();
+            float *bias = (float *)dev_alloc((size_t)(n + 1) * 4); /* NaN poison, one past n too */
+            LtCall c;
+            c.ta = 0, c.tb = 1, c.epi = CUBLASLT_EPILOGUE_BGRADB, c.bias = bias, c.bias_type = bt, c.beta = (float)beta;
+            cublasStatus_t st = lt_run(c, A, B, D);
+            CHECK(st == CUBLAS_STATUS_SUCCESS, "bgradb: %s", cublasGetStatusName(st));
+            int bad = mismatches(reference(0, 1, m, n, k, A, B, &C0, 1.0, beta, nullptr, false, CUDA_R_32F).d, D);
+            CHECK(bad == 0, "bgradb D beta %d bias type %d: %d mismatches", beta, bt, bad);
+            bad = 0;
+            for (int j = 0; j < n; j++) {
+                double s = 0;
+                for (int l = 0; l < k; l++) s += get(B, j, l);
+                if (!((double)(float)s == (double)bias[j])) {
+                    if (bad < 3) fprintf(stderr, "  bias[%d] want %.9g got %.9g\n", j, (double)(float)s, (double)bias[j]);
+                    bad++;
+                }
+            }
+            CHECK(bad == 0, "bgradb bias gradient beta %d bias type %d: %d mismatches", beta, bt, bad);
+            CHECK(std::isnan(bias[n]), "bgradb wrote past the n columns");
+            runs++;
+        }
+    /* written, not accumulated: a second call leaves the same bits */
+    M A = mat(CUDA_R_16BF, 16, 8, 16), B = mat(CUDA_R_16BF, 8, 8, 8), D = mat(CUDA_R_32F, 16, 8, 16);
+    float *bias = (float *)dev_alloc(8 * 4);
+    LtCall c;
+    c.tb = 1, c.epi = CUBLASLT_EPILOGUE_BGRADB, c.bias = bias;
+    ok(lt_run(c, A, B, D), "bgradb once");
+    std::vector<float> first(bias, bias + 8);
+    ok(lt_run(c, A, B, D), "bgradb twice");
+    CHECK(memcmp(first.data(), bias, 8 * 4) == 0, "bgradb accumulated into the bias instead of writing it");
+    printf("cuBLASLt BGRADB: %d configurations, D and the bias gradient bit-identical to the double reference\n",
+           runs + 1);
+}
+
+/* BGRADB outside its modelled layout and types, and its bias pointer, abort by name */
+static void test_lt_bgradb_invalid() {
+    const int m = 16, n = 8, k = 8;
+    const uint32_t bg = CUBLASLT_EPILOGUE_BGRADB;
+    M A = mat(CUDA_R_16BF, m, k, m), Bt = mat(CUDA_R_16BF, n, k, n), Bn = mat(CUDA_R_16BF, k, n, k);
+    M D = mat(CUDA_R_32F, m, n, m), Dbf = mat(CUDA_R_16BF, m, n, m);
+    M A32 = mat(CUDA_R_32F, m, k, m), Bt32 = mat(CUDA_R_32F, n, k, n);
+    float *bias = (float *)dev_alloc((size_t)n * 4);
+    { LtCall c; c.tb = 0, c.epi = bg, c.bias = bias;
+      expect_fail("bgradb TRANSB N", "BGRADB with TRANSA N, TRANSB N", [&] { lt_run(c, A, Bn, D); }); }
+    { M At = mat(CUDA_R_16BF, k, m, k); LtCall c; c.ta = 1, c.tb = 1, c.epi = bg, c.bias = bias;
+      expect_fail("bgradb TRANSA T", "BGRADB with TRANSA T", [&] { lt_run(c, At, Bt, D); }); }
+    { LtCall c; c.tb = 1, c.epi = bg, c.bias = bias;
+      expect_fail("bgradb fp32 A/B", "A/B CUDA_R_32F", [&] { lt_run(c, A32, Bt32, D); });
+      expect_fail("bgradb bf16 D", "C/D CUDA_R_16BF", [&] { lt_run(c, A, Bt, Dbf); }); }
+    { LtCall c; c.tb = 1, c.epi = bg, c.bias = bias, c.bias_type = CUDA_R_16BF;
+      expect_fail("bgradb bf16 bias", "bias gradient CUDA_R_16BF is not modelled", [&] { lt_run(c, A, Bt, D); }); }
+    { LtCall c; c.tb = 1, c.epi = bg;
+      expect_fail("bgradb bias NULL", "BGRADB writes the bias gradient but CUBLASLT_MATMUL_DESC_BIAS_POINTER is NULL",
+                  [&] { lt_run(c, A, Bt, D); }); }
+    { float *shortb = (float *)dev_alloc((size_t)(n - 1) * 4); LtCall c; c.tb = 1, c.epi = bg, c.bias = shortb;
+      expect_fail("bgradb bias extent", "the n columns of D", [&] { lt_run(c, A, Bt, D); }); }
+    { LtCall c; c.tb = 1, c.epi = bg, c.bias = D.p;
+      expect_fail("bgradb bias overlaps D", "overlaps", [&] { lt_run(c, A, Bt, D); }); }
+    { LtCall c; c.tb = 1, c.epi = bg, c.bias = bias, c.alpha = 0.5f;
+      expect_fail("bgradb alpha", "only alpha 1 is modelled", [&] { lt_run(c, A, Bt, D); }); }
+    { LtCall c; c.tb = 1, c.epi = CUBLASLT_EPILOGUE_BGRADA, c.bias = bias;
+      expect_fail("bgrada", "epilogue 256 is not modelled", [&] { lt_run(c, A, Bt, D); }); }
+    printf("cuBLASLt BGRADB: other layouts, types, BGRADA and bad bias pointers abort by name\n");
+}
+
 static void test_blas_correct(cublasHandle_t h) {
     const int m = 9, n = 6, k = 11;
     int runs = 0;
@@ -532,6 +609,8 @@ int main() {
     ok(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
     try {
         test_lt_correct();
+        test_lt_bgradb();
+        test_lt_bgradb_invalid();
         test_blas_correct(h);
         test_lt_invalid();
         test_blas_invalid(h);
