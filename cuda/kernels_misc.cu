@@ -320,10 +320,38 @@ void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const a
                               heads, ld, sld, C);
 }
 
-/* dw[c] += sum over y < parts of pw[y * C + c] (dw NULL: skipped), db likewise from pb, each column's
- * parts added in order: the blocks' partials of kernels_norms.cu's single-pass norm backward */
+/* dw[c] += the sum of pw[y * C + c] over y < parts (dw NULL: skipped), db likewise from pb: blocks of
+ * COL_TX columns x COL_TY threads, thread ty adding the parts ty, ty + COL_TY, ... in order, then the
+ * COL_TY sums in order (colsum_final_kernel's one thread a column waits on its parts' loads one by
+ * one: hundreds of them here) */
+__global__ void colsum_parts_kernel(float *dw, float *db, const float *pw, const float *pb, int C, int parts) {
+    __shared__ float s_w[COL_TY][COL_TX];
+    __shared__ float s_b[COL_TY][COL_TX];
+    const int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * COL_TX + tx;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int y = ty; y < parts; y += COL_TY) {
+            if (dw) aw += pw[(size_t)y * C + c];
+            if (db) ab += pb[(size_t)y * C + c];
+        }
+    s_w[ty][tx] = aw;
+    s_b[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int k = 0; k < COL_TY; k++) {
+            sw += s_w[k][tx];
+            sb += s_b[k][tx];
+        }
+        if (dw) dw[c] += sw;
+        if (db) db[c] += sb;
+    }
+}
+
+/* the blocks' partials of kernels_norms.cu's single-pass norm backward into dw, db (colsum_parts_kernel) */
 void gtc_colsum_partials(Backend *b, float *dw, float *db, const float *pw, const float *pb, int C, int parts) {
-    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, gtc_stream(b), dw, db, pw, pb, C, parts);
+    GTC_LAUNCH(colsum_parts_kernel, (unsigned)((C + COL_TX - 1) / COL_TX), dim3(COL_TX, COL_TY), 0, gtc_stream(b), dw,
+               db, pw, pb, C, parts);
     CUDA_CHECK_LAUNCH();
 }
 

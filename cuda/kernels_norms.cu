@@ -42,7 +42,7 @@
 #define ROW_PPT 4       /* packs a thread holds for rows up to ROW_BLOCK threads x 4 packs */
 #define ROW_PPT_WIDE 16 /* and up to ROW_BLOCK x 16 packs */
 #define ROW_BLOCK 256   /* threads a block (a row takes at most one block): __launch_bounds__ */
-#define NB_MAX_BLOCKS 256 /* backward with dw: at most this many blocks (partials), about 2 per SM on an H100 */
+#define NB_MAX_BLOCKS 512 /* backward with dw: at most this many blocks (partials), about 4 per SM on an H100 */
 
 /* ------------------------------------------------------------------ the row machinery */
 
@@ -209,16 +209,17 @@ static void norm_forward(Backend *b, Act *res, Act *out, float *mean, float *rst
 /* One row's gradient with xhat = (x - m) * r (RMS: m = 0) and dn = dout * w:
  *   LN: dx (+)= (dn - mean(dn) - xhat * mean(dn * xhat)) * r;  RMS: dx (+)= (dn - xhat * mean(dn * xhat)) * r
  * (acc: a read-modify-write in fp32, rounded once; dx may equal dy: each pack is read, then
- * written, by one thread). DW: aw[k][j] += dout * xhat and (LN) ab[k][j] += dout for the thread's
+ * written, by one thread; dx's packs are loaded with dy's and x's, before the row's sums). DW: aw[k][j] += dout * xhat and (LN) ab[k][j] += dout for the thread's
  * columns. dx NULL: no dinp. */
 template <bool LN, bool DW, typename Act, int PPT>
 __device__ __forceinline__ void norm_row_backward(Act *dx, const Act *dy, const Act *x, const Act *w, float m, float r,
                                                   int C, int Cv, int t, int tpr, bool vec, bool acc, float *sh,
                                                   float (&aw)[PPT][GTC_PACK(Act)], float (&ab)[PPT][GTC_PACK(Act)]) {
     constexpr int P = GTC_PACK(Act);
-    uint4 gs[PPT], xs[PPT];
+    uint4 gs[PPT], xs[PPT], ds[PPT]; /* dx's old values too (acc): its loads in flight with the others */
     row_load<Act, PPT>(gs, dy, Cv, t, tpr, vec);
     row_load<Act, PPT>(xs, x, Cv, t, tpr, vec);
+    row_load<Act, PPT>(ds, dx, dx && acc ? Cv : 0, t, tpr, vec);
     float s1 = 0.0f, s2 = 0.0f;
 #pragma unroll
     for (int k = 0; k < PPT; k++) {
@@ -253,7 +254,7 @@ __device__ __forceinline__ void norm_row_backward(Act *dx, const Act *dy, const 
         gtc_raw_to_f32<Act>(g, gs[k]);
         gtc_raw_to_f32<Act>(xv, xs[k]);
         gtc_raw_to_f32<Act>(wv, gtc_raw_load(w + c0, n, v));
-        if (acc) gtc_raw_to_f32<Act>(d, gtc_raw_load(dx + c0, n, v));
+        gtc_raw_to_f32<Act>(d, ds[k]);
 #pragma unroll
         for (int j = 0; j < P; j++) {
             const float xh = (xv[j] - m) * r, dn = g[j] * wv[j];
