@@ -85,6 +85,7 @@ gemm_align_m_tail_writes_padding|cuda/gemm_align.cu|dp, (size_t)g * cd, (size_t)
 gemm_align_n_tail_offset|cuda/gemm_align.cu|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)n0 * ab,|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)(n0 - 1) * ab,|cuda_gemm/*
 norm_backward_row_groups_race|cuda/kernels_norms.cu|            }\n            __syncthreads();\n        }\n    }\n}|            }\n        }\n    }\n}|@(ops|ops_bf16|ops_llama|backend_ops)/*
 norm_backward_block_partial_skipped|cuda/kernels_norms.cu|        gtc_colsum_partials(b, dw, db, pw, pb, C, blocks);|        gtc_colsum_partials(b, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
+norm_partials_stride_skips|cuda/kernels_misc.cu|        for (int y = ty; y < parts; y += COL_TY) {|        for (int y = ty; y < parts; y += COL_TY + 1) {|@(ops|ops_bf16|backend_ops)/*
 norm_tail_dropped|cuda/kernels_norms.cu|    return min(GTC_PACK(Act), Cv - c0);|    return Cv - c0 >= GTC_PACK(Act) ? GTC_PACK(Act) : 0;|@(ops_llama|ops_llama_bf16|ops|ops_bf16)/*
 norm_pack_weight_order_swapped|cuda/kernels_norms.cu|: xv[j] * r * wv[j];|: xv[j] * r * wv[j ^ 1];|@(ops_llama|ops_llama_bf16)/*
 norm_row_last_warp_dropped|cuda/kernels_norms.cu|    for (int k = 0; k < nw; k++) t += s[k];|    for (int k = 0; k < nw - 1; k++) t += s[k];|@(ops_llama|ops_llama_bf16)/*
