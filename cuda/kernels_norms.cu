@@ -16,15 +16,18 @@
  * its fused residual form are one kernel (y NULL or not): the same bits by construction (recompute's
  * bit-identity, backend.h's fused-op contract).
  *
- * Launch shape: blocks of (tpr, rpb) threads, rpb rows a block, tpr * rpb = 256 (ROW_BLOCK, the
+ * Launch shape: blocks of (tpr, rpb) threads, rpb = 256 / tpr rows a block (ROW_BLOCK = 256, the
  * kernels' __launch_bounds__: the wide instantiations take up to 255 registers a thread). PPT = 4
  * (a thread holds 4 packs: 16 registers a row-sized array) up to 256 x 4 packs (bf16 C <= 8192,
  * fp32 C <= 4096); PPT = 16 up to 4x that (bf16 C <= 32768, fp32 C <= 16384); wider rows are
  * refused with one line. GPT-2 (C 768 bf16: 96 packs): a warp a row, 3 packs a lane, 8 rows a
  * block; Mistral (C 4096 bf16: 512 packs): 128 threads a row, 4 packs each, 2 rows a block.
- * Latency is covered by the 2 PPT (backward) or PPT independent 16-byte loads a thread issues
- * before its first sum and by the rows in flight (the grid holds every row: N / rpb blocks; the
- * backward with dw at most 256 blocks, each looping over its rows).
+ * Latency is covered by the PPT (forward; 2 PPT fused, 3 PPT backward: dout, inp, dinp) independent
+ * 16-byte loads a thread issues before its first sum, and by the rows in flight: the grid holds
+ * every row (N / rpb blocks); the backward with dw has at most 512 blocks (NB_MAX_BLOCKS), each
+ * looping over its rows, whose register-held column sums (2 x 4 packs, 64 registers) leave room
+ * for one 256-thread block an SM under bf16 LayerNorm (190 registers; at GPT-2's width 9 loads of
+ * 16 bytes in flight a thread, 36 KiB an SM: about an SM's share of HBM bandwidth x latency).
  *
  * Backward: dinp (ACCUMULATES, or is overwritten for the per-head norm) from dout, inp read once;
  * with dw (and db) the block's rows' dout * xhat (and dout) summed per column in registers (a
