@@ -177,6 +177,8 @@ $(BUILD)/bench_step: bench/bench_step.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 $(BUILD)/bench_attention: bench/bench_attention.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BUILD)/bench_rows: bench/bench_rows.c $(LIB_OBJS) | $(CUDA_MODULE)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/bench_svd: bench/bench_svd.c $(LIB_OBJS) | $(CUDA_MODULE)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)

@@ -218,6 +218,59 @@ __device__ __forceinline__ void store_pack(T *p, const float (&in)[N]) {
     }
 }
 
+/* One pack kept as its raw 16 bytes (the row kernels hold a row in registers this way, 4 words a
+ * pack whatever the dtype): p[0 .. n) with n <= GTC_PACK(T), through one 16-byte access when vec
+ * (the caller's promise: n is a whole pack and p is 16-byte aligned), else element by element;
+ * the elements past n read as 0 and are never stored. */
+template <typename T>
+__device__ __forceinline__ uint4 gtc_raw_load(const T *p, int n, bool vec) {
+    if (vec) {
+        gtc_check_aligned16(p);
+        return *reinterpret_cast<const uint4 *>(p);
+    }
+    T e[GTC_PACK(T)]; /* constant indices: registers, not a stack frame */
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(T); j++) {
+        if (j < n)
+            e[j] = p[j];
+        else
+            store_from_f32(e, j, 0.0f);
+    }
+    uint4 raw;
+    memcpy(&raw, e, sizeof raw);
+    return raw;
+}
+template <typename T>
+__device__ __forceinline__ void gtc_raw_store(T *p, const uint4 &raw, int n, bool vec) {
+    if (vec) {
+        gtc_check_aligned16(p);
+        *reinterpret_cast<uint4 *>(p) = raw;
+        return;
+    }
+    T e[GTC_PACK(T)];
+    memcpy(e, &raw, sizeof raw);
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(T); j++)
+        if (j < n) p[j] = e[j];
+}
+/* a raw pack's elements as fp32 (load_f32's widening), and back (store_from_f32's rounding) */
+template <typename T>
+__device__ __forceinline__ void gtc_raw_to_f32(float (&out)[GTC_PACK(T)], const uint4 &raw) {
+    T e[GTC_PACK(T)];
+    memcpy(e, &raw, sizeof raw);
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(T); j++) out[j] = load_f32(e, j);
+}
+template <typename T>
+__device__ __forceinline__ uint4 gtc_raw_from_f32(const float (&in)[GTC_PACK(T)]) {
+    T e[GTC_PACK(T)];
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(T); j++) store_from_f32(e, j, in[j]);
+    uint4 raw;
+    memcpy(&raw, e, sizeof raw);
+    return raw;
+}
+
 /* Raise a kernel's dynamic shared-memory limit to bytes (needed above 48 KiB); 0, or -1 with
  * err = "file:line: cudaFuncSetAttribute(name, bytes): error" */
 static inline int gtc_set_smem_limit(const void *fn, size_t bytes, const char *name, GtError *err) {
@@ -297,7 +350,8 @@ __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int
 /* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ----
  * act_t arguments hold b->act_dtype elements (backend.h); float arguments are always fp32. */
 
-/* kernels_misc.cu, kernels_elementwise.cu (gelu, add, scale, to_act, convert, AdamW) */
+/* kernels_misc.cu, kernels_norms.cu (layernorm), kernels_elementwise.cu (gelu, add, scale, to_act,
+ * convert, AdamW) */
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
                          const act_t *wpe, int B, int T, int C, const int *pos);
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
@@ -340,10 +394,8 @@ void gtc_norm_param_grads(Backend *b, float *dw, float *db, const act_t *dout, c
                           const float *mean, const float *rstd, int N, int C);
 /* RMSNorm's dw over the rows of head_rmsnorm: for n < N and h < heads (in that order), the C
  * values at dout/inp[n * ld + h * C] with rstd[n * sld + h]: dw[c] += sum dout * inp * rstd */
-/* rmsnorm_backward with dw in one pass (kernels_misc.cu's single-pass norm backward); *done false:
- * the rows are too wide for it, nothing was done */
-void gtc_rmsnorm_backward_single_pass(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
-                                      const act_t *w, const float *rstd, int N, int C, bool *done);
+/* dw[c] += sum over y < parts of pw[y * C + c], db likewise from pb (NULL: skipped), in order */
+void gtc_colsum_partials(Backend *b, float *dw, float *db, const float *pw, const float *pb, int C, int parts);
 void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const act_t *inp,
                                const float *rstd, int N, int heads, size_t ld, int sld, int C);
 /* GEMM helpers with the element type given (out and bias both of type t):
@@ -362,8 +414,8 @@ void gtc_gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int
 void gtc_add_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, int C, int ld);
 
-/* kernels_llama.cu: RMSNorm (plain, fused, per head), RoPE, SwiGLU (backend.h's Llama-family
- * ops) */
+/* kernels_norms.cu: RMSNorm (plain, fused, per head); kernels_llama.cu: RoPE, SwiGLU (backend.h's
+ * Llama-family ops) */
 void gtc_rmsnorm_forward(Backend *b, act_t *out, float *rstd, const act_t *inp, const act_t *w,
                          int N, int C, float eps);
 void gtc_rmsnorm_backward(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,

@@ -1,4 +1,7 @@
-/* kernels_misc.cu - the CUDA backend's kernels except attention.
+/* kernels_misc.cu - the CUDA backend's kernels except attention, the norms (kernels_norms.cu), the
+ * Llama-family ops (kernels_llama.cu) and the elementwise ones (kernels_elementwise.cu): the
+ * encoder, the deterministic column reductions (parameter and bias gradients), bias fills,
+ * cross-entropy and the sum of squares.
  *
  * Every op follows backend.h exactly and mirrors the formulas of backend_cpu.c, so the two agree
  * to rounding. Determinism: no atomics anywhere; every reduction has a fixed order.
@@ -8,9 +11,8 @@
  * where noted) and rounds each act_t output once through store_from_f32 (cuda_common.cuh).
  * Parameter gradients, mean/rstd, losses and the optimizer's tensors are always fp32.
  *
- * Fused: residual add + layernorm (residual_layernorm_forward); bias + GELU is a cuBLASLt epilogue
- * (backend_cuda.cu, matmul_gelu_forward). The elementwise ops (gelu, add, scale, to_act, convert)
- * and AdamW are in kernels_elementwise.cu. */
+ * Fused elsewhere: residual add + layernorm (kernels_norms.cu); bias + GELU is a cuBLASLt epilogue
+ * (backend_cuda.cu, matmul_gelu_forward). */
 #include "cuda_common.cuh"
 
 #include <math.h>
@@ -29,21 +31,6 @@ __device__ double block_sum_d(double v, double *shared /* >= 33 */) {
         double s = 0.0;
         for (int w = 0; w < nwarps; w++) s += shared[w];
         shared[32] = s;
-    }
-    __syncthreads();
-    return shared[32];
-}
-
-__device__ float block_max(float v, float *shared /* >= 33 */) {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    v = gtc_warp_max(v);
-    __syncthreads();
-    if (lane == 0) shared[warp] = v;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = -INFINITY;
-        for (int w = 0; w < nwarps; w++) m = fmaxf(m, shared[w]);
-        shared[32] = m;
     }
     __syncthreads();
     return shared[32];
@@ -333,6 +320,41 @@ void gtc_norm_param_grads_rows(Backend *b, float *dw, const act_t *dout, const a
                               heads, ld, sld, C);
 }
 
+/* dw[c] += the sum of pw[y * C + c] over y < parts (dw NULL: skipped), db likewise from pb: blocks of
+ * COL_TX columns x COL_TY threads, thread ty adding the parts ty, ty + COL_TY, ... in order, then the
+ * COL_TY sums in order (colsum_final_kernel's one thread a column waits on its parts' loads one by
+ * one: hundreds of them here) */
+__global__ void colsum_parts_kernel(float *dw, float *db, const float *pw, const float *pb, int C, int parts) {
+    __shared__ float s_w[COL_TY][COL_TX];
+    __shared__ float s_b[COL_TY][COL_TX];
+    const int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * COL_TX + tx;
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C)
+        for (int y = ty; y < parts; y += COL_TY) {
+            if (dw) aw += pw[(size_t)y * C + c];
+            if (db) ab += pb[(size_t)y * C + c];
+        }
+    s_w[ty][tx] = aw;
+    s_b[ty][tx] = ab;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float sw = 0.0f, sb = 0.0f;
+        for (int k = 0; k < COL_TY; k++) {
+            sw += s_w[k][tx];
+            sb += s_b[k][tx];
+        }
+        if (dw) dw[c] += sw;
+        if (db) db[c] += sb;
+    }
+}
+
+/* the blocks' partials of kernels_norms.cu's single-pass norm backward into dw, db (colsum_parts_kernel) */
+void gtc_colsum_partials(Backend *b, float *dw, float *db, const float *pw, const float *pb, int C, int parts) {
+    GTC_LAUNCH(colsum_parts_kernel, (unsigned)((C + COL_TX - 1) / COL_TX), dim3(COL_TX, COL_TY), 0, gtc_stream(b), dw,
+               db, pw, pb, C, parts);
+    CUDA_CHECK_LAUNCH();
+}
+
 void gtc_colsum_accumulate(Backend *b, float *dst, const act_t *src, int N, int C) {
     if (gtc_act_bf16(b))
         colreduce<gtc_bf16>(b, NULL, dst, (const gtc_bf16 *)src, NULL, NULL, NULL, N, C);
@@ -397,339 +419,171 @@ void gtc_fill_bias(Backend *b, GtDtype t, void *out, const void *bias, int N, in
     CUDA_CHECK_LAUNCH();
 }
 
-/* ------------------------------------------------------------------ layernorm */
-
-/* The rest of one row's layernorm forward, for the calling warp, once each lane has summed its
- * elements x[lane], x[lane + 32], ... in that order into s: the mean (butterfly over the lanes),
- * the variance of x - mean (second pass), then the output (third pass), as the CPU. Shared by
- * layernorm_forward and residual_layernorm_forward, so the two compute the same bits. */
-template <typename Act>
-__device__ __forceinline__ void layernorm_row_finish(Act *o, float *mean, float *rstd, int row,
-                                                     const Act *x, const Act *w, const Act *bias,
-                                                     int C, float eps, int lane, float s) {
-    float invC = 1.0f / (float)C;
-    float m = gtc_warp_sum(s) * invC;
-    float v = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float d = load_f32(x, c) - m;
-        v += d * d;
-    }
-    float var = gtc_warp_sum(v) * invC;
-    float r = 1.0f / sqrtf(var + eps);
-    for (int c = lane; c < C; c += 32)
-        store_from_f32(o, c, (load_f32(x, c) - m) * r * load_f32(w, c) + load_f32(bias, c));
-    if (lane == 0) {
-        if (mean) mean[row] = m;
-        if (rstd) rstd[row] = r;
-    }
-}
-
-/* one warp per row; two passes (mean, then variance of x - mean) as the CPU */
-template <typename Act>
-__global__ void layernorm_forward_kernel(Act *out, float *mean, float *rstd, const Act *inp,
-                                         const Act *w, const Act *bias, int N, int C, float eps) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return; /* warp-uniform */
-    const Act *x = inp + (size_t)row * C;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) s += load_f32(x, c);
-    layernorm_row_finish(out + (size_t)row * C, mean, rstd, row, x, w, bias, C, eps, lane, s);
-}
-
-template <typename Act>
-static void layernorm_forward_t(Backend *b, Act *out, float *mean, float *rstd, const Act *inp,
-                                const Act *w, const Act *bias, int N, int C, float eps) {
-    int rows_per_block = GTC_THREADS / 32;
-    GTC_LAUNCH(layernorm_forward_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
-               GTC_THREADS, 0, gtc_stream(b), out, mean, rstd, inp, w, bias, N, C, eps);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_layernorm_forward(Backend *b, act_t *out, float *mean, float *rstd, const act_t *inp,
-                           const act_t *w, const act_t *bias, int N, int C, float eps) {
-    if (N <= 0) return;
-    if (gtc_act_bf16(b))
-        layernorm_forward_t(b, (gtc_bf16 *)out, mean, rstd, (const gtc_bf16 *)inp,
-                            (const gtc_bf16 *)w, (const gtc_bf16 *)bias, N, C, eps);
-    else
-        layernorm_forward_t(b, (float *)out, mean, rstd, (const float *)inp, (const float *)w,
-                            (const float *)bias, N, C, eps);
-}
-
-/* res = x + y and out = layernorm(res), one warp per row (the layout of layernorm_forward).
- * The first pass reads x and y once, writes res rounded once (add_kernel's arithmetic) and sums
- * the value res now holds (load_f32 of what was stored: the rounded one), in layernorm_forward's
- * lane order; the rest is layernorm_row_finish on res. So every output is bit for bit
- * add + layernorm_forward. res may alias x or y: each element is read, then written, by the
- * same thread, and later passes read only res. */
-template <typename Act>
-__global__ void residual_layernorm_forward_kernel(Act *res, Act *out, float *mean, float *rstd,
-                                                  const Act *x, const Act *y, const Act *w,
-                                                  const Act *bias, int N, int C, float eps) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return; /* warp-uniform */
-    const size_t off = (size_t)row * C;
-    const Act *xr = x + off, *yr = y + off;
-    Act *rr = res + off;
-    float s = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));
-        s += load_f32(rr, c);
-    }
-    layernorm_row_finish(out + off, mean, rstd, row, (const Act *)rr, w, bias, C, eps, lane, s);
-}
-
-template <typename Act>
-static void residual_layernorm_forward_t(Backend *b, Act *res, Act *out, float *mean, float *rstd,
-                                         const Act *x, const Act *y, const Act *w, const Act *bias,
-                                         int N, int C, float eps) {
-    int rows_per_block = GTC_THREADS / 32;
-    GTC_LAUNCH(residual_layernorm_forward_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
-               GTC_THREADS, 0, gtc_stream(b), res, out, mean, rstd, x, y, w, bias, N, C, eps);
-    CUDA_CHECK_LAUNCH();
-}
-
-void gtc_residual_layernorm_forward(Backend *b, act_t *res, act_t *out, float *mean, float *rstd,
-                                    const act_t *x, const act_t *y, const act_t *w,
-                                    const act_t *bias, int N, int C, float eps) {
-    if (N <= 0) return;
-    if (gtc_act_bf16(b))
-        residual_layernorm_forward_t(b, (gtc_bf16 *)res, (gtc_bf16 *)out, mean, rstd,
-                                     (const gtc_bf16 *)x, (const gtc_bf16 *)y, (const gtc_bf16 *)w,
-                                     (const gtc_bf16 *)bias, N, C, eps);
-    else
-        residual_layernorm_forward_t(b, (float *)res, (float *)out, mean, rstd, (const float *)x,
-                                     (const float *)y, (const float *)w, (const float *)bias, N, C,
-                                     eps);
-}
-
-/* dinp += (dy*w - mean(dy*w) - xhat * mean(dy*w*xhat)) * rstd; one warp per row. The += is a
- * read-modify-write in fp32, rounded once per element. */
-template <typename Act>
-__global__ void layernorm_backward_dinp_kernel(Act *dinp, const Act *dout, const Act *inp,
-                                               const Act *w, const float *mean, const float *rstd,
-                                               int N, int C) {
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const Act *x = inp + (size_t)row * C;
-    const Act *dy = dout + (size_t)row * C;
-    Act *dx = dinp + (size_t)row * C;
-    float m = mean[row], r = rstd[row];
-    float s1 = 0.0f, s2 = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float dn = load_f32(dy, c) * load_f32(w, c);
-        s1 += dn;
-        s2 += dn * ((load_f32(x, c) - m) * r);
-    }
-    float invC = 1.0f / (float)C;
-    float mdn = gtc_warp_sum(s1) * invC;
-    float mdnx = gtc_warp_sum(s2) * invC;
-    for (int c = lane; c < C; c += 32) {
-        float xh = (load_f32(x, c) - m) * r;
-        store_from_f32(dx, c,
-                       load_f32(dx, c) + (load_f32(dy, c) * load_f32(w, c) - mdn - xh * mdnx) * r);
-    }
-}
-
-/* ------------------------------------------------------------------ single-pass norm backward
+/* ------------------------------------------------------------------ cross-entropy
  *
- * LayerNorm (LN) or RMSNorm backward in one pass over dout and inp: dinp += the rows' gradients
- * (dinp NULL: none) and the column sums dw = sum_r dout * xhat (and, with pb, db = sum_r dout) as
- * fp32 partials per block, which colsum_final_kernel then adds in block order. The two-pass form
- * (the dinp kernel, then colreduce) read dout and inp twice: 4 + 2 (dinp) + 2 bytes per element
- * under bf16 read and 2 written, now 2 + 2 + 2 read and 2 written.
+ * One block of CE_THREADS per row, online softmax (FlashAttention-2's and Liger's single pass):
+ * thread t takes the packs t, t + CE_THREADS, ... of the row (P = GTC_PACK(Act) logits; the last
+ * pack holds V % P when that is not 0; packs move through one 16-byte access when ld % P == 0 and
+ * logits is 16-byte aligned, else element by element: the same arithmetic) and keeps a running
+ * max m and sum s of exp(x - m) in fp32: per pack, M = max(m, the pack's max) and
+ * s = s * exp(m - M) + the pack's exp(x_j - M) in order. The threads' (m, s) pairs are combined in
+ * a fixed order (ce_combine: butterflies within a warp, then the warps in order), so the bits
+ * depend on V only. loss = log(s) + m - x[target]; with compute_grad the row becomes
+ * dloss_scale * (exp(x - m) / s - onehot), from the packs the thread kept in registers (PPT of
+ * them: CE_THREADS * PPT * P >= V; PPT 0, a wider row: read again). Bytes per logit (bf16): 2 read
+ * (+ 2 written with the gradient); the three-pass form read 6 (max, sum, gradient).
  *
- * Layout: block y takes rows [y * rpb, (y + 1) * rpb), rpb = max(16, ceil(N / 256)) (so the grid,
- * at most 256 blocks, depends on N only);
- * its nw warps take rows y * rpb + warp, + nw, ... one at a time, lane l the columns l, l + 32, ...
- * (the dinp kernels' order, so dinp's bits are theirs). Each warp adds its rows' dout * xhat into
- * its own fp32 row of shared memory (s[warp][c]: a lane owns its columns, no two threads write one
- * word); after a barrier thread t adds the nw warp rows of its columns in warp order into the
- * block's partial pw[y][c]. So every sum has a fixed order: rows within a warp, warps, blocks.
- * nw = (48 KiB / (C * 4 * arrays)) clamped to [1, 8] depends on C only; wider rows (no warp fits)
- * take the two-pass path. */
-#define NB_SMEM_BYTES (48 * 1024)
-#define NB_MAX_BLOCKS 256 /* about 2 blocks per SM on an H100 */
-
-/* warps per block of the single-pass norm backward for rows of C (arrays: 1 dw, 2 dw and db); 0:
- * a warp's shared row does not fit, use the two-pass form */
-static int norm_bwd_warps(int C, int arrays) {
-    size_t per_warp = (size_t)C * sizeof(float) * (size_t)arrays;
-    size_t nw = NB_SMEM_BYTES / per_warp;
-    return nw > 8 ? 8 : (int)nw;
-}
-
-template <bool LN, typename Act>
-__global__ void norm_backward_kernel(Act *dinp, float *pw, float *pb, const Act *dout, const Act *inp,
-                                     const Act *w, const float *mean, const float *rstd, int N, int C, int rpb) {
-    extern __shared__ float nb_smem[]; /* [nw][C] dw partials, then [nw][C] db partials if pb */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    float *sw = nb_smem + (size_t)warp * C;
-    float *sb = pb ? nb_smem + (size_t)(nw + warp) * C : NULL;
-    for (int c = lane; c < C; c += 32) {
-        sw[c] = 0.0f;
-        if (sb) sb[c] = 0.0f;
-    }
-    const int r0 = blockIdx.x * rpb, r1 = min(N, r0 + rpb);
-    const float invC = 1.0f / (float)C;
-    for (int row = r0 + warp; row < r1; row += nw) { /* warp-uniform */
-        const Act *x = inp + (size_t)row * C;
-        const Act *dy = dout + (size_t)row * C;
-        const float m = LN ? mean[row] : 0.0f, r = rstd[row];
-        float s1 = 0.0f, s2 = 0.0f;
-        for (int c = lane; c < C; c += 32) {
-            float dn = load_f32(dy, c) * load_f32(w, c);
-            if (LN) s1 += dn;
-            s2 += dn * ((load_f32(x, c) - m) * r);
-        }
-        const float mdn = LN ? gtc_warp_sum(s1) * invC : 0.0f;
-        const float mdnx = gtc_warp_sum(s2) * invC;
-        Act *dx = dinp ? dinp + (size_t)row * C : NULL;
-        for (int c = lane; c < C; c += 32) {
-            const float xh = (load_f32(x, c) - m) * r, g = load_f32(dy, c);
-            if (dx) {
-                float d = LN ? (g * load_f32(w, c) - mdn - xh * mdnx) * r : (g * load_f32(w, c) - xh * mdnx) * r;
-                store_from_f32(dx, c, load_f32(dx, c) + d);
-            }
-            sw[c] += g * xh;
-            if (sb) sb[c] += g;
-        }
-    }
-    __syncthreads(); /* every warp's partial rows are complete */
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        float aw = 0.0f, ab = 0.0f;
-        for (int k = 0; k < nw; k++) {
-            aw += nb_smem[(size_t)k * C + c];
-            if (pb) ab += nb_smem[(size_t)(nw + k) * C + c];
-        }
-        pw[(size_t)blockIdx.x * C + c] = aw;
-        if (pb) pb[(size_t)blockIdx.x * C + c] = ab;
-    }
-}
-
-/* dinp (NULL: none) += the gradient, dw += sum dout * xhat, db (NULL: none) += sum dout, in one pass;
- * false (nothing done) when rows of C are too wide for it */
-template <bool LN, typename Act>
-static bool norm_backward_single_pass(Backend *b, Act *dinp, float *dw, float *db, const Act *dout, const Act *inp,
-                                      const Act *w, const float *mean, const float *rstd, int N, int C) {
-    const int arrays = db ? 2 : 1, nw = norm_bwd_warps(C, arrays);
-    if (nw < 1 || N <= 0 || C <= 0) return false;
-    int rpb = (N + NB_MAX_BLOCKS - 1) / NB_MAX_BLOCKS;
-    if (rpb < 16) rpb = 16;
-    const int blocks = (N + rpb - 1) / rpb;
-    float *pw = (float *)gtc_scratch(b, (size_t)arrays * blocks * C * sizeof(float));
-    float *pb = db ? pw + (size_t)blocks * C : NULL;
-    cudaStream_t st = gtc_stream(b);
-    size_t smem = (size_t)arrays * nw * C * sizeof(float);
-    GTC_LAUNCH((norm_backward_kernel<LN, Act>), blocks, nw * 32, smem, st, dinp, pw, pb, dout, inp, w, mean, rstd, N,
-               C, rpb);
-    CUDA_CHECK_LAUNCH();
-    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);
-    CUDA_CHECK_LAUNCH();
-    return true;
-}
-
-void gtc_rmsnorm_backward_single_pass(Backend *b, act_t *dinp, float *dw, const act_t *dout, const act_t *inp,
-                                      const act_t *w, const float *rstd, int N, int C, bool *done) {
-    if (gtc_act_bf16(b))
-        *done = norm_backward_single_pass<false>(b, (gtc_bf16 *)dinp, dw, (float *)NULL, (const gtc_bf16 *)dout,
-                                                 (const gtc_bf16 *)inp, (const gtc_bf16 *)w, (const float *)NULL,
-                                                 rstd, N, C);
-    else
-        *done = norm_backward_single_pass<false>(b, (float *)dinp, dw, (float *)NULL, (const float *)dout,
-                                                 (const float *)inp, (const float *)w, (const float *)NULL, rstd,
-                                                 N, C);
-}
-
-template <typename Act>
-static void layernorm_backward_t(Backend *b, Act *dinp, float *dw, float *dbias, const Act *dout,
-                                 const Act *inp, const Act *w, const float *mean,
-                                 const float *rstd, int N, int C) {
-    if (dw && norm_backward_single_pass<true>(b, dinp, dw, dbias, dout, inp, w, mean, rstd, N, C)) return;
-    if (dinp) {
-        int rows_per_block = GTC_THREADS / 32;
-        GTC_LAUNCH(layernorm_backward_dinp_kernel<Act>, (N + rows_per_block - 1) / rows_per_block,
-                   GTC_THREADS, 0, gtc_stream(b), dinp, dout, inp, w, mean, rstd, N, C);
-        CUDA_CHECK_LAUNCH();
-    }
-    if (dw || dbias) {
-        if (dw)
-            colreduce<Act>(b, dw, dbias, dout, inp, mean, rstd, N, C);
-        else
-            colreduce<Act>(b, NULL, dbias, dout, NULL, NULL, NULL, N, C);
-    }
-}
-
-void gtc_layernorm_backward(Backend *b, act_t *dinp, float *dw, float *dbias, const act_t *dout,
-                            const act_t *inp, const act_t *w, const float *mean, const float *rstd,
-                            int N, int C) {
-    if (N <= 0) return;
-    if (gtc_act_bf16(b))
-        layernorm_backward_t(b, (gtc_bf16 *)dinp, dw, dbias, (const gtc_bf16 *)dout,
-                             (const gtc_bf16 *)inp, (const gtc_bf16 *)w, mean, rstd, N, C);
-    else
-        layernorm_backward_t(b, (float *)dinp, dw, dbias, (const float *)dout, (const float *)inp,
-                             (const float *)w, mean, rstd, N, C);
-}
-
-/* ------------------------------------------------------------------ cross-entropy */
-
-/* One block per row: max, then sum of exp(x - max) in double, loss = log(sum) + max - x[target];
- * with compute_grad the row becomes dloss_scale * (softmax - onehot), computed in fp32 from the
- * act_t logits and rounded once. Same formulas as the CPU. Without compute_grad the logits are
- * not written. */
+ * Precision (fp32 partials instead of the former double sum): s >= 1 (the max's own term); each
+ * term exp(x - M) carries expf's error (<= 2 ulp) and one rounding per rescale of its thread's
+ * running sum (a rescale happens only when the max grows, at most once per pack), then about
+ * V / (CE_THREADS P) + P additions in its thread and log2(CE_THREADS) combinations: for V 50257,
+ * fewer than 60 roundings, a relative error of s below 60 * 2^-24 = 3.6e-6, an absolute error of
+ * log(s), and so of the loss, below 3.6e-6 (bf16 logits are exact in fp32; fp32 logits add the
+ * rounding of m - x[target]). tests/test_ops.c's crossentropy cases check the losses against the
+ * double reference at 1e-5 (relative to the largest loss), V up to 50257. */
 #define CE_THREADS 512
+
+/* (m, s) <- the pair for the union of the elements of (m, s) and (m2, s2). Each product and the
+ * sum rounded as written (no contraction), so combine(a, b) and combine(b, a) give the same bits:
+ * a butterfly leaves the same pair in every lane. */
+__device__ __forceinline__ void ce_combine(float &m, float &s, float m2, float s2) {
+    const float M = fmaxf(m, m2);
+    if (M == -INFINITY) return; /* both empty (s = s2 = 0) */
+    s = __fadd_rn(__fmul_rn(s, expf(m - M)), __fmul_rn(s2, expf(m2 - M)));
+    m = M;
+}
+
+/* one pack of cnt logits into the running (m, s) */
 template <typename Act>
-__global__ void crossentropy_kernel(float *losses, Act *logits, const int *targets, int V, int ld,
-                                    float dloss_scale, int compute_grad) {
-    __shared__ float s_max[33];
-    __shared__ double s_sum[33];
-    int n = blockIdx.x;
+__device__ __forceinline__ void ce_accumulate(float &m, float &s, const uint4 &raw, int cnt) {
+    float v[GTC_PACK(Act)];
+    gtc_raw_to_f32<Act>(v, raw);
+    float pm = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(Act); j++)
+        if (j < cnt) pm = fmaxf(pm, v[j]);
+    const float M = fmaxf(m, pm);
+    float add = 0.0f;
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(Act); j++)
+        if (j < cnt) add += expf(v[j] - M);
+    s = m == -INFINITY ? add : s * expf(m - M) + add;
+    m = M;
+}
+
+/* the gradient of one pack (first column c0, cnt logits) written over it */
+template <typename Act>
+__device__ __forceinline__ void ce_grad_store(Act *x, const uint4 &raw, int c0, int cnt, bool vec, float m, float f,
+                                              int tgt, float dloss_scale) {
+    float v[GTC_PACK(Act)];
+    gtc_raw_to_f32<Act>(v, raw);
+#pragma unroll
+    for (int j = 0; j < GTC_PACK(Act); j++) {
+        v[j] = expf(v[j] - m) * f;
+        if (c0 + j == tgt) v[j] -= dloss_scale;
+    }
+    gtc_raw_store(x + c0, gtc_raw_from_f32<Act>(v), cnt, vec);
+}
+
+template <typename Act, int PPT>
+__global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_kernel(float *losses, Act *logits, const int *targets, int V, int ld, float dloss_scale,
+                        int compute_grad, int vec) {
+    constexpr int P = GTC_PACK(Act);
+    __shared__ float s_m[CE_THREADS / 32], s_s[CE_THREADS / 32];
+    const int n = blockIdx.x, t = threadIdx.x, packs = (V + P - 1) / P;
     Act *x = logits + (size_t)n * ld;
-    int tgt = targets[n];
-    if (tgt == -100) {
-        if (threadIdx.x == 0) losses[n] = 0.0f;
-        if (compute_grad)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) store_from_f32(x, i, 0.0f);
+    const int tgt = targets[n];
+    if (tgt < 0 || tgt >= V) { /* -100: ignored, a zero row; another bad target (the caller validates) is loud */
+        const float fill = tgt == -100 ? 0.0f : NAN;
+        if (t == 0) losses[n] = fill;
+        if (compute_grad) {
+            float v[P];
+            for (int j = 0; j < P; j++) v[j] = fill;
+            const uint4 raw = gtc_raw_from_f32<Act>(v);
+            for (int q = t; q < packs; q += CE_THREADS) {
+                const int cnt = min(P, V - q * P);
+                gtc_raw_store(x + q * P, raw, cnt, vec && cnt == P);
+            }
+        }
         return;
     }
-    if (tgt < 0 || tgt >= V) { /* the caller validates; a bad target is loud, never silent */
-        if (threadIdx.x == 0) losses[n] = NAN;
-        if (compute_grad)
-            for (int i = threadIdx.x; i < V; i += blockDim.x) store_from_f32(x, i, NAN);
-        return;
-    }
-    float xt = load_f32(x, tgt); /* read by every thread before any write below (reductions sync) */
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, load_f32(x, i));
-    mx = block_max(mx, s_max);
-    double sum = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += (double)expf(load_f32(x, i) - mx);
-    sum = block_sum_d(sum, s_sum);
-    if (threadIdx.x == 0) losses[n] = (float)(log(sum) + (double)mx - (double)xt);
-    if (compute_grad) {
-        float f = (float)((double)dloss_scale / sum);
-        for (int i = threadIdx.x; i < V; i += blockDim.x) {
-            float g = expf(load_f32(x, i) - mx) * f;
-            if (i == tgt) g -= dloss_scale;
-            store_from_f32(x, i, g);
+    const float xt = load_f32(x, tgt); /* read by every thread before any write below (the barrier) */
+    float m = -INFINITY, s = 0.0f;
+    uint4 keep[PPT > 0 ? PPT : 1];
+    if constexpr (PPT > 0) {
+#pragma unroll
+        for (int k = 0; k < PPT; k++) {
+            const int q = t + k * CE_THREADS, cnt = min(P, V - q * P);
+            if (cnt <= 0) continue;
+            keep[k] = gtc_raw_load(x + q * P, cnt, vec && cnt == P);
+        }
+#pragma unroll
+        for (int k = 0; k < PPT; k++) {
+            const int q = t + k * CE_THREADS, cnt = min(P, V - q * P);
+            if (cnt > 0) ce_accumulate<Act>(m, s, keep[k], cnt);
+        }
+    } else {
+        for (int q = t; q < packs; q += CE_THREADS) {
+            const int cnt = min(P, V - q * P);
+            ce_accumulate<Act>(m, s, gtc_raw_load(x + q * P, cnt, vec && cnt == P), cnt);
         }
     }
+    for (int o = 16; o > 0; o >>= 1) {
+        const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+        ce_combine(m, s, m2, s2);
+    }
+    if ((t & 31) == 0) {
+        s_m[t >> 5] = m;
+        s_s[t >> 5] = s;
+    }
+    __syncthreads();
+    m = s_m[0];
+    s = s_s[0];
+    for (int w = 1; w < CE_THREADS / 32; w++) ce_combine(m, s, s_m[w], s_s[w]);
+    if (t == 0) losses[n] = logf(s) + (m - xt);
+    if (!compute_grad) return;
+    const float f = dloss_scale / s;
+    if constexpr (PPT > 0) {
+#pragma unroll
+        for (int k = 0; k < PPT; k++) {
+            const int q = t + k * CE_THREADS, cnt = min(P, V - q * P);
+            if (cnt > 0) ce_grad_store(x, keep[k], q * P, cnt, vec && cnt == P, m, f, tgt, dloss_scale);
+        }
+    } else {
+        for (int q = t; q < packs; q += CE_THREADS) {
+            const int cnt = min(P, V - q * P);
+            const bool v = vec && cnt == P;
+            ce_grad_store(x, gtc_raw_load(x + q * P, cnt, v), q * P, cnt, v, m, f, tgt, dloss_scale);
+        }
+    }
+}
+
+template <typename Act>
+static void crossentropy_t(Backend *b, float *losses, Act *logits, const int *targets, int N, int V, int ld,
+                           float dloss_scale, int compute_grad) {
+    const int P = GTC_PACK(Act), packs = (V + P - 1) / P;
+    const int vec = ld % P == 0 && gtc_aligned16(logits);
+    cudaStream_t st = gtc_stream(b);
+    if (packs <= CE_THREADS * 8)
+        GTC_LAUNCH((crossentropy_kernel<Act, 8>), N, CE_THREADS, 0, st, losses, logits, targets, V, ld, dloss_scale,
+                   compute_grad, vec);
+    else if (packs <= CE_THREADS * 16)
+        GTC_LAUNCH((crossentropy_kernel<Act, 16>), N, CE_THREADS, 0, st, losses, logits, targets, V, ld, dloss_scale,
+                   compute_grad, vec);
+    else
+        GTC_LAUNCH((crossentropy_kernel<Act, 0>), N, CE_THREADS, 0, st, losses, logits, targets, V, ld, dloss_scale,
+                   compute_grad, vec);
+    CUDA_CHECK_LAUNCH();
 }
 
 void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V,
                       int ld, float dloss_scale, int compute_grad) {
-    if (N <= 0) return;
+    if (N <= 0 || V <= 0) return;
     if (gtc_act_bf16(b))
-        GTC_LAUNCH(crossentropy_kernel<gtc_bf16>, N, CE_THREADS, 0, gtc_stream(b), losses,
-                   (gtc_bf16 *)logits, targets, V, ld, dloss_scale, compute_grad);
+        crossentropy_t(b, losses, (gtc_bf16 *)logits, targets, N, V, ld, dloss_scale, compute_grad);
     else
-        GTC_LAUNCH(crossentropy_kernel<float>, N, CE_THREADS, 0, gtc_stream(b), losses,
-                   (float *)logits, targets, V, ld, dloss_scale, compute_grad);
-    CUDA_CHECK_LAUNCH();
+        crossentropy_t(b, losses, (float *)logits, targets, N, V, ld, dloss_scale, compute_grad);
 }
 
 /* ------------------------------------------------------------------ sum of squares */

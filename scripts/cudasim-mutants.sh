@@ -80,19 +80,28 @@ sum_squares_chunk_tail_dropped|cuda/kernels_misc.cu|    for (size_t i = tail + t
 sum_squares_second_pack_repeats_first|cuda/kernels_misc.cu|            load_pack<4>(c, x + i0 + 8 * p + 4);|            load_pack<4>(c, x + i0 + 8 * p);|ops/sum_squares
 adamw_act_copy_skipped|cuda/kernels_elementwise.cu|        if (copy) store_pack<N>(copy + o, p);\n||@(backend_ops|backend_ops_bf16)/*
 swiglu_pack_up_offset|cuda/kernels_llama.cu|        load_pack<P>(u, in + I);\n        load_pack<P>(dy, dout + idx);|        load_pack<P>(u, in + P);\n        load_pack<P>(dy, dout + idx);|@(backend_ops|backend_ops_bf16)/*
-fused_residual_not_written|cuda/kernels_misc.cu|        store_from_f32(rr, c, load_f32(xr, c) + load_f32(yr, c));\n        s += load_f32(rr, c);|        s += load_f32(xr, c) + load_f32(yr, c);|@(ops|ops_bf16|backend_ops|backend_ops_bf16)/*
+fused_residual_not_written|cuda/kernels_norms.cu|            gtc_raw_store(res + c0, xs[k], n, v);\n||@(ops|ops_bf16|ops_llama|backend_ops|backend_ops_bf16)/*
 gemm_align_split_removed|cuda/gemm_align.cu|    const bool aligned = gtc_aligned16(A) && gtc_aligned16(B)|    const bool aligned = false && gtc_aligned16(A) && gtc_aligned16(B)|cuda_gemm/*
 gemm_align_k_main_overwrites_tail|cuda/gemm_align.cu|abt, A, lda, B, ldb, cdt, Cm, ldc, NULL, 1.0f);|abt, A, lda, B, ldb, cdt, Cm, ldc, NULL, beta);|cuda_gemm/*
 gemm_align_m_tail_writes_padding|cuda/gemm_align.cu|dp, (size_t)g * cd, (size_t)mt * cd, (size_t)n);|dp, (size_t)g * cd, (size_t)g * cd, (size_t)n);|cuda_gemm/*
 gemm_align_n_tail_offset|cuda/gemm_align.cu|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)n0 * ab,|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)(n0 - 1) * ab,|cuda_gemm/*
-norm_backward_partials_race|cuda/kernels_misc.cu|    __syncthreads(); /* every warp's partial rows are complete */\n||@(ops|ops_bf16|ops_llama|backend_ops)/*
-norm_backward_block_partial_skipped|cuda/kernels_misc.cu|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks);|    GTC_LAUNCH(colsum_final_kernel, (C + 255) / 256, 256, 0, st, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
 profile_range_opened_every_step|cuda/backend_cuda.cu|    if (im->profile_step && ++im->timed_steps == im->profile_step) CUDA_CHECK(cudaProfilerStart());|    if (im->profile_step && ++im->timed_steps >= im->profile_step) CUDA_CHECK(cudaProfilerStart());|host_waits/profile*
 bgrad_scratch_added_twice|cuda/backend_cuda.cu|    gtc_accumulate_f32(b, dbias, grad, OC);\n    return true;|    gtc_accumulate_f32(b, dbias, grad, OC);\n    gtc_accumulate_f32(b, dbias, grad, OC);\n    return true;|ops_bf16/matmul*
 bgrad_scratch_not_added|cuda/backend_cuda.cu|    gtc_accumulate_f32(b, dbias, grad, OC);\n    return true;|    return true;|ops_bf16/matmul*
 bgrad_epilogue_writes_dbias|cuda/backend_cuda.cu|CUBLASLT_MATMUL_DESC_BIAS_POINTER, &grad, sizeof grad));|CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dbias, sizeof dbias));|ops_bf16/matmul*
 bgrad_other_operand|cuda/backend_cuda.cu|bgrad ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_BIAS;|bgrad ? CUBLASLT_EPILOGUE_BGRADA : CUBLASLT_EPILOGUE_BIAS;|ops_bf16/matmul*
 bgrad_bias_type_bf16|cuda/backend_cuda.cu|            int32_t bias_type = (int32_t)cuda_type(cdt);|            int32_t bias_type = bgrad ? (int32_t)CUDA_R_16BF : (int32_t)cuda_type(cdt);|ops_bf16/matmul*
+norm_backward_row_groups_race|cuda/kernels_norms.cu|            }\n            __syncthreads();\n        }\n    }\n}|            }\n        }\n    }\n}|@(ops|ops_bf16|ops_llama|backend_ops)/*
+norm_backward_block_partial_skipped|cuda/kernels_norms.cu|        gtc_colsum_partials(b, dw, db, pw, pb, C, blocks);|        gtc_colsum_partials(b, dw, db, pw, pb, C, blocks - 1);|@(ops|ops_bf16|backend_ops)/*
+norm_partials_stride_skips|cuda/kernels_misc.cu|        for (int y = ty; y < parts; y += COL_TY) {|        for (int y = ty; y < parts; y += COL_TY + 1) {|@(ops|ops_bf16|backend_ops)/*
+norm_tail_dropped|cuda/kernels_norms.cu|    return min(GTC_PACK(Act), Cv - c0);|    return Cv - c0 >= GTC_PACK(Act) ? GTC_PACK(Act) : 0;|@(ops_llama|ops_llama_bf16|ops|ops_bf16)/*
+norm_pack_weight_order_swapped|cuda/kernels_norms.cu|: xv[j] * r * wv[j];|: xv[j] * r * wv[j ^ 1];|@(ops_llama|ops_llama_bf16)/*
+norm_row_last_warp_dropped|cuda/kernels_norms.cu|    for (int k = 0; k < nw; k++) t += s[k];|    for (int k = 0; k < nw - 1; k++) t += s[k];|@(ops_llama|ops_llama_bf16)/*
+norm_backward_alignment_unchecked|cuda/kernels_norms.cu|    const bool vec = aligned && C % GTC_PACK(Act) == 0;|    const bool vec = (void(aligned), true) && C % GTC_PACK(Act) == 0;|ops_llama*/rows_unaligned
+ce_online_rescale_dropped|cuda/kernels_misc.cu|    s = m == -INFINITY ? add : s * expf(m - M) + add;|    s = m == -INFINITY ? add : s + add;|@(ops|ops_bf16|ops_llama|ops_llama_bf16)/*crossentropy*
+ce_combine_rescale_dropped|cuda/kernels_misc.cu|    s = __fadd_rn(__fmul_rn(s, expf(m - M)), __fmul_rn(s2, expf(m2 - M)));|    s = __fadd_rn(s, s2);|@(ops|ops_bf16|ops_llama|ops_llama_bf16)/*crossentropy*
+ce_warp_skipped|cuda/kernels_misc.cu|    for (int w = 1; w < CE_THREADS / 32; w++)|    for (int w = 2; w < CE_THREADS / 32; w++)|@(ops|ops_bf16|ops_llama|ops_llama_bf16)/*crossentropy*
+ce_alignment_unchecked|cuda/kernels_misc.cu|    const int vec = ld % P == 0 && gtc_aligned16(logits);|    const int vec = ld % P == 0;|ops_llama*/rows_unaligned
 sync_not_counted|cuda/backend_cuda.cu|    b->host_waits++;\n    b->syncs++;|    b->host_waits++;|@(host_waits)/*
 runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_WORKSPACE_BYTES(prop.major), "cuBLAS workspace");\n    backend_reserve(b, GTC_MODULES_RESERVE_BYTES, "kernel modules (allowance)");\n||@(host_waits)/*
 nccl_bf16_summed_as_fp32_pairs|cuda/dist_nccl.cu|    return allreduce_start(c, dev_buf, n, ncclBfloat16, err);|    return allreduce_start(c, dev_buf, n / 2, ncclFloat32, err);|@(nccl|dist_e2e)/*

@@ -6,7 +6,9 @@
 #                4096, 32 heads, 8 kv heads, head size 128, ffn 14336, vocab 32000) with
 #                MISTRAL_LAYERS layers, bf16, B 4, T 512, full and LoRA r 16; the attention alone
 #                (bench_attention) at head size 128, T 1024 and 4096. Each printed beside the cost
-#                model's prediction for this GPU (GPU_MODEL_JSON, written by make gpu-model).
+#                model's prediction for this GPU (GPU_MODEL_JSON, written by make gpu-model). The row
+#                kernels alone (bench_rows: norms, SwiGLU, cross-entropy at those runs' shapes): us and
+#                the fraction of the memory bandwidth each reaches.
 #   s2 torch     the same-machine PyTorch baseline: transformers + PEFT on the same shapes
 #                (scripts/bench_torch_gpu.py).
 #   s3 step      one small config on the CPU and on the GPU: per-step loss and grad norm agree.
@@ -132,6 +134,17 @@ if want s1 && [ "$GPU_OK" = 1 ]; then
       record "s1-attn-T$at" FAIL "bench_attention failed - see log"
     fi
   done
+  # the row kernels alone (norms, SwiGLU, cross-entropy) at the runs' shapes: us per call, GB/s and the
+  # fraction of the GPU's memory bandwidth (bench/bench_rows.c)
+  case "$GPU_NAME" in *H200*) peak=4800 ;; *H100*) peak=3350 ;; *4090*) peak=1008 ;; *) peak=0 ;; esac
+  secs="$(stage_secs "$STAGE_BENCH" 20)"
+  if [ ! -x "$ROOT/$BUILD/bench_rows" ]; then record s1-rows SKIP "$BUILD/bench_rows not built"
+  elif [ "$secs" -lt 5 ]; then record s1-rows SKIP "out of time budget"
+  elif run_to "$WORK/rows.out" "$secs" "$ROOT/$BUILD/bench_rows" "$DEV" "$([ "${DRY:-0}" = 1 ] && echo 1 || echo 10)" bf16 "$peak"; then
+    record s1-rows PASS "$(grep '^rows' "$WORK/rows.out" | sed -E 's/^rows [a-z]+ //; s/, [0-9.]+ MB moved//' | paste -sd';' -)"
+  else
+    record s1-rows FAIL "bench_rows failed - see log"
+  fi
 elif want s1; then
   record s1-bench SKIP "no working GPU backend"
 fi

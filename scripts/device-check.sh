@@ -206,10 +206,10 @@ if [ "$PREBUILT" = 1 ]; then
   else
     record build FAIL "carried $BUILD/gtrain does not run: $(tail -1 "$WORK/build.out")"
   fi
-elif run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain" "$BUILD/bench_attention"; then
+elif run_to "$WORK/build.out" 240 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/gtrain" "$BUILD/bench_attention" "$BUILD/bench_rows"; then
   HAVE_GTRAIN=1
   if [ "$DRY" = 1 ]; then
-    record build PASS "dry run: $BUILD/gtrain + bench_attention on the CPU (no test_gtrain)"
+    record build PASS "dry run: $BUILD/gtrain + bench_attention + bench_rows on the CPU (no test_gtrain)"
   elif run_to "$WORK/build-tests.out" 180 make -j"$JOBS" "${MAKE_ARGS[@]}" "$BUILD/test_gtrain"; then
     HAVE_TESTS=1
     record build PASS "gtrain + test_gtrain (${CUDA_ARCH:-default arch}), $(elapsed)s"

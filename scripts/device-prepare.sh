@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/device-prepare.sh - on this (Debian 12) machine, make what scripts/device-check.sh needs to
 # run on a GPU machine without compiling there (DEVICE_CHECK_PREBUILT=1):
-#   build-carry/        gtrain, its CUDA module, test_gtrain and bench_attention (stripped copies; built
+#   build-carry/        gtrain, its CUDA module, test_gtrain, bench_attention and bench_rows (stripped copies; built
 #                       in build-device/) for one GPU architecture (DEVICE_ARCH, default sm_90:
 #                       H100/H200), host code for any x86-64-v3 processor (not -march=native), no MPI;
 #   .devlibs.tar.xz     the shared libraries those load that are not glibc, libstdc++/libgcc or the
@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 ARCH="${DEVICE_ARCH:-90}"
 B=build-device
-FILES=(gtrain libgtrain-cuda.so libgtrain-cuda-probe.so test_gtrain bench_attention) # what is carried
+FILES=(gtrain libgtrain-cuda.so libgtrain-cuda-probe.so test_gtrain bench_attention bench_rows) # what is carried
 nice make -j"$(nproc)" BUILD=$B CUDA=1 MPI=0 ARCH_FLAGS=-march=x86-64-v3 \
   CUDA_ARCH="-gencode arch=compute_$ARCH,code=sm_$ARCH" "${FILES[@]/#/$B/}"
 stage="$(mktemp -d)"

@@ -4,9 +4,10 @@
  * + 268, at row counts where the order of the sum matters (N = 16384) and at row widths that take
  * the CUDA backend's single-pass kernel and its two-pass fallback (C = 8192 under layernorm).
  *
- * Why that K: the CUDA backend sums in fp32 in a fixed tree (kernels_misc.cu): rows within a warp
- * (at most max(32, ceil(N / 256))), warps (8), blocks (256) or, two-pass, row chunks (32), plus
- * the += into dw, and each term dout * ((x - mean) * rstd) carries 3 roundings; so each column's
+ * Why that K: the CUDA backend sums in fp32 in a fixed tree (kernels_norms.cu, kernels_misc.cu):
+ * rows within a thread's row group (at most max(32, ceil(N / 256))), row groups (8), blocks (512:
+ * 64 in each of 8 threads, then the 8) or, two-pass, row chunks (32), plus the += into dw, and each term dout * ((x - mean) * rstd)
+ * carries at most 3 roundings; so each column's
  * computed sum is the exact sum of its terms each perturbed by at most gamma_K relative (the
  * standard bound for recursive summation, Higham 4.2). The CPU backend sums in double and lands
  * far inside. The bound is per column, so a dropped row or a partial added twice (an error of one
