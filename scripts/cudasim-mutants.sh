@@ -90,6 +90,8 @@ runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_W
 nccl_bf16_summed_as_fp32_pairs|cuda/dist_nccl.cu|    return allreduce_start(c, dev_buf, n, ncclBfloat16, err);|    return allreduce_start(c, dev_buf, n / 2, ncclFloat32, err);|@(nccl|dist_e2e)/*
 nccl_bf16_reduce_scatter_offset|cuda/dist_nccl.cu|(char *)dev_buf + (size_t)c->rank * shard * es, shard, t,|(char *)dev_buf + (size_t)c->rank * shard * sizeof(float), shard, t,|dist_e2e/zero1_bf16*
 bf16_sums_not_widened_back|src/run/dist_comm.c|        c->be->ops->convert(c->be, c->grads + off, GT_F32, c->copy + off, GT_BF16, n);|        (void)off, (void)n;|@(dist_e2e)/*
+bf16_allreduce_before_convert|src/run/dist_comm.c|        c->be->ops->convert(c->be, half, GT_BF16, buf, GT_F32, n); /* on the compute stream: before NCCL's start */\n        c->started[2 * c->n_started] = (size_t)(buf - c->grads);\n        c->started[2 * c->n_started + 1] = n;\n        c->n_started++;\n#ifdef GT_HAVE_NCCL\n        if (c->nccl) return nccl_allreduce_bf16_start(c->nccl, half, n, err);|        c->started[2 * c->n_started] = (size_t)(buf - c->grads);\n        c->started[2 * c->n_started + 1] = n;\n        c->n_started++;\n#ifdef GT_HAVE_NCCL\n        if (c->nccl) {\n            const int rc = nccl_allreduce_bf16_start(c->nccl, half, n, err);\n            c->be->ops->convert(c->be, half, GT_BF16, buf, GT_F32, n);\n            return rc;\n        }\n#endif\n        c->be->ops->convert(c->be, half, GT_BF16, buf, GT_F32, n);\n#ifdef GT_HAVE_NCCL|dist_e2e/bf16*
+nccl_compute_skips_join|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->compute, c->done, 0));\n||nccl/one_rank*
 EOF
 }
 
