@@ -22,7 +22,8 @@
  *           of the whole sum (tests/test_cuda_gemm_align.c measures it against a double reference).
  * The split depends on the shape alone (never on where buffers live), so recompute stays bit-identical.
  * Shapes with more than one dimension at fault, or with pointers or leading dimensions that are not
- * 16-byte aligned (nothing can make those fast), go to gtc_gemm_one unchanged. */
+ * 16-byte aligned (nothing can make those fast), go to gtc_gemm_one unchanged, except the operands
+ * of a dimension that is all tail (fewer than g elements): copied whole, they may lie anywhere. */
 #include "cuda_common.cuh"
 
 /* bytes of x elements of es bytes are a multiple of 16 */
@@ -45,13 +46,19 @@ void gtc_gemm(Backend *b, cublasOperation_t ta, cublasOperation_t tb, int m, int
     const bool bad_m = !mult16(m, cd) || (an && !mult16(m, ab));
     const bool bad_k = (!an && !mult16(k, ab)) || (bn && !mult16(k, ab));
     const bool bad_n = !bn && !mult16(n, ab);
-    const bool aligned = gtc_aligned16(A) && gtc_aligned16(B) && gtc_aligned16(Cm) && (!bias || gtc_aligned16(bias)) &&
-                         mult16(lda, ab) && mult16(ldb, ab) && mult16(ldc, cd);
+    const int g = (int)(16 / (ab < cd ? ab : cd)); /* 8 for bf16 operands, 4 for fp32 */
+    /* a dimension at fault that is all tail (shorter than g) has no main part: the operands the tail
+     * copies (m: op(A), D and the bias; n: op(B) and D; k: op(A) and op(B)) are not used in place, so
+     * their own alignment does not matter (a LoRA GEMM's rank-r operands: B [rows, r] is packed) */
+    const bool all_m = bad_m && m < g, all_n = bad_n && n < g, all_k = bad_k && k < g;
+    const bool aligned = ((all_m || all_k) || (gtc_aligned16(A) && mult16(lda, ab))) &&
+                         ((all_n || all_k) || (gtc_aligned16(B) && mult16(ldb, ab))) &&
+                         ((all_m || all_n) || (gtc_aligned16(Cm) && mult16(ldc, cd))) &&
+                         (!bias || all_m || gtc_aligned16(bias));
     if (m <= 0 || n <= 0 || k <= 0 || !aligned || (int)bad_m + (int)bad_k + (int)bad_n != 1) {
         gtc_gemm_one(b, ta, tb, m, n, k, alpha, abt, A, lda, B, ldb, cdt, Cm, ldc, bias, beta);
         return;
     }
-    const int g = (int)(16 / (ab < cd ? ab : cd)); /* 8 for bf16 operands, 4 for fp32 */
     const char *a = (const char *)A, *bb = (const char *)B;
     char *c = (char *)Cm;
     if (bad_m) {

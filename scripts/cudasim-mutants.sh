@@ -71,7 +71,7 @@ kv_store_value_from_key_heads|cuda/kernels_decode.cu|        vc[at] = row[KV + c
 lora_gemm_beta_zero|cuda/backend_cuda.cu|         ldb, A, lda, cdt, C, ldc, NULL, beta);|         ldb, A, lda, cdt, C, ldc, NULL, 0.0f);|@(backend_ops|backend_ops_bf16|lora_model)/*
 lora_gemm_output_stride|cuda/backend_cuda.cu|         ldb, A, lda, cdt, C, ldc, NULL, beta);|         ldb, A, lda, cdt, C, N, NULL, beta);|@(backend_ops|backend_ops_bf16|lora_model)/*
 lora_gemm_alpha_ignored|cuda/backend_cuda.cu|N, M, K < 0 ? 0 : K, alpha, act_dtype(b), B,|N, M, K < 0 ? 0 : K, 1.0f, act_dtype(b), B,|@(backend_ops|backend_ops_bf16|lora_model)/*
-lora_concat_a_offset_by_r|src/model/adapter_linear.c|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), R,|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)((j + 1) % n) * r), R,|@(lora_model|lora_train)/*
+lora_concat_a_offset_by_r|src/model/adapter_linear.c|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), H,|        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)((j + 1) % n) * r), H,|@(lora_model|lora_train)/*
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 module_table_collectives_swapped|cuda/module_entry.cu|    nccl_reduce_scatter,\n    nccl_allgather,\n|    nccl_allgather,\n    nccl_reduce_scatter,\n|dist_e2e/zero1_*
 elementwise_tail_dropped|cuda/kernels_elementwise.cu|    for (size_t i = npack * N + tid; i < n; i += stride)\n        store_from_f32(out, i, op(|    for (size_t i = npack * N + tid; i < npack * N; i += stride)\n        store_from_f32(out, i, op(|@(backend_ops|backend_ops_bf16)/*
@@ -81,7 +81,7 @@ sum_squares_second_pack_repeats_first|cuda/kernels_misc.cu|            load_pack
 adamw_act_copy_skipped|cuda/kernels_elementwise.cu|        if (copy) store_pack<N>(copy + o, p);\n||@(backend_ops|backend_ops_bf16)/*
 swiglu_pack_up_offset|cuda/kernels_llama.cu|        load_pack<P>(u, in + I);\n        load_pack<P>(dy, dout + idx);|        load_pack<P>(u, in + P);\n        load_pack<P>(dy, dout + idx);|@(backend_ops|backend_ops_bf16)/*
 fused_residual_not_written|cuda/kernels_norms.cu|            gtc_raw_store(res + c0, xs[k], n, v);\n||@(ops|ops_bf16|ops_llama|backend_ops|backend_ops_bf16)/*
-gemm_align_split_removed|cuda/gemm_align.cu|    const bool aligned = gtc_aligned16(A) && gtc_aligned16(B)|    const bool aligned = false && gtc_aligned16(A) && gtc_aligned16(B)|cuda_gemm/*
+gemm_align_split_removed|cuda/gemm_align.cu|    const bool aligned = ((all_m|    const bool aligned = false && ((all_m|cuda_gemm/*
 gemm_align_k_main_overwrites_tail|cuda/gemm_align.cu|abt, A, lda, B, ldb, cdt, Cm, ldc, NULL, 1.0f);|abt, A, lda, B, ldb, cdt, Cm, ldc, NULL, beta);|cuda_gemm/*
 gemm_align_m_tail_writes_padding|cuda/gemm_align.cu|dp, (size_t)g * cd, (size_t)mt * cd, (size_t)n);|dp, (size_t)g * cd, (size_t)g * cd, (size_t)n);|cuda_gemm/*
 gemm_align_n_tail_offset|cuda/gemm_align.cu|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)n0 * ab,|        copy2d(b, bp, (size_t)g * ab, bb + (size_t)(n0 - 1) * ab,|cuda_gemm/*
@@ -107,6 +107,11 @@ runtime_reserve_dropped|cuda/backend_cuda.cu|    backend_reserve(b, GTC_CUBLAS_W
 nccl_bf16_summed_as_fp32_pairs|cuda/dist_nccl.cu|    return allreduce_start(c, dev_buf, n, ncclBfloat16, err);|    return allreduce_start(c, dev_buf, n / 2, ncclFloat32, err);|@(nccl|dist_e2e)/*
 nccl_bf16_reduce_scatter_offset|cuda/dist_nccl.cu|(char *)dev_buf + (size_t)c->rank * shard * es, shard, t,|(char *)dev_buf + (size_t)c->rank * shard * sizeof(float), shard, t,|dist_e2e/zero1_bf16*
 bf16_sums_not_widened_back|src/run/dist_comm.c|        c->be->ops->convert(c->be, c->grads + off, GT_F32, c->copy + off, GT_BF16, n);|        (void)off, (void)n;|@(dist_e2e)/*
+bf16_allreduce_before_convert|src/run/dist_comm.c|        c->be->ops->convert(c->be, half, GT_BF16, buf, GT_F32, n); /* on the compute stream: before NCCL's start */\n        c->started[2 * c->n_started] = (size_t)(buf - c->grads);\n        c->started[2 * c->n_started + 1] = n;\n        c->n_started++;\n#ifdef GT_HAVE_NCCL\n        if (c->nccl) return nccl_allreduce_bf16_start(c->nccl, half, n, err);|        c->started[2 * c->n_started] = (size_t)(buf - c->grads);\n        c->started[2 * c->n_started + 1] = n;\n        c->n_started++;\n#ifdef GT_HAVE_NCCL\n        if (c->nccl) {\n            const int rc = nccl_allreduce_bf16_start(c->nccl, half, n, err);\n            c->be->ops->convert(c->be, half, GT_BF16, buf, GT_F32, n);\n            return rc;\n        }\n#endif\n        c->be->ops->convert(c->be, half, GT_BF16, buf, GT_F32, n);\n#ifdef GT_HAVE_NCCL|dist_e2e/bf16*
+nccl_compute_skips_join|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->compute, c->done, 0));\n||nccl/one_rank*
+lora_dh_stride_dropped|src/model/adapter_linear.c|                 model_at(m, m->ad.dh, (size_t)j * r), m->act, H);|                 model_at(m, m->ad.dh, (size_t)j * r), m->act, R);|@(lora_model|lora_train)/*
+lora_h_rows_unpadded|src/model/lora.c|    return (width + 7) / 8 * 8;|    return width;|cuda_gemm/lora_steps*
+gemm_align_whole_tail_strict|cuda/gemm_align.cu|    const bool all_m = bad_m && m < g, all_n = bad_n && n < g, all_k = bad_k && k < g;|    const bool all_m = false, all_n = false, all_k = false;|cuda_gemm/lora*
 EOF
 }
 

@@ -493,7 +493,7 @@ Test(lora_train, gpt2_recompute_and_offload_are_bit_identical_fp32_and_bf16, .ti
  * the act dtype; params, grads and AdamW state are the adapters only (ZeRO-1: padded to world
  * shards, AdamW per shard; bf16 adds a bf16 copy of the adapters); the workspace is the full
  * model's plus one adapter application's (x A^T and its gradient [BT, r] each, times the sites on one
- * fused weight, whose concatenated lora_A is one GEMM; with dropout the input gradient [BT, widest
+ * fused weight, whose concatenated lora_A is one GEMM, rows padded to 8 elements; with dropout the input gradient [BT, widest
  * input] and the dropped input [BT, widest input]); every other category is the full model's (no
  * activation is kept per adapter). */
 Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeout = 60) {
@@ -579,7 +579,10 @@ Test(lora_train, planned_equals_measured_with_adapters_and_a_frozen_base, .timeo
         const int n_qkv = __builtin_popcount(targets & qkv), n_gu = __builtin_popcount(targets & gu);
         const uint64_t group = !llama ? 1 : (uint64_t)(n_qkv > n_gu ? (n_qkv > 1 ? n_qkv : 1) : (n_gu > 1 ? n_gu : 1));
         (void)out_max; /* no [BT, output block] under LoRA: B's GEMM accumulates into the base's output */
-        const uint64_t BT = (uint64_t)B * T, lora_ws = BT * ab * (2 * 5 * group + (drop ? 2 * in_max : 0));
+        /* x A^T and its gradient: r 5 times the group wide, each row padded to a multiple of 8 elements
+         * (16-byte rows in bf16, for the GEMMs' fast path) */
+        const uint64_t h_stride = (5 * group + 7) / 8 * 8;
+        const uint64_t BT = (uint64_t)B * T, lora_ws = BT * ab * (2 * h_stride + (drop ? 2 * in_max : 0));
         cr_assert_eq(be->mem.peak[MEM_WORKSPACE], p0.bytes[MEM_WORKSPACE] + lora_ws, "%s: workspace %llu, the full "
                      "model's %llu + the adapters' %llu", what, (unsigned long long)be->mem.peak[MEM_WORKSPACE],
                      (unsigned long long)p0.bytes[MEM_WORKSPACE], (unsigned long long)lora_ws);

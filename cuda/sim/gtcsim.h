@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
 typedef struct CUstream_st *cudaStream_t; /* as CUDA's driver_types.h declares it */
 
@@ -26,6 +27,17 @@ bool is_pinned_range(const void *p, size_t bytes);
  * everything queued on s before it and after the events s waits on; `what` names it in
  * messages. A library call (cublasLtMatmul, ncclAllReduce) queues its computation this way. */
 void enqueue(cudaStream_t s, const char *what, std::function<void()> work);
+
+/* A device (or pinned host) range that queued work reads or writes. */
+struct Range {
+    const void *p;
+    size_t bytes;
+    bool write;
+};
+/* enqueue, for work whose ranges are known when it is queued (a copy, a collective): they are
+ * declared now, so the cross-stream race check sees them even against a kernel of another
+ * stream that runs before this work does (runtime.cpp) */
+void enqueue_ranges(cudaStream_t s, const char *what, std::vector<Range> ranges, std::function<void()> work);
 
 /* Inside queued work: declare a device range read or written (for the cross-stream race check). */
 void note_access(const void *p, size_t bytes, bool write);

@@ -8,10 +8,11 @@
  *   a split by tag give the communicator, ordered by NCCL rank; disagreements fail loudly.
  * - Collectives (ncclAllReduce, ncclReduceScatter, ncclAllGather) validate their arguments when
  *   called (as NCCL documents: null comm, counts, types, ops; buffers must be device memory; the
- *   only overlapping form is NCCL's in-place one) and queue their work on the stream
- *   (gtcsim::enqueue). The work first all-gathers a descriptor (sequence number, kind, type, op,
- *   count): every rank must call the same collectives in the same order with the same counts,
- *   else all fail loudly naming each rank's call. Then it copies the device buffer to the host,
+ *   only overlapping form is NCCL's in-place one) and queue their work on the stream with their
+ *   buffers declared (gtcsim::enqueue_ranges: the race check sees them from then on). The work
+ *   first all-gathers a descriptor (sequence number, kind, type, op, count): every rank must
+ *   call the same collectives in the same order with the same counts, else all fail loudly
+ *   naming each rank's call. Then it copies the device buffer to the host,
  *   exchanges it (MPI_Iallgather / MPI_Ialltoall, polled with a deadline: GTCSIM_NCCL_TIMEOUT
  *   seconds, default 120), reduces in rank order 0, 1, ... (deterministic, identical on every
  *   rank; float sums in float as NCCL's kernels do, bf16 ones in fp32 rounded to bf16 at each step)
@@ -304,8 +305,6 @@ void run(const std::shared_ptr<ncclComm> &c, const Coll &k) {
     snprintf(what, sizeof what, "%s #%llu", kind_name(k.kind), (unsigned long long)k.seq);
     if (!gtcsim::is_device_range(k.send, k.send_bytes) || !gtcsim::is_device_range(k.recv, k.recv_bytes))
         gtcsim::fail("%s: a buffer is no longer device memory when the collective runs (freed before it ran?)", what);
-    gtcsim::note_access(k.send, k.send_bytes, false);
-    gtcsim::note_access(k.recv, k.recv_bytes, true);
     const size_t es = type_size(k.dtype), n = (size_t)c->nranks;
     std::vector<char> in(k.send_bytes), out(k.recv_bytes);
     memcpy(in.data(), k.send, k.send_bytes);
@@ -389,7 +388,9 @@ ncclResult_t collective(uint32_t kind, const void *sendbuff, void *recvbuff, siz
         c->pending++;
         in_progress = !c->blocking && (c->calls++ % 2 == 1);
     }
-    gtcsim::enqueue(stream, name, [c, k] { run(c, k); });
+    /* the buffers declared now: a kernel of another stream that runs first, not ordered with this
+     * collective, is a race the simulator sees */
+    gtcsim::enqueue_ranges(stream, name, {{sendbuff, send_bytes, false}, {recvbuff, recv_bytes, true}}, [c, k] { run(c, k); });
     if (!in_progress) return ncclSuccess;
     std::lock_guard<std::mutex> lk(g_mu);
     if (c->state == ncclSuccess) {

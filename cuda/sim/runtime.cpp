@@ -13,10 +13,23 @@
  * synchronisation, a synchronous copy, a query), and then only as far as that wait needs, each
  * stream's items in order and a cudaStreamWaitEvent item first running the recorded stream up to
  * the event. So a stream nobody waits for (the offload copy stream) runs as late as the program
- * allows: a missing wait shows up as data read too early or overwritten too soon. Every queued
- * item carries a vector clock (stream order, event waits, host synchronisation); the copies and
- * the library calls declare their ranges (note_access), and two accesses of overlapping ranges
- * from different streams, one a write, not ordered by the clocks, are a race: fail.
+ * allows: a missing wait shows up as data read too early or overwritten too soon. A query that
+ * finds work pending (cudaStreamQuery, cudaEventQuery) runs nothing: the next one runs it and
+ * returns cudaSuccess, so whatever has run is known to the host, and everything queued after it
+ * is ordered after it.
+ *
+ * Races: every queued item carries a vector clock (stream order, event waits, host
+ * synchronisation). Copies, memsets and collectives declare their device ranges when they are
+ * queued (enqueue_ranges), cuBLAS calls when they run (note_access); two accesses of overlapping
+ * ranges from different streams, one a write, not ordered by the clocks, are a race: fail. A
+ * kernel's accesses are not declared (any pointer it is given may be read or written anywhere):
+ * while a kernel runs, the pages of the declared ranges of other streams' items not ordered with
+ * it are protected (written ranges: no access; read ranges: read only), and a fault inside such a
+ * range that conflicts (a write, or any access of a range the other item writes) is a race: fail.
+ * A fault on such a page outside the ranges opens the page for the rest of that kernel (two
+ * buffers' ranges may share a page: an allocation's gradient buckets). Not seen: a kernel against
+ * a cuBLAS call or kernel of another stream that has not run yet (cuBLAS and kernels run on the
+ * compute stream only in cuda/); none of it while the cost model (GTCSIM_COST) counts pages.
  *
  * Global state (the simulator's, documented as the project asks): one simulated device, its
  * allocation tables, streams, events, the last error, the access log; all behind one recursive
@@ -58,6 +71,7 @@ struct CUstream_st {
     };
     std::deque<Item> q;
     uint64_t enq = 0, done = 0; /* items queued / run so far */
+    bool queried = false;       /* cudaStreamQuery said not ready: the next one runs the work */
     VClock vc;
     bool live = true;
 };
@@ -118,6 +132,14 @@ struct Access {
     bool write;
     int stream;
     uint64_t clock;
+    VClock vc; /* what happens before the item */
+    const char *what;
+};
+/* a kernel's protected ranges (race_kernel_begin): a conflicting access faults */
+struct Hot {
+    uintptr_t lo, hi;
+    bool write; /* the other item writes the range: any access conflicts */
+    int stream;
     const char *what;
 };
 
@@ -135,6 +157,11 @@ std::set<CUevent_st *> g_events;
 VClock g_host_vc; /* what the host has waited for */
 std::map<const void *, size_t> g_smem_limit;
 std::deque<Access> g_log;
+size_t g_log_pruned = 0; /* its size after the last prune */
+std::vector<Hot> g_hot;  /* while a kernel runs */
+std::vector<std::pair<uintptr_t, uintptr_t>> g_hot_pages; /* page runs protected for it */
+const char *g_hot_kernel = nullptr;
+int g_hot_stream = 0;
 CUstream_st *g_cur_stream = nullptr; /* the stream whose item runs now */
 const VClock *g_cur_vc = nullptr;
 const char *g_cur_what = nullptr;
@@ -155,9 +182,33 @@ bool in_arena(uintptr_t a) {
     return false;
 }
 
+/* A fault while a kernel runs with protected ranges (race_kernel_begin): an access that conflicts
+ * with a range is a race (said, and the process aborts, as gtcsim::fail); one elsewhere on a
+ * protected page opens the page for the rest of the kernel. False: not a protected page. In the
+ * signal handler: snprintf, write, mprotect and abort only. */
+bool race_fault(uintptr_t a, bool is_write) {
+    bool protected_page = false;
+    for (const auto &r : g_hot_pages) protected_page = protected_page || (a >= r.first && a < r.second);
+    if (!protected_page) return false;
+    for (const Hot &h : g_hot) {
+        if (a < h.lo || a >= h.hi || !(is_write || h.write)) continue;
+        char buf[640];
+        int n = snprintf(buf, sizeof buf,
+                         "gtcsim: race: kernel %s on stream %d %s %p, inside [%p, %p) that %s on stream %d %s, and no "
+                         "event orders the two\n",
+                         g_hot_kernel, g_hot_stream, is_write ? "writes" : "reads", (void *)a, (void *)h.lo,
+                         (void *)h.hi, h.what, h.stream, h.write ? "writes" : "reads");
+        if (write(2, buf, (size_t)std::min(n, (int)sizeof buf - 1)) < 0) {
+        }
+        abort();
+    }
+    return mprotect((void *)(a & ~(uintptr_t)(kPage - 1)), kPage, PROT_READ | PROT_WRITE) == 0;
+}
+
 void segv_handler(int sig, siginfo_t *si, void *ctx) {
     char buf[512];
     const void *a = si->si_addr;
+    if (race_fault((uintptr_t)a, (((ucontext_t *)ctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0)) return;
     /* the cost model's first-touch page count (x86-64: bit 1 of the page-fault error code = write) */
     if (in_arena((uintptr_t)a) &&
         gtcsim::cost_page_fault(si->si_addr, (((ucontext_t *)ctx)->uc_mcontext.gregs[REG_ERR] & 2) != 0))
@@ -312,6 +363,8 @@ void sync_stream(CUstream_st *s) {
 void sync_all() {
     /* the newest streams (the copy streams) last */
     for (size_t i = 0; i < g_streams.size(); i++) sync_stream(g_streams[i]);
+    g_log.clear(); /* nothing queued, the host has waited for everything: nothing left to race */
+    g_log_pruned = 0;
 }
 
 void push(CUstream_st *s, CUstream_st::Item it) {
@@ -336,6 +389,101 @@ void enqueue_on(CUstream_st *s, const char *what, std::function<void()> work) {
     if (s->vc.size() <= (size_t)s->id) s->vc.resize((size_t)s->id + 1, 0);
     s->vc[(size_t)s->id]++;
     push(s, CUstream_st::Item{what, std::move(work), nullptr, 0, s->vc});
+}
+
+/* ------------------------------------------------------------------ the race check */
+
+/* do the item (stream s, clock c there, vector clock vc) and a's item run in an order the clocks
+ * fix (the same stream, a before it, or it before a)? */
+bool ordered(int s, uint64_t c, const VClock &vc, const Access &a) {
+    return a.stream == s || vc_at(vc, a.stream) >= a.clock || vc_at(a.vc, s) >= c;
+}
+
+/* Drop the accesses nothing can race with any more: the host has waited for them and every item
+ * still queued (and the one running) is ordered after them; what is queued later merges the
+ * host's clock. Past 1 << 16 entries the oldest go. */
+void prune_log() {
+    std::vector<const VClock *> first; /* each stream's first queued item's clock (the smallest) */
+    for (CUstream_st *t : g_streams)
+        for (const CUstream_st::Item &it : t->q)
+            if (it.fn) {
+                first.push_back(&it.vc);
+                break;
+            }
+    if (g_cur_vc) first.push_back(g_cur_vc);
+    auto dead = [&](const Access &a) {
+        if (vc_at(g_host_vc, a.stream) < a.clock) return false;
+        for (const VClock *f : first)
+            if (vc_at(*f, a.stream) < a.clock) return false;
+        return true;
+    };
+    g_log.erase(std::remove_if(g_log.begin(), g_log.end(), dead), g_log.end());
+    while (g_log.size() > ((size_t)1 << 16)) g_log.pop_front();
+    g_log_pruned = g_log.size();
+}
+
+/* the item (stream s, vector clock vc, named what) reads or writes [lo, hi): a race with a logged
+ * access fails, else it is logged */
+void log_access(int s, const VClock &vc, const char *what, uintptr_t lo, uintptr_t hi, bool write) {
+    const uint64_t c = vc_at(vc, s);
+    for (const Access &a : g_log) {
+        if (a.hi <= lo || hi <= a.lo || !(a.write || write) || ordered(s, c, vc, a)) continue;
+        gtcsim::fail("race: %s on stream %d %s [%p, %p) while %s on stream %d %s [%p, %p), and no event orders the two",
+                     what, s, write ? "writes" : "reads", (void *)lo, (void *)hi, a.what, a.stream,
+                     a.write ? "writes" : "reads", (void *)a.lo, (void *)a.hi);
+    }
+    g_log.push_back(Access{lo, hi, write, s, c, vc, what});
+    if (g_log.size() > 2 * g_log_pruned + 256) prune_log();
+}
+
+/* queue work whose device (and pinned) ranges are known now: they are checked and logged at once,
+ * so a kernel that runs before the item does sees them (race_kernel_begin) */
+void enqueue_ranges_on(CUstream_st *s, const char *what, std::vector<gtcsim::Range> ranges, std::function<void()> work) {
+    enqueue_on(s, what, [ranges, work = std::move(work)]() {
+        for (const gtcsim::Range &r : ranges) gtcsim::cost_access(r.bytes, r.write);
+        work();
+    });
+    const VClock vc = s->q.back().vc;
+    for (const gtcsim::Range &r : ranges)
+        if (r.bytes) log_access(s->id, vc, what, (uintptr_t)r.p, (uintptr_t)r.p + r.bytes, r.write);
+}
+
+/* Around a kernel: protect the pages of the logged ranges of other streams' items that are not
+ * ordered with it (race_fault says what a fault there means), and open them again after */
+void race_kernel_begin(const char *name) {
+    if (!g_cur_stream || g_log.empty() || gtcsim::cost_on()) return; /* the cost model protects pages itself */
+    const int s = g_cur_stream->id;
+    const uint64_t c = vc_at(*g_cur_vc, s);
+    g_hot.clear();
+    for (const Access &a : g_log)
+        if (!ordered(s, c, *g_cur_vc, a)) g_hot.push_back(Hot{a.lo, a.hi, a.write, a.stream, a.what});
+    if (g_hot.empty()) return;
+    /* page runs between the ranges' page boundaries: no access where a range is written, read
+     * only where ranges are only read */
+    std::vector<uintptr_t> cut;
+    for (const Hot &h : g_hot) {
+        cut.push_back(h.lo & ~(uintptr_t)(kPage - 1));
+        cut.push_back((h.hi + kPage - 1) & ~(uintptr_t)(kPage - 1));
+    }
+    std::sort(cut.begin(), cut.end());
+    cut.erase(std::unique(cut.begin(), cut.end()), cut.end());
+    for (size_t i = 0; i + 1 < cut.size(); i++) {
+        int prot = PROT_READ | PROT_WRITE;
+        for (const Hot &h : g_hot)
+            if (h.lo < cut[i + 1] && h.hi > cut[i]) prot = h.write || prot == PROT_NONE ? PROT_NONE : PROT_READ;
+        if (prot == (PROT_READ | PROT_WRITE)) continue;
+        if (mprotect((void *)cut[i], cut[i + 1] - cut[i], prot) != 0) gtcsim::fail("mprotect: %s", strerror(errno));
+        g_hot_pages.push_back({cut[i], cut[i + 1]});
+    }
+    g_hot_kernel = name;
+    g_hot_stream = s;
+}
+void race_kernel_end() {
+    for (const auto &r : g_hot_pages)
+        if (mprotect((void *)r.first, r.second - r.first, PROT_READ | PROT_WRITE) != 0)
+            gtcsim::fail("mprotect: %s", strerror(errno));
+    g_hot_pages.clear();
+    g_hot.clear();
 }
 
 bool range_ok_device(const void *p, size_t n) { return n == 0 || gtcsim::is_device_range(p, n); }
@@ -370,19 +518,15 @@ cudaError_t copy_async(void *dst, const void *src, size_t n, cudaMemcpyKind kind
                        : kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync(DeviceToHost)"
                        : kind == cudaMemcpyDeviceToDevice ? "cudaMemcpyAsync(DeviceToDevice)"
                                                           : "cudaMemcpyAsync(HostToHost)";
+    std::vector<gtcsim::Range> ranges;
+    if (!src_pageable && (src_dev || gtcsim::is_pinned_range(src, n))) ranges.push_back({src, n, false});
+    if (dst_dev || gtcsim::is_pinned_range(dst, n)) ranges.push_back({dst, n, true});
     if (src_pageable) {
         /* CUDA stages a pageable source before the call returns: the caller may reuse it */
         std::vector<unsigned char> staged((const unsigned char *)src, (const unsigned char *)src + n);
-        enqueue_on(s, what, [dst, n, staged = std::move(staged), dst_dev]() {
-            if (dst_dev) gtcsim::note_access(dst, n, true);
-            memcpy(dst, staged.data(), n);
-        });
+        enqueue_ranges_on(s, what, std::move(ranges), [dst, n, staged = std::move(staged)]() { memcpy(dst, staged.data(), n); });
     } else {
-        enqueue_on(s, what, [dst, src, n, dst_dev, src_dev]() {
-            if (src_dev || gtcsim::is_pinned_range(src, n)) gtcsim::note_access(src, n, false);
-            if (dst_dev || gtcsim::is_pinned_range(dst, n)) gtcsim::note_access(dst, n, true);
-            memcpy(dst, src, n);
-        });
+        enqueue_ranges_on(s, what, std::move(ranges), [dst, src, n]() { memcpy(dst, src, n); });
     }
     if (dst_pageable) sync_stream(s); /* CUDA: a copy to pageable memory returns when it is done */
     return cudaSuccess;
@@ -444,23 +588,19 @@ void enqueue(cudaStream_t s, const char *what, std::function<void()> work) {
     enqueue_on(S(s), what, std::move(work));
 }
 
+void enqueue_ranges(cudaStream_t s, const char *what, std::vector<Range> ranges, std::function<void()> work) {
+    std::lock_guard<std::recursive_mutex> lk(g_mu);
+    init();
+    if (!valid_stream(s)) fail("%s queued on an invalid or destroyed stream %p", what, (void *)s);
+    enqueue_ranges_on(S(s), what, std::move(ranges), std::move(work));
+}
+
 void note_access(const void *p, size_t bytes, bool write) {
     std::lock_guard<std::recursive_mutex> lk(g_mu);
     if (!g_cur_stream) fail("note_access outside queued work");
     if (!bytes) return;
-    uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
-    int me = g_cur_stream->id;
-    uint64_t my_clock = vc_at(*g_cur_vc, me);
-    for (const Access &a : g_log) {
-        if (a.stream == me || a.hi <= lo || hi <= a.lo || !(a.write || write)) continue;
-        if (vc_at(*g_cur_vc, a.stream) >= a.clock) continue; /* a happens before this one */
-        fail("race: %s on stream %d %s [%p, %p) while %s on stream %d %s [%p, %p), and no event orders the two",
-             g_cur_what, me, write ? "writes" : "reads", (void *)lo, (void *)hi, a.what, a.stream,
-             a.write ? "writes" : "reads", (void *)a.lo, (void *)a.hi);
-    }
-    g_log.push_back(Access{lo, hi, write, me, my_clock, g_cur_what});
+    log_access(g_cur_stream->id, *g_cur_vc, g_cur_what, (uintptr_t)p, (uintptr_t)p + bytes, write);
     cost_access(bytes, write);
-    if (g_log.size() > 4096) g_log.pop_front();
 }
 
 void set_last_error(cudaError_t e) { g_last_error = e; }
@@ -502,7 +642,9 @@ void launch(const void *fn, const char *name, dim3 grid, dim3 block, size_t smem
         return;
     }
     enqueue_on(S(s), name, [name, grid, block, smem, body = std::move(body)]() {
+        race_kernel_begin(name);
         run_grid(name, grid, block, smem, body);
+        race_kernel_end();
     });
 }
 

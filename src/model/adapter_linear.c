@@ -10,6 +10,8 @@
  *   without dropout the sites on one weight (q, k, v; gate, up) go at once: their lora_A are one
  *             A_cat [n r, IC] in the layout (lora.h), so h = x A_cat^T, dA_cat += dh^T x and
  *             dinp += dh A_cat are one GEMM each (the last two with beta 1); only B is per site.
+ *   h and dh: rows lora_h_stride apart (lora.h: 16-byte rows whatever r is, so each of these GEMMs
+ *             runs on cuBLASLt's aligned kernels); the columns past a GEMM's width are never touched.
  *   Launches per Mistral-7B layer (all seven modules, no dropout): 11 forward + 26 backward, where
  *   the per-site form with a [N, rows] y, its add and a scaled copy of dout took 21 + 49.
  * DoRA (PEFT's DoraLinearLayer): with y = (x A^T) B^T, z = x W_blk^T and norm = ||W_blk + s B A||_row
@@ -64,10 +66,10 @@ static void add_input_grad(Model *m, int l, const LoraSite *s, act_t *dinp, cons
 
 /* ---------------------------------------------------------------- LoRA */
 
-/* h = x A^T into lora_h */
+/* h = x A^T into lora_h (row stride H) */
 static void lora_h(Model *m, int ia, const act_t *x, int N, int IC) {
     m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, m->desc.adapter.r,
-                               m->desc.adapter.r);
+                               lora_h_stride(&m->desc));
 }
 
 /* out[:, block] += s h B^T: one GEMM with beta 1 into the block (row stride OC), no [N, rows]
@@ -75,9 +77,9 @@ static void lora_h(Model *m, int ia, const act_t *x, int N, int IC) {
 static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t *out, int OC, const act_t *x,
                               const act_t *inp, int N, int IC) {
     (void)l, (void)inp;
-    const int r = m->desc.adapter.r;
+    const int r = m->desc.adapter.r, H = lora_h_stride(&m->desc);
     lora_h(m, ia, x, N, IC);
-    m->be->ops->gemm(m->be, false, true, N, (int)s->rows, r, (float)m->desc.adapter.scale, m->ad.h, r,
+    m->be->ops->gemm(m->be, false, true, N, (int)s->rows, r, (float)m->desc.adapter.scale, m->ad.h, H,
                      model_adapter_w(m, adapter_tensor(&m->ad, ia, PEFT_PART_B)), r, 1.0f, model_at(m, out, (size_t)s->row0), m->act, OC);
 }
 
@@ -88,37 +90,37 @@ static void lora_site_forward(Model *m, int l, const LoraSite *s, int ia, act_t 
 static void lora_site_backward(Model *m, int l, const LoraSite *s, int ia, act_t *dinp, const act_t *dout, int OC,
                                const act_t *x, const act_t *inp, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.adapter.r, rows = (int)s->rows;
+    const int r = m->desc.adapter.r, rows = (int)s->rows, H = lora_h_stride(&m->desc);
     const float sc = (float)m->desc.adapter.scale;
     const act_t *d = model_at(m, dout, (size_t)s->row0);
     float *dB = model_adapter_g(m, adapter_tensor(&m->ad, ia, PEFT_PART_B));
     lora_h(m, ia, x, N, IC);
-    if (dB) op->gemm(m->be, true, false, rows, r, N, sc, d, OC, m->ad.h, r, 1.0f, dB, GT_F32, r);
-    op->gemm(m->be, false, false, N, r, rows, sc, d, OC, model_adapter_w(m, adapter_tensor(&m->ad, ia, PEFT_PART_B)), r, 0.0f, m->ad.dh, m->act, r);
+    if (dB) op->gemm(m->be, true, false, rows, r, N, sc, d, OC, m->ad.h, H, 1.0f, dB, GT_F32, r);
+    op->gemm(m->be, false, false, N, r, rows, sc, d, OC, model_adapter_w(m, adapter_tensor(&m->ad, ia, PEFT_PART_B)), r, 0.0f, m->ad.dh, m->act, H);
     float *dA = model_adapter_g(m, ia);
-    if (dA) op->gemm(m->be, true, false, r, IC, N, 1.0f, m->ad.dh, r, x, IC, 1.0f, dA, GT_F32, IC);
-    op->matmul_backward(m->be, m->ad.dx, NULL, NULL, m->ad.dh, x, model_adapter_w(m, ia), N, IC, r, r);
+    if (dA) op->gemm(m->be, true, false, r, IC, N, 1.0f, m->ad.dh, H, x, IC, 1.0f, dA, GT_F32, IC);
+    op->matmul_backward(m->be, m->ad.dx, NULL, NULL, m->ad.dh, x, model_adapter_w(m, ia), N, IC, r, H);
     add_input_grad(m, l, s, dinp, x, inp, N, IC);
 }
 
 /* The n sites k0.. of layer l on one weight (q, k, v; gate, up), on an input without dropout: their
  * lora_A are consecutive in the layout (lora.h: part-major), so in params, weights and grads they are
  * one A_cat [R = n r, IC], and h = x A_cat^T [N, R] is one GEMM; site j reads its columns j r.. of h
- * (row stride R) and accumulates into its block of out with its B. */
+ * (row stride H >= R, lora_h_stride: 16-byte rows) and accumulates into its block of out with its B. */
 /* h = x A_cat^T [N, n r] for the group's n sites from k0 of layer l; returns the first site's A index */
 static int lora_group_h(Model *m, int l, int k0, int n, const act_t *x, int N, int IC) {
     const int R = n * m->desc.adapter.r, ia = m->ad.idx[l][m->ad.sites[k0].module];
-    m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, R, R);
+    m->be->ops->matmul_forward(m->be, m->ad.h, x, model_adapter_w(m, ia), NULL, N, IC, R, lora_h_stride(&m->desc));
     return ia;
 }
 
 static void lora_group_forward(Model *m, int l, int k0, int n, act_t *out, int OC, const act_t *x, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.adapter.r, R = n * r, ia = lora_group_h(m, l, k0, n, x, N, IC);
+    const int r = m->desc.adapter.r, H = lora_h_stride(&m->desc), ia = lora_group_h(m, l, k0, n, x, N, IC);
     const float sc = (float)m->desc.adapter.scale;
     for (int j = 0; j < n; j++) {
         const LoraSite *s = &m->ad.sites[k0 + j];
-        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), R,
+        op->gemm(m->be, false, true, N, (int)s->rows, r, sc, model_at(m, m->ad.h, (size_t)j * r), H,
                  model_adapter_w(m, adapter_tensor(&m->ad, ia + j, PEFT_PART_B)), r, 1.0f,
                  model_at(m, out, (size_t)s->row0), m->act, OC);
     }
@@ -130,21 +132,21 @@ static void lora_group_forward(Model *m, int l, int k0, int n, act_t *out, int O
 static void lora_group_backward(Model *m, int l, int k0, int n, act_t *dinp, const act_t *dout, int OC,
                                 const act_t *x, int N, int IC) {
     const BackendOps *op = m->be->ops;
-    const int r = m->desc.adapter.r, R = n * r, ia = lora_group_h(m, l, k0, n, x, N, IC);
+    const int r = m->desc.adapter.r, R = n * r, H = lora_h_stride(&m->desc), ia = lora_group_h(m, l, k0, n, x, N, IC);
     const float sc = (float)m->desc.adapter.scale;
     for (int j = 0; j < n; j++) {
         const LoraSite *s = &m->ad.sites[k0 + j];
         const int rows = (int)s->rows, ib = adapter_tensor(&m->ad, ia + j, PEFT_PART_B);
         const act_t *d = model_at(m, dout, (size_t)s->row0);
         float *dB = model_adapter_g(m, ib);
-        if (dB) op->gemm(m->be, true, false, rows, r, N, sc, d, OC, model_at(m, m->ad.h, (size_t)j * r), R, 1.0f, dB,
+        if (dB) op->gemm(m->be, true, false, rows, r, N, sc, d, OC, model_at(m, m->ad.h, (size_t)j * r), H, 1.0f, dB,
                          GT_F32, r);
         op->gemm(m->be, false, false, N, r, rows, sc, d, OC, model_adapter_w(m, ib), r, 0.0f,
-                 model_at(m, m->ad.dh, (size_t)j * r), m->act, R);
+                 model_at(m, m->ad.dh, (size_t)j * r), m->act, H);
     }
     float *dA = model_adapter_g(m, ia);
-    if (dA) op->gemm(m->be, true, false, R, IC, N, 1.0f, m->ad.dh, R, x, IC, 1.0f, dA, GT_F32, IC);
-    op->gemm(m->be, false, false, N, IC, R, 1.0f, m->ad.dh, R, model_adapter_w(m, ia), IC, 1.0f, dinp, m->act, IC);
+    if (dA) op->gemm(m->be, true, false, R, IC, N, 1.0f, m->ad.dh, H, x, IC, 1.0f, dA, GT_F32, IC);
+    op->gemm(m->be, false, false, N, IC, R, 1.0f, m->ad.dh, H, model_adapter_w(m, ia), IC, 1.0f, dinp, m->act, IC);
 }
 
 /* DoRA's LoRA part: h = x A^T into lora_h, y = h B^T into lora_y */

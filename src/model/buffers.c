@@ -161,11 +161,10 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
             if ((uint64_t)site[i].in > in) in = (uint64_t)site[i].in;
             if ((uint64_t)site[i].rows > rows) rows = (uint64_t)site[i].rows;
         }
-        const uint64_t r = (uint64_t)d->adapter.r;
         if (s->train && d->adapter.dropout > 0) add(&k, BUF_LORA_XD, MEM_WORKSPACE, mul(&k, BT, in), a, 1);
         /* x A^T and its gradient: [BT, r] a site, or under LoRA the sites on one weight at once
-         * (their concatenated lora_A: lora_group_max of them) */
-        const uint64_t hr = d->adapter.dora ? r : r * (uint64_t)lora_group_max(d);
+         * (their concatenated lora_A: lora_group_max of them), rows padded to 16 bytes (lora.h) */
+        const uint64_t hr = (uint64_t)lora_h_stride(d);
         add(&k, BUF_LORA_H, MEM_WORKSPACE, mul(&k, BT, hr), a, 1);
         /* [BT, rows] only for DoRA (LoRA's B GEMM accumulates into the base's output itself), the
          * input gradient's own buffer only where dropout or DoRA comes between it and dinp */

@@ -64,6 +64,13 @@ int lora_group_max(const ModelDesc *d) {
     return most;
 }
 
+int lora_h_stride(const ModelDesc *d) {
+    if (d->adapter.r <= 0) return 0;
+    if (d->adapter.dora) return d->adapter.r;
+    const int width = d->adapter.r * lora_group_max(d);
+    return (width + 7) / 8 * 8;
+}
+
 void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]) {
     for (int m = 0; m < PEFT_MODULE_COUNT; m++) mask[m] = d->adapter.targets >> m & 1u;
 }

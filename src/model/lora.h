@@ -51,6 +51,15 @@ void lora_targets_mask(const ModelDesc *d, bool mask[PEFT_MODULE_COUNT]);
  * concatenated lora_A (adapter_linear.c's group GEMM) is this times r; 0 without adapters. */
 int lora_group_max(const ModelDesc *d);
 
+/* The row stride of the adapters' intermediates lora_h = x A^T and its gradient lora_dh (buffers.c
+ * plans them [BT, this], adapter_linear.c's GEMMs use it as their leading dimension): under LoRA
+ * their widest use, r * lora_group_max (a group's concatenated x A_cat^T), rounded up to 8
+ * elements, so each row starts on a 16-byte boundary in bf16 (32 in fp32) and the adapter GEMMs
+ * run on cuBLASLt's 16-byte path (cuda/gemm_align.cu) whatever r is; the columns past a GEMM's
+ * width are padding, never written or read. DoRA: r (its h and dh are matmul inputs, packed).
+ * 0 without adapters. */
+int lora_h_stride(const ModelDesc *d);
+
 /* Trainable parameters of the adapters: n_layer * sum over sites of r * (in + rows) (+ rows: DoRA's magnitude). */
 uint64_t lora_num_params(const ModelDesc *d);
 

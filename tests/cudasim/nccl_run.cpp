@@ -110,6 +110,11 @@ void enqueue(cudaStream_t s, const char *what, std::function<void()> work) {
 void note_access(const void *p, size_t bytes, bool) {
     if (!is_device_range(p, bytes)) fail("note_access: %p (%zu bytes) is not device memory", p, bytes);
 }
+void enqueue_ranges(cudaStream_t s, const char *what, std::vector<Range> ranges, std::function<void()> work) {
+    for (const Range &r : ranges)
+        if (!is_device_range(r.p, r.bytes)) fail("%s: %p (%zu bytes) is not device memory", what, r.p, r.bytes);
+    enqueue(s, what, std::move(work));
+}
 } // namespace gtcsim
 
 const char *cudaGetErrorString(cudaError_t e) {

@@ -87,6 +87,10 @@ void note_access(const void *p, size_t bytes, bool write) {
     if (!is_device_range(p, bytes)) fail("note_access of a range that is not device memory");
     (write ? g_writes : g_reads)++;
 }
+void enqueue_ranges(cudaStream_t s, const char *what, std::vector<Range> ranges, std::function<void()> work) {
+    for (const Range &r : ranges) note_access(r.p, r.bytes, r.write); /* declared when queued */
+    enqueue(s, what, std::move(work));
+}
 } // namespace gtcsim
 
 /* ------------------------------------------------------------------------------ helpers */
@@ -205,7 +209,7 @@ void test_allreduce(ncclComm_t c) {
     const float tri = (float)(g_world * (g_world + 1) / 2);
     long reads = g_reads, writes = g_writes;
     CHECK(settle(c, ncclAllReduce(d, o, n, ncclFloat32, ncclSum, c, STREAM)) == ncclSuccess, "all-reduce");
-    CHECK(g_reads == reads + 1 && g_writes == writes + 1, "note_access: %ld reads %ld writes", g_reads - reads,
+    CHECK(g_reads == reads + 1 && g_writes == writes + 1, "declared ranges: %ld reads %ld writes", g_reads - reads,
           g_writes - writes);
     CHECK(settle(c, ncclAllReduce(d, d, n, ncclFloat32, ncclSum, c, STREAM)) == ncclSuccess, "in place");
     auto a = to_host<float>(o, n), b = to_host<float>(d, n);
