@@ -19,7 +19,7 @@
  * Launch shape: blocks of (tpr, rpb) threads, rpb = 256 / tpr rows a block (ROW_BLOCK = 256, the
  * kernels' __launch_bounds__: the wide instantiations take up to 255 registers a thread). PPT = 4
  * (a thread holds 4 packs: 16 registers a row-sized array) up to 256 x 4 packs (bf16 C <= 8192,
- * fp32 C <= 4096); PPT = 16 up to 4x that (bf16 C <= 32768, fp32 C <= 16384); wider rows are
+ * fp32 C <= 4096); PPT = 8 up to 2x that (bf16 C <= 16384, fp32 C <= 8192); wider rows are
  * refused with one line. GPT-2 (C 768 bf16: 96 packs): a warp a row, 3 packs a lane, 8 rows a
  * block; Mistral (C 4096 bf16: 512 packs): 128 threads a row, 4 packs each, 2 rows a block.
  * Latency is covered by the PPT (forward; 2 PPT fused, 3 PPT backward: dout, inp, dinp) independent
@@ -34,7 +34,7 @@
  * thread owns the same columns in every row), the row groups of the block added in order through
  * shared memory into the block's fp32 partial, and colsum_partials (kernels_misc.cu) adds the
  * blocks' partials in order: a fixed order that depends on N and C only, no atomics. Rows too wide
- * for registers (PPT 16) take dinp here and dw/db from the two-pass column reduction.
+ * for registers (PPT 8) take dinp here and dw/db from the two-pass column reduction.
  *
  * Bytes per element (bf16): forward 2 read + 2 written (fused: 4 read + 4 written), backward 6 read
  * (dout, inp, dinp) + 2 written; the weights (C elements) stay in L1/L2. */
@@ -43,7 +43,7 @@
 #include <math.h>
 
 #define ROW_PPT 4       /* packs a thread holds for rows up to ROW_BLOCK threads x 4 packs */
-#define ROW_PPT_WIDE 16 /* and up to ROW_BLOCK x 16 packs */
+#define ROW_PPT_WIDE 8  /* and up to ROW_BLOCK x 8 packs (16 took nvcc 20 s more an arch) */
 #define ROW_BLOCK 256   /* threads a block (a row takes at most one block): __launch_bounds__ */
 #define NB_MAX_BLOCKS 512 /* backward with dw: at most this many blocks (partials), about 4 per SM on an H100 */
 

@@ -78,6 +78,10 @@ static inline uint64_t rng_next(Rng *r) {
 static inline double rng_uniform(Rng *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
 static inline float rng_f(Rng *r, float lo, float hi) { return lo + (hi - lo) * (float)rng_uniform(r); }
 
+/* a row width (a multiple of 4) that takes the CUDA norms' wide path: more than 256 threads x 4
+ * packs of 16 bytes, at most 256 x 8 (cuda/kernels_norms.cu's ROW_PPT, ROW_PPT_WIDE) */
+static inline int wide_c(GtDtype act) { return act == GT_BF16 ? 9000 : 8188; }
+
 float *rand_f(Fx *fx, Rng *r, size_t n, float lo, float hi);
 /* random values representable in the act dtype (rounded to bf16 under bf16) */
 float *rand_a(Fx *fx, Rng *r, size_t n, float lo, float hi);
