@@ -222,6 +222,25 @@ void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dou
  * those of x * rstd) (dout, inp: act dtype; mean, rstd: fp32). The NR = N * heads rows r, n = r /
  * heads, h = r % heads, start at n * ld + h * C, their statistics at mean/rstd[n * sld + h]: a
  * plain norm's rows are heads 1, ld C, sld 1; head_rmsnorm's are a row's q (or k) heads. */
+/* The block step both column reductions end with: thread (tx, ty) of a COL_TX x COL_TY block holds
+ * partial sums aw, ab of column tx; the COL_TY partials of a column are added in ty order through
+ * shared memory. Every thread calls it (it holds a barrier); sw, sb are the column's sums in the
+ * ty == 0 threads. */
+__device__ __forceinline__ void col_block_sums(float aw, float ab, float (&s_w)[COL_TY][COL_TX],
+                                               float (&s_b)[COL_TY][COL_TX], float &sw, float &sb) {
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    s_w[ty][tx] = aw;
+    s_b[ty][tx] = ab;
+    __syncthreads();
+    sw = 0.0f;
+    sb = 0.0f;
+    if (ty == 0)
+        for (int k = 0; k < COL_TY; k++) {
+            sw += s_w[k][tx];
+            sb += s_b[k][tx];
+        }
+}
+
 template <typename Act>
 __global__ void colsum_partial_kernel(float *pw, float *pb, const Act *dout, const Act *inp,
                                       const float *mean, const float *rstd, int NR, int heads,
@@ -244,15 +263,9 @@ __global__ void colsum_partial_kernel(float *pw, float *pb, const Act *dout, con
             if (inp) aw += dy * ((load_f32(inp, off) - (mean ? mean[si] : 0.0f)) * rstd[si]);
         }
     }
-    s_w[ty][tx] = aw;
-    s_b[ty][tx] = ab;
-    __syncthreads();
+    float sw, sb;
+    col_block_sums(aw, ab, s_w, s_b, sw, sb);
     if (ty == 0 && c < C) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int k = 0; k < COL_TY; k++) {
-            sw += s_w[k][tx];
-            sb += s_b[k][tx];
-        }
         if (pb) pb[(size_t)y * C + c] = sb;
         if (inp) pw[(size_t)y * C + c] = sw;
     }
@@ -334,15 +347,9 @@ __global__ void colsum_parts_kernel(float *dw, float *db, const float *pw, const
             if (dw) aw += pw[(size_t)y * C + c];
             if (db) ab += pb[(size_t)y * C + c];
         }
-    s_w[ty][tx] = aw;
-    s_b[ty][tx] = ab;
-    __syncthreads();
+    float sw, sb;
+    col_block_sums(aw, ab, s_w, s_b, sw, sb);
     if (ty == 0 && c < C) {
-        float sw = 0.0f, sb = 0.0f;
-        for (int k = 0; k < COL_TY; k++) {
-            sw += s_w[k][tx];
-            sb += s_b[k][tx];
-        }
         if (dw) dw[c] += sw;
         if (db) db[c] += sb;
     }
