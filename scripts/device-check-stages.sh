@@ -33,6 +33,11 @@ GPU_NAME="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head
 model_gpu() {
   case "$GPU_NAME" in *H200*) echo "H200" ;; *H100*) echo "H100 SXM" ;; *4090*) echo "RTX 4090" ;; *) echo "" ;; esac
 }
+# this GPU's memory bandwidth in GB/s as the cost model has it (scripts/gpu_model.py's GPUS), or 0
+model_gpu_bandwidth_gbs() {
+  python3 -c 'import sys; sys.path.insert(0, sys.argv[1]); import gpu_model as g; print(int(round({x[0]: x[3] for x in g.GPUS}.get(sys.argv[2], 0) / 1e9)))' \
+    "$ROOT/scripts" "$(model_gpu)" 2>/dev/null || echo 0
+}
 predicted_ms() {
   local gpu
   gpu="$(model_gpu)"
@@ -136,7 +141,7 @@ if want s1 && [ "$GPU_OK" = 1 ]; then
   done
   # the row kernels alone (norms, SwiGLU, cross-entropy) at the runs' shapes: us per call, GB/s and the
   # fraction of the GPU's memory bandwidth (bench/bench_rows.c)
-  case "$GPU_NAME" in *H200*) peak=4800 ;; *H100*) peak=3350 ;; *4090*) peak=1008 ;; *) peak=0 ;; esac
+  peak="$(model_gpu_bandwidth_gbs)"
   secs="$(stage_secs "$STAGE_BENCH" 20)"
   if [ ! -x "$ROOT/$BUILD/bench_rows" ]; then record s1-rows SKIP "$BUILD/bench_rows not built"
   elif [ "$secs" -lt 5 ]; then record s1-rows SKIP "out of time budget"
