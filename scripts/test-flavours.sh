@@ -164,7 +164,7 @@ CUDASIM_COVERED=(
 # tests for llama3.1 (its masks: gtrain tokenize --data through the reader, template,
 # tokenizer and masks; its rows test runs the same lines, ASAN_COVERED below), its JSON-array and bad-input tests and the trainer test; the qwen3 and
 # llama2 tokenizers and templates run under ASan in tokenizer_hf, tokenizer_offsets,
-# tokenizer_hf_variants and chat_template (real_templates_render_as_transformers,
+# tokenizer_hf_variants and chat_template (its other tests render them too;
 # assistant_spans_match_trl: the same three templates), and fuzz_chat_template,
 # fuzz_tokenizer_encode and fuzz_jsonl fuzz those readers with ASan + UBSan.
 ASAN_LEAVE_OUT=(
