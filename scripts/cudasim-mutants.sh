@@ -112,6 +112,13 @@ nccl_compute_skips_join|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->
 lora_dh_stride_dropped|src/model/adapter_linear.c|                 model_at(m, m->ad.dh, (size_t)j * r), m->act, H);|                 model_at(m, m->ad.dh, (size_t)j * r), m->act, R);|@(lora_model|lora_train)/*
 lora_h_rows_unpadded|src/model/lora.c|    return (width + 7) / 8 * 8;|    return width;|cuda_gemm/lora_steps*
 gemm_align_whole_tail_strict|cuda/gemm_align.cu|    const bool all_m = bad_m && m < g, all_n = bad_n && n < g, all_k = bad_k && k < g;|    const bool all_m = false, all_n = false, all_k = false;|cuda_gemm/lora*
+encoder_sort_unstable|cuda/kernels_encoder.cu|int at = s_next[d] + __popc(peers & ((1u << lane) - 1u));|int at = s_next[d] + __popc(peers & ~((2u << lane) - 1u));|@(ops|ops_bf16)/encoder_backward_bits
+encoder_sort_scan_inclusive|cuda/kernels_encoder.cu|    return before + x - v;|    return before + x;|@(ops|ops_bf16)/encoder_backward_bits
+encoder_sort_count_tile_tail|cuda/kernels_encoder.cu|const int lo = blockIdx.x * tile, hi = min(lo + tile, BT);|const int lo = blockIdx.x * tile, hi = min(lo + tile, BT) - 1;|@(ops|ops_bf16)/encoder_backward_bits
+encoder_sort_second_digit|cuda/kernels_encoder.cu|(int *)NULL, BT, tl.tile, tl.ntiles, ENC_DIGIT_BITS);|(int *)NULL, BT, tl.tile, tl.ntiles, 0);|@(ops|ops_bf16)/encoder_backward_bits
+encoder_every_index_owns|cuda/kernels_encoder.cu|    if (s > 0) { /* not the token's first sorted index|    if (s < 0) { /* not the token's first sorted index|@(ops|ops_bf16)/encoder_backward_bits
+encoder_walk_first_chunk_only|cuda/kernels_encoder.cu|        if (past) break; /* the run|        break; /* the run|@(ops|ops_bf16)/encoder_backward_bits
+encoder_high_bits_second_owner|cuda/kernels_encoder.cu|        while ((et & ENC_KEY_MASK) == low) {|        while (false && (et & ENC_KEY_MASK) == low) {|@(ops|ops_bf16)/encoder_backward_bits
 EOF
 }
 
