@@ -64,8 +64,8 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
                                                    * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk)
                                                    * the BGRADB epilogue's bias gradient (OC floats:
                                                    * 12 KiB for GPT-2's fc) and the encoder's sort of
-                                                   * the positions by token (8 BT bytes + 256 KiB: 384 KiB
-                                                   * at B 16 T 1024); grows on demand */
+                                                   * the positions by token (12 BT bytes + 256 KiB: 448
+                                                   * KiB at B 16 T 1024); grows on demand */
 /* The runtime's device memory after open, outside the tracked buffers (Backend.runtime_reserve);
  * the context, the cuBLASLt workspace and the scratch above are taken before the free figure is
  * read, so they are not in it.
@@ -372,8 +372,8 @@ void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *d
 void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
 void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                       float dloss_scale, int compute_grad);
-void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy,
+               const AdamwRun *runs, int n_runs, float lr, float beta1, float beta2, float eps, int t);
 double gtc_sum_squares(Backend *b, const float *x, size_t n);
 void gtc_scale(Backend *b, float *x, float s, size_t n);
 void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);

@@ -121,8 +121,8 @@ __global__ void encoder_backward_wpe_pos_kernel(float *dwpe, const Act *dout, co
  * Cost: O(BT) integer work per pass + the dout rows once + each touched dwte row read and written
  * once (O(BT C + tiles x 512)); the walk of one token is a serial chain of its count of additions
  * per channel (the order the bits need), so a token repeated n times costs n dependent fp32 adds.
- * Scratch (gtc_scratch, inside the backend's 4 MiB up to BT = 491520): two int permutations of BT
- * and two count tables of ENC_MAX_TILES x 512 ints. */
+ * Scratch (gtc_scratch, inside the backend's 4 MiB up to BT = 327680): two int permutations of BT,
+ * the sorted tokens and two count tables of at most ENC_MAX_TILES x 512 ints. */
 #define ENC_DIGIT_BITS 9
 #define ENC_BINS (1 << ENC_DIGIT_BITS)
 #define ENC_PASSES 2
@@ -179,11 +179,12 @@ __device__ int enc_block_exclusive_scan(int v, int *s_warp) {
 }
 
 /* One stable pass: the positions in src (NULL: 0..BT-1) go to dst ordered by the digit of their
- * token at `shift`, equal digits in src's order. count: this pass's [tile][digit] counts of src's
- * tiles; count_next (NULL on the last pass): the next digit's counts of dst's tiles, added here.
- * Grid: one block of ENC_SORT_THREADS per tile. Each thread owns digits 2 tid and 2 tid + 1. */
-__global__ void enc_sort_scatter_kernel(int *dst, const int *src, const int *tokens, const int *count, int *count_next,
-                                        int BT, int tile, int ntiles, int shift) {
+ * token at `shift`, equal digits in src's order; dst_key (NULL: none) gets their tokens alike.
+ * count: this pass's [tile][digit] counts of src's tiles; count_next (NULL on the last pass): the
+ * next digit's counts of dst's tiles, added here. Grid: one block of ENC_SORT_THREADS per tile.
+ * Each thread owns digits 2 tid and 2 tid + 1. */
+__global__ void enc_sort_scatter_kernel(int *dst, int *dst_key, const int *src, const int *tokens, const int *count,
+                                        int *count_next, int BT, int tile, int ntiles, int shift) {
     __shared__ int s_next[ENC_BINS];                /* the next free slot of each digit */
     __shared__ int s_wcount[ENC_SORT_WARPS][ENC_BINS]; /* this round's positions per (warp, digit) */
     __shared__ int s_warp[ENC_SORT_WARPS];
@@ -225,6 +226,7 @@ __global__ void enc_sort_scatter_kernel(int *dst, const int *src, const int *tok
             int at = s_next[d] + __popc(peers & ((1u << lane) - 1u));
             for (int w = 0; w < warp; w++) at += s_wcount[w][d];
             dst[at] = v;
+            if (dst_key) dst_key[at] = key;
             if (count_next) atomicAdd(&count_next[(at / tile) * ENC_BINS + enc_digit(key, shift + ENC_DIGIT_BITS)], 1);
         }
         __syncthreads();
@@ -237,24 +239,27 @@ __global__ void enc_sort_scatter_kernel(int *dst, const int *src, const int *tok
     }
 }
 
-/* dwte rows of the token owned by each warp, see the top of this section. sorted: the positions
- * ordered by token (low ENC_KEY_BITS bits, stable). vec: C % P == 0 and dout, dwte 16-byte aligned.
- * Grid: (ceil(BT / ENC_WTE_WARPS), ceil(C / (32 P))), ENC_WTE_WARPS warps a block. */
+/* dwte rows of the token owned by each warp, see the top of this section. sorted, skey: the positions
+ * ordered by token (low ENC_KEY_BITS bits, stable) and their tokens. vec: C % P == 0 and dout,
+ * dwte 16-byte aligned. Grid: (ceil(BT / ENC_WTE_WARPS), ceil(C / (32 P))), ENC_WTE_WARPS warps a
+ * block. A token's walk is latency-bound (its additions are one chain per channel): the next 32
+ * sorted entries are loaded while this 32's rows are added, and up to ENC_WTE_ROWS rows' loads are
+ * in flight before their additions, in order. */
+#define ENC_WTE_ROWS 16
 template <typename Act>
-__global__ void enc_wte_kernel(float *dwte, const Act *dout, const int *tokens, const int *sorted, int BT, int C,
+__global__ void enc_wte_kernel(float *dwte, const Act *dout, const int *sorted, const int *skey, int BT, int C,
                                bool vec) {
     constexpr int P = GTC_PACK(Act);
     const int lane = threadIdx.x & 31;
     const int s = blockIdx.x * ENC_WTE_WARPS + (threadIdx.x >> 5);
     if (s >= BT) return; /* warp-uniform */
-    const int tok = tokens[sorted[s]], low = tok & ENC_KEY_MASK;
+    const int tok = skey[s], low = tok & ENC_KEY_MASK;
     if (s > 0) { /* not the token's first sorted index: another warp owns it */
-        int e = s - 1, et = tokens[sorted[e]];
-        if (et == tok) return;
-        while ((et & ENC_KEY_MASK) == low) { /* tokens >= 2^18 sharing tok's low bits precede it */
+        int e = s - 1, et = skey[e];
+        while ((et & ENC_KEY_MASK) == low) { /* equal low bits: tok itself, or tokens >= 2^18 */
             if (et == tok) return;
             if (--e < 0) break;
-            et = tokens[sorted[e]];
+            et = skey[e];
         }
     }
     const int c0 = (blockIdx.y * 32 + lane) * P, n = min(P, C - c0); /* this lane's channels */
@@ -267,27 +272,41 @@ __global__ void enc_wte_kernel(float *dwte, const Act *dout, const int *tokens, 
         else
             for (int j = 0; j < n; j++) acc[j] = dst[j];
     }
-    for (int base = s;; base += 32) {
-        const int e = base + lane;
-        const int v = e < BT ? sorted[e] : 0, et = e < BT ? tokens[v] : -1;
+    int e = s + lane;
+    int v = e < BT ? sorted[e] : 0, et = e < BT ? skey[e] : -1;
+    for (;;) {
+        const int en = e + 32; /* the next 32 entries, loaded now, used after this 32's rows */
+        const int vn = en < BT ? sorted[en] : 0, etn = en < BT ? skey[en] : -1;
         unsigned hits = __ballot_sync(0xffffffffu, et == tok);
         const unsigned past = __ballot_sync(0xffffffffu, e >= BT || (et & ENC_KEY_MASK) != low);
-        while (hits) { /* warp-uniform: up to 4 rows' loads in flight, then their additions in order */
-            int row[4] = {0, 0, 0, 0}, m = 0;
-            for (; m < 4 && hits; m++) {
-                row[m] = __shfl_sync(0xffffffffu, v, __ffs((int)hits) - 1);
-                hits &= hits - 1u;
+        while (hits) { /* warp-uniform */
+            int row[ENC_WTE_ROWS];
+            int m = 0;
+#pragma unroll
+            for (int q = 0; q < ENC_WTE_ROWS; q++) {
+                row[q] = __shfl_sync(0xffffffffu, v, hits ? __ffs((int)hits) - 1 : 0);
+                if (hits) {
+                    m++;
+                    hits &= hits - 1u;
+                }
             }
             if (n <= 0) continue;
-            uint4 raw[4];
-            for (int q = 0; q < m; q++) raw[q] = gtc_raw_load(dout + (size_t)row[q] * C + c0, n, vec);
-            for (int q = 0; q < m; q++) {
+            uint4 raw[ENC_WTE_ROWS];
+#pragma unroll
+            for (int q = 0; q < ENC_WTE_ROWS; q++)
+                if (q < m) raw[q] = gtc_raw_load(dout + (size_t)row[q] * C + c0, n, vec);
+#pragma unroll
+            for (int q = 0; q < ENC_WTE_ROWS; q++) {
+                if (q >= m) break;
                 float f[P];
                 gtc_raw_to_f32<Act>(f, raw[q]);
                 for (int j = 0; j < P; j++) acc[j] += f[j];
             }
         }
         if (past) break; /* the run of tok's low bits ended in this chunk */
+        e = en;
+        v = vn;
+        et = etn;
     }
     if (n > 0) {
         if (vec)
@@ -302,21 +321,21 @@ static void encoder_backward_wte(Backend *b, float *dwte, const Act *dout, const
     cudaStream_t st = gtc_stream(b);
     const EncTiles tl = enc_tiles(BT);
     const size_t counts = (size_t)tl.ntiles * ENC_BINS;
-    int *perm = (int *)gtc_scratch(b, (2 * (size_t)BT + 2 * counts) * sizeof(int));
-    int *sorted = perm + BT, *count = sorted + BT, *count_next = count + counts;
+    int *perm = (int *)gtc_scratch(b, (3 * (size_t)BT + 2 * counts) * sizeof(int));
+    int *sorted = perm + BT, *skey = sorted + BT, *count = skey + BT, *count_next = count + counts;
     GTC_LAUNCH(enc_sort_count_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, count, count_next, tokens, BT, tl.tile);
     CUDA_CHECK_LAUNCH();
-    GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, perm, (const int *)NULL, tokens,
-               (const int *)count, count_next, BT, tl.tile, tl.ntiles, 0);
+    GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, perm, (int *)NULL, (const int *)NULL,
+               tokens, (const int *)count, count_next, BT, tl.tile, tl.ntiles, 0);
     CUDA_CHECK_LAUNCH();
-    GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, sorted, (const int *)perm, tokens,
+    GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, sorted, skey, (const int *)perm, tokens,
                (const int *)count_next, (int *)NULL, BT, tl.tile, tl.ntiles, ENC_DIGIT_BITS);
     CUDA_CHECK_LAUNCH();
     constexpr int P = GTC_PACK(Act);
     const bool vec = C % P == 0 && gtc_aligned16(dout) && gtc_aligned16(dwte);
     const dim3 grid((unsigned)((BT + ENC_WTE_WARPS - 1) / ENC_WTE_WARPS), (unsigned)((C + 32 * P - 1) / (32 * P)));
-    GTC_LAUNCH(enc_wte_kernel<Act>, grid, 32 * ENC_WTE_WARPS, 0, st, dwte, dout, tokens, (const int *)sorted, BT, C,
-               vec);
+    GTC_LAUNCH(enc_wte_kernel<Act>, grid, 32 * ENC_WTE_WARPS, 0, st, dwte, dout, (const int *)sorted,
+               (const int *)skey, BT, C, vec);
     CUDA_CHECK_LAUNCH();
 }
 
