@@ -7,6 +7,9 @@
  * (the tail, fewer than N) one per thread. A pointer that is not 16-byte aligned makes the
  * launcher send every element through the tail. Each element is computed by the same expression
  * in both paths, so the result is the scalar kernel's bits whatever the size or alignment.
+ * AdamW steps every run of tensors of a step (backend.h: each run its own weight decay) in one
+ * launch over the packs of the whole range: a pack inside one run in one go, a pack across a
+ * run's edge (or a gap between runs) element by element.
  *
  * Aliasing: each thread reads all inputs of its pack (or element) before writing it, so out may
  * alias an input (gelu_backward's dinp = dout, add's out = x or y).
