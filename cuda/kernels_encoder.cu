@@ -290,17 +290,18 @@ __global__ void enc_wte_kernel(float *dwte, const Act *dout, const int *sorted, 
                     hits &= hits - 1u;
                 }
             }
-            if (n <= 0) continue;
-            uint4 raw[ENC_WTE_ROWS];
+            if (n > 0) { /* lanes past C only took part in the shuffles */
+                uint4 raw[ENC_WTE_ROWS];
 #pragma unroll
-            for (int q = 0; q < ENC_WTE_ROWS; q++)
-                if (q < m) raw[q] = gtc_raw_load(dout + (size_t)row[q] * C + c0, n, vec);
+                for (int q = 0; q < ENC_WTE_ROWS; q++)
+                    if (q < m) raw[q] = gtc_raw_load(dout + (size_t)row[q] * C + c0, n, vec);
 #pragma unroll
-            for (int q = 0; q < ENC_WTE_ROWS; q++) {
-                if (q >= m) break;
-                float f[P];
-                gtc_raw_to_f32<Act>(f, raw[q]);
-                for (int j = 0; j < P; j++) acc[j] += f[j];
+                for (int q = 0; q < ENC_WTE_ROWS; q++) {
+                    if (q >= m) break;
+                    float f[P];
+                    gtc_raw_to_f32<Act>(f, raw[q]);
+                    for (int j = 0; j < P; j++) acc[j] += f[j];
+                }
             }
         }
         if (past) break; /* the run of tok's low bits ended in this chunk */
