@@ -5,7 +5,15 @@
  * 16 x 1024, C 768, V 50257 at the LM head's padded stride, 655 logits rows: the 64 MiB chunk).
  * Inputs are zero-filled (the kernels' time does not depend on the values). Per op one line: the
  * median us over iters after one warm-up, the bytes an op must move (each act element read or
- * written once: the floor), that over the time in GB/s and, with a peak, the fraction of it. */
+ * written once: the floor), that over the time in GB/s and, with a peak, the fraction of it.
+ * Last, GPT-2's token gradient (encoder_backward's dwte, N 16 x 1024, C 768, V 50257) on tokens drawn
+ * log-uniformly over the vocabulary (token k about as often as 1/(k+1): the most frequent one at 6 %
+ * of the positions, as the commonest tokens of English text), and on one token at every position
+ * (its additions are one chain per channel: the slowest case); the floor is dout read once and each
+ * distinct token's fp32 row read and written once. */
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +63,58 @@ static void run_op(Backend *b, const RowCase *k, act_t *a, act_t *b2, act_t *c, 
     case SWIGLU_BWD: op->swiglu_backward(b, c, a, b2, N, C); break;
     case CE: op->crossentropy(b, g, a, tgt, N, k->V, C, 1.0f / (float)N, 1); break;
     }
+}
+
+/* encoder_backward's dwte at GPT-2's shape: the median us over iters, printed as a rows line */
+static int bench_encoder(Backend *b, const char *dev, int iters, double peak, double *ms, bool one_token) {
+    enum { EB = 16, ET = 1024, EC = 768, EV = 50257 };
+    const size_t N = (size_t)EB * ET;
+    GtError err = {0};
+    int *tok = malloc(N * sizeof(int));
+    unsigned char *seen = calloc(EV, 1);
+    const size_t db = backend_act_bytes(b, N * EC), wb = (size_t)EV * EC * sizeof(float);
+    act_t *dout = tok && seen ? backend_alloc(b, MEM_ACTIVATIONS, db, &err) : NULL;
+    float *dwte = dout ? backend_alloc(b, MEM_GRADS, wb, &err) : NULL;
+    int *d_tok = dwte ? backend_alloc(b, MEM_ACTIVATIONS, N * sizeof(int), &err) : NULL;
+    if (!d_tok) {
+        fprintf(stderr, "bench_rows: out of memory: %s\n", err.msg[0] ? err.msg : "host");
+        return 1;
+    }
+    uint64_t x = 42;
+    size_t distinct = 0;
+    for (size_t i = 0; i < N; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull; /* Knuth's MMIX LCG */
+        const double u = (double)(x >> 11) * (1.0 / 9007199254740992.0);
+        int t = one_token ? 0 : (int)floor(exp(u * log((double)EV + 1.0))) - 1;
+        tok[i] = t < 0 ? 0 : t >= EV ? EV - 1 : t;
+        distinct += !seen[tok[i]];
+        seen[tok[i]] = 1;
+    }
+    if (b->ops->to_device(b, d_tok, tok, N * sizeof(int), &err) != 0) {
+        fprintf(stderr, "bench_rows: %s\n", err.msg);
+        return 1;
+    }
+    b->ops->zero(b, dout, db);
+    b->ops->zero(b, dwte, wb);
+    for (int it = -1; it < iters; it++) {
+        b->ops->timer_start(b);
+        b->ops->encoder_backward(b, dwte, NULL, dout, d_tok, EB, ET, EC, NULL);
+        double t = b->ops->timer_elapsed_ms(b);
+        if (it >= 0) ms[it] = t;
+    }
+    qsort(ms, (size_t)iters, sizeof(double), cmp_double);
+    const double us = ms[iters / 2] * 1e3;
+    const double bytes = (double)db + (double)distinct * EC * 8.0 + (double)N * sizeof(int);
+    printf("rows %s gpt2 encoder_backward dwte (%s, %zu distinct): %.1f us, %.1f MB moved, %.0f GB/s", dev,
+           one_token ? "one token everywhere" : "log-uniform tokens", distinct, us, bytes / 1e6, bytes / us / 1e3);
+    if (peak > 0) printf(" (%.0f%% of %.0f GB/s)", 100.0 * bytes / us / 1e3 / peak, peak);
+    printf("\n");
+    backend_free(b, MEM_ACTIVATIONS, d_tok, N * sizeof(int));
+    backend_free(b, MEM_GRADS, dwte, wb);
+    backend_free(b, MEM_ACTIVATIONS, dout, db);
+    free(seen);
+    free(tok);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -121,6 +181,8 @@ int main(int argc, char **argv) {
         if (peak > 0) printf(" (%.0f%% of %.0f GB/s)", 100.0 * bytes / us / 1e3 / peak, peak);
         printf("\n");
     }
+    for (int one = 0; one < 2; one++)
+        if (bench_encoder(b, argv[1], iters, peak, ms, one)) return 1;
     free(ms);
     backend_free(b, MEM_ACTIVATIONS, tgt, maxn * sizeof(int));
     backend_free(b, MEM_ACTIVATIONS, g2, maxn * sizeof(float));

@@ -62,8 +62,10 @@ static inline void gtc_cublas_check(cublasStatus_t s, const char *call, const ch
 #define GTC_LT_WORKSPACE_BYTES ((size_t)32 << 20) /* cuBLASLt workspace */
 #define GTC_SCRATCH_BYTES ((size_t)4 << 20)       /* column-reduction partial sums, gemm_align.cu's padded
                                                    * tails (g x rows: 170 KiB for GPT-2's 10624-row chunk)
-                                                   * and the BGRADB epilogue's bias gradient (OC floats:
-                                                   * 12 KiB for GPT-2's fc); grows on demand */
+                                                   * the BGRADB epilogue's bias gradient (OC floats:
+                                                   * 12 KiB for GPT-2's fc) and the encoder's sort of
+                                                   * the positions by token (12 BT bytes + 256 KiB: 448
+                                                   * KiB at B 16 T 1024); grows on demand */
 /* The runtime's device memory after open, outside the tracked buffers (Backend.runtime_reserve);
  * the context, the cuBLASLt workspace and the scratch above are taken before the free figure is
  * read, so they are not in it.
@@ -350,8 +352,8 @@ __host__ __device__ __forceinline__ int gtc_att_query_end(int j, int window, int
 /* ---- ops implemented in the kernel files (C++ linkage, internal to cuda/) ----
  * act_t arguments hold b->act_dtype elements (backend.h); float arguments are always fp32. */
 
-/* kernels_misc.cu, kernels_norms.cu (layernorm), kernels_elementwise.cu (gelu, add, scale, to_act,
- * convert, AdamW) */
+/* kernels_encoder.cu (the encoder), kernels_misc.cu, kernels_norms.cu (layernorm),
+ * kernels_elementwise.cu (gelu, add, scale, to_act, convert, AdamW) */
 void gtc_encoder_forward(Backend *b, act_t *out, const int *tokens, const act_t *wte,
                          const act_t *wpe, int B, int T, int C, const int *pos);
 void gtc_encoder_backward(Backend *b, float *dwte, float *dwpe, const act_t *dout,
@@ -370,8 +372,8 @@ void gtc_gelu_backward(Backend *b, act_t *dinp, const act_t *inp, const act_t *d
 void gtc_add(Backend *b, act_t *out, const act_t *x, const act_t *y, size_t n);
 void gtc_crossentropy(Backend *b, float *losses, act_t *logits, const int *targets, int N, int V, int ld,
                       float dloss_scale, int compute_grad);
-void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy,
+               const AdamwRun *runs, int n_runs, float lr, float beta1, float beta2, float eps, int t);
 double gtc_sum_squares(Backend *b, const float *x, size_t n);
 void gtc_scale(Backend *b, float *x, float s, size_t n);
 void gtc_to_act(Backend *b, act_t *dst, const float *src, size_t n);

@@ -7,6 +7,9 @@
  * (the tail, fewer than N) one per thread. A pointer that is not 16-byte aligned makes the
  * launcher send every element through the tail. Each element is computed by the same expression
  * in both paths, so the result is the scalar kernel's bits whatever the size or alignment.
+ * AdamW steps every run of tensors of a step (backend.h: each run its own weight decay) in one
+ * launch over the packs of the whole range: a pack inside one run in one go, a pack across a
+ * run's edge (or a gap between runs) element by element.
  *
  * Aliasing: each thread reads all inputs of its pack (or element) before writing it, so out may
  * alias an input (gelu_backward's dinp = dout, add's out = x or y).
@@ -159,53 +162,112 @@ struct AdamwStep {
     }
 };
 
-/* param, m, v updated; copy (NULL: none) = the new param in the act dtype, in the same pass */
+/* The runs of one launch (backend.h's adamw), passed by value as a kernel parameter: element ranges
+ * relative to the call's pointers, in increasing order, and each run's decay factor
+ * 1 - lr * weight_decay. 128 runs take 2.6 KB of the 4 KB of kernel parameters every CUDA version
+ * allows (GPT-2's 98 runs: one launch). */
+#define GTC_ADAMW_RUNS 128
+struct AdamwRuns {
+    size_t begin[GTC_ADAMW_RUNS], end[GTC_ADAMW_RUNS];
+    float decay[GTC_ADAMW_RUNS];
+    int n;
+};
+
+/* the first run that ends after element i (runs.n: none): a binary search (7 steps for 128 runs) */
+__device__ __forceinline__ int adamw_run_of(const AdamwRuns &runs, size_t i) {
+    int lo = 0, hi = runs.n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (runs.end[mid] <= i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* element i: p, m, v (and copy) updated with its run's decay; untouched outside every run */
 template <typename Act>
-__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, Act *copy, size_t n,
-                             size_t npack, AdamwStep s) {
+__device__ __forceinline__ void adamw_element(float *param, const float *grad, float *m, float *v, Act *copy,
+                                              size_t i, AdamwStep s, const AdamwRuns &runs) {
+    const int r = adamw_run_of(runs, i);
+    if (r == runs.n || i < runs.begin[r]) return;
+    s.decay = runs.decay[r];
+    float p = param[i], mi = m[i], vi = v[i];
+    s.apply(p, mi, vi, grad[i]);
+    m[i] = mi;
+    v[i] = vi;
+    param[i] = p;
+    if (copy) store_from_f32(copy, i, p);
+}
+
+/* param, m, v updated over the runs; copy (NULL: none) = the new param in the act dtype, in the same
+ * pass. Packs q0..q1-1 of N elements (16-byte accesses; none when a pointer is not 16-byte
+ * aligned): a pack inside one run in one go, a pack across a run's edge element by element; then
+ * the elements from max(q1 N, the first run's begin) to the last run's end one by one. */
+template <typename Act>
+__global__ void adamw_kernel(float *param, const float *grad, float *m, float *v, Act *copy, size_t q0, size_t q1,
+                             AdamwStep s, AdamwRuns runs) {
     constexpr int N = GTC_PACK(Act) > GTC_PACK(float) ? GTC_PACK(Act) : GTC_PACK(float);
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-    for (size_t q = tid; q < npack; q += stride) {
+    for (size_t q = q0 + tid; q < q1; q += stride) {
         const size_t o = q * N;
-        float p[N], g[N], mi[N], vi[N];
-        load_pack<N>(p, param + o);
-        load_pack<N>(g, grad + o);
-        load_pack<N>(mi, m + o);
-        load_pack<N>(vi, v + o);
+        const int r = adamw_run_of(runs, o);
+        if (r < runs.n && runs.begin[r] <= o && o + N <= runs.end[r]) {
+            AdamwStep sr = s;
+            sr.decay = runs.decay[r];
+            float p[N], g[N], mi[N], vi[N];
+            load_pack<N>(p, param + o);
+            load_pack<N>(g, grad + o);
+            load_pack<N>(mi, m + o);
+            load_pack<N>(vi, v + o);
 #pragma unroll
-        for (int k = 0; k < N; k++) s.apply(p[k], mi[k], vi[k], g[k]);
-        store_pack<N>(m + o, mi);
-        store_pack<N>(v + o, vi);
-        store_pack<N>(param + o, p);
-        if (copy) store_pack<N>(copy + o, p);
+            for (int k = 0; k < N; k++) sr.apply(p[k], mi[k], vi[k], g[k]);
+            store_pack<N>(m + o, mi);
+            store_pack<N>(v + o, vi);
+            store_pack<N>(param + o, p);
+            if (copy) store_pack<N>(copy + o, p);
+        } else {
+            for (int k = 0; k < N; k++) adamw_element(param, grad, m, v, copy, o + k, s, runs);
+        }
     }
-    for (size_t i = npack * N + tid; i < n; i += stride) {
-        float p = param[i], mi = m[i], vi = v[i];
-        s.apply(p, mi, vi, grad[i]);
-        m[i] = mi;
-        v[i] = vi;
-        param[i] = p;
-        if (copy) store_from_f32(copy, i, p);
-    }
+    const size_t first = q1 * N > runs.begin[0] ? q1 * N : runs.begin[0];
+    for (size_t i = first + tid; i < runs.end[runs.n - 1]; i += stride)
+        adamw_element(param, grad, m, v, copy, i, s, runs);
 }
 
 template <typename Act>
-static void adamw_launch(Backend *b, float *param, const float *grad, float *m, float *v, Act *copy, size_t n,
-                         const AdamwStep &s) {
+static void adamw_launch(Backend *b, float *param, const float *grad, float *m, float *v, Act *copy,
+                         const AdamwRun *runs, int n_runs, float lr, const AdamwStep &s) {
     constexpr int N = GTC_PACK(Act) > GTC_PACK(float) ? GTC_PACK(Act) : GTC_PACK(float);
     const bool packed = gtc_aligned16(param) && gtc_aligned16(grad) && gtc_aligned16(m) && gtc_aligned16(v) &&
                         (!copy || gtc_aligned16(copy));
-    const size_t npack = packed ? n / N : 0;
-    const size_t work = npack + (n - npack * N);
-    GTC_LAUNCH(adamw_kernel<Act>, gtc_blocks(work, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), param, grad, m, v,
-               copy, n, npack, s);
-    CUDA_CHECK_LAUNCH();
+    for (int k0 = 0; k0 < n_runs; k0 += GTC_ADAMW_RUNS) {
+        AdamwRuns t;
+        t.n = 0;
+        for (int k = k0; k < n_runs && k < k0 + GTC_ADAMW_RUNS; k++) {
+            if (runs[k].end <= runs[k].begin) continue; /* empty */
+            t.begin[t.n] = runs[k].begin;
+            t.end[t.n] = runs[k].end;
+            t.decay[t.n] = (float)(1.0 - (double)lr * (double)runs[k].weight_decay);
+            t.n++;
+        }
+        if (!t.n) continue;
+        const size_t lo = t.begin[0], hi = t.end[t.n - 1];
+        /* the packs that hold an element of these runs, and the elements past the last whole pack */
+        const size_t q0 = packed ? lo / N : 0, q1 = packed ? hi / N : 0;
+        const size_t tail_from = q1 * N > lo ? q1 * N : lo;
+        const size_t work = (q1 > q0 ? q1 - q0 : 0) + (hi - tail_from);
+        GTC_LAUNCH(adamw_kernel<Act>, gtc_blocks(work, GTC_THREADS), GTC_THREADS, 0, gtc_stream(b), param, grad, m,
+                   v, copy, q0, q1, s, t);
+        CUDA_CHECK_LAUNCH();
+    }
 }
 
-void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
-    if (!n) return;
+void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy,
+               const AdamwRun *runs, int n_runs, float lr, float beta1, float beta2, float eps, int t) {
+    if (n_runs <= 0) return;
     double bc1 = 1.0 - pow((double)beta1, (double)t);
     double bc2 = 1.0 - pow((double)beta2, (double)t);
     AdamwStep s;
@@ -215,11 +277,11 @@ void gtc_adamw(Backend *b, float *param, const float *grad, float *m, float *v, 
     s.omb2 = 1.0f - beta2;
     s.step = (float)((double)lr / bc1);
     s.inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    s.decay = (float)(1.0 - (double)lr * (double)weight_decay);
+    s.decay = 1.0f; /* each run's own: AdamwRuns.decay */
     s.eps = eps;
     if (act_copy == (act_t *)param) act_copy = NULL; /* fp32 act: the weights are the params */
     if (act_copy && gtc_act_bf16(b))
-        adamw_launch(b, param, grad, m, v, (gtc_bf16 *)act_copy, n, s);
+        adamw_launch(b, param, grad, m, v, (gtc_bf16 *)act_copy, runs, n_runs, lr, s);
     else
-        adamw_launch(b, param, grad, m, v, (float *)act_copy, n, s);
+        adamw_launch(b, param, grad, m, v, (float *)act_copy, runs, n_runs, lr, s);
 }

@@ -75,7 +75,7 @@ lora_concat_a_offset_by_r|src/model/adapter_linear.c|        op->gemm(m->be, fal
 lora_dropout_base_ignored|cuda/kernels_lora.cu|gt_dropout_keep(key, base + (uint64_t)i, threshold)|gt_dropout_keep(key, (uint64_t)i, threshold)|@(lora_ops|lora_model)/*
 module_table_collectives_swapped|cuda/module_entry.cu|    nccl_reduce_scatter,\n    nccl_allgather,\n|    nccl_allgather,\n    nccl_reduce_scatter,\n|dist_e2e/zero1_*
 elementwise_tail_dropped|cuda/kernels_elementwise.cu|    for (size_t i = npack * N + tid; i < n; i += stride)\n        store_from_f32(out, i, op(|    for (size_t i = npack * N + tid; i < npack * N; i += stride)\n        store_from_f32(out, i, op(|@(backend_ops|backend_ops_bf16)/*
-elementwise_alignment_unchecked|cuda/kernels_elementwise.cu|    const size_t npack = packed ? n / N : 0;\n    const size_t work = npack + (n - npack * N);\n    GTC_LAUNCH(adamw_kernel|    const size_t npack = packed ? n / N : n / N;\n    const size_t work = npack + (n - npack * N);\n    GTC_LAUNCH(adamw_kernel|@(backend_ops|backend_ops_bf16)/*
+elementwise_alignment_unchecked|cuda/kernels_elementwise.cu|const size_t q0 = packed ? lo / N : 0, q1 = packed ? hi / N : 0;|const size_t q0 = lo / N, q1 = hi / N;|@(backend_ops|backend_ops_bf16)/*
 sum_squares_chunk_tail_dropped|cuda/kernels_misc.cu|    for (size_t i = tail + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * (double)x[i];\n||ops/sum_squares
 sum_squares_second_pack_repeats_first|cuda/kernels_misc.cu|            load_pack<4>(c, x + i0 + 8 * p + 4);|            load_pack<4>(c, x + i0 + 8 * p);|ops/sum_squares
 adamw_act_copy_skipped|cuda/kernels_elementwise.cu|        if (copy) store_pack<N>(copy + o, p);\n||@(backend_ops|backend_ops_bf16)/*
@@ -112,6 +112,18 @@ nccl_compute_skips_join|cuda/dist_nccl.cu|    NC_CUDA(c, cudaStreamWaitEvent(c->
 lora_dh_stride_dropped|src/model/adapter_linear.c|                 model_at(m, m->ad.dh, (size_t)j * r), m->act, H);|                 model_at(m, m->ad.dh, (size_t)j * r), m->act, R);|@(lora_model|lora_train)/*
 lora_h_rows_unpadded|src/model/lora.c|    return (width + 7) / 8 * 8;|    return width;|cuda_gemm/lora_steps*
 gemm_align_whole_tail_strict|cuda/gemm_align.cu|    const bool all_m = bad_m && m < g, all_n = bad_n && n < g, all_k = bad_k && k < g;|    const bool all_m = false, all_n = false, all_k = false;|cuda_gemm/lora*
+encoder_sort_unstable|cuda/kernels_encoder.cu|int at = s_next[d] + __popc(peers & ((1u << lane) - 1u));|int at = s_next[d] + __popc(peers & ~((2u << lane) - 1u));|@(ops|ops_bf16)/encoder_backward_bits
+encoder_sort_scan_inclusive|cuda/kernels_encoder.cu|    return before + x - v;|    return before + x;|@(ops|ops_bf16)/encoder_backward_bits
+encoder_sort_count_tile_tail|cuda/kernels_encoder.cu|const int lo = blockIdx.x * tile, hi = min(lo + tile, BT);|const int lo = blockIdx.x * tile, hi = min(lo + tile, BT) - 1;|@(ops|ops_bf16)/encoder_backward_bits
+encoder_sort_second_digit|cuda/kernels_encoder.cu|(int *)NULL, BT, tl.tile, tl.ntiles, ENC_DIGIT_BITS);|(int *)NULL, BT, tl.tile, tl.ntiles, 0);|@(ops|ops_bf16)/encoder_backward_bits
+encoder_every_index_owns|cuda/kernels_encoder.cu|    if (s > 0) { /* not the token's first sorted index|    if (s < 0) { /* not the token's first sorted index|@(ops|ops_bf16)/encoder_backward_bits
+encoder_walk_first_chunk_only|cuda/kernels_encoder.cu|        if (past) break; /* the run|        break; /* the run|@(ops|ops_bf16)/encoder_backward_bits
+encoder_high_bits_second_owner|cuda/kernels_encoder.cu|            if (--e < 0) break;|            break;|@(ops|ops_bf16)/encoder_backward_bits
+adamw_neighbour_run_decay|cuda/kernels_elementwise.cu|            sr.decay = runs.decay[r];|            sr.decay = runs.decay[r > 0 ? r - 1 : r];|@(ops|ops_bf16)/adamw_runs
+adamw_run_skipped|cuda/kernels_elementwise.cu|            t.n++;|            t.n += k != k0 + 1; /* run k0 + 1 overwritten by the next */|@(ops|ops_bf16)/adamw_runs
+adamw_edge_pack_stepped_whole|cuda/kernels_elementwise.cu|        if (r < runs.n && runs.begin[r] <= o && o + N <= runs.end[r]) {|        if (r < runs.n && runs.begin[r] < o + N && o < runs.end[r]) {|@(ops|ops_bf16)/adamw_runs
+adamw_tail_repeats_packs|cuda/kernels_elementwise.cu|    const size_t first = q1 * N > runs.begin[0] ? q1 * N : runs.begin[0];|    const size_t first = runs.begin[0];|@(ops|ops_bf16)/adamw_runs
+adamw_second_table_dropped|cuda/kernels_elementwise.cu|    for (int k0 = 0; k0 < n_runs; k0 += GTC_ADAMW_RUNS) {|    for (int k0 = 0; k0 < n_runs && k0 < GTC_ADAMW_RUNS; k0 += GTC_ADAMW_RUNS) {|@(ops|ops_bf16)/adamw_runs
 EOF
 }
 

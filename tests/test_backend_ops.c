@@ -374,7 +374,8 @@ static void run_adamw(Fx *fx, Rng *r, const int *s) {
     cr_assert_eq(fx->be->ops->to_device(fx->be, d_g, g, n * sizeof(float), &err), 0, "%s", err.msg);
     cr_assert_eq(fx->be->ops->to_device(fx->be, d_m, m, n * sizeof(float), &err), 0, "%s", err.msg);
     cr_assert_eq(fx->be->ops->to_device(fx->be, d_v, v, n * sizeof(float), &err), 0, "%s", err.msg);
-    fx->be->ops->adamw(fx->be, d_p, d_g, d_m, d_v, d_c, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    const AdamwRun run = {0, n, 0.1f}; /* one run (test_ops_adamw.c: many) */
+    fx->be->ops->adamw(fx->be, d_p, d_g, d_m, d_v, d_c, &run, 1, 3e-3f, 0.9f, 0.95f, 1e-8f, t);
     double *rp = to_d(fx, p, n), *rm = to_d(fx, m, n), *rv = to_d(fx, v, n);
     ref_adamw(rp, to_d(fx, g, n), rm, rv, n, 3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     const float *got = get_f(fx, d_p, n), *copy = get_a(fx, d_c, n);

@@ -485,7 +485,8 @@ Test(ops, adamw) {
         }
         float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
         float *d_p = dup_f(&fx, p, n), *d_m = dup_f(&fx, m, n), *d_v = dup_f(&fx, v, n);
-        fx.be->ops->adamw(fx.be, d_p, dup_f(&fx, g, n), d_m, d_v, NULL, n, lr, b1, b2, eps, wd, t);
+        const AdamwRun run = {0, n, wd};
+        fx.be->ops->adamw(fx.be, d_p, dup_f(&fx, g, n), d_m, d_v, NULL, &run, 1, lr, b1, b2, eps, t);
         double *rp = to_d(&fx, p, n), *rm = to_d(&fx, m, n), *rv = to_d(&fx, v, n);
         ref_adamw(rp, to_d(&fx, g, n), rm, rv, n, lr, b1, b2, eps, wd, t);
         CHECK("adamw param", get_f(&fx, d_p, n), rp, n, "n=%zu t=%d", n, t);

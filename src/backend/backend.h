@@ -61,6 +61,12 @@ const char *gt_dtype_name(GtDtype t); /* "fp32", "bf16" or "nf4" */
 /* An activation-type tensor (see the top of this file); act_t * is a void pointer. */
 typedef void act_t;
 
+/* One run of an adamw call: elements [begin, end) stepped with this weight decay (backend.h's adamw) */
+typedef struct {
+    size_t begin, end;
+    float weight_decay;
+} AdamwRun;
+
 /* What a backend can do, as flags in BackendOps.caps: callers ask these, never the backend's name. */
 enum {
     GT_CAP_DEVICE_MEMORY = 1u << 0,  /* model buffers live in device memory, apart from the host's */
@@ -244,12 +250,18 @@ typedef struct BackendOps {
     void (*crossentropy)(Backend *b, float *losses, act_t *logits, const int *targets, int N,
                          int V, int ld, float dloss_scale, int compute_grad);
 
-    /* AdamW (torch/HF form), one tensor: decoupled weight decay p -= lr*wd*p, then
-     * m,v update and p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1.
-     * act_copy (NULL: none): also the new param in the act dtype, as to_act(act_copy, param, n)
-     * would write it, in the same pass (the compute copy of the weights); may equal param under fp32. */
-    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+    /* AdamW (torch/HF form) over runs of elements of the same tensors (param, grad, m, v, act_copy
+     * all indexed alike), each run with its own weight decay (optim.c: the contiguous runs of
+     * tensors in the decay and no-decay groups), in one pass: for each run and i in [begin, end),
+     * decoupled weight decay p -= lr*wd*p, then m,v update and
+     * p -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). t >= 1. runs: a host array of n_runs
+     * (>= 0) runs in increasing order, not overlapping (begin <= end); elements outside every run
+     * are neither read nor written. An element's arithmetic does not depend on the runs: the same
+     * bits as a call with one run around it. CUDA: one launch per GTC_ADAMW_RUNS (128) runs.
+     * act_copy (NULL: none): also the new param in the act dtype, as to_act would write it, in the
+     * same pass (the compute copy of the weights); may equal param under fp32. */
+    void (*adamw)(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy,
+                  const AdamwRun *runs, int n_runs, float lr, float beta1, float beta2, float eps, int t);
     /* sum of squares of x[n] in double, returned to the host (synchronises) */
     double (*sum_squares)(Backend *b, const float *x, size_t n);
     /* x *= s */

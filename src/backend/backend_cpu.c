@@ -468,25 +468,29 @@ static void f32_crossentropy(Backend *b, float *losses, float *logits, const int
 
 static void cpu_to_act(Backend *b, act_t *dst, const float *src, size_t n);
 
-static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy, size_t n,
-                      float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
+static void cpu_adamw(Backend *b, float *param, const float *grad, float *m, float *v, act_t *act_copy,
+                      const AdamwRun *runs, int n_runs, float lr, float beta1, float beta2, float eps, int t) {
     double bc1 = 1.0 - pow((double)beta1, (double)t);
     double bc2 = 1.0 - pow((double)beta2, (double)t);
     float step = (float)((double)lr / bc1);
     float inv_sqrt_bc2 = (float)(1.0 / sqrt(bc2));
-    float decay = (float)(1.0 - (double)lr * (double)weight_decay);
     float omb1 = 1.0f - beta1, omb2 = 1.0f - beta2;
-#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (n >= PAR_MIN)
-    for (size_t i = 0; i < n; i++) {
-        float g = grad[i];
-        float mi = beta1 * m[i] + omb1 * g;
-        float vi = beta2 * v[i] + omb2 * g * g;
-        m[i] = mi;
-        v[i] = vi;
-        float p = param[i] * decay;
-        param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    for (int r = 0; r < n_runs; r++) {
+        const size_t lo = runs[r].begin, hi = runs[r].end;
+        float decay = (float)(1.0 - (double)lr * (double)runs[r].weight_decay);
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (hi - lo >= PAR_MIN)
+        for (size_t i = lo; i < hi; i++) {
+            float g = grad[i];
+            float mi = beta1 * m[i] + omb1 * g;
+            float vi = beta2 * v[i] + omb2 * g * g;
+            m[i] = mi;
+            v[i] = vi;
+            float p = param[i] * decay;
+            param[i] = p - step * mi / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+        }
+        /* the CPU reads the params again: no bandwidth to save */
+        if (act_copy && hi > lo) cpu_to_act(b, backend_act_at(b, act_copy, lo), param + lo, hi - lo);
     }
-    if (act_copy) cpu_to_act(b, act_copy, param, n); /* the CPU reads the params again: no bandwidth to save */
 }
 
 static double cpu_sum_squares(Backend *b, const float *x, size_t n) {

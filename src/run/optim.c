@@ -40,6 +40,9 @@ double clip_grads_range(Model *m, double norm, double max_norm, size_t lo, size_
 
 double clip_grads(Model *m, double norm, double max_norm) { return clip_grads_range(m, norm, max_norm, 0, m->layout.total); }
 
+/* runs handed to one adamw call (a fixed table: no allocation in the step) */
+#define ADAMW_RUNS_PER_CALL 128
+
 void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t lo, size_t hi) {
     Backend *be = m->be;
     const ParamLayout *pl = &m->layout;
@@ -47,7 +50,10 @@ void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t l
     /* the act-dtype compute copy of the weights is written in the same pass (NULL under fp32: the
      * weights are the params); it is fresh afterwards when the range covered every param */
     act_t *copy = m->weights != (act_t *)m->params ? m->weights : NULL;
-    /* contiguous runs of tensors in the same group (decay or not) are stepped together */
+    /* contiguous runs of tensors in the same group (decay or not), clipped to [lo, hi), go to one
+     * adamw call as runs relative to lo (m and v hold the range's elements only: ZeRO-1's shard) */
+    AdamwRun runs[ADAMW_RUNS_PER_CALL];
+    int n_runs = 0;
     int i = 0;
     while (i < pl->n_tensors) {
         const bool decay = pl->tensors[i].decay;
@@ -56,12 +62,16 @@ void adamw_step_range(Model *m, double lr, const RunConfig *cfg, int t, size_t l
         size_t a = pl->tensors[i].offset, b = pl->tensors[j - 1].offset + pl->tensors[j - 1].numel;
         if (a < lo) a = lo;
         if (b > hi) b = hi;
-        if (a < b)
-            be->ops->adamw(be, m->params + a, m->grads + a, m->adam_m + (a - lo), m->adam_v + (a - lo),
-                           copy ? backend_act_at(be, copy, a) : NULL, b - a,
-                           (float)lr, (float)cfg->adam_beta1, (float)cfg->adam_beta2, (float)cfg->adam_epsilon,
-                           decay ? (float)cfg->weight_decay : 0.0f, t);
+        if (a < b) {
+            runs[n_runs++] = (AdamwRun){a - lo, b - lo, decay ? (float)cfg->weight_decay : 0.0f};
+        }
         i = j;
+        if (n_runs == ADAMW_RUNS_PER_CALL || (i == pl->n_tensors && n_runs > 0)) {
+            be->ops->adamw(be, m->params + lo, m->grads + lo, m->adam_m, m->adam_v,
+                           copy ? backend_act_at(be, copy, lo) : NULL, runs, n_runs, (float)lr,
+                           (float)cfg->adam_beta1, (float)cfg->adam_beta2, (float)cfg->adam_epsilon, t);
+            n_runs = 0;
+        }
     }
     model_params_changed(m);
     if (copy && lo == 0 && hi == pl->total) m->weights_stale = false;
