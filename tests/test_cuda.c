@@ -101,7 +101,8 @@ static void check_attention_gqa(Pair *p, int B, int T, int NH, int NKV, int hd, 
     for (int k = 0; k < 2; k++) {
         Backend *b = bs[k];
         float *d_qkv = dup_to(b, qkv, n3 * sizeof(float)), *d_dout = dup_to(b, dout, nc * sizeof(float));
-        float *d_out = dnan_on(b, nc), *d_lse = dnan_on(b, nl), *d_dqkv = dnan_on(b, n3), *d_ws = dnan_on(b, nl);
+        float *d_out = dnan_on(b, nc), *d_lse = dnan_on(b, nl), *d_dqkv = dnan_on(b, n3),
+              *d_ws = dnan_on(b, backend_attention_workspace_floats(b->act_dtype, B, T, NH, NKV, hd));
         b->ops->attention_forward(b, d_out, d_lse, d_qkv, B, T, NH, NKV, hd, window, NULL);
         b->ops->attention_backward(b, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NKV, hd, window, NULL);
         res[k][0] = fetch(b, d_out, nc);
@@ -476,7 +477,7 @@ static void bf16_run(Backend *b, int k, const BfIn *in, BfRes *r) {
     {
         void *qkv = dup_to(b, in->qkv, 3 * NC * 2), *dout = dup_to(b, in->att_dout, NC * 2);
         void *out = dnan_bf16_on(b, NC), *dqkv = dnan_bf16_on(b, 3 * NC);
-        float *lse = dnan_on(b, NL), *ws = dnan_on(b, NL);
+        float *lse = dnan_on(b, NL), *ws = dnan_on(b, backend_attention_workspace_floats(b->act_dtype, B, T, NH, NH, C / NH));
         b->ops->attention_forward(b, out, lse, qkv, B, T, NH, NH, C / NH, 0, NULL);
         b->ops->attention_backward(b, dqkv, ws, dout, qkv, out, lse, B, T, NH, NH, C / NH, 0, NULL);
         bf_keep_bf16(r, k, b, "attention out", out, NC);
@@ -604,7 +605,7 @@ Test(cuda, bf16_ops_match_cpu_bf16, .timeout = 120) {
  * BF16_TOL (the GPU rounds P and dS to bf16 inside its products, the CPU does not), and a second
  * GPU run on buffers offset by one element (2 bytes: no 16-byte vector loads) must give the same
  * bits (determinism, and no dependence on the buffers' addresses, which recompute relies on) */
-static void bf16_attention_gqa_case(Pair *p, int B, int T, int NH, int NKV, int hd, int window) {
+static void bf16_attention_gqa_run(Pair *p, int B, int T, int NH, int NKV, int hd, int window, float *kept[4]) {
     const int C = NH * hd;
     size_t n3 = (size_t)B * T * (NH + 2 * NKV) * hd, nc = (size_t)B * T * C, nl = (size_t)B * NH * T;
     uint16_t *qkv = rand_bf16(n3, -2, 2), *dout = rand_bf16(nc, -1, 1);
@@ -623,7 +624,7 @@ static void bf16_attention_gqa_case(Pair *p, int B, int T, int NH, int NKV, int 
         cr_assert_eq(b->ops->to_device(b, bd + o, dout, nc * 2, &err), 0, "%s", err.msg);
         cr_assert_eq(b->ops->to_device(b, bo + o, nan16, nc * 2, &err), 0, "%s", err.msg);
         cr_assert_eq(b->ops->to_device(b, bdq + o, nan16, n3 * 2, &err), 0, "%s", err.msg);
-        float *lse = dnan_on(b, nl), *ws = dnan_on(b, nl);
+        float *lse = dnan_on(b, nl), *ws = dnan_on(b, backend_attention_workspace_floats(b->act_dtype, B, T, NH, NKV, hd));
         b->ops->attention_forward(b, bo + o, lse, bq + o, B, T, NH, NKV, hd, window, NULL);
         b->ops->attention_backward(b, bdq + o, ws, bd + o, bq + o, bo + o, lse, B, T, NH, NKV, hd, window, NULL);
         res[k][0] = fetch_bf16(b, bo + o, nc);
@@ -643,11 +644,16 @@ static void bf16_attention_gqa_case(Pair *p, int B, int T, int NH, int NKV, int 
                   "bf16 attention %s B=%d T=%d NH=%d NKV=%d hd=%d window=%d: other bits from a second run "
                   "(unaligned)",
                   names[i], B, T, NH, NKV, hd, window);
-        for (int k = 0; k < 3; k++) free(res[k][i]);
+        for (int k = 0; k < 3; k++)
+            if (k != 1 || !kept) free(res[k][i]);
+        if (kept) kept[i] = res[1][i]; /* the caller's */
     }
     free(qkv);
     free(dout);
     free(nan16);
+}
+static void bf16_attention_gqa_case(Pair *p, int B, int T, int NH, int NKV, int hd, int window) {
+    bf16_attention_gqa_run(p, B, T, NH, NKV, hd, window, NULL);
 }
 static void bf16_attention_case(Pair *p, int B, int T, int C, int NH) {
     bf16_attention_gqa_case(p, B, T, NH, NH, C / NH, 0);
@@ -704,6 +710,36 @@ Test(cuda, bf16_attention_small_smem_variant_match_cpu_bf16, .timeout = 240) {
     bf16_attention_gqa_case(&p, 2, 70, 4, 2, 64, 33);   /* hs 64, GQA, window */
     bf16_attention_gqa_case(&p, 1, 65, 2, 2, 96, 0);    /* hs 96 */
     pair_close(&p);
+}
+
+/* the one-pass backward's dQ slices (backend.h's backend_attention_dq_splits: S = 3 and 2 here,
+ * several key blocks of a split adding into the same query rows of its slice, the window reaching
+ * across units), on the 8-warp variant (128-key blocks) and the 4-warp one (64-key blocks, what
+ * GTCSIM_SMEM_OPTIN_KIB=99 gives): each GPU vs the CPU's bf16 and a second run (unaligned) the
+ * same bits (bf16_attention_gqa_run), and the two variants the same bits as each other: both add
+ * a unit's keys into a slice 64 at a time in one order, so the bits do not depend on the GPU */
+Test(cuda, bf16_attention_one_pass_backward_same_bits_on_both_variants, .timeout = 240) {
+    static const int cases[][6] = {{1, 300, 4, 2, 64, 100}, {2, 200, 2, 2, 128, 0}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int *k = cases[c];
+        const size_t n3 = (size_t)k[0] * k[1] * (k[2] + 2 * k[3]) * k[4];
+        float *got[2][4];
+        for (int v = 0; v < 2; v++) {
+            if (v) setenv("GTCSIM_SMEM_OPTIN_KIB", "99", 1);
+            else unsetenv("GTCSIM_SMEM_OPTIN_KIB");
+            rng_state = 4242 + c; /* the same inputs for both */
+            Pair p;
+            pair_open(&p);
+            bf16_attention_gqa_run(&p, k[0], k[1], k[2], k[3], k[4], k[5], got[v]);
+            pair_close(&p);
+        }
+        unsetenv("GTCSIM_SMEM_OPTIN_KIB");
+        cr_expect(memcmp(got[0][2], got[1][2], n3 * sizeof(float)) == 0,
+                  "bf16 attention dqkv B=%d T=%d NH=%d NKV=%d hd=%d window=%d: the 8- and 4-warp variants "
+                  "give other bits", k[0], k[1], k[2], k[3], k[4], k[5]);
+        for (int v = 0; v < 2; v++)
+            for (int i = 0; i < 4; i++) free(got[v][i]);
+    }
 }
 
 /* ------------------------------------------------------------------ Llama-family ops
