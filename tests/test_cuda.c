@@ -742,6 +742,104 @@ Test(cuda, bf16_attention_one_pass_backward_same_bits_on_both_variants, .timeout
     }
 }
 
+/* The one-pass backward's dQ slices (backend.h: the workspace after the row sums): slice s must
+ * hold sum_j dS[t, j] K[j] over the keys j of split s's units alone (units of
+ * BACKEND_ATT_DQ_KEYS keys: s, s + S, ...), against that sum in double (from the op's own lse and
+ * out, as the op is given them); dq must be bf16(scale * ((slice 0 + slice 1) + ...)), bit for
+ * bit, in split order; a second backward through the same workspace (as the next micro-batch's)
+ * must give the same bits. The slices' tolerance is fp32's, not bf16's: dS enters dQ's product as
+ * two bf16 parts (hi, lo), and one part alone is off by bf16's rounding. */
+#define SLICE_TOL 1e-4
+static void bf16_attention_slices_case(int B, int T, int NH, int NKV, int hd, int window) {
+    Pair p;
+    pair_open(&p);
+    Backend *b = p.gpu;
+    backend_set_act_dtype(b, GT_BF16);
+    const int G = NH / NKV, S = backend_attention_dq_splits(B, T, NKV);
+    const size_t C = (size_t)NH * hd, R = (size_t)(NH + 2 * NKV) * hd;
+    const size_t n3 = (size_t)B * T * R, nc = (size_t)B * T * C, nl = (size_t)B * NH * T, slice = nc;
+    const size_t nws = backend_attention_workspace_floats(GT_BF16, B, T, NH, NKV, hd);
+    const size_t off = backend_attention_rowsum_floats(B, T, NH);
+    cr_assert_eq(nws, off + (size_t)S * slice);
+    const float scale = 1.0f / sqrtf((float)hd);
+    uint16_t *qkv = rand_bf16(n3, -2, 2), *dout = rand_bf16(nc, -1, 1);
+    GtError err = {0};
+    void *bq = dup_to(b, qkv, n3 * 2), *bd = dup_to(b, dout, nc * 2);
+    void *bo = dnan_bf16_on(b, nc), *bdq = dnan_bf16_on(b, n3);
+    float *lse = dnan_on(b, nl), *ws = dnan_on(b, nws);
+    b->ops->attention_forward(b, bo, lse, bq, B, T, NH, NKV, hd, window, NULL);
+    b->ops->attention_backward(b, bdq, ws, bd, bq, bo, lse, B, T, NH, NKV, hd, window, NULL);
+    float *dq1 = fetch_bf16(b, bdq, n3), *w = fetch(b, ws, nws), *o = fetch_bf16(b, bo, nc), *l = fetch(b, lse, nl);
+    b->ops->attention_backward(b, bdq, ws, bd, bq, bo, lse, B, T, NH, NKV, hd, window, NULL);
+    float *dq2 = fetch_bf16(b, bdq, n3);
+    cr_expect(memcmp(dq1, dq2, n3 * sizeof(float)) == 0, "attention dqkv T=%d hd=%d: a second backward through "
+              "the same workspace gives other bits", T, hd);
+    (void)err;
+
+    /* the slices in double, key by key */
+    double *ref = calloc((size_t)S * slice, sizeof(double));
+    float *q = malloc(n3 * sizeof(float)), *dy = malloc(nc * sizeof(float));
+    cr_assert(ref && q && dy);
+    for (size_t i = 0; i < n3; i++) q[i] = gt_bf16_to_f32(qkv[i]);
+    for (size_t i = 0; i < nc; i++) dy[i] = gt_bf16_to_f32(dout[i]);
+    for (int bb = 0; bb < B; bb++)
+        for (int h = 0; h < NH; h++) {
+            const int kvh = h / G;
+            for (int t = 0; t < T; t++) {
+                const float *qt = q + ((size_t)bb * T + t) * R + (size_t)h * hd;
+                const float *dyt = dy + ((size_t)bb * T + t) * C + (size_t)h * hd;
+                const float *ot = o + ((size_t)bb * T + t) * C + (size_t)h * hd;
+                double D = 0.0;
+                for (int c = 0; c < hd; c++) D += (double)dyt[c] * ot[c];
+                const double lt = l[((size_t)bb * NH + h) * T + t];
+                for (int j = window > 0 && t - window + 1 > 0 ? t - window + 1 : 0; j <= t; j++) {
+                    const float *kj = q + ((size_t)bb * T + j) * R + C + (size_t)kvh * hd;
+                    const float *vj = kj + (size_t)NKV * hd;
+                    double sc = 0.0, dp = 0.0;
+                    for (int c = 0; c < hd; c++) {
+                        sc += (double)qt[c] * kj[c];
+                        dp += (double)dyt[c] * vj[c];
+                    }
+                    const double ds = exp(sc * scale - lt) * (dp - D);
+                    double *r = ref + (size_t)(j / BACKEND_ATT_DQ_KEYS % S) * slice + ((size_t)bb * T + t) * C + (size_t)h * hd;
+                    for (int c = 0; c < hd; c++) r[c] += ds * kj[c];
+                }
+            }
+        }
+    float *rf = malloc(slice * sizeof(float));
+    cr_assert_not_null(rf);
+    for (int sp = 0; sp < S; sp++) {
+        for (size_t i = 0; i < slice; i++) rf[i] = (float)ref[(size_t)sp * slice + i];
+        double e = rel(w + off + (size_t)sp * slice, rf, slice);
+        cr_expect_leq(e, SLICE_TOL, "attention dQ slice %d of %d B=%d T=%d NH=%d NKV=%d hd=%d window=%d: rel %.3g vs "
+                      "double", sp, S, B, T, NH, NKV, hd, window, e);
+    }
+    /* dq: the slices' sum in split order, times scale, rounded once */
+    size_t bad = 0;
+    for (size_t i = 0; i < slice; i++) {
+        float x = w[off + i];
+        for (int sp = 1; sp < S; sp++) x += w[off + (size_t)sp * slice + i];
+        float want = gt_bf16_to_f32(gt_f32_to_bf16(x * scale)), got = dq1[i / C * R + i % C];
+        if (memcmp(&want, &got, sizeof want) != 0) bad++;
+    }
+    cr_expect_eq(bad, 0, "attention dq T=%d hd=%d: %zu of %zu values are not the slices' sum in split order", T, hd,
+                 bad, slice);
+    void *bufs[] = {bq, bd, bo, bdq, lse, ws};
+    bf_free_all(b, bufs, 6);
+    free(ref), free(q), free(dy), free(rf), free(dq1), free(dq2), free(w), free(o), free(l), free(qkv), free(dout);
+    pair_close(&p);
+}
+Test(cuda, bf16_attention_dq_slices_match_double_per_split, .timeout = 240) {
+    bf16_attention_slices_case(1, 300, 4, 2, 64, 100); /* S = 3, GQA, window across units */
+    bf16_attention_slices_case(2, 200, 2, 1, 128, 0);  /* S = 2, hd 128 */
+    bf16_attention_slices_case(1, 128, 2, 1, 96, 0);   /* S = 1 */
+}
+Test(cuda, bf16_attention_dq_slices_match_double_per_split_small_smem, .timeout = 240) {
+    setenv("GTCSIM_SMEM_OPTIN_KIB", "99", 1); /* the 4-warp variant: 64-key blocks, two a unit */
+    bf16_attention_slices_case(1, 300, 4, 2, 64, 100);
+    bf16_attention_slices_case(1, 128, 2, 1, 128, 30);
+}
+
 /* ------------------------------------------------------------------ Llama-family ops
  *
  * rmsnorm (forward, backward with dinp and dw accumulated), residual_rmsnorm (res aliasing x),
