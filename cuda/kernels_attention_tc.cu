@@ -20,19 +20,28 @@
  * fragments straight from the accumulators, O (registers) rescaled by exp(m_old - m_new), O += P V;
  * the next K/V tile's cp.async copies run meanwhile. out = O / l (one bf16 rounding), lse = m +
  * log l. Key tiles wholly outside a warp's band are skipped; partial ones are masked.
- * Backward (D = rowsum(dout * out) from kernels_attention.cu), deterministic, no atomics:
- *   dK/dV: one block per (16 W keys, kv head, batch); one pass over the query heads of the kv
- *     head's group and their query tiles (Q, dO, lse, D double-buffered): S^T = K_w Q^T,
- *     dP^T = V_w dO^T, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), all in registers;
- *     dV += P^T dO, dK += dS^T Q in fp32 accumulators held in registers for the whole pass.
- *   dQ: a separate kernel, one block per (16 W queries, head, batch) over the key tiles (K, V
- *     double-buffered): S, dP, dS again in registers, dQ += dS K with dS split in two bf16 parts
- *     (hi = bf16(dS), lo = bf16(dS - hi)): rows of dS sum to about 0, one rounding alone loses
- *     2-3x the output's own rounding error when keys share a large common part.
- *   Cost of the deterministic dQ: S and dP are computed twice (dK/dV and dQ kernels) and dQ's
- *   product twice (hi, lo): 4 + 4 = 8 tile products per (query, key) tile pair against
- *   FlashAttention-2's 5 with atomicAdd on dQ; in exchange, every dq/dk/dv element is written
- *   once by one thread, every sum runs in an order fixed by the code and the shapes.
+ * Backward (D = rowsum(dout * out) from kernels_attention.cu), in one pass, deterministic, no
+ * atomics: one block per (split s, kv head, batch), S splits from the shapes alone
+ * (backend_attention_dq_splits, backend.h: not from the device, so the bits and the plan's
+ * scratch do not depend on the GPU). Split s walks the key units (FA_UNIT = 128 keys) s, s + S,
+ * ... in order, each as blocks of 16 W keys (one block of 8 warps, two of 4); per key block, K
+ * and V in shared memory and dK/dV accumulators in registers, one pass over the query heads of
+ * the kv head's group and their query tiles (Q, dO, lse, D double-buffered):
+ *   S^T = K_w Q^T, dP^T = V_w dO^T, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), all in
+ *   registers; dV += P^T dO, dK += dS^T Q (fp32, registers);
+ *   dS^T to shared memory as two bf16 parts (hi = bf16(dS), lo = bf16(dS - hi): rows of dS sum
+ *   to about 0, one rounding alone loses 2-3x the output's own rounding error when keys share a
+ *   large common part), into the stage's Q and dO where they fit (dead by then), else a tile
+ *   of their own; then each warp takes 16 query rows (and half the columns with 8 warps) and
+ *   adds dS K over the block's keys, 64 keys at a time (hi, then lo), onto those rows of split
+ *   s's fp32 dQ slice (the workspace): a plain read-modify-write that no other block touches,
+ *   in the order of the loops, so 4 and 8 warps add the same terms in the same order.
+ * dK and dV are written once per key block; then fa_dq_sum_kernel: dq = bf16(scale * ((slice 0
+ * + slice 1) + ...)) in split order. Cost: 6 tile products per (query, key) tile pair (S, dP,
+ * dV, dK, and dQ's twice, hi and lo) against FlashAttention-2's 5 and the 8 of a separate dQ
+ * kernel (S and dP twice); the price of determinism without atomics is the dQ slices' traffic
+ * (a read and a write of 64 rows of fp32 per tile pair, where FA2 has atomicAdd's) and their
+ * memory: S <= 4 slices of B T NH hs floats, zeroed before each backward.
  *
  * Precision: as the CUDA-core path up to the bf16 rounding of P (and dS) before they enter a
  * product, and the products' accumulation order; q, k, v, dout are bf16 already, their products
@@ -43,14 +52,15 @@
  * the same values, so the result's bits never depend on the buffers' addresses (recompute stays
  * bit-identical).
  *
- * Shared memory per block (KiB; forward / dK,dV / dQ):   4 warps          8 warps
- *   hs 64                                                40 / 49 / 48     48 / 65 / 64
- *   hs 96                                                65 / 79 / 78     78 / 105 / 104
- *   hs 128                                               80 / 97 / 96     96 / 129 / 128
+ * Shared memory per block (KiB; forward / backward):   4 warps      8 warps
+ *   hs 64                                             40 / 49      48 / 97
+ *   hs 96                                             65 / 79      78 / 137
+ *   hs 128                                            80 / 97      96 / 129
  * so sm_86/89 (99 KiB) run every head size with 4 warps, sm_80 (163 KiB) and sm_90 (227 KiB) with
  * 8. Registers (ptxas, CUDA 13, sm_80 / sm_90): forward 128-204 (Q fragments held; hs 64 spills
- * 8-16 bytes), dQ 165-255, dK/dV 194-255; hs 128's backward spills 12-48 bytes (its dK and dV
- * accumulators alone are 128 registers). */
+ * 8-16 bytes), backward 252-255 with 0-44 bytes of spills (dK and dV accumulators alone are
+ * hs / 2 registers each, dS^T 32 more across the barrier before it goes to shared memory; dQ's
+ * product holds 32 columns of accumulators at a time). */
 #include "cuda_common.cuh"
 
 #include <limits.h>
@@ -371,7 +381,7 @@ __global__ void __launch_bounds__(W * 32)
     typedef FaBwd<HS, W> L;
     constexpr int NT = W * 32, BK = 16 * W, ND = HS / 8;
     constexpr int NC = HS * 4 / W;               /* dQ columns of a warp (16 rows of a query tile) */
-    constexpr int DQC = NC % 64 == 0 ? 64 : NC;  /* of them in registers at a time */
+    constexpr int DQC = NC % 32 == 0 ? 32 : NC;  /* of them in registers at a time */
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(fa_smem + L::K);
     bf16 *Vs = reinterpret_cast<bf16 *>(fa_smem + L::V);

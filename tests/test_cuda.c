@@ -831,6 +831,7 @@ static void bf16_attention_slices_case(int B, int T, int NH, int NKV, int hd, in
 }
 Test(cuda, bf16_attention_dq_slices_match_double_per_split, .timeout = 240) {
     bf16_attention_slices_case(1, 300, 4, 2, 64, 100); /* S = 3, GQA, window across units */
+    bf16_attention_slices_case(1, 300, 2, 1, 64, 0);   /* S = 3, the last rows in all three slices */
     bf16_attention_slices_case(2, 200, 2, 1, 128, 0);  /* S = 2, hd 128 */
     bf16_attention_slices_case(1, 128, 2, 1, 96, 0);   /* S = 1 */
 }
