@@ -35,13 +35,14 @@
  *   of their own; then each warp takes 16 query rows (and half the columns with 8 warps) and
  *   adds dS K over the block's keys, 64 keys at a time (hi, then lo), onto those rows of split
  *   s's fp32 dQ slice (the workspace): a plain read-modify-write that no other block touches,
- *   in the order of the loops, so 4 and 8 warps add the same terms in the same order.
+ *   in the order of the loops, so 4 and 8 warps add the same terms in the same order; a tile
+ *   that no earlier block of the split reached is written instead (the slices are not zeroed).
  * dK and dV are written once per key block; then fa_dq_sum_kernel: dq = bf16(scale * ((slice 0
- * + slice 1) + ...)) in split order. Cost: 6 tile products per (query, key) tile pair (S, dP,
+ * + slice 1) + ...)) in split order over the slices that wrote the row (fa_split_reaches). Cost: 6 tile products per (query, key) tile pair (S, dP,
  * dV, dK, and dQ's twice, hi and lo) against FlashAttention-2's 5 and the 8 of a separate dQ
  * kernel (S and dP twice); the price of determinism without atomics is the dQ slices' traffic
  * (a read and a write of 64 rows of fp32 per tile pair, where FA2 has atomicAdd's) and their
- * memory: S <= 4 slices of B T NH hs floats, zeroed before each backward.
+ * memory: S <= 4 slices of B T NH hs floats.
  *
  * Precision: as the CUDA-core path up to the bf16 rounding of P (and dS) before they enter a
  * product, and the products' accumulation order; q, k, v, dout are bf16 already, their products
@@ -402,6 +403,12 @@ __global__ void __launch_bounds__(W * 32)
             /* query tiles [k0, q_end) of each head of the group see the block's keys */
             const int q_end = gtc_att_query_end(min(k0 + BK, T) - 1, window, T);
             const int nq = (q_end - k0 + FA_TILE - 1) / FA_TILE, niter = G * nq;
+            /* the split's blocks before this one reached the query tiles below prev_end (their
+             * ranges [k0', q_end') grow with k0'): a tile at or past it is new to the slice here,
+             * its rows written, not added to (the slices are not zeroed) */
+            const int prev_end = k0 > u * FA_UNIT ? gtc_att_query_end(k0 - 1, window, T)
+                                 : u >= S         ? gtc_att_query_end((u - S + 1) * FA_UNIT - 1, window, T)
+                                                  : 0;
 
             auto load_stage = [&](int it) {
                 int hq = kvh * G + it / nq, q0 = k0 + (it % nq) * FA_TILE;
@@ -501,6 +508,7 @@ __global__ void __launch_bounds__(W * 32)
                 /* dQ_s[rows q0 + 16 rg ..] += dS K over the block's keys, 64 keys at a time (hi then
                  * lo), onto the slice's values: the same order of additions for W = 4 and 8 */
                 const int r0 = q0 + 16 * rg;
+                const bool fresh = q0 >= prev_end;
                 if (r0 < T) {
                     float *dqh = dqs + (size_t)hq * HS;
                     #pragma unroll
@@ -511,7 +519,7 @@ __global__ void __launch_bounds__(W * 32)
                             #pragma unroll
                             for (int e = 0; e < 4; e++) {
                                 int t = r0 + g + 8 * (e >> 1), c = c0 + cc + 8 * n + 2 * tq + (e & 1);
-                                acc[n][e] = t < T ? dqh[(size_t)t * C + c] : 0.0f;
+                                acc[n][e] = t < T && !fresh ? dqh[(size_t)t * C + c] : 0.0f;
                             }
                         #pragma unroll
                         for (int kh = 0; kh < BK; kh += 64)
@@ -552,13 +560,30 @@ __global__ void __launch_bounds__(W * 32)
         }
 }
 
-/* dq (bf16, into dqkv) = scale * the sum of the S slices, in s order */
+/* whether split s (of S) wrote the rows of the query tile at q0 (a multiple of FA_TILE): its
+ * last unit at or before q0 reaches it (the units' query ranges [128 u, q_end) grow with u) */
+__device__ __forceinline__ bool fa_split_reaches(int s, int S, int q0, int window, int T) {
+    const int ulast = q0 / FA_UNIT;
+    if (ulast < s) return false;
+    const int u = s + (ulast - s) / S * S;
+    return q0 < gtc_att_query_end(min((u + 1) * FA_UNIT, T) - 1, window, T);
+}
+
+/* dq (bf16, into dqkv) = scale * the sum of the slices that wrote the row, in s order (a slice
+ * that did not holds stale values; one that wrote it with no key of its own seen holds +0) */
 __global__ void fa_dq_sum_kernel(bf16 *__restrict__ dqkv, const float *__restrict__ dqpart, size_t slice,
-                                 int S, size_t C, size_t C3, float scale) {
+                                 int S, int T, int window, size_t C, size_t C3, float scale) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < slice; i += (size_t)gridDim.x * blockDim.x) {
-        float x = dqpart[i];
-        for (int s = 1; s < S; s++) x += dqpart[(size_t)s * slice + i];
-        size_t row = i / C;
+        const size_t row = i / C;
+        const int q0 = (int)(row % (size_t)T) / FA_TILE * FA_TILE;
+        float x = 0.0f;
+        bool any = false;
+        for (int s = 0; s < S; s++)
+            if (fa_split_reaches(s, S, q0, window, T)) {
+                float v = dqpart[(size_t)s * slice + i];
+                x = any ? x + v : v;
+                any = true;
+            }
         dqkv[row * C3 + (i - row * C)] = __float2bfloat16_rn(x * scale);
     }
 }
@@ -648,17 +673,16 @@ static void fa_backward_t(Backend *b, gtc_bf16 *dqkv, float *workspace, const gt
     float scale = 1.0f / sqrtf((float)HS);
     int vec = fa_aligned16(dqkv) && fa_aligned16(dout) && fa_aligned16(qkv);
     cudaStream_t st = gtc_stream(b);
-    /* the workspace (backend.h): D, then S zeroed dQ slices */
+    /* the workspace (backend.h): D, then S dQ slices (each row written before it is added to) */
     const int S = backend_attention_dq_splits(B, T, NKV);
     const size_t slice = (size_t)B * T * NH * HS;
     float *dqpart = workspace + backend_attention_rowsum_floats(B, T, NH);
-    CUDA_CHECK(cudaMemsetAsync(dqpart, 0, (size_t)S * slice * sizeof(float), st));
     auto *fa_bwd = fa_bwd_kernel<HS, W>;
     GTC_LAUNCH(fa_bwd, fa_grid(S, B, NKV), W * 32, (FaBwd<HS, W>::BYTES), st, dqkv, dqpart, dout,
                qkv, lse, workspace, T, NH, NKV, window, B * NKV, S, slice, scale, vec, pos);
     CUDA_CHECK_LAUNCH();
     GTC_LAUNCH(fa_dq_sum_kernel, gtc_blocks(slice, GTC_THREADS), GTC_THREADS, 0, st, dqkv, dqpart, slice, S,
-               (size_t)NH * HS, (size_t)(NH + 2 * NKV) * HS, scale);
+               T, window, (size_t)NH * HS, (size_t)(NH + 2 * NKV) * HS, scale);
     CUDA_CHECK_LAUNCH();
 }
 

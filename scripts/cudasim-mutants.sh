@@ -55,10 +55,11 @@ fa_cp_async_wait_missing|cuda/kernels_attention_tc.cu|            gtc_cp_async_w
 fa_dkdv_stage_race|cuda/kernels_attention_tc.cu|                __syncthreads(); /* the stage and dS are free for the next iteration's copies */\n||cuda/bf16_attention_*
 fa_bwd_ds_overwrites_live_stage|cuda/kernels_attention_tc.cu|                __syncthreads(); /* every warp is done with this stage's Q and dO (dS may overwrite them) */\n||cuda/bf16_attention_tensor*
 fa_dq_slice_index_rotated|cuda/kernels_attention_tc.cu|    float *dqs = dqpart + (size_t)split * slice|    float *dqs = dqpart + (size_t)((split + 1) % S) * slice|cuda/bf16_attention_dq_slices_match_double_per_split
-fa_dq_sum_drops_last_split|cuda/kernels_attention_tc.cu|        for (int s = 1; s < S; s++) x += dqpart[(size_t)s * slice + i];|        for (int s = 1; s < S - 1; s++) x += dqpart[(size_t)s * slice + i];|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_sum_drops_last_split|cuda/kernels_attention_tc.cu|        for (int s = 0; s < S; s++)\n            if (fa_split_reaches|        for (int s = 0; s < S - 1; s++)\n            if (fa_split_reaches|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_sum_reads_stale_slices|cuda/kernels_attention_tc.cu|            if (fa_split_reaches(s, S, q0, window, T)) {|            if (s >= 0) {|cuda/bf16_attention_dq_slices_match_double_per_split
 fa_bwd_key_block_skipped|cuda/kernels_attention_tc.cu|k0 < min((u + 1) * FA_UNIT, T); k0 += BK)|k0 < min((u + 1) * FA_UNIT, T); k0 += 2 * BK)|@(cuda/bf16_attention_small_smem*|ops_llama_bf16/attention_one_pass_backward_splits_small_smem)
 fa_ds_lo_dropped|cuda/kernels_attention_tc.cu|                        *reinterpret_cast<uint32_t *>(dsl + o) = gtc_pack_bf16x2(x - xh, y - yh);|                        *reinterpret_cast<uint32_t *>(dsl + o) = 0u;|cuda/bf16_attention_dq_slices_match_double_per_split
-fa_dq_slices_not_zeroed|cuda/kernels_attention_tc.cu|    CUDA_CHECK(cudaMemsetAsync(dqpart, 0, (size_t)S * slice * sizeof(float), st));\n||cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_fresh_rows_added|cuda/kernels_attention_tc.cu|acc[n][e] = t < T && !fresh ? dqh|acc[n][e] = t < T ? dqh|cuda/bf16_attention_dq_slices_match_double_per_split
 fa_dq_operand_not_transposed|cuda/kernels_attention_tc.cu|    gtc_ldmatrix_x4_t(a, tile + fa_off<64>(|    gtc_ldmatrix_x4(a, tile + fa_off<64>(|cuda/bf16_attention_tensor*
 mma_emulation_trans_layout|cuda/mma_ptx.cuh|            lo = all[8 * i + 2 * t][g];|            lo = all[8 * i + g][2 * t];|mma_ptx/*
 wrong_ld_to_cublaslt|cuda/backend_cuda.cu|ta == CUBLAS_OP_N ? k : m, key->lda));|ta == CUBLAS_OP_N ? k : m, key->ldc));|@(ops|ops_bf16)/*

@@ -404,10 +404,11 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
  * split s of the one-pass backward owns slice s alone and adds the dS K of its key units
  * (BACKEND_ATT_DQ_KEYS keys each: s, s + S, ...) into it in a fixed order; dq is their sum in s
  * order. S comes from the shapes only (not the device), so the bits and the plan do not depend on
- * the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS, at most one split a unit,
- * at most BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at most 4 x B*T*NH*hd fp32). */
+ * the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS (one a multiprocessor
+ * of a large GPU), at most one split a unit, at most BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at
+ * most 4 x B*T*NH*hd fp32; each split more costs a write and a read of one). */
 #define BACKEND_ATT_DQ_KEYS 128
-#define BACKEND_ATT_DQ_BLOCKS 256
+#define BACKEND_ATT_DQ_BLOCKS 128
 #define BACKEND_ATT_DQ_SPLITS_MAX 4
 static inline int backend_attention_dq_splits(int B, int T, int NKV) {
     const long units = ((long)T + BACKEND_ATT_DQ_KEYS - 1) / BACKEND_ATT_DQ_KEYS, bkv = (long)B * NKV;
