@@ -38,7 +38,8 @@
  *   in the order of the loops, so 4 and 8 warps add the same terms in the same order; a tile
  *   that no earlier block of the split reached is written instead (the slices are not zeroed).
  * dK and dV are written once per key block; then fa_dq_sum_kernel: dq = bf16(scale * ((slice 0
- * + slice 1) + ...)) in split order over the slices that wrote the row (fa_split_reaches). Cost: 6 tile products per (query, key) tile pair (S, dP,
+ * + slice 1) + ...)) in split order over the slices that wrote the row (fa_split_reaches); with
+ * one split, the block of a tile's own keys is the last to reach it and writes its dq itself. Cost: 6 tile products per (query, key) tile pair (S, dP,
  * dV, dK, and dQ's twice, hi and lo) against FlashAttention-2's 5 and the 8 of a separate dQ
  * kernel (S and dP twice); the price of determinism without atomics is the dQ slices' traffic
  * (a read and a write of 64 rows of fp32 per tile pair, where FA2 has atomicAdd's) and their
@@ -509,6 +510,9 @@ __global__ void __launch_bounds__(W * 32)
                  * lo), onto the slice's values: the same order of additions for W = 4 and 8 */
                 const int r0 = q0 + 16 * rg;
                 const bool fresh = q0 >= prev_end;
+                /* one split: no later block reaches the tile of the block's own keys, whose rows
+                 * are then final: dq = bf16(scale * sum) straight into dqkv (no sum kernel) */
+                const bool last = S == 1 && q0 < k0 + BK;
                 if (r0 < T) {
                     float *dqh = dqs + (size_t)hq * HS;
                     #pragma unroll
@@ -542,9 +546,22 @@ __global__ void __launch_bounds__(W * 32)
                         #pragma unroll
                         for (int n = 0; n < DQC / 8; n++)
                             #pragma unroll
-                            for (int e = 0; e < 4; e++) {
-                                int t = r0 + g + 8 * (e >> 1), c = c0 + cc + 8 * n + 2 * tq + (e & 1);
-                                if (t < T) dqh[(size_t)t * C + c] = acc[n][e];
+                            for (int hr = 0; hr < 2; hr++) {
+                                const int t = r0 + g + 8 * hr, c = c0 + cc + 8 * n + 2 * tq;
+                                if (t >= T) continue;
+                                if (!last) {
+                                    dqh[(size_t)t * C + c] = acc[n][2 * hr];
+                                    dqh[(size_t)t * C + c + 1] = acc[n][2 * hr + 1];
+                                    continue;
+                                }
+                                bf16 *d = dqkv + ((size_t)bb * T + t) * C3 + (size_t)hq * HS + c;
+                                const float x = acc[n][2 * hr] * scale, y = acc[n][2 * hr + 1] * scale;
+                                if (vec) {
+                                    *reinterpret_cast<uint32_t *>(d) = gtc_pack_bf16x2(x, y);
+                                } else {
+                                    d[0] = __float2bfloat16_rn(x);
+                                    d[1] = __float2bfloat16_rn(y);
+                                }
                             }
                     }
                 }
@@ -681,6 +698,7 @@ static void fa_backward_t(Backend *b, gtc_bf16 *dqkv, float *workspace, const gt
     GTC_LAUNCH(fa_bwd, fa_grid(S, B, NKV), W * 32, (FaBwd<HS, W>::BYTES), st, dqkv, dqpart, dout,
                qkv, lse, workspace, T, NH, NKV, window, B * NKV, S, slice, scale, vec, pos);
     CUDA_CHECK_LAUNCH();
+    if (S == 1) return; /* fa_bwd wrote dq */
     GTC_LAUNCH(fa_dq_sum_kernel, gtc_blocks(slice, GTC_THREADS), GTC_THREADS, 0, st, dqkv, dqpart, slice, S,
                T, window, (size_t)NH * HS, (size_t)(NH + 2 * NKV) * HS, scale);
     CUDA_CHECK_LAUNCH();

@@ -403,7 +403,7 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
  * tensor-core backward; the CPU leaves them unused), S fp32 slices of dQ, B*T*NH*hd floats each:
  * split s of the one-pass backward owns slice s alone and adds the dS K of its key units
  * (BACKEND_ATT_DQ_KEYS keys each: s, s + S, ...) into it in a fixed order; dq is their sum in s
- * order. S comes from the shapes only (not the device), so the bits and the plan do not depend on
+ * order (with S = 1 the op writes dq itself, its slice holding partial sums). S comes from the shapes only (not the device), so the bits and the plan do not depend on
  * the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS (one a multiprocessor
  * of a large GPU), at most one split a unit, at most BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at
  * most 4 x B*T*NH*hd fp32; each split more costs a write and a read of one). */
