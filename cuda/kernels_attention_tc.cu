@@ -60,7 +60,7 @@
  *   hs 128                                            80 / 97      96 / 129
  * so sm_86/89 (99 KiB) run every head size with 4 warps, sm_80 (163 KiB) and sm_90 (227 KiB) with
  * 8. Registers (ptxas, CUDA 13, sm_80 / sm_90): forward 128-204 (Q fragments held; hs 64 spills
- * 8-16 bytes), backward 252-255 with 0-44 bytes of spills (dK and dV accumulators alone are
+ * 8-16 bytes), backward 255 with 0-68 bytes of spills (dK and dV accumulators alone are
  * hs / 2 registers each, dS^T 32 more across the barrier before it goes to shared memory; dQ's
  * product holds 32 columns of accumulators at a time). */
 #include "cuda_common.cuh"
