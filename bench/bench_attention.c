@@ -39,7 +39,8 @@ int main(int argc, char **argv) {
     act_t *out = dqkv ? backend_alloc(b, MEM_ACTIVATIONS, backend_act_bytes(b, rows * NH * hd), &err) : NULL;
     act_t *dout = out ? backend_alloc(b, MEM_WORKSPACE, backend_act_bytes(b, rows * NH * hd), &err) : NULL;
     float *lse = dout ? backend_alloc_floats(b, MEM_ACTIVATIONS, (size_t)B * NH * T, &err) : NULL;
-    float *ws = lse ? backend_alloc_floats(b, MEM_WORKSPACE, (size_t)B * NH * T, &err) : NULL;
+    const size_t nws = backend_attention_workspace_floats(b->act_dtype, B, T, NH, NKV, hd);
+    float *ws = lse ? backend_alloc_floats(b, MEM_WORKSPACE, nws, &err) : NULL;
     double *ms = malloc(sizeof(double) * (size_t)iters);
     if (!ws || !ms) {
         fprintf(stderr, "bench_attention: out of memory: %s\n", ws ? "host" : err.msg);
@@ -58,7 +59,7 @@ int main(int argc, char **argv) {
     printf("attention %s %s B=%d T=%d NH=%d NKV=%d hd=%d causal: %.3f ms fwd+bwd, %.3g TFLOP/s (FA2 count: fwd 4BHT^2d/2, bwd 2.5x)\n",
            argv[1], bf16 ? "bf16" : "fp32", B, T, NH, NKV, hd, med, fwd * 3.5 / (med * 1e-3) / 1e12);
     free(ms);
-    backend_free(b, MEM_WORKSPACE, ws, sizeof(float) * (size_t)B * NH * T);
+    backend_free(b, MEM_WORKSPACE, ws, sizeof(float) * nws);
     backend_free(b, MEM_ACTIVATIONS, lse, sizeof(float) * (size_t)B * NH * T);
     backend_free(b, MEM_WORKSPACE, dout, backend_act_bytes(b, rows * NH * hd));
     backend_free(b, MEM_ACTIVATIONS, out, backend_act_bytes(b, rows * NH * hd));

@@ -472,8 +472,9 @@ bool gtc_attention_tc_supported(Backend *b, int hs);
 int gtc_attention_tc_init(CudaImpl *im, GtError *err);
 void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *qkv, int B,
                               int T, int NH, int NKV, int hd, int window, const int *pos);
-/* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed */
-void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
+/* dqkv overwritten, given D[b,h,t] = sum_d dout * out (fp32, B*NH*T) already computed at the
+ * start of workspace (backend_attention_workspace_floats: the dQ slices follow) */
+void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, float *workspace, const gtc_bf16 *dout,
                                const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
                                int NKV, int hd, int window, const int *pos);
 

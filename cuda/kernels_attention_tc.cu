@@ -20,19 +20,30 @@
  * fragments straight from the accumulators, O (registers) rescaled by exp(m_old - m_new), O += P V;
  * the next K/V tile's cp.async copies run meanwhile. out = O / l (one bf16 rounding), lse = m +
  * log l. Key tiles wholly outside a warp's band are skipped; partial ones are masked.
- * Backward (D = rowsum(dout * out) from kernels_attention.cu), deterministic, no atomics:
- *   dK/dV: one block per (16 W keys, kv head, batch); one pass over the query heads of the kv
- *     head's group and their query tiles (Q, dO, lse, D double-buffered): S^T = K_w Q^T,
- *     dP^T = V_w dO^T, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), all in registers;
- *     dV += P^T dO, dK += dS^T Q in fp32 accumulators held in registers for the whole pass.
- *   dQ: a separate kernel, one block per (16 W queries, head, batch) over the key tiles (K, V
- *     double-buffered): S, dP, dS again in registers, dQ += dS K with dS split in two bf16 parts
- *     (hi = bf16(dS), lo = bf16(dS - hi)): rows of dS sum to about 0, one rounding alone loses
- *     2-3x the output's own rounding error when keys share a large common part.
- *   Cost of the deterministic dQ: S and dP are computed twice (dK/dV and dQ kernels) and dQ's
- *   product twice (hi, lo): 4 + 4 = 8 tile products per (query, key) tile pair against
- *   FlashAttention-2's 5 with atomicAdd on dQ; in exchange, every dq/dk/dv element is written
- *   once by one thread, every sum runs in an order fixed by the code and the shapes.
+ * Backward (D = rowsum(dout * out) from kernels_attention.cu), in one pass, deterministic, no
+ * atomics: one block per (split s, kv head, batch), S splits from the shapes alone
+ * (backend_attention_dq_splits, backend.h: not from the device, so the bits and the plan's
+ * scratch do not depend on the GPU). Split s walks the key units (FA_UNIT = 128 keys) s, s + S,
+ * ... in order, each as blocks of 16 W keys (one block of 8 warps, two of 4); per key block, K
+ * and V in shared memory and dK/dV accumulators in registers, one pass over the query heads of
+ * the kv head's group and their query tiles (Q, dO, lse, D double-buffered):
+ *   S^T = K_w Q^T, dP^T = V_w dO^T, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), all in
+ *   registers; dV += P^T dO, dK += dS^T Q (fp32, registers);
+ *   dS^T to shared memory as two bf16 parts (hi = bf16(dS), lo = bf16(dS - hi): rows of dS sum
+ *   to about 0, one rounding alone loses 2-3x the output's own rounding error when keys share a
+ *   large common part), into the stage's Q and dO where they fit (dead by then), else a tile
+ *   of their own; then each warp takes 16 query rows (and half the columns with 8 warps) and
+ *   adds dS K over the block's keys, 64 keys at a time (hi, then lo), onto those rows of split
+ *   s's fp32 dQ slice (the workspace): a plain read-modify-write that no other block touches,
+ *   in the order of the loops, so 4 and 8 warps add the same terms in the same order; a tile
+ *   that no earlier block of the split reached is written instead (the slices are not zeroed).
+ * dK and dV are written once per key block; then fa_dq_sum_kernel: dq = bf16(scale * ((slice 0
+ * + slice 1) + ...)) in split order over the slices that wrote the row (fa_split_reaches); with
+ * one split, the block of a tile's own keys is the last to reach it and writes its dq itself. Cost: 6 tile products per (query, key) tile pair (S, dP,
+ * dV, dK, and dQ's twice, hi and lo) against FlashAttention-2's 5 and the 8 of a separate dQ
+ * kernel (S and dP twice); the price of determinism without atomics is the dQ slices' traffic
+ * (a read and a write of 64 rows of fp32 per tile pair, where FA2 has atomicAdd's) and their
+ * memory: S <= 4 slices of B T NH hs floats.
  *
  * Precision: as the CUDA-core path up to the bf16 rounding of P (and dS) before they enter a
  * product, and the products' accumulation order; q, k, v, dout are bf16 already, their products
@@ -43,14 +54,15 @@
  * the same values, so the result's bits never depend on the buffers' addresses (recompute stays
  * bit-identical).
  *
- * Shared memory per block (KiB; forward / dK,dV / dQ):   4 warps          8 warps
- *   hs 64                                                40 / 49 / 48     48 / 65 / 64
- *   hs 96                                                65 / 79 / 78     78 / 105 / 104
- *   hs 128                                               80 / 97 / 96     96 / 129 / 128
+ * Shared memory per block (KiB; forward / backward):   4 warps      8 warps
+ *   hs 64                                             40 / 49      48 / 97
+ *   hs 96                                             65 / 79      78 / 137
+ *   hs 128                                            80 / 97      96 / 129
  * so sm_86/89 (99 KiB) run every head size with 4 warps, sm_80 (163 KiB) and sm_90 (227 KiB) with
  * 8. Registers (ptxas, CUDA 13, sm_80 / sm_90): forward 128-204 (Q fragments held; hs 64 spills
- * 8-16 bytes), dQ 165-255, dK/dV 194-255; hs 128's backward spills 12-48 bytes (its dK and dV
- * accumulators alone are 128 registers). */
+ * 8-16 bytes), backward 255 with 0-68 bytes of spills (dK and dV accumulators alone are
+ * hs / 2 registers each, dS^T 32 more across the barrier before it goes to shared memory; dQ's
+ * product holds 32 columns of accumulators at a time). */
 #include "cuda_common.cuh"
 
 #include <limits.h>
@@ -61,7 +73,9 @@
 
 typedef __nv_bfloat16 bf16;
 
-#define FA_TILE 64 /* rows of a streamed tile (keys in forward/dQ, queries in dK/dV) */
+#define FA_TILE 64 /* rows of a streamed tile (keys in the forward, queries in the backward) */
+#define FA_UNIT BACKEND_ATT_DQ_KEYS /* keys of a backward split's unit (backend.h): 1 or 2 blocks */
+static_assert(FA_UNIT % 128 == 0, "a backward unit holds whole 4- and 8-warp key blocks");
 
 /* ------------------------------------------------------------------ shared-memory tiles */
 
@@ -89,21 +103,18 @@ template <int HS, int W> struct FaFwd {
     static constexpr size_t STAGE = 2 * fa_tile_bytes<HS>(FA_TILE);
     static constexpr size_t BYTES = KV + 2 * STAGE;
 };
-/* dK/dV: K, V (16 W rows), then 2 stages of Q, dO (64 rows), lse and D (64 floats) */
-template <int HS, int W> struct FaDkdv {
+/* the backward: K, V (16 W rows), then 2 stages of Q, dO (64 rows), lse and D (64 floats), then
+ * dS^T hi and lo (16 W rows of 64 bf16, swizzled as hs 64): in the current stage's Q and dO,
+ * dead by then, where they fit (4 warps; 8 warps at hs 128), else after the stages */
+template <int HS, int W> struct FaBwd {
     static constexpr size_t K = 0;
     static constexpr size_t V = K + fa_tile_bytes<HS>(16 * W);
     static constexpr size_t ST = V + fa_tile_bytes<HS>(16 * W);
     static constexpr size_t STAGE = 2 * fa_tile_bytes<HS>(FA_TILE) + 2 * FA_TILE * sizeof(float);
-    static constexpr size_t BYTES = ST + 2 * STAGE;
-};
-/* dQ: Q, dO (16 W rows), then 2 stages of K, V (64 rows) */
-template <int HS, int W> struct FaDq {
-    static constexpr size_t Q = 0;
-    static constexpr size_t DO = Q + fa_tile_bytes<HS>(16 * W);
-    static constexpr size_t KV = DO + fa_tile_bytes<HS>(16 * W);
-    static constexpr size_t STAGE = 2 * fa_tile_bytes<HS>(FA_TILE);
-    static constexpr size_t BYTES = KV + 2 * STAGE;
+    static constexpr size_t DS_BYTES = 2 * fa_tile_bytes<64>(16 * W);
+    static constexpr bool DS_IN_STAGE = DS_BYTES <= 2 * fa_tile_bytes<HS>(FA_TILE);
+    static constexpr size_t DS = ST + 2 * STAGE; /* when not in the stage */
+    static constexpr size_t BYTES = DS + (DS_IN_STAGE ? 0 : DS_BYTES);
 };
 
 /* rows [r0, r0 + ROWS) of one head's HS channels (global row stride `stride`) into a tile; rows
@@ -354,220 +365,244 @@ __global__ void __launch_bounds__(W * 32)
     fa_store_rows<HS>(out + (size_t)bb * T * C + (size_t)h * HS, C, w0, T, o, inv, vec, lane);
 }
 
-/* ------------------------------------------------------------------ backward: dK, dV */
+/* ------------------------------------------------------------------ backward, one pass */
+
+/* the A fragment of rows m0 .. m0 + 15, columns k0 .. k0 + 15 of X^T, X a 64-column tile stored
+ * [k][m] (dQ = dS K with dS^T in shared memory: X = dS^T, rows keys, columns queries) */
+__device__ __forceinline__ void fa_ld_at(uint32_t (&a)[4], const bf16 *tile, int k0, int m0, int lane) {
+    int i = lane >> 3;
+    gtc_ldmatrix_x4_t(a, tile + fa_off<64>(k0 + (i >> 1) * 8 + (lane & 7), m0 + (i & 1) * 8));
+}
 
 template <int HS, int W>
 __global__ void __launch_bounds__(W * 32)
-    fa_dkdv_kernel(bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
-                   const float *__restrict__ lse, const float *__restrict__ D, int T, int NH, int NKV,
-                   int window, int BKV, float scale, int vec, const int *__restrict__ pos) {
-    typedef FaDkdv<HS, W> L;
+    fa_bwd_kernel(bf16 *__restrict__ dqkv, float *__restrict__ dqpart, const bf16 *__restrict__ dout,
+                  const bf16 *__restrict__ qkv, const float *__restrict__ lse, const float *__restrict__ D,
+                  int T, int NH, int NKV, int window, int BKV, int S, size_t slice, float scale, int vec,
+                  const int *__restrict__ pos) {
+    typedef FaBwd<HS, W> L;
     constexpr int NT = W * 32, BK = 16 * W, ND = HS / 8;
+    constexpr int NC = HS * 4 / W;               /* dQ columns of a warp (16 rows of a query tile) */
+    constexpr int DQC = NC % 32 == 0 ? 32 : NC;  /* of them in registers at a time */
     extern __shared__ __align__(128) unsigned char fa_smem[];
     bf16 *Ks = reinterpret_cast<bf16 *>(fa_smem + L::K);
     bf16 *Vs = reinterpret_cast<bf16 *>(fa_smem + L::V);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
 
-    const int bg = (int)(blockIdx.x % (unsigned)BKV);
-    const int k0 = (int)(blockIdx.x / (unsigned)BKV) * BK; /* earliest (heaviest) key tiles first */
+    const int bg = (int)(blockIdx.x % (unsigned)BKV), split = (int)(blockIdx.x / (unsigned)BKV);
     const int kvh = bg % NKV, bb = bg / NKV, G = NH / NKV;
     const size_t C = (size_t)NH * HS, C3 = (size_t)(NH + 2 * NKV) * HS;
     const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)kvh * HS;
     const bf16 *vbase = kbase + (size_t)NKV * HS;
     const int *posr = pos ? pos + (size_t)bb * T : nullptr;
+    float *dqs = dqpart + (size_t)split * slice + (size_t)bb * T * C; /* this split's slice, batch bb */
+    const int rg = warp & 3, c0 = (warp >> 2) * NC; /* the warp's dQ rows 16 rg .., columns c0 .. */
 
-    /* query tiles [k0, q_end) of each head of the group see the block's keys */
-    const int q_end = gtc_att_query_end(min(k0 + BK, T) - 1, window, T);
-    const int nq = (q_end - k0 + FA_TILE - 1) / FA_TILE, niter = G * nq;
+    /* the split's key units (FA_UNIT keys: s, s + S, ...), each in blocks of BK keys, in order */
+    for (int u = split; u * FA_UNIT < T; u += S)
+        for (int k0 = u * FA_UNIT; k0 < min((u + 1) * FA_UNIT, T); k0 += BK) {
+            /* query tiles [k0, q_end) of each head of the group see the block's keys */
+            const int q_end = gtc_att_query_end(min(k0 + BK, T) - 1, window, T);
+            const int nq = (q_end - k0 + FA_TILE - 1) / FA_TILE, niter = G * nq;
+            /* the split's blocks before this one reached the query tiles below prev_end (their
+             * ranges [k0', q_end') grow with k0'): a tile at or past it is new to the slice here,
+             * its rows written, not added to (the slices are not zeroed) */
+            const int prev_end = k0 > u * FA_UNIT ? gtc_att_query_end(k0 - 1, window, T)
+                                 : u >= S         ? gtc_att_query_end((u - S + 1) * FA_UNIT - 1, window, T)
+                                                  : 0;
 
-    auto load_stage = [&](int it) {
-        int hq = kvh * G + it / nq, q0 = k0 + (it % nq) * FA_TILE;
-        unsigned char *st = fa_smem + L::ST + (it & 1) * L::STAGE;
-        bf16 *Qn = reinterpret_cast<bf16 *>(st), *dOn = Qn + FA_TILE * FaRow<HS>::LD;
-        float *Ln = reinterpret_cast<float *>(dOn + FA_TILE * FaRow<HS>::LD), *Dn = Ln + FA_TILE;
-        fa_load_tile<HS, FA_TILE, NT>(Qn, qkv + (size_t)bb * T * C3 + (size_t)hq * HS, C3, q0, T, vec);
-        fa_load_tile<HS, FA_TILE, NT>(dOn, dout + (size_t)bb * T * C + (size_t)hq * HS, C, q0, T, vec);
-        const float *lrow = lse + ((size_t)bb * NH + hq) * T, *drow = D + ((size_t)bb * NH + hq) * T;
-        for (int i = threadIdx.x; i < FA_TILE; i += NT) {
-            int t = q0 + i;
-            Ln[i] = t < T ? lrow[t] : 0.0f;
-            Dn[i] = t < T ? drow[t] : 0.0f;
-        }
-    };
-
-    fa_load_tile<HS, BK, NT>(Ks, kbase, C3, k0, T, vec);
-    fa_load_tile<HS, BK, NT>(Vs, vbase, C3, k0, T, vec);
-    if (niter > 0) load_stage(0);
-    gtc_cp_async_commit();
-
-    const int w0 = k0 + warp * 16;  /* the warp's first key */
-    const bool active = w0 < T;     /* warp-uniform */
-    const int wq_end = gtc_att_query_end(min(w0 + 15, T - 1), window, T);
-    int jk[2], jq_end[2]; /* keys w0 + g (+ 8): queries [jk, jq_end) see them */
-    #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        jk[hr] = w0 + g + 8 * hr;
-        jq_end[hr] = gtc_att_query_end(jk[hr], window, T);
-    }
-
-    float dk[ND][4], dv[ND][4];
-    #pragma unroll
-    for (int n = 0; n < ND; n++)
-        #pragma unroll
-        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-
-    for (int it = 0; it < niter; it++) {
-        const int q0 = k0 + (it % nq) * FA_TILE;
-        if (it + 1 < niter) {
-            load_stage(it + 1);
-            gtc_cp_async_commit();
-            gtc_cp_async_wait<1>();
-        } else {
-            gtc_cp_async_wait<0>();
-        }
-        __syncthreads();
-        /* warp-uniform: some query of the tile sees a key of the warp */
-        if (active && q0 < wq_end && q0 + FA_TILE > w0) {
-            const unsigned char *st = fa_smem + L::ST + (it & 1) * L::STAGE;
-            const bf16 *Qs = reinterpret_cast<const bf16 *>(st), *dOs = Qs + FA_TILE * FaRow<HS>::LD;
-            const float *Ls = reinterpret_cast<const float *>(dOs + FA_TILE * FaRow<HS>::LD), *Ds = Ls + FA_TILE;
-            float s[8][4], dp[8][4];
-            fa_scores<HS>(s, Ks, warp * 16, Qs, lane);  /* S^T = K_w Q^T */
-            fa_scores<HS>(dp, Vs, warp * 16, dOs, lane); /* dP^T = V_w dO^T */
-            /* element e of tile n: key jk[e >> 1], query q0 + 8 n + 2 tq + (e & 1) */
-            #pragma unroll
-            for (int n = 0; n < 8; n++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int c = 8 * n + 2 * tq + (e & 1), t = q0 + c, hr = e >> 1;
-                    float p = 0.0f, ds = 0.0f;
-                    if (t >= jk[hr] && t < jq_end[hr] && (!posr || t - posr[t] <= jk[hr])) {
-                        p = expf(s[n][e] * scale - Ls[c]);
-                        ds = p * (dp[n][e] - Ds[c]);
-                    }
-                    s[n][e] = p;
-                    dp[n][e] = ds;
+            auto load_stage = [&](int it) {
+                int hq = kvh * G + it / nq, q0 = k0 + (it % nq) * FA_TILE;
+                unsigned char *st = fa_smem + L::ST + (it & 1) * L::STAGE;
+                bf16 *Qn = reinterpret_cast<bf16 *>(st), *dOn = Qn + FA_TILE * FaRow<HS>::LD;
+                float *Ln = reinterpret_cast<float *>(dOn + FA_TILE * FaRow<HS>::LD), *Dn = Ln + FA_TILE;
+                fa_load_tile<HS, FA_TILE, NT>(Qn, qkv + (size_t)bb * T * C3 + (size_t)hq * HS, C3, q0, T, vec);
+                fa_load_tile<HS, FA_TILE, NT>(dOn, dout + (size_t)bb * T * C + (size_t)hq * HS, C, q0, T, vec);
+                const float *lrow = lse + ((size_t)bb * NH + hq) * T, *drow = D + ((size_t)bb * NH + hq) * T;
+                for (int i = threadIdx.x; i < FA_TILE; i += NT) {
+                    int t = q0 + i;
+                    Ln[i] = t < T ? lrow[t] : 0.0f;
+                    Dn[i] = t < T ? drow[t] : 0.0f;
                 }
-            uint32_t pa[4][4];
-            #pragma unroll
-            for (int kc = 0; kc < 4; kc++) fa_acc_to_a(pa[kc], s[2 * kc], s[2 * kc + 1]);
-            fa_acc_av<HS>(dv, pa, dOs, lane); /* dV += P^T dO */
-            #pragma unroll
-            for (int kc = 0; kc < 4; kc++) fa_acc_to_a(pa[kc], dp[2 * kc], dp[2 * kc + 1]);
-            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */
-        }
-        __syncthreads();
-    }
+            };
 
-    if (!active) return;
-    bf16 *dkbase = dqkv + (size_t)bb * T * C3 + C + (size_t)kvh * HS;
-    const float ks[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
-    fa_store_rows<HS>(dkbase, C3, w0, T, dk, ks, vec, lane);
-    fa_store_rows<HS>(dkbase + (size_t)NKV * HS, C3, w0, T, dv, one, vec, lane);
+            /* the previous block's last iteration ended in a barrier: K, V are free */
+            fa_load_tile<HS, BK, NT>(Ks, kbase, C3, k0, T, vec);
+            fa_load_tile<HS, BK, NT>(Vs, vbase, C3, k0, T, vec);
+            load_stage(0);
+            gtc_cp_async_commit();
+
+            const int w0 = k0 + warp * 16;  /* the warp's first key */
+            const bool active = w0 < T;     /* warp-uniform */
+            const int wq_end = gtc_att_query_end(min(w0 + 15, T - 1), window, T);
+            int jk[2], jq_end[2]; /* keys w0 + g (+ 8): queries [jk, jq_end) see them */
+            #pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                jk[hr] = w0 + g + 8 * hr;
+                jq_end[hr] = gtc_att_query_end(jk[hr], window, T);
+            }
+
+            float dk[ND][4], dv[ND][4];
+            #pragma unroll
+            for (int n = 0; n < ND; n++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+
+            for (int it = 0; it < niter; it++) {
+                const int hq = kvh * G + it / nq, q0 = k0 + (it % nq) * FA_TILE;
+                if (it + 1 < niter) {
+                    load_stage(it + 1);
+                    gtc_cp_async_commit();
+                    gtc_cp_async_wait<1>();
+                } else {
+                    gtc_cp_async_wait<0>();
+                }
+                __syncthreads();
+                unsigned char *st = fa_smem + L::ST + (it & 1) * L::STAGE;
+                /* warp-uniform: some query of the tile sees a key of the warp */
+                const bool on = active && q0 < wq_end && q0 + FA_TILE > w0;
+                float dp[8][4]; /* dS^T: element e of tile n is key jk[e >> 1], query q0 + 8 n + 2 tq + (e & 1) */
+                fa_zero(dp);
+                if (on) {
+                    const bf16 *Qs = reinterpret_cast<const bf16 *>(st), *dOs = Qs + FA_TILE * FaRow<HS>::LD;
+                    const float *Ls = reinterpret_cast<const float *>(dOs + FA_TILE * FaRow<HS>::LD), *Ds = Ls + FA_TILE;
+                    float s[8][4];
+                    fa_scores<HS>(s, Ks, warp * 16, Qs, lane);  /* S^T = K_w Q^T */
+                    fa_scores<HS>(dp, Vs, warp * 16, dOs, lane); /* dP^T = V_w dO^T */
+                    #pragma unroll
+                    for (int n = 0; n < 8; n++)
+                        #pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            int c = 8 * n + 2 * tq + (e & 1), t = q0 + c, hr = e >> 1;
+                            float p = 0.0f, ds = 0.0f;
+                            if (t >= jk[hr] && t < jq_end[hr] && (!posr || t - posr[t] <= jk[hr])) {
+                                p = expf(s[n][e] * scale - Ls[c]);
+                                ds = p * (dp[n][e] - Ds[c]);
+                            }
+                            s[n][e] = p;
+                            dp[n][e] = ds;
+                        }
+                    uint32_t pa[4][4];
+                    #pragma unroll
+                    for (int kc = 0; kc < 4; kc++) fa_acc_to_a(pa[kc], s[2 * kc], s[2 * kc + 1]);
+                    fa_acc_av<HS>(dv, pa, dOs, lane); /* dV += P^T dO */
+                    #pragma unroll
+                    for (int kc = 0; kc < 4; kc++) fa_acc_to_a(pa[kc], dp[2 * kc], dp[2 * kc + 1]);
+                    fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */
+                }
+                __syncthreads(); /* every warp is done with this stage's Q and dO (dS may overwrite them) */
+                /* dS^T of the block's keys into shared memory as hi = bf16(dS), lo = bf16(dS - hi):
+                 * rows of dS sum to about 0, one rounding alone loses 2-3x the output's own rounding
+                 * error when keys share a large common part */
+                bf16 *dsh = reinterpret_cast<bf16 *>(L::DS_IN_STAGE ? st : fa_smem + L::DS), *dsl = dsh + BK * 64;
+                #pragma unroll
+                for (int n = 0; n < 8; n++)
+                    #pragma unroll
+                    for (int hr = 0; hr < 2; hr++) {
+                        const int r = warp * 16 + g + 8 * hr, o = fa_off<64>(r, 8 * n) + 2 * tq;
+                        float x = dp[n][2 * hr], y = dp[n][2 * hr + 1];
+                        float xh = __bfloat162float(__float2bfloat16_rn(x)), yh = __bfloat162float(__float2bfloat16_rn(y));
+                        *reinterpret_cast<uint32_t *>(dsh + o) = gtc_pack_bf16x2(xh, yh);
+                        *reinterpret_cast<uint32_t *>(dsl + o) = gtc_pack_bf16x2(x - xh, y - yh);
+                    }
+                __syncthreads();
+                /* dQ_s[rows q0 + 16 rg ..] += dS K over the block's keys, 64 keys at a time (hi then
+                 * lo), onto the slice's values: the same order of additions for W = 4 and 8 */
+                const int r0 = q0 + 16 * rg;
+                const bool fresh = q0 >= prev_end;
+                /* one split: no later block reaches the tile of the block's own keys, whose rows
+                 * are then final: dq = bf16(scale * sum) straight into dqkv (no sum kernel) */
+                const bool last = S == 1 && q0 < k0 + BK;
+                if (r0 < T) {
+                    float *dqh = dqs + (size_t)hq * HS;
+                    #pragma unroll
+                    for (int cc = 0; cc < NC; cc += DQC) {
+                        float acc[DQC / 8][4];
+                        #pragma unroll
+                        for (int n = 0; n < DQC / 8; n++)
+                            #pragma unroll
+                            for (int e = 0; e < 4; e++) {
+                                int t = r0 + g + 8 * (e >> 1), c = c0 + cc + 8 * n + 2 * tq + (e & 1);
+                                acc[n][e] = t < T && !fresh ? dqh[(size_t)t * C + c] : 0.0f;
+                            }
+                        #pragma unroll
+                        for (int kh = 0; kh < BK; kh += 64)
+                            #pragma unroll
+                            for (int part = 0; part < 2; part++) {
+                                const bf16 *X = part ? dsl : dsh;
+                                #pragma unroll
+                                for (int kc = 0; kc < 4; kc++) {
+                                    uint32_t a[4];
+                                    fa_ld_at(a, X, kh + 16 * kc, 16 * rg, lane);
+                                    #pragma unroll
+                                    for (int dpi = 0; dpi < DQC / 16; dpi++) {
+                                        uint32_t b[4];
+                                        fa_ld_b<HS>(b, Ks, kh + 16 * kc, c0 + cc + 16 * dpi, lane);
+                                        gtc_mma_bf16_16816(acc[2 * dpi], a, b[0], b[1]);
+                                        gtc_mma_bf16_16816(acc[2 * dpi + 1], a, b[2], b[3]);
+                                    }
+                                }
+                            }
+                        #pragma unroll
+                        for (int n = 0; n < DQC / 8; n++)
+                            #pragma unroll
+                            for (int hr = 0; hr < 2; hr++) {
+                                const int t = r0 + g + 8 * hr, c = c0 + cc + 8 * n + 2 * tq;
+                                if (t >= T) continue;
+                                if (!last) {
+                                    dqh[(size_t)t * C + c] = acc[n][2 * hr];
+                                    dqh[(size_t)t * C + c + 1] = acc[n][2 * hr + 1];
+                                    continue;
+                                }
+                                bf16 *d = dqkv + ((size_t)bb * T + t) * C3 + (size_t)hq * HS + c;
+                                const float x = acc[n][2 * hr] * scale, y = acc[n][2 * hr + 1] * scale;
+                                if (vec) {
+                                    *reinterpret_cast<uint32_t *>(d) = gtc_pack_bf16x2(x, y);
+                                } else {
+                                    d[0] = __float2bfloat16_rn(x);
+                                    d[1] = __float2bfloat16_rn(y);
+                                }
+                            }
+                    }
+                }
+                __syncthreads(); /* the stage and dS are free for the next iteration's copies */
+            }
+
+            if (active) {
+                bf16 *dkbase = dqkv + (size_t)bb * T * C3 + C + (size_t)kvh * HS;
+                const float ks[2] = {scale, scale}, one[2] = {1.0f, 1.0f};
+                fa_store_rows<HS>(dkbase, C3, w0, T, dk, ks, vec, lane);
+                fa_store_rows<HS>(dkbase + (size_t)NKV * HS, C3, w0, T, dv, one, vec, lane);
+            }
+        }
 }
 
-/* ------------------------------------------------------------------ backward: dQ */
+/* whether split s (of S) wrote the rows of the query tile at q0 (a multiple of FA_TILE): its
+ * last unit at or before q0 reaches it (the units' query ranges [128 u, q_end) grow with u) */
+__device__ __forceinline__ bool fa_split_reaches(int s, int S, int q0, int window, int T) {
+    const int ulast = q0 / FA_UNIT;
+    if (ulast < s) return false;
+    const int u = s + (ulast - s) / S * S;
+    return q0 < gtc_att_query_end(min((u + 1) * FA_UNIT, T) - 1, window, T);
+}
 
-template <int HS, int W>
-__global__ void __launch_bounds__(W * 32)
-    fa_dq_kernel(bf16 *__restrict__ dqkv, const bf16 *__restrict__ dout, const bf16 *__restrict__ qkv,
-                 const float *__restrict__ lse, const float *__restrict__ D, int T, int NH, int NKV,
-                 int window, int BH, int ntiles, float scale, int vec, const int *__restrict__ pos) {
-    typedef FaDq<HS, W> L;
-    constexpr int NT = W * 32, BR = 16 * W, ND = HS / 8;
-    extern __shared__ __align__(128) unsigned char fa_smem[];
-    bf16 *Qs = reinterpret_cast<bf16 *>(fa_smem + L::Q);
-    bf16 *dOs = reinterpret_cast<bf16 *>(fa_smem + L::DO);
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-
-    const int bh = (int)(blockIdx.x % (unsigned)BH);
-    const int qt = ntiles - 1 - (int)(blockIdx.x / (unsigned)BH);
-    const int h = bh % NH, bb = bh / NH, q0 = qt * BR;
-    const int kvh = gtc_att_kv_head(h, NH, NKV);
-    const size_t C = (size_t)NH * HS, C3 = (size_t)(NH + 2 * NKV) * HS;
-    const bf16 *kbase = qkv + (size_t)bb * T * C3 + C + (size_t)kvh * HS;
-    const bf16 *vbase = kbase + (size_t)NKV * HS;
-    const int *posr = pos ? pos + (size_t)bb * T : nullptr;
-
-    const int q_last = min(q0 + BR, T) - 1;
-    const int kstart = gtc_att_first_key_pos(q0, window, posr) / FA_TILE * FA_TILE;
-    fa_load_tile<HS, BR, NT>(Qs, qkv + (size_t)bb * T * C3 + (size_t)h * HS, C3, q0, T, vec);
-    fa_load_tile<HS, BR, NT>(dOs, dout + (size_t)bb * T * C + (size_t)h * HS, C, q0, T, vec);
-    {
-        bf16 *Kn = reinterpret_cast<bf16 *>(fa_smem + L::KV);
-        fa_load_tile<HS, FA_TILE, NT>(Kn, kbase, C3, kstart, T, vec);
-        fa_load_tile<HS, FA_TILE, NT>(Kn + FA_TILE * FaRow<HS>::LD, vbase, C3, kstart, T, vec);
-        gtc_cp_async_commit();
+/* dq (bf16, into dqkv) = scale * the sum of the slices that wrote the row, in s order (a slice
+ * that did not holds stale values; one that wrote it with no key of its own seen holds +0) */
+__global__ void fa_dq_sum_kernel(bf16 *__restrict__ dqkv, const float *__restrict__ dqpart, size_t slice,
+                                 int S, int T, int window, size_t C, size_t C3, float scale) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < slice; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t row = i / C;
+        const int q0 = (int)(row % (size_t)T) / FA_TILE * FA_TILE;
+        float x = 0.0f;
+        bool any = false;
+        for (int s = 0; s < S; s++)
+            if (fa_split_reaches(s, S, q0, window, T)) {
+                float v = dqpart[(size_t)s * slice + i];
+                x = any ? x + v : v;
+                any = true;
+            }
+        dqkv[row * C3 + (i - row * C)] = __float2bfloat16_rn(x * scale);
     }
-
-    const int w0 = q0 + warp * 16;
-    const bool active = w0 < T;
-    const int tlim = min(w0 + 15, T - 1);
-    const int wlo = gtc_att_first_key_pos(active ? w0 : 0, window, posr);
-    int jmax[2], jmin[2];
-    float Lr[2], Dr[2];
-    bool row_ok[2];
-    #pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        int t = w0 + g + 8 * hr;
-        row_ok[hr] = t < T;
-        jmax[hr] = min(t, T - 1);
-        jmin[hr] = gtc_att_first_key_pos(jmax[hr], window, posr);
-        Lr[hr] = row_ok[hr] ? lse[((size_t)bb * NH + h) * T + t] : 0.0f;
-        Dr[hr] = row_ok[hr] ? D[((size_t)bb * NH + h) * T + t] : 0.0f;
-    }
-
-    float dq[ND][4];
-    #pragma unroll
-    for (int n = 0; n < ND; n++)
-        #pragma unroll
-        for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
-
-    int stage = 0;
-    for (int k0 = kstart; k0 <= q_last; k0 += FA_TILE, stage ^= 1) {
-        const bf16 *Ks = reinterpret_cast<const bf16 *>(fa_smem + L::KV + stage * L::STAGE);
-        const bf16 *Vs = Ks + FA_TILE * FaRow<HS>::LD;
-        if (k0 + FA_TILE <= q_last) {
-            bf16 *Kn = reinterpret_cast<bf16 *>(fa_smem + L::KV + (stage ^ 1) * L::STAGE);
-            fa_load_tile<HS, FA_TILE, NT>(Kn, kbase, C3, k0 + FA_TILE, T, vec);
-            fa_load_tile<HS, FA_TILE, NT>(Kn + FA_TILE * FaRow<HS>::LD, vbase, C3, k0 + FA_TILE, T, vec);
-            gtc_cp_async_commit();
-            gtc_cp_async_wait<1>();
-        } else {
-            gtc_cp_async_wait<0>();
-        }
-        __syncthreads();
-        if (active && k0 + FA_TILE > wlo && k0 <= tlim) {
-            float s[8][4], dp[8][4];
-            fa_scores<HS>(s, Qs, warp * 16, Ks, lane);   /* S = Q_w K^T */
-            fa_scores<HS>(dp, dOs, warp * 16, Vs, lane); /* dP = dO_w V^T */
-            float lo[8][4];
-            #pragma unroll
-            for (int n = 0; n < 8; n++)
-                #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    int j = k0 + 8 * n + 2 * tq + (e & 1), hr = e >> 1;
-                    float ds = 0.0f;
-                    if (row_ok[hr] && j >= jmin[hr] && j <= jmax[hr])
-                        ds = expf(s[n][e] * scale - Lr[hr]) * (dp[n][e] - Dr[hr]);
-                    float hi = __bfloat162float(__float2bfloat16_rn(ds));
-                    s[n][e] = hi;
-                    lo[n][e] = ds - hi;
-                }
-            uint32_t a[4][4];
-            #pragma unroll
-            for (int kc = 0; kc < 4; kc++) fa_acc_to_a(a[kc], s[2 * kc], s[2 * kc + 1]);
-            fa_acc_av<HS>(dq, a, Ks, lane); /* dQ += dS_hi K */
-            #pragma unroll
-            for (int kc = 0; kc < 4; kc++) fa_acc_to_a(a[kc], lo[2 * kc], lo[2 * kc + 1]);
-            fa_acc_av<HS>(dq, a, Ks, lane); /* dQ += dS_lo K */
-        }
-        __syncthreads();
-    }
-
-    if (!active) return;
-    const float ks[2] = {scale, scale};
-    fa_store_rows<HS>(dqkv + (size_t)bb * T * C3 + (size_t)h * HS, C3, w0, T, dq, ks, vec, lane);
 }
 
 /* ------------------------------------------------------------------ host side */
@@ -581,21 +616,20 @@ bool gtc_attention_tc_supported(Backend *b, int hs) {
     return i >= 0 && gtc_impl(b)->fa_warps[i] > 0;
 }
 
-/* the three kernels of one (head size, warps) and their shared-memory bytes */
+/* the two kernels of one (head size, warps) and their shared-memory bytes */
 struct FaKernels {
-    const void *fn[3];
-    size_t bytes[3];
+    const void *fn[2];
+    size_t bytes[2];
 };
 template <int HS, int W> static FaKernels fa_kernels() {
-    FaKernels k = {{(const void *)fa_forward_kernel<HS, W>, (const void *)fa_dkdv_kernel<HS, W>,
-                    (const void *)fa_dq_kernel<HS, W>},
-                   {FaFwd<HS, W>::BYTES, FaDkdv<HS, W>::BYTES, FaDq<HS, W>::BYTES}};
+    FaKernels k = {{(const void *)fa_forward_kernel<HS, W>, (const void *)fa_bwd_kernel<HS, W>},
+                   {FaFwd<HS, W>::BYTES, FaBwd<HS, W>::BYTES}};
     return k;
 }
 
 int gtc_attention_tc_init(CudaImpl *im, GtError *err) {
     /* per head size: the large variant (8 warps) where the device's opt-in shared memory holds all
-     * three kernels (sm_80 A100 163 KiB, sm_90 227 KiB), else 4 warps (<= 97 KiB: sm_86/89's 99 KiB
+     * two kernels (sm_80 A100 163 KiB, sm_90 227 KiB), else 4 warps (<= 97 KiB: sm_86/89's 99 KiB
      * hold every head size), else none; mma.sync bf16 needs sm_80 */
     const FaKernels ks[3][2] = {{fa_kernels<64, 4>(), fa_kernels<64, 8>()},
                                 {fa_kernels<96, 4>(), fa_kernels<96, 8>()},
@@ -614,9 +648,8 @@ int gtc_attention_tc_init(CudaImpl *im, GtError *err) {
         if (major < 8) continue;
         for (int v = 1; v >= 0; v--) {
             const FaKernels &k = ks[i][v];
-            if (k.bytes[0] > (size_t)optin || k.bytes[1] > (size_t)optin || k.bytes[2] > (size_t)optin)
-                continue;
-            for (int f = 0; f < 3; f++)
+            if (k.bytes[0] > (size_t)optin || k.bytes[1] > (size_t)optin) continue;
+            for (int f = 0; f < 2; f++)
                 if (gtc_set_smem_limit(k.fn[f], k.bytes[f], "attention (tensor cores)", err)) return -1;
             im->fa_warps[i] = v ? 8 : 4;
             break;
@@ -651,20 +684,23 @@ static void fa_forward_t(Backend *b, gtc_bf16 *out, float *lse, const gtc_bf16 *
 }
 
 template <int HS, int W>
-static void fa_backward_t(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
+static void fa_backward_t(Backend *b, gtc_bf16 *dqkv, float *workspace, const gtc_bf16 *dout,
                           const gtc_bf16 *qkv, const float *lse, int B, int T, int NH, int NKV,
                           int window, const int *pos) {
     float scale = 1.0f / sqrtf((float)HS);
-    int ntiles = (T + 16 * W - 1) / (16 * W);
     int vec = fa_aligned16(dqkv) && fa_aligned16(dout) && fa_aligned16(qkv);
     cudaStream_t st = gtc_stream(b);
-    auto *fa_dkdv = fa_dkdv_kernel<HS, W>;
-    auto *fa_dq = fa_dq_kernel<HS, W>;
-    GTC_LAUNCH(fa_dkdv, fa_grid(ntiles, B, NKV), W * 32, (FaDkdv<HS, W>::BYTES), st,
-               dqkv, dout, qkv, lse, D, T, NH, NKV, window, B * NKV, scale, vec, pos);
+    /* the workspace (backend.h): D, then S dQ slices (each row written before it is added to) */
+    const int S = backend_attention_dq_splits(B, T, NKV);
+    const size_t slice = (size_t)B * T * NH * HS;
+    float *dqpart = workspace + backend_attention_rowsum_floats(B, T, NH);
+    auto *fa_bwd = fa_bwd_kernel<HS, W>;
+    GTC_LAUNCH(fa_bwd, fa_grid(S, B, NKV), W * 32, (FaBwd<HS, W>::BYTES), st, dqkv, dqpart, dout,
+               qkv, lse, workspace, T, NH, NKV, window, B * NKV, S, slice, scale, vec, pos);
     CUDA_CHECK_LAUNCH();
-    GTC_LAUNCH(fa_dq, fa_grid(ntiles, B, NH), W * 32, (FaDq<HS, W>::BYTES), st, dqkv,
-               dout, qkv, lse, D, T, NH, NKV, window, B * NH, ntiles, scale, vec, pos);
+    if (S == 1) return; /* fa_bwd wrote dq */
+    GTC_LAUNCH(fa_dq_sum_kernel, gtc_blocks(slice, GTC_THREADS), GTC_THREADS, 0, st, dqkv, dqpart, slice, S,
+               T, window, (size_t)NH * HS, (size_t)(NH + 2 * NKV) * HS, scale);
     CUDA_CHECK_LAUNCH();
 }
 
@@ -693,10 +729,10 @@ void gtc_attention_tc_forward(Backend *b, gtc_bf16 *out, float *lse, const gtc_b
     FA_DISPATCH(fa_forward_t, hd, w, b, out, lse, qkv, B, T, NH, NKV, window, pos);
 }
 
-void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, const float *D, const gtc_bf16 *dout,
+void gtc_attention_tc_backward(Backend *b, gtc_bf16 *dqkv, float *workspace, const gtc_bf16 *dout,
                                const gtc_bf16 *qkv, const float *lse, int B, int T, int NH,
                                int NKV, int hd, int window, const int *pos) {
     if (B <= 0 || T <= 0) return;
     int w = fa_warps_for(b, hd);
-    FA_DISPATCH(fa_backward_t, hd, w, b, dqkv, D, dout, qkv, lse, B, T, NH, NKV, window, pos);
+    FA_DISPATCH(fa_backward_t, hd, w, b, dqkv, workspace, dout, qkv, lse, B, T, NH, NKV, window, pos);
 }

@@ -52,7 +52,16 @@ causal_mask_dq|cuda/kernels_attention.cu|            if (j <= t && j >= jlo) {\n
 no_syncthreads_attention_tile|cuda/kernels_attention.cu|        __syncthreads(); /* previous tile fully used (and Qs loaded, first time) */\n||@(ops|ops_bf16)/*
 no_syncthreads_block_sum|cuda/kernels_misc.cu|    if (lane == 0) shared[warp] = v;\n    __syncthreads();\n    if (threadIdx.x == 0) {\n        double s|    if (lane == 0) shared[warp] = v;\n    if (threadIdx.x == 0) {\n        double s|ops/sum_squares
 fa_cp_async_wait_missing|cuda/kernels_attention_tc.cu|            gtc_cp_async_wait<1>(); /* this tile (and Q) landed; the next may be in flight */\n||cuda/bf16_attention_tensor*
-fa_dkdv_stage_race|cuda/kernels_attention_tc.cu|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }\n        __syncthreads();|            fa_acc_av<HS>(dk, pa, Qs, lane);  /* dK += dS^T Q */\n        }|cuda/bf16_attention_tensor*
+fa_dkdv_stage_race|cuda/kernels_attention_tc.cu|                __syncthreads(); /* the stage and dS are free for the next iteration's copies */\n||cuda/bf16_attention_*
+fa_bwd_ds_overwrites_live_stage|cuda/kernels_attention_tc.cu|                __syncthreads(); /* every warp is done with this stage's Q and dO (dS may overwrite them) */\n||cuda/bf16_attention_tensor*
+fa_dq_slice_index_rotated|cuda/kernels_attention_tc.cu|    float *dqs = dqpart + (size_t)split * slice|    float *dqs = dqpart + (size_t)((split + 1) % S) * slice|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_sum_drops_last_split|cuda/kernels_attention_tc.cu|        for (int s = 0; s < S; s++)\n            if (fa_split_reaches|        for (int s = 0; s < S - 1; s++)\n            if (fa_split_reaches|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_sum_reads_stale_slices|cuda/kernels_attention_tc.cu|            if (fa_split_reaches(s, S, q0, window, T)) {|            if (s >= 0) {|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_bwd_key_block_skipped|cuda/kernels_attention_tc.cu|k0 < min((u + 1) * FA_UNIT, T); k0 += BK)|k0 < min((u + 1) * FA_UNIT, T); k0 += 2 * BK)|@(cuda/bf16_attention_small_smem*|ops_llama_bf16/attention_one_pass_backward_splits_small_smem)
+fa_ds_lo_dropped|cuda/kernels_attention_tc.cu|                        *reinterpret_cast<uint32_t *>(dsl + o) = gtc_pack_bf16x2(x - xh, y - yh);|                        *reinterpret_cast<uint32_t *>(dsl + o) = 0u;|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_fresh_rows_added|cuda/kernels_attention_tc.cu|acc[n][e] = t < T && !fresh ? dqh|acc[n][e] = t < T ? dqh|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_dq_operand_not_transposed|cuda/kernels_attention_tc.cu|    gtc_ldmatrix_x4_t(a, tile + fa_off<64>(|    gtc_ldmatrix_x4(a, tile + fa_off<64>(|cuda/bf16_attention_tensor*
+fa_dq_written_before_last_block|cuda/kernels_attention_tc.cu|const bool last = S == 1 && q0 < k0 + BK;|const bool last = S == 1 && q0 <= k0 + BK;|@(ops_llama_bf16/attention_one_pass_backward_splits_small_smem|cuda/bf16_attention_small_smem*)
 mma_emulation_trans_layout|cuda/mma_ptx.cuh|            lo = all[8 * i + 2 * t][g];|            lo = all[8 * i + g][2 * t];|mma_ptx/*
 wrong_ld_to_cublaslt|cuda/backend_cuda.cu|ta == CUBLAS_OP_N ? k : m, key->lda));|ta == CUBLAS_OP_N ? k : m, key->ldc));|@(ops|ops_bf16)/*
 transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|@(ops|ops_bf16)/*

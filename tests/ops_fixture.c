@@ -218,7 +218,7 @@ void check_attention_gqa(GtDtype act, AttCase c, bool ramp, uint64_t seed) {
     float *d_lse = dnan(&fx, nl);
     fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NKV, hs, c.window, NULL);
     void *d_dqkv = dnan_a(&fx, n3);
-    float *d_ws = dnan(&fx, nl);
+    float *d_ws = dnan(&fx, backend_attention_workspace_floats(fx.be->act_dtype, B, T, NH, NKV, hs));
     fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse, B, T, NH, NKV,
                                    hs, c.window, NULL);
 

@@ -53,7 +53,7 @@ void check_attention_pos(GtDtype act, AttCase c, int max_len, uint64_t seed) {
     float *d_lse = dnan(&fx, nl);
     fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NKV, hs, c.window, d_pos);
     void *d_dqkv = dnan_a(&fx, n3);
-    float *d_ws = dnan(&fx, nl);
+    float *d_ws = dnan(&fx, backend_attention_workspace_floats(fx.be->act_dtype, B, T, NH, NKV, hs));
     fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, dup_a(&fx, dout, nout), d_qkv, d_out, d_lse, B, T, NH, NKV,
                                    hs, c.window, d_pos);
 

@@ -610,7 +610,8 @@ Test(ops, deterministic) {
     float *res[2][13];
     double ss[2];
     for (int rep = 0; rep < 2; rep++) {
-        float *d_out = dnan(&fx, NC), *d_lse = dnan(&fx, nl), *d_dqkv = dnan(&fx, n3), *d_ws = dnan(&fx, nl);
+        float *d_out = dnan(&fx, NC), *d_lse = dnan(&fx, nl), *d_dqkv = dnan(&fx, n3);
+        float *d_ws = dnan(&fx, backend_attention_workspace_floats(fx.be->act_dtype, B, T, NH, NH, C / NH));
         fx.be->ops->attention_forward(fx.be, d_out, d_lse, d_qkv, B, T, NH, NH, C / NH, 0, NULL);
         fx.be->ops->attention_backward(fx.be, d_dqkv, d_ws, d_dout, d_qkv, d_out, d_lse, B, T, NH, NH, C / NH, 0, NULL);
         float *d_ln = dnan(&fx, NC), *d_m = dnan(&fx, BT), *d_s = dnan(&fx, BT);

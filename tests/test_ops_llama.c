@@ -325,6 +325,37 @@ static void attention_gqa_cases(GtDtype act) {
 Test(ops_llama, attention_gqa_window) { attention_gqa_cases(GT_F32); }
 Test(ops_llama_bf16, attention_gqa_window) { attention_gqa_cases(GT_BF16); }
 
+/* the CUDA tensor-core backward in one pass: each split (backend.h's backend_attention_dq_splits)
+ * adds the dS K of its units of 128 keys into its own fp32 slice of dQ, dq is the slices' sum;
+ * here S = 3 (T 300: units 0, 1, 2, a window of 100 reaching across them, GQA), S = 2 at hd 128
+ * and 96, and S = 1 at T 128 (one unit: one 128-key block, or two 64-key blocks on the 4-warp
+ * variant, both adding into the same rows), against the double reference. The CPU runs the same
+ * cases through its own kernels. */
+static const AttCase split_cases[] = {
+    {1, 300, 4, 2, 64, 100}, /* S = 3, GQA, window */
+    {2, 200, 2, 1, 128, 0},  /* S = 2, hd 128, causal */
+    {1, 128, 4, 2, 64, 50},  /* S = 1, GQA, window */
+    {1, 150, 2, 1, 96, 70},  /* S = 2, hd 96, window */
+};
+/* the 4-warp variant (64-key blocks), the one a 99 KiB device runs at hd 96 and 128 (hd 64 runs
+ * 8 warps in 97 KiB), on the simulator through GTCSIM_SMEM_OPTIN_KIB (on a GPU or the CPU the
+ * variable does nothing) */
+static const AttCase split_cases_small_smem[] = {
+    {1, 300, 4, 2, 128, 100}, /* S = 3, GQA, window */
+    {1, 128, 4, 2, 96, 50},   /* S = 1: two 64-key blocks adding into the same rows */
+    {2, 130, 2, 1, 128, 0},   /* S = 2, the second unit two keys long */
+};
+static void attention_split_cases(const AttCase *c, size_t n) {
+    for (size_t i = 0; i < n; i++) check_attention_gqa(GT_BF16, c[i], i == 0, 170 + i);
+}
+Test(ops_llama_bf16, attention_one_pass_backward_splits, .timeout = 240) {
+    attention_split_cases(split_cases, sizeof split_cases / sizeof split_cases[0]);
+}
+Test(ops_llama_bf16, attention_one_pass_backward_splits_small_smem, .timeout = 240) {
+    setenv("GTCSIM_SMEM_OPTIN_KIB", "99", 1);
+    attention_split_cases(split_cases_small_smem, sizeof split_cases_small_smem / sizeof split_cases_small_smem[0]);
+}
+
 /* ------------------------------------------------------------------ encoder without wpe */
 
 static void check_encoder_nopos(GtDtype act, int B, int T, int C, int V, uint64_t seed) {
@@ -405,7 +436,7 @@ static void det_run(Fx *fx, Fx *keep, DetOut *o, size_t nbytes[NDET]) {
 
     void *qkv = dup_a(fx, rand_a(fx, &r, nq, -2, 2), nq), *a_dy = dup_a(fx, rand_a(fx, &r, no, -1, 1), no);
     void *a_out = dnan_a(fx, no), *a_dq = dnan_a(fx, nq);
-    float *lse = dnan(fx, nl), *ws = dnan(fx, nl);
+    float *lse = dnan(fx, nl), *ws = dnan(fx, backend_attention_workspace_floats(b->act_dtype, B, T, NH, NKV, hs));
     ops->attention_forward(b, a_out, lse, qkv, B, T, NH, NKV, hs, W, NULL);
     ops->attention_backward(b, a_dq, ws, a_dy, qkv, a_out, lse, B, T, NH, NKV, hs, W, NULL);
 

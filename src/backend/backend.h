@@ -163,8 +163,9 @@ typedef struct BackendOps {
     void (*attention_forward)(Backend *b, act_t *out, float *lse, const act_t *qkv, int B, int T,
                               int NH, int NKV, int hd, int window, const int *pos);
     /* dqkv[B,T,(NH+2*NKV)*hd] overwritten; the dK and dV of a kv head are summed over the query
-     * heads of its group in a fixed order (no atomics). workspace: B*NH*T floats (row sums of
-     * dout*out). */
+     * heads of its group in a fixed order (no atomics). workspace:
+     * backend_attention_workspace_floats(...) floats: the row sums of dout*out (B*NH*T), then the
+     * CUDA tensor-core backward's dQ partial sums (below). */
     void (*attention_backward)(Backend *b, act_t *dqkv, float *workspace, const act_t *dout,
                                const act_t *qkv, const act_t *out, const float *lse, int B, int T,
                                int NH, int NKV, int hd, int window, const int *pos);
@@ -396,6 +397,34 @@ void backend_set_act_dtype(Backend *b, GtDtype t);
 static inline size_t backend_act_bytes(const Backend *b, size_t n) { return n * gt_dtype_size(b->act_dtype); }
 static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) {
     return (act_t *)((char *)p + backend_act_bytes(b, n));
+}
+/* The attention backward's workspace (attention_backward above), in floats: the row sums D
+ * (B*NH*T, rounded up to 4 floats), then, for bf16 at head sizes 64, 96 and 128 (the CUDA
+ * tensor-core backward; the CPU leaves them unused), S fp32 slices of dQ, B*T*NH*hd floats each:
+ * split s of the one-pass backward owns slice s alone and adds the dS K of its key units
+ * (BACKEND_ATT_DQ_KEYS keys each: s, s + S, ...) into it in a fixed order; dq is their sum in s
+ * order (with S = 1 the op writes dq itself, its slice holding partial sums). S comes from the shapes only (not the device), so the bits and the plan do not depend on
+ * the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS (one a multiprocessor
+ * of a large GPU), at most one split a unit, at most BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at
+ * most 4 x B*T*NH*hd fp32; each split more costs a write and a read of one). */
+#define BACKEND_ATT_DQ_KEYS 128
+#define BACKEND_ATT_DQ_BLOCKS 128
+#define BACKEND_ATT_DQ_SPLITS_MAX 4
+static inline int backend_attention_dq_splits(int B, int T, int NKV) {
+    const long units = ((long)T + BACKEND_ATT_DQ_KEYS - 1) / BACKEND_ATT_DQ_KEYS, bkv = (long)B * NKV;
+    long s = bkv > 0 ? (BACKEND_ATT_DQ_BLOCKS + bkv - 1) / bkv : 1;
+    if (s > units) s = units;
+    if (s > BACKEND_ATT_DQ_SPLITS_MAX) s = BACKEND_ATT_DQ_SPLITS_MAX;
+    return s < 1 ? 1 : (int)s;
+}
+static inline uint64_t backend_attention_rowsum_floats(int B, int T, int NH) {
+    return ((uint64_t)B * (uint64_t)NH * (uint64_t)T + 3) / 4 * 4;
+}
+static inline uint64_t backend_attention_workspace_floats(GtDtype act, int B, int T, int NH, int NKV, int hd) {
+    uint64_t n = backend_attention_rowsum_floats(B, T, NH);
+    if (act == GT_BF16 && (hd == 64 || hd == 96 || hd == 128))
+        n += (uint64_t)backend_attention_dq_splits(B, T, NKV) * (uint64_t)B * (uint64_t)T * (uint64_t)NH * (uint64_t)hd;
+    return n;
 }
 /* Copy n act_t elements to the host as fp32 (synchronous). */
 int backend_act_to_host_f32(Backend *b, float *host_dst, const act_t *dev_src, size_t n, GtError *err);

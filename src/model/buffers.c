@@ -151,7 +151,9 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         add(&k, BUF_DBTC, MEM_WORKSPACE, mul(&k, BT, Q > C ? Q : C), a, 1);
         add(&k, BUF_DQKV, MEM_WORKSPACE, mul(&k, BT, (uint64_t)model_desc_qkv_dim(d)), a, 1);
         add(&k, BUF_DFCH, MEM_WORKSPACE, mul(&k, BT, spec->mlp == MLP_SWIGLU ? 3 * I : I), a, 1);
-        add(&k, BUF_ATT_WS, MEM_WORKSPACE, mul(&k, BT, (uint64_t)d->n_head), f, 1);
+        /* the row sums, and the tensor-core backward's dQ slices (backend.h) */
+        add(&k, BUF_ATT_WS, MEM_WORKSPACE,
+            backend_attention_workspace_floats(s->act, s->B, s->T, d->n_head, d->n_kv_head, d->head_dim), f, 1);
     }
     if (lora) { /* one adapter at a time: the widest input and output block */
         LoraSite site[PEFT_MODULE_COUNT];

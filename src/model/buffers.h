@@ -52,7 +52,7 @@ typedef enum {
     BUF_DBTC,         /* workspace: a norm's or attention output's gradient */
     BUF_DQKV,
     BUF_DFCH,         /* GPT-2 [I]; Llama gate|up [2I] then swiglu output [I] */
-    BUF_ATT_WS,       /* attention row sums (fp32) */
+    BUF_ATT_WS,       /* attention row sums and dQ slices (fp32, backend.h) */
     BUF_HOST_STAGING, /* bounded host buffer that initialisation, loading and saving stream through */
     BUF_FROZEN,       /* LoRA: the frozen base weights (act dtype) */
     BUF_LORA_XD,      /* LoRA workspace: an adapter's input after dropout [BT, widest input] (dropout > 0) */
