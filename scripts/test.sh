@@ -71,8 +71,8 @@ part "the suite with the CUDA backend (cuda/*.cu) on the CUDA simulator ($sim_n 
 GTRAIN_TEST_LEAVE_OUT="$sim_leave" make -j"$jobs" test-cudasim
 part "known bugs planted into copies of cuda/: the simulated suite must catch each"
 GTRAIN_TEST_COUNTS= make test-cudasim-mutants   # their failures are the point: not counted
-part "fuzz every reader of untrusted input for ${FUZZ_SECONDS:-3} s each (its seed corpus first)"
-make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-3}" FUZZ_JOBS="$jobs"
+part "fuzz every reader of untrusted input for ${FUZZ_SECONDS:-2} s each (its seed corpus first)"
+make -j"$jobs" fuzz FUZZ_SECONDS="${FUZZ_SECONDS:-2}" FUZZ_JOBS="$jobs"
 part ""
 echo "== all tests passed in $(awk -v w="${EPOCHREALTIME/,/.}" -v w0="$all_start" 'BEGIN { printf "%.0f", w - w0 }') s:"
 printf '%s\n' "${times[@]}"
