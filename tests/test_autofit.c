@@ -157,13 +157,15 @@ Test(plan, a_plan_over_64_bits_is_an_overflow_not_a_small_total) {
     cr_expect_gt(recompute_count(&p.policy), 0);
 }
 
-/* 64 layers at B 64776, T 2^20: the true device total is 2^64 + 134.5 TiB (computed apart from
- * plan.c), which wrapped to 134.5 TiB and passed a 1024 TiB memory_limit */
+/* 64 layers at B 64777, T 2^20: the true device total is 2^64 + 140.7 TiB (the totals at B 64775
+ * and 64776 stay under 2^64, 16776838.74 and 16777097.74 TiB: one more row is 259 TiB more), which
+ * wrapped to 140.7 TiB would pass a 1024 TiB memory_limit (B 64776 did, before the attention's
+ * workspace shared the MLP gradient's buffer) */
 Test(plan, a_plan_that_wraps_below_the_limit_is_refused) {
     ModelDesc d = desc_huge();
     d.n_layer = 64;
     RunConfig c = auto_config(0);
-    c.per_device_train_batch_size = 64776;
+    c.per_device_train_batch_size = 64777;
     c.data.seq_len = 1 << 20;
     MemPlan p;
     GtError err = {0};

@@ -334,9 +334,9 @@ static const Hostile CASES[] = {
                                      "per_device_train_batch_size: 65536\nmemory_limit: 1024TiB\n",
      "{\"n_layer\": 64, \"n_head\": 64, \"n_embd\": 65536, \"vocab_size\": 50257, \"n_positions\": 1048576}", NULL,
      NULL, "run.yaml", "overflow", 0},
-    /* the true total is 2^64 + 134.5 TiB: wrapped, it used to pass a 1024 TiB limit (exit 0) */
+    /* the true total is 2^64 + 140.7 TiB (test_autofit.c): wrapped, it would pass a 1024 TiB limit */
     {"plan that wraps to fit memory_limit", "model: m.json\ndata: {train: t.txt, seq_len: 1048576}\n"
-                                            "per_device_train_batch_size: 64776\nmemory_limit: 1024TiB\n",
+                                            "per_device_train_batch_size: 64777\nmemory_limit: 1024TiB\n",
      "{\"n_layer\": 64, \"n_head\": 1024, \"n_embd\": 65536, \"vocab_size\": 256, \"n_positions\": 1048576}", NULL,
      NULL, "run.yaml", "overflow", 0},
     /* the lora: section (m.json is GPT-2): file:line:col where the value is read, file:line where it

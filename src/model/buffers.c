@@ -150,10 +150,14 @@ int buffers_list(BufferList *out, const ModelDesc *d, const BufferShape *s) {
         add(&k, BUF_DRES, MEM_WORKSPACE, BTC, a, 1);
         add(&k, BUF_DBTC, MEM_WORKSPACE, mul(&k, BT, Q > C ? Q : C), a, 1);
         add(&k, BUF_DQKV, MEM_WORKSPACE, mul(&k, BT, (uint64_t)model_desc_qkv_dim(d)), a, 1);
-        add(&k, BUF_DFCH, MEM_WORKSPACE, mul(&k, BT, spec->mlp == MLP_SWIGLU ? 3 * I : I), a, 1);
-        /* the row sums, and the tensor-core backward's dQ slices (backend.h) */
-        add(&k, BUF_ATT_WS, MEM_WORKSPACE,
-            backend_attention_workspace_floats(s->act, s->B, s->T, d->n_head, d->n_kv_head, d->head_dim), f, 1);
+        /* the MLP's gradient and the attention backward's workspace (its row sums and the
+         * tensor-core backward's dQ slices, backend.h) share one buffer: a layer's backward is done
+         * with the first before it starts the second, and the next layer's MLP backward starts
+         * after the attention backward returns (model_blocks.c's layer_backward) */
+        const uint64_t dfch = mul(&k, mul(&k, BT, spec->mlp == MLP_SWIGLU ? 3 * I : I), a);
+        const uint64_t att_ws =
+            mul(&k, backend_attention_workspace_floats(s->act, s->B, s->T, d->n_head, d->n_kv_head, d->head_dim), f);
+        add(&k, BUF_DFCH_ATT_WS, MEM_WORKSPACE, dfch > att_ws ? dfch : att_ws, 1, 1);
     }
     if (lora) { /* one adapter at a time: the widest input and output block */
         LoraSite site[PEFT_MODULE_COUNT];

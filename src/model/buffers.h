@@ -51,8 +51,9 @@ typedef enum {
     BUF_DRES,         /* workspace: residual-stream gradient */
     BUF_DBTC,         /* workspace: a norm's or attention output's gradient */
     BUF_DQKV,
-    BUF_DFCH,         /* GPT-2 [I]; Llama gate|up [2I] then swiglu output [I] */
-    BUF_ATT_WS,       /* attention row sums and dQ slices (fp32, backend.h) */
+    BUF_DFCH_ATT_WS,  /* the MLP's gradient (GPT-2 [I]; Llama gate|up [2I] then swiglu output [I]),
+                       * and in the same bytes, not live at once, the attention backward's row sums
+                       * and dQ slices (fp32, backend.h): the larger of the two */
     BUF_HOST_STAGING, /* bounded host buffer that initialisation, loading and saving stream through */
     BUF_FROZEN,       /* LoRA: the frozen base weights (act dtype) */
     BUF_LORA_XD,      /* LoRA workspace: an adapter's input after dropout [BT, widest input] (dropout > 0) */

@@ -293,8 +293,7 @@ static void **buffer_slot(Model *m, LayerActs *scratch, const BufferSpec *s, int
     case BUF_DRES: return (void **)&m->dres;
     case BUF_DBTC: return (void **)&m->dbtc;
     case BUF_DQKV: return (void **)&m->dqkv;
-    case BUF_DFCH: return (void **)&m->dfch;
-    case BUF_ATT_WS: return (void **)&m->att_ws;
+    case BUF_DFCH_ATT_WS: return (void **)&m->dfch;
     case BUF_HOST_STAGING: return (void **)&m->staging;
     case BUF_FROZEN: return (void **)&m->base;
     case BUF_LORA_XD: return (void **)&m->ad.xd;
@@ -364,6 +363,7 @@ static int model_build(Model **out, const ModelDesc *desc, Backend *be, int B, i
             if (!slot || !(*slot = model_alloc(m, s->cat, s->bytes, err))) goto fail;
         }
     }
+    m->att_ws = (float *)m->dfch; /* BUF_DFCH_ATT_WS: one buffer, two lifetimes (buffers.c) */
     if (m->nf4_values) m->nf4_unit = (char *)m->nf4_values + buffers_nf4_values_bytes(&m->base_layout);
     m->staging_bytes = (size_t)buffers_staging_bytes(desc);
     m->stage_io_bytes = (size_t)buffers_stage_io_bytes(desc);
