@@ -4,7 +4,8 @@
  * The token gradient dwte[tokens[i]] += dout[i] is the one place in cuda/ that groups rows by a
  * data-dependent key: a stable radix sort of the positions by token (integer work only), then one
  * warp per (token, channel chunk) that adds the token's rows in position order. See the section
- * "dwte" below for the design, its cost and its limits. */
+ * "dwte" below for the design, its cost and its limits. Packed rows' position gradient
+ * dwpe[pos[i]] += dout[i] is the same walk with the positions as keys. */
 #include "cuda_common.cuh"
 
 /* ------------------------------------------------------------------ encoder */
@@ -71,22 +72,6 @@ __global__ void encoder_backward_wpe_kernel(float *dwpe, const Act *dout, int B,
          i += (size_t)gridDim.x * blockDim.x) {
         float s = 0.0f;
         for (int bb = 0; bb < B; bb++) s += load_f32(dout, (size_t)bb * n + i);
-        dwpe[i] += s;
-    }
-}
-
-/* packed rows: dwpe[p, c] += the dout of the (b, t) at position p, in (b, t) order: one thread per
- * (p, c), as the CPU sums them */
-template <typename Act>
-__global__ void encoder_backward_wpe_pos_kernel(float *dwpe, const Act *dout, const int *pos, int BT, int T,
-                                                int C) {
-    size_t n = (size_t)T * C;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        const int p = (int)(i / C), c = (int)(i % C);
-        float s = 0.0f;
-        for (int bt = 0; bt < BT; bt++)
-            if (pos[bt] == p) s += load_f32(dout, (size_t)bt * C + c);
         dwpe[i] += s;
     }
 }
@@ -317,25 +302,27 @@ __global__ void enc_wte_kernel(float *dwte, const Act *dout, const int *sorted, 
     }
 }
 
+/* dst[keys[i]] += dout[i], i in order: keys are the tokens (dwte), or packed rows' positions (dwpe) */
 template <typename Act>
-static void encoder_backward_wte(Backend *b, float *dwte, const Act *dout, const int *tokens, int BT, int C) {
+static void encoder_backward_rows_by_key(Backend *b, float *dst, const Act *dout, const int *keys, int BT,
+                                         int C) {
     cudaStream_t st = gtc_stream(b);
     const EncTiles tl = enc_tiles(BT);
     const size_t counts = (size_t)tl.ntiles * ENC_BINS;
     int *perm = (int *)gtc_scratch(b, (3 * (size_t)BT + 2 * counts) * sizeof(int));
     int *sorted = perm + BT, *skey = sorted + BT, *count = skey + BT, *count_next = count + counts;
-    GTC_LAUNCH(enc_sort_count_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, count, count_next, tokens, BT, tl.tile);
+    GTC_LAUNCH(enc_sort_count_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, count, count_next, keys, BT, tl.tile);
     CUDA_CHECK_LAUNCH();
     GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, perm, (int *)NULL, (const int *)NULL,
-               tokens, (const int *)count, count_next, BT, tl.tile, tl.ntiles, 0);
+               keys, (const int *)count, count_next, BT, tl.tile, tl.ntiles, 0);
     CUDA_CHECK_LAUNCH();
-    GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, sorted, skey, (const int *)perm, tokens,
+    GTC_LAUNCH(enc_sort_scatter_kernel, tl.ntiles, ENC_SORT_THREADS, 0, st, sorted, skey, (const int *)perm, keys,
                (const int *)count_next, (int *)NULL, BT, tl.tile, tl.ntiles, ENC_DIGIT_BITS);
     CUDA_CHECK_LAUNCH();
     constexpr int P = GTC_PACK(Act);
-    const bool vec = C % P == 0 && gtc_aligned16(dout) && gtc_aligned16(dwte);
+    const bool vec = C % P == 0 && gtc_aligned16(dout) && gtc_aligned16(dst);
     const dim3 grid((unsigned)((BT + ENC_WTE_WARPS - 1) / ENC_WTE_WARPS), (unsigned)((C + 32 * P - 1) / (32 * P)));
-    GTC_LAUNCH(enc_wte_kernel<Act>, grid, 32 * ENC_WTE_WARPS, 0, st, dwte, dout, (const int *)sorted,
+    GTC_LAUNCH(enc_wte_kernel<Act>, grid, 32 * ENC_WTE_WARPS, 0, st, dst, dout, (const int *)sorted,
                (const int *)skey, BT, C, vec);
     CUDA_CHECK_LAUNCH();
 }
@@ -346,12 +333,9 @@ template <typename Act>
 static void encoder_backward_t(Backend *b, float *dwte, float *dwpe, const Act *dout,
                                const int *tokens, int B, int T, int C, const int *pos) {
     cudaStream_t st = gtc_stream(b);
-    if (dwte && B * T > 0) encoder_backward_wte(b, dwte, dout, tokens, B * T, C);
-    if (dwpe && pos) {
-        size_t n = (size_t)T * C;
-        GTC_LAUNCH(encoder_backward_wpe_pos_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st,
-                   dwpe, dout, pos, B * T, T, C);
-        CUDA_CHECK_LAUNCH();
+    if (dwte && B * T > 0) encoder_backward_rows_by_key(b, dwte, dout, tokens, B * T, C);
+    if (dwpe && pos) { /* packed rows: the same walk, each row's position its key */
+        if (B * T > 0) encoder_backward_rows_by_key(b, dwpe, dout, pos, B * T, C);
     } else if (dwpe) {
         size_t n = (size_t)T * C;
         GTC_LAUNCH(encoder_backward_wpe_kernel<Act>, gtc_blocks(n, GTC_THREADS), GTC_THREADS, 0, st,

@@ -128,6 +128,7 @@ encoder_sort_second_digit|cuda/kernels_encoder.cu|(int *)NULL, BT, tl.tile, tl.n
 encoder_every_index_owns|cuda/kernels_encoder.cu|    if (s > 0) { /* not the token's first sorted index|    if (s < 0) { /* not the token's first sorted index|@(ops|ops_bf16)/encoder_backward_bits
 encoder_walk_first_chunk_only|cuda/kernels_encoder.cu|        if (past) break; /* the run|        break; /* the run|@(ops|ops_bf16)/encoder_backward_bits
 encoder_high_bits_second_owner|cuda/kernels_encoder.cu|            if (--e < 0) break;|            break;|@(ops|ops_bf16)/encoder_backward_bits
+encoder_packed_dwpe_last_row_dropped|cuda/kernels_encoder.cu|encoder_backward_rows_by_key(b, dwpe, dout, pos, B * T, C);|encoder_backward_rows_by_key(b, dwpe, dout, pos, B * T - 1, C);|@(ops|ops_bf16)/encoder_backward_bits
 adamw_neighbour_run_decay|cuda/kernels_elementwise.cu|            sr.decay = runs.decay[r];|            sr.decay = runs.decay[r > 0 ? r - 1 : r];|@(ops|ops_bf16)/adamw_runs
 adamw_run_skipped|cuda/kernels_elementwise.cu|            t.n++;|            t.n += k != k0 + 1; /* run k0 + 1 overwritten by the next */|@(ops|ops_bf16)/adamw_runs
 adamw_edge_pack_stepped_whole|cuda/kernels_elementwise.cu|        if (r < runs.n && runs.begin[r] <= o && o + N <= runs.end[r]) {|        if (r < runs.n && runs.begin[r] < o + N && o < runs.end[r]) {|@(ops|ops_bf16)/adamw_runs

@@ -114,8 +114,9 @@ typedef struct BackendOps {
      * embedding, as Llama) */
     void (*encoder_forward)(Backend *b, act_t *out, const int *tokens, const act_t *wte,
                             const act_t *wpe, int B, int T, int C, const int *pos);
-    /* dwte[tokens] += dout, dwpe[p] += sum of dout over the (b, t) at position p (accumulate;
-     * dwpe NULL: skipped) */
+    /* dwte[tokens[i]] += dout[i], one row after another in increasing i (the bits depend on it);
+     * dwpe: with pos, dwpe[pos[i]] += dout[i] in the same way; without, dwpe[t] += the sum over
+     * b of dout[b, t] (accumulate; dwpe NULL: skipped) */
     void (*encoder_backward)(Backend *b, float *dwte, float *dwpe, const act_t *dout,
                              const int *tokens, int B, int T, int C, const int *pos);
 

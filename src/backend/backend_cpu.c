@@ -135,37 +135,29 @@ static void f32_encoder_forward(Backend *b, float *out, const int *tokens, const
     }
 }
 
-static void f32_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
-                                 const int *tokens, int B, int T, int C, const int *pos) {
+/* dst[keys[i]] += rows[i] for i in order: each thread owns a block of channels of every row of
+ * dst and walks the rows in order, so repeated keys add up in the same order every time */
+static void f32_rows_add_by_key(Backend *b, float *dst, const float *rows, const int *keys, int n, int C) {
     int nblk = (C + CH_BLOCK - 1) / CH_BLOCK;
-    int BT = B * T;
-    /* dwte: each thread owns a block of channels of every row of dwte and walks the positions in
-     * order, so repeated tokens add up in the same order every time */
-    if (dwte) {
-#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)BT * C >= PAR_MIN)
-        for (int blk = 0; blk < nblk; blk++) {
-            int c0 = blk * CH_BLOCK;
-            int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
-            for (int bt = 0; bt < BT; bt++) {
-                float *dst = dwte + (size_t)tokens[bt] * C + c0;
-                const float *src = dout + (size_t)bt * C + c0;
-                for (int j = 0; j < cn; j++) dst[j] += src[j];
-            }
+#pragma omp parallel for schedule(static) num_threads(nthr(b)) if (nblk > 1 && (size_t)n * C >= PAR_MIN)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * CH_BLOCK;
+        int cn = C - c0 < CH_BLOCK ? C - c0 : CH_BLOCK;
+        for (int i = 0; i < n; i++) {
+            float *d = dst + (size_t)keys[i] * C + c0;
+            const float *src = rows + (size_t)i * C + c0;
+            for (int j = 0; j < cn; j++) d[j] += src[j];
         }
     }
-    /* positions: dwpe[p] += the dout of the (b, t) at position p, in (b, t) order, each p owned
-     * by one thread */
+}
+
+static void f32_encoder_backward(Backend *b, float *dwte, float *dwpe, const float *dout,
+                                 const int *tokens, int B, int T, int C, const int *pos) {
+    int BT = B * T;
+    if (dwte) f32_rows_add_by_key(b, dwte, dout, tokens, BT, C);
+    /* packed rows: the position of each (b, t) is its key, as the token is dwte's */
     if (dwpe && pos) {
-#pragma omp parallel for schedule(static) num_threads(nthr(b)) if ((size_t)BT * C >= PAR_MIN)
-        for (int p = 0; p < T; p++) {
-            float *dst = dwpe + (size_t)p * C;
-            for (int c = 0; c < C; c++) {
-                float s = 0.0f;
-                for (int bt = 0; bt < BT; bt++)
-                    if (pos[bt] == p) s += dout[(size_t)bt * C + c];
-                dst[c] += s;
-            }
-        }
+        f32_rows_add_by_key(b, dwpe, dout, pos, BT, C);
         return;
     }
     /* dwpe[t] += sum_b dout[b, t]: each t owned by one thread, b summed in order */
