@@ -16,8 +16,5 @@ $(BUILD_SIM)/cost_probe: $(BUILD_SIM)/gen/cost_probe.cpp $(SIM_RT_OBJS) $(SIM_HE
 	$(CXX) $(SIM_CXXFLAGS) -o $@ $< $(SIM_RT_OBJS) $(SIM_LDLIBS)
 test-gpu-model: $(BUILD_SIM)/cost_probe
 	BUILD_SIM=$(BUILD_SIM) scripts/test-gpu-model.sh
-# the attention benchmark of scripts/device-check.sh, on the simulator (its --dry-run)
-$(BUILD_SIM)/bench_attention: bench/bench_attention.c $(SIM_LIB_OBJS) $(SIM_CU_OBJS) $(SIM_RT_OBJS)
-	$(CC) $(SIM_CFLAGS) -o $@ $^ $(SIM_LDLIBS)
 device-check-dry:
 	scripts/device-check.sh --dry-run
