@@ -53,12 +53,18 @@ static inline void *dup_to(Backend *b, const void *h, size_t bytes) {
     if (h) cr_assert_eq(b->ops->to_device(b, d, h, bytes, &err), 0, "%s", err.msg);
     return d;
 }
-static inline float *dnan_on(Backend *b, size_t n) {
-    float *h = malloc(n * sizeof(float) + 4);
-    for (size_t i = 0; i < n; i++) h[i] = NAN;
-    float *d = dup_to(b, h, n * sizeof(float));
+/* a device buffer of n elements of elem_size bytes, each a copy of *value */
+static inline void *dfill_on(Backend *b, const void *value, size_t elem_size, size_t n) {
+    char *h = malloc(n * elem_size + 4);
+    cr_assert_not_null(h);
+    for (size_t i = 0; i < n; i++) memcpy(h + i * elem_size, value, elem_size);
+    void *d = dup_to(b, h, n * elem_size);
     free(h);
     return d;
+}
+static inline float *dnan_on(Backend *b, size_t n) {
+    const float nan = NAN;
+    return dfill_on(b, &nan, sizeof nan, n);
 }
 static inline float *fetch(Backend *b, const float *d, size_t n) {
     GtError err = {0};
@@ -91,12 +97,8 @@ static inline uint16_t *rand_bf16(size_t n, float lo, float hi) {
 }
 /* a device bf16 buffer of n NaNs */
 static inline void *dnan_bf16_on(Backend *b, size_t n) {
-    uint16_t *h = malloc(n * sizeof(uint16_t) + 4);
-    cr_assert_not_null(h);
-    for (size_t i = 0; i < n; i++) h[i] = 0x7FC0u;
-    void *d = dup_to(b, h, n * sizeof(uint16_t));
-    free(h);
-    return d;
+    const uint16_t nan = 0x7FC0u; /* bf16 quiet NaN */
+    return dfill_on(b, &nan, sizeof nan, n);
 }
 /* a device bf16 buffer of n elements, widened to fp32 on the host */
 static inline float *fetch_bf16(Backend *b, const void *d, size_t n) {
