@@ -23,8 +23,13 @@
  * Backward (D = rowsum(dout * out) from kernels_attention.cu), in one pass, deterministic, no
  * atomics: one block per (split s, kv head, batch), S splits from the shapes alone
  * (backend_attention_dq_splits, backend.h: not from the device, so the bits and the plan's
- * scratch do not depend on the GPU). Split s walks the key units (FA_UNIT = 128 keys) s, s + S,
- * ... in order, each as blocks of 16 W keys (one block of 8 warps, two of 4); per key block, K
+ * scratch do not depend on the GPU). The key units (FA_UNIT = 128 keys) are dealt to the splits
+ * in rounds of S, snaking (fa_unit: round r gives split s unit r S + s when r is even, r S + S -
+ * 1 - s when odd): under the causal mask an earlier unit has more query rows to visit, and the
+ * blocks of one launch finish with the slowest, so each split's units pair a long with a short
+ * one (causal, 8 units, S 4: 9 x 128 query rows a split, where units s, s + 4 gave 12 x 128 to
+ * split 0 and 6 x 128 to split 3). Split s walks its units in increasing order, each as blocks of 16 W keys (one block of 8
+ * warps, two of 4); per key block, K
  * and V in shared memory and dK/dV accumulators in registers, one pass over the query heads of
  * the kv head's group and their query tiles (Q, dO, lse, D double-buffered):
  *   S^T = K_w Q^T, dP^T = V_w dO^T, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), all in
@@ -75,6 +80,9 @@ typedef __nv_bfloat16 bf16;
 
 #define FA_TILE 64 /* rows of a streamed tile (keys in the forward, queries in the backward) */
 #define FA_UNIT BACKEND_ATT_DQ_KEYS /* keys of a backward split's unit (backend.h): 1 or 2 blocks */
+/* the unit round r deals to split s of S: a snake, so that each split's causal work balances
+ * (the top of the file; backend.h states it) */
+__device__ __forceinline__ int fa_unit(int s, int r, int S) { return r * S + (r & 1 ? S - 1 - s : s); }
 static_assert(FA_UNIT % 128 == 0, "a backward unit holds whole 4- and 8-warp key blocks");
 
 /* ------------------------------------------------------------------ shared-memory tiles */
@@ -398,8 +406,10 @@ __global__ void __launch_bounds__(W * 32)
     float *dqs = dqpart + (size_t)split * slice + (size_t)bb * T * C; /* this split's slice, batch bb */
     const int rg = warp & 3, c0 = (warp >> 2) * NC; /* the warp's dQ rows 16 rg .., columns c0 .. */
 
-    /* the split's key units (FA_UNIT keys: s, s + S, ...), each in blocks of BK keys, in order */
-    for (int u = split; u * FA_UNIT < T; u += S)
+    /* the split's key units (FA_UNIT keys: one a round, fa_unit), each in blocks of BK keys, in order */
+    for (int r = 0; r * S * FA_UNIT < T; r++) {
+        const int u = fa_unit(split, r, S);
+        if (u * FA_UNIT >= T) continue; /* the last round is short of this split's unit */
         for (int k0 = u * FA_UNIT; k0 < min((u + 1) * FA_UNIT, T); k0 += BK) {
             /* query tiles [k0, q_end) of each head of the group see the block's keys */
             const int q_end = gtc_att_query_end(min(k0 + BK, T) - 1, window, T);
@@ -408,8 +418,8 @@ __global__ void __launch_bounds__(W * 32)
              * ranges [k0', q_end') grow with k0'): a tile at or past it is new to the slice here,
              * its rows written, not added to (the slices are not zeroed) */
             const int prev_end = k0 > u * FA_UNIT ? gtc_att_query_end(k0 - 1, window, T)
-                                 : u >= S         ? gtc_att_query_end((u - S + 1) * FA_UNIT - 1, window, T)
-                                                  : 0;
+                                 : r > 0 ? gtc_att_query_end((fa_unit(split, r - 1, S) + 1) * FA_UNIT - 1, window, T)
+                                         : 0;
 
             auto load_stage = [&](int it) {
                 int hq = kvh * G + it / nq, q0 = k0 + (it % nq) * FA_TILE;
@@ -575,14 +585,19 @@ __global__ void __launch_bounds__(W * 32)
                 fa_store_rows<HS>(dkbase + (size_t)NKV * HS, C3, w0, T, dv, one, vec, lane);
             }
         }
+    }
 }
 
 /* whether split s (of S) wrote the rows of the query tile at q0 (a multiple of FA_TILE): its
- * last unit at or before q0 reaches it (the units' query ranges [128 u, q_end) grow with u) */
+ * last unit at or before q0 reaches it (the units' query ranges [128 u, q_end) grow with u): the
+ * split's unit of q0's round, or else of the round before */
 __device__ __forceinline__ bool fa_split_reaches(int s, int S, int q0, int window, int T) {
-    const int ulast = q0 / FA_UNIT;
-    if (ulast < s) return false;
-    const int u = s + (ulast - s) / S * S;
+    const int ulast = q0 / FA_UNIT, r = ulast / S;
+    int u = fa_unit(s, r, S);
+    if (u > ulast) {
+        if (r == 0) return false;
+        u = fa_unit(s, r - 1, S);
+    }
     return q0 < gtc_att_query_end(min((u + 1) * FA_UNIT, T) - 1, window, T);
 }
 

@@ -62,6 +62,8 @@ fa_ds_lo_dropped|cuda/kernels_attention_tc.cu|                        *reinterpr
 fa_dq_fresh_rows_added|cuda/kernels_attention_tc.cu|acc[n][e] = t < T && !fresh ? dqh|acc[n][e] = t < T ? dqh|cuda/bf16_attention_dq_slices_match_double_per_split
 fa_dq_operand_not_transposed|cuda/kernels_attention_tc.cu|    gtc_ldmatrix_x4_t(a, tile + fa_off<64>(|    gtc_ldmatrix_x4(a, tile + fa_off<64>(|cuda/bf16_attention_tensor*
 fa_dq_written_before_last_block|cuda/kernels_attention_tc.cu|const bool last = S == 1 && q0 < k0 + BK;|const bool last = S == 1 && q0 <= k0 + BK;|@(ops_llama_bf16/attention_one_pass_backward_splits_small_smem|cuda/bf16_attention_small_smem*)
+fa_units_not_snaked|cuda/kernels_attention_tc.cu|return r * S + (r & 1 ? S - 1 - s : s);|return r * S + s;|cuda/bf16_attention_dq_slices_match_double_per_split
+fa_reach_skips_previous_round|cuda/kernels_attention_tc.cu|        u = fa_unit(s, r - 1, S);|        return false;|@(ops_llama_bf16/attention_one_pass_backward_splits|cuda/bf16_attention_dq_slices_match_double_per_split)
 mma_emulation_trans_layout|cuda/mma_ptx.cuh|            lo = all[8 * i + 2 * t][g];|            lo = all[8 * i + g][2 * t];|mma_ptx/*
 wrong_ld_to_cublaslt|cuda/backend_cuda.cu|ta == CUBLAS_OP_N ? k : m, key->lda));|ta == CUBLAS_OP_N ? k : m, key->ldc));|@(ops|ops_bf16)/*
 transposed_operand|cuda/backend_cuda.cu|gemm(b, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|gemm(b, CUBLAS_OP_N, CUBLAS_OP_N, OC, N, C, 1.0f, at, w, C, inp, C, at, out, ldo, bias, 0.0f);|@(ops|ops_bf16)/*

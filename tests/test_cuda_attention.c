@@ -216,7 +216,8 @@ Test(cuda, bf16_attention_one_pass_backward_same_bits_on_both_variants, .timeout
 }
 
 /* The one-pass backward's dQ slices (backend.h: the workspace after the row sums): for each row
- * t that sees a key of split s's units (units of BACKEND_ATT_DQ_KEYS keys: s, s + S, ...), slice
+ * t that sees a key of split s's units (units of BACKEND_ATT_DQ_KEYS keys, dealt in rounds of S:
+ * unit r S + s in even rounds r, r S + S - 1 - s in odd ones), slice
  * s must hold sum_j dS[t, j] K[j] over those keys alone, against that sum in double (from the
  * op's own lse and out, as the op is given them; the other rows of a slice are the op's own
  * business); dq must be bf16(scale * ((slice s1 + slice s2) + ...)) over the splits whose keys t
@@ -277,7 +278,9 @@ static void bf16_attention_slices_case(int B, int T, int NH, int NKV, int hd, in
                         dp += (double)dyt[c] * vj[c];
                     }
                     const double ds = exp(sc * scale - lt) * (dp - D);
-                    const size_t sp = (size_t)(j / BACKEND_ATT_DQ_KEYS % S);
+                    /* key j's unit goes to a split in rounds of S, snaking (backend.h) */
+                    const int u = j / BACKEND_ATT_DQ_KEYS, odd = u / S % 2;
+                    const size_t sp = (size_t)(odd ? S - 1 - u % S : u % S);
                     sees[((sp * B + bb) * T + t) * NH + h] = true;
                     double *r = ref + sp * slice + ((size_t)bb * T + t) * C + (size_t)h * hd;
                     for (int c = 0; c < hd; c++) r[c] += ds * kj[c];
@@ -323,11 +326,14 @@ Test(cuda, bf16_attention_dq_slices_match_double_per_split, .timeout = 240) {
     bf16_attention_slices_case(1, 300, 2, 1, 64, 0);   /* S = 3, the last rows in all three slices */
     bf16_attention_slices_case(2, 200, 2, 1, 128, 0);  /* S = 2, hd 128 */
     bf16_attention_slices_case(1, 128, 2, 1, 96, 0);   /* S = 1 */
+    bf16_attention_slices_case(1, 700, 2, 1, 64, 0);   /* S = 4, 6 units: round 1 reversed, short */
+    bf16_attention_slices_case(1, 1100, 4, 2, 64, 300); /* S = 4, 9 units: three rounds, a window */
 }
 Test(cuda, bf16_attention_dq_slices_match_double_per_split_small_smem, .timeout = 240) {
     setenv("GTCSIM_SMEM_OPTIN_KIB", "99", 1); /* the 4-warp variant at hd 96, 128: 64-key blocks */
     bf16_attention_slices_case(1, 300, 4, 2, 128, 100);
     bf16_attention_slices_case(1, 128, 2, 1, 128, 30);
+    bf16_attention_slices_case(1, 600, 2, 1, 128, 0); /* S = 4, 5 units */
 }
 
 #endif

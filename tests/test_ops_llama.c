@@ -329,13 +329,16 @@ Test(ops_llama_bf16, attention_gqa_window) { attention_gqa_cases(GT_BF16); }
  * adds the dS K of its units of 128 keys into its own fp32 slice of dQ, dq is the slices' sum;
  * here S = 3 (T 300: units 0, 1, 2, a window of 100 reaching across them, GQA), S = 2 at hd 128
  * and 96, and S = 1 at T 128 (one unit: one 128-key block, or two 64-key blocks on the 4-warp
- * variant, both adding into the same rows), against the double reference. The CPU runs the same
- * cases through its own kernels. */
+ * variant, both adding into the same rows), and S = 4 over 5 and 6 units (more units than splits:
+ * a second round, dealt in reverse, backend.h), against the double reference. The CPU runs the
+ * same cases through its own kernels. */
 static const AttCase split_cases[] = {
     {1, 300, 4, 2, 64, 100}, /* S = 3, GQA, window */
     {2, 200, 2, 1, 128, 0},  /* S = 2, hd 128, causal */
     {1, 128, 4, 2, 64, 50},  /* S = 1, GQA, window */
     {1, 150, 2, 1, 96, 70},  /* S = 2, hd 96, window */
+    {1, 700, 4, 2, 64, 200}, /* S = 4, 6 units: the second round dealt in reverse, short */
+    {1, 600, 2, 1, 96, 0},   /* S = 4, 5 units */
 };
 /* the 4-warp variant (64-key blocks), the one a 99 KiB device runs at hd 96 and 128 (hd 64 runs
  * 8 warps in 97 KiB), on the simulator through GTCSIM_SMEM_OPTIN_KIB (on a GPU or the CPU the
@@ -344,6 +347,7 @@ static const AttCase split_cases_small_smem[] = {
     {1, 300, 4, 2, 128, 100}, /* S = 3, GQA, window */
     {1, 128, 4, 2, 96, 50},   /* S = 1: two 64-key blocks adding into the same rows */
     {2, 130, 2, 1, 128, 0},   /* S = 2, the second unit two keys long */
+    {1, 600, 2, 1, 128, 90},  /* S = 4, 5 units, window */
 };
 static void attention_split_cases(const AttCase *c, size_t n) {
     for (size_t i = 0; i < n; i++) check_attention_gqa(GT_BF16, c[i], i == 0, 170 + i);
