@@ -1,8 +1,8 @@
 /* lora_fixture.h - what the LoRA test suites share (test_lora_model.c, test_lora_train.c,
- * test_dora_ref.c, ...): the tiny model descriptions, the modules' widths written from the model's
- * dims (not from gtrain's layout), PEFT's scaling written here, the dropout key for the reference,
- * a xorshift generator unlike the module's, and the double-precision reference of a model's frozen
- * base with its loss. */
+ * test_lora_pissa.c, test_dora_ref.c, ...): the tiny model descriptions, the modules' widths
+ * written from the model's dims (not from gtrain's layout), PEFT's scaling written here, the
+ * dropout key for the reference, a xorshift generator unlike the module's, and the
+ * double-precision reference of a model's frozen base with its loss. */
 #ifndef GT_LORA_FIXTURE_H
 #define GT_LORA_FIXTURE_H
 
