@@ -28,10 +28,10 @@
  * 1 - s when odd): under the causal mask an earlier unit has more query rows to visit, and the
  * blocks of one launch finish with the slowest, so each split's units pair a long with a short
  * one (causal, 8 units, S 4: 9 x 128 query rows a split, where units s, s + 4 gave 12 x 128 to
- * split 0 and 6 x 128 to split 3). Split s walks its units in increasing order, each as blocks of 16 W keys (one block of 8
- * warps, two of 4); per key block, K
- * and V in shared memory and dK/dV accumulators in registers, one pass over the query heads of
- * the kv head's group and their query tiles (Q, dO, lse, D double-buffered):
+ * split 0 and 6 x 128 to split 3). Split s walks its units in increasing order, each as blocks
+ * of 16 W keys (one block of 8 warps, two of 4); per key block, K and V in shared memory and
+ * dK/dV accumulators in registers, one pass over the query heads of the kv head's group and
+ * their query tiles (Q, dO, lse, D double-buffered):
  *   S^T = K_w Q^T, dP^T = V_w dO^T, P^T = exp(scale S^T - lse), dS^T = P^T (dP^T - D), all in
  *   registers; dV += P^T dO, dK += dS^T Q (fp32, registers);
  *   dS^T to shared memory as two bf16 parts (hi = bf16(dS), lo = bf16(dS - hi): rows of dS sum

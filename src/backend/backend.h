@@ -405,8 +405,9 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
  * split s of the one-pass backward owns slice s alone and adds the dS K of its key units
  * (BACKEND_ATT_DQ_KEYS keys each, dealt in rounds of S as a snake: round r gives split s unit
  * r S + s when r is even, r S + S - 1 - s when odd, so that the causal work balances) into it in
- * increasing unit order; dq is their sum in s order (with S = 1 the op writes dq itself, its slice holding partial sums). S comes from the shapes only (not the device), so the bits and the plan do not depend on
- * the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS (one a multiprocessor
+ * increasing unit order; dq is their sum in s order (with S = 1 the op writes dq itself, its
+ * slice holding partial sums). S comes from the shapes only (not the device), so the bits and
+ * the plan do not depend on the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS (one a multiprocessor
  * of a large GPU), at most one split a unit, at most BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at
  * most 4 x B*T*NH*hd fp32; each split more costs a write and a read of one). */
 #define BACKEND_ATT_DQ_KEYS 128
