@@ -89,20 +89,7 @@ void lws_init(Ws *w) {
     snprintf(w->cfg, sizeof w->cfg, "%s/lora.yaml", w->dir);
     snprintf(w->out, sizeof w->out, "%s/ref", w->dir);
     write_llama_json(w, "model.json", 0, 0, 0);
-    static const char *const words[] = {"the ", "king ", "shall ", "speak ", "of ", "love, ", "and ", "war; ",
-                                        "good ", "night\n", "sweet ", "prince. "};
-    char *txt = malloc(16384);
-    cr_assert_not_null(txt);
-    size_t n = 0;
-    uint32_t x = 2024;
-    while (n < 16000) {
-        x = x * 1664525u + 1013904223u;
-        const char *wd = words[(x >> 16) % 12];
-        memcpy(txt + n, wd, strlen(wd));
-        n += strlen(wd);
-    }
-    put_file(wpath(w, "train.txt"), txt, n);
-    free(txt);
+    put_words_text(wpath(w, "train.txt"), 16000, 2024);
     make_base(w, "model.json", "base");
     write_text(w, "lora.yaml", LORA_YAML);
 }

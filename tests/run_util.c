@@ -62,6 +62,24 @@ void copy_file(const char *from, const char *to) {
     free(b);
 }
 
+void put_words_text(const char *path, size_t bytes, uint32_t seed) {
+    static const char *const words[] = {"the ", "king ", "shall ", "speak ", "of ", "love, ", "and ", "war; ",
+                                        "good ", "night\n", "sweet ", "prince. "};
+    char *txt = malloc(bytes + 16); /* the last word may run past bytes by its length, 8 at most */
+    cr_assert_not_null(txt);
+    size_t n = 0;
+    uint32_t x = seed;
+    while (n < bytes) {
+        x = x * 1664525u + 1013904223u;
+        const char *wd = words[(x >> 16) % 12];
+        size_t k = strlen(wd);
+        memcpy(txt + n, wd, k);
+        n += k;
+    }
+    put_file(path, txt, n);
+    free(txt);
+}
+
 void ws_init(Ws *w) {
     snprintf(w->dir, sizeof w->dir, "/tmp/gtrain-rel-XXXXXX");
     cr_assert_not_null(mkdtemp(w->dir));
@@ -75,23 +93,8 @@ void ws_init(Ws *w) {
         snprintf(to, sizeof to, "%s/%s", w->dir, files[i]);
         copy_file(from, to);
     }
-    /* 12 KB of deterministic, text-like bytes */
-    static const char *const words[] = {"the ", "king ", "shall ", "speak ", "of ", "love, ", "and ", "war; ",
-                                        "good ", "night\n", "sweet ", "prince. "};
-    char *txt = malloc(12288);
-    cr_assert_not_null(txt);
-    size_t n = 0;
-    uint32_t x = 12345;
-    while (n < 12000) {
-        x = x * 1664525u + 1013904223u;
-        const char *wd = words[(x >> 16) % 12];
-        size_t k = strlen(wd);
-        memcpy(txt + n, wd, k);
-        n += k;
-    }
     snprintf(to, sizeof to, "%s/train.txt", w->dir);
-    put_file(to, txt, n);
-    free(txt);
+    put_words_text(to, 12000, 12345);
     snprintf(w->cfg, sizeof w->cfg, "%s/run.yaml", w->dir);
     snprintf(w->out, sizeof w->out, "%s/out", w->dir);
 }

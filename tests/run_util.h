@@ -2,7 +2,8 @@
  * 2-layer, 32-wide byte-level model, a run of 30 steps that saves every step, a generated
  * train.txt), starting and waiting for runs with --set overrides and resource limits, reading
  * their logs, and checking exit codes, one-line errors and checkpoints. $GTRAIN_BIN is the
- * binary, $GTRAIN_ROOT the repo root. Used by test_reliability.c and test_safety.c. */
+ * binary, $GTRAIN_ROOT the repo root. Used by test_reliability.c, test_safety.c and the LoRA runs'
+ * fixture (lora_runs_fixture.c). */
 #ifndef GT_RUN_UTIL_H
 #define GT_RUN_UTIL_H
 
@@ -43,6 +44,9 @@ typedef struct {
 char *slurp(const char *path, size_t *len);
 void put_file(const char *path, const void *data, size_t n);
 void copy_file(const char *from, const char *to);
+/* path: at least `bytes` bytes of deterministic, text-like bytes (words from a fixed list picked by
+ * an LCG from seed; the last word is whole) */
+void put_words_text(const char *path, size_t bytes, uint32_t seed);
 void ws_init(Ws *w);
 void rm_tree(const char *path);
 void ws_fini(Ws *w);

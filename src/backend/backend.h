@@ -407,9 +407,10 @@ static inline act_t *backend_act_at(const Backend *b, const act_t *p, size_t n) 
  * r S + s when r is even, r S + S - 1 - s when odd, so that the causal work balances) into it in
  * increasing unit order; dq is their sum in s order (with S = 1 the op writes dq itself, its
  * slice holding partial sums). S comes from the shapes only (not the device), so the bits and
- * the plan do not depend on the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS (one a multiprocessor
- * of a large GPU), at most one split a unit, at most BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at
- * most 4 x B*T*NH*hd fp32; each split more costs a write and a read of one). */
+ * the plan do not depend on the GPU: enough blocks (S * B * NKV) for about BACKEND_ATT_DQ_BLOCKS
+ * (one a multiprocessor of a large GPU), at most one split a unit, at most
+ * BACKEND_ATT_DQ_SPLITS_MAX (the scratch: at most 4 x B*T*NH*hd fp32; each split more costs a
+ * write and a read of one). */
 #define BACKEND_ATT_DQ_KEYS 128
 #define BACKEND_ATT_DQ_BLOCKS 128
 #define BACKEND_ATT_DQ_SPLITS_MAX 4
